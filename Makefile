@@ -1,0 +1,111 @@
+# specpilot: every entry point a developer or CI needs.
+#
+#   make            install the toolchain (.venv, collections, Debian packages)
+#   make demo       run the main job on the built-in lab
+#   make test       run every test (pytest, lint, syntax checks, molecule)
+#   make bench      run the benchmarks and print a table
+#   make lab-up / lab-down / lab-status
+#
+# Everything installed lands in .venv (Python, collections) or .venv-vllm (the
+# lab's engine); lab state lives in .lab/. All of it is git-ignored and rebuilt
+# from the pinned files here.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := install
+
+PYTHON ?= python3
+VENV := .venv
+VBIN := $(VENV)/bin
+export PATH := $(CURDIR)/$(VBIN):$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PYTHONPATH := $(CURDIR)/lab:$(CURDIR)/collections
+
+# Debian packages the tests and the lab call. Installed with apt-get when missing.
+APT_PACKAGES := ca-certificates
+# Debian packages unpacked into .venv/opt/debian instead (their files may clash with
+# another vendor's package on the machine); their binaries are linked into .venv/bin.
+APT_UNPACK := kubernetes-client
+
+STAMP_VENV := $(VENV)/.stamp-python
+STAMP_COLL := $(VENV)/.stamp-collections
+STAMP_APT := $(VENV)/.stamp-apt
+
+.PHONY: install venv collections system-packages test test-pytest lint syntax-check molecule \
+        demo bench lab-up lab-down lab-status clean distclean
+
+install: venv collections system-packages
+
+venv: $(STAMP_VENV)
+$(STAMP_VENV): requirements.txt requirements-test.txt
+	@echo "==> Python toolchain into $(VENV)"
+	test -x $(VBIN)/python || $(PYTHON) -m venv $(VENV)
+	$(VBIN)/python -m pip install --quiet --upgrade pip
+	$(VBIN)/python -m pip install --quiet -r requirements-test.txt
+	touch $@
+
+collections: $(STAMP_COLL)
+$(STAMP_COLL): requirements.yml $(STAMP_VENV) scripts/install_collections.py
+	@echo "==> Ansible collections into $(VENV)/collections"
+	$(VBIN)/python scripts/install_collections.py --requirements requirements.yml --dest $(VENV)/collections
+	touch $@
+
+system-packages: $(STAMP_APT)
+$(STAMP_APT): Makefile $(STAMP_VENV)
+	@echo "==> Debian packages: $(APT_PACKAGES) (installed), $(APT_UNPACK) (unpacked)"
+	$(VBIN)/python scripts/ensure_apt.py $(APT_PACKAGES)
+	$(VBIN)/python scripts/ensure_apt.py --unpack $(VENV)/opt/debian $(APT_UNPACK)
+	ln -sf ../opt/debian/usr/bin/kubectl $(VBIN)/kubectl
+	touch $@
+
+# ---------------------------------------------------------------- tests
+test: install
+	@echo "==> make test: pytest, lint, syntax checks, molecule"
+	$(MAKE) --no-print-directory test-pytest
+	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory syntax-check
+	$(MAKE) --no-print-directory molecule
+	@echo "==> make test: all stages passed"
+
+test-pytest: install
+	$(VBIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(VBIN)/yamllint --strict .
+	$(VBIN)/ansible-lint --profile production --offline
+
+syntax-check: install
+	for pb in playbooks/*.yml; do \
+	  $(VBIN)/ansible-playbook --syntax-check -i inventories/lab "$$pb"; \
+	done
+
+molecule: install
+	for scenario in $$(ls molecule); do \
+	  test -f "molecule/$$scenario/molecule.yml" || continue; \
+	  echo "==> molecule test -s $$scenario"; \
+	  $(VBIN)/molecule test -s "$$scenario"; \
+	done
+
+# ---------------------------------------------------------------- lab
+lab-up: install
+	$(VBIN)/python -m specpilot_lab up
+
+lab-down:
+	$(VBIN)/python -m specpilot_lab down
+
+lab-status:
+	$(VBIN)/python -m specpilot_lab status
+
+# ---------------------------------------------------------------- demo, bench
+demo: install
+	$(VBIN)/python -m specpilot_lab.demo
+
+bench: install
+	$(VBIN)/python -m benchmarks
+
+clean:
+	-$(VBIN)/python -m specpilot_lab down 2>/dev/null
+	rm -rf .lab .cache/ansible-tmp .pytest_cache
+
+distclean: clean
+	rm -rf $(VENV) .venv-vllm .cache
