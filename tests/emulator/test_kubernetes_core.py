@@ -1,0 +1,150 @@
+"""kubernetes.core against the emulator: what the project's roles rely on.
+
+Each test runs real playbooks with ansible-playbook and kubernetes.core 6.x; the
+emulator's request log shows which writes reached the store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
+RECAP = re.compile(r"localhost\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)")
+
+
+def run_playbook(emulator, tmp_path: Path, name: str, extra: dict, check: bool = False) -> dict:
+    env = dict(os.environ)
+    env.update(
+        K8S_AUTH_KUBECONFIG=str(emulator.kubeconfig),
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=f"{ROOT / 'collections'}:{ROOT / '.venv' / 'collections'}",
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+        TMPDIR=str(tmp_path),  # kubernetes.core caches discovery under TMPDIR
+        ANSIBLE_NOCOLOR="1",
+    )
+    cmd = [
+        str(Path(sys.executable).with_name("ansible-playbook")),
+        "-i", "localhost,", "-c", "local",
+        "-e", f"ansible_python_interpreter={sys.executable}",
+        "-e", json.dumps(extra),
+        str(PLAYBOOKS / name),
+    ]
+    if check:
+        cmd.append("--check")
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    match = RECAP.search(proc.stdout)
+    assert proc.returncode == 0 and match, f"ansible-playbook failed:\n{proc.stdout}\n{proc.stderr}"
+    ok, changed, _, failed = map(int, match.groups())
+    return {"ok": ok, "changed": changed, "failed": failed, "stdout": proc.stdout}
+
+
+def api(emulator):
+    from kubernetes import client, config
+
+    return client.ApiClient(config.new_client_from_config(str(emulator.kubeconfig)).configuration)
+
+
+def get(emulator, path: str) -> dict:
+    from kubernetes import client, config
+
+    api_client = config.new_client_from_config(str(emulator.kubeconfig))
+    data = api_client.call_api(path, "GET", response_type="object", _return_http_data_only=True)
+    return data
+
+
+def writes(emulator) -> list[dict]:
+    return [r for r in emulator.control.requests() if r["method"] in ("POST", "PUT", "PATCH", "DELETE")]
+
+
+def test_create_then_rerun_is_unchanged(emulator, tmp_path):
+    first = run_playbook(emulator, tmp_path, "objects.yml", {"ns": "rerun"})
+    assert first["changed"] == 4
+    emulator.control.clear_requests()
+    second = run_playbook(emulator, tmp_path, "objects.yml", {"ns": "rerun"})
+    assert second["changed"] == 0
+    assert [w for w in writes(emulator) if not w["dry_run"]] == []
+
+
+def test_apply_rerun_is_unchanged(emulator, tmp_path):
+    run_playbook(emulator, tmp_path, "objects.yml", {"ns": "applyrerun", "apply": True})
+    rv_before = get(emulator, "/api/v1/namespaces/applyrerun/configmaps/settings")["metadata"]["resourceVersion"]
+    again = run_playbook(emulator, tmp_path, "objects.yml", {"ns": "applyrerun", "apply": True})
+    assert again["changed"] == 0
+    rv_after = get(emulator, "/api/v1/namespaces/applyrerun/configmaps/settings")["metadata"]["resourceVersion"]
+    assert rv_after == rv_before
+
+
+def test_check_mode_writes_nothing(emulator, tmp_path):
+    emulator.control.clear_requests()
+    result = run_playbook(emulator, tmp_path, "objects.yml", {"ns": "checkmode"}, check=True)
+    assert result["changed"] >= 1  # it reports what it would do
+    real_writes = [w for w in writes(emulator) if not w["dry_run"]]
+    assert real_writes == [], f"check mode wrote: {real_writes}"
+    namespaces = [n["metadata"]["name"] for n in get(emulator, "/api/v1/namespaces")["items"]]
+    assert "checkmode" not in namespaces
+
+
+def test_apply_true_removes_dropped_list_items(emulator, tmp_path):
+    two_ports = [{"name": "http", "port": 8080}, {"name": "metrics", "port": 9090}]
+    args3 = ["--model=/mnt/models", "--speculative-config={}", "--max-model-len=512"]
+    run_playbook(emulator, tmp_path, "objects.yml", {"ns": "dropitems", "apply": True, "ports": two_ports, "args": args3})
+    svc = get(emulator, "/api/v1/namespaces/dropitems/services/engine")
+    assert sorted(p["port"] for p in svc["spec"]["ports"]) == [8080, 9090]
+
+    result = run_playbook(
+        emulator, tmp_path, "objects.yml",
+        {"ns": "dropitems", "apply": True, "ports": two_ports[:1], "args": [args3[0], args3[2]]},
+    )
+    assert result["changed"] == 2
+    svc = get(emulator, "/api/v1/namespaces/dropitems/services/engine")
+    assert [p["port"] for p in svc["spec"]["ports"]] == [8080]
+    isvc = get(emulator, "/apis/serving.kserve.io/v1beta1/namespaces/dropitems/inferenceservices/tiny")
+    assert isvc["spec"]["predictor"]["model"]["args"] == [args3[0], args3[2]]
+    assert isvc["metadata"]["generation"] == 2
+
+
+def _make_configmaps(emulator, ns: str) -> None:
+    from kubernetes import client, config
+
+    core = client.CoreV1Api(config.new_client_from_config(str(emulator.kubeconfig)))
+    core.create_namespace({"metadata": {"name": ns}})
+    for name, labels in [
+        ("a", {"tier": "spec", "method": "ngram"}),
+        ("b", {"tier": "spec", "method": "eagle3"}),
+        ("c", {"tier": "base"}),
+    ]:
+        core.create_namespaced_config_map(ns, {"metadata": {"name": name, "labels": labels}})
+
+
+def test_k8s_info_lists_with_selectors(emulator, tmp_path):
+    _make_configmaps(emulator, "selectors")
+    out = tmp_path / "names.json"
+    cases = [
+        ({"labels": ["tier=spec"]}, ["a", "b"]),
+        ({"labels": ["tier=spec", "method!=ngram"]}, ["b"]),
+        ({"labels": ["method in (ngram,eagle3)"]}, ["a", "b"]),
+        ({"labels": ["!method"]}, ["c"]),
+        ({"fields": ["metadata.name=c"]}, ["c"]),
+        ({"labels": ["tier"], "fields": ["metadata.name!=a"]}, ["b", "c"]),
+    ]
+    for selectors, expected in cases:
+        run_playbook(emulator, tmp_path, "info.yml", {"ns": "selectors", "out": str(out), **selectors})
+        assert json.loads(out.read_text()) == expected, selectors
+
+
+def test_state_absent_with_label_selectors(emulator, tmp_path):
+    _make_configmaps(emulator, "absent")
+    result = run_playbook(emulator, tmp_path, "absent_by_label.yml", {"ns": "absent", "selector": "tier=spec"})
+    assert result["changed"] == 1
+    names = sorted(i["metadata"]["name"] for i in get(emulator, "/api/v1/namespaces/absent/configmaps")["items"])
+    assert names == ["c"]
+    again = run_playbook(emulator, tmp_path, "absent_by_label.yml", {"ns": "absent", "selector": "tier=spec"})
+    assert again["changed"] == 0
