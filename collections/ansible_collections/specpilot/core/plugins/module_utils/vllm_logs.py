@@ -1,0 +1,994 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot maintainers
+# Apache License 2.0 (see galaxy.yml)
+"""Streaming parser for vLLM engine logs: speculative-decoding facts.
+
+Pure standard library. The parser reads a log line by line (constant memory, any size), so it
+can be fed from a file, a string or any iterable of lines. It understands every log format of
+vLLM 0.5.5 to 0.33.0 (see ``../shared/reference/vllm-facts.md`` sections 3.1 to 3.5):
+
+* record header ``LEVEL MM-DD HH:MM:SS[.fff] [file.py:NN] message`` (``file.py:NN]`` up to 0.7.x),
+  optionally preceded by a process prefix ``(APIServer pid=N) `` / ``(EngineCore_DP0 pid=N) ``
+  and wrapped in ANSI colour codes;
+* several records collapsed onto one physical line (split on the record-start pattern);
+* V0 cumulative ``Speculative metrics: Draft acceptance rate: 0.642, System efficiency: ...`` lines
+  (including the ``tokens tokens`` typo of old builds);
+* the V1 ``SpecDecoding metrics:`` per-interval lines in their four formats (0.8.3-0.8.4,
+  0.8.5, 0.9.0-0.10.1, 0.10.2-0.33.0) and unknown variants: the body is read as key/value pairs,
+  never by position, so extra keys are kept in ``extra`` and missing keys stay ``None``;
+* the engine-init line's ``speculative_config=SpeculativeConfig(...)`` / ``=None``, the version
+  lines, readiness (``Application startup complete.``), and the warnings and start errors that
+  matter for speculative decoding (``ISSUE_RULES``).
+
+Line numbers are 1-based physical lines split on ``\\n`` only (what ``grep -n`` shows); a bare
+``\\r`` inside a line (progress bars, the vLLM logo) does not start a new line.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import io
+import math
+import re
+
+__all__ = [
+    "DEFAULT_MAX_ISSUES",
+    "DEFAULT_MAX_WINDOWS",
+    "ISSUE_RULES",
+    "LogParser",
+    "parse_log_file",
+    "parse_log_lines",
+    "parse_log_text",
+]
+
+DEFAULT_MAX_WINDOWS = 1000
+DEFAULT_MAX_ISSUES = 100
+_CHUNK = 1 << 20
+_TEXT_LIMIT = 1000  # characters of a record kept in an issue's ``text``
+
+# --------------------------------------------------------------------------- patterns
+
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+
+# ``(APIServer pid=123) `` / ``(EngineCore_DP1 pid=7) `` / ``(VllmWorker rank=0 pid=9) ``
+_PREFIX = r"\((?P<proc>[^()]*?) pid=(?P<pid>\d+)\) "
+_PREFIX_RE = re.compile(_PREFIX)
+# one log record start: optional process prefix, level, timestamp without year, file:line
+_HEADER_RE = re.compile(
+    r"(?:" + _PREFIX + r")?"
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+    r"(?P<ts>\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?) "
+    r"\[?(?P<src>[\w.\-/]+:\d+)\] ?"
+)
+# cheap test for a further record start inside a line (collapsed records)
+_NEXT_RECORD_RE = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d")
+_DP_RE = re.compile(r"DP(\d+)")
+_UVICORN_ACCESS_RE = re.compile(r'INFO:\s+\S+ - "[A-Z]+ \S+ HTTP/[\d.]+" \d{3}')
+
+_VERSION_RES = (
+    # 0.16+ ASCII-art logo: only block characters and spaces before "version X"
+    re.compile(r"^[^A-Za-z0-9]*version (?P<v>\d+\.\d+[\w.+\-]*)\s*$"),
+    # <=0.14.1 "vLLM API server version X" / later "vLLM server version X, serving model Y"
+    re.compile(r"\bvLLM (?:API )?server version (?P<v>\d+\.\d+[\w.+\-]*?)(?:,|\s|$)"),
+)
+_INIT_RE = re.compile(
+    r"Initializing an? (?:(?P<era>V[01]) )?LLM engine \(v(?P<v>[^)\s]+)\) with config: (?P<cfg>.*)$"
+)
+_SPEC_CFG_RE = re.compile(r"\bspeculative_config=(?:(?P<none>None)|SpeculativeConfig\((?P<body>.*?)\))(?=,\s*\w+=|\s*$|,?\s*$)")
+_REPR_KV_RE = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,]*)")
+_CFG_MODEL_RE = re.compile(r"^model=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,]*)")
+_CFG_FIELD_RES = {
+    "served_model_name": re.compile(r"\bserved_model_name=([^,]*)"),
+    "tensor_parallel_size": re.compile(r"\btensor_parallel_size=(\d+)"),
+    "data_parallel_size": re.compile(r"\bdata_parallel_size=(\d+)"),
+}
+_ASYNC_STATE_RE = re.compile(r"Asynchronous scheduling is (enabled|disabled)\.")
+_ENGINE_LINE_RE = re.compile(r"Engine (\d+): ")
+_EXC_RE = re.compile(r"^(?:[\w.]+\.)?(?P<exc>[A-Z]\w*(?:Error|Exception|Exit)): ?(?P<msg>.*)$")
+_VALIDATION_HDR_RE = re.compile(r"(?P<n>\d+) validation errors? for (?P<model>\w+)")
+_PKG_RES = (
+    re.compile(r"No module named '(?P<p>[\w.\-]+)'"),
+    re.compile(r"pip install (?P<p>[\w.\-\[\]]+?)(?:==[\w.]+)?[`'\"\s.]"),
+)
+
+# Bytes that make a physical line worth decoding. Anything else (uvicorn access lines, route
+# listings, loading progress, ...) is skipped with a few C-level substring tests.
+_INTEREST = (
+    b"metrics: ",  # SpecDecoding metrics: / Speculative metrics:
+    b"Engine ",  # "Engine 000: Avg prompt throughput" (engine index of the next window)
+    b"WARN",
+    b"ERROR",
+    b"rror",  # ValueError, ImportError, OutOfMemoryError, "validation error", "error:" ...
+    b"LLM engine",  # engine-init line with speculative_config=
+    b"non-default args",
+    b"version ",
+    b"startup complete",
+    b"hutdown",
+    b"Shutting down",
+    b"Asynchronous scheduling",
+)
+
+
+class _Rule(object):
+    """One known warning/error: ``needles`` are plain substrings of the record message."""
+
+    __slots__ = ("code", "severity", "needles", "regex", "description")
+
+    def __init__(self, code, severity, needles, description, regex=None):
+        self.code = code
+        self.severity = severity
+        self.needles = tuple(needles)
+        self.regex = re.compile(regex) if regex else None
+        self.description = description
+
+    def match(self, msg):
+        for needle in self.needles:
+            if needle in msg:
+                if self.regex is None or self.regex.search(msg):
+                    return True
+        return False
+
+
+# Ordered: the first rule whose needle occurs in a record's message wins. Texts are the vLLM
+# format strings from vllm-facts.md section 3.4 (and 2.x for the start errors).
+ISSUE_RULES = (
+    # ---- warnings
+    _Rule("ASYNC_SCHEDULING_DISABLED", "warning", (
+        "-based speculative decoding and will be disabled",  # 0.14.1-0.32.0
+        "Async scheduling is not yet supported with speculative decoding",  # 0.11.2-0.13.0
+        "Async scheduling is not compatible with disable_padded_drafter_batch=True",  # 0.14.1-0.32.0
+        "Async scheduling is disabled because the V1 model runner does not support it",  # 0.33.0
+    ), "vLLM turned async scheduling off because of the speculative method"),
+    _Rule("SAMPLING_PARAM_IGNORED", "warning", (
+        "min_p and logit_bias parameters won't work with speculative decoding",  # 0.17.1-0.33.0
+        "min_p, logit_bias, and min_tokens parameters won't currently work with speculative decoding",
+    ), "min_p / logit_bias (and min_tokens) request parameters are ignored with speculative decoding"),
+    _Rule("MTP_MULTI_STEP", "warning", (
+        "Enabling num_speculative_tokens > 1 will run",  # "will runmultiple" (<=0.16) and "will run multiple"
+        "All Deepseek MTP models only have one layer",
+    ), "num_speculative_tokens > 1 reuses the single MTP layer; acceptance may drop"),
+    _Rule("DEPRECATED_METHOD", "warning", (
+        "is deprecated and replaced with mtp",
+    ), "a deprecated *_mtp method name was rewritten to 'mtp'"),
+    _Rule("DEPRECATED_SPEC_FLAGS", "warning", (
+        "Please use '--speculative-config' to set all configurations related to speculative decoding",
+    ), "legacy --speculative-model/--num-speculative-tokens flags (removed in 0.8.3)"),
+    _Rule("V0_FALLBACK", "warning", (
+        "is not supported by the V1 Engine. Falling back to V0",
+    ), "the V1 engine does not support this configuration; vLLM fell back to the V0 engine"),
+    _Rule("ASYNC_OUTPUT_DISABLED", "warning", (
+        "Async output processing is not supported with speculative decoding",
+    ), "async output processing is disabled with speculative decoding (V0)"),
+    _Rule("DRAFT_TP_FORCED", "warning", (
+        "cannot currently be run with tp>1; setting speculative_draft_tensor_parallel_size=1",
+    ), "the draft model was forced to tensor parallel size 1"),
+    _Rule("SUFFIX_DEFAULT_TOKENS", "warning", (
+        "for suffix decoding",
+    ), "num_speculative_tokens defaulted for suffix decoding", regex=r"Defaulted num_speculative_tokens to \d+"),
+    _Rule("SCHEDULED_TOKENS_CAPPED", "warning", (
+        "based on the speculative decoding settings",
+    ), "max_num_scheduled_tokens was lowered to make room for draft tokens"),
+    # ---- start errors
+    _Rule("UNKNOWN_SPEC_KEY", "error", (
+        "is not a valid argument in the speculative_config",  # 0.16+ tensor_parallel_size sentinel
+        "got an unexpected keyword argument",  # 0.8.2-0.9.0 dataclass TypeError
+    ), "speculative_config has a key this vLLM version does not accept",
+        regex=r"is not a valid argument in the speculative_config|SpeculativeConfig.*unexpected keyword argument"),
+    _Rule("DRAFT_MODEL_UNSUPPORTED", "error", (
+        "Speculative decoding with draft model is not supported yet",  # 0.10.0-0.14.1
+    ), "this vLLM version does not support a separate draft model"),
+    _Rule("UNSUPPORTED_METHOD", "error", (
+        "Unsupported speculative method",  # 0.16.0+
+        "is not supported with Speculative Decoding",  # VLLM_USE_V1=1 with a V0-only method
+        "is only supported for",  # "Eagle3 is only supported for Llama models." and successors
+    ), "the speculative method is not supported by this vLLM version or target model",
+        regex=r"Unsupported speculative method|not supported with Speculative Decoding"
+              r"|(?i:eagle|mtp|draft|specul)[^.]*is only supported for"),
+    _Rule("ASYNC_SCHEDULING_CONFLICT", "error", (
+        "speculative decoding is not supported with async scheduling",  # 0.10.0-0.11.0
+        "Async scheduling is not supported by the V1 model runner with",  # 0.33.0
+    ), "--async-scheduling was requested with a method that cannot run with it"),
+    _Rule("MISSING_PACKAGE", "error", (
+        "ImportError",
+        "ModuleNotFoundError",
+        "No module named",
+        "Arctic Inference is required",
+    ), "a Python package the method needs is not installed (e.g. arctic-inference for suffix)"),
+    _Rule("CUDA_OOM", "error", (
+        "CUDA out of memory",
+        "OutOfMemoryError",
+        "CUDA error: out of memory",
+    ), "the GPU ran out of memory (target + draft weights, KV cache)"),
+    _Rule("CONFIG_VALIDATION_ERROR", "error", (
+        "num_speculative_tokens was provided",
+        "error: argument --speculative-config",
+        "must be <= prompt_lookup_max",
+        "Speculative decoding requires usage of the V2 block manager",
+        "Speculative decoding and chunked prefill are currently mutually exclusive",
+    ), "the speculative configuration was rejected"),
+    _Rule("CLI_ARGUMENT_ERROR", "error", (
+        "error: unrecognized arguments:",
+    ), "the server command line has flags this vLLM version does not know"),
+    _Rule("ENGINE_START_FAILED", "error", (
+        "EngineCore failed to start",
+        "Engine core initialization failed",
+        "Engine process failed to start",
+    ), "the engine did not start"),
+    _Rule("ENGINE_DEAD", "error", (
+        "EngineDeadError",
+    ), "the engine process died"),
+)
+# (needle, rule) in rule order: the first rule with a needle in the message wins
+_NEEDLES = tuple((needle, rule) for rule in ISSUE_RULES for needle in rule.needles)
+# records worth testing against ISSUE_RULES / the exception pattern
+_ISSUE_HINTS = (
+    "rror", "WARN", "xception", "not supported", "deprecated", "Please use", "only supported",
+    "out of memory", "Defaulted", "speculative decoding settings", "Falling back",
+)
+
+# --------------------------------------------------------------------------- key/value bodies
+
+# normalised key (lower case, "tokens tokens" typo folded) -> (field, kind)
+_KEYS = {
+    "mean acceptance length": ("mean_acceptance_length", "float"),
+    "accepted throughput": ("accepted_throughput", "float"),
+    "drafted throughput": ("drafted_throughput", "float"),
+    "accepted": ("accepted_tokens", "int"),
+    "drafted": ("drafted_tokens", "int"),
+    "per-position acceptance rate": ("per_position_acceptance", "list"),
+    "avg draft acceptance rate": ("draft_acceptance_rate", "rate"),
+    "draft acceptance rate": ("draft_acceptance_rate", "rate"),
+    "system efficiency": ("system_efficiency", "float"),
+    "number of speculative tokens": ("num_spec_tokens", "int"),
+    "number of accepted tokens": ("accepted_tokens", "int"),
+    "number of draft tokens": ("drafted_tokens", "int"),
+    "number of emitted tokens": ("emitted_tokens", "int"),
+}
+_KEYS.update({" ".join(w[:1].upper() + w[1:] if i == 0 else w for i, w in enumerate(k.split(" "))): v
+              for k, v in list(_KEYS.items())})
+_KEYS.update({"Avg Draft acceptance rate": _KEYS["avg draft acceptance rate"],
+              "Draft acceptance rate": _KEYS["draft acceptance rate"]})
+_WINDOW_FIELDS = (
+    "mean_acceptance_length", "draft_acceptance_rate", "accepted_tokens", "drafted_tokens",
+    "accepted_throughput", "drafted_throughput", "per_position_acceptance",
+    "system_efficiency", "num_spec_tokens", "emitted_tokens",
+)
+
+
+_INF = float("inf")
+# one "Key: value" pair of a metrics body; a list value continues with ", <number>" pieces
+_KV_RE = re.compile(r"([A-Za-z][\w \-]*): ?([^,]*)((?:, ?(?:[-+]?[\d.]+(?:[eE][-+]?\d+)?|nan|-?inf))*)")
+
+
+def _number(text, kind="float"):
+    """First token of a printed value (``150 tokens``, ``38.8%``, ``10616.``, ``nan``).
+
+    ``kind``: ``int``, ``float`` or ``rate`` (a percentage becomes a fraction 0..1).
+    ``nan``/``inf``/unparsable -> None.
+    """
+    tok = text.strip().partition(" ")[0]
+    try:
+        val = float(tok.rstrip("%."))
+    except ValueError:
+        return None
+    if val != val or val == _INF or val == -_INF:
+        return None
+    if kind == "int":
+        return int(val) if val.is_integer() else None
+    if kind == "rate" and tok.endswith("%"):
+        return round(val / 100.0, 9)
+    return val
+
+
+def _key_spec(key):
+    """(field, kind) of a body key, tolerant to case, spacing and the ``tokens tokens`` typo."""
+    spec = _KEYS.get(key)
+    if spec is None:
+        norm = " ".join(key.lower().split())
+        if " tokens tokens" in norm:  # builds before 0.5.5 printed "Number of draft tokens tokens"
+            norm = norm.replace(" tokens tokens", " tokens")
+        spec = _KEYS.get(norm)
+    return spec
+
+
+def parse_metrics_body(body):
+    """Key/value pairs of a ``SpecDecoding metrics:`` / ``Speculative metrics:`` body.
+
+    Returns ``(fields, extra)``: ``fields`` maps known keys to converted values (a list for
+    per-position acceptance), ``extra`` maps unknown keys to their raw text. Pairs are found by
+    their keys, never by position; ``, <number>`` pieces after a value continue it
+    (``Per-position acceptance rate: 0.543, 0.357, 0.264``).
+    """
+    out = {}
+    extra = {}
+    for key, value, more in _KV_RE.findall(body):
+        spec = _KEYS.get(key) or _key_spec(key)
+        if spec is None:
+            extra[key.strip()] = (value + more).strip()
+            continue
+        field, kind = spec
+        if kind == "list":
+            parts = (value + more).split(",")
+            try:
+                vals = [float(x) for x in parts]
+            except ValueError:
+                out[field] = [_number(x) for x in parts if x.strip()]
+                continue
+            out[field] = [None if v != v or v == _INF or v == -_INF else v for v in vals]
+            continue
+        tok = value.partition(" ")[0]
+        try:
+            val = float(tok.rstrip("%."))
+        except ValueError:
+            out[field] = None
+            continue
+        if val != val or val == _INF or val == -_INF:
+            val = None
+        elif kind == "int":
+            val = int(val) if val.is_integer() else None
+        elif kind == "rate" and tok.endswith("%"):
+            val = round(val / 100.0, 9)
+        out[field] = val
+    return out, extra
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _literal(text):
+    text = text.strip()
+    if text in ("None", ""):
+        return None
+    if text[:1] in ("'", '"'):
+        if "\\" not in text and len(text) >= 2 and text[-1] == text[0]:
+            return text[1:-1]
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return text.strip("'\"")
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def parse_speculative_repr(text):
+    """``SpeculativeConfig(...)`` repr body -> {method, model, num_spec_tokens}."""
+    values = {}
+    for m in _REPR_KV_RE.finditer(text):
+        values[m.group(1)] = _literal(m.group(2))
+    if "method" in values or "draft_model" not in values:
+        method = values.get("method")
+        model = values.get("model")
+    else:  # <=0.8.2: SpeculativeConfig(draft_model='...', num_spec_tokens=N)
+        model = values.get("draft_model")
+        method = None
+        if isinstance(model, str) and model.strip("[]") == "ngram":
+            method, model = "ngram", None
+    num = values.get("num_spec_tokens")
+    return {
+        "method": method,
+        "model": model,
+        "num_spec_tokens": num if isinstance(num, int) else None,
+        "repr": "SpeculativeConfig(%s)" % text,
+    }
+
+
+def _version_key(version):
+    parts = []
+    for piece in re.split(r"[.+\-]", version or ""):
+        if piece.isdigit():
+            parts.append(int(piece))
+        else:
+            break
+    return tuple(parts)
+
+
+def _raw_record(text):
+    """A record without a log header (uvicorn, tracebacks, stderr), maybe process-prefixed."""
+    pm = _PREFIX_RE.match(text)
+    if pm is not None:
+        return (pm.group("proc"), pm.group("pid"), None, None, text[pm.end():], text)
+    return (None, None, None, None, text, text)
+
+
+class _Accumulator(object):
+    """Running draft-weighted sums over V1 windows (constant memory)."""
+
+    __slots__ = ("windows", "accepted", "drafted", "mal_sum", "mal_weight", "pp_sum", "pp_weight",
+                 "first_line", "last_line", "first_ts", "last_ts", "rate_sum", "rate_weight")
+
+    def __init__(self):
+        self.windows = 0
+        self.accepted = 0
+        self.drafted = 0
+        self.mal_sum = 0.0
+        self.mal_weight = 0
+        self.pp_sum = []
+        self.pp_weight = []
+        self.rate_sum = 0.0
+        self.rate_weight = 0
+        self.first_line = self.last_line = None
+        self.first_ts = self.last_ts = None
+
+    def add(self, w):
+        self.windows += 1
+        if self.first_line is None:
+            self.first_line, self.first_ts = w["line"], w["timestamp"]
+        self.last_line, self.last_ts = w["line"], w["timestamp"]
+        drafted = w["drafted_tokens"]
+        accepted = w["accepted_tokens"]
+        if not drafted or accepted is None:
+            return  # a zero/nan window carries no weight
+        self.accepted += accepted
+        self.drafted += drafted
+        mal = w["mean_acceptance_length"]
+        if mal is not None:
+            self.mal_sum += mal * drafted
+            self.mal_weight += drafted
+        pp = w["per_position_acceptance"]
+        if pp:
+            while len(self.pp_sum) < len(pp):
+                self.pp_sum.append(0.0)
+                self.pp_weight.append(0)
+            for i, p in enumerate(pp):
+                if p is not None:
+                    self.pp_sum[i] += p * drafted
+                    self.pp_weight[i] += drafted
+
+    def summary(self):
+        out = _empty_summary()
+        out.update({
+            "windows": self.windows,
+            "format": "v1" if self.windows else None,
+            "weighting": "drafted_tokens" if self.windows else None,
+            "first_line": self.first_line, "last_line": self.last_line,
+            "first_timestamp": self.first_ts, "last_timestamp": self.last_ts,
+        })
+        if self.drafted:
+            out["accepted_tokens"] = self.accepted
+            out["drafted_tokens"] = self.drafted
+            out["draft_acceptance_rate"] = round(self.accepted / self.drafted, 6)
+        if self.mal_weight:
+            out["mean_acceptance_length"] = round(self.mal_sum / self.mal_weight, 6)
+        if self.pp_sum:
+            out["per_position_acceptance"] = [
+                round(s / w, 6) if w else None for s, w in zip(self.pp_sum, self.pp_weight)]
+        return out
+
+
+def _empty_summary():
+    return {
+        "windows": 0, "format": None, "weighting": None,
+        "accepted_tokens": None, "drafted_tokens": None, "draft_acceptance_rate": None,
+        "mean_acceptance_length": None, "per_position_acceptance": None,
+        "system_efficiency": None, "num_spec_tokens": None, "emitted_tokens": None,
+        "first_line": None, "last_line": None, "first_timestamp": None, "last_timestamp": None,
+        "notes": [],
+    }
+
+
+# --------------------------------------------------------------------------- parser
+
+class LogParser(object):
+    """Feed physical lines (bytes or str) with :meth:`feed`, then call :meth:`result`.
+
+    ``since``: a marker string. Events (windows, summary, warnings, errors, level counts) count
+    only after the LAST physical line containing it: each occurrence resets them. Startup facts
+    (version, engine, speculative_config, ready, ...) are taken from the whole log. When the
+    marker never occurs, the whole log counts and ``since_found`` is false.
+    """
+
+    def __init__(self, since=None, max_windows=DEFAULT_MAX_WINDOWS, max_issues=DEFAULT_MAX_ISSUES):
+        self.since = since or None
+        self._since_b = since.encode("utf-8") if since else None
+        self.max_windows = max_windows if max_windows and max_windows > 0 else None
+        self.max_issues = max_issues
+        self.lineno = 0
+        keys = list(_INTEREST)
+        if self._since_b:
+            keys.append(self._since_b)
+        self._keys = tuple(keys)
+        self._pending_validation = None
+        # startup facts (whole log)
+        self.facts = {
+            "vllm_version": None, "engine": None, "ready": False, "shutdown": False,
+            "speculative_config": None, "speculative_config_found": False,
+            "requested_speculative_config": None, "model": None, "served_model_name": None,
+            "tensor_parallel_size": None, "data_parallel_size": None, "async_scheduling": None,
+            "engine_init_line": None,
+        }
+        self._version_from_line = None  # version lines win over the init line's (vX)
+        self._engine_hint = None  # v0/v1 from window formats when no init line is seen
+        self._last_engine = {}
+        self.since_found = False
+        self.since_line = None
+        self._reset_events()
+
+    # ----------------------------------------------------------------- events state
+    def _reset_events(self):
+        self.windows = collections.deque(maxlen=self.max_windows)
+        self.windows_total = 0
+        self._acc = _Accumulator()
+        self._acc_by_engine = {}
+        self._v0_last = None
+        self._v0_count = 0
+        self._v0_first = None
+        self.issues = {"warning": [], "error": []}
+        self._issue_index = {}
+        self.issues_dropped = 0
+        self.levels = {"WARNING": 0, "ERROR": 0}
+        self._events_shutdown = False
+
+    # ----------------------------------------------------------------- feeding
+    def feed(self, raw):
+        """Consume one physical line (bytes or str, with or without its newline)."""
+        if isinstance(raw, str):
+            raw = raw.encode("utf-8", "surrogateescape")
+        for key in self._keys:
+            if key in raw:
+                break
+        else:
+            self.lineno += 1
+            if self._pending_validation is not None:
+                self._validation_detail(raw)
+            return
+        self._line(raw)
+
+    def feed_lines(self, lines):
+        """Consume an iterable of physical lines."""
+        for raw in lines:
+            self.feed(raw)
+        return self
+
+    def feed_stream(self, fh, chunk_size=_CHUNK):
+        """Consume a binary file object in chunks of ``chunk_size`` bytes.
+
+        Same result as feeding it line by line, but the lines that cannot matter are skipped by
+        one regex scan over the chunk (C speed) and only counted; memory stays at about one
+        chunk plus the longest line.
+        """
+        carry = b""
+        while True:
+            data = fh.read(chunk_size)
+            if not data:
+                break
+            if carry:
+                data = carry + data
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                carry = data  # a line longer than the chunk: keep reading
+                continue
+            self._scan(data, cut)
+            carry = data[cut:]
+        if carry:
+            self._scan(carry + b"\n", len(carry) + 1)
+        return self
+
+    def _scan(self, block, end):
+        """Feed the complete lines of ``block[:end]`` (``end`` is just after a newline).
+
+        Each interest keyword is located with ``bytes.find`` (C speed, far faster than one regex
+        with many alternatives); the leftmost hit's line is processed, everything between is
+        only counted.
+        """
+        keys = self._keys
+        find = block.find
+        nkeys = range(len(keys))
+        nxt = [find(k, 0, end) for k in keys]
+        for i in nkeys:
+            if nxt[i] < 0:
+                nxt[i] = end
+        pos = 0
+        while True:
+            hit = min(nxt)
+            if hit >= end:
+                break
+            start = block.rfind(b"\n", pos, hit) + 1 or pos
+            nl = find(b"\n", hit, end)
+            if start > pos:
+                self.lineno += block.count(b"\n", pos, start)
+            self._line(block[start:nl])
+            pos = nl + 1
+            while self._pending_validation is not None and pos < end:
+                nl = find(b"\n", pos, end)
+                self.feed(block[pos:nl])
+                pos = nl + 1
+            for i in nkeys:
+                if nxt[i] < pos:
+                    p = find(keys[i], pos, end)
+                    nxt[i] = p if p >= 0 else end
+        if pos < end:
+            self.lineno += block.count(b"\n", pos, end)
+
+    def _line(self, raw):
+        """One physical line that passed the byte pre-filter."""
+        self.lineno += 1
+        since_b = self._since_b
+        if since_b is not None and since_b in raw:
+            if b"\x1b" not in raw or since_b in _ANSI_RE.sub("", raw.decode("utf-8", "replace")).encode("utf-8"):
+                self.since_found = True
+                self.since_line = self.lineno
+                self._reset_events()
+                self._pending_validation = None
+                return
+        text = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if "\x1b" in text:
+            text = _ANSI_RE.sub("", text)
+        for rec in self._records(text):
+            self._record(rec)
+
+    @staticmethod
+    def _records(text):
+        """Split a physical line into records: (proc, pid, level, ts, msg, text)."""
+        nb = text.count("]")
+        if nb:
+            m = _HEADER_RE.match(text)
+            if m is not None:
+                if nb == 1 or _NEXT_RECORD_RE.search(text, m.end()) is None:
+                    proc, pid, level, ts = m.group("proc", "pid", "level", "ts")
+                    return ((proc, pid, level, ts, text[m.end():], text),)
+            elif _NEXT_RECORD_RE.search(text) is None:
+                nb = 0
+        matches = list(_HEADER_RE.finditer(text)) if nb else None
+        if not matches:
+            return (_raw_record(text),)
+        out = []
+        first = matches[0].start()
+        if text[:first].strip():
+            out.append(_raw_record(text[:first]))
+        for i, hm in enumerate(matches):
+            end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
+            out.append((hm.group("proc"), hm.group("pid"), hm.group("level"), hm.group("ts"),
+                        text[hm.end():end].rstrip(), text[hm.start():end].rstrip()))
+        return out
+
+    # ----------------------------------------------------------------- record dispatch
+    def _record(self, rec):
+        proc, pid, level, ts, msg, full = rec
+        if level is not None:
+            if level in self.levels:
+                self.levels[level] += 1
+        elif msg.startswith("INFO:") and _UVICORN_ACCESS_RE.match(msg):
+            return  # uvicorn access line
+        if "metrics: " in msg:
+            pos = msg.find("SpecDecoding metrics: ")
+            if pos >= 0:
+                self._window("v1", msg[pos + 22:], proc, pid, ts)
+                return
+            pos = msg.find("Speculative metrics: ")
+            if pos >= 0:
+                self._window("v0", msg[pos + 21:], proc, pid, ts)
+                return
+        if msg.startswith("Engine "):
+            m = _ENGINE_LINE_RE.match(msg)
+            if m is not None:
+                self._last_engine[(proc, pid)] = int(m.group(1))
+                return
+        if "LLM engine" in msg:
+            m = _INIT_RE.search(msg)
+            if m is not None:
+                self._engine_init(m, msg)
+                return
+        if "non-default args: " in msg:
+            if "speculative_config" in msg:
+                self._requested_config(msg)
+            return
+        if "version " in msg:
+            for rx in _VERSION_RES:
+                m = rx.search(msg)
+                if m is not None:
+                    self._version_from_line = m.group("v")
+                    self.facts["vllm_version"] = m.group("v")
+                    return
+        if "Application startup complete" in msg:
+            self.facts["ready"] = True
+            self.facts["shutdown"] = False
+            self._events_shutdown = False
+            return
+        if "hutdown" in msg or "Shutting down" in msg:
+            if ("[shutdown]" in msg or "Shutting down" in msg or "shutdown complete" in msg
+                    or "Waiting for application shutdown" in msg):
+                self.facts["shutdown"] = True
+                self._events_shutdown = True
+                return
+        if "Asynchronous scheduling is " in msg:
+            m = _ASYNC_STATE_RE.search(msg)
+            if m is not None:
+                self.facts["async_scheduling"] = m.group(1) == "enabled"
+                return
+        self._issue_candidate(level, msg, full)
+
+    # ----------------------------------------------------------------- windows
+    def _window(self, fmt, body, proc, pid, ts):
+        fields, extra = parse_metrics_body(body)
+        engine = None
+        if proc:
+            m = _DP_RE.search(proc)
+            if m is not None:
+                engine = int(m.group(1))
+        if engine is None and fmt == "v1":
+            engine = self._last_engine.get((proc, pid))
+        w = {
+            "line": self.lineno, "timestamp": ts, "process": proc, "engine": engine,
+            "format": fmt, "cumulative": fmt == "v0",
+        }
+        for f in _WINDOW_FIELDS:
+            w[f] = fields.get(f)
+        w["extra"] = extra
+        self.windows.append(w)
+        self.windows_total += 1
+        if fmt == "v1":
+            self._acc.add(w)
+            if engine is not None:
+                acc = self._acc_by_engine.get(engine)
+                if acc is None:
+                    acc = self._acc_by_engine[engine] = _Accumulator()
+                acc.add(w)
+            if self._engine_hint is None:
+                self._engine_hint = "v1"
+        else:
+            self._v0_count += 1
+            if self._v0_first is None:
+                self._v0_first = (w["line"], ts)
+            self._v0_last = w
+            if self._engine_hint is None:
+                self._engine_hint = "v0"
+
+    # ----------------------------------------------------------------- startup facts
+    def _engine_init(self, m, msg):
+        f = self.facts
+        version = m.group("v")
+        era = m.group("era")
+        cfg = m.group("cfg")
+        if era:
+            f["engine"] = era.lower()
+        elif "use_cached_outputs=" in msg or _version_key(version) < (0, 6, 6):
+            f["engine"] = "v0"
+        else:
+            f["engine"] = "v1"  # 0.6.6-0.7.0 opt-in V1 engine: no use_cached_outputs suffix
+        if self._version_from_line is None or f["vllm_version"] is None:
+            f["vllm_version"] = version
+        sm = _SPEC_CFG_RE.search(cfg)
+        if sm is not None:
+            f["speculative_config_found"] = True
+            f["speculative_config"] = None if sm.group("none") else parse_speculative_repr(sm.group("body"))
+        mm = _CFG_MODEL_RE.match(cfg)
+        if mm is not None:
+            f["model"] = _literal(mm.group(1))
+        for key, rx in _CFG_FIELD_RES.items():
+            fm = rx.search(cfg)
+            if fm is not None:
+                f[key] = _literal(fm.group(1))
+        f["engine_init_line"] = self.lineno
+        # a new engine start: readiness must be seen again
+        f["ready"] = False
+        f["shutdown"] = False
+        self._events_shutdown = False
+
+    def _requested_config(self, msg):
+        start = msg.find("{")
+        if start < 0:
+            return
+        try:
+            args = ast.literal_eval(msg[start:].strip())
+            value = args.get("speculative_config") if isinstance(args, dict) else None
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            value = None
+            m = re.search(r"'speculative_config': (\{[^{}]*\})", msg)
+            if m is not None:
+                try:
+                    value = ast.literal_eval(m.group(1))
+                except (ValueError, SyntaxError):
+                    value = None
+        if isinstance(value, str):  # 0.8.x passes the raw CLI string
+            try:
+                value = ast.literal_eval(value)
+            except (ValueError, SyntaxError):
+                pass
+        if value is not None:
+            self.facts["requested_speculative_config"] = value
+
+    # ----------------------------------------------------------------- issues
+    def _issue_candidate(self, level, msg, full):
+        if "validation error" in msg:
+            vm = _VALIDATION_HDR_RE.search(msg)
+            if vm is not None:
+                self._flush_validation()
+                self._pending_validation = {
+                    "line": self.lineno, "model": vm.group("model"), "message": msg.strip(),
+                    "text": full, "left": 3 * int(vm.group("n")) + 1, "found": False, "field": None}
+                return
+        if self._pending_validation is not None and self._validation_detail_text(msg):
+            return
+        if level not in ("WARNING", "ERROR", "CRITICAL"):
+            for hint in _ISSUE_HINTS:
+                if hint in msg:
+                    break
+            else:
+                return
+        stripped = msg.strip()
+        for needle, rule in _NEEDLES:
+            if needle in msg and (rule.regex is None or rule.regex.search(msg) is not None):
+                extra = {}
+                if rule.code == "UNKNOWN_SPEC_KEY":
+                    km = re.search(r"unexpected keyword argument '(\w+)'|'(\w+)' is not a valid argument", msg)
+                    if km is not None:
+                        extra["key"] = km.group(1) or km.group(2)
+                elif rule.code == "MISSING_PACKAGE":
+                    for rx in _PKG_RES:
+                        pm = rx.search(msg)
+                        if pm is not None:
+                            extra["package"] = pm.group("p")
+                            break
+                self._add_issue(rule.code, rule.severity, stripped, full, extra)
+                return
+        em = _EXC_RE.match(stripped)
+        if em is not None:
+            exc = em.group("exc")
+            code = "CONFIG_VALIDATION_ERROR" if ("SpeculativeConfig" in msg or "speculative" in msg) else "EXCEPTION"
+            self._add_issue(code, "error", stripped, full, {"exception": exc})
+
+    def _validation_detail(self, raw):
+        """A non-interesting physical line while a pydantic error block is open."""
+        text = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if "\x1b" in text:
+            text = _ANSI_RE.sub("", text)
+        rec = self._records(text)[-1]
+        self._validation_detail_text(rec[4])
+
+    def _validation_detail_text(self, msg):
+        pv = self._pending_validation
+        body = msg.strip()
+        pv["left"] -= 1
+        if pv["left"] < 0:
+            self._flush_validation()
+            return False
+        if not body or body.startswith("For further information"):
+            return True
+        if not msg[:1].isspace() and "[type=" not in body:
+            pv["field"] = body  # the location line of one error ("foo", "method", ...)
+            return True
+        spec = pv["model"] == "SpeculativeConfig"
+        field = pv["field"]
+        message = "%s: %s" % (field, body) if field else body
+        extra = {"key": field} if field else {}
+        if spec and "Extra inputs are not permitted" in body:
+            code = "UNKNOWN_SPEC_KEY"
+        elif spec and field == "method" and "Input should be" in body:
+            code = "UNSUPPORTED_METHOD"
+        else:
+            code = "CONFIG_VALIDATION_ERROR"
+            for rule in ISSUE_RULES:  # "Value error, <vLLM message>" inside pydantic errors
+                if rule.severity == "error" and rule.code != "MISSING_PACKAGE" and rule.match(body):
+                    code = rule.code
+                    break
+            if not spec:
+                message = "%s: %s" % (pv["model"], message)
+        pv["found"] = True
+        self._add_issue(code, "error", message, pv["text"] + " | " + body, extra, line=pv["line"])
+        return True
+
+    def _flush_validation(self):
+        pv = self._pending_validation
+        self._pending_validation = None
+        if pv is not None and not pv["found"]:
+            self._add_issue("CONFIG_VALIDATION_ERROR", "error", pv["message"], pv["text"], {}, line=pv["line"])
+
+    def _add_issue(self, code, severity, message, text, extra, line=None):
+        if severity == "error" and self._events_shutdown:
+            # errors printed while the server shuts down (EngineDeadError, CancelledError...) are
+            # consequences of the shutdown, not start failures
+            severity = "warning"
+            extra = dict(extra, after_shutdown=True)
+        key = (code, message)
+        entry = self._issue_index.get(key)
+        if entry is not None:
+            entry["count"] += 1
+            return
+        bucket = self.issues[severity]
+        if len(self._issue_index) >= self.max_issues:
+            self.issues_dropped += 1
+            return
+        entry = {"code": code, "message": message, "line": line or self.lineno,
+                 "text": text[:_TEXT_LIMIT], "count": 1}
+        entry.update(extra)
+        bucket.append(entry)
+        self._issue_index[key] = entry
+
+    # ----------------------------------------------------------------- result
+    def result(self):
+        self._flush_validation()
+        f = dict(self.facts)
+        if f["engine"] is None:
+            if self._engine_hint is not None:
+                f["engine"] = self._engine_hint
+            elif f["vllm_version"] and _version_key(f["vllm_version"]) >= (0, 10, 0):
+                f["engine"] = "v1"  # V1-only releases
+        summary = self._summary(f)
+        by_engine = {}
+        for engine, acc in sorted(self._acc_by_engine.items()):
+            by_engine[str(engine)] = acc.summary()
+        windows = list(self.windows)
+        f.update({
+            "windows": windows,
+            "windows_total": self.windows_total,
+            "windows_dropped": self.windows_total - len(windows),
+            "summary": summary,
+            "summary_by_engine": by_engine,
+            "engines": sorted(self._acc_by_engine),
+            "warnings": self.issues["warning"],
+            "errors": self.issues["error"],
+            "issues_dropped": self.issues_dropped,
+            "log_levels": dict(self.levels),
+            "lines": self.lineno,
+            "since": self.since,
+            "since_found": self.since_found,
+            "since_line": self.since_line,
+        })
+        return f
+
+    def _summary(self, facts):
+        acc = self._acc
+        if acc.windows:
+            out = acc.summary()
+            version = facts["vllm_version"]
+            if version and (0, 8, 5) <= _version_key(version) < (0, 9, 0) and out["mean_acceptance_length"] is not None:
+                # 0.8.5 printed accepted/drafts without the bonus token (vllm-facts 3.3)
+                out["mean_acceptance_length"] = round(out["mean_acceptance_length"] + 1.0, 6)
+                out["notes"].append("vLLM 0.8.5 prints mean acceptance length without the +1; "
+                                    "the summary adds it (windows keep the printed values)")
+            if self._v0_count:
+                out["notes"].append("%d V0 cumulative window(s) ignored in favour of V1 windows" % self._v0_count)
+            ks = {len(w["per_position_acceptance"]) for w in self.windows if w["per_position_acceptance"]}
+            if len(ks) > 1:
+                out["notes"].append("windows have different numbers of draft positions %s; "
+                                    "weighting by drafted tokens is approximate" % sorted(ks))
+            return out
+        out = _empty_summary()
+        last = self._v0_last
+        if last is None:
+            return out
+        # V0 lines are cumulative since startup: the last one is the summary
+        out.update({
+            "windows": self._v0_count, "format": "v0", "weighting": "last_cumulative",
+            "accepted_tokens": last["accepted_tokens"], "drafted_tokens": last["drafted_tokens"],
+            "draft_acceptance_rate": last["draft_acceptance_rate"],
+            "system_efficiency": last["system_efficiency"], "num_spec_tokens": last["num_spec_tokens"],
+            "emitted_tokens": last["emitted_tokens"],
+            "first_line": self._v0_first[0], "first_timestamp": self._v0_first[1],
+            "last_line": last["line"], "last_timestamp": last["timestamp"],
+        })
+        k = last["num_spec_tokens"]
+        drafted = last["drafted_tokens"]
+        emitted = last["emitted_tokens"]
+        if k and drafted and emitted is not None:
+            # V1-style tokens per step: emitted / (draft_tokens / k) (vllm-facts 4.3)
+            out["mean_acceptance_length"] = round(emitted / (drafted / k), 6)
+            out["notes"].append("V0: mean_acceptance_length = emitted_tokens / (drafted_tokens / "
+                                "num_spec_tokens); V0 counts accepted tokens after a rejection too "
+                                "(vllm#9565), so its acceptance rate is not comparable with V1")
+        return out
+
+
+# --------------------------------------------------------------------------- entry points
+
+def parse_log_lines(lines, since=None, max_windows=DEFAULT_MAX_WINDOWS, max_issues=DEFAULT_MAX_ISSUES):
+    """Parse an iterable of physical lines (bytes or str)."""
+    return LogParser(since=since, max_windows=max_windows, max_issues=max_issues).feed_lines(lines).result()
+
+
+def parse_log_file(path, since=None, max_windows=DEFAULT_MAX_WINDOWS, max_issues=DEFAULT_MAX_ISSUES):
+    """Stream a log file from disk (binary, line by line: constant memory)."""
+    parser = LogParser(since=since, max_windows=max_windows, max_issues=max_issues)
+    with open(path, "rb") as fh:
+        parser.feed_stream(fh)
+    return parser.result()
+
+
+def parse_log_text(text, since=None, max_windows=DEFAULT_MAX_WINDOWS, max_issues=DEFAULT_MAX_ISSUES):
+    """Parse a log held in a string (``\\n`` line breaks only)."""
+    if isinstance(text, str):
+        text = text.encode("utf-8", "surrogateescape")
+    parser = LogParser(since=since, max_windows=max_windows, max_issues=max_issues)
+    return parser.feed_stream(io.BytesIO(text)).result()

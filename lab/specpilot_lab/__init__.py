@@ -1,0 +1,1 @@
+"""specpilot's local lab: a Kubernetes API emulator and the processes around it."""

@@ -1,0 +1,69 @@
+"""Project-wide conventions that lint cannot see."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+COLLECTION = ROOT / "collections" / "ansible_collections" / "specpilot" / "core"
+MODULES = sorted(p.stem for p in (COLLECTION / "plugins" / "modules").glob("*.py") if p.stem != "__init__")
+ROLES = sorted(p for p in (ROOT / "roles").iterdir() if p.is_dir()) if (ROOT / "roles").is_dir() else []
+
+
+def test_top_level_layout():
+    for name in ("playbooks", "roles", "inventories", "schemas", "collections", "molecule",
+                 "requirements.yml", "lab", "tests", "benchmarks", "Makefile", "ansible.cfg",
+                 "README.md", ".ci/run"):
+        assert (ROOT / name).exists(), name
+
+
+def test_readme_quickstart_has_exactly_two_commands():
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```bash", 1)[1].split("```", 1)[0]
+    assert [line.strip() for line in block.strip().splitlines()] == ["make demo", "make test"]
+
+
+def test_ci_runs_make_test():
+    lines = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert "make test" in lines
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_module_documented_like_kubernetes_core(module):
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-doc")), "-j", f"specpilot.core.{module}"],
+        capture_output=True, text=True, cwd=ROOT, env=env, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)[f"specpilot.core.{module}"]
+    assert doc["doc"]["short_description"]
+    assert doc["doc"].get("version_added")
+    for opt, spec in doc["doc"].get("options", {}).items():
+        assert spec.get("description"), f"{module}: option {opt} has no description"
+    assert doc["examples"].strip()
+    assert doc["return"], f"{module}: RETURN is empty"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_role_has_argument_specs_and_readme(role):
+    specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())
+    assert "main" in specs["argument_specs"]
+    readme = (role / "README.md").read_text()
+    prefix = role.name + "_"
+    for var in specs["argument_specs"]["main"].get("options", {}):
+        assert var.startswith(prefix), f"{role.name}: {var} lacks the role prefix"
+        assert var in readme, f"{role.name}: {var} is not documented in README.md"
+    defaults = role / "defaults" / "main.yml"
+    if defaults.is_file():
+        for var in (yaml.safe_load(defaults.read_text()) or {}):
+            assert var.startswith(prefix), f"{role.name}: default {var} lacks the role prefix"
+            assert var in specs["argument_specs"]["main"].get("options", {}), f"{role.name}: {var} not in argument_specs"
