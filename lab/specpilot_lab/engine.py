@@ -311,3 +311,74 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+# ---------------------------------------------------------------- errors
+_NOISE = ("For further information visit", "^^^^", "~~~~")
+
+
+def error_summary(log_text: str, max_chars: int = 800) -> str:
+    """The engine's own account of why it died: the last exception line of its output
+    (``SomethingError: ...``) and the few detail lines after it (pydantic lists the field
+    and the reason there). Empty when there is none."""
+    lines = [ln.rstrip() for ln in log_text.splitlines()]
+    start = None
+    for i in range(len(lines) - 1, -1, -1):
+        ln = lines[i]
+        body = ln.split("] ", 1)[1] if ln.startswith("(") and "] " in ln else ln
+        head = body.split(":", 1)[0].strip()
+        if (head.endswith(("Error", "Exception", "Exit", "Interrupt")) and " " not in head
+                and not body.lstrip().startswith("File ")):
+            start = i
+            break
+    if start is None:
+        return ""
+    picked = []
+    for ln in lines[start:start + 6]:
+        text = ln.split("] ", 1)[1] if ln.startswith("(") and "] " in ln else ln
+        text = text.strip()
+        if not text or any(n in text for n in _NOISE):
+            continue
+        if picked and (text.startswith(("Traceback", "File ", "INFO", "WARNING")) or "[" in text[:30] and " INFO " in text):
+            break
+        picked.append(text)
+    return " ".join(picked)[:max_chars]
+
+
+# ---------------------------------------------------------------- metrics
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text format -> {metric name: sum of its samples over all label sets}."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if "}" in line:
+            head, _, rest = line.rpartition("}")
+            name = head.split("{", 1)[0]
+        else:
+            name, _, rest = line.partition(" ")
+        try:
+            value = float(rest.split()[0])
+        except (IndexError, ValueError):
+            continue
+        out[name.strip()] = out.get(name.strip(), 0.0) + value
+    return out
+
+
+def spec_decode_summary(metrics_text: str) -> dict[str, float] | None:
+    """vLLM's speculative-decoding counters and what they imply, or None when the engine
+    exports none (speculative decoding off)."""
+    m = parse_metrics(metrics_text)
+    if "vllm:spec_decode_num_drafts_total" not in m:
+        return None
+    drafts = m.get("vllm:spec_decode_num_drafts_total", 0.0)
+    draft_tokens = m.get("vllm:spec_decode_num_draft_tokens_total", 0.0)
+    accepted = m.get("vllm:spec_decode_num_accepted_tokens_total", 0.0)
+    return {
+        "drafts": drafts,
+        "draft_tokens": draft_tokens,
+        "accepted_tokens": accepted,
+        "acceptance_rate": accepted / draft_tokens if draft_tokens else 0.0,
+        "mean_acceptance_length": 1.0 + accepted / drafts if drafts else 0.0,
+    }

@@ -142,6 +142,9 @@ def append_lines(state_dir: str | os.PathLike, namespace: str, pod: str, contain
         w.write_lines(lines, ts_ns)
 
 
+append = append_lines  # short name
+
+
 def rotate(state_dir: str | os.PathLike, namespace: str, pod: str, container: str) -> None:
     d = container_dir(state_dir, namespace, pod, container)
     d.mkdir(parents=True, exist_ok=True)

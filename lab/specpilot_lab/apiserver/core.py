@@ -312,7 +312,7 @@ class Cluster:
             if not md.get("name") and md.get("generateName"):
                 md["name"] = validation.generated_name(str(md["generateName"]), random_suffix())
             if md.get("resourceVersion"):
-                raise errors.internal_error("resourceVersion should not be set on objects to be created")
+                raise ApiError(500, "", "resourceVersion should not be set on objects to be created")
             self._check_namespace(rt, namespace, md.get("name") or "")
             return self._create_locked(rt, obj, opts)
 
@@ -321,8 +321,6 @@ class Cluster:
         md = obj["metadata"]
         for k in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "generation"):
             md.pop(k, None)
-        if not apply:
-            md.pop("managedFields", None)
         md["uid"] = new_uid()
         md["creationTimestamp"] = now_rfc3339()
         if rt.is_custom:
@@ -456,12 +454,9 @@ class Cluster:
                     return self._create_locked(rt, new, opts, apply=True, warnings=warnings)
                 warnings = self._prune_unknown(rt, config, opts)
                 info = self._type_info(rt)
-                live = old
-                if subresource == "status":
-                    live = old
                 try:
-                    new = pm.server_side_apply(clone(live), config, opts.field_manager, opts.force, info,
-                                               self._now())
+                    new = pm.server_side_apply(old, config, opts.field_manager, opts.force, info,
+                                               self._now(), subresource=subresource)
                 except pm.PatchError as exc:
                     raise self._patch_error(exc, rt, name) from None
                 self._check_patch_rv(rt, old, new, name, config)
@@ -470,21 +465,14 @@ class Cluster:
                 raise errors.not_found(rt.plural, rt.group, name)
             try:
                 if patch_type == "merge":
-                    if not isinstance(patch_body, dict):
-                        new = patch_body
-                    else:
-                        new = pm.json_merge_patch(clone(old), patch_body)
+                    new = pm.json_merge_patch(old, patch_body)
                 elif patch_type == "json":
                     if not isinstance(patch_body, list):
                         raise errors.bad_request("json: cannot unmarshal object into Go value of type "
                                                  "jsonpatch.Patch")
-                    new = pm.json_patch(clone(old), patch_body)
+                    new = pm.json_patch(old, patch_body)
                 elif patch_type == "strategic":
-                    info = pm.builtin_type_info(rt.group, rt.version, rt.kind)
-                    if info is None:
-                        new = pm.json_merge_patch(clone(old), patch_body)
-                    else:
-                        new = pm.strategic_merge_patch(clone(old), patch_body, info)
+                    new = pm.strategic_merge_patch(old, patch_body, self._type_info(rt))
                 else:
                     raise errors.unsupported_media_type(f"unsupported patch type {patch_type!r}")
             except pm.PatchError as exc:
@@ -555,10 +543,11 @@ class Cluster:
         return config
 
     def _type_info(self, rt: ResourceType) -> Any:
+        """Type information for patches and managedFields (deduced for kinds patch.py lacks)."""
         pm = _patch_mod()
         if rt.is_custom:
             return pm.schema_type_info(rt.schema)
-        return pm.builtin_type_info(rt.group, rt.version, rt.kind)
+        return pm.builtin_type_info(rt.group, rt.version, rt.kind) or pm.deduced_type_info()
 
     @staticmethod
     def _now() -> Any:
@@ -644,9 +633,9 @@ class Cluster:
         scale = self.get_scale(rt, namespace, name)
         try:
             if patch_type == "json":
-                new = pm.json_patch(clone(scale), patch_body)
+                new = pm.json_patch(scale, patch_body)
             else:
-                new = pm.json_merge_patch(clone(scale), patch_body)
+                new = pm.json_merge_patch(scale, patch_body)
         except pm.PatchError as exc:
             raise self._patch_error(exc, rt, name) from None
         return self._set_replicas(rt, namespace, name, (new.get("spec") or {}).get("replicas"), None, opts)
@@ -729,7 +718,10 @@ class Cluster:
         schema_errs: list[Any] = []
         if rt.is_custom:
             if rt.schema is not None:
-                schema_errs = list(rt.schema.validate(new) or [])
+                if subresource == "status":
+                    schema_errs = list(rt.schema.validate_status(new) or [])
+                else:
+                    schema_errs = list(rt.schema.validate(new) or [])
         elif rt.group_resource == crds.CRD_GR:
             errs.extend(crds.validate(new, old, self.compile_schema))
         else:
@@ -752,8 +744,7 @@ class Cluster:
         # --- managed fields
         if not apply:
             pm = _patch_mod()
-            info = self._type_info(rt) if rt.is_custom else pm.builtin_type_info(rt.group, rt.version, rt.kind)
-            pm.record_update(old, new, opts.manager(), info, self._now(), subresource)
+            pm.record_update(old, new, opts.manager(), self._type_info(rt), self._now(), subresource)
         # --- no-op?
         if old is not None and deep_equal(_strip_volatile(old), _strip_volatile(new)):
             return Result(old, warnings)
@@ -765,7 +756,10 @@ class Cluster:
                 if opts.dry_run:
                     return Result(new, warnings)
                 final = self._remove(rt, old)
+                self._process_pending()
                 return Result(final, warnings)
+        if old is None and self.store.get(rt.group_resource, md.get("namespace", "") or "", md.get("name", "")):
+            raise errors.already_exists(rt.plural, rt.group, md.get("name", ""))
         if opts.dry_run:
             if old is not None:
                 md["resourceVersion"] = _md(old).get("resourceVersion")
@@ -785,21 +779,11 @@ class Cluster:
         return not deep_equal(a, b)
 
     def _invalid(self, rt: ResourceType, name: str, errs: list[FieldErr], schema_errs: list[Any]) -> ApiError:
-        kind = rt.kind
-        if not schema_errs:
-            return errors.invalid(kind, rt.group, name, errs)
         sm = _schema_mod()
-        body = sm.invalid_status(kind, rt.group, name, schema_errs)
-        if errs:
-            details = body.setdefault("details", {})
-            causes = [e.cause() for e in errs] + list(details.get("causes") or [])
-            details["causes"] = causes
-            msgs = [e.error() for e in errs] + [f"{c.get('field')}: {c.get('message')}" if c.get("field")
-                                                else c.get("message", "") for c in causes[len(errs):]]
-            what = f"{kind}.{rt.group}" if rt.group else kind
-            summary = msgs[0] if len(msgs) == 1 else "[" + ", ".join(msgs) + "]"
-            body["message"] = f'{what} "{name}" is invalid: {summary}'
-        return ApiError(422, body.get("reason", "Invalid"), body.get("message", ""), body=body)
+        converted = [sm.FieldError(FieldErr.REASONS.get(e.type, "FieldValueInvalid"), e.field, e.detail,
+                                   e.value if e.has_value else sm.OMIT) for e in errs]
+        body = sm.invalid_status(rt.kind, rt.group, name, converted + list(schema_errs))
+        return ApiError(422, "Invalid", body.get("message", ""), body=body)
 
     def _after_write(self, rt: ResourceType, old: dict | None, obj: dict) -> None:
         if rt.group_resource == crds.CRD_GR and not _md(obj).get("deletionTimestamp"):

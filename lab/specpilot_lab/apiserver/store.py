@@ -28,6 +28,7 @@ class Event:
 
 class Store:
     def __init__(self, history: int = 4096, first_rv: int = 1000):
+        self._local = threading.local()
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         self.max_history = history
@@ -107,7 +108,12 @@ class Store:
         with self.lock:
             self.data.pop(gr, None)
 
+    def writes_by_this_thread(self) -> int:
+        """How many changes the calling thread has stored so far (for the request log)."""
+        return getattr(self._local, "writes", 0)
+
     def _record(self, ev: Event) -> None:
+        self._local.writes = getattr(self._local, "writes", 0) + 1
         self._events.append(ev)
         self._event_rvs.append(ev.rv)
         if len(self._events) > 2 * self.max_history:

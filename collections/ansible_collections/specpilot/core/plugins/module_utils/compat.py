@@ -221,7 +221,8 @@ def check_compatibility(cfg, target, draft, x, version_label, findings):
 def _tokenizer_and_vocab(method, cfg, target, draft, version_label, findings):
     t_tok, d_tok = target.get("tokenizer"), draft.get("tokenizer")
     hetero = cfg.get("use_heterogeneous_vocab") is True
-    if t_tok and d_tok and t_tok != d_tok and not hetero:
+    comparable = bool(t_tok and d_tok) and str(t_tok).startswith("sha256:") == str(d_tok).startswith("sha256:")
+    if comparable and t_tok != d_tok and not hetero:
         findings.error("draft.tokenizer",
                        "the draft's tokenizer (%s) differs from the target's (%s): every proposed token would be "
                        "judged against a different vocabulary (method %s)" % (d_tok, t_tok, method),
@@ -230,7 +231,7 @@ def _tokenizer_and_vocab(method, cfg, target, draft, version_label, findings):
                        "tokenizer-mismatch")
     t_voc, d_voc = target.get("vocab_size"), draft.get("vocab_size")
     if isinstance(t_voc, int) and isinstance(d_voc, int) and t_voc != d_voc and not hetero:
-        if t_tok and d_tok and t_tok == d_tok:
+        if comparable and t_tok == d_tok:
             findings.warning("draft.vocab_size",
                              "draft vocab_size %d != target vocab_size %d although the tokenizers are identical "
                              "(padded embeddings?)" % (d_voc, t_voc),

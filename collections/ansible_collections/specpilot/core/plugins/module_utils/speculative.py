@@ -119,9 +119,9 @@ def _classify_extra_key(key, value, ctx, findings, path):
 
 
 def _schema_notes(profile, schema_path):
-    """x-message/x-hint of the deepest schema on the error's path."""
+    """x-message/x-hint/x-path of the deepest schema on the error's path."""
     node = profile
-    message = hint = None
+    message = hint = key = None
     for part in schema_path:
         if isinstance(node, dict):
             node = node.get(part)
@@ -132,7 +132,8 @@ def _schema_notes(profile, schema_path):
         if isinstance(node, dict):
             message = node.get("x-message", message)
             hint = node.get("x-hint", hint)
-    return message, hint
+            key = node.get("x-path", key)
+    return message, hint, key
 
 
 def _method_message(value, ctx):
@@ -179,15 +180,19 @@ def _translate(error, ctx, path, findings):
     profile = ctx["profile"]
     version = _ctx_version(ctx)
     epath = path_join(path, *list(error.absolute_path))
-    message, hint = _schema_notes(profile, list(error.absolute_schema_path))
+    message, hint, rule_key = _schema_notes(profile, list(error.absolute_schema_path))
     instance = error.instance
     cfg = ctx.get("config") or {}
     if error.validator == "required":
         missing = [k for k in error.validator_value if not (isinstance(instance, dict) and k in instance)]
         if missing:
             epath = path_join(epath, missing[0])
+    if rule_key:
+        epath = path_join(path, rule_key)
     if message:
         text = message.format(version=version, method=cfg.get("method"), value=instance)
+        if version not in text:
+            text += " (vLLM %s)" % version
         findings.error(epath, text, (hint or "").format(version=version), "profile-rule")
         return
     key = error.absolute_path[0] if error.absolute_path else None
@@ -278,11 +283,14 @@ def _per_batch(cfg, ctx, findings, path):
 def _method_scoped_keys(cfg, ctx, findings, path):
     method = cfg.get("method")
     props = ctx["profile"]["properties"]
+    if method not in ctx["profile"]["x-specpilot"]["methods"]:
+        return
     for key, value in cfg.items():
         scope = props.get(key, {}).get("x-methods")
         if not scope or not isinstance(method, str):
             continue
-        applies = method in scope or ("mtp" in scope and vp.is_mtp_method(method))
+        applies = method in scope or ("mtp" in scope and vp.is_mtp_method(method)) or (
+            method == "[ngram]" and "ngram" in scope)
         if not applies:
             findings.warning(path_join(path, key),
                              "'%s' has no effect with method '%s' (it applies to %s; vLLM %s)"
@@ -302,6 +310,12 @@ def _method_semantics(cfg, ctx, findings, path):
                          "method '%s' uses no draft model; model=%r is ignored (vLLM %s)" % (
                              method, cfg.get("model"), version),
                          "remove speculative.model (and specpilot_draft)", "model-ignored")
+    listed_from = x.get("unlisted_methods", {}).get(method)
+    if listed_from:
+        findings.warning(path_join(path, "method"),
+                         "method '%s' works in vLLM %s only because the method is not checked there; it becomes an "
+                         "official method value in %s" % (method, version, listed_from),
+                         "prefer vLLM >= %s for %s" % (listed_from, method), "method-unlisted")
     if method == "[ngram]" and x["ngram_brackets_method"]:
         findings.warning(path_join(path, "method"),
                          "method '[ngram]' is the old spelling; vLLM 0.9.1 and later reject it",
@@ -462,7 +476,9 @@ def render_args(cfg, profile):
     for key, value in cfg.items():
         if key in ("method", "model"):
             continue
-        flag = flags[key]
+        flag = flags.get(key)
+        if flag is None:  # not expressible as a flag: reported as an error already
+            continue
         if key == "disable_mqa_scorer":
             if value:
                 args.append(flag)

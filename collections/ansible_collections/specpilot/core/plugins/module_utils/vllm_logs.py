@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import heapq
 import io
 import math
 import re
@@ -85,6 +86,10 @@ _CFG_FIELD_RES = {
 }
 _ASYNC_STATE_RE = re.compile(r"Asynchronous scheduling is (enabled|disabled)\.")
 _ENGINE_LINE_RE = re.compile(r"Engine (\d+): ")
+# a whole "Engine NNN: Avg prompt throughput ..." INFO/DEBUG line without ANSI codes, as bytes
+_ENGINE_B_RE = re.compile(
+    rb"(?:\(([^()]*?) pid=(\d+)\) )?(?:INFO|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? "
+    rb"\[?[\w.\-/]+:\d+\] ?Engine (\d+): ")
 _EXC_RE = re.compile(r"^(?:[\w.]+\.)?(?P<exc>[A-Z]\w*(?:Error|Exception|Exit)): ?(?P<msg>.*)$")
 _VALIDATION_HDR_RE = re.compile(r"(?P<n>\d+) validation errors? for (?P<model>\w+)")
 _PKG_RES = (
@@ -96,16 +101,15 @@ _PKG_RES = (
 # listings, loading progress, ...) is skipped with a few C-level substring tests.
 _INTEREST = (
     b"metrics: ",  # SpecDecoding metrics: / Speculative metrics:
-    b"Engine ",  # "Engine 000: Avg prompt throughput" (engine index of the next window)
-    b"WARN",
+    b"] Engine ",  # "Engine 000: Avg prompt throughput" (engine index of the next window)
+    b"WARNING",
     b"ERROR",
     b"rror",  # ValueError, ImportError, OutOfMemoryError, "validation error", "error:" ...
     b"LLM engine",  # engine-init line with speculative_config=
     b"non-default args",
-    b"version ",
+    b" version ",
     b"startup complete",
-    b"hutdown",
-    b"Shutting down",
+    b"shutdown",  # "[shutdown]", "Waiting for application shutdown.", "shutdown complete"
     b"Asynchronous scheduling",
 )
 
@@ -219,6 +223,9 @@ ISSUE_RULES = (
         "EngineDeadError",
     ), "the engine process died"),
 )
+_MISS = object()
+_PENDING = object()
+_ISSUE_CACHE_SIZE = 512  # distinct (level, message) classifications kept (bounded memory)
 # (needle, rule) in rule order: the first rule with a needle in the message wins
 _NEEDLES = tuple((needle, rule) for rule in ISSUE_RULES for needle in rule.needles)
 # records worth testing against ISSUE_RULES / the exception pattern
@@ -254,6 +261,10 @@ _WINDOW_FIELDS = (
     "accepted_throughput", "drafted_throughput", "per_position_acceptance",
     "system_efficiency", "num_spec_tokens", "emitted_tokens",
 )
+# key order of a window; every key present, null when the line does not print it
+_WINDOW_TEMPLATE = dict.fromkeys(("line", "timestamp", "process", "engine", "format", "cumulative")
+                                 + _WINDOW_FIELDS + ("extra",))
+_WINDOW_TEMPLATE["cumulative"] = False
 
 
 _INF = float("inf")
@@ -292,7 +303,48 @@ def _key_spec(key):
     return spec
 
 
+# Fast path for the one format that fills multi-GB logs: the exact format string of vLLM
+# 0.10.2-0.33.0 (vllm/v1/spec_decode/metrics.py, vllm-facts.md 3.3). It yields exactly what the
+# key/value parser yields (tests/unit/parsers assert it); every other body (older formats,
+# reordered or extra keys, nan) fails this match and is read as key/value pairs.
+_V1_FAST_BODY = (
+    r"Mean acceptance length: (\d+\.\d+), Accepted throughput: (\d+\.\d+) tokens/s, "
+    r"Drafted throughput: (\d+\.\d+) tokens/s, Accepted: (\d+) tokens, Drafted: (\d+) tokens, "
+    r"Per-position acceptance rate: (\d\.\d+(?:, \d\.\d+)*), Avg Draft acceptance rate: (\d+\.\d+)%$"
+)
+_V1_FAST_RE = re.compile(_V1_FAST_BODY)
+# the same as a whole single-record INFO line (header + body): one regex for the common line
+_V1_LINE_FAST_RE = re.compile(
+    r"(?:\(([^()]*?) pid=(\d+)\) )?INFO (\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?) "
+    r"\[?[\w.\-/]+:\d+\] ?SpecDecoding metrics: " + _V1_FAST_BODY
+)
+
+
+def _fast_fields(mal, acc_tp, draft_tp, acc, drafted, per_pos, rate):
+    return {
+        "mean_acceptance_length": float(mal),
+        "accepted_throughput": float(acc_tp),
+        "drafted_throughput": float(draft_tp),
+        "accepted_tokens": int(acc),
+        "drafted_tokens": int(drafted),
+        "per_position_acceptance": [float(x) for x in per_pos.split(",")],
+        "draft_acceptance_rate": round(float(rate) / 100.0, 9),
+    }
+
+
 def parse_metrics_body(body):
+    """Key/value pairs of a ``SpecDecoding metrics:`` / ``Speculative metrics:`` body.
+
+    Returns ``(fields, extra)``: ``fields`` maps known keys to converted values (a list for
+    per-position acceptance), ``extra`` maps unknown keys to their raw text.
+    """
+    m = _V1_FAST_RE.match(body)
+    if m is not None:
+        return _fast_fields(*m.groups()), {}
+    return parse_metrics_pairs(body)
+
+
+def parse_metrics_pairs(body):
     """Key/value pairs of a ``SpecDecoding metrics:`` / ``Speculative metrics:`` body.
 
     Returns ``(fields, extra)``: ``fields`` maps known keys to converted values (a list for
@@ -374,6 +426,33 @@ def parse_speculative_repr(text):
     }
 
 
+def _braced(text, start):
+    """The balanced ``{...}`` starting at ``text[start]`` (quotes respected), or None."""
+    if text[start:start + 1] != "{":
+        return None
+    depth = 0
+    quote = None
+    i = start
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if quote is not None:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start:i + 1]
+        i += 1
+    return None
+
+
 def _version_key(version):
     parts = []
     for piece in re.split(r"[.+\-]", version or ""):
@@ -382,6 +461,14 @@ def _version_key(version):
         else:
             break
     return tuple(parts)
+
+
+def _has_next_record(text, start):
+    """Another record header after ``start`` (collapsed records)? Cheap literal tests first."""
+    for level in ("INFO ", "WARNING ", "ERROR ", "DEBUG ", "CRITICAL "):
+        if level in text[start:]:
+            return _NEXT_RECORD_RE.search(text, start) is not None
+    return False
 
 
 def _raw_record(text):
@@ -396,7 +483,7 @@ class _Accumulator(object):
     """Running draft-weighted sums over V1 windows (constant memory)."""
 
     __slots__ = ("windows", "accepted", "drafted", "mal_sum", "mal_weight", "pp_sum", "pp_weight",
-                 "first_line", "last_line", "first_ts", "last_ts", "rate_sum", "rate_weight")
+                 "first_line", "last_line", "first_ts", "last_ts")
 
     def __init__(self):
         self.windows = 0
@@ -406,8 +493,6 @@ class _Accumulator(object):
         self.mal_weight = 0
         self.pp_sum = []
         self.pp_weight = []
-        self.rate_sum = 0.0
-        self.rate_weight = 0
         self.first_line = self.last_line = None
         self.first_ts = self.last_ts = None
 
@@ -428,13 +513,34 @@ class _Accumulator(object):
             self.mal_weight += drafted
         pp = w["per_position_acceptance"]
         if pp:
-            while len(self.pp_sum) < len(pp):
-                self.pp_sum.append(0.0)
-                self.pp_weight.append(0)
+            if len(self.pp_sum) < len(pp):
+                self.pp_sum.extend([0.0] * (len(pp) - len(self.pp_sum)))
+                self.pp_weight.extend([0] * (len(pp) - len(self.pp_weight)))
             for i, p in enumerate(pp):
                 if p is not None:
                     self.pp_sum[i] += p * drafted
                     self.pp_weight[i] += drafted
+
+    def merge(self, other):
+        """Add another accumulator's sums (to combine per-engine accumulators)."""
+        self.windows += other.windows
+        self.accepted += other.accepted
+        self.drafted += other.drafted
+        self.mal_sum += other.mal_sum
+        self.mal_weight += other.mal_weight
+        n = len(other.pp_sum)
+        if len(self.pp_sum) < n:
+            self.pp_sum.extend([0.0] * (n - len(self.pp_sum)))
+            self.pp_weight.extend([0] * (n - len(self.pp_weight)))
+        for i in range(n):
+            self.pp_sum[i] += other.pp_sum[i]
+            self.pp_weight[i] += other.pp_weight[i]
+        if other.first_line is not None:
+            if self.first_line is None or other.first_line < self.first_line:
+                self.first_line, self.first_ts = other.first_line, other.first_ts
+            if self.last_line is None or other.last_line > self.last_line:
+                self.last_line, self.last_ts = other.last_line, other.last_ts
+        return self
 
     def summary(self):
         out = _empty_summary()
@@ -501,6 +607,9 @@ class LogParser(object):
         self._version_from_line = None  # version lines win over the init line's (vX)
         self._engine_hint = None  # v0/v1 from window formats when no init line is seen
         self._last_engine = {}
+        self._proc_engine = {}
+        self._issue_cache = {}
+        self._events_shutdown = False  # errors after a shutdown are logged as warnings
         self.since_found = False
         self.since_line = None
         self._reset_events()
@@ -509,8 +618,7 @@ class LogParser(object):
     def _reset_events(self):
         self.windows = collections.deque(maxlen=self.max_windows)
         self.windows_total = 0
-        self._acc = _Accumulator()
-        self._acc_by_engine = {}
+        self._acc_by_engine = {}  # engine index (None: unknown) -> _Accumulator
         self._v0_last = None
         self._v0_count = 0
         self._v0_first = None
@@ -518,7 +626,6 @@ class LogParser(object):
         self._issue_index = {}
         self.issues_dropped = 0
         self.levels = {"WARNING": 0, "ERROR": 0}
-        self._events_shutdown = False
 
     # ----------------------------------------------------------------- feeding
     def feed(self, raw):
@@ -545,8 +652,8 @@ class LogParser(object):
         """Consume a binary file object in chunks of ``chunk_size`` bytes.
 
         Same result as feeding it line by line, but the lines that cannot matter are skipped by
-        one regex scan over the chunk (C speed) and only counted; memory stays at about one
-        chunk plus the longest line.
+        ``bytes.find`` scans over the chunk (C speed) and only counted; memory stays at about
+        one chunk plus the longest line.
         """
         carry = b""
         while True:
@@ -574,14 +681,15 @@ class LogParser(object):
         """
         keys = self._keys
         find = block.find
-        nkeys = range(len(keys))
-        nxt = [find(k, 0, end) for k in keys]
-        for i in nkeys:
-            if nxt[i] < 0:
-                nxt[i] = end
+        heap = []
+        for i, key in enumerate(keys):
+            p = find(key, 0, end)
+            heap.append((p if p >= 0 else end, i))
+        heapq.heapify(heap)
+        replace = heapq.heapreplace
         pos = 0
         while True:
-            hit = min(nxt)
+            hit = heap[0][0]
             if hit >= end:
                 break
             start = block.rfind(b"\n", pos, hit) + 1 or pos
@@ -594,10 +702,10 @@ class LogParser(object):
                 nl = find(b"\n", pos, end)
                 self.feed(block[pos:nl])
                 pos = nl + 1
-            for i in nkeys:
-                if nxt[i] < pos:
-                    p = find(keys[i], pos, end)
-                    nxt[i] = p if p >= 0 else end
+            while heap[0][0] < pos:  # next occurrence of every keyword consumed so far
+                i = heap[0][1]
+                p = find(keys[i], pos, end)
+                replace(heap, (p if p >= 0 else end, i))
         if pos < end:
             self.lineno += block.count(b"\n", pos, end)
 
@@ -605,18 +713,47 @@ class LogParser(object):
         """One physical line that passed the byte pre-filter."""
         self.lineno += 1
         since_b = self._since_b
-        if since_b is not None and since_b in raw:
-            if b"\x1b" not in raw or since_b in _ANSI_RE.sub("", raw.decode("utf-8", "replace")).encode("utf-8"):
-                self.since_found = True
-                self.since_line = self.lineno
-                self._reset_events()
-                self._pending_validation = None
+        if since_b is not None and since_b in raw:  # matched against the raw line
+            self.since_found = True
+            self.since_line = self.lineno
+            self._reset_events()
+            self._pending_validation = None
+            return
+        if b"] Engine " in raw:  # throughput line: only its engine index matters
+            m = _ENGINE_B_RE.match(raw)
+            if m is not None and raw.count(b"]") == 1:
+                proc, pid, idx = m.groups()
+                key = (proc.decode("utf-8", "replace") if proc is not None else None,
+                       pid.decode() if pid is not None else None)
+                self._last_engine[key] = int(idx)
                 return
         text = raw.decode("utf-8", "replace").rstrip("\r\n")
         if "\x1b" in text:
             text = _ANSI_RE.sub("", text)
+        elif b"SpecDecoding metrics: " in raw:
+            m = _V1_LINE_FAST_RE.match(text)
+            if m is not None:  # the common 0.10.2+ line, header and body in one match
+                g = m.groups()
+                self._add_window("v1", _fast_fields(*g[3:]), {}, g[0], g[1], g[2])
+                return
+        if text.count("]") == 1:  # fast path: one record with a header (most lines)
+            m = _HEADER_RE.match(text)
+            if m is not None:
+                proc, pid, level, ts = m.group("proc", "pid", "level", "ts")
+                start = m.end()
+                # the two records that repeat all day long skip the generic dispatch
+                if text.startswith("SpecDecoding metrics: ", start) and level == "INFO":
+                    self._window("v1", text[start + 22:], proc, pid, ts)
+                    return
+                if text.startswith("Engine ", start) and level == "INFO":
+                    em = _ENGINE_LINE_RE.match(text, start)
+                    if em is not None:
+                        self._last_engine[(proc, pid)] = int(em.group(1))
+                        return
+                self._record(proc, pid, level, ts, text[start:], text)
+                return
         for rec in self._records(text):
-            self._record(rec)
+            self._record(*rec)
 
     @staticmethod
     def _records(text):
@@ -625,10 +762,10 @@ class LogParser(object):
         if nb:
             m = _HEADER_RE.match(text)
             if m is not None:
-                if nb == 1 or _NEXT_RECORD_RE.search(text, m.end()) is None:
+                if nb == 1 or not _has_next_record(text, m.end()):
                     proc, pid, level, ts = m.group("proc", "pid", "level", "ts")
                     return ((proc, pid, level, ts, text[m.end():], text),)
-            elif _NEXT_RECORD_RE.search(text) is None:
+            elif not _has_next_record(text, 0):
                 nb = 0
         matches = list(_HEADER_RE.finditer(text)) if nb else None
         if not matches:
@@ -644,8 +781,7 @@ class LogParser(object):
         return out
 
     # ----------------------------------------------------------------- record dispatch
-    def _record(self, rec):
-        proc, pid, level, ts, msg, full = rec
+    def _record(self, proc, pid, level, ts, msg, full):
         if level is not None:
             if level in self.levels:
                 self.levels[level] += 1
@@ -702,32 +838,37 @@ class LogParser(object):
     # ----------------------------------------------------------------- windows
     def _window(self, fmt, body, proc, pid, ts):
         fields, extra = parse_metrics_body(body)
+        self._add_window(fmt, fields, extra, proc, pid, ts)
+
+    def _add_window(self, fmt, fields, extra, proc, pid, ts):
         engine = None
         if proc:
-            m = _DP_RE.search(proc)
-            if m is not None:
-                engine = int(m.group(1))
+            engine = self._proc_engine.get(proc, -1)
+            if engine == -1:  # "EngineCore_DP1" -> 1 (cached per process name)
+                m = _DP_RE.search(proc)
+                engine = self._proc_engine[proc] = int(m.group(1)) if m is not None else None
         if engine is None and fmt == "v1":
             engine = self._last_engine.get((proc, pid))
-        w = {
-            "line": self.lineno, "timestamp": ts, "process": proc, "engine": engine,
-            "format": fmt, "cumulative": fmt == "v0",
-        }
-        for f in _WINDOW_FIELDS:
-            w[f] = fields.get(f)
+        w = dict(_WINDOW_TEMPLATE)
+        w.update(fields)
+        w["line"] = self.lineno
+        w["timestamp"] = ts
+        w["process"] = proc
+        w["engine"] = engine
         w["extra"] = extra
         self.windows.append(w)
         self.windows_total += 1
         if fmt == "v1":
-            self._acc.add(w)
-            if engine is not None:
-                acc = self._acc_by_engine.get(engine)
-                if acc is None:
-                    acc = self._acc_by_engine[engine] = _Accumulator()
-                acc.add(w)
+            w["format"] = "v1"
+            acc = self._acc_by_engine.get(engine)
+            if acc is None:
+                acc = self._acc_by_engine[engine] = _Accumulator()
+            acc.add(w)
             if self._engine_hint is None:
                 self._engine_hint = "v1"
         else:
+            w["format"] = "v0"
+            w["cumulative"] = True
             self._v0_count += 1
             if self._v0_first is None:
                 self._v0_first = (w["line"], ts)
@@ -767,30 +908,47 @@ class LogParser(object):
         self._events_shutdown = False
 
     def _requested_config(self, msg):
-        start = msg.find("{")
-        if start < 0:
+        """``non-default args: {... 'speculative_config': {...}}`` (a Python repr; literal_eval)."""
+        key = msg.find("'speculative_config': ")
+        if key < 0:
+            return
+        text = _braced(msg, key + 22)
+        if text is None:  # the value is a string (0.8.x passes the CLI text) or not a literal
+            m = re.match(r"'speculative_config': ('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")", msg[key:])
+            text = m.group(1) if m is not None else None
+        if text is None:
             return
         try:
-            args = ast.literal_eval(msg[start:].strip())
-            value = args.get("speculative_config") if isinstance(args, dict) else None
+            value = ast.literal_eval(text)
+            if isinstance(value, str):
+                value = ast.literal_eval(value.strip())
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            value = None
-            m = re.search(r"'speculative_config': (\{[^{}]*\})", msg)
-            if m is not None:
-                try:
-                    value = ast.literal_eval(m.group(1))
-                except (ValueError, SyntaxError):
-                    value = None
-        if isinstance(value, str):  # 0.8.x passes the raw CLI string
-            try:
-                value = ast.literal_eval(value)
-            except (ValueError, SyntaxError):
-                pass
-        if value is not None:
+            return
+        if isinstance(value, dict):
             self.facts["requested_speculative_config"] = value
 
     # ----------------------------------------------------------------- issues
     def _issue_candidate(self, level, msg, full):
+        """Classify a record that no fact handler took; repeated messages hit a bounded cache."""
+        key = (level, msg)
+        if self._pending_validation is None:
+            found = self._issue_cache.get(key, _MISS)
+            if found is not _MISS:
+                if found is not None:
+                    self._add_issue(found[0], found[1], msg.strip(), full, found[2])
+                return
+        found = self._classify_issue(level, msg, full)
+        if found is _PENDING:
+            return
+        if len(self._issue_cache) >= _ISSUE_CACHE_SIZE:
+            self._issue_cache.clear()
+        self._issue_cache[key] = found
+        if found is not None:
+            self._add_issue(found[0], found[1], msg.strip(), full, found[2])
+
+    def _classify_issue(self, level, msg, full):
+        """(code, severity, extra) for a record's message, None, or _PENDING (taken by a
+        pydantic validation-error block)."""
         if "validation error" in msg:
             vm = _VALIDATION_HDR_RE.search(msg)
             if vm is not None:
@@ -798,16 +956,15 @@ class LogParser(object):
                 self._pending_validation = {
                     "line": self.lineno, "model": vm.group("model"), "message": msg.strip(),
                     "text": full, "left": 3 * int(vm.group("n")) + 1, "found": False, "field": None}
-                return
+                return _PENDING
         if self._pending_validation is not None and self._validation_detail_text(msg):
-            return
+            return _PENDING
         if level not in ("WARNING", "ERROR", "CRITICAL"):
             for hint in _ISSUE_HINTS:
                 if hint in msg:
                     break
             else:
-                return
-        stripped = msg.strip()
+                return None
         for needle, rule in _NEEDLES:
             if needle in msg and (rule.regex is None or rule.regex.search(msg) is not None):
                 extra = {}
@@ -821,13 +978,12 @@ class LogParser(object):
                         if pm is not None:
                             extra["package"] = pm.group("p")
                             break
-                self._add_issue(rule.code, rule.severity, stripped, full, extra)
-                return
-        em = _EXC_RE.match(stripped)
+                return rule.code, rule.severity, extra
+        em = _EXC_RE.match(msg.strip())
         if em is not None:
-            exc = em.group("exc")
             code = "CONFIG_VALIDATION_ERROR" if ("SpeculativeConfig" in msg or "speculative" in msg) else "EXCEPTION"
-            self._add_issue(code, "error", stripped, full, {"exception": exc})
+            return code, "error", {"exception": em.group("exc")}
+        return None
 
     def _validation_detail(self, raw):
         """A non-interesting physical line while a pydantic error block is open."""
@@ -866,7 +1022,7 @@ class LogParser(object):
             if not spec:
                 message = "%s: %s" % (pv["model"], message)
         pv["found"] = True
-        self._add_issue(code, "error", message, pv["text"] + " | " + body, extra, line=pv["line"])
+        self._add_issue(code, "error", message, pv["text"] + " | " + body, extra)
         return True
 
     def _flush_validation(self):
@@ -906,9 +1062,8 @@ class LogParser(object):
             elif f["vllm_version"] and _version_key(f["vllm_version"]) >= (0, 10, 0):
                 f["engine"] = "v1"  # V1-only releases
         summary = self._summary(f)
-        by_engine = {}
-        for engine, acc in sorted(self._acc_by_engine.items()):
-            by_engine[str(engine)] = acc.summary()
+        engines = sorted(e for e in self._acc_by_engine if e is not None)
+        by_engine = {str(e): self._v1_summary(self._acc_by_engine[e], f) for e in engines}
         windows = list(self.windows)
         f.update({
             "windows": windows,
@@ -916,9 +1071,10 @@ class LogParser(object):
             "windows_dropped": self.windows_total - len(windows),
             "summary": summary,
             "summary_by_engine": by_engine,
-            "engines": sorted(self._acc_by_engine),
-            "warnings": self.issues["warning"],
-            "errors": self.issues["error"],
+            "engines": engines,
+            # "warnings" is reserved in Ansible module results, hence the log_ prefix
+            "log_warnings": self.issues["warning"],
+            "log_errors": self.issues["error"],
             "issues_dropped": self.issues_dropped,
             "log_levels": dict(self.levels),
             "lines": self.lineno,
@@ -928,16 +1084,23 @@ class LogParser(object):
         })
         return f
 
+    @staticmethod
+    def _v1_summary(acc, facts):
+        out = acc.summary()
+        version = facts["vllm_version"]
+        if version and (0, 8, 5) <= _version_key(version) < (0, 9, 0) and out["mean_acceptance_length"] is not None:
+            # 0.8.5 printed accepted/drafts without the bonus token (vllm-facts 3.3)
+            out["mean_acceptance_length"] = round(out["mean_acceptance_length"] + 1.0, 6)
+            out["notes"].append("vLLM 0.8.5 prints mean acceptance length without the +1; "
+                                "the summary adds it (windows keep the printed values)")
+        return out
+
     def _summary(self, facts):
-        acc = self._acc
+        acc = _Accumulator()
+        for part in self._acc_by_engine.values():
+            acc.merge(part)
         if acc.windows:
-            out = acc.summary()
-            version = facts["vllm_version"]
-            if version and (0, 8, 5) <= _version_key(version) < (0, 9, 0) and out["mean_acceptance_length"] is not None:
-                # 0.8.5 printed accepted/drafts without the bonus token (vllm-facts 3.3)
-                out["mean_acceptance_length"] = round(out["mean_acceptance_length"] + 1.0, 6)
-                out["notes"].append("vLLM 0.8.5 prints mean acceptance length without the +1; "
-                                    "the summary adds it (windows keep the printed values)")
+            out = self._v1_summary(acc, facts)
             if self._v0_count:
                 out["notes"].append("%d V0 cumulative window(s) ignored in favour of V1 windows" % self._v0_count)
             ks = {len(w["per_position_acceptance"]) for w in self.windows if w["per_position_acceptance"]}

@@ -92,7 +92,7 @@ def _clean(value):
 def _ratio(num, den):
     if num is None or not den:
         return None
-    return round(num / den, 6)
+    return num / den
 
 
 class _Collector(object):
@@ -190,7 +190,7 @@ def _build(col, previous, source, now):
     gauges = {}
     for key in V0_GAUGES.values():
         values = [v for v in col.gauges.get(key, ()) if v is not None and not math.isnan(v)]
-        gauges[key] = round(sum(values) / len(values), 6) if values else None
+        gauges[key] = sum(values) / len(values) if values else None
         if len(values) > 1:
             notes.append("%d series of the V0 gauge %s; their mean is reported" % (len(values), key))
 
@@ -281,8 +281,8 @@ def _build(col, previous, source, now):
         derived["draft_acceptance_rate"] = _ratio(d["num_accepted_tokens"], d["num_draft_tokens"])
         drafts = d["num_drafts"]
         if drafts:
-            derived["mean_acceptance_length"] = round(1.0 + d["num_accepted_tokens"] / drafts, 6) \
-                if d["num_accepted_tokens"] is not None else None
+            if d["num_accepted_tokens"] is not None:
+                derived["mean_acceptance_length"] = 1.0 + d["num_accepted_tokens"] / drafts
             derived["draft_tokens_per_draft"] = _ratio(d["num_draft_tokens"], drafts)
             if d_pos is not None:
                 derived["per_position_acceptance"] = [_ratio(v, drafts) if v is not None else None for v in d_pos]
@@ -316,8 +316,8 @@ def _build(col, previous, source, now):
             "count": _clean(total_count),
             "sum": _clean(total_sum),
             "window_count": _clean(win_count),
-            "window_sum": _clean(round(win_sum, 9)),
-            "mean": round(win_sum / win_count, 9) if win_count > 0 else None,
+            "window_sum": _clean(win_sum),
+            "mean": win_sum / win_count if win_count > 0 else None,
         }
 
     if col.model_name is not None and col.model_name not in col.model_names and col.model_names:

@@ -397,8 +397,8 @@ METHODS = {
 _V0_METHODS = {"ngram", "draft_model", "eagle", "medusa", "mlp_speculator"}
 
 NEEDS_MODEL = {"eagle", "eagle3", "medusa", "mlp_speculator", "draft_model", "dflash", "custom_class"}
-NO_MODEL = {"ngram", "ngram_gpu", "suffix", "extract_hidden_states"}
-NST_REQUIRED = {"ngram", "ngram_gpu", "eagle", "eagle3", "draft_model", "dflash"}
+NO_MODEL = {"ngram", "[ngram]", "ngram_gpu", "suffix", "extract_hidden_states"}
+NST_REQUIRED = {"ngram", "[ngram]", "ngram_gpu", "eagle", "eagle3", "draft_model", "dflash"}
 # Methods whose draft is a separate artifact that must be delivered into the pod.
 DRAFT_ARTIFACT = {"eagle", "eagle3", "medusa", "mlp_speculator", "draft_model", "dflash"}
 # Methods that keep async scheduling on (0.14.1+), with the release that exempted them.
@@ -465,7 +465,10 @@ def _methods_for(version):
         if version >= _V("0.7.3"):
             methods.append("deepseek_mtp")
         return sorted(methods)
-    return sorted(m for m, (since, until) in METHODS.items() if _in_range(version, since, until))
+    methods = [m for m, (since, until) in METHODS.items() if _in_range(version, since, until)]
+    if version < _V("0.9.1"):
+        methods.append("[ngram]")  # the old spelling, accepted until the method became a Literal
+    return sorted(methods)
 
 
 def _values_for(facts, version):
@@ -538,6 +541,8 @@ def _x(version, keys, methods):
         "unknown_keys": UNKNOWN_KEY_POLICY[era],
         "methods": method_facts,
         "methods_enforced": version >= _V("0.9.1") or era == ERA_V0_FLAGS,
+        # Methods the code handles before they are listed (and checked) as a method value.
+        "unlisted_methods": {"eagle3": "0.9.1"} if _V("0.8.5") <= version < _V("0.9.1") else {},
         "deprecated_methods_to_mtp": version >= _V("0.11.0"),
         "ngram_brackets_method": version < _V("0.9.1"),
         "draft_model_supported": not (_V("0.10.0") <= version < _V("0.16.0")),
@@ -560,8 +565,11 @@ def _x(version, keys, methods):
     return x
 
 
-def _rule(when, then, message, hint):
-    return {"if": when, "then": dict(then, **{"x-message": message, "x-hint": hint})}
+def _rule(when, then, message, hint, key=None):
+    extra = {"x-message": message, "x-hint": hint}
+    if key:
+        extra["x-path"] = key  # the key the finding points at
+    return {"if": when, "then": dict(then, **extra)}
 
 
 def _method_in(methods):
@@ -582,7 +590,8 @@ def _rules(version, keys, methods):
     if needs_model:
         rules.append(_rule(
             _method_in(needs_model), {"required": ["model"]},
-            "method '{method}' needs a draft model (the EAGLE head, draft LM, ...) but none is configured",
+            "method '{method}' needs a draft model (the EAGLE head, draft LM, ...) in vLLM {version}, but none is "
+            "configured",
             "set specpilot_draft (delivered into the pod with the target) or speculative.model",
         ))
     nst = sorted(set(methods) & NST_REQUIRED)
@@ -623,7 +632,7 @@ def _rules(version, keys, methods):
         rules.append(_rule(
             _key_set("use_heterogeneous_vocab", True), {"properties": {"method": {"const": "draft_model"}}, "required": ["method"]},
             "use_heterogeneous_vocab needs method 'draft_model' in vLLM {version}",
-            "remove use_heterogeneous_vocab, or use method: draft_model",
+            "remove use_heterogeneous_vocab, or use method: draft_model", "use_heterogeneous_vocab",
         ))
     if "parallel_drafting" in keys:
         rules.append(_rule(
@@ -631,13 +640,14 @@ def _rules(version, keys, methods):
             {"properties": {"method": {"enum": ["draft_model", "eagle", "eagle3"]}}, "required": ["method"]},
             "parallel_drafting works only with EAGLE and draft_model methods (vLLM {version})",
             "remove parallel_drafting, or use eagle, eagle3 or draft_model with a draft trained for it",
+            "parallel_drafting",
         ))
     if "enable_adaptive_verification" in keys:
         rules.append(_rule(
             _key_set("enable_adaptive_verification", True),
             {"properties": {"method": {"const": "dspark"}}, "required": ["method"]},
             "enable_adaptive_verification is only supported for method 'dspark' (vLLM {version})",
-            "remove enable_adaptive_verification",
+            "remove enable_adaptive_verification", "enable_adaptive_verification",
         ))
         if version >= _V("0.30.0"):
             rules.append(_rule(
@@ -650,21 +660,21 @@ def _rules(version, keys, methods):
         rules.append(_rule(
             _key_set("dspark_draft_topk"), {"properties": {"method": {"const": "dspark"}}, "required": ["method"]},
             "dspark_draft_topk is only used by method 'dspark' (vLLM {version})",
-            "remove dspark_draft_topk",
+            "remove dspark_draft_topk", "dspark_draft_topk",
         ))
     if "rejection_sample_method" in keys and version >= _V("0.33.0"):
         rules.append(_rule(
             _key_set("rejection_sample_method", "fly"),
             {"required": ["num_speculative_tokens"], "properties": {"num_speculative_tokens": {"minimum": 2}}},
             "rejection_sample_method 'fly' needs num_speculative_tokens >= 2 (vLLM {version})",
-            "set num_speculative_tokens to 2 or more",
+            "set num_speculative_tokens to 2 or more", "num_speculative_tokens",
         ))
     if _V("0.10.0") <= version < _V("0.16.0") and "draft_model" in methods:
         rules.append(_rule(
             _method_in(["draft_model"]), {"not": {}},
             "method 'draft_model' raises NotImplementedError in vLLM {version} (draft models are unsupported "
             "in the V1 engine from 0.10.0 until 0.16.0)",
-            "use vLLM >= 0.16.0 (or <= 0.9.2), or a method such as ngram, eagle/eagle3 or mtp",
+            "use vLLM >= 0.16.0 (or <= 0.9.2), or a method such as ngram, eagle/eagle3 or mtp", "method",
         ))
     return rules
 

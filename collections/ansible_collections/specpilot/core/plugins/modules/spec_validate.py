@@ -1,0 +1,236 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see galaxy.yml)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: spec_validate
+short_description: Validate a specpilot service spec and render the KServe manifests it implies
+version_added: 0.1.0
+author:
+  - specpilot maintainers
+description:
+  - Checks one assembled service spec (the C(specpilot_*) variables of a service, without the prefix) before
+    anything touches a cluster, and returns the plan that deploy applies.
+  - "Checks, in order: the service schema (C(schemas/service.schema.json)); the speculative config against the
+    profile of the vLLM release in the runtime (C(schemas/speculative/)): methods, keys, types, bounds and
+    combinations per release, including removed and renamed keys and how that release treats unknown keys;
+    draft/target compatibility (tokenizer, vocabulary, EAGLE head vs target, EAGLE-3 target families, MTP layers,
+    size ratio) from facts in the spec or from C(config.json) and tokenizer files under C(local_path); the GPU
+    memory budget; KServe version gates and admission-webhook rules on the final manifests, after the user's
+    overrides."
+  - Every problem is returned with the field path, a message naming the value and the vLLM/KServe version, and a
+    hint with the fix. All problems are reported, not only the first.
+  - The plan holds the exact vLLM argument list (V0 flags up to vLLM 0.8.1, C(--speculative-config=<compact JSON>)
+    from 0.8.2), the ServingRuntime and InferenceService manifests, mount paths, the spec digest, and a baseline
+    argument list without speculative decoding.
+  - The logic runs on the Ansible controller (an action plugin with the same name); nothing is executed on the
+    managed host and no cluster is contacted. The version profiles ship inside the collection, so the module works
+    wherever the collection is installed; I(schema_dir) can point it at exported schema files instead.
+options:
+  spec:
+    description:
+      - The assembled service spec, e.g. C({name, namespace, kserve_version, deployment_mode, vllm_version, runtime,
+        target, draft, delivery, pvc, modelcar, speculative, vllm_args, gpu, ...}).
+      - The filter C(specpilot.core.spec_from_vars) builds it from the C(specpilot_*) variables of a host.
+    type: dict
+    required: true
+  strict:
+    description:
+      - Warnings fail validation too (C(ok) is false when there is any warning).
+      - Warnings listed in the spec's C(acknowledged_warnings) are reported as notes and do not count.
+    type: bool
+    default: false
+  kserve_version:
+    description:
+      - KServe release of the cluster (e.g. C("0.20")); overrides the spec's C(kserve_version). The deploy role
+        passes the version it detected.
+    type: str
+  schema_dir:
+    description:
+      - Directory with C(service.schema.json) and C(speculative/index.json) plus the profiles (the layout of the
+        project's C(schemas/) directory). When unset the schemas built into the collection are used.
+    type: path
+  fail_on_error:
+    description:
+      - Fail the task when the spec is not valid. The failure message lists every problem.
+      - Set it to false to inspect C(findings) and C(report) yourself.
+    type: bool
+    default: true
+  allow_missing_digest:
+    description:
+      - For delivery C(modelcar) without C(modelcar.image_digest), render a placeholder digest and report a warning
+        instead of an error (render-only runs before staging).
+    type: bool
+    default: false
+  read_local_files:
+    description:
+      - Read C(config.json) and tokenizer files under C(target.local_path) and C(draft.local_path).
+    type: bool
+    default: true
+  var_prefix:
+    description:
+      - Prefix shown before the field paths in C(report) (the inventory variables are C(specpilot_<key>)).
+    type: str
+    default: specpilot_
+  variable_names:
+    description:
+      - Names of the C(specpilot_*) variables defined for the service (C(query('ansible.builtin.varnames',
+        '^specpilot_'))). A name that is close to a spec key but is not one (C(specpilot_speculatve)) is reported
+        as a warning, since it would otherwise be ignored silently.
+    type: list
+    elements: str
+    default: []
+notes:
+  - Supports check mode; the module never changes anything.
+  - Ansible reserves the top-level C(warnings) result key for display strings, so the structured warnings are
+    returned in C(findings.warnings).
+requirements:
+  - jsonschema >= 4.18 on the controller
+seealso:
+  - name: Service spec schema
+    description: The reference of every spec field (generated from the collection).
+    link: https://example.invalid/specpilot/schemas/service.schema.json
+"""
+
+EXAMPLES = r"""
+- name: Validate the spec of this service and keep the plan
+  specpilot.core.spec_validate:
+    spec: "{{ query('ansible.builtin.varnames', '^specpilot_') | specpilot.core.spec_from_vars(hostvars[inventory_hostname]) }}"
+    fail_on_error: false
+  register: validation
+
+- name: Validate an explicit spec against the KServe release detected on the cluster
+  specpilot.core.spec_validate:
+    kserve_version: "0.20"
+    strict: true
+    spec:
+      name: chat
+      namespace: ml
+      vllm_version: "0.32.0"
+      runtime:
+        image: vllm/vllm-openai:v0.32.0
+      target:
+        uri: hf://meta-llama/Llama-3.1-8B-Instruct
+      speculative:
+        method: ngram
+        num_speculative_tokens: 4
+        prompt_lookup_max: 4
+      acknowledged_warnings:
+        - async-scheduling-disabled
+
+- name: Apply exactly what was validated
+  kubernetes.core.k8s:
+    state: present
+    apply: true
+    definition: "{{ validation.plan.inferenceservice }}"
+  when: validation.ok
+"""
+
+RETURN = r"""
+ok:
+  description: True when there is no error (and, with I(strict), no warning).
+  returned: always
+  type: bool
+  sample: true
+errors:
+  description: The errors, each C({path, message, hint, code}). C(path) is relative to the spec (C(speculative.model)).
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - path: speculative.num_speculative_tokens
+      message: "num_speculative_tokens=0 is out of range for vLLM 0.32.0: it must be >= 1"
+      hint: use a value >= 1
+      code: out-of-range
+findings:
+  description: All findings by severity.
+  returned: always
+  type: dict
+  contains:
+    errors:
+      description: Same as the top-level C(errors).
+      type: list
+      elements: dict
+    warnings:
+      description: Problems that do not block (fail with I(strict)), same shape as C(errors).
+      type: list
+      elements: dict
+    notes:
+      description: Caveats worth knowing that never fail (e.g. min_p/logit_bias ignored under speculative decoding).
+      type: list
+      elements: dict
+report:
+  description: A readable block of every finding, with the inventory variable names.
+  returned: always
+  type: str
+spec:
+  description: The normalised spec (defaults applied). Null when the spec does not match the schema.
+  returned: always
+  type: dict
+plan:
+  description: What deploy applies. Null when the spec could not be rendered.
+  returned: always
+  type: dict
+  contains:
+    delivery:
+      description: C({type, storage_uri, storage_uris, staging, image|pvc}) of the resolved delivery.
+      type: dict
+    mount_paths:
+      description: C({root, target, draft}) paths inside the kserve-container.
+      type: dict
+    speculative_config:
+      description: The validated speculative config (C(model) filled in), or null when speculative decoding is off.
+      type: dict
+    speculative_args:
+      description: The arguments that carry the speculative config (one C(--speculative-config=...) or V0 flags).
+      type: list
+      elements: str
+    args:
+      description: The exact vLLM arguments of the InferenceService (appended to the runtime's).
+      type: list
+      elements: str
+      sample: ["--model=/mnt/models/target", "--speculative-config={\"method\":\"ngram\",\"num_speculative_tokens\":4}"]
+    args_without_speculative:
+      description: The same arguments without speculative decoding (baseline for rollback and benchmarks).
+      type: list
+      elements: str
+    servingruntime:
+      description: The ServingRuntime/ClusterServingRuntime manifest, or null with an existing runtime.
+      type: dict
+    inferenceservice:
+      description: The InferenceService manifest.
+      type: dict
+    spec_digest:
+      description: sha256 of the normalised spec, also the C(specpilot.io/spec-digest) annotation.
+      type: str
+    profile:
+      description: The vLLM profile used (C(id), C(basis) release, C(era), C(render)).
+      type: dict
+    staging:
+      description: What the staging role must copy (delivery pvc/modelcar), or null.
+      type: dict
+    gpu_budget:
+      description: GPU memory figures per GPU in GiB, or null when not computable.
+      type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.specpilot.core.plugins.module_utils import validator
+
+
+def main():
+    module = AnsibleModule(argument_spec=validator.ARGUMENT_SPEC, supports_check_mode=True)
+    if not validator.HAS_JSONSCHEMA:
+        module.fail_json(msg=missing_required_lib("jsonschema"))
+    result, failed = validator.module_result(module.params)
+    if failed:
+        module.fail_json(**result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,314 @@
+"""The vLLM version profiles: agreement with the per-release facts, version selection, the
+era rules (unknown keys, removed keys, method lists), rendering per era, and the exported
+schemas/ files."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+
+import pytest
+
+from validate_helpers import ROOT, base_spec, paths
+
+from ansible_collections.specpilot.core.plugins.module_utils import speculative
+from ansible_collections.specpilot.core.plugins.module_utils import vllm_profiles as vp
+from ansible_collections.specpilot.core.plugins.module_utils.validator import validate
+from ansible_collections.specpilot.core.plugins.module_utils.versions import VersionError, parse_version
+
+FACTS = ROOT.parent / "shared" / "reference" / "vllm-speculative-config-fields.json"
+
+
+def profile(version):
+    return vp.profile_for(parse_version(version))[0]
+
+
+def ngram_spec(version, **cfg):
+    config = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
+    config.update(cfg)
+    return base_spec(vllm_version=version, draft=None, delivery="storage_uri", speculative=config,
+                     acknowledged_warnings=["async-scheduling-disabled"])
+
+
+# ------------------------------------------------------------------ facts cross-check
+
+@pytest.fixture(scope="module")
+def facts():
+    if not FACTS.is_file():
+        pytest.skip("per-release facts not found at %s" % FACTS)
+    with open(FACTS) as handle:
+        return json.load(handle)
+
+
+def test_profiles_cover_every_examined_release(facts):
+    examined = [v for v in facts if v != "_meta"]
+    assert [label for label, _v in vp.EXAMINED] == examined
+
+
+def test_json_keys_match_the_facts(facts):
+    """User-settable keys of every JSON-era release (0.8.2+) are exactly the profile's."""
+    for label, version in vp.EXAMINED:
+        surface = facts[label]
+        if version < (0, 8, 2):
+            continue
+        keys = {k for k, f in surface.items()
+                if not k.startswith(("_", "--")) and not f.get("internal") and k != "tensor_parallel_size"}
+        assert set(profile(label)["properties"]) == keys, label
+
+
+def test_v0_flags_match_the_facts(facts):
+    for label, version in vp.EXAMINED:
+        if version >= (0, 8, 2):
+            continue
+        flags = {k for k in facts[label] if k.startswith("--")} - {"--use-v2-block-manager", "--num-lookahead-slots"}
+        assert set(profile(label)["x-specpilot"]["v0_flags"].values()) == flags, label
+
+
+def test_method_values_match_the_facts(facts):
+    """From 0.9.1 (where vLLM checks the method) the allowed values are vLLM's own."""
+    for label, version in vp.EXAMINED:
+        allowed = facts[label].get("method", {}).get("allowed")
+        if version < (0, 9, 1) or allowed is None:
+            continue
+        assert set(profile(label)["properties"]["method"]["enum"]) == set(allowed), label
+
+
+def test_literal_values_and_bounds_match_the_facts(facts):
+    for label, version in vp.EXAMINED:
+        if version < (0, 8, 2):
+            continue
+        props = profile(label)["properties"]
+        for key, field in facts[label].items():
+            if key.startswith("_") or key not in props:
+                continue
+            if key in ("rejection_sample_method", "draft_sample_method", "draft_lm_head_quantization"):
+                assert props[key]["enum"] == field["allowed"], (label, key)
+            bounds = field.get("constraints") or {}
+            if "ge" in bounds:
+                assert props[key]["minimum"] == bounds["ge"], (label, key)
+            if "gt" in bounds:
+                assert props[key]["minimum"] == bounds["gt"] + 1, (label, key)
+
+
+# ------------------------------------------------------------------ version selection
+
+@pytest.mark.parametrize("version,basis,code", [
+    ("0.32.0", "0.32.0", None),
+    ("0.19.0", "0.18.1", "vllm-unexamined"),
+    ("0.15.1", "0.14.1", "vllm-unexamined"),
+    ("0.31.5", "0.31.0", "vllm-profile-basis"),
+    ("0.34.0", "0.33.0", "vllm-newer-than-profiles"),
+    ("v0.10.1.1", "0.10.1.1", None),
+    ("0.6.3.post1", "0.6.3.post1", None),
+])
+def test_profile_selection(version, basis, code):
+    spec = base_spec(vllm_version=version, speculative=None, draft=None, delivery="storage_uri")
+    result = validate(spec)
+    assert result["plan"]["profile"]["basis"] == basis
+    codes = {f["code"] for f in result["warnings"] + result["notes"]}
+    assert code is None or code in codes
+    assert not {"vllm-unexamined", "vllm-profile-basis", "vllm-newer-than-profiles"} & codes if code is None else True
+
+
+def test_too_old_and_malformed_versions():
+    assert "vllm_version" in paths(validate(base_spec(vllm_version="0.4.3", speculative=None))["errors"])
+    with pytest.raises(VersionError):
+        parse_version(0.2)  # YAML's reading of an unquoted 0.20
+    result = validate(base_spec(kserve_version=0.2))
+    assert any(e["code"] == "version-not-string" for e in result["errors"])
+
+
+# ------------------------------------------------------------------ what the issue lists
+
+@pytest.mark.parametrize("method,first,last_without", [
+    ("eagle3", "0.9.1", "0.8.4"), ("suffix", "0.11.2", "0.11.0"), ("ngram_gpu", "0.18.1", "0.17.1"),
+    ("dflash", "0.20.2", "0.19.1"), ("mtp", "0.11.0", "0.10.2"), ("custom_class", "0.22.1", "0.21.0"),
+])
+def test_methods_arrive(method, first, last_without):
+    assert method in profile(first)["properties"]["method"]["enum"]
+    assert method not in profile(last_without)["properties"]["method"]["enum"]
+
+
+@pytest.mark.parametrize("method", ["medusa", "mlp_speculator"])
+def test_methods_removed_in_0_33(method):
+    assert method in profile("0.32.0")["properties"]["method"]["enum"]
+    assert method not in profile("0.33.0")["properties"]["method"]["enum"]
+
+
+def test_eagle3_before_0_9_1_is_unlisted():
+    """0.8.5-0.9.0 run eagle3 although it is not a method value yet: a warning."""
+    spec = base_spec(vllm_version="0.8.5", kserve_version="0.17")
+    result = validate(spec)
+    assert "speculative.method" in paths(result["warnings"])
+    assert any(w["code"] == "method-unlisted" for w in result["warnings"])
+
+
+@pytest.mark.parametrize("version,severity", [("0.16.0", None), ("0.17.1", "error")])
+def test_disable_by_batch_size_removed_after_0_16(version, severity):
+    result = validate(ngram_spec(version, disable_by_batch_size=4))
+    errors = paths(result["errors"])
+    assert ("speculative.disable_by_batch_size" in errors) == (severity == "error")
+
+
+@pytest.mark.parametrize("version,severity", [
+    ("0.9.2", None), ("0.10.0", "warning"), ("0.14.1", "warning"), ("0.16.0", "error"),
+])
+def test_typical_acceptance_keys_removed_after_0_9_2(version, severity):
+    result = validate(ngram_spec(version, acceptance_method="typical_acceptance_sampler"))
+    where = {"error": paths(result["errors"]), "warning": paths(result["warnings"])}
+    for level, found in where.items():
+        assert ("speculative.acceptance_method" in found) == (severity == level), (version, result["report"])
+
+
+@pytest.mark.parametrize("version,severity", [
+    ("0.8.3", "error"), ("0.9.0", "error"), ("0.9.1", "warning"), ("0.14.1", "warning"), ("0.16.0", "error"),
+    ("0.32.0", "error"),
+])
+def test_unknown_keys_per_era(version, severity):
+    result = validate(ngram_spec(version, lookahead_window=2))
+    level = "error" if "speculative.lookahead_window" in paths(result["errors"]) else (
+        "warning" if "speculative.lookahead_window" in paths(result["warnings"]) else None)
+    assert level == severity
+
+
+@pytest.mark.parametrize("version", ["0.8.3", "0.12.0", "0.20.2", "0.33.0"])
+def test_tensor_parallel_size_in_config_is_an_error_everywhere(version):
+    result = validate(ngram_spec(version, tensor_parallel_size=2))
+    error = next(e for e in result["errors"] if e["path"] == "speculative.tensor_parallel_size")
+    assert "draft_tensor_parallel_size" in error["hint"]
+
+
+@pytest.mark.parametrize("key", ["temperature", "top_p", "target_model_config", "draft_parallel_config"])
+def test_sampling_and_engine_internal_keys_are_errors(key):
+    result = validate(ngram_spec("0.32.0", **{key: 1}))
+    assert "speculative." + key in paths(result["errors"])
+
+
+@pytest.mark.parametrize("version,bad,good", [
+    ("0.18.1", "synthetic", "probabilistic"), ("0.19.1", "standard", "synthetic"),
+    ("0.21.0", "strict", "standard"), ("0.25.1", "fly", "block"), ("0.33.0", "strict", "fly"),
+])
+def test_rejection_sample_method_values(version, bad, good):
+    assert "speculative.rejection_sample_method" in paths(validate(ngram_spec(
+        version, rejection_sample_method=bad))["errors"])
+    extra = {"fly_window_size": 1} if good == "fly" else {}
+    extra.update({"synthetic_acceptance_rate": 0.5} if (good == "synthetic" and version == "0.19.1") else {})
+    assert not validate(ngram_spec(version, rejection_sample_method=good, **extra))["errors"]
+
+
+@pytest.mark.parametrize("version,ok", [("0.9.2", True), ("0.10.0", False), ("0.14.1", False), ("0.15.1", False),
+                                        ("0.16.0", True)])
+def test_draft_model_unsupported_from_0_10_to_0_14(version, ok):
+    spec = base_spec(vllm_version=version, kserve_version="0.17",
+                     draft={"uri": "hf://meta-llama/Llama-3.2-1B", "params_b": 1.0},
+                     speculative={"method": "draft_model", "num_speculative_tokens": 3},
+                     acknowledged_warnings=["async-scheduling-disabled", "draft-ratio"])
+    result = validate(spec)
+    assert ("speculative.method" not in paths(result["errors"])) == ok, result["report"]
+
+
+def test_ngram_brackets_method():
+    assert "speculative.method" in paths(validate(ngram_spec("0.9.1", method="[ngram]"))["errors"])
+    result = validate(ngram_spec("0.8.3", method="[ngram]"))
+    assert not result["errors"] and "speculative.method" in paths(result["warnings"])
+
+
+def test_model_requirement_and_token_requirement():
+    no_tokens = validate(base_spec(speculative={"method": "eagle3"}))
+    assert "speculative.num_speculative_tokens" in paths(no_tokens["errors"])
+    suffix = validate(ngram_spec("0.32.0", method="suffix", num_speculative_tokens=None, prompt_lookup_max=None))
+    assert not suffix["errors"], suffix["report"]
+    no_method = validate(base_spec(speculative={"num_speculative_tokens": 3}))
+    assert any(e["code"] == "method-missing" for e in no_method["errors"])
+
+
+def test_async_scheduling_caveats_follow_the_release():
+    assert "vllm_args" in paths(validate(dict(ngram_spec("0.10.0"), vllm_args={"async_scheduling": True}))["errors"])
+    mid = validate(base_spec(vllm_version="0.12.0", kserve_version="0.17", vllm_args={"async_scheduling": True}))
+    assert "vllm_args" in paths(mid["warnings"])
+    plain_ngram = validate(dict(ngram_spec("0.32.0"), acknowledged_warnings=[]))
+    assert any(w["code"] == "async-scheduling-disabled" for w in plain_ngram["warnings"])
+    assert not validate(dict(ngram_spec("0.32.0", method="ngram_gpu"), acknowledged_warnings=[]))["warnings"]
+    strict_033 = validate(dict(ngram_spec("0.33.0"), vllm_args={"async_scheduling": True}))
+    assert any(e["code"] == "async-scheduling-conflict" for e in strict_033["errors"])
+
+
+def test_acknowledged_warnings_become_notes():
+    result = validate(ngram_spec("0.32.0"))
+    assert not result["warnings"]
+    assert any(n["code"] == "async-scheduling-disabled" for n in result["notes"])
+    strict = validate(dict(ngram_spec("0.32.0"), acknowledged_warnings=[]), {"strict": True})
+    assert strict["ok"] is False and not strict["errors"]
+
+
+# ------------------------------------------------------------------ rendering per era
+
+def test_v0_flags_for_0_8_1_and_older():
+    result = validate(dict(ngram_spec("0.6.0", prompt_lookup_min=2), kserve_version="0.15"))
+    assert result["plan"]["speculative_args"] == [
+        "--speculative-model=[ngram]", "--num-speculative-tokens=3", "--ngram-prompt-lookup-max=4",
+        "--ngram-prompt-lookup-min=2", "--use-v2-block-manager"]
+    later = validate(ngram_spec("0.8.1"))
+    assert "--use-v2-block-manager" not in later["plan"]["args"]
+    assert not any(a.startswith("--speculative-config") for a in later["plan"]["args"])
+    draft = validate(base_spec(vllm_version="0.7.3", kserve_version="0.17", speculative={
+        "method": "draft_model", "num_speculative_tokens": 4, "disable_mqa_scorer": True},
+        draft={"uri": "hf://meta-llama/Llama-3.2-1B", "params_b": 1.0}, acknowledged_warnings=["draft-ratio"]))
+    assert draft["plan"]["speculative_args"] == [
+        "--speculative-model=/mnt/models/draft", "--num-speculative-tokens=4", "--speculative-disable-mqa-scorer"]
+
+
+def test_0_8_2_renders_literal_eval_safe_json():
+    result = validate(ngram_spec("0.8.2"))
+    raw = result["plan"]["speculative_args"][0].split("=", 1)[1]
+    assert ast.literal_eval(raw) == json.loads(raw) == result["plan"]["speculative_config"]
+    bad = validate(ngram_spec("0.8.2", disable_logprobs=False))
+    assert any(e["code"] == "literal-eval" for e in bad["errors"])
+    assert not validate(ngram_spec("0.8.3", disable_logprobs=False))["errors"]
+
+
+def test_json_from_0_8_3_is_compact_and_ordered():
+    cfg = validate(base_spec())["plan"]["speculative_config"]
+    assert list(cfg) == ["method", "model", "num_speculative_tokens"]
+    assert speculative.compact_json(cfg) == '{"method":"eagle3","model":"/mnt/models/draft","num_speculative_tokens":3}'
+
+
+# ------------------------------------------------------------------ exported schemas
+
+def test_exported_schemas_are_up_to_date():
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "export_schemas.py"), "--check"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_service_schema_property_is_described():
+    with open(ROOT / "schemas" / "service.schema.json") as handle:
+        schema = json.load(handle)
+    missing = []
+
+    def walk(node, where):
+        if isinstance(node, dict):
+            for key, sub in (node.get("properties") or {}).items():
+                if "description" not in sub:
+                    missing.append(where + key)
+                walk(sub, where + key + ".")
+            for key in ("items", "anyOf", "oneOf"):
+                if isinstance(node.get(key), dict):
+                    walk(node[key], where)
+                elif isinstance(node.get(key), list):
+                    for sub in node[key]:
+                        walk(sub, where)
+    walk(schema, "")
+    assert missing == []
+
+
+def test_schema_dir_gives_the_same_verdicts(tmp_path):
+    spec = base_spec(speculative={"method": "eagle3", "num_speculative_tokens": 0, "foo": 1})
+    builtin = validate(spec)
+    exported = validate(spec, {"schema_dir": str(ROOT / "schemas")})
+    assert builtin["errors"] == exported["errors"]
+    assert builtin["warnings"] == exported["warnings"]
+    good = base_spec()
+    assert validate(good, {"schema_dir": str(ROOT / "schemas")})["plan"]["args"] == validate(good)["plan"]["args"]

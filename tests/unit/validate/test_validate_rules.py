@@ -1,0 +1,331 @@
+"""Rendering and KServe rules: what deploy applies, overrides that would produce a wrong
+manifest, local model facts, the GPU budget, and the module entry point."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from validate_helpers import MODELS, ROOT, base_spec, paths
+
+from ansible_collections.specpilot.core.plugins.module_utils import compat
+from ansible_collections.specpilot.core.plugins.module_utils.kserve_rules import common_parent
+from ansible_collections.specpilot.core.plugins.module_utils.validator import validate
+
+MODULE = ROOT / "collections" / "ansible_collections" / "specpilot" / "core" / "plugins" / "modules" / "spec_validate.py"
+
+
+def plan_of(spec, **options):
+    result = validate(spec, options)
+    assert result["ok"], result["report"]
+    return result["plan"]
+
+
+# ------------------------------------------------------------------ the rendered objects
+
+def test_servingruntime_is_plain_vllm_with_go_template_kept():
+    runtime = plan_of(base_spec())["servingruntime"]
+    container = runtime["spec"]["containers"][0]
+    assert container["name"] == "kserve-container"
+    assert container["command"] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert container["args"] == ["--port=8080", "--served-model-name={{.Name}}"]
+    assert container["ports"][0]["containerPort"] == 8080
+    assert {"name": "shm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+    assert runtime["spec"]["volumes"][0]["emptyDir"]["medium"] == "Memory"
+    assert runtime["spec"]["annotations"] == {"prometheus.kserve.io/port": "8080", "prometheus.kserve.io/path": "/metrics"}
+    assert runtime["spec"]["supportedModelFormats"][0]["name"] == "vLLM"
+
+
+def test_probes_are_sized_for_cold_starts_with_a_draft():
+    with_draft = plan_of(base_spec())
+    without = plan_of(base_spec(draft=None, delivery="storage_uri", speculative={
+        "method": "ngram", "num_speculative_tokens": 3}, acknowledged_warnings=["async-scheduling-disabled"]))
+    probe = lambda plan: plan["servingruntime"]["spec"]["containers"][0]["startupProbe"]  # noqa: E731
+    assert probe(with_draft)["failureThreshold"] * probe(with_draft)["periodSeconds"] == 1800
+    assert probe(without)["failureThreshold"] * probe(without)["periodSeconds"] == 900
+    custom = plan_of(base_spec(startup_timeout_seconds=3600))
+    assert probe(custom)["failureThreshold"] * probe(custom)["periodSeconds"] == 3600
+
+
+def test_inferenceservice_option_a_storage_uris_at_predictor_level():
+    isvc = plan_of(base_spec())["inferenceservice"]
+    predictor = isvc["spec"]["predictor"]
+    assert predictor["storageUris"] == [
+        {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct", "mountPath": "/mnt/models/target"},
+        {"uri": "hf://yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "mountPath": "/mnt/models/draft"}]
+    model = predictor["model"]
+    assert "storageUris" not in model and "storageUri" not in model
+    assert model["modelFormat"] == {"name": "vLLM"}
+    assert model["runtime"] == "svc-vllm"
+    assert model["args"][0] == "--model=/mnt/models/target"
+    assert model["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Standard"
+    assert "serving.knative.dev/progress-deadline" not in isvc["metadata"]["annotations"]
+    assert predictor["deploymentStrategy"] == {"type": "RollingUpdate",
+                                               "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+
+
+def test_two_oci_sources_get_distinct_parents():
+    plan = plan_of(base_spec(
+        target=dict(base_spec()["target"], uri="oci://r.example/m/t@sha256:" + "a" * 64),
+        draft=dict(base_spec()["draft"], uri="oci://r.example/m/d@sha256:" + "b" * 64)))
+    mounts = [e["mountPath"] for e in plan["inferenceservice"]["spec"]["predictor"]["storageUris"]]
+    assert mounts == ["/mnt/target/model", "/mnt/draft/model"]
+    assert plan["args"][0] == "--model=/mnt/target/model"
+    assert plan["speculative_config"]["model"] == "/mnt/draft/model"
+
+
+def test_option_b_modelcar_by_digest_with_startup_guard(tmp_path):
+    digest = "sha256:" + "c" * 64
+    plan = plan_of(base_spec(delivery="modelcar", modelcar={"image": "r.example/m/llama-eagle3:v1",
+                                                            "image_digest": digest}))
+    model = plan["inferenceservice"]["spec"]["predictor"]["model"]
+    assert model["storageUri"] == "oci://r.example/m/llama-eagle3@" + digest
+    assert "storageUris" not in plan["inferenceservice"]["spec"]["predictor"]
+    assert plan["staging"]["kind"] == "modelcar"
+    command = plan["servingruntime"]["spec"]["containers"][0]["command"]
+    assert command[:2] == ["/bin/sh", "-c"] and command[-1] == "--"
+    assert "until [ -e /mnt/models/target/config.json ]" in command[2]
+    # the guard keeps the args a list: run it with a stand-in python3 and a local model dir
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
+    (fake / "python3").chmod(stat.S_IRWXU)
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "config.json").write_text("{}")
+    script = command[2].replace("/mnt/models/target", str(tmp_path / "target"))
+    args = ["--port=8080", "--served-model-name={{.Name}}"] + model["args"]
+    out = subprocess.run(["/bin/sh", "-c", script, "--"] + args, capture_output=True, text=True, timeout=30,
+                         env={"PATH": "%s:/usr/bin:/bin" % fake})
+    assert out.stdout.splitlines() == ["-m", "vllm.entrypoints.openai.api_server"] + args
+
+
+def test_modelcar_digest_required_unless_allowed():
+    spec = base_spec(delivery="modelcar", modelcar={"image": "r.example/m/x:v1"})
+    assert "modelcar.image_digest" in paths(validate(spec)["errors"])
+    pending = validate(spec, {"allow_missing_digest": True})
+    assert pending["ok"] and "modelcar.image_digest" in paths(pending["warnings"])
+    assert pending["plan"]["inferenceservice"]["spec"]["predictor"]["model"]["storageUri"].endswith("@sha256:" + "0" * 64)
+
+
+def test_option_c_pvc_root_and_sub_directories():
+    plan = plan_of(base_spec(delivery="pvc", pvc={"name": "models", "path": "llama"},
+                             target=dict(base_spec()["target"], uri=None, subdir="llama-8b"),
+                             draft=dict(base_spec()["draft"], uri=None, subdir="eagle3")))
+    model = plan["inferenceservice"]["spec"]["predictor"]["model"]
+    assert model["storageUri"] == "pvc://models/llama/"
+    assert model["args"][0] == "--model=/mnt/models/llama-8b"
+    assert plan["speculative_config"]["model"] == "/mnt/models/eagle3"
+    assert plan["staging"] is None  # nothing to copy: already on the PVC
+
+
+def test_knative_gets_progress_deadline_and_no_strategy():
+    plan = plan_of(base_spec(deployment_mode="Knative", acknowledged_warnings=["knative-storageuris-flags"]))
+    annotations = plan["inferenceservice"]["metadata"]["annotations"]
+    assert annotations["serving.kserve.io/deploymentMode"] == "Knative"
+    assert annotations["serving.knative.dev/progress-deadline"] == "2400s"
+    assert "deploymentStrategy" not in plan["inferenceservice"]["spec"]["predictor"]
+
+
+def test_rollout_strategy_choices():
+    assert plan_of(base_spec(rollout="recreate"))["inferenceservice"]["spec"]["predictor"]["deploymentStrategy"] == {
+        "type": "Recreate"}
+    assert "deploymentStrategy" not in plan_of(base_spec(rollout="surge"))["inferenceservice"]["spec"]["predictor"]
+    cpu = plan_of(base_spec(gpu={"count": 0}))
+    assert "deploymentStrategy" not in cpu["inferenceservice"]["spec"]["predictor"]
+    assert "resources" not in cpu["inferenceservice"]["spec"]["predictor"]["model"]
+
+
+def test_legacy_deployment_mode_names_before_kserve_0_16():
+    plan = plan_of(base_spec(kserve_version="0.15", delivery="pvc", pvc={"name": "m"}))
+    assert plan["inferenceservice"]["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "RawDeployment"
+    assert plan["deployment_mode"] == "Standard"
+
+
+def test_existing_cluster_runtime_is_referenced_not_rendered():
+    plan = plan_of(base_spec(runtime={"name": "vllm-openai", "kind": "ClusterServingRuntime", "create": False}))
+    assert plan["servingruntime"] is None
+    assert plan["inferenceservice"]["spec"]["predictor"]["model"]["runtime"] == "vllm-openai"
+
+
+def test_baseline_args_drop_only_the_speculative_part():
+    plan = plan_of(base_spec(vllm_args={"gpu_memory_utilization": 0.85, "max_model_len": 8192,
+                                        "extra_args": ["--enable-prefix-caching"]}))
+    assert plan["args_without_speculative"] == [
+        "--model=/mnt/models/target", "--gpu-memory-utilization=0.85", "--max-model-len=8192",
+        "--enable-prefix-caching"]
+    assert plan["args"] == plan["args_without_speculative"][:3] + plan["speculative_args"] + ["--enable-prefix-caching"]
+
+
+def test_spec_digest_is_stable_and_tracks_changes():
+    first, again = plan_of(base_spec()), plan_of(base_spec())
+    assert first["spec_digest"] == again["spec_digest"]
+    changed = plan_of(base_spec(speculative={"method": "eagle3", "num_speculative_tokens": 4}))
+    assert changed["spec_digest"] != first["spec_digest"]
+    assert changed["inferenceservice"]["metadata"]["annotations"]["specpilot.io/spec-digest"] == changed["spec_digest"]
+
+
+# ------------------------------------------------------------------ overrides and webhook rules
+
+def test_override_cannot_put_storage_uris_under_model():
+    spec = base_spec(overrides={"inferenceservice": {"spec": {"predictor": {"model": {
+        "storageUris": [{"uri": "hf://x/y", "mountPath": "/mnt/models/draft"}]}}}}})
+    result = validate(spec)
+    error = next(e for e in result["errors"] if e["code"] == "storageuris-under-model")
+    assert error["path"] == "overrides.inferenceservice.spec.predictor.model.storageUris"
+    assert "spec.predictor.storageUris" in error["hint"]
+    assert result["ok"] is False
+
+
+def test_harmless_overrides_are_merged():
+    plan = plan_of(base_spec(overrides={"inferenceservice": {"spec": {"predictor": {
+        "priorityClassName": "llm-high", "model": {"env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}]}}}}}))
+    predictor = plan["inferenceservice"]["spec"]["predictor"]
+    assert predictor["priorityClassName"] == "llm-high"
+    assert predictor["model"]["env"] == [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}]
+    assert predictor["model"]["args"] == plan["args"]
+
+
+@pytest.mark.parametrize("override,path", [
+    ({"spec": {"predictor": {"deploymentStrategy": {"type": "Recreate"}}}}, None),
+    ({"spec": {"predictor": {"canaryTrafficPercent": 10}}}, "overrides.inferenceservice.spec.predictor.canaryTrafficPercent"),
+    ({"metadata": {"annotations": {"serving.kserve.io/deploymentMode": "Knative"}}},
+     "overrides.inferenceservice.metadata.annotations"),
+    ({"metadata": {"name": "other"}}, "overrides.inferenceservice.metadata.name"),
+])
+def test_override_rules(override, path):
+    result = validate(base_spec(overrides={"inferenceservice": override}))
+    if path is None:
+        assert result["ok"], result["report"]
+    else:
+        assert path in paths(result["errors"]), result["report"]
+
+
+def test_common_parent():
+    assert common_parent(["/mnt/models/target", "/mnt/models/draft"]) == "/mnt/models"
+    assert common_parent(["/target", "/draft"]) == "/"
+    assert common_parent(["/mnt/target/model", "/mnt/draft/model"]) == "/mnt"
+
+
+# ------------------------------------------------------------------ local facts and compatibility
+
+def test_local_facts_are_read():
+    facts, problem = compat.read_local_facts(str(MODELS / "llama-target"))
+    assert problem is None
+    assert facts["architecture"] == "LlamaForCausalLM" and facts["hidden_size"] == 256
+    assert facts["dtype"] == "bfloat16" and facts["weight_bytes"] == 2 * 1024 ** 3
+    assert facts["tokenizer"].startswith("sha256:")
+    same, _ = compat.read_local_facts(str(MODELS / "llama-draft"))
+    assert same["tokenizer"] == facts["tokenizer"]  # same vocabulary, other JSON formatting
+    other, _ = compat.read_local_facts(str(MODELS / "other-tokenizer-draft"))
+    assert other["tokenizer"] != facts["tokenizer"]
+
+
+def _local_spec(draft_dir, method, **extra):
+    return base_spec(target={"uri": "hf://x/target", "local_path": str(MODELS / "llama-target")},
+                     draft={"uri": "hf://x/draft", "local_path": str(MODELS / draft_dir)},
+                     speculative={"method": method, "num_speculative_tokens": 3},
+                     acknowledged_warnings=["draft-ratio", "async-scheduling-disabled"], **extra)
+
+
+def test_matching_eagle3_head_from_local_files():
+    result = validate(_local_spec("llama-eagle3-head", "eagle3"))
+    assert result["ok"], result["report"]
+    assert result["plan"]["gpu_budget"]["target_weights_gib_per_gpu"] == 2.0
+
+
+def test_mismatched_eagle3_head_from_local_files():
+    result = validate(_local_spec("qwen-eagle3-head", "eagle3"))
+    assert {"draft.hidden_size", "draft.architecture", "draft.vocab_size"} <= paths(result["errors"])
+
+
+def test_draft_with_another_tokenizer_from_local_files():
+    assert "draft.tokenizer" in paths(validate(_local_spec("other-tokenizer-draft", "draft_model"))["errors"])
+    assert validate(_local_spec("llama-draft", "draft_model"))["ok"]
+
+
+def test_missing_local_path_is_a_warning():
+    spec = base_spec(target=dict(base_spec()["target"], local_path="/nonexistent/model"))
+    result = validate(spec)
+    assert "target.local_path" in paths(result["warnings"]) and not result["errors"]
+
+
+def test_eagle_head_kind_must_match_the_method():
+    spec = base_spec(speculative={"method": "eagle", "num_speculative_tokens": 3})
+    assert "draft.architecture" in paths(validate(spec)["errors"])
+
+
+# ------------------------------------------------------------------ GPU budget
+
+def test_gpu_budget_figures_and_suggestion():
+    spec = base_spec(target=dict(base_spec()["target"], params_b=70.6, quantization="fp8", hidden_size=8192,
+                                 num_hidden_layers=80, num_attention_heads=64),
+                     draft={"uri": "hf://meta-llama/Llama-3.1-8B-Instruct", "params_b": 8.03, "model_type": "llama",
+                            "vocab_size": 128256},
+                     speculative={"method": "draft_model", "num_speculative_tokens": 4},
+                     gpu={"count": 2, "memory_gib": 80}, vllm_args={"gpu_memory_utilization": 0.95})
+    result = validate(spec)
+    budget = result["plan"]["gpu_budget"]
+    assert budget["tensor_parallel_size"] == 2
+    assert 32 < budget["target_weights_gib_per_gpu"] < 33.5
+    assert 7 < budget["draft_weights_gib_per_gpu"] < 8
+    warning = next(w for w in result["warnings"] if w["code"] == "draft-outside-budget")
+    # 80 GiB - 7.5 GiB draft - 0.5 GiB margin = 72 GiB -> 0.90
+    assert warning["hint"] == "lower gpu_memory_utilization to 0.90"
+    assert budget["suggested_gpu_memory_utilization"] == 0.9
+
+
+def test_gpu_budget_skipped_without_facts():
+    result = validate(base_spec(target={"uri": "hf://x/y"}, draft={"uri": "hf://x/z"}))
+    assert result["plan"]["gpu_budget"] is None
+    assert any(n["code"] == "budget-skipped" for n in result["notes"])
+
+
+# ------------------------------------------------------------------ spec-level checks
+
+def test_reserved_args_and_typos():
+    result = validate(base_spec(vllm_args={"extra_args": ["--served-model-name=x", "--num-speculative-tokens=3",
+                                                          "--max-num-seqs 8"]}),
+                      {"variable_names": ["specpilot_speculatve", "specpilot_validate_strict", "specpilot_name"]})
+    assert {"vllm_args.extra_args[0]", "vllm_args.extra_args[1]", "vllm_args.extra_args[2]"} <= paths(result["errors"])
+    assert "speculatve" in paths(result["warnings"])
+
+
+def test_report_lists_every_error_with_variable_names():
+    result = validate(base_spec(name="Bad", speculative={"method": "eagle3", "num_speculative_tokens": 0, "x": 1}))
+    assert "FAILED" in result["report"]
+    for error in result["errors"]:
+        assert "specpilot_" + error["path"] in result["report"]
+
+
+# ------------------------------------------------------------------ the module entry point
+
+def _run_module(tmp_path, args):
+    file = tmp_path / "args.json"
+    file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "collections"))
+    proc = subprocess.run([sys.executable, str(MODULE), str(file)], capture_output=True, text=True, env=env,
+                          timeout=60)
+    return json.loads(proc.stdout)
+
+
+def test_module_runs_standalone(tmp_path):
+    out = _run_module(tmp_path, {"spec": base_spec(), "_ansible_check_mode": True})
+    assert out["ok"] is True and out["changed"] is False and not out.get("failed")
+    assert out["plan"]["inferenceservice"]["kind"] == "InferenceService"
+    assert set(out["findings"]) == {"errors", "warnings", "notes"}
+
+
+def test_module_fails_with_every_error_in_msg(tmp_path):
+    spec = base_spec(speculative={"method": "eagle3", "num_speculative_tokens": 0, "acceptance_method": "x"})
+    out = _run_module(tmp_path, {"spec": spec})
+    assert out["failed"] is True
+    assert "specpilot_speculative.num_speculative_tokens" in out["msg"]
+    assert "specpilot_speculative.acceptance_method" in out["msg"]
+    soft = _run_module(tmp_path, {"spec": spec, "fail_on_error": False})
+    assert not soft.get("failed") and soft["ok"] is False and len(soft["errors"]) == 2
