@@ -340,7 +340,9 @@ def container_security_context() -> dict:
     return obj(
         "Security options the container runs with.",
         {
-            "allowPrivilegeEscalation": boolean("Whether a process can gain more privileges than its parent."),
+            "allowPrivilegeEscalation": boolean(
+                "Whether a process can gain more privileges than its parent."
+            ),
             "appArmorProfile": profile("AppArmor profile of the container."),
             "capabilities": obj(
                 "POSIX capabilities to add or drop.",
@@ -365,15 +367,18 @@ def pod_security_context() -> dict:
         {
             "appArmorProfile": profile("AppArmor profile of the pod's containers."),
             "fsGroup": int64("Supplemental group that owns the pod's volumes."),
-            "fsGroupChangePolicy": string("How the ownership of volumes is changed: OnRootMismatch or Always."),
+            "fsGroupChangePolicy": string(
+                "How the ownership of volumes is changed: OnRootMismatch or Always."
+            ),
             "runAsGroup": int64("GID to run the entrypoint of the container processes."),
             "runAsNonRoot": boolean("Require the containers to run as a non-root user."),
             "runAsUser": int64("UID to run the entrypoint of the container processes."),
             "seLinuxChangePolicy": string("How the SELinux label is applied to volumes."),
             "seLinuxOptions": se_linux_options(),
             "seccompProfile": profile("Seccomp profile of the pod's containers."),
-            "supplementalGroups": array("Groups added to the first process of each container.", {
-                "type": "integer", "format": "int64"}),
+            "supplementalGroups": array(
+                "Groups added to the first process of each container.", {"type": "integer", "format": "int64"}
+            ),
             "supplementalGroupsPolicy": string("How supplemental groups are calculated: Merge or Strict."),
             "sysctls": array(
                 "Namespaced sysctls set for the pod.",
@@ -405,8 +410,12 @@ def resource_requirements(desc: str) -> dict:
                 "map",
                 ["name"],
             ),
-            "limits": quantity_map("Maximum amount of compute resources allowed (cpu, memory, nvidia.com/gpu)."),
-            "requests": quantity_map("Minimum amount of compute resources required (cpu, memory, nvidia.com/gpu)."),
+            "limits": quantity_map(
+                "Maximum amount of compute resources allowed (cpu, memory, nvidia.com/gpu)."
+            ),
+            "requests": quantity_map(
+                "Minimum amount of compute resources required (cpu, memory, nvidia.com/gpu)."
+            ),
         },
     )
 
@@ -414,7 +423,9 @@ def resource_requirements(desc: str) -> dict:
 def container_fields() -> dict:
     """The fields of a core/v1 Container."""
     return {
-        "args": strings("Arguments to the entrypoint; for a predictor model they are appended to the runtime's."),
+        "args": strings(
+            "Arguments to the entrypoint; for a predictor model they are appended to the runtime's."
+        ),
         "command": strings("Entrypoint array; not run in a shell."),
         "env": env_list(),
         "envFrom": env_from_list(),
@@ -465,7 +476,9 @@ def container_fields() -> dict:
         "stdin": boolean("Allocate a buffer for stdin."),
         "stdinOnce": boolean("Close stdin after the first attach."),
         "terminationMessagePath": string("Path of the file the termination message is written to."),
-        "terminationMessagePolicy": string("How the termination message is populated: File or FallbackToLogsOnError."),
+        "terminationMessagePolicy": string(
+            "How the termination message is populated: File or FallbackToLogsOnError."
+        ),
         "tty": boolean("Allocate a TTY."),
         "volumeDevices": array(
             "Block devices used by the container.",
@@ -486,7 +499,9 @@ def container_fields() -> dict:
                 "One volume mount.",
                 {
                     "mountPath": string("Path within the container at which the volume is mounted."),
-                    "mountPropagation": string("How mounts are propagated: None, HostToContainer or Bidirectional."),
+                    "mountPropagation": string(
+                        "How mounts are propagated: None, HostToContainer or Bidirectional."
+                    ),
                     "name": string("Name of the volume."),
                     "readOnly": boolean("Mount read-only."),
                     "recursiveReadOnly": string("Whether read-only mounts are recursively read-only."),
@@ -596,7 +611,9 @@ def toleration() -> dict:
     return obj(
         "Tolerates a taint matched with the operator.",
         {
-            "effect": string("Taint effect to match: NoSchedule, PreferNoSchedule or NoExecute; all when empty."),
+            "effect": string(
+                "Taint effect to match: NoSchedule, PreferNoSchedule or NoExecute; all when empty."
+            ),
             "key": string("Taint key; all keys when empty (operator Exists)."),
             "operator": string("Exists or Equal (default)."),
             "tolerationSeconds": int64("How long a NoExecute taint is tolerated."),
@@ -663,7 +680,9 @@ def predictor() -> dict:
                             maxLength=255,
                             pattern="^/.*",
                         ),
-                        "uri": string("URI of the model source (hf://, s3://, pvc://, oci://, ...).", minLength=1),
+                        "uri": string(
+                            "URI of the model source (hf://, s3://, pvc://, oci://, ...).", minLength=1
+                        ),
                     },
                     ["uri"],
                 ),
@@ -674,23 +693,33 @@ def predictor() -> dict:
             "automountServiceAccountToken": boolean("Mount the service account token into the pods."),
             "canaryTrafficPercent": int64("Traffic percentage routed to the latest revision (Knative mode)."),
             "containerConcurrency": int64("Maximum concurrent requests per container (Knative mode)."),
-            "containers": untyped_list("Containers of a custom predictor.", container("A container of the pod.")),
+            "containers": untyped_list(
+                "Containers of a custom predictor.", container("A container of the pod.")
+            ),
             "deploymentStrategy": obj(
                 "Rollout strategy of the predictor Deployment (Standard mode).",
                 {
                     "rollingUpdate": obj(
                         "Rolling update parameters, when type is RollingUpdate.",
                         {
-                            "maxSurge": int_or_string("Pods that can be created above the desired count (number or percentage)."),
-                            "maxUnavailable": int_or_string("Pods that can be unavailable during the update (number or percentage)."),
+                            "maxSurge": int_or_string(
+                                "Pods that can be created above the desired count (number or percentage)."
+                            ),
+                            "maxUnavailable": int_or_string(
+                                "Pods that can be unavailable during the update (number or percentage)."
+                            ),
                         },
                     ),
                     "type": string("RollingUpdate (default) or Recreate."),
                 },
             ),
-            "dnsPolicy": string("DNS policy of the pod: ClusterFirst, Default, ClusterFirstWithHostNet or None."),
+            "dnsPolicy": string(
+                "DNS policy of the pod: ClusterFirst, Default, ClusterFirstWithHostNet or None."
+            ),
             "hostIPC": boolean("Use the host's IPC namespace."),
-            "initContainers": untyped_list("Init containers of the pod.", container("An init container of the pod.")),
+            "initContainers": untyped_list(
+                "Init containers of the pod.", container("An init container of the pod.")
+            ),
             "labels": string_map("Labels added to the predictor pods."),
             "maxReplicas": int32("Maximum number of replicas for autoscaling."),
             "minReplicas": int32("Minimum number of replicas; 0 enables scale to zero in Knative mode."),
@@ -700,13 +729,16 @@ def predictor() -> dict:
                 "Metric the autoscaler scales on.", enum=["cpu", "memory", "concurrency", "rps"]
             ),
             "scaleMetricType": string(
-                "How the scale metric is compared with the target.", enum=["Utilization", "Value", "AverageValue"]
+                "How the scale metric is compared with the target.",
+                enum=["Utilization", "Value", "AverageValue"],
             ),
             "scaleTarget": int32("Target value of the scale metric per replica."),
             "schedulerName": string("Scheduler that schedules the pods."),
             "securityContext": pod_security_context(),
             "serviceAccountName": string("Service account the pods run as."),
-            "shareProcessNamespace": boolean("Share a single process namespace between the pod's containers."),
+            "shareProcessNamespace": boolean(
+                "Share a single process namespace between the pod's containers."
+            ),
             "terminationGracePeriodSeconds": int64("Seconds the pods have to terminate gracefully."),
             "timeout": int64("Seconds a request may take before it times out."),
         }
@@ -748,8 +780,18 @@ def isvc_status() -> dict:
     )
 
 
-def crd(plural: str, kind: str, version: str, scope: str, spec: dict, status: dict | None,
-        columns: list[dict], short_names: list[str] | None, status_subresource: bool, desc: str) -> dict:
+def crd(
+    plural: str,
+    kind: str,
+    version: str,
+    scope: str,
+    spec: dict,
+    status: dict | None,
+    columns: list[dict],
+    short_names: list[str] | None,
+    status_subresource: bool,
+    desc: str,
+) -> dict:
     root = obj(
         desc,
         {
@@ -790,14 +832,30 @@ def inference_service() -> dict:
     columns = [
         {"jsonPath": ".status.url", "name": "URL", "type": "string"},
         {"jsonPath": ".status.conditions[?(@.type=='Ready')].status", "name": "Ready", "type": "string"},
-        {"jsonPath": ".status.components.predictor.traffic[?(@.tag=='prev')].percent", "name": "Prev",
-         "type": "integer"},
-        {"jsonPath": ".status.components.predictor.traffic[?(@.latestRevision==true)].percent", "name": "Latest",
-         "type": "integer"},
+        {
+            "jsonPath": ".status.components.predictor.traffic[?(@.tag=='prev')].percent",
+            "name": "Prev",
+            "type": "integer",
+        },
+        {
+            "jsonPath": ".status.components.predictor.traffic[?(@.latestRevision==true)].percent",
+            "name": "Latest",
+            "type": "integer",
+        },
         {"jsonPath": ".metadata.creationTimestamp", "name": "Age", "type": "date"},
     ]
-    return crd("inferenceservices", "InferenceService", "v1beta1", "Namespaced", spec, isvc_status(), columns,
-               ["isvc"], True, "InferenceService serves a model with a serving runtime (KServe).")
+    return crd(
+        "inferenceservices",
+        "InferenceService",
+        "v1beta1",
+        "Namespaced",
+        spec,
+        isvc_status(),
+        columns,
+        ["isvc"],
+        True,
+        "InferenceService serves a model with a serving runtime (KServe).",
+    )
 
 
 # ----------------------------------------------------------------------------- ServingRuntime
@@ -805,7 +863,9 @@ def serving_runtime_spec() -> dict:
     fields = pod_scheduling_fields()
     fields.update(
         {
-            "annotations": string_map("Annotations added to the pods of InferenceServices using this runtime."),
+            "annotations": string_map(
+                "Annotations added to the pods of InferenceServices using this runtime."
+            ),
             "builtInAdapter": preserved("Configuration of the ModelMesh built-in adapter, kept as given."),
             "containers": untyped_list(
                 "Containers of the runtime; the one named kserve-container serves the model.",
@@ -818,8 +878,9 @@ def serving_runtime_spec() -> dict:
             "labels": string_map("Labels added to the pods of InferenceServices using this runtime."),
             "multiModel": boolean("The runtime serves several models (ModelMesh)."),
             "nodeSelector": string_map("Labels a node must have for the pods to be scheduled on it."),
-            "protocolVersions": array("Inference protocols the runtime supports (v1, v2, grpc-v2).",
-                                      {"type": "string"}, None),
+            "protocolVersions": array(
+                "Inference protocols the runtime supports (v1, v2, grpc-v2).", {"type": "string"}, None
+            ),
             "replicas": integer("Number of replicas (ModelMesh)."),
             "supportedModelFormats": untyped_list(
                 "Model formats the runtime can serve.",
@@ -847,9 +908,18 @@ def serving_runtime(kind: str, plural: str, scope: str) -> dict:
         {"jsonPath": ".metadata.creationTimestamp", "name": "Age", "type": "date"},
     ]
     where = "in its namespace" if scope == "Namespaced" else "in every namespace"
-    return crd(plural, kind, "v1alpha1", scope, serving_runtime_spec(),
-               preserved("Observed state of the serving runtime."), columns, None, False,
-               f"{kind} is a model server template InferenceServices {where} can use (KServe).")
+    return crd(
+        plural,
+        kind,
+        "v1alpha1",
+        scope,
+        serving_runtime_spec(),
+        preserved("Observed state of the serving runtime."),
+        columns,
+        None,
+        False,
+        f"{kind} is a model server template InferenceServices {where} can use (KServe).",
+    )
 
 
 # ----------------------------------------------------------------------------- output
@@ -858,7 +928,8 @@ def documents() -> dict[str, dict]:
         f"{GROUP}_inferenceservices.yaml": inference_service(),
         f"{GROUP}_servingruntimes.yaml": serving_runtime("ServingRuntime", "servingruntimes", "Namespaced"),
         f"{GROUP}_clusterservingruntimes.yaml": serving_runtime(
-            "ClusterServingRuntime", "clusterservingruntimes", "Cluster"),
+            "ClusterServingRuntime", "clusterservingruntimes", "Cluster"
+        ),
     }
 
 

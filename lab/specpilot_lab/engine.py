@@ -97,6 +97,29 @@ def get_arg(args: list[str], flag: str) -> str | None:
     return val
 
 
+# vLLM puts ZeroMQ ipc sockets (a 36-character name) in VLLM_RPC_BASE_PATH; a Unix socket path
+# has at most 107 bytes, so deep run directories (pytest's tmp dirs) get a short link instead.
+RPC_PATH_BUDGET = 64
+
+
+def rpc_dir(run_dir: Path) -> Path:
+    """run_dir/rpc, or, when that path is too long for Unix sockets, a short symlink to it
+    under the system temp dir (removed by Engine.stop)."""
+    real = run_dir / "rpc"
+    real.mkdir(parents=True, exist_ok=True)
+    if len(str(real)) <= RPC_PATH_BUDGET:
+        return real
+    import hashlib
+    import tempfile
+
+    link = Path(tempfile.gettempdir()) / f"sprpc-{hashlib.sha256(str(real).encode()).hexdigest()[:12]}"
+    if not (link.is_symlink() and Path(os.readlink(link)) == real):
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(real, target_is_directory=True)
+    return link
+
+
 def engine_env(run_dir: Path, extra: dict[str, str] | None = None, kv_cache_gib: int = 1) -> dict[str, str]:
     """The engine's environment: CPU KV cache size, every cache and temp path under run_dir,
     offline Hugging Face, no usage stats."""
@@ -107,7 +130,7 @@ def engine_env(run_dir: Path, extra: dict[str, str] | None = None, kv_cache_gib:
     env.update({
         "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
         "VLLM_CACHE_ROOT": str(run_dir / "cache"),
-        "VLLM_RPC_BASE_PATH": str(run_dir / "rpc"),
+        "VLLM_RPC_BASE_PATH": str(rpc_dir(run_dir)),
         "TMPDIR": str(run_dir / "tmp"),
         "HF_HOME": str(run_dir / "hf"),
         "HF_HUB_OFFLINE": "1",
@@ -284,6 +307,9 @@ class Engine:
                 self.proc.wait(10)
         # workers may outlive the leader: make sure the group is gone
         _signal_group(pgid, signal.SIGKILL)
+        rpc = Path(self.env.get("VLLM_RPC_BASE_PATH", ""))
+        if rpc.is_symlink():
+            rpc.unlink(missing_ok=True)
         self._stop_sampling.set()
         for t in self._threads:
             t.join(timeout=5)

@@ -65,8 +65,9 @@ class Emulator:
     """A running emulator process with its own state directory."""
 
     def __init__(self, state_dir: str | os.PathLike, crds: list[str | os.PathLike] | None = None,
-                 name: str = "emulator"):
+                 name: str = "emulator", extra_args: list[str] | None = None):
         self.state_dir = Path(state_dir)
+        self.extra_args = list(extra_args or [])
         self.crds = [str(c) for c in crds] if crds is not None else None
         self.name = name
         self.proc: subprocess.Popen | None = None
@@ -105,6 +106,7 @@ class Emulator:
                 cmd.append("--no-crds")
             for c in self.crds:
                 cmd += ["--crd", c]
+        cmd += self.extra_args
         env = dict(os.environ)
         lab = str(REPO_ROOT / "lab")
         env["PYTHONPATH"] = lab + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -243,13 +245,17 @@ if pytest is not None:
 
     @pytest.fixture(scope="module")
     def emulator_factory(tmp_path_factory) -> Iterator:
-        """A function ``factory(crds=None) -> Emulator`` (default CRDs: lab/crds; ``[]`` for none);
-        every emulator it started stops at the end of the module."""
+        """A function ``factory(crds=None, name=..., extra_args=None) -> Emulator`` (default CRDs:
+        lab/crds or $SPECPILOT_LAB_CRDS; ``[]`` for none; ``extra_args`` go to the server's command
+        line, e.g. ``["--watch-history", "50"]``); every emulator it started stops at the end of the
+        module."""
         started: list[Emulator] = []
 
-        def factory(crds: list | None = None, name: str = "emulator") -> Emulator:
+        def factory(crds: list | None = None, name: str = "emulator", extra_args: list[str] | None = None
+                    ) -> Emulator:
             state = tmp_path_factory.mktemp(name)
-            emu = Emulator(state, [str(c) for c in crds] if crds is not None else default_crds(), name)
+            emu = Emulator(state, [str(c) for c in crds] if crds is not None else default_crds(), name,
+                           extra_args)
             started.append(emu)
             return emu.start()
 

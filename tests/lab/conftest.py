@@ -26,3 +26,169 @@ def tiny_models(vllm_venv, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("models")
     make_models_subprocess(out)
     return out
+
+
+# ---------------------------------------------------------------- the lab controller, in-process
+import json  # noqa: E402
+import shutil  # noqa: E402
+import stat  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+from specpilot_lab.controller import Controller  # noqa: E402
+from specpilot_lab.testing import LAB_CRDS, Emulator  # noqa: E402
+
+FAKE_SERVER = Path(__file__).resolve().parent / "support" / "fake_vllm_server.py"
+
+VLLM_RUNTIME = {
+    "apiVersion": "serving.kserve.io/v1alpha1", "kind": "ClusterServingRuntime",
+    "metadata": {"name": "vllm-cpu"},
+    "spec": {"supportedModelFormats": [{"name": "vLLM", "autoSelect": True}],
+             "containers": [{"name": "kserve-container", "image": "vllm/vllm-openai-cpu:v0.32.0",
+                             "command": ["python", "-m", "vllm.entrypoints.openai.api_server"],
+                             "args": ["--port=8080", "--served-model-name={{.Name}}", "--model=/mnt/models"],
+                             "env": [{"name": "HF_HOME", "value": "/tmp/hf_home"}]}]},
+}
+
+
+def fake_python(dirpath: Path) -> Path:
+    """An executable that, called as ``python -m vllm.entrypoints.openai.api_server ARGS``,
+    runs the fake server with ARGS."""
+    exe = dirpath / "python"
+    exe.write_text(f'#!/bin/sh\n[ "$1" = "-m" ] && shift 2\nexec {sys.executable} {FAKE_SERVER} "$@"\n')
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return exe
+
+
+class Lab:
+    """An emulator and a controller (in this process) with helpers for assertions."""
+
+    def __init__(self, root: Path, vllm_python: Path | None, **controller_kw):
+        self.root = root
+        self.emu = Emulator(root / "lab", [str(LAB_CRDS)]).start()
+        kw = dict(crash_backoff=1.0, job_backoff=0.5)
+        kw.update(controller_kw)
+        self.ctl = Controller(self.emu.kubeconfig, root / "lab", vllm_python=vllm_python, **kw).start()
+        self.dyn = self.emu.dynamic_client()
+        self.core = None
+
+    @property
+    def state(self) -> Path:
+        return self.root / "lab"
+
+    def res(self, api_version: str, kind: str):
+        return self.dyn.resources.get(api_version=api_version, kind=kind)
+
+    def create(self, body: dict, namespace: str | None = None) -> dict:
+        r = self.res(body["apiVersion"], body["kind"])
+        return r.create(body=body, namespace=namespace if r.namespaced else None).to_dict()
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict | None:
+        from kubernetes.dynamic.exceptions import NotFoundError
+
+        try:
+            return self.res(api_version, kind).get(name=name, namespace=namespace).to_dict()
+        except NotFoundError:
+            return None
+
+    def list(self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None):
+        return self.res(api_version, kind).get(namespace=namespace, label_selector=label_selector).to_dict()["items"]
+
+    def patch(self, api_version: str, kind: str, name: str, namespace: str | None, body: dict) -> dict:
+        return self.res(api_version, kind).patch(name=name, namespace=namespace, body=body,
+                                                 content_type="application/merge-patch+json").to_dict()
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
+        self.res(api_version, kind).delete(name=name, namespace=namespace)
+
+    def namespace(self, name: str = "demo") -> str:
+        self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        return name
+
+    def runtime(self, body: dict | None = None) -> dict:
+        return self.create(body or VLLM_RUNTIME)
+
+    def pvc_with_models(self, ns: str, models: Path | None, name: str = "models") -> Path:
+        self.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
+                     "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}},
+                    ns)
+        self.wait(lambda: (self.get("v1", "PersistentVolumeClaim", name, ns).get("status") or {}).get("phase")
+                  == "Bound", 10, "PVC Bound")
+        d = self.state / "pvcs" / ns / name
+        if models is not None:
+            shutil.copytree(models, d, dirs_exist_ok=True)
+        return d
+
+    def isvc(self, ns: str, name: str, args: list[str], storage_uri: str | None = "pvc://models/",
+             **predictor) -> dict:
+        model = {"modelFormat": {"name": "vLLM"}, "args": args}
+        if storage_uri:
+            model["storageUri"] = storage_uri
+        model.update(predictor.pop("model_extra", {}))
+        return self.create({"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+                            "metadata": {"name": name},
+                            "spec": {"predictor": {"model": model, **predictor}}}, ns)
+
+    def get_isvc(self, ns: str, name: str) -> dict:
+        return self.get("serving.kserve.io/v1beta1", "InferenceService", name, ns)
+
+    def conditions(self, ns: str, name: str) -> dict[str, dict]:
+        st = (self.get_isvc(ns, name) or {}).get("status") or {}
+        return {c["type"]: c for c in st.get("conditions") or []}
+
+    def wait(self, pred, timeout: float = 30.0, what: str = "condition", interval: float = 0.2):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            last = pred()
+            if last:
+                return last
+            time.sleep(interval)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+    def wait_ready(self, ns: str, name: str, timeout: float = 30.0) -> dict:
+        self.wait(lambda: self.conditions(ns, name).get("Ready", {}).get("status") == "True", timeout,
+                  f"{ns}/{name} Ready (conditions: {json.dumps(self.conditions(ns, name))[:800]})")
+        return self.get_isvc(ns, name)
+
+    def pods(self, ns: str, isvc: str) -> list[dict]:
+        return self.list("v1", "Pod", ns, label_selector=f"serving.kserve.io/inferenceservice={isvc}")
+
+    def pod_log(self, ns: str, pod: str, container: str | None = None, previous: bool = False) -> str:
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.emu.api_client())
+        return core.read_namespaced_pod_log(pod, ns, container=container, previous=previous)
+
+    def events(self, ns: str, name: str | None = None) -> list[dict]:
+        evs = self.list("v1", "Event", ns)
+        return [e for e in evs if name is None or e["involvedObject"].get("name") == name]
+
+    def close(self) -> None:
+        self.ctl.stop()
+        self.emu.stop()
+
+
+@pytest.fixture
+def fake_lab(tmp_path):
+    """Emulator + controller whose 'vLLM' is the fake server (fast; no .venv-vllm needed)."""
+    labs: list[Lab] = []
+
+    def make(**kw) -> Lab:
+        lab = Lab(tmp_path / f"lab{len(labs)}", fake_python(tmp_path), **kw)
+        labs.append(lab)
+        return lab
+
+    yield make
+    for lab in labs:
+        lab.close()
+
+
+@pytest.fixture
+def fake_models(tmp_path) -> Path:
+    """A models tree the fake server accepts: target/ and draft/ with a config.json each."""
+    root = tmp_path / "fake-models"
+    for sub in ("target", "draft"):
+        (root / sub).mkdir(parents=True)
+        (root / sub / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    return root

@@ -68,8 +68,12 @@ def test_set_and_get_arg():
 def test_env_keeps_state_under_run_dir(tmp_path):
     env = engine.engine_env(tmp_path, {"EXTRA": "1"})
     for key in ("VLLM_CACHE_ROOT", "VLLM_RPC_BASE_PATH", "TMPDIR", "HF_HOME"):
-        assert env[key].startswith(str(tmp_path)), key
+        assert str(Path(env[key]).resolve()).startswith(str(tmp_path.resolve())), key
         assert Path(env[key]).is_dir()
+    # ZeroMQ ipc sockets live there: the path must leave room for a 36-character name
+    assert len(env["VLLM_RPC_BASE_PATH"]) <= engine.RPC_PATH_BUDGET
+    deep = tmp_path / ("d" * 80)
+    assert len(engine.engine_env(deep)["VLLM_RPC_BASE_PATH"]) <= engine.RPC_PATH_BUDGET
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert env["HF_HUB_OFFLINE"] == "1" and env["EXTRA"] == "1"
 

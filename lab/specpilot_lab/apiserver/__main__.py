@@ -28,6 +28,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kubeconfig", help="write a kubeconfig for this server here")
     p.add_argument("--ready-file", help="write JSON {port, url, pid, kubeconfig} here once serving "
                                         "(default STATE_DIR/apiserver.ready)")
+    p.add_argument("--watch-history", type=int, default=4096,
+                   help="events kept for watches from an older resourceVersion (older ones get 410 Gone)")
+    p.add_argument("--bookmark-interval", type=float, default=5.0,
+                   help="seconds between BOOKMARK events on idle watches that allow them")
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
 
@@ -48,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(c).exists():
             print(f"apiserver: CRD path {c} does not exist", file=sys.stderr)
             return 2
-    server = build(state, crds, args.host, args.port)
+    server = build(state, crds, args.host, args.port, watch_history=args.watch_history)
+    server.bookmark_interval = args.bookmark_interval
     ready_file = Path(args.ready_file) if args.ready_file else state / "apiserver.ready"
     kubeconfig = None
     if args.kubeconfig:

@@ -106,9 +106,9 @@ class Cluster:
     """All state of one emulated cluster."""
 
     def __init__(self, state_dir: str | os.PathLike, boot_crds: Iterable[str | os.PathLike] = (),
-                 boot_namespaces: Iterable[str] = BOOT_NAMESPACES):
+                 boot_namespaces: Iterable[str] = BOOT_NAMESPACES, watch_history: int = 4096):
         self.state_dir = Path(state_dir)
-        self.store = Store()
+        self.store = Store(history=watch_history)
         self.lock = self.store.lock
         self.boot_namespaces = tuple(boot_namespaces)
         self.cluster_ips = builtins.ClusterIPs()
@@ -129,20 +129,14 @@ class Cluster:
 
     # ------------------------------------------------------------------ boot / reset
     def load_boot_crds(self, paths: Iterable[str | os.PathLike]) -> None:
+        """Read the CRDs to install at boot (kept as compact JSON, so reset() need not re-parse YAML)."""
         docs: list[bytes] = []
         for path in paths:
             p = Path(path)
             files = sorted(p.glob("*.yaml")) + sorted(p.glob("*.yml")) + sorted(p.glob("*.json")) \
                 if p.is_dir() else [p]
             for f in files:
-                with open(f, "rb") as fh:
-                    for doc in yaml.load_all(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
-                        if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
-                            docs.append(json.dumps(doc, separators=(",", ":")).encode())
-                        elif isinstance(doc, dict) and doc.get("kind") == "List":
-                            for item in doc.get("items") or []:
-                                if isinstance(item, dict) and item.get("kind") == "CustomResourceDefinition":
-                                    docs.append(json.dumps(item, separators=(",", ":")).encode())
+                docs.extend(_crd_docs_of_file(f))
         self._boot_crd_docs = docs
 
     def reset(self) -> None:
@@ -1181,3 +1175,48 @@ class Cluster:
 
 def decode_secret_value(value: str) -> bytes:
     return base64.b64decode(value)
+
+
+def _cache_dir() -> Path | None:
+    env = os.environ.get("SPECPILOT_LAB_CACHE")
+    if env == "":
+        return None
+    base = Path(env) if env else Path(__file__).resolve().parents[3] / ".cache" / "specpilot-lab"
+    return base / "crd-json"
+
+
+def _crd_docs_of_file(path: Path) -> list[bytes]:
+    """The CRDs in one YAML/JSON file as compact JSON documents.
+
+    Parsing the 2 MB upstream KServe YAML takes about a second even with libyaml, so the result
+    is cached by content hash under ``.cache/specpilot-lab`` (``SPECPILOT_LAB_CACHE`` overrides it,
+    an empty value turns the cache off).
+    """
+    import hashlib
+
+    raw = path.read_bytes()
+    digest = hashlib.sha256(raw).hexdigest()
+    cache = _cache_dir()
+    cached = cache / f"{digest}.json" if cache else None
+    if cached is not None:
+        try:
+            return [line for line in cached.read_bytes().split(b"\n") if line]
+        except OSError:
+            pass
+    docs: list[dict] = []
+    for doc in yaml.load_all(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+        if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+            docs.append(doc)
+        elif isinstance(doc, dict) and doc.get("kind") == "List":
+            docs.extend(i for i in doc.get("items") or []
+                        if isinstance(i, dict) and i.get("kind") == "CustomResourceDefinition")
+    out = [json.dumps(d, separators=(",", ":")).encode() for d in docs]
+    if cached is not None:
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(b"\n".join(out) + b"\n")  # one JSON document per line
+            os.replace(tmp, cached)
+        except OSError:
+            pass
+    return out

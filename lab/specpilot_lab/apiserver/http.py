@@ -122,6 +122,7 @@ class APIServer(ThreadingHTTPServer):
         self.requests = control_state.RequestLog()
         self.faults = control_state.FaultInjector()
         self.shutting_down = threading.Event()
+        self.bookmark_interval = 5.0
         super().__init__((host, port), Handler)
 
     @property
@@ -733,7 +734,7 @@ class Handler(BaseHTTPRequestHandler):
                 if not events:
                     if self._client_gone():
                         raise ClientGone()
-                    if bookmarks and time.monotonic() - last_sent > 5.0:
+                    if bookmarks and time.monotonic() - last_sent > self.server.bookmark_interval:
                         self._chunk(dumps({"type": "BOOKMARK", "object": {
                             "kind": rt.kind, "apiVersion": rt.api_version,
                             "metadata": {"resourceVersion": str(cursor)}}}) + b"\n")

@@ -57,7 +57,9 @@ MAX_JSON_PATCH_OPERATIONS = 10000
 class PatchError(Exception):
     """A failed patch; :meth:`status` is the v1 Status body the apiserver sends."""
 
-    def __init__(self, code: int, reason: str, message: str, *, details: dict | None = None, detail: str = ""):
+    def __init__(
+        self, code: int, reason: str, message: str, *, details: dict | None = None, detail: str = ""
+    ):
         super().__init__(message)
         self.code = code
         self.reason = reason
@@ -96,7 +98,11 @@ def _bad_request(msg: str) -> PatchError:
 def _generic_invalid(msg: str) -> PatchError:
     # errors.NewGenericServerResponse(422, "", GroupResource{}, "", msg, 0, false)
     return PatchError(
-        422, "Invalid", "the server rejected our request due to an error in our request", details={}, detail=msg
+        422,
+        "Invalid",
+        "the server rejected our request due to an error in our request",
+        details={},
+        detail=msg,
     )
 
 
@@ -159,12 +165,23 @@ def json_patch(target: dict, ops: list) -> dict:
         )
     for op in ops:
         if not isinstance(op, dict):
-            raise _bad_request("json: cannot unmarshal array into Go value of type jsonpatch.Operation")
+            t = "array" if isinstance(op, list) else "string" if isinstance(op, str) else "number"
+            if op is None or isinstance(op, bool):
+                t = "bool" if isinstance(op, bool) else "null"
+            if op is None:
+                continue  # json.Unmarshal leaves a null operation empty; it fails when applied
+            raise _bad_request(f"json: cannot unmarshal {t} into Go value of type jsonpatch.Operation")
     try:
         return jsonpatch.JsonPatch(ops).apply(copy.deepcopy(target), in_place=True)
     except jsonpatch.JsonPatchTestFailed as e:
         raise _generic_invalid(f"testing value failed: {e}") from None
-    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, KeyError, IndexError, TypeError) as e:
+    except (
+        jsonpatch.JsonPatchException,
+        jsonpointer.JsonPointerException,
+        KeyError,
+        IndexError,
+        TypeError,
+    ) as e:
         raise _generic_invalid(str(e)) from None
 
 
@@ -347,7 +364,10 @@ _JOB_SPEC = {"selector": _ATOMIC_STRUCT, "template": _POD_TEMPLATE}
 _BUILTIN_TABLES: dict[tuple[str, str], dict] = {
     ("", "Pod"): {"spec": _POD_SPEC, "status": _POD_STATUS},
     ("", "PodTemplate"): {"template": _POD_TEMPLATE},
-    ("", "ReplicationController"): {"spec": {"template": _POD_TEMPLATE, "selector": _ATOMIC_MAP}, "status": _WORKLOAD_STATUS},
+    ("", "ReplicationController"): {
+        "spec": {"template": _POD_TEMPLATE, "selector": _ATOMIC_MAP},
+        "status": _WORKLOAD_STATUS,
+    },
     ("", "Service"): {
         "spec": {
             "ports": _mlist(("port", "protocol"), "port", **{"@keydefaults": {"protocol": "TCP"}}),
@@ -378,15 +398,25 @@ _BUILTIN_TABLES: dict[tuple[str, str], dict] = {
     ("", "LimitRange"): {},
     ("", "ResourceQuota"): {"spec": {"hard": _MAP}, "status": {"hard": _MAP, "used": _MAP}},
     ("apps", "Deployment"): {
-        "spec": {"selector": _ATOMIC_STRUCT, "template": _POD_TEMPLATE, "strategy": {"@patch": ("retainKeys", None)}},
+        "spec": {
+            "selector": _ATOMIC_STRUCT,
+            "template": _POD_TEMPLATE,
+            "strategy": {"@patch": ("retainKeys", None)},
+        },
         "status": _WORKLOAD_STATUS,
     },
-    ("apps", "ReplicaSet"): {"spec": {"selector": _ATOMIC_STRUCT, "template": _POD_TEMPLATE}, "status": _WORKLOAD_STATUS},
+    ("apps", "ReplicaSet"): {
+        "spec": {"selector": _ATOMIC_STRUCT, "template": _POD_TEMPLATE},
+        "status": _WORKLOAD_STATUS,
+    },
     ("apps", "StatefulSet"): {
         "spec": {"selector": _ATOMIC_STRUCT, "template": _POD_TEMPLATE},
         "status": _WORKLOAD_STATUS,
     },
-    ("apps", "DaemonSet"): {"spec": {"selector": _ATOMIC_STRUCT, "template": _POD_TEMPLATE}, "status": _WORKLOAD_STATUS},
+    ("apps", "DaemonSet"): {
+        "spec": {"selector": _ATOMIC_STRUCT, "template": _POD_TEMPLATE},
+        "status": _WORKLOAD_STATUS,
+    },
     ("apps", "ControllerRevision"): {},
     ("batch", "Job"): {
         "spec": _JOB_SPEC,
@@ -410,28 +440,55 @@ _SKELETONS: dict[tuple[str, str], dict] = {
     ("", "PodTemplate"): {"template": copy.deepcopy(_TEMPLATE_SKEL)},
     ("", "Service"): {"spec": {}, "status": {"loadBalancer": {}}},
     ("", "Namespace"): {"spec": {}, "status": {}},
-    ("", "Node"): {"spec": {}, "status": {"daemonEndpoints": {"kubeletEndpoint": {"Port": 0}}, "nodeInfo": {}}},
+    ("", "Node"): {
+        "spec": {},
+        "status": {"daemonEndpoints": {"kubeletEndpoint": {"Port": 0}}, "nodeInfo": {}},
+    },
     ("", "PersistentVolumeClaim"): {"spec": {"resources": {}}, "status": {}},
-    ("", "Event"): {"involvedObject": {}, "source": {}, "firstTimestamp": None, "lastTimestamp": None,
-                    "eventTime": None, "reportingComponent": "", "reportingInstance": ""},
-    ("apps", "Deployment"): {"spec": {"selector": None, "template": copy.deepcopy(_TEMPLATE_SKEL), "strategy": {}},
-                             "status": {}},
-    ("apps", "ReplicaSet"): {"spec": {"selector": None, "template": copy.deepcopy(_TEMPLATE_SKEL)}, "status": {}},
-    ("apps", "StatefulSet"): {"spec": {"selector": None, "template": copy.deepcopy(_TEMPLATE_SKEL),
-                                       "updateStrategy": {}}, "status": {"replicas": 0, "availableReplicas": 0}},
-    ("apps", "DaemonSet"): {"spec": {"selector": None, "template": copy.deepcopy(_TEMPLATE_SKEL),
-                                     "updateStrategy": {}}, "status": {}},
+    ("", "Event"): {
+        "involvedObject": {},
+        "source": {},
+        "firstTimestamp": None,
+        "lastTimestamp": None,
+        "eventTime": None,
+        "reportingComponent": "",
+        "reportingInstance": "",
+    },
+    ("apps", "Deployment"): {
+        "spec": {"selector": None, "template": copy.deepcopy(_TEMPLATE_SKEL), "strategy": {}},
+        "status": {},
+    },
+    ("apps", "ReplicaSet"): {
+        "spec": {"selector": None, "template": copy.deepcopy(_TEMPLATE_SKEL)},
+        "status": {},
+    },
+    ("apps", "StatefulSet"): {
+        "spec": {"selector": None, "template": copy.deepcopy(_TEMPLATE_SKEL), "updateStrategy": {}},
+        "status": {"replicas": 0, "availableReplicas": 0},
+    },
+    ("apps", "DaemonSet"): {
+        "spec": {"selector": None, "template": copy.deepcopy(_TEMPLATE_SKEL), "updateStrategy": {}},
+        "status": {},
+    },
     ("batch", "Job"): {"spec": {"template": copy.deepcopy(_TEMPLATE_SKEL)}, "status": {}},
-    ("batch", "CronJob"): {"spec": {"jobTemplate": {"metadata": {"creationTimestamp": None},
-                                                    "spec": {"template": copy.deepcopy(_TEMPLATE_SKEL)}}},
-                           "status": {}},
+    ("batch", "CronJob"): {
+        "spec": {
+            "jobTemplate": {
+                "metadata": {"creationTimestamp": None},
+                "spec": {"template": copy.deepcopy(_TEMPLATE_SKEL)},
+            }
+        },
+        "status": {},
+    },
     ("coordination.k8s.io", "Lease"): {"spec": {}},
     ("rbac.authorization.k8s.io", "Role"): {"rules": None},
     ("rbac.authorization.k8s.io", "ClusterRole"): {"rules": None},
     ("rbac.authorization.k8s.io", "RoleBinding"): {"roleRef": {}},
     ("rbac.authorization.k8s.io", "ClusterRoleBinding"): {"roleRef": {}},
-    ("apiextensions.k8s.io", "CustomResourceDefinition"): {"spec": {"names": {}, "versions": None},
-                                                            "status": {"acceptedNames": {}, "storedVersions": None}},
+    ("apiextensions.k8s.io", "CustomResourceDefinition"): {
+        "spec": {"names": {}, "versions": None},
+        "status": {"acceptedNames": {}, "storedVersions": None},
+    },
 }
 _BUILTIN_CACHE: dict[tuple[str, str], _TableTypeInfo] = {}
 
@@ -737,7 +794,8 @@ def _merge_set_element_order(original: dict, patch: dict, tp: tuple, info: TypeI
         if found_o and not found_p:
             merged = orig_list
         elif not found_o and found_p:
-            merged, _ = _remove_directives(patch_list)
+            merged, _ = _remove_directives(_discard_nulls(patch_list))
+            merged = _clean_new_value(merged)
         elif found_o and found_p:
             merged = _merge_slice_handler(orig_list, patch_list, ctp, info, strategy, mkey, False)
         else:
@@ -788,7 +846,9 @@ def _merge_key_value_equal(left: Any, right: Any, mkey: str) -> bool:
     return _go_eq(left[mkey], right[mkey])
 
 
-def _merge_slice_handler(original: list, patch: list, tp, info, strategy: str, mkey: str, is_delete_list: bool) -> list:
+def _merge_slice_handler(
+    original: list, patch: list, tp, info, strategy: str, mkey: str, is_delete_list: bool
+) -> list:
     if not isinstance(original, list):
         raise _err_bad_arg_type("[]interface {}", original)
     if not isinstance(patch, list):
@@ -1020,8 +1080,9 @@ def _merge_sorted_slice(left: list, right: list, server_order: list, mkey: str, 
     return out
 
 
-def _normalize_element_order(patch: list, server_only: list, patch_order: list, server_order: list, mkey: str,
-                             kind: str) -> list:
+def _normalize_element_order(
+    patch: list, server_only: list, patch_order: list, server_order: list, mkey: str, kind: str
+) -> list:
     patch = _normalize_slice_order(patch, patch_order, mkey, kind)
     server_only = _normalize_slice_order(server_only, server_order, mkey, kind)
     return _merge_sorted_slice(server_only, patch, server_order, mkey, kind)
@@ -1640,7 +1701,12 @@ class _Entry:
 
     @property
     def key(self) -> tuple:
-        return (self.manager, self.operation, self.api_version if self.operation == "Update" else "", self.subresource)
+        return (
+            self.manager,
+            self.operation,
+            self.api_version if self.operation == "Update" else "",
+            self.subresource,
+        )
 
     def identifier(self) -> str:
         """BuildManagerIdentifier (JSON of the ManagedFieldsEntry without time and fields)."""
@@ -1661,7 +1727,11 @@ class _Entry:
         return s
 
     def encode(self) -> dict:
-        d: dict[str, Any] = {"manager": self.manager, "operation": self.operation, "apiVersion": self.api_version}
+        d: dict[str, Any] = {
+            "manager": self.manager,
+            "operation": self.operation,
+            "apiVersion": self.api_version,
+        }
         if self.time is not None:
             d["time"] = self.time
         d["fieldsType"] = "FieldsV1"
@@ -1691,7 +1761,9 @@ def _decode_managed(entries: Any) -> dict[tuple, _Entry]:
         if ft != "FieldsV1":
             raise ValueError(f"invalid fieldsType {go_quote(str(ft))} in managed fields entry {i}")
         fset = FieldSet.from_json(e.get("fieldsV1") or {})
-        entry = _Entry(e.get("manager", ""), op, e["apiVersion"], e.get("subresource", ""), fset, e.get("time"))
+        entry = _Entry(
+            e.get("manager", ""), op, e["apiVersion"], e.get("subresource", ""), fset, e.get("time")
+        )
         out[entry.key] = entry
     return out
 
@@ -1738,6 +1810,24 @@ def _is_reset(mf: Any) -> bool:
     return False
 
 
+def _reset_set(reset_fields) -> FieldSet | None:
+    fields = [f for f in (reset_fields or ()) if f]
+    if not fields:
+        return None
+    out = FieldSet()
+    for f in fields:
+        out.insert(tuple(("f", part) for part in (f if isinstance(f, (tuple, list)) else (f,))))
+    return out
+
+
+def _exclude(cmp: _Comparison, ign: FieldSet | None) -> _Comparison:
+    if ign is not None:
+        cmp.added = cmp.added.recursive_difference(ign)
+        cmp.modified = cmp.modified.recursive_difference(ign)
+        cmp.removed = cmp.removed.recursive_difference(ign)
+    return cmp
+
+
 def _update_managers(managers: dict[tuple, _Entry], cmp: _Comparison, skip_key: tuple | None, force: bool):
     """merge.Updater.update: conflicts and removed fields of the other managers."""
     changed = cmp.modified.union(cmp.added)
@@ -1764,7 +1854,11 @@ def _raise_conflicts(conflicts: list[tuple[_Entry, FieldSet]]):
     conflicts = sorted(conflicts, key=lambda c: c[0].identifier())
     flat: list[tuple[_Entry, tuple]] = [(e, p) for e, cs in conflicts for p in cs.paths()]
     causes = [
-        {"reason": "FieldManagerConflict", "message": f"conflict with {e.describe()}", "field": path_string(p)}
+        {
+            "reason": "FieldManagerConflict",
+            "message": f"conflict with {e.describe()}",
+            "field": path_string(p),
+        }
         for e, p in flat
     ]
     if len(flat) == 1:
@@ -1779,10 +1873,19 @@ def _raise_conflicts(conflicts: list[tuple[_Entry, FieldSet]]):
     raise ApplyConflict(message, causes, [(e.describe(), path_string(p)) for e, p in flat])
 
 
-def _record_update(managers: dict[tuple, _Entry], old: dict, new: dict, manager: str, api_version: str,
-                   subresource: str, info, now: str) -> None:
+def _record_update(
+    managers: dict[tuple, _Entry],
+    old: dict,
+    new: dict,
+    manager: str,
+    api_version: str,
+    subresource: str,
+    info,
+    now: str,
+    ign: FieldSet | None = None,
+) -> None:
     skel = _info_skeleton(info)
-    cmp = _compare(_overlay(skel, old), _overlay(skel, new), info)
+    cmp = _exclude(_compare(_overlay(skel, old), _overlay(skel, new), info), ign)
     _update_managers(managers, cmp, None, True)
     cur = cmp.modified.union(cmp.added).difference(_STRIP)
     if cur.empty():
@@ -1796,8 +1899,16 @@ def _record_update(managers: dict[tuple, _Entry], old: dict, new: dict, manager:
         managers[key] = _Entry(manager, "Update", api_version, subresource, cur, now)
 
 
-def record_update(old: dict | None, new: dict, manager: str, info: TypeInfo, now: str,
-                  subresource: str | None = None) -> None:
+def record_update(
+    old: dict | None,
+    new: dict,
+    manager: str,
+    info: TypeInfo,
+    now: str,
+    subresource: str | None = None,
+    *,
+    reset_fields=(),
+) -> None:
     """Track a non-apply write (create, update, any patch) IN PLACE on ``new``: ``manager``
     (operation Update, apiVersion of ``new``) takes ownership of the fields it added or changed,
     other managers lose them and lose the fields it removed; entries of the same manager,
@@ -1805,6 +1916,10 @@ def record_update(old: dict | None, new: dict, manager: str, info: TypeInfo, now
 
     Like the apiserver, ``metadata.managedFields`` sent in ``new`` replace the tracked ones when
     they are non-empty (``[]`` or ``[{}]`` reset them); for a subresource they are ignored.
+    ``reset_fields`` are the top-level fields (or paths as tuples) the write cannot change and
+    nobody gains by it, like the apiserver's reset fields: ``("status",)`` for the main resource
+    of a kind with a status subresource, ``("spec",)`` (and ``("metadata",)`` for most built-ins)
+    for its ``/status``.
     """
     meta = new.get("metadata") if isinstance(new.get("metadata"), dict) else None
     sent = meta.get("managedFields", _ABSENT) if meta is not None else _ABSENT
@@ -1831,12 +1946,31 @@ def record_update(old: dict | None, new: dict, manager: str, info: TypeInfo, now
     old_c = _without_managed(old)
     if old is None:
         old_c = {k: new[k] for k in ("apiVersion", "kind") if k in new}
-    _record_update(managers, old_c, new, manager, str(new.get("apiVersion") or ""), subresource or "", info, now)
+    _record_update(
+        managers,
+        old_c,
+        new,
+        manager,
+        str(new.get("apiVersion") or ""),
+        subresource or "",
+        info,
+        now,
+        _reset_set(reset_fields),
+    )
     _set_managed(new, managers)
 
 
-def server_side_apply(live: dict | None, config: dict, manager: str, force: bool, info: TypeInfo, now: str,
-                      subresource: str | None = None) -> dict:
+def server_side_apply(
+    live: dict | None,
+    config: dict,
+    manager: str,
+    force: bool,
+    info: TypeInfo,
+    now: str,
+    subresource: str | None = None,
+    *,
+    reset_fields=(),
+) -> dict:
     """Server-side apply of ``config`` by ``manager``; returns the new object (``live`` is not
     modified) with ``metadata.managedFields`` updated. ``live`` None creates.
 
@@ -1844,6 +1978,8 @@ def server_side_apply(live: dict | None, config: dict, manager: str, force: bool
     before and omits now are removed unless another manager owns them; changing a field another
     manager owns raises :class:`ApplyConflict` (409) unless ``force``, which moves the ownership.
     A re-apply that changes nothing returns the live object with its managedFields unchanged.
+    ``reset_fields``: as for :func:`record_update` (fields the applier neither owns nor conflicts
+    on; the caller still resets their values, e.g. copies ``status`` back from ``live``).
     """
     if not isinstance(config, dict):
         raise _bad_request("apply patch must be an object")
@@ -1869,9 +2005,18 @@ def server_side_apply(live: dict | None, config: dict, manager: str, force: bool
         if not managers:
             # skipNonAppliedManager: existing fields go to "before-first-apply"
             empty = {k: live_obj[k] for k in ("apiVersion", "kind") if k in live_obj}
-            _record_update(managers, empty, live_obj, "before-first-apply",
-                           str(live_obj.get("apiVersion") or api_version), "", info, now)
+            _record_update(
+                managers,
+                empty,
+                live_obj,
+                "before-first-apply",
+                str(live_obj.get("apiVersion") or api_version),
+                "",
+                info,
+                now,
+            )
 
+    ign = _reset_set(reset_fields)
     try:
         cfg_set = _to_field_set(config, info, strict=True)
     except _TypedError as e:
@@ -1881,6 +2026,8 @@ def server_side_apply(live: dict | None, config: dict, manager: str, force: bool
             f"{api_version}, Kind={config.get('kind', '')}): {e}"
         ) from None
 
+    if ign is not None:
+        cfg_set = cfg_set.recursive_difference(ign)
     apply_key = (manager, "Apply", "", sub)
     last = managers.get(apply_key)
     last_set = last.set if last is not None else None
@@ -1890,7 +2037,7 @@ def server_side_apply(live: dict | None, config: dict, manager: str, force: bool
     new_obj = _ssa_prune(merged, managers, last_set, info)
 
     skel = _info_skeleton(info)
-    cmp = _compare(_overlay(skel, live_obj), _overlay(skel, new_obj), info)
+    cmp = _exclude(_compare(_overlay(skel, live_obj), _overlay(skel, new_obj), info), ign)
     _update_managers(managers, cmp, apply_key, force)
 
     entry.set = entry.set.difference(_STRIP)

@@ -223,7 +223,13 @@ _TYPE_STRINGS = {
     "FieldValueTypeInvalid": "Invalid value",
     "FieldValueTooShort": "Too short",
 }
-_NO_VALUE_TYPES = {"FieldValueRequired", "FieldValueForbidden", "FieldValueTooLong", "FieldValueTooShort", "InternalError"}
+_NO_VALUE_TYPES = {
+    "FieldValueRequired",
+    "FieldValueForbidden",
+    "FieldValueTooLong",
+    "FieldValueTooShort",
+    "InternalError",
+}
 
 
 @dataclass
@@ -417,7 +423,8 @@ _RX_UUID4 = re.compile(r"(?i)^[0-9a-f]{8}-?[0-9a-f]{4}-?4[0-9a-f]{3}-?[89ab][0-9
 _RX_UUID5 = re.compile(r"(?i)^[0-9a-f]{8}-?[0-9a-f]{4}-?5[0-9a-f]{3}-?[89ab][0-9a-f]{3}-?[0-9a-f]{12}$")
 _RX_DT_TIME = re.compile(r"^([0-9]{2}):([0-9]{2}):([0-9]{2})(.[0-9]+)?(z|([+-][0-9]{2}:[0-9]{2}))$")
 _RX_HOSTNAME = re.compile(
-    r"^([a-zA-Z0-9\w]((-?[a-zA-Z0-9\w]{0,62})?)|([a-zA-Z0-9\w](([a-zA-Z0-9\-\w]{0,61}[a-zA-Z0-9\w])?)(\.)){1,}"
+    r"^([a-zA-Z0-9\w]((-?[a-zA-Z0-9\w]{0,62})?)|"
+    r"([a-zA-Z0-9\w](([a-zA-Z0-9\-\w]{0,61}[a-zA-Z0-9\w])?)(\.)){1,}"
     r"([a-zA-Z\w]){2,63})$"
 )
 _RX_EMAIL = re.compile(r"^[^@\s<>]+@[^@\s<>]+$")
@@ -560,7 +567,14 @@ def _compile_go_regexp(pattern: str) -> re.Pattern:
 # --------------------------------------------------------------------------------------------
 
 _NO_DEFAULT = object()
-_SCHEMA_TYPE = {bool: "boolean", str: "string", int: "integer", float: "number", list: "array", dict: "object"}
+_SCHEMA_TYPE = {
+    bool: "boolean",
+    str: "string",
+    int: "integer",
+    float: "number",
+    list: "array",
+    dict: "object",
+}
 _DATA_FORMAT = {int: "int64", float: "float64"}
 
 
@@ -684,7 +698,7 @@ class _Node:
         if props is None:
             return None
         sub = props.get(name)
-        if sub is None:
+        if not isinstance(sub, dict):
             return None
         return self.owner._node(sub)
 
@@ -810,7 +824,9 @@ class StructuralSchema:
                 v = x[k]
                 if emb and k in _META_FIELDS_TOP:
                     if k == "metadata" and isinstance(v, dict):
-                        self._coerce_meta(v, f"{path}.metadata" if path else "metadata", removed, nested=not root)
+                        self._coerce_meta(
+                            v, f"{path}.metadata" if path else "metadata", removed, nested=not root
+                        )
                     continue
                 kp = f"{path}.{k}" if path else k
                 child = node.prop(k)
@@ -835,7 +851,9 @@ class StructuralSchema:
             for k, v in x.items():
                 if emb and k in _META_FIELDS_TOP:
                     if k == "metadata" and isinstance(v, dict):
-                        self._coerce_meta(v, f"{path}.metadata" if path else "metadata", removed, nested=not root)
+                        self._coerce_meta(
+                            v, f"{path}.metadata" if path else "metadata", removed, nested=not root
+                        )
                     continue
                 kp = f"{path}.{k}" if path else k
                 child = node.prop(k)
@@ -1037,7 +1055,12 @@ class StructuralSchema:
                 errs.append(_too_many(path, size, n.max_items))
             if n.unique_items and _has_duplicates(data):
                 errs.append(
-                    FieldError("FieldValueInvalid", path or "<nil>", f"{path} in body shouldn't contain duplicates", "")
+                    FieldError(
+                        "FieldValueInvalid",
+                        path or "<nil>",
+                        f"{path} in body shouldn't contain duplicates",
+                        "",
+                    )
                 )
             cnt += 2
         # 7. common validator (enum)
@@ -1058,8 +1081,11 @@ class StructuralSchema:
         dformat = _DATA_FORMAT.get(dt, "")
         is_float_int = sch == "number" and "integer" in types and _is_json_integer(data)
         is_int_float = sch == "integer" and "number" in types
-        if dt is not str and dt is not list and fmt and not (
-            sch in types or dformat == fmt or is_float_int or is_int_float
+        if (
+            dt is not str
+            and dt is not list
+            and fmt
+            and not (sch in types or dformat == fmt or is_float_int or is_int_float)
         ):
             return _type_err(path, fmt, dformat)
         if not ("number" in types or "integer" in types) and fmt and (dt is str or dt is list):
@@ -1175,7 +1201,12 @@ class StructuralSchema:
                 )
             elif rx.search(data) is None:
                 errs.append(
-                    FieldError("FieldValueInvalid", path or "<nil>", f"{path} in body should match '{n.pattern}'", data)
+                    FieldError(
+                        "FieldValueInvalid",
+                        path or "<nil>",
+                        f"{path} in body should match '{n.pattern}'",
+                        data,
+                    )
                 )
 
     @staticmethod
@@ -1218,7 +1249,10 @@ class StructuralSchema:
                 elif data % fi != 0 if data >= 0 else (-data) % fi != 0:
                     res_multiple.append(
                         FieldError(
-                            "FieldValueInvalid", path or "<nil>", f"{path} in body should be a multiple of {fi}", data
+                            "FieldValueInvalid",
+                            path or "<nil>",
+                            f"{path} in body should be a multiple of {fi}",
+                            data,
                         )
                     )
             else:
@@ -1359,7 +1393,10 @@ class StructuralSchema:
                 for i, item in enumerate(x):
                     if item is not None and not isinstance(item, dict):
                         bad = FieldError(
-                            "FieldValueInvalid", f"{path}[{i}]", "must be an object for an array of list-type map", item
+                            "FieldValueInvalid",
+                            f"{path}[{i}]",
+                            "must be an object for an array of list-type map",
+                            item,
                         )
                         break
                 if bad is not None:
@@ -1515,7 +1552,9 @@ def _enum_err(path: str, data: Any, enum: list) -> FieldError:
 
 def _bound_err(path: str, data: Any, limit: Any, word: str, exclusive: bool) -> FieldError:
     rel = f"should be {word} than" if exclusive else f"should be {word} than or equal to"
-    return FieldError("FieldValueInvalid", path or "<nil>", f"{path} in body {rel} {_go_number_v(limit)}", data)
+    return FieldError(
+        "FieldValueInvalid", path or "<nil>", f"{path} in body {rel} {_go_number_v(limit)}", data
+    )
 
 
 def _multiple_of_float(path: str, data: float, factor: float, out: list):
@@ -1533,7 +1572,10 @@ def _multiple_of_float(path: str, data: float, factor: float, out: list):
     if not _is_json_integer(mult):
         out.append(
             FieldError(
-                "FieldValueInvalid", path or "<nil>", f"{path} in body should be a multiple of {_go_float_v(factor)}", data
+                "FieldValueInvalid",
+                path or "<nil>",
+                f"{path} in body should be a multiple of {_go_float_v(factor)}",
+                data,
             )
         )
 

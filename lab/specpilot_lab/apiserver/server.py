@@ -101,11 +101,11 @@ class RunningServer:
 
 
 def build(state_dir: str | os.PathLike, crds: Iterable[str | os.PathLike] | None = None,
-          host: str = "127.0.0.1", port: int = 0) -> APIServer:
+          host: str = "127.0.0.1", port: int = 0, watch_history: int = 4096) -> APIServer:
     state = Path(state_dir)
     state.mkdir(parents=True, exist_ok=True)
     crd_list = list(crds) if crds is not None else [default_crd_dir()]
-    cluster = Cluster(state, crd_list)
+    cluster = Cluster(state, crd_list, watch_history=watch_history)
     return APIServer(cluster, host, port)
 
 

@@ -24,12 +24,13 @@ class CommandError(Exception):
 def map_text(text: str, mounts: dict[str, Path]) -> str:
     """Replace container paths (keys of mounts) with local ones wherever they start a path:
     ``--model=/mnt/models``, ``/mnt/models/draft``, ``{"model": "/mnt/models/draft"}``.
-    Longer container paths win over their parents."""
-    for cpath in sorted(mounts, key=len, reverse=True):
-        cp = cpath.rstrip("/") or "/"
-        pattern = re.compile(r"(?<![\w.\-/])" + re.escape(cp) + r"(?=$|[/\"'\s,}\]:;)])")
-        text = pattern.sub(lambda m, local=str(mounts[cpath]): local, text)
-    return text
+    One pass, longer container paths first, so a replacement is never rewritten again."""
+    if not mounts:
+        return text
+    keys = {(k.rstrip("/") or "/"): str(v) for k, v in mounts.items()}
+    alt = "|".join(re.escape(k) for k in sorted(keys, key=len, reverse=True))
+    pattern = re.compile(r"(?<![\w.\-/])(" + alt + r")(?=$|[/\"'\s,}\]:;)])")
+    return pattern.sub(lambda m: keys[m.group(1)], text)
 
 
 def map_args(args: list[str], mounts: dict[str, Path]) -> list[str]:

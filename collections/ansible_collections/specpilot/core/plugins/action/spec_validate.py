@@ -15,6 +15,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.specpilot.core.plugins.module_utils import validator
+from ansible_collections.specpilot.core.plugins.module_utils.spec import CONTROL_VARS, SPEC_KEYS, VAR_PREFIX
 
 
 class ActionModule(ActionBase):
@@ -29,8 +30,23 @@ class ActionModule(ActionBase):
         _validation, params = self.validate_argument_spec(argument_spec=validator.ARGUMENT_SPEC)
         if not validator.HAS_JSONSCHEMA:
             raise AnsibleActionFail("specpilot.core.spec_validate needs the Python package jsonschema on the controller")
-        out, failed = validator.module_result(params)
+        if params.get("spec") is None:
+            params["spec"], params["variable_names"] = self._spec_from_task_vars(task_vars or {}, params)
+        out, failed = validator.module_result(params, check_mode=bool(self._task.check_mode))
         result.update(out)
         if failed:
             result["failed"] = True
         return result
+
+    def _spec_from_task_vars(self, task_vars, params):
+        """The host's specpilot_<key> variables (templated), as a spec, and all specpilot_* names."""
+        names = [name for name in task_vars if name.startswith(VAR_PREFIX) and name not in CONTROL_VARS]
+        keys = set(SPEC_KEYS)
+        spec = {}
+        for name in names:
+            key = name[len(VAR_PREFIX):]
+            if key in keys:
+                spec[key] = self._templar.template(task_vars[name])
+        if "name" not in spec:
+            spec["name"] = params.get("default_name") or task_vars.get("inventory_hostname")
+        return spec, sorted(names)

@@ -1,26 +1,23 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see galaxy.yml)
-"""Filters that build a specpilot service spec from inventory variables."""
+"""Filter that builds a specpilot service spec from inventory variables."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.specpilot.core.plugins.module_utils.spec import assemble_from_vars
 
 
-def spec_from_vars(names, variables, default_name=None):
-    """names | spec_from_vars(hostvars[inventory_hostname], default_name) -> spec dict."""
-    if not isinstance(names, (list, tuple)):
-        raise AnsibleFilterError("spec_from_vars expects a list of variable names, got %s" % type(names).__name__)
-    resolved = {}
-    for name in names:
-        try:
-            resolved[name] = variables[name]
-        except KeyError:
-            continue
-    spec, _unknown = assemble_from_vars(resolved, default_name)
+def spec_from_vars(variables, default_name=None):
+    """{specpilot_x: value, ...} | spec_from_vars(default_name) -> {x: value, ...} (spec keys only)."""
+    if not isinstance(variables, Mapping):
+        raise AnsibleFilterError("spec_from_vars expects a mapping of variable names to values, got %s"
+                                 % type(variables).__name__)
+    spec, _unknown = assemble_from_vars(dict(variables), default_name)
     return spec
 
 
@@ -28,6 +25,4 @@ class FilterModule(object):
     """specpilot spec filters."""
 
     def filters(self):
-        return {
-            "spec_from_vars": spec_from_vars,
-        }
+        return {"spec_from_vars": spec_from_vars}

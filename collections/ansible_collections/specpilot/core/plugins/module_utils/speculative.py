@@ -255,7 +255,7 @@ def _synthetic(cfg, ctx, findings, path):
 
 def _draft_tp(cfg, ctx, findings, path):
     dtp = cfg.get("draft_tensor_parallel_size")
-    if not isinstance(dtp, int) or isinstance(dtp, bool):
+    if not isinstance(dtp, int) or isinstance(dtp, bool) or dtp < 1:  # < 1 is a bound error already
         return
     tp = ctx.get("target_tp") or 1
     version = _ctx_version(ctx)
@@ -266,7 +266,7 @@ def _draft_tp(cfg, ctx, findings, path):
     elif dtp not in (1, tp):
         findings.error(path_join(path, "draft_tensor_parallel_size"),
                        "draft_tensor_parallel_size=%d must be 1 or the target's tensor_parallel_size (%d) in vLLM %s"
-                       % (dtp, tp, version), "use 1 or %d" % tp, "draft-tp")
+                       % (dtp, tp, version), "use 1" if tp == 1 else "use 1 or %d" % tp, "draft-tp")
 
 
 def _per_batch(cfg, ctx, findings, path):

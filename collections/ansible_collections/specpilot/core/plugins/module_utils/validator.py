@@ -651,7 +651,7 @@ def _staging(spec, delivery, draft_artifact):
 def _finish(result, options):
     strict = bool(options.get("strict"))
     result["ok"] = not result["errors"] and not (strict and result["warnings"])
-    result["report"] = format_report(result, options.get("var_prefix", VAR_PREFIX), strict)
+    result["report"] = format_report(result, options.get("var_prefix") or VAR_PREFIX, strict)
     return result
 
 
@@ -692,7 +692,8 @@ def copy_result(result):
 
 # Options of specpilot.core.spec_validate (shared by the module and its action plugin).
 ARGUMENT_SPEC = {
-    "spec": {"type": "dict", "required": True},
+    "spec": {"type": "dict"},
+    "default_name": {"type": "str"},
     "strict": {"type": "bool", "default": False},
     "kserve_version": {"type": "str"},
     "schema_dir": {"type": "path"},
@@ -701,6 +702,8 @@ ARGUMENT_SPEC = {
     "read_local_files": {"type": "bool", "default": True},
     "var_prefix": {"type": "str", "default": VAR_PREFIX},
     "variable_names": {"type": "list", "elements": "str", "default": []},
+    "render_dir": {"type": "path"},
+    "display_warnings": {"type": "bool", "default": True},
 }
 
 
@@ -710,7 +713,7 @@ def run_options(params):
                                               "read_local_files", "var_prefix", "variable_names")}
 
 
-def module_result(params):
+def module_result(params, check_mode=False):
     """Everything the module returns, and whether it fails."""
     result = validate(params["spec"], run_options(params))
     out = {
@@ -726,5 +729,57 @@ def module_result(params):
     }
     failed = bool(params.get("fail_on_error")) and not result["ok"]
     if failed:
-        out["msg"] = result["report"]
+        # the report says it all; the structured lists are there with fail_on_error=false
+        return {"changed": False, "ok": False, "msg": result["report"]}, True
+    if params.get("display_warnings") and result["warnings"]:
+        out["warnings"] = [result["report"]]
+    if params.get("render_dir") and result["ok"]:
+        out["changed"], out["rendered_files"] = write_render_dir(result["plan"], params["render_dir"], check_mode)
     return out, failed
+
+
+def _yaml_text(data):
+    import yaml  # PyYAML, in requirements.txt
+
+    class _Dumper(yaml.SafeDumper):
+        pass
+
+    def _str(dumper, value):
+        style = "|" if "\n" in value else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+    _Dumper.add_representer(str, _str)
+    return "---\n" + yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=4096)
+
+
+def write_render_dir(plan, render_dir, check_mode=False):
+    """Write <render_dir>/<name>/{inferenceservice,servingruntime,plan}.yaml.
+
+    Returns (changed, files).  Files whose content is unchanged are left alone; nothing is
+    written in check mode.
+    """
+    out = os.path.join(render_dir, plan["name"])
+    documents = [("inferenceservice.yaml", plan["inferenceservice"]), ("servingruntime.yaml", plan["servingruntime"]),
+                 ("plan.yaml", plan)]
+    changed, files = False, []
+    for name, data in documents:
+        if data is None:
+            continue
+        path = os.path.join(out, name)
+        files.append(path)
+        text = _yaml_text(data)
+        try:
+            with open(path) as handle:
+                if handle.read() == text:
+                    continue
+        except (IOError, OSError):
+            pass
+        changed = True
+        if check_mode:
+            continue
+        if not os.path.isdir(out):
+            os.makedirs(out)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as handle:
+            handle.write(text)
+        os.rename(tmp, path)
+    return changed, files

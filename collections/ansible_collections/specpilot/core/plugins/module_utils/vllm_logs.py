@@ -46,6 +46,7 @@ __all__ = [
 DEFAULT_MAX_WINDOWS = 1000
 DEFAULT_MAX_ISSUES = 100
 _CHUNK = 1 << 20
+_LOOKBACK = 64 << 10  # bytes searched back from a V1 window for its "Engine NNN:" line
 _TEXT_LIMIT = 1000  # characters of a record kept in an issue's ``text``
 
 # --------------------------------------------------------------------------- patterns
@@ -98,10 +99,10 @@ _PKG_RES = (
 )
 
 # Bytes that make a physical line worth decoding. Anything else (uvicorn access lines, route
-# listings, loading progress, ...) is skipped with a few C-level substring tests.
+# listings, loading progress, "Engine NNN:" throughput lines ...) is skipped with C-level
+# substring searches. A V1 window's engine index is looked up lazily (_lookback_engine).
 _INTEREST = (
     b"metrics: ",  # SpecDecoding metrics: / Speculative metrics:
-    b"] Engine ",  # "Engine 000: Avg prompt throughput" (engine index of the next window)
     b"WARNING",
     b"ERROR",
     b"rror",  # ValueError, ImportError, OutOfMemoryError, "validation error", "error:" ...
@@ -112,6 +113,9 @@ _INTEREST = (
     b"shutdown",  # "[shutdown]", "Waiting for application shutdown.", "shutdown complete"
     b"Asynchronous scheduling",
 )
+
+
+_ENGINE_KEY = b"] Engine "
 
 
 class _Rule(object):
@@ -313,10 +317,11 @@ _V1_FAST_BODY = (
     r"Per-position acceptance rate: (\d\.\d+(?:, \d\.\d+)*), Avg Draft acceptance rate: (\d+\.\d+)%$"
 )
 _V1_FAST_RE = re.compile(_V1_FAST_BODY)
-# the same as a whole single-record INFO line (header + body): one regex for the common line
-_V1_LINE_FAST_RE = re.compile(
-    r"(?:\(([^()]*?) pid=(\d+)\) )?INFO (\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?) "
-    r"\[?[\w.\-/]+:\d+\] ?SpecDecoding metrics: " + _V1_FAST_BODY
+# the same as a whole single-record INFO line (header + body, bytes): one regex for the line
+# that fills long logs; the numbers are converted straight from bytes
+_V1_LINE_FAST_B_RE = re.compile(
+    (r"(?:\(([^()]*?) pid=(\d+)\) )?INFO (\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?) "
+     r"\[?[\w.\-/]+:\d+\] ?SpecDecoding metrics: " + _V1_FAST_BODY[:-1] + r"\r?$").encode()
 )
 
 
@@ -327,7 +332,7 @@ def _fast_fields(mal, acc_tp, draft_tp, acc, drafted, per_pos, rate):
         "drafted_throughput": float(draft_tp),
         "accepted_tokens": int(acc),
         "drafted_tokens": int(drafted),
-        "per_position_acceptance": [float(x) for x in per_pos.split(",")],
+        "per_position_acceptance": [float(x) for x in per_pos.split(b"," if isinstance(per_pos, bytes) else ",")],
         "draft_acceptance_rate": round(float(rate) / 100.0, 9),
     }
 
@@ -471,6 +476,28 @@ def _has_next_record(text, start):
     return False
 
 
+def _names(proc, pid):
+    return (proc.decode("utf-8", "replace") if proc is not None else None,
+            pid.decode() if pid is not None else None)
+
+
+def _engine_records(raw):
+    """[((proc, pid), engine index)] of the ``Engine NNN:`` records on one physical line."""
+    m = _ENGINE_B_RE.match(raw)
+    if m is not None and raw.count(b"]") == 1:
+        return [(_names(m.group(1), m.group(2)), int(m.group(3)))]
+    text = raw.decode("utf-8", "replace").rstrip("\r\n")
+    if "\x1b" in text:
+        text = _ANSI_RE.sub("", text)
+    out = []
+    for proc, pid, level, _ts, msg, _full in LogParser._records(text):
+        if level in ("INFO", "DEBUG"):
+            em = _ENGINE_LINE_RE.match(msg)
+            if em is not None:
+                out.append(((proc, pid), int(em.group(1))))
+    return out
+
+
 def _raw_record(text):
     """A record without a log header (uvicorn, tracebacks, stderr), maybe process-prefixed."""
     pm = _PREFIX_RE.match(text)
@@ -496,30 +523,28 @@ class _Accumulator(object):
         self.first_line = self.last_line = None
         self.first_ts = self.last_ts = None
 
-    def add(self, w):
+    def add(self, line, ts, drafted, accepted, mal, pp):
         self.windows += 1
         if self.first_line is None:
-            self.first_line, self.first_ts = w["line"], w["timestamp"]
-        self.last_line, self.last_ts = w["line"], w["timestamp"]
-        drafted = w["drafted_tokens"]
-        accepted = w["accepted_tokens"]
+            self.first_line, self.first_ts = line, ts
+        self.last_line, self.last_ts = line, ts
         if not drafted or accepted is None:
             return  # a zero/nan window carries no weight
         self.accepted += accepted
         self.drafted += drafted
-        mal = w["mean_acceptance_length"]
         if mal is not None:
             self.mal_sum += mal * drafted
             self.mal_weight += drafted
-        pp = w["per_position_acceptance"]
         if pp:
             if len(self.pp_sum) < len(pp):
                 self.pp_sum.extend([0.0] * (len(pp) - len(self.pp_sum)))
                 self.pp_weight.extend([0] * (len(pp) - len(self.pp_weight)))
+            pp_sum = self.pp_sum
+            pp_weight = self.pp_weight
             for i, p in enumerate(pp):
                 if p is not None:
-                    self.pp_sum[i] += p * drafted
-                    self.pp_weight[i] += drafted
+                    pp_sum[i] += p * drafted
+                    pp_weight[i] += drafted
 
     def merge(self, other):
         """Add another accumulator's sums (to combine per-engine accumulators)."""
@@ -561,6 +586,23 @@ class _Accumulator(object):
             out["per_position_acceptance"] = [
                 round(s / w, 6) if w else None for s, w in zip(self.pp_sum, self.pp_weight)]
         return out
+
+
+def _window_dict(entry):
+    """The public window dict of a compact window entry (see LogParser._add_window)."""
+    line, ts, proc, engine, fmt, fields, extra = entry
+    w = dict(_WINDOW_TEMPLATE)
+    if fmt == "fast":
+        fmt, fields, extra = "v1", _fast_fields(*fields), {}
+    w.update(fields)
+    w["line"] = line
+    w["timestamp"] = ts
+    w["process"] = proc
+    w["engine"] = engine
+    w["format"] = fmt
+    w["cumulative"] = fmt == "v0"
+    w["extra"] = extra
+    return w
 
 
 def _empty_summary():
@@ -606,9 +648,14 @@ class LogParser(object):
         }
         self._version_from_line = None  # version lines win over the init line's (vX)
         self._engine_hint = None  # v0/v1 from window formats when no init line is seen
-        self._last_engine = {}
+        self._line_engine = {}  # Engine records met earlier on the current physical line
+        self._block = None  # scan mode: the block being scanned and where the current line starts
+        self._line_start = 0
+        self._tail = b""  # scan mode: the last _LOOKBACK bytes before the block
+        self._ring = bytearray()  # line mode: the recent lines
         self._proc_engine = {}
         self._issue_cache = {}
+        self._names = {}  # (proc, pid) as bytes -> as str
         self._events_shutdown = False  # errors after a shutdown are logged as warnings
         self.since_found = False
         self.since_line = None
@@ -634,13 +681,17 @@ class LogParser(object):
             raw = raw.encode("utf-8", "surrogateescape")
         for key in self._keys:
             if key in raw:
+                self._line(raw)
                 break
         else:
             self.lineno += 1
             if self._pending_validation is not None:
                 self._validation_detail(raw)
-            return
-        self._line(raw)
+        # the recent bytes of the log, for the engine lookback (see _lookback_engine)
+        ring = self._ring
+        ring += raw if raw.endswith(b"\n") else raw + b"\n"
+        if len(ring) > 2 * _LOOKBACK:
+            del ring[:len(ring) - _LOOKBACK]
 
     def feed_lines(self, lines):
         """Consume an iterable of physical lines."""
@@ -679,39 +730,121 @@ class LogParser(object):
         with many alternatives); the leftmost hit's line is processed, everything between is
         only counted.
         """
+        if self._ring:  # lines fed one by one before: they become the lookback tail
+            self._tail = (self._tail + bytes(self._ring))[-_LOOKBACK:]
+            del self._ring[:]
         keys = self._keys
         find = block.find
+        rfind = block.rfind
+        count = block.count
+        line = self._line
         heap = []
         for i, key in enumerate(keys):
             p = find(key, 0, end)
             heap.append((p if p >= 0 else end, i))
         heapq.heapify(heap)
         replace = heapq.heapreplace
+        self._block = block
         pos = 0
         while True:
+            if self._pending_validation is not None:
+                # a pydantic error block is open (maybe since the previous chunk): its detail
+                # lines carry no keyword, so they are read one by one
+                while self._pending_validation is not None and pos < end:
+                    nl = find(b"\n", pos, end)
+                    self._line_start = pos
+                    self._feed_one(block[pos:nl])
+                    pos = nl + 1
+                while True:
+                    hit, i = heap[0]
+                    if hit >= pos:
+                        break
+                    p = find(keys[i], pos, end)
+                    replace(heap, (p if p >= 0 else end, i))
             hit = heap[0][0]
             if hit >= end:
                 break
-            start = block.rfind(b"\n", pos, hit) + 1 or pos
-            nl = find(b"\n", hit, end)
+            start = rfind(b"\n", pos, hit) + 1 or pos
             if start > pos:
-                self.lineno += block.count(b"\n", pos, start)
-            self._line(block[start:nl])
+                self.lineno += count(b"\n", pos, start)
+            nl = find(b"\n", hit, end)
+            self._line_start = start
+            line(block[start:nl])
             pos = nl + 1
-            while self._pending_validation is not None and pos < end:
-                nl = find(b"\n", pos, end)
-                self.feed(block[pos:nl])
-                pos = nl + 1
-            while heap[0][0] < pos:  # next occurrence of every keyword consumed so far
-                i = heap[0][1]
+            while True:  # next occurrence of every keyword consumed so far
+                hit, i = heap[0]
+                if hit >= pos:
+                    break
                 p = find(keys[i], pos, end)
                 replace(heap, (p if p >= 0 else end, i))
         if pos < end:
-            self.lineno += block.count(b"\n", pos, end)
+            self.lineno += count(b"\n", pos, end)
+        self._block = None
+        self._tail = (self._tail + block[:end])[-_LOOKBACK:] if end < _LOOKBACK else block[end - _LOOKBACK:end]
+
+    def _feed_one(self, raw):
+        """A line inside a pending pydantic error block (scan mode): always looked at."""
+        for key in self._keys:
+            if key in raw:
+                self._line(raw)
+                return
+        self.lineno += 1
+        self._validation_detail(raw)
+
+    # ----------------------------------------------------------------- engine lookback
+    def _lookback_segments(self):
+        """(buffer, lo, hi) spans of the log bytes before the current line, nearest first,
+        _LOOKBACK bytes in all: the current block then the tail of earlier ones (scan mode), or
+        the ring of recent lines (line mode)."""
+        block = self._block
+        tail = self._tail
+        if block is None:
+            ring = self._ring
+            if len(ring) >= _LOOKBACK:
+                return ((ring, len(ring) - _LOOKBACK, len(ring)),)
+            return ((ring, 0, len(ring)), (tail, max(0, len(tail) - (_LOOKBACK - len(ring))), len(tail)))
+        start = self._line_start
+        if start >= _LOOKBACK:
+            return ((block, start - _LOOKBACK, start),)
+        return ((block, 0, start), (tail, max(0, len(tail) - (_LOOKBACK - start)), len(tail)))
+
+    def _lookback_engine(self, key, prefix=None):
+        """Index of the nearest ``Engine NNN:`` record of process ``key`` (proc, pid) in the
+        last _LOOKBACK bytes before the current line; None when there is none.
+
+        ``prefix``: the raw ``(Name pid=N) `` bytes of the window's line (b"" without one), for
+        a byte comparison instead of parsing each candidate line.
+        """
+        klen = len(_ENGINE_KEY)
+        for buf, lo, hi in self._lookback_segments():
+            while hi > lo:
+                j = buf.rfind(_ENGINE_KEY, lo, hi)
+                if j < 0:
+                    break
+                ls = buf.rfind(b"\n", lo, j) + 1 or lo
+                if prefix is not None and buf.count(b"]", ls, j + 1) == 1 and buf.find(b"\x1b", ls, j) < 0:
+                    # the Engine record opens its line: compare the process prefix bytes
+                    if buf.startswith(prefix, ls) if prefix else buf[ls:ls + 1] != b"(":
+                        e = buf.find(b":", j + klen, j + klen + 12)
+                        if e > j + klen and buf[j + klen:e].isdigit():
+                            return int(buf[j + klen:e])
+                    hi = ls
+                    continue
+                le = buf.find(b"\n", j, hi)
+                found = None
+                for rec_key, idx in _engine_records(bytes(buf[ls:le if le >= 0 else hi])):
+                    if rec_key == key:
+                        found = idx  # the last one on the line wins
+                if found is not None:
+                    return found
+                hi = ls
+        return None
 
     def _line(self, raw):
         """One physical line that passed the byte pre-filter."""
         self.lineno += 1
+        if self._line_engine:
+            self._line_engine = {}
         since_b = self._since_b
         if since_b is not None and since_b in raw:  # matched against the raw line
             self.since_found = True
@@ -719,37 +852,27 @@ class LogParser(object):
             self._reset_events()
             self._pending_validation = None
             return
-        if b"] Engine " in raw:  # throughput line: only its engine index matters
-            m = _ENGINE_B_RE.match(raw)
-            if m is not None and raw.count(b"]") == 1:
-                proc, pid, idx = m.groups()
-                key = (proc.decode("utf-8", "replace") if proc is not None else None,
-                       pid.decode() if pid is not None else None)
-                self._last_engine[key] = int(idx)
+        if b"SpecDecoding metrics: " in raw and b"\x1b" not in raw:
+            m = _V1_LINE_FAST_B_RE.match(raw)
+            if m is not None:  # the common 0.10.2+ line: header and body in one bytes match
+                proc, pid, ts = m.group(1, 2, 3)
+                names = self._names.get((proc, pid))
+                if names is None:
+                    names = self._names[(proc, pid)] = _names(proc, pid)
+                self._add_fast_window(m.group(4, 5, 6, 7, 8, 9, 10), names[0], names[1], ts.decode(),
+                                      raw[:m.start(3) - 5])
                 return
         text = raw.decode("utf-8", "replace").rstrip("\r\n")
         if "\x1b" in text:
             text = _ANSI_RE.sub("", text)
-        elif b"SpecDecoding metrics: " in raw:
-            m = _V1_LINE_FAST_RE.match(text)
-            if m is not None:  # the common 0.10.2+ line, header and body in one match
-                g = m.groups()
-                self._add_window("v1", _fast_fields(*g[3:]), {}, g[0], g[1], g[2])
-                return
         if text.count("]") == 1:  # fast path: one record with a header (most lines)
             m = _HEADER_RE.match(text)
             if m is not None:
                 proc, pid, level, ts = m.group("proc", "pid", "level", "ts")
                 start = m.end()
-                # the two records that repeat all day long skip the generic dispatch
                 if text.startswith("SpecDecoding metrics: ", start) and level == "INFO":
                     self._window("v1", text[start + 22:], proc, pid, ts)
                     return
-                if text.startswith("Engine ", start) and level == "INFO":
-                    em = _ENGINE_LINE_RE.match(text, start)
-                    if em is not None:
-                        self._last_engine[(proc, pid)] = int(em.group(1))
-                        return
                 self._record(proc, pid, level, ts, text[start:], text)
                 return
         for rec in self._records(text):
@@ -799,7 +922,7 @@ class LogParser(object):
         if msg.startswith("Engine "):
             m = _ENGINE_LINE_RE.match(msg)
             if m is not None:
-                self._last_engine[(proc, pid)] = int(m.group(1))
+                self._line_engine[(proc, pid)] = int(m.group(1))
                 return
         if "LLM engine" in msg:
             m = _INIT_RE.search(msg)
@@ -840,41 +963,62 @@ class LogParser(object):
         fields, extra = parse_metrics_body(body)
         self._add_window(fmt, fields, extra, proc, pid, ts)
 
-    def _add_window(self, fmt, fields, extra, proc, pid, ts):
-        engine = None
+    def _engine_of(self, proc, pid, prefix=None):
+        """Data-parallel engine index of a V1 window: an ``EngineCore_DPn`` prefix, else the
+        nearest preceding ``Engine NNN:`` record of the same process (the stat logger prints it
+        right before the spec line), looked up lazily so throughput lines cost nothing."""
         if proc:
             engine = self._proc_engine.get(proc, -1)
             if engine == -1:  # "EngineCore_DP1" -> 1 (cached per process name)
                 m = _DP_RE.search(proc)
                 engine = self._proc_engine[proc] = int(m.group(1)) if m is not None else None
-        if engine is None and fmt == "v1":
-            engine = self._last_engine.get((proc, pid))
-        w = dict(_WINDOW_TEMPLATE)
-        w.update(fields)
-        w["line"] = self.lineno
-        w["timestamp"] = ts
-        w["process"] = proc
-        w["engine"] = engine
-        w["extra"] = extra
-        self.windows.append(w)
+            if engine is not None:
+                return engine
+        key = (proc, pid)
+        engine = self._line_engine.get(key)  # an earlier record on the same physical line
+        if engine is None:
+            engine = self._lookback_engine(key, prefix)
+        return engine
+
+    def _acc_of(self, engine):
+        acc = self._acc_by_engine.get(engine)
+        if acc is None:
+            acc = self._acc_by_engine[engine] = _Accumulator()
+        if self._engine_hint is None:
+            self._engine_hint = "v1"
+        return acc
+
+    def _add_window(self, fmt, fields, extra, proc, pid, ts):
+        """A window parsed into fields; kept compact, turned into a dict by result()."""
+        line = self.lineno
         self.windows_total += 1
         if fmt == "v1":
-            w["format"] = "v1"
-            acc = self._acc_by_engine.get(engine)
-            if acc is None:
-                acc = self._acc_by_engine[engine] = _Accumulator()
-            acc.add(w)
-            if self._engine_hint is None:
-                self._engine_hint = "v1"
-        else:
-            w["format"] = "v0"
-            w["cumulative"] = True
-            self._v0_count += 1
-            if self._v0_first is None:
-                self._v0_first = (w["line"], ts)
-            self._v0_last = w
-            if self._engine_hint is None:
-                self._engine_hint = "v0"
+            engine = self._engine_of(proc, pid)
+            self.windows.append((line, ts, proc, engine, "v1", fields, extra))
+            self._acc_of(engine).add(line, ts, fields.get("drafted_tokens"), fields.get("accepted_tokens"),
+                                     fields.get("mean_acceptance_length"), fields.get("per_position_acceptance"))
+            return
+        engine = None
+        if proc:
+            engine = self._engine_of(proc, None) if _DP_RE.search(proc) else None
+        entry = (line, ts, proc, engine, "v0", fields, extra)
+        self.windows.append(entry)
+        self._v0_count += 1
+        if self._v0_first is None:
+            self._v0_first = (line, ts)
+        self._v0_last = _window_dict(entry)
+        if self._engine_hint is None:
+            self._engine_hint = "v0"
+
+    def _add_fast_window(self, groups, proc, pid, ts, prefix):
+        """A 0.10.2+ line matched by _V1_LINE_FAST_RE: only what the summary needs is converted
+        now; the window dict is built by result() for the windows returned."""
+        line = self.lineno
+        self.windows_total += 1
+        engine = self._engine_of(proc, pid, prefix)
+        self.windows.append((line, ts, proc, engine, "fast", groups, None))
+        self._acc_of(engine).add(line, ts, int(groups[4]), int(groups[3]), float(groups[0]),
+                                 [float(x) for x in groups[5].split(b",")])
 
     # ----------------------------------------------------------------- startup facts
     def _engine_init(self, m, msg):
@@ -1064,7 +1208,7 @@ class LogParser(object):
         summary = self._summary(f)
         engines = sorted(e for e in self._acc_by_engine if e is not None)
         by_engine = {str(e): self._v1_summary(self._acc_by_engine[e], f) for e in engines}
-        windows = list(self.windows)
+        windows = [_window_dict(entry) for entry in self.windows]
         f.update({
             "windows": windows,
             "windows_total": self.windows_total,
@@ -1103,7 +1247,8 @@ class LogParser(object):
             out = self._v1_summary(acc, facts)
             if self._v0_count:
                 out["notes"].append("%d V0 cumulative window(s) ignored in favour of V1 windows" % self._v0_count)
-            ks = {len(w["per_position_acceptance"]) for w in self.windows if w["per_position_acceptance"]}
+            ks = {len(w["per_position_acceptance"]) for w in map(_window_dict, self.windows)
+                  if w["per_position_acceptance"]}
             if len(ks) > 1:
                 out["notes"].append("windows have different numbers of draft positions %s; "
                                     "weighting by drafted tokens is approximate" % sorted(ks))

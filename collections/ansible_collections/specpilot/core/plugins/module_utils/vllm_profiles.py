@@ -4,7 +4,7 @@
 """What vLLM accepts as a speculative-decoding configuration, release by release.
 
 This module is the single source of the version profiles.  The facts below were read
-from the source of each examined vLLM release (see schemas/speculative/README.md);
+from the source of each examined vLLM release (see schemas/README.md);
 ``build_profile()`` turns them into one JSON Schema (draft 2020-12) per range of
 releases that share the same surface, with the specpilot-specific rules in an
 ``x-specpilot`` block.  ``scripts/export_schemas.py`` writes those profiles to

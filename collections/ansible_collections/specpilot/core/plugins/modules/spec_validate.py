@@ -34,9 +34,16 @@ options:
     description:
       - The assembled service spec, e.g. C({name, namespace, kserve_version, deployment_mode, vllm_version, runtime,
         target, draft, delivery, pvc, modelcar, speculative, vllm_args, gpu, ...}).
-      - The filter C(specpilot.core.spec_from_vars) builds it from the C(specpilot_*) variables of a host.
+      - When omitted, the spec is assembled on the controller from the host's C(specpilot_<key>) variables
+        (inventory, play and extra variables; role variables such as C(specpilot_validate_*) are not spec keys), and
+        I(variable_names) is filled in from the same variables.
+      - The filter C(specpilot.core.spec_from_vars) does the same assembly in a template.
     type: dict
-    required: true
+  default_name:
+    description:
+      - Service name when the spec is assembled from the host's variables and C(specpilot_name) is not set.
+      - Default is the inventory host name.
+    type: str
   strict:
     description:
       - Warnings fail validation too (C(ok) is false when there is any warning).
@@ -55,8 +62,9 @@ options:
     type: path
   fail_on_error:
     description:
-      - Fail the task when the spec is not valid. The failure message lists every problem.
-      - Set it to false to inspect C(findings) and C(report) yourself.
+      - Fail the task when the spec is not valid. The failure message (C(msg)) lists every problem; a failed result
+        holds only C(msg) and C(ok).
+      - Set it to false to inspect C(findings), C(report) and C(plan) yourself.
     type: bool
     default: true
   allow_missing_digest:
@@ -75,6 +83,18 @@ options:
       - Prefix shown before the field paths in C(report) (the inventory variables are C(specpilot_<key>)).
     type: str
     default: specpilot_
+  render_dir:
+    description:
+      - When the spec is valid, write C(<render_dir>/<name>/inferenceservice.yaml), C(servingruntime.yaml) (unless
+        an existing runtime is used) and C(plan.yaml) on the controller. Unchanged files are not rewritten; check mode
+        writes nothing. C(changed) reports whether a file was (or would be) written.
+    type: path
+  display_warnings:
+    description:
+      - When the spec is valid but has warnings, return the readable report as an Ansible warning so that it is
+        displayed (the structured list is always in C(findings.warnings)).
+    type: bool
+    default: true
   variable_names:
     description:
       - Names of the C(specpilot_*) variables defined for the service (C(query('ansible.builtin.varnames',
@@ -84,7 +104,7 @@ options:
     elements: str
     default: []
 notes:
-  - Supports check mode; the module never changes anything.
+  - Supports check mode. The only thing it ever changes is the files under I(render_dir).
   - Ansible reserves the top-level C(warnings) result key for display strings, so the structured warnings are
     returned in C(findings.warnings).
 requirements:
@@ -96,11 +116,17 @@ seealso:
 """
 
 EXAMPLES = r"""
-- name: Validate the spec of this service and keep the plan
+- name: Validate the spec of this service (its specpilot_* variables) and keep the plan
   specpilot.core.spec_validate:
-    spec: "{{ query('ansible.builtin.varnames', '^specpilot_') | specpilot.core.spec_from_vars(hostvars[inventory_hostname]) }}"
     fail_on_error: false
   register: validation
+
+- name: The same, assembling the spec in a template
+  specpilot.core.spec_validate:
+    spec: "{{ dict(names | zip(query('ansible.builtin.vars', *names))) | specpilot.core.spec_from_vars(inventory_hostname) }}"
+    variable_names: "{{ names }}"
+  vars:
+    names: "{{ query('ansible.builtin.varnames', '^specpilot_') }}"
 
 - name: Validate an explicit spec against the KServe release detected on the cluster
   specpilot.core.spec_validate:
@@ -137,7 +163,7 @@ ok:
   sample: true
 errors:
   description: The errors, each C({path, message, hint, code}). C(path) is relative to the spec (C(speculative.model)).
-  returned: always
+  returned: unless the task fails (see I(fail_on_error))
   type: list
   elements: dict
   sample:
@@ -147,7 +173,7 @@ errors:
       code: out-of-range
 findings:
   description: All findings by severity.
-  returned: always
+  returned: unless the task fails (see I(fail_on_error))
   type: dict
   contains:
     errors:
@@ -164,15 +190,20 @@ findings:
       elements: dict
 report:
   description: A readable block of every finding, with the inventory variable names.
-  returned: always
+  returned: unless the task fails (see I(fail_on_error))
   type: str
+rendered_files:
+  description: The files under I(render_dir) (written, or already up to date).
+  returned: when I(render_dir) is set and the spec is valid
+  type: list
+  elements: str
 spec:
   description: The normalised spec (defaults applied). Null when the spec does not match the schema.
-  returned: always
+  returned: unless the task fails (see I(fail_on_error))
   type: dict
 plan:
   description: What deploy applies. Null when the spec could not be rendered.
-  returned: always
+  returned: unless the task fails (see I(fail_on_error))
   type: dict
   contains:
     delivery:
@@ -226,7 +257,9 @@ def main():
     module = AnsibleModule(argument_spec=validator.ARGUMENT_SPEC, supports_check_mode=True)
     if not validator.HAS_JSONSCHEMA:
         module.fail_json(msg=missing_required_lib("jsonschema"))
-    result, failed = validator.module_result(module.params)
+    if module.params["spec"] is None:
+        module.fail_json(msg="spec is required when the module runs without its action plugin")
+    result, failed = validator.module_result(module.params, check_mode=module.check_mode)
     if failed:
         module.fail_json(**result)
     module.exit_json(**result)

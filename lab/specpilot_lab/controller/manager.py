@@ -1,0 +1,892 @@
+"""The lab controller: KServe (Standard mode), the Deployment/ReplicaSet controllers, a
+scheduler, a kubelet, the PVC binder and the Job controller, for one lab node.
+
+One worker thread reconciles keys from a queue fed by list+watch informers and by the pod
+threads (engine ready, engine exited, job container finished). Pods run on this machine:
+predictor pods as vLLM engines (podrun.PredictorRun), Job pods under bubblewrap
+(jobs.JobPodRun).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from kubernetes.client.exceptions import ApiException
+
+from .. import registry
+from ..engine import vllm_python as default_vllm_python
+from . import kserve, scheduling
+from .jobs import JobPodRun, elapsed_since
+from .kube import (Informer, Kube, Recorder, WorkQueue, conditions_merge, now, owner_ref, parse_time,
+                   random_suffix, short_hash)
+from .podrun import PredictorRun
+from .proxy import ServiceProxy
+
+log = logging.getLogger("specpilot_lab.controller")
+
+KSERVE_COMPONENT = "v1beta1Controllers"
+TEMPLATE_HASH_ANNOTATION = "specpilot.io/lab-template-hash"
+LOCAL_URL_ANNOTATION = "specpilot.io/lab-url"
+REGISTRY_ALIASES = ("registry.lab", "lab-registry", "registry.lab.local")
+
+
+class Controller:
+    def __init__(self, kubeconfig: str | Path, state_dir: str | Path, podlogs_dir: str | Path | None = None, *,
+                 node_name: str = "lab-node", node_gpus: int = 1, node_labels: dict | None = None,
+                 node_taints: list | None = None, node_cpu: str = "32", node_memory: str = "256Gi",
+                 registry_addr: str | None = None, vllm_python: Path | None = None,
+                 crash_backoff: float = 10.0, job_backoff: float = 10.0):
+        self.state_dir = Path(state_dir).resolve()
+        self.podlogs_dir = Path(podlogs_dir).resolve() if podlogs_dir else self.state_dir
+        self.kube = Kube(kubeconfig, self.state_dir / "controller" / "cache")
+        self.recorder = Recorder(self.kube, node_name)
+        self.queue = WorkQueue()
+        self.stop_event = threading.Event()
+        self.node_name = node_name
+        self.node_config = dict(gpus=node_gpus, labels=node_labels or {}, taints=node_taints or [],
+                                cpu=node_cpu, memory=node_memory)
+        self._registry_addr = registry_addr
+        self.vllm_python = Path(vllm_python) if vllm_python else default_vllm_python()
+        self.crash_backoff = crash_backoff
+        self.job_backoff = job_backoff
+        self.runs: dict[tuple[str, str], PredictorRun] = {}
+        self.job_pods: dict[tuple[str, str], JobPodRun] = {}
+        self.proxies: dict[tuple[str, str], ServiceProxy] = {}
+        self.rollout_started: dict[tuple[str, str, str], float] = {}
+        self.isvc_keys: set[tuple[str, str]] = set()
+        self._informers: list[Informer] = []
+        self._worker: threading.Thread | None = None
+        self._oci_lock = threading.Lock()
+
+    # ================================================================ lifecycle
+    def start(self, sync_timeout: float = 15.0) -> "Controller":
+        self.ensure_node()
+        handlers = {"isvc": self._on_isvc, "sr": self._on_runtime, "csr": self._on_runtime,
+                    "pvc": self._on_pvc, "job": self._on_job, "pod": self._on_pod, "node": self._on_node}
+        for key, handler in handlers.items():
+            inf = Informer(self.kube, key, handler, self.stop_event)
+            inf.start()
+            self._informers.append(inf)
+        for inf in self._informers:
+            inf.synced.wait(sync_timeout)
+        self._worker = threading.Thread(target=self._work, name="reconciler", daemon=True)
+        self._worker.start()
+        return self
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.queue.close()
+        threads = []
+        for run in list(self.runs.values()):
+            t = threading.Thread(target=run.stop, daemon=True)
+            t.start()
+            threads.append(t)
+        for jr in list(self.job_pods.values()):
+            t = threading.Thread(target=jr.kill, daemon=True)
+            t.start()
+            threads.append(t)
+        for t in threads:
+            t.join(timeout=40)
+        for p in self.proxies.values():
+            p.close()
+        if self._worker is not None:
+            self._worker.join(timeout=10)
+
+    def enqueue(self, key: tuple, delay: float = 0.0) -> None:
+        self.queue.add(key, delay)
+
+    def _work(self) -> None:
+        while not self.stop_event.is_set():
+            key = self.queue.get(timeout=0.5)
+            if key is None:
+                continue
+            try:
+                kind, ns, name = key
+                if kind == "isvc":
+                    self.reconcile_isvc(ns, name)
+                elif kind == "pvc":
+                    self.reconcile_pvc(ns, name)
+                elif kind == "job":
+                    self.reconcile_job(ns, name)
+            except ApiException as exc:
+                if exc.status == 409:  # a conflict: read again and retry
+                    self.enqueue(key, 0.2)
+                else:
+                    log.warning("reconcile %s: %s %s", key, exc.status, exc.reason)
+                    self.enqueue(key, 2.0)
+            except Exception:
+                if not self.stop_event.is_set():
+                    log.exception("reconcile %s", key)
+                    self.enqueue(key, 5.0)
+            finally:
+                self.queue.done(key)
+
+    # ================================================================ informer handlers
+    def _on_isvc(self, type_: str, obj: dict) -> None:
+        md = obj.get("metadata") or {}
+        key = (md.get("namespace"), md.get("name"))
+        if type_ == "DELETED":
+            self.isvc_keys.discard(key)
+        else:
+            self.isvc_keys.add(key)
+        self.enqueue(("isvc", *key))
+
+    def _on_runtime(self, type_: str, obj: dict) -> None:
+        for ns, name in list(self.isvc_keys):
+            self.enqueue(("isvc", ns, name))
+
+    def _on_pvc(self, type_: str, obj: dict) -> None:
+        md = obj.get("metadata") or {}
+        self.enqueue(("pvc", md.get("namespace"), md.get("name")))
+        if type_ == "DELETED":
+            self._forget_pvc(md.get("namespace"), md.get("name"))
+
+    def _on_job(self, type_: str, obj: dict) -> None:
+        md = obj.get("metadata") or {}
+        self.enqueue(("job", md.get("namespace"), md.get("name")))
+
+    def _on_node(self, type_: str, obj: dict) -> None:
+        if type_ == "DELETED" and (obj.get("metadata") or {}).get("name") == self.node_name:
+            threading.Thread(target=self.ensure_node, daemon=True).start()
+        for run in list(self.runs.values()):
+            if not run.scheduled:
+                self.enqueue(("isvc", run.namespace, run.isvc))
+
+    def _on_pod(self, type_: str, obj: dict) -> None:
+        md = obj.get("metadata") or {}
+        key = (md.get("namespace"), md.get("name"))
+        labels = md.get("labels") or {}
+        if type_ == "DELETED" or md.get("deletionTimestamp"):
+            run = self.runs.get(key)
+            if run is not None and not run.deleted:  # deleted by someone else: the kubelet stops it
+                run.deleted = True
+                self.runs.pop(key, None)
+                threading.Thread(target=lambda: (run.stop(), run.cleanup()), daemon=True).start()
+            jr = self.job_pods.get(key)
+            if jr is not None and not jr.finished:
+                threading.Thread(target=jr.kill, daemon=True).start()
+        if kserve.ISVC_LABEL in labels:
+            self.enqueue(("isvc", key[0], labels[kserve.ISVC_LABEL]))
+        elif "job-name" in labels:
+            self.enqueue(("job", key[0], labels["job-name"]))
+        # a pod leaving frees resources: pending pods may fit now
+        if type_ == "DELETED" or (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            for run in list(self.runs.values()):
+                if not run.scheduled:
+                    self.enqueue(("isvc", run.namespace, run.isvc))
+            for jr in list(self.job_pods.values()):
+                if not jr.scheduled:
+                    self.enqueue(("job", jr.namespace, jr.job_name))
+
+    # ================================================================ node and scheduling
+    def ensure_node(self) -> dict:
+        c = self.node_config
+        desired = scheduling.node_object(self.node_name, c["gpus"], c["labels"], c["taints"], c["cpu"], c["memory"])
+        existing = self.kube.get("node", self.node_name)
+        if existing is None:
+            created = self.kube.create("node", {k: v for k, v in desired.items() if k != "status"})
+            self.kube.patch_status("node", self.node_name, None, desired["status"])
+            return created
+        return existing
+
+    def schedule(self, pod: dict, claims: list[str]) -> str | None:
+        """None when the pod fits the lab node now, else the FailedScheduling message."""
+        ns = pod["metadata"]["namespace"]
+        for claim in claims:
+            pvc = self.kube.get("pvc", claim, ns)
+            if pvc is None:
+                return (f'0/1 nodes are available: persistentvolumeclaim "{claim}" not found. preemption: 0/1 '
+                        "nodes are available: 1 Preemption is not helpful for scheduling.")
+            if (pvc.get("status") or {}).get("phase") != "Bound":
+                return ("0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: "
+                        "0/1 nodes are available: 1 Preemption is not helpful for scheduling.")
+        node = self.kube.get("node", self.node_name) or self.ensure_node()
+        others = []
+        for p in self.kube.list("pod"):
+            md = p.get("metadata") or {}
+            if md.get("name") == pod["metadata"]["name"] and md.get("namespace") == ns:
+                continue
+            if (p.get("spec") or {}).get("nodeName") != self.node_name:
+                continue
+            if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed") or md.get("deletionTimestamp"):
+                continue
+            others.append(p)
+        return scheduling.fit(pod["spec"], node, others)
+
+    def bind(self, pod: dict) -> dict:
+        md = pod["metadata"]
+        out = self.kube.patch("pod", md["name"], md["namespace"], {"spec": {"nodeName": self.node_name}}) or pod
+        self.recorder.event(pod, "Normal", "Scheduled",
+                            f"Successfully assigned {md['namespace']}/{md['name']} to {self.node_name}",
+                            "default-scheduler")
+        return out
+
+    # ================================================================ helpers for the pod runners
+    def pvc_dir(self, namespace: str, claim: str) -> Path:
+        return self.state_dir / "pvcs" / namespace / claim
+
+    @property
+    def registry_addr(self) -> str | None:
+        return self._registry_addr or registry.running_addr(self.state_dir)
+
+    def pull_modelcar(self, image: str) -> Path:
+        """Pull an oci:// image from the lab registry (skopeo) and unpack it once per digest;
+        returns the image's /models directory."""
+        ref = image
+        host = ref.split("/", 1)[0]
+        if host in REGISTRY_ALIASES:
+            if not self.registry_addr:
+                raise registry.RegistryError("the lab registry is not running")
+            ref = self.registry_addr + "/" + ref.split("/", 1)[1]
+        if ":" not in ref.rsplit("/", 1)[-1] and "@" not in ref:
+            ref += ":latest"
+        with self._oci_lock:
+            root = self.state_dir / "oci"
+            root.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=root) as tmp:
+                layout = Path(tmp) / "layout"
+                registry.pull(ref, layout)
+                index = json.loads((layout / "index.json").read_text())
+                digest = index["manifests"][0]["digest"].split(":", 1)[1]
+                dest = root / digest[:32]
+                if not (dest / ".unpacked").exists():
+                    shutil.rmtree(dest, ignore_errors=True)
+                    registry.unpack_layout(layout, dest)
+                    (dest / ".unpacked").write_text(ref + "\n")
+        models = dest / "models"
+        if not models.is_dir() or not any(models.iterdir()):
+            raise registry.RegistryError(f"image {image} has no non-empty /models (modelcar-init would fail)")
+        return models
+
+    def container_env(self, namespace: str, pod: dict, container: dict) -> dict[str, str]:
+        """The container's environment: envFrom, then env (value and valueFrom)."""
+        env: dict[str, str] = {}
+        for src in container.get("envFrom") or []:
+            prefix = src.get("prefix", "")
+            if "configMapRef" in src:
+                obj = self.kube.get("configmap", src["configMapRef"].get("name", ""), namespace) or {}
+                env.update({prefix + k: v for k, v in (obj.get("data") or {}).items()})
+            if "secretRef" in src:
+                obj = self.kube.get("secret", src["secretRef"].get("name", ""), namespace) or {}
+                env.update({prefix + k: _b64(v) for k, v in (obj.get("data") or {}).items()})
+        md = pod.get("metadata") or {}
+        for e in container.get("env") or []:
+            name = e.get("name")
+            if "value" in e or "valueFrom" not in e:
+                from .mapping import expand_vars
+                env[name] = expand_vars(str(e.get("value", "")), env)
+                continue
+            vf = e["valueFrom"]
+            if "configMapKeyRef" in vf:
+                ref = vf["configMapKeyRef"]
+                obj = self.kube.get("configmap", ref.get("name", ""), namespace) or {}
+                val = (obj.get("data") or {}).get(ref.get("key"))
+            elif "secretKeyRef" in vf:
+                ref = vf["secretKeyRef"]
+                obj = self.kube.get("secret", ref.get("name", ""), namespace) or {}
+                raw = (obj.get("data") or {}).get(ref.get("key"))
+                val = _b64(raw) if raw is not None else None
+            elif "fieldRef" in vf:
+                path = vf["fieldRef"].get("fieldPath", "")
+                val = {"metadata.name": md.get("name"), "metadata.namespace": namespace,
+                       "metadata.uid": md.get("uid"), "spec.nodeName": self.node_name,
+                       "status.podIP": "127.0.0.1", "status.hostIP": "127.0.0.1",
+                       "spec.serviceAccountName": (pod.get("spec") or {}).get("serviceAccountName")}.get(path)
+                if path.startswith("metadata.labels['"):
+                    val = (md.get("labels") or {}).get(path[len("metadata.labels['"):-2])
+                elif path.startswith("metadata.annotations['"):
+                    val = (md.get("annotations") or {}).get(path[len("metadata.annotations['"):-2])
+            elif "resourceFieldRef" in vf:
+                val = "1"
+            else:
+                val = None
+            if val is not None:
+                env[name] = str(val)
+        return env
+
+    # ================================================================ InferenceService
+    def reconcile_isvc(self, ns: str, name: str) -> None:
+        isvc = self.kube.get("isvc", name, ns)
+        if isvc is None or isvc["metadata"].get("deletionTimestamp"):
+            self.teardown_isvc(ns, name)
+            return
+        key = ("isvc", ns, name)
+        model = ((isvc.get("spec") or {}).get("predictor") or {}).get("model") or {}
+        try:
+            kserve.validate_webhook(isvc)
+            kind, rt = kserve.select_runtime(isvc, self.kube.list("sr", ns), self.kube.list("csr"))
+            container = kserve.merge_container(kserve.runtime_container(rt), model)
+            container = kserve.replace_placeholders(container, isvc["metadata"])
+            mounts = kserve.resolve_storage(isvc)
+            template = kserve.pod_template(isvc, kind, rt, container, mounts)
+        except kserve.SpecError as exc:
+            self.recorder.event(isvc, "Warning", "InternalError", exc.status_message if exc.webhook else exc.message,
+                                KSERVE_COMPONENT)
+            self._isvc_failed_status(isvc, exc)
+            return
+        thash = short_hash(json.dumps(template, sort_keys=True))
+        deploy = self._ensure_deployment(isvc, template, thash)
+        self._ensure_service(isvc)
+        rs = self._ensure_replicaset(deploy, template, thash)
+        proxy = self._proxy(ns, name)
+
+        # pods the controller does not run (a previous controller's): gone, as after a node reboot
+        for pod in self.kube.list("pod", ns, label_selector=f"{kserve.ISVC_LABEL}={name}"):
+            pmd = pod["metadata"]
+            if (ns, pmd["name"]) not in self.runs and not pmd.get("deletionTimestamp"):
+                self.kube.delete("pod", pmd["name"], ns)
+
+        runs = sorted((r for r in self.runs.values() if r.namespace == ns and r.isvc == name),
+                      key=lambda r: r.pod["metadata"].get("creationTimestamp") or "")
+        new = [r for r in runs if r.hash == thash]
+        old = [r for r in runs if r.hash != thash]
+        surge = _max_surge(deploy)
+        if not new:
+            if old and surge == 0:
+                for r in old:
+                    self._kill(r)
+                old = []
+            new = [self._create_pod(isvc, rs, template, thash, mounts)]
+            self.rollout_started[(ns, name, thash)] = time.time()
+        for r in new:
+            if not r.scheduled:
+                msg = self.schedule(r.pod, [m.claim for m in r.mounts if m.kind == "pvc"])
+                if msg:
+                    with r.lock:
+                        r.unschedulable = msg
+                    self.recorder.event(r.pod, "Warning", "FailedScheduling", msg, "default-scheduler")
+                    self.enqueue(key, 5.0)
+                else:
+                    r.pod = self.bind(r.pod)
+                    r.start()
+        if any(r.ready for r in new) and old:
+            for r in old:
+                self._kill(r)
+            old = []
+        for r in old + new:
+            self.kube.patch_status("pod", r.name, ns, r.pod_status())
+        for stale in self.kube.list("replicaset", ns, label_selector=f"{kserve.ISVC_LABEL}={name}"):
+            live = [r for r in old + new if r.hash == stale["metadata"]["labels"].get("pod-template-hash")]
+            self._rs_status(stale, live)
+        self._deployment_status(deploy, old, new, thash)
+        self._isvc_status(isvc, kind, rt, deploy, old, new, proxy, thash)
+
+    def teardown_isvc(self, ns: str, name: str) -> None:
+        for r in [r for r in self.runs.values() if r.namespace == ns and r.isvc == name]:
+            self._kill(r)
+        proxy = self.proxies.pop((ns, name), None)
+        if proxy is not None:
+            proxy.close()
+        # what a garbage collector would remove with its owner
+        for pod in self.kube.list("pod", ns, label_selector=f"{kserve.ISVC_LABEL}={name}"):
+            self.kube.delete("pod", pod["metadata"]["name"], ns)
+        for rs in self.kube.list("replicaset", ns, label_selector=f"{kserve.ISVC_LABEL}={name}"):
+            self.kube.delete("replicaset", rs["metadata"]["name"], ns)
+        self.kube.delete("deployment", f"{name}-predictor", ns)
+        self.kube.delete("service", f"{name}-predictor", ns)
+
+    def _kill(self, run: PredictorRun) -> None:
+        run.deleted = True
+        self.recorder.event(run.pod, "Normal", "Killing", f"Stopping container {kserve.CONTAINER}", "kubelet")
+        run.stop()
+        self.kube.delete("pod", run.name, run.namespace)
+        self.runs.pop((run.namespace, run.name), None)
+        run.cleanup()
+
+    def _ensure_deployment(self, isvc: dict, template: dict, thash: str) -> dict:
+        md = isvc["metadata"]
+        name = f"{md['name']}-predictor"
+        pred = isvc["spec"].get("predictor") or {}
+        spec = {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": f"isvc.{md['name']}-predictor"}},
+            "template": copy.deepcopy(template),
+            "strategy": copy.deepcopy(pred.get("deploymentStrategy")) or {
+                "type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
+            "progressDeadlineSeconds": 600,
+            "revisionHistoryLimit": 10,
+        }
+        existing = self.kube.get("deployment", name, md["namespace"])
+        labels = {kserve.ISVC_LABEL: md["name"], kserve.COMPONENT_LABEL: "predictor",
+                  "app": f"isvc.{md['name']}-predictor"}
+        if existing is None:
+            body = {"apiVersion": "apps/v1", "kind": "Deployment",
+                    "metadata": {"name": name, "namespace": md["namespace"], "labels": labels,
+                                 "annotations": {TEMPLATE_HASH_ANNOTATION: thash,
+                                                 "deployment.kubernetes.io/revision": "1"},
+                                 "ownerReferences": [owner_ref(isvc)]},
+                    "spec": spec}
+            return self.kube.create("deployment", body, namespace=md["namespace"])
+        ann = existing["metadata"].get("annotations") or {}
+        strategy_now = json.dumps(existing["spec"].get("strategy"), sort_keys=True)
+        if ann.get(TEMPLATE_HASH_ANNOTATION) != thash or (
+                pred.get("deploymentStrategy") and strategy_now != json.dumps(spec["strategy"], sort_keys=True)):
+            body = copy.deepcopy(existing)
+            body.pop("status", None)
+            body["spec"].update(spec)
+            anns = body["metadata"].setdefault("annotations", {})
+            if ann.get(TEMPLATE_HASH_ANNOTATION) != thash:
+                anns["deployment.kubernetes.io/revision"] = str(int(ann.get("deployment.kubernetes.io/revision",
+                                                                            "1")) + 1)
+            anns[TEMPLATE_HASH_ANNOTATION] = thash
+            return self.kube.replace("deployment", body)
+        return existing
+
+    def _ensure_service(self, isvc: dict) -> None:
+        md = isvc["metadata"]
+        name = f"{md['name']}-predictor"
+        if self.kube.get("service", name, md["namespace"]) is not None:
+            return
+        body = {"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": name, "namespace": md["namespace"],
+                             "labels": {kserve.ISVC_LABEL: md["name"], kserve.COMPONENT_LABEL: "predictor"},
+                             "ownerReferences": [owner_ref(isvc)]},
+                "spec": {"selector": {"app": f"isvc.{md['name']}-predictor"},
+                         "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}}
+        try:
+            self.kube.create("service", body, namespace=md["namespace"])
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    def _ensure_replicaset(self, deploy: dict, template: dict, thash: str) -> dict:
+        md = deploy["metadata"]
+        name = f"{md['name']}-{thash}"
+        existing = self.kube.get("replicaset", name, md["namespace"])
+        if existing is not None:
+            return existing
+        tmpl = copy.deepcopy(template)
+        tmpl["metadata"]["labels"]["pod-template-hash"] = thash
+        sel = dict(deploy["spec"]["selector"]["matchLabels"], **{"pod-template-hash": thash})
+        body = {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "metadata": {"name": name, "namespace": md["namespace"],
+                             "labels": dict(tmpl["metadata"]["labels"]),
+                             "annotations": {"deployment.kubernetes.io/revision":
+                                             (md.get("annotations") or {}).get("deployment.kubernetes.io/revision",
+                                                                               "1"),
+                                             "deployment.kubernetes.io/desired-replicas": "1",
+                                             "deployment.kubernetes.io/max-replicas": "2"},
+                             "ownerReferences": [owner_ref(deploy)]},
+                "spec": {"replicas": 1, "selector": {"matchLabels": sel}, "template": tmpl}}
+        return self.kube.create("replicaset", body, namespace=md["namespace"])
+
+    def _create_pod(self, isvc: dict, rs: dict, template: dict, thash: str, mounts: list) -> PredictorRun:
+        ns = rs["metadata"]["namespace"]
+        pod_name = f"{rs['metadata']['name']}-{random_suffix(5)}"
+        meta = copy.deepcopy(template["metadata"])
+        meta["labels"]["pod-template-hash"] = thash
+        body = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": pod_name, "namespace": ns, "generateName": rs["metadata"]["name"] + "-",
+                             "labels": meta["labels"], "annotations": meta.get("annotations") or {},
+                             "ownerReferences": [owner_ref(rs)]},
+                "spec": copy.deepcopy(template["spec"])}
+        pod = self.kube.create("pod", body, namespace=ns)
+        run = PredictorRun(self, ns, pod_name, isvc["metadata"]["name"], thash, pod, mounts)
+        self.runs[(ns, pod_name)] = run
+        self.recorder.event(rs, "Normal", "SuccessfulCreate", f"Created pod: {pod_name}", "replicaset-controller")
+        return run
+
+    def _proxy(self, ns: str, name: str) -> ServiceProxy:
+        proxy = self.proxies.get((ns, name))
+        if proxy is None:
+            def target(ns=ns, name=name) -> int | None:
+                ready = [r for r in list(self.runs.values()) if r.namespace == ns and r.isvc == name and r.ready]
+                return ready[-1].port if ready else None
+            proxy = self.proxies[(ns, name)] = ServiceProxy(target)
+        return proxy
+
+    # ---------------------------------------------------------------- statuses
+    def _rs_status(self, rs: dict, runs: list[PredictorRun]) -> None:
+        ready = sum(1 for r in runs if r.ready)
+        md = rs["metadata"]
+        if not runs and (rs.get("spec") or {}).get("replicas", 1) != 0:
+            self.kube.patch("replicaset", md["name"], md["namespace"], {"spec": {"replicas": 0}})
+        self.kube.patch_status("replicaset", md["name"], md["namespace"], {
+            "replicas": len(runs), "fullyLabeledReplicas": len(runs), "readyReplicas": ready,
+            "availableReplicas": ready, "observedGeneration": md.get("generation", 1)})
+
+    def _deployment_status(self, deploy: dict, old: list, new: list, thash: str) -> None:
+        md = deploy["metadata"]
+        prev = deploy.get("status") or {}
+        ready_new = [r for r in new if r.ready]
+        ready_all = [r for r in old + new if r.ready]
+        gen = md.get("generation", 1)
+        observed = gen if ready_new else prev.get("observedGeneration")
+        rs_name = f"{md['name']}-{thash}"
+        started = self.rollout_started.get((md["namespace"], md["labels"].get(kserve.ISVC_LABEL, ""), thash),
+                                           time.time())
+        deadline = (deploy.get("spec") or {}).get("progressDeadlineSeconds", 600)
+        if ready_new:
+            progressing = {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
+                           "message": f'ReplicaSet "{rs_name}" has successfully progressed.'}
+        elif time.time() - started > deadline:
+            progressing = {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+                           "message": f'ReplicaSet "{rs_name}" has timed out progressing.'}
+        else:
+            progressing = {"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated",
+                           "message": f'ReplicaSet "{rs_name}" is progressing.'}
+            self.enqueue(("isvc", md["namespace"], md["labels"].get(kserve.ISVC_LABEL, "")),
+                         max(1.0, deadline - (time.time() - started) + 1))
+        min_available = 1 - _max_unavailable(deploy)
+        available = {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
+                     "message": "Deployment has minimum availability."} \
+            if len(ready_all) >= max(min_available, 0) and (ready_all or min_available <= 0) else \
+            {"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable",
+             "message": "Deployment does not have minimum availability."}
+        ts = now()
+        conds = conditions_merge(prev.get("conditions"), [dict(available, lastUpdateTime=ts),
+                                                          dict(progressing, lastUpdateTime=ts)])
+        status = {"replicas": len(old) + len(new), "updatedReplicas": len(new), "readyReplicas": len(ready_all),
+                  "availableReplicas": len(ready_all),
+                  "unavailableReplicas": max(0, 1 - len(ready_all)), "conditions": conds}
+        if observed is not None:
+            status["observedGeneration"] = observed
+        if not ready_all:
+            status["readyReplicas"] = 0
+        self.kube.patch_status("deployment", md["name"], md["namespace"], status)
+        deploy["status"] = status
+
+    def _isvc_status(self, isvc: dict, kind: str, rt: dict, deploy: dict, old: list, new: list,
+                     proxy: ServiceProxy, thash: str) -> None:
+        prev = isvc.get("status") or {}
+        dstatus = deploy.get("status") or {}
+        serving = [r for r in old + new if r.ready]
+        newest = new[-1] if new else None
+        snap = newest.snapshot() if newest else {}
+        progress = next((c for c in dstatus.get("conditions") or [] if c["type"] == "Progressing"), {})
+        ready = bool(serving) and progress.get("status") != "False"
+        if ready:
+            pred = {"type": "PredictorReady", "status": "True"}
+        else:
+            reason, msg = "MinimumReplicasUnavailable", "Deployment does not have minimum availability."
+            if progress.get("status") == "False":
+                reason, msg = progress["reason"], progress["message"]
+            detail = _pod_detail(newest, snap)
+            pred = {"type": "PredictorReady", "status": "False", "reason": reason,
+                    "message": f"{msg} {detail}".strip()}
+        ingress = {"type": "IngressReady", "status": "True"}
+        top = {"type": "Ready", "status": "True"} if ready else \
+            {"type": "Ready", "status": "False", "reason": pred["reason"], "message": pred["message"]}
+        conds = conditions_merge(prev.get("conditions"), [ingress, pred, top])
+        url = proxy.url
+        status = {
+            "url": url, "address": {"url": url},
+            "components": {"predictor": {"url": url, "address": {"url": url}}},
+            "conditions": conds,
+            "deploymentMode": "Standard",
+            "modelStatus": _model_status(serving, newest, snap),
+        }
+        status["servingRuntimeName" if kind == "ServingRuntime" else "clusterServingRuntimeName"] = rt["metadata"]["name"]
+        if dstatus.get("observedGeneration") is not None:
+            status["observedGeneration"] = dstatus["observedGeneration"]
+        drop = {"servingRuntimeName", "clusterServingRuntimeName"} - set(status)
+        patch = dict(status)
+        for k in drop:
+            if k in prev:
+                patch[k] = None
+        if "lastFailureInfo" in (prev.get("modelStatus") or {}) and "lastFailureInfo" not in status["modelStatus"]:
+            patch["modelStatus"] = dict(status["modelStatus"], lastFailureInfo=None)
+        self.kube.patch_status("isvc", isvc["metadata"]["name"], isvc["metadata"]["namespace"], patch)
+
+    def _isvc_failed_status(self, isvc: dict, exc: kserve.SpecError) -> None:
+        prev = isvc.get("status") or {}
+        pred = {"type": "PredictorReady", "status": "False", "reason": exc.reason, "message": exc.status_message}
+        top = {"type": "Ready", "status": "False", "reason": exc.reason, "message": exc.status_message}
+        conds = [c for c in prev.get("conditions") or [] if c.get("type") == "IngressReady"] or \
+            [{"type": "IngressReady", "status": "False", "reason": exc.reason}]
+        states = dict((prev.get("modelStatus") or {}).get("states") or {"activeModelState": ""})
+        states["targetModelState"] = "FailedToLoad"
+        status = {"conditions": conditions_merge(prev.get("conditions"), conds + [pred, top]),
+                  "modelStatus": {"transitionStatus": exc.transition, "states": states,
+                                  "lastFailureInfo": {"reason": exc.reason, "message": exc.status_message,
+                                                      "time": now()},
+                                  "copies": {"failedCopies": 0, "totalCopies": 0}}}
+        self.kube.patch_status("isvc", isvc["metadata"]["name"], isvc["metadata"]["namespace"], status)
+
+    # ================================================================ PersistentVolumeClaim
+    def reconcile_pvc(self, ns: str, name: str) -> None:
+        pvc = self.kube.get("pvc", name, ns)
+        if pvc is None or pvc["metadata"].get("deletionTimestamp"):
+            return
+        d = self.pvc_dir(ns, name)
+        d.mkdir(parents=True, exist_ok=True)
+        status = pvc.get("status") or {}
+        if status.get("phase") == "Bound":
+            return
+        spec = pvc.get("spec") or {}
+        size = ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")
+        pv_name = spec.get("volumeName") or f"pvc-{pvc['metadata']['uid']}"
+        modes = spec.get("accessModes") or ["ReadWriteOnce"]
+        if self.kube.get("pv", pv_name) is None:
+            pv = {"apiVersion": "v1", "kind": "PersistentVolume",
+                  "metadata": {"name": pv_name, "labels": {"specpilot.io/lab": "true"},
+                               "annotations": {"pv.kubernetes.io/provisioned-by": "specpilot.io/lab-hostpath"}},
+                  "spec": {"capacity": {"storage": size}, "accessModes": modes,
+                           "persistentVolumeReclaimPolicy": "Delete",
+                           "storageClassName": spec.get("storageClassName") or "",
+                           "hostPath": {"path": str(d)},
+                           "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": ns,
+                                        "name": name, "uid": pvc["metadata"]["uid"]}}}
+            try:
+                self.kube.create("pv", pv)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+            self.kube.patch_status("pv", pv_name, None, {"phase": "Bound"})
+        if not spec.get("volumeName"):
+            self.kube.patch("pvc", name, ns, {
+                "spec": {"volumeName": pv_name},
+                "metadata": {"annotations": {"pv.kubernetes.io/bind-completed": "yes",
+                                             "pv.kubernetes.io/bound-by-controller": "yes",
+                                             LOCAL_URL_ANNOTATION: str(d)}}})
+        self.kube.patch_status("pvc", name, ns, {"phase": "Bound", "accessModes": modes,
+                                                 "capacity": {"storage": size}})
+        self.recorder.event(pvc, "Normal", "ProvisioningSucceeded",
+                            f"Successfully provisioned volume {pv_name} (lab: {d})", "specpilot.io/lab-hostpath")
+
+    def _forget_pvc(self, ns: str, name: str) -> None:
+        """Reclaim policy Delete: the claim's data goes with it."""
+        for pv in self.kube.list("pv"):
+            ref = (pv.get("spec") or {}).get("claimRef") or {}
+            if ref.get("namespace") == ns and ref.get("name") == name:
+                self.kube.delete("pv", pv["metadata"]["name"])
+        shutil.rmtree(self.pvc_dir(ns, name), ignore_errors=True)
+
+    # ================================================================ Job
+    def job_may_retry(self, jr: JobPodRun) -> bool:
+        job = self.kube.get("job", jr.job_name, jr.namespace)
+        if job is None:
+            return False
+        limit = (job.get("spec") or {}).get("backoffLimit", 6)
+        failed = (job.get("status") or {}).get("failed", 0) + jr.failures
+        return failed <= limit
+
+    def reconcile_job(self, ns: str, name: str) -> None:
+        job = self.kube.get("job", name, ns)
+        mine = [jr for jr in self.job_pods.values() if jr.namespace == ns and jr.job_name == name]
+        if job is None or job["metadata"].get("deletionTimestamp"):
+            for jr in mine:
+                jr.kill()
+                self.job_pods.pop((jr.namespace, jr.name), None)
+                self.kube.delete("pod", jr.name, ns)
+            return
+        spec = job.get("spec") or {}
+        status = dict(job.get("status") or {})
+        conds = list(status.get("conditions") or [])
+        finished = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conds)
+        uid = job["metadata"]["uid"]
+        # collect finished pods into the counts (each once)
+        succeeded = int(status.get("succeeded", 0))
+        failed = int(status.get("failed", 0))
+        for jr in mine:
+            if jr.finished and not hasattr(jr, "finished_at"):
+                jr.finished_at = now()
+        for jr in mine:
+            if jr.finished and not getattr(jr, "counted", False):
+                jr.counted = True
+                if jr.phase == "Succeeded":
+                    succeeded += 1
+                elif jr.reason != "DeadlineExceeded":
+                    failed += max(1, jr.failures)
+            self.kube.patch_status("pod", jr.name, ns, jr.pod_status())
+        active = [jr for jr in mine if not jr.finished]
+        completions = spec.get("completions", 1) or 1
+        parallelism = spec.get("parallelism", 1)
+        backoff_limit = spec.get("backoffLimit", 6)
+        start_time = status.get("startTime")
+        ts = now()
+        new_conds: list[dict] = []
+        if not finished:
+            deadline = spec.get("activeDeadlineSeconds")
+            if succeeded >= completions:
+                new_conds = [{"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached",
+                              "message": "Reached expected number of succeeded pods"},
+                             {"type": "Complete", "status": "True", "reason": "CompletionsReached",
+                              "message": "Reached expected number of succeeded pods"}]
+            elif failed > backoff_limit:
+                new_conds = [{"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded",
+                              "message": "Job has reached the specified backoff limit"},
+                             {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                              "message": "Job has reached the specified backoff limit"}]
+            elif deadline is not None and start_time and elapsed_since(start_time) >= float(deadline):
+                for jr in active:
+                    jr.kill("DeadlineExceeded", "Pod was active on the node longer than the specified deadline")
+                    jr.counted = True
+                    self.kube.patch_status("pod", jr.name, ns, jr.pod_status())
+                    self.recorder.event(job, "Normal", "SuccessfulDelete", f"Deleted pod: {jr.name}",
+                                        "job-controller")
+                    self.kube.delete("pod", jr.name, ns)
+                    self.job_pods.pop((ns, jr.name), None)
+                active = []
+                new_conds = [{"type": "FailureTarget", "status": "True", "reason": "DeadlineExceeded",
+                              "message": "Job was active longer than specified deadline"},
+                             {"type": "Failed", "status": "True", "reason": "DeadlineExceeded",
+                              "message": "Job was active longer than specified deadline"}]
+                self.recorder.event(job, "Warning", "DeadlineExceeded",
+                                    "Job was active longer than specified deadline", "job-controller")
+            elif not spec.get("suspend"):
+                want = min(parallelism, completions - succeeded) - len(active)
+                retry_wait = 0.0
+                if want > 0 and failed > 0:
+                    last_fail = max((parse_time(getattr(jr, "finished_at", None)) or 0) for jr in mine) if mine else 0
+                    retry_wait = self.job_backoff * 2 ** (failed - 1) - (time.time() - last_fail)
+                if want > 0 and retry_wait > 0:
+                    self.enqueue(("job", ns, name), min(retry_wait, 360))
+                else:
+                    for _ in range(max(0, want)):
+                        jr = self._create_job_pod(job)
+                        active.append(jr)
+                        mine.append(jr)
+                if start_time is None:
+                    start_time = ts
+            for jr in active:
+                if not jr.scheduled:
+                    msg = self.schedule(jr.pod, [v["persistentVolumeClaim"]["claimName"]
+                                                 for v in jr.pod["spec"].get("volumes") or []
+                                                 if "persistentVolumeClaim" in v])
+                    if msg:
+                        jr.unschedulable = msg
+                        self.recorder.event(jr.pod, "Warning", "FailedScheduling", msg, "default-scheduler")
+                        self.enqueue(("job", ns, name), 5.0)
+                    else:
+                        jr.pod = self.bind(jr.pod)
+                        jr.start()
+                self.kube.patch_status("pod", jr.name, ns, jr.pod_status())
+            if deadline is not None and start_time and not new_conds:
+                self.enqueue(("job", ns, name), max(0.2, float(deadline) - elapsed_since(start_time) + 0.1))
+        new_status = {"active": len([jr for jr in active if not jr.finished]) or None,
+                      "succeeded": succeeded or None, "failed": failed or None,
+                      "ready": len([jr for jr in active if jr.phase == "Running"]),
+                      "terminating": 0, "uncountedTerminatedPods": {}}
+        if start_time:
+            new_status["startTime"] = start_time
+        if new_conds:
+            new_status["conditions"] = conds + [dict(c, lastProbeTime=ts, lastTransitionTime=ts) for c in new_conds]
+            if any(c["type"] == "Complete" for c in new_conds):
+                new_status["completionTime"] = ts
+                self.recorder.event(job, "Normal", "Completed", "Job completed", "job-controller")
+            else:
+                self.recorder.event(job, "Warning", new_conds[-1]["reason"], new_conds[-1]["message"],
+                                    "job-controller")
+            if spec.get("ttlSecondsAfterFinished") is not None:
+                self.enqueue(("job", ns, name), float(spec["ttlSecondsAfterFinished"]) + 0.1)
+        elif finished and spec.get("ttlSecondsAfterFinished") is not None:
+            done_at = max((parse_time(c.get("lastTransitionTime")) or 0) for c in conds)
+            if time.time() - done_at >= float(spec["ttlSecondsAfterFinished"]):
+                self.kube.delete("job", name, ns)
+                for jr in mine:
+                    self.kube.delete("pod", jr.name, ns)
+                    self.job_pods.pop((ns, jr.name), None)
+                return
+            self.enqueue(("job", ns, name), float(spec["ttlSecondsAfterFinished"]) - (time.time() - done_at) + 0.1)
+        self.kube.patch_status("job", name, ns, new_status)
+
+    def _create_job_pod(self, job: dict) -> JobPodRun:
+        md = job["metadata"]
+        ns = md["namespace"]
+        tmpl = copy.deepcopy((job.get("spec") or {}).get("template") or {})
+        labels = dict((tmpl.get("metadata") or {}).get("labels") or {})
+        uid = md["uid"]
+        labels.update({"controller-uid": uid, "job-name": md["name"], "batch.kubernetes.io/controller-uid": uid,
+                       "batch.kubernetes.io/job-name": md["name"]})
+        name = f"{md['name']}-{random_suffix(5)}"
+        spec = tmpl.get("spec") or {}
+        body = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": ns, "generateName": md["name"] + "-", "labels": labels,
+                             "annotations": (tmpl.get("metadata") or {}).get("annotations") or {},
+                             "ownerReferences": [owner_ref(job)]},
+                "spec": spec}
+        pod = self.kube.create("pod", body, namespace=ns)
+        self.recorder.event(job, "Normal", "SuccessfulCreate", f"Created pod: {name}", "job-controller")
+        jr = JobPodRun(self, job, pod)
+        self.job_pods[(ns, name)] = jr
+        return jr
+
+
+# ---------------------------------------------------------------- small helpers
+def _b64(value: str) -> str:
+    try:
+        return base64.b64decode(value).decode("utf-8", "replace")
+    except (ValueError, TypeError):
+        return str(value)
+
+
+def _int_or_percent(value, total: int, round_up: bool) -> int:
+    if value is None:
+        return 0
+    s = str(value)
+    if s.endswith("%"):
+        pct = float(s[:-1]) / 100 * total
+        import math
+        return int(math.ceil(pct) if round_up else math.floor(pct))
+    return int(s)
+
+
+def _max_surge(deploy: dict) -> int:
+    strategy = (deploy.get("spec") or {}).get("strategy") or {}
+    if strategy.get("type") == "Recreate":
+        return 0
+    ru = strategy.get("rollingUpdate") or {}
+    return _int_or_percent(ru.get("maxSurge", "25%"), 1, round_up=True)
+
+
+def _max_unavailable(deploy: dict) -> int:
+    strategy = (deploy.get("spec") or {}).get("strategy") or {}
+    if strategy.get("type") == "Recreate":
+        return 0
+    ru = strategy.get("rollingUpdate") or {}
+    return _int_or_percent(ru.get("maxUnavailable", "25%"), 1, round_up=False)
+
+
+def _pod_detail(run: PredictorRun | None, snap: dict) -> str:
+    """What the newest predictor pod is doing, for the conditions' messages."""
+    if run is None:
+        return ""
+    if not snap.get("scheduled"):
+        return f"Pod {run.name} is Pending: {snap.get('unschedulable') or 'waiting to be scheduled'}"
+    state = snap.get("state") or {}
+    last = (snap.get("last_state") or {}).get("terminated")
+    if last:
+        why = snap.get("error") or last.get("message") or "see the pod log"
+        waiting = (state.get("waiting") or {}).get("reason")
+        return (f"Container {kserve.CONTAINER} in pod {run.name} exited with code {last.get('exitCode')}"
+                f"{' (' + waiting + ', restarts ' + str(snap.get('restart_count')) + ')' if waiting else ''}: {why}")
+    if "waiting" in state:
+        w = state["waiting"]
+        return f"Pod {run.name}: {w.get('reason', '')}{': ' + w['message'] if w.get('message') else ''}"
+    if "running" in state:
+        return f"Pod {run.name}: engine started, waiting for /health"
+    return ""
+
+
+def _model_status(serving: list, newest: PredictorRun | None, snap: dict) -> dict:
+    active = "Loaded" if serving else "Pending"
+    copies = {"failedCopies": 0, "totalCopies": 1}
+    if newest is not None and snap.get("ready"):
+        return {"transitionStatus": "UpToDate", "states": {"activeModelState": "Loaded", "targetModelState": "Loaded"},
+                "copies": copies}
+    last = (snap.get("last_state") or {}).get("terminated") if snap else None
+    if last:
+        info = {"reason": "ModelLoadFailed",
+                "message": snap.get("error") or last.get("message") or f"container exited with code {last['exitCode']}",
+                "exitCode": last.get("exitCode"), "time": last.get("finishedAt")}
+        return {"transitionStatus": "BlockedByFailedLoad",
+                "states": {"activeModelState": active, "targetModelState": "FailedToLoad"},
+                "lastFailureInfo": info, "copies": {"failedCopies": 1, "totalCopies": 1}}
+    target = "Loading" if snap and "running" in (snap.get("state") or {}) else "Pending"
+    return {"transitionStatus": "InProgress", "states": {"activeModelState": active, "targetModelState": target},
+            "copies": copies}
+
+
+def lab_dir_default() -> Path:
+    env = os.environ.get("SPECPILOT_LAB_DIR")
+    return Path(env).resolve() if env else Path(__file__).resolve().parents[3] / ".lab"
