@@ -22,7 +22,9 @@ for path in (ROOT / "collections", ROOT / "lab"):
 
 
 def discover(selection):
-    names = sorted(m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if m.name.startswith("bench_"))
+    names = sorted(
+        m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if m.name.startswith("bench_")
+    )
     return [n for n in names if not selection or any(s in n for s in selection)]
 
 
@@ -55,8 +57,18 @@ def main(argv=None):
         print("%-*s  %12s  %-*s  %-16s  %s" % (width, "benchmark", "value", uwidth, "unit", "target", "ok"))
         print("-" * (width + uwidth + 40))
         for r in rows:
-            print("%-*s  %12s  %-*s  %-16s  %s" % (width, r["name"], _fmt(r["value"]), uwidth, r["unit"],
-                                                   r.get("target") or "-", "yes" if r["ok"] else "NO"))
+            print(
+                "%-*s  %12s  %-*s  %-16s  %s"
+                % (
+                    width,
+                    r["name"],
+                    _fmt(r["value"]),
+                    uwidth,
+                    r["unit"],
+                    r.get("target") or "-",
+                    "yes" if r["ok"] else "NO",
+                )
+            )
     missed = [r["name"] for r in rows if not r["ok"]]
     if failures:
         print("\nbenchmark modules that failed: %s" % ", ".join(failures))

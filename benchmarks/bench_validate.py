@@ -83,12 +83,27 @@ def bench_module():
     worst = max(times)
     target = "< %g" % PER_SPEC_TARGET_MS
     return [
-        {"name": "validate: one spec in the module, median (%d specs)" % len(specs), "value": median, "unit": "ms",
-         "target": target, "ok": median < PER_SPEC_TARGET_MS},
-        {"name": "validate: one spec in the module, slowest", "value": worst, "unit": "ms", "target": target,
-         "ok": worst < PER_SPEC_TARGET_MS},
-        {"name": "validate: first spec (cold: schemas compiled)", "value": cold_ms, "unit": "ms", "target": target,
-         "ok": cold_ms < PER_SPEC_TARGET_MS},
+        {
+            "name": "validate: one spec in the module, median (%d specs)" % len(specs),
+            "value": median,
+            "unit": "ms",
+            "target": target,
+            "ok": median < PER_SPEC_TARGET_MS,
+        },
+        {
+            "name": "validate: one spec in the module, slowest",
+            "value": worst,
+            "unit": "ms",
+            "target": target,
+            "ok": worst < PER_SPEC_TARGET_MS,
+        },
+        {
+            "name": "validate: first spec (cold: schemas compiled)",
+            "value": cold_ms,
+            "unit": "ms",
+            "target": target,
+            "ok": cold_ms < PER_SPEC_TARGET_MS,
+        },
     ]
 
 
@@ -109,12 +124,24 @@ def bench_fresh_process():
     spec_file = ROOT / "tests" / "data" / "specs" / "valid" / "eagle3_0.32_storage_uris_hf.yml"
     runs = []
     for _ in range(3):
-        proc = subprocess.run([sys.executable, "-c", _FRESH, str(ROOT / "collections"), str(spec_file)],
-                              capture_output=True, text=True, timeout=120, check=True)
+        proc = subprocess.run(
+            [sys.executable, "-c", _FRESH, str(ROOT / "collections"), str(spec_file)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
         runs.append(float(proc.stdout.strip()))
     value = min(runs)
-    return [{"name": "validate: fresh process, imports + first spec", "value": value, "unit": "ms",
-             "target": "", "ok": True}]
+    return [
+        {
+            "name": "validate: fresh process, imports + first spec",
+            "value": value,
+            "unit": "ms",
+            "target": "",
+            "ok": True,
+        }
+    ]
 
 
 def _inventory(tmp):
@@ -132,19 +159,29 @@ def _inventory(tmp):
     with open(inv / "hosts.yml", "w") as handle:
         yaml.safe_dump({"specpilot_services": {"hosts": hosts}}, handle)
     empty = Path(tmp) / "empty.yml"
-    empty.write_text("---\n- name: Empty play\n  hosts: specpilot_services\n  gather_facts: false\n  tasks: []\n")
+    empty.write_text(
+        "---\n- name: Empty play\n  hosts: specpilot_services\n  gather_facts: false\n  tasks: []\n"
+    )
     return inv, empty
 
 
 def _timed_run(tmp, *args):
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCAL_TEMP=str(Path(tmp) / "ansible-tmp"), TMPDIR=str(tmp))
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_LOCAL_TEMP=str(Path(tmp) / "ansible-tmp"),
+        TMPDIR=str(tmp),
+    )
     started = time.perf_counter()
-    proc = subprocess.run([str(BIN / "ansible-playbook"), *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=900)
+    proc = subprocess.run(
+        [str(BIN / "ansible-playbook"), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
     elapsed = time.perf_counter() - started
     if proc.returncode != 0:
-        raise RuntimeError("ansible-playbook %s failed:\n%s" % (" ".join(args), proc.stdout[-3000:] + proc.stderr))
+        raise RuntimeError(
+            "ansible-playbook %s failed:\n%s" % (" ".join(args), proc.stdout[-3000:] + proc.stderr)
+        )
     return elapsed
 
 
@@ -153,18 +190,39 @@ def bench_playbook():
         inv, empty = _inventory(tmp)
         _timed_run(tmp, "-i", str(inv), str(empty))  # warm the caches once
         empty_s = min(_timed_run(tmp, "-i", str(inv), str(empty)) for _ in range(2))
-        validate_s = min(_timed_run(tmp, "-i", str(inv), str(ROOT / "playbooks" / "validate.yml")) for _ in range(2))
+        validate_s = min(
+            _timed_run(tmp, "-i", str(inv), str(ROOT / "playbooks" / "validate.yml")) for _ in range(2)
+        )
     ratio = validate_s / empty_s
     return [
-        {"name": "validate.yml over %d services" % SERVICES, "value": validate_s, "unit": "s", "target": "",
-         "ok": True},
-        {"name": "empty play over the same %d hosts" % SERVICES, "value": empty_s, "unit": "s", "target": "",
-         "ok": True},
-        {"name": "validate.yml / empty play (%d services)" % SERVICES, "value": ratio, "unit": "x",
-         "target": "<= %g" % RATIO_TARGET, "ok": ratio <= RATIO_TARGET},
-        {"name": "validate.yml per service, above the empty play", "value": (validate_s - empty_s) / SERVICES * 1000,
-         "unit": "ms", "target": "< %g" % PER_SERVICE_TARGET_MS,
-         "ok": (validate_s - empty_s) / SERVICES * 1000 < PER_SERVICE_TARGET_MS},
+        {
+            "name": "validate.yml over %d services" % SERVICES,
+            "value": validate_s,
+            "unit": "s",
+            "target": "",
+            "ok": True,
+        },
+        {
+            "name": "empty play over the same %d hosts" % SERVICES,
+            "value": empty_s,
+            "unit": "s",
+            "target": "",
+            "ok": True,
+        },
+        {
+            "name": "validate.yml / empty play (%d services)" % SERVICES,
+            "value": ratio,
+            "unit": "x",
+            "target": "<= %g" % RATIO_TARGET,
+            "ok": ratio <= RATIO_TARGET,
+        },
+        {
+            "name": "validate.yml per service, above the empty play",
+            "value": (validate_s - empty_s) / SERVICES * 1000,
+            "unit": "ms",
+            "target": "< %g" % PER_SERVICE_TARGET_MS,
+            "ok": (validate_s - empty_s) / SERVICES * 1000 < PER_SERVICE_TARGET_MS,
+        },
     ]
 
 
@@ -175,5 +233,7 @@ def run():
 
 if __name__ == "__main__":
     for row in run():
-        print("%-55s %10.3f %-3s %-8s %s" % (row["name"], row["value"], row["unit"], row["target"],
-                                             "ok" if row["ok"] else "MISSED"))
+        print(
+            "%-55s %10.3f %-3s %-8s %s"
+            % (row["name"], row["value"], row["unit"], row["target"], "ok" if row["ok"] else "MISSED")
+        )

@@ -57,7 +57,8 @@ def main(argv=None):
                     handle.write(content)
     spec_dir = os.path.join(args.dest, "speculative")
     extra = sorted(
-        "speculative/" + name for name in (os.listdir(spec_dir) if os.path.isdir(spec_dir) else [])
+        "speculative/" + name
+        for name in (os.listdir(spec_dir) if os.path.isdir(spec_dir) else [])
         if name.endswith(".json") and "speculative/" + name not in files
     )
     for rel in extra:

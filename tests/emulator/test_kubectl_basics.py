@@ -146,3 +146,40 @@ def test_custom_resources_through_kubectl(kubectl):
     assert bad.returncode != 0 and "spec.size" in bad.stderr
     kubectl("-n", ns, "delete", "widget", "w")
     kubectl("delete", "crd", "widgets.lab.specpilot.dev")
+
+
+NEWEST = sorted(Path("/usr/lib/google-cloud-sdk/bin").glob("kubectl.1.*"),
+                key=lambda p: tuple(int(x) for x in p.name.split(".")[1:]))
+
+
+@pytest.mark.skipif(not NEWEST or tuple(int(x) for x in NEWEST[-1].name.split(".")[1:]) < (1, 32),
+                    reason="no kubectl >= 1.32 installed (those send protobuf bodies for built-in kinds)")
+def test_protobuf_bodies_of_newer_kubectl_create_commands(emu, tmp_path):
+    """kubectl 1.32+ posts built-in kinds as protobuf; the emulator decodes them."""
+    env = dict(os.environ, KUBECONFIG=str(emu.kubeconfig), HOME=str(tmp_path))
+
+    def k(*args: str) -> str:
+        proc = subprocess.run([str(NEWEST[-1]), f"--cache-dir={tmp_path / 'cache'}", *args], capture_output=True,
+                              text=True, env=env, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    ns = f"pb{int(time.time() * 1000) % 100000}"
+    k("create", "namespace", ns)
+    k("-n", ns, "create", "configmap", "c", "--from-literal=a=b")
+    k("-n", ns, "create", "secret", "generic", "s", "--from-literal=token=xyz")
+    k("-n", ns, "create", "deployment", "web", "--image=nginx:1.25", "--replicas=2", "--port=80")
+    k("-n", ns, "create", "job", "j", "--image=busybox", "--", "echo", "hi")
+    k("-n", ns, "create", "serviceaccount", "robot")
+    k("-n", ns, "create", "role", "r", "--verb=get", "--resource=pods")
+    k("-n", ns, "create", "rolebinding", "rb", "--role=r", f"--serviceaccount={ns}:robot")
+    assert json.loads(k("-n", ns, "get", "cm", "c", "-o", "json"))["data"] == {"a": "b"}
+    assert json.loads(k("-n", ns, "get", "secret", "s", "-o", "json"))["data"] == {"token": "eHl6"}
+    dep = json.loads(k("-n", ns, "get", "deploy", "web", "-o", "json"))
+    assert dep["spec"]["replicas"] == 2 and dep["spec"]["selector"] == {"matchLabels": {"app": "web"}}
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert c["image"] == "nginx:1.25" and c["ports"][0]["containerPort"] == 80
+    job = json.loads(k("-n", ns, "get", "job", "j", "-o", "json"))
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["echo", "hi"]
+    rb = json.loads(k("-n", ns, "get", "rolebinding", "rb", "-o", "json"))
+    assert rb["roleRef"]["name"] == "r" and rb["subjects"][0]["name"] == "robot"

@@ -86,7 +86,9 @@ def test_apiserver_cli_writes_kubeconfig_ready_file_and_log(tmp_path):
         assert yaml.safe_load((tmp_path / "kc").read_text())["clusters"][0]["cluster"]["server"] == info["url"]
         with urllib.request.urlopen(info["url"] + "/api/v1/namespaces") as resp:
             assert resp.status == 200
-        assert "GET /api/v1/namespaces 200" in (state / "apiserver.log").read_text()
+        from emulator_helpers import wait_for
+
+        wait_for(lambda: "GET /api/v1/namespaces 200" in (state / "apiserver.log").read_text())
     finally:
         proc.terminate()
         assert proc.wait(10) == 0

@@ -244,7 +244,7 @@ def test_unknown_runtime_is_reported(fake_lab):
     lab.runtime()
     lab.patch(*ISVC, "tiny", ns, {"spec": {"predictor": {"model": {"runtime": "vllm-cpu"}}}})
     lab.wait(lambda: lab.pods(ns, "tiny"), 10, "predictor pod")
-    assert lab.conditions(ns, "tiny")["Ready"].get("reason") != "RuntimeNotRecognized"
+    lab.wait(lambda: lab.conditions(ns, "tiny")["Ready"].get("reason") != "RuntimeNotRecognized", 10)
 
 
 def test_storage_uris_pvc_entry_mounts_the_whole_claim(fake_lab, fake_models):
@@ -297,7 +297,8 @@ def test_pending_on_insufficient_gpu_then_scheduled(fake_lab, fake_models):
     assert pod["status"]["phase"] == "Pending" and "nodeName" not in pod["spec"]
     sched = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
     assert sched["status"] == "False" and sched["reason"] == "Unschedulable"
-    assert "Insufficient nvidia.com/gpu" in lab.conditions(ns, "big")["Ready"]["message"]
+    lab.wait(lambda: "Insufficient nvidia.com/gpu" in lab.conditions(ns, "big").get("Ready", {}).get("message", ""),
+             10, "FailedScheduling in Ready's message")
     # a bigger node: the pod schedules
     lab.res("v1", "Node").status.patch(name="lab-node", body={"status": {"capacity": {"nvidia.com/gpu": "2"},
                                                                           "allocatable": {"nvidia.com/gpu": "2"}}},

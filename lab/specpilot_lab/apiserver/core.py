@@ -1,6 +1,6 @@
 """The emulated cluster: resource registry, object lifecycle and the write pipeline.
 
-Everything HTTP-specific lives in :mod:`.http`; this module only knows about objects.
+Everything HTTP-specific lives in :mod:`.handler`; this module only knows about objects.
 All mutations happen under ``store.lock``.
 """
 
@@ -20,10 +20,10 @@ from typing import Any, Iterable
 import yaml
 
 from .. import podlogs
-from . import builtins, crds, errors, validation
+from . import crds, errors, kinds, validation
 from .errors import ApiError, FieldErr
 from .resources import ResourceType, builtin_resources, version_priority
-from .selectors import FieldSelector, LabelSelector
+from .selection import FieldSelector, LabelSelector
 from .store import Store
 from .util import clone, deep_equal, new_uid, now_rfc3339, random_suffix
 
@@ -111,7 +111,7 @@ class Cluster:
         self.store = Store(history=watch_history)
         self.lock = self.store.lock
         self.boot_namespaces = tuple(boot_namespaces)
-        self.cluster_ips = builtins.ClusterIPs()
+        self.cluster_ips = kinds.ClusterIPs()
         self._schema_cache: dict[str, Any] = {}
         self._boot_crd_docs: list[bytes] = []
         self.registry_generation = 0
@@ -148,7 +148,7 @@ class Cluster:
             self._pending_crds.clear()
             self._pending_foreground.clear()
             self._gc_queue.clear()
-            self.cluster_ips = builtins.ClusterIPs()
+            self.cluster_ips = kinds.ClusterIPs()
             for rt in builtin_resources():
                 self.resources[(rt.group, rt.version, rt.plural)] = rt
             self._registry_changed()
@@ -325,7 +325,7 @@ class Cluster:
             obj["status"] = {"acceptedNames": {"kind": "", "plural": ""}, "conditions": [],
                              "storedVersions": []}
         else:
-            builtins.prepare_create(rt, obj, self)
+            kinds.prepare_create(rt, obj, self)
         res = self._admit(rt, None, obj, opts, None, apply=apply, warnings=warnings)
         res.code = 201
         if not opts.dry_run and rt.group_resource == crds.CRD_GR:
@@ -360,7 +360,7 @@ class Cluster:
             raise errors.bad_request("json: cannot unmarshal into Go struct field .metadata of type "
                                      "v1.ObjectMeta")
         if not rt.is_custom:
-            msg = builtins.decode_errors(rt, obj)
+            msg = kinds.decode_errors(rt, obj)
             if msg:
                 raise errors.bad_request(msg)
         return obj
@@ -492,7 +492,7 @@ class Cluster:
                 md["namespace"] = namespace or ""
             new["apiVersion"], new["kind"] = rt.api_version, rt.kind
             if not rt.is_custom:
-                msg = builtins.decode_errors(rt, new)
+                msg = kinds.decode_errors(rt, new)
                 if msg:
                     raise errors.bad_request(msg)
             return self._admit(rt, old, new, opts, subresource)
@@ -531,7 +531,7 @@ class Cluster:
         else:
             md.pop("namespace", None)
         if not rt.is_custom:
-            msg = builtins.decode_errors(rt, config)
+            msg = kinds.decode_errors(rt, config)
             if msg:
                 raise errors.bad_request(msg)
         return config
@@ -690,7 +690,7 @@ class Cluster:
         elif rt.group_resource == crds.CRD_GR:
             crds.apply_defaults(new)
         else:
-            builtins.apply_defaults(rt, new, self)
+            kinds.apply_defaults(rt, new, self)
         # --- system metadata
         if old is not None:
             omd = _md(old)
@@ -719,7 +719,7 @@ class Cluster:
         elif rt.group_resource == crds.CRD_GR:
             errs.extend(crds.validate(new, old, self.compile_schema))
         else:
-            errs.extend(builtins.validate(rt, new, old))
+            errs.extend(kinds.validate(rt, new, old))
         if errs or schema_errs:
             raise self._invalid(rt, md.get("name") or "", errs, schema_errs)
         # --- generation

@@ -146,6 +146,8 @@ def builtin_resources() -> list[ResourceType]:
         # batch/v1
         _b("batch", "jobs", "Job", categories=["all"], subresources=dict(st), has_generation=True,
            known_fields=_COMMON + ("spec", "status")),
+        _b("batch", "cronjobs", "CronJob", short_names=["cj"], categories=["all"], subresources=dict(st),
+           has_generation=True, known_fields=_COMMON + ("spec", "status")),
         # rbac
         _b("rbac.authorization.k8s.io", "roles", "Role", known_fields=_COMMON + ("rules",)),
         _b("rbac.authorization.k8s.io", "rolebindings", "RoleBinding",

@@ -12,7 +12,7 @@ from typing import Iterable
 import yaml
 
 from .core import Cluster
-from .http import APIServer
+from .handler import APIServer
 
 CONTEXT = "specpilot-lab"
 TOKEN = "specpilot-lab-token"  # the emulator accepts any token; kubeconfig needs one

@@ -6,7 +6,7 @@ import re
 
 from .errors import FieldErr
 from .resources import ResourceType
-from .selectors import label_key_error, label_value_error
+from .selection import label_key_error, label_value_error
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -36,17 +36,41 @@ class VolumeError(Exception):
     pass
 
 
-def bwrap_base(hostname: str) -> list[str]:
+def bwrap_base(hostname: str, mount_paths: list[str] = ()) -> list[str]:
+    """The sandbox: this machine's /usr, /etc, /opt read-only, private /tmp, /run, /dev, /proc.
+    A read-only system directory that holds a mount path (a configMap at /etc/app) becomes a
+    tmpfs with the host's entries bound into it, so the mount point can be created."""
+    def holds_mount(d: str) -> bool:
+        return any(m == d or m.startswith(d + "/") for m in mount_paths)
+
+    def ro(d: str) -> list[str]:
+        host = Path(d)
+        if not host.is_dir():
+            return []
+        if not holds_mount(d):
+            return ["--ro-bind", d, d]
+        out = ["--tmpfs", d]
+        for entry in sorted(host.iterdir()):
+            target = f"{d}/{entry.name}"
+            if holds_mount(target) and entry.is_dir() and not entry.is_symlink():
+                out += ro(target)
+            elif entry.is_symlink():
+                out += ["--symlink", os.readlink(entry), target]
+            else:
+                out += ["--ro-bind", str(entry), target]
+        return out
+
     cmd = [BWRAP, "--die-with-parent", "--new-session", "--unshare-uts", "--unshare-ipc", "--unshare-pid",
-           "--hostname", hostname[:63], "--ro-bind", "/usr", "/usr"]
+           "--hostname", hostname[:63]]
+    cmd += ro("/usr")
     for d in ("bin", "sbin", "lib", "lib64", "lib32"):
         p = Path("/") / d
         if p.is_symlink():
             cmd += ["--symlink", os.readlink(p), f"/{d}"]
         elif p.is_dir():
-            cmd += ["--ro-bind", str(p), f"/{d}"]
-    cmd += ["--ro-bind", "/etc", "/etc", "--ro-bind-try", "/opt", "/opt",
-            "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/run", "--dir", "/var/tmp"]
+            cmd += ro(f"/{d}")
+    cmd += ro("/etc") + ro("/opt")
+    cmd += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/run", "--dir", "/var/tmp"]
     return cmd
 
 
@@ -200,7 +224,7 @@ class JobPodRun:
             writer.close()
             self.event("Warning", "Failed", f"Error: {msg}", name)
             return 128
-        cmd = bwrap_base(self.name)
+        cmd = bwrap_base(self.name, [vm.get("mountPath", "") for vm in c.get("volumeMounts") or []])
         for vm in c.get("volumeMounts") or []:
             src = volumes.get(vm.get("name"))
             if src is None:

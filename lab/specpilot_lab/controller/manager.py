@@ -683,22 +683,23 @@ class Controller:
         status = dict(job.get("status") or {})
         conds = list(status.get("conditions") or [])
         finished = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conds)
-        uid = job["metadata"]["uid"]
         # collect finished pods into the counts (each once)
         succeeded = int(status.get("succeeded", 0))
         failed = int(status.get("failed", 0))
+        # one consistent view: a pod thread may finish while this runs
+        done = {id(jr): jr.finished for jr in mine}
         for jr in mine:
-            if jr.finished and not hasattr(jr, "finished_at"):
+            if done[id(jr)] and not hasattr(jr, "finished_at"):
                 jr.finished_at = now()
         for jr in mine:
-            if jr.finished and not getattr(jr, "counted", False):
+            if done[id(jr)] and not getattr(jr, "counted", False):
                 jr.counted = True
                 if jr.phase == "Succeeded":
                     succeeded += 1
                 elif jr.reason != "DeadlineExceeded":
                     failed += max(1, jr.failures)
             self.kube.patch_status("pod", jr.name, ns, jr.pod_status())
-        active = [jr for jr in mine if not jr.finished]
+        active = [jr for jr in mine if not done[id(jr)]]
         completions = spec.get("completions", 1) or 1
         parallelism = spec.get("parallelism", 1)
         backoff_limit = spec.get("backoffLimit", 6)
@@ -742,6 +743,8 @@ class Controller:
                 if want > 0 and retry_wait > 0:
                     self.enqueue(("job", ns, name), min(retry_wait, 360))
                 else:
+                    log.debug("job %s/%s: succeeded %s failed %s active %s -> %s new pod(s)", ns, name, succeeded,
+                              failed, len(active), max(0, want))
                     for _ in range(max(0, want)):
                         jr = self._create_job_pod(job)
                         active.append(jr)

@@ -411,3 +411,19 @@ def test_chunk_boundaries_do_not_change_results(name, chunk):
 def test_str_and_bytes_lines_accepted():
     lines = [engine_line(0), spec(L13_BODY)]
     assert parse_log_lines(lines)["windows"] == parse_log_lines([x.encode() for x in lines])["windows"]
+
+
+def test_debug_level_spec_line_is_a_window():
+    """V1 logs the metrics with logger.debug when the engine is idle."""
+    line = spec(L13_BODY).replace(" INFO ", " DEBUG ")
+    [w] = parse(line)["windows"]
+    assert (w["accepted_tokens"], w["drafted_tokens"]) == (228, 666)
+
+
+def test_since_as_timestamp_prefix():
+    lines = [engine_line(0, ts="06-16 20:48:10"), spec(L13_BODY, ts="06-16 20:48:10"),
+             engine_line(0, ts="06-16 20:48:20"), spec(L13_BODY.replace("Accepted: 228", "Accepted: 7"),
+                                                       ts="06-16 20:48:20")]
+    result = parse(*lines, since="06-16 20:48:10")
+    assert result["since_line"] == 2 and [w["accepted_tokens"] for w in result["windows"]] == [7]
+    assert result["windows"][0]["engine"] == 0  # its Engine line is after the marker too

@@ -9,8 +9,15 @@ import json
 
 import pytest
 
-from validate_helpers import (crd_dir_for, crd_errors, crd_validator, load_spec_file, paths, spec_files,
-                              validate_file)
+from validate_helpers import (
+    crd_dir_for,
+    crd_errors,
+    crd_validator,
+    load_spec_file,
+    paths,
+    spec_files,
+    validate_file,
+)
 
 from ansible_collections.specpilot.core.plugins.module_utils import vllm_profiles as vp
 from ansible_collections.specpilot.core.plugins.module_utils.versions import parse_version
@@ -51,8 +58,11 @@ def test_corpus_expectations(path):
         assert finding["message"] and finding["hint"] and finding["code"]
     # every error is in the readable block, under the variable name users write
     for error in result["errors"]:
-        shown = error["path"] if error["path"].startswith(("inferenceservice.", "servingruntime.")) \
+        shown = (
+            error["path"]
+            if error["path"].startswith(("inferenceservice.", "servingruntime."))
             else "specpilot_" + error["path"]
+        )
         assert shown in result["report"]
 
 
@@ -81,7 +91,12 @@ def test_valid_specs_render_strictly_valid_manifests(path):
     predictor = plan["inferenceservice"]["spec"]["predictor"]
     assert "storageUris" not in predictor["model"]
     annotations = plan["inferenceservice"]["metadata"]["annotations"]
-    assert annotations["serving.kserve.io/deploymentMode"] in ("Standard", "Knative", "RawDeployment", "Serverless")
+    assert annotations["serving.kserve.io/deploymentMode"] in (
+        "Standard",
+        "Knative",
+        "RawDeployment",
+        "Serverless",
+    )
     assert annotations["specpilot.io/spec-digest"] == plan["spec_digest"]
     assert plan["inferenceservice"]["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "specpilot"
 
@@ -93,7 +108,9 @@ def test_strict_crd_validation_catches_what_the_api_server_would_prune():
         pytest.skip("upstream KServe CRDs not found under ../shared/reference/kserve-crds/v0.20.0")
     result = validate_file(VALID[0])
     isvc = json.loads(json.dumps(result["plan"]["inferenceservice"]))
-    isvc["spec"]["predictor"]["model"]["storageUris"] = [{"uri": "hf://x/y", "mountPath": "/mnt/models/draft"}]
+    isvc["spec"]["predictor"]["model"]["storageUris"] = [
+        {"uri": "hf://x/y", "mountPath": "/mnt/models/draft"}
+    ]
     isvc["spec"]["predictor"]["storageUris"] = [{"uri": "hf://x/y", "path": "/mnt/models/draft"}]
     errors = crd_errors(validator, isvc)
     assert any("storageUris" in e and "unexpected" in e for e in errors), errors
@@ -135,7 +152,9 @@ def test_rendered_speculative_args_round_trip(path):
     args = plan["args"]
     for arg in plan["speculative_args"]:
         assert arg in args
-    assert [a for a in plan["args_without_speculative"]] == [a for a in args if a not in plan["speculative_args"]]
+    assert [a for a in plan["args_without_speculative"]] == [
+        a for a in args if a not in plan["speculative_args"]
+    ]
     if profile["x-specpilot"]["render"] == "v0-flags":
         assert not any(a.startswith("--speculative-config") for a in args)
         expected = {k: v for k, v in cfg.items() if k != "method"}
@@ -143,11 +162,13 @@ def test_rendered_speculative_args_round_trip(path):
             assert "--speculative-model=[ngram]" in args
         parsed = _v0_flags_to_config(plan["speculative_args"], profile)
         parsed.pop("model", None) if cfg["method"] == "ngram" else None
-        assert parsed == {k: v for k, v in expected.items() if not (k == "model" and cfg["method"] == "ngram")}
+        assert parsed == {
+            k: v for k, v in expected.items() if not (k == "model" and cfg["method"] == "ngram")
+        }
         return
     spec_args = [a for a in args if a.startswith("--speculative-config=")]
     assert len(spec_args) == 1
-    raw = spec_args[0][len("--speculative-config="):]
+    raw = spec_args[0][len("--speculative-config=") :]
     assert json.loads(raw) == cfg
     assert list(json.loads(raw)) == list(cfg)  # key order kept
     assert raw == json.dumps(cfg, separators=(",", ":"))  # compact, never a Python repr

@@ -4,6 +4,7 @@ block, render output, and manifests passing through Ansible and kubernetes.core 
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -26,8 +27,14 @@ def test_valid_spec_file_renders_the_plan(tmp_path):
     """Render dir written on the first run (changed), left alone on the second (ok)."""
     spec_file = SPECS / "valid" / "eagle3_0.32_storage_uris_hf.yml"
     render = tmp_path / "render"
-    proc = run_playbook(tmp_path, PLAYBOOK, "-e", "specpilot_spec_file=%s" % spec_file,
-                        "-e", "specpilot_render_dir=%s" % render)
+    proc = run_playbook(
+        tmp_path,
+        PLAYBOOK,
+        "-e",
+        "specpilot_spec_file=%s" % spec_file,
+        "-e",
+        "specpilot_render_dir=%s" % render,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     expected = validate_file(spec_file)["plan"]
     name = expected["name"]
@@ -40,16 +47,36 @@ def test_valid_spec_file_renders_the_plan(tmp_path):
     with open(render / name / "plan.yaml") as handle:
         assert yaml.safe_load(handle)["args"] == expected["args"]
     assert "changed=1" in proc.stdout
-    again = run_playbook(tmp_path, PLAYBOOK, "-e", "specpilot_spec_file=%s" % spec_file,
-                         "-e", "specpilot_render_dir=%s" % render)
+    again = run_playbook(
+        tmp_path,
+        PLAYBOOK,
+        "-e",
+        "specpilot_spec_file=%s" % spec_file,
+        "-e",
+        "specpilot_render_dir=%s" % render,
+    )
     assert again.returncode == 0 and "changed=0" in again.stdout
 
 
 def test_relative_paths_resolve_from_the_working_directory(tmp_path):
+    """Relative spec file and render dir are taken from where ansible-playbook runs; check mode
+    reports the files it would write and writes nothing."""
     spec_file = (SPECS / "valid" / "speculative_off.yml").relative_to(ROOT)
-    proc = run_playbook(tmp_path, PLAYBOOK, "-e", "specpilot_spec_file=%s" % spec_file,
-                        "-e", "specpilot_render_dir=%s" % Path(tmp_path.name, "out"))
+    out = tmp_path / "out"
+    relative_out = os.path.relpath(out, ROOT)  # ansible-playbook runs in ROOT
+    args = [
+        PLAYBOOK,
+        "-e",
+        "specpilot_spec_file=%s" % spec_file,
+        "-e",
+        "specpilot_render_dir=%s" % relative_out,
+    ]
+    check = run_playbook(tmp_path, "--check", *args)
+    assert check.returncode == 0 and "changed=1" in check.stdout, check.stdout + check.stderr
+    assert not out.exists()
+    proc = run_playbook(tmp_path, *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (out / "speculative-off" / "inferenceservice.yaml").is_file()
 
 
 def test_invalid_spec_file_fails_with_every_problem(tmp_path):
@@ -83,8 +110,11 @@ specpilot_speculatve: {}
     assert proc.returncode != 0
     assert recap(out) == {"localhost": 1}
     expected_errors = [
-        "specpilot_speculative.num_speculative_tokens", "specpilot_speculative.tensor_parallel_size",
-        "specpilot_draft.hidden_size", "specpilot_target.uri", "specpilot_draft.uri",
+        "specpilot_speculative.num_speculative_tokens",
+        "specpilot_speculative.tensor_parallel_size",
+        "specpilot_draft.hidden_size",
+        "specpilot_target.uri",
+        "specpilot_draft.uri",
         "specpilot_progress_deadline_seconds",
     ]
     assert "FAILED; %d error(s)" % len(expected_errors) in out
@@ -102,18 +132,24 @@ def test_warnings_print_and_fail_only_in_strict_mode(tmp_path):
     out = relaxed.stdout + relaxed.stderr  # Ansible prints warnings on stderr
     assert relaxed.returncode == 0, out
     assert "WARNINGS:" in out and "specpilot_speculative.method" in out
-    strict = run_playbook(tmp_path, PLAYBOOK, "-e", "specpilot_spec_file=%s" % spec_file, "-e", "specpilot_strict=true")
+    strict = run_playbook(
+        tmp_path, PLAYBOOK, "-e", "specpilot_spec_file=%s" % spec_file, "-e", "specpilot_strict=true"
+    )
     assert strict.returncode != 0
     assert "(strict: warnings fail)" in strict.stdout + strict.stderr
 
 
-@pytest.mark.parametrize("inventory,hosts", [
-    ("lab", {"lab-ngram", "lab-draft", "lab-suffix"}),
-    ("example", {"chat-eagle3", "chat-70b-draft", "reasoning-mtp"}),
-])
+@pytest.mark.parametrize(
+    "inventory,hosts",
+    [
+        ("lab", {"lab-ngram", "lab-draft", "lab-suffix"}),
+        ("example", {"chat-eagle3", "chat-70b-draft", "reasoning-mtp"}),
+    ],
+)
 def test_inventories_validate_clean(tmp_path, inventory, hosts):
-    proc = run_playbook(tmp_path, "-i", str(ROOT / "inventories" / inventory), PLAYBOOK,
-                        "-e", "specpilot_strict=true")
+    proc = run_playbook(
+        tmp_path, "-i", str(ROOT / "inventories" / inventory), PLAYBOOK, "-e", "specpilot_strict=true"
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert recap(out) == {host: 0 for host in hosts}
@@ -131,12 +167,26 @@ def test_manifests_pass_through_ansible_and_kubernetes_core_unchanged(tmp_path, 
     env.update(K8S_AUTH_KUBECONFIG=str(emulator_upstream.kubeconfig))
     import subprocess
     import sys
+
     proc = subprocess.run(
-        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "-c", "local",
-         "-e", "ansible_python_interpreter=%s" % sys.executable,
-         "-e", json.dumps({"spec_file": str(spec_file), "out_dir": str(out_dir)}),
-         str(Path(__file__).parent / "playbooks" / "passthrough.yml")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        [
+            str(Path(sys.executable).with_name("ansible-playbook")),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            "ansible_python_interpreter=%s" % sys.executable,
+            "-e",
+            json.dumps({"spec_file": str(spec_file), "out_dir": str(out_dir)}),
+            str(Path(__file__).parent / "playbooks" / "passthrough.yml"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     held = json.loads((out_dir / "after_set_fact.json").read_text())
     assert held["plan"]["servingruntime"] == expected["servingruntime"]
@@ -146,14 +196,19 @@ def test_manifests_pass_through_ansible_and_kubernetes_core_unchanged(tmp_path, 
     assert stored_runtime["spec"]["containers"][0]["args"] == ["--port=8080", "--served-model-name={{.Name}}"]
     assert stored_runtime["spec"] == expected["servingruntime"]["spec"]
     assert stored_isvc["spec"]["predictor"]["model"]["args"] == expected["args"]
-    assert stored_isvc["spec"]["predictor"]["storageUris"] == expected["inferenceservice"]["spec"]["predictor"]["storageUris"]
+    assert (
+        stored_isvc["spec"]["predictor"]["storageUris"]
+        == expected["inferenceservice"]["spec"]["predictor"]["storageUris"]
+    )
     for key, value in expected["inferenceservice"]["metadata"]["annotations"].items():
         assert stored_isvc["metadata"]["annotations"][key] == value
 
 
 def test_validation_never_talks_to_a_cluster():
     """validate.yml and its role use no Kubernetes module (the checks are local by design)."""
-    sources = [ROOT / "playbooks" / "validate.yml"] + sorted((ROOT / "roles" / "specpilot_validate").rglob("*.yml"))
+    sources = [ROOT / "playbooks" / "validate.yml"] + sorted(
+        (ROOT / "roles" / "specpilot_validate").rglob("*.yml")
+    )
     for path in sources:
         text = path.read_text()
         assert "kubernetes.core" not in text and "k8s" not in text, path

@@ -28,11 +28,17 @@ def profile(version):
 def ngram_spec(version, **cfg):
     config = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
     config.update(cfg)
-    return base_spec(vllm_version=version, draft=None, delivery="storage_uri", speculative=config,
-                     acknowledged_warnings=["async-scheduling-disabled"])
+    return base_spec(
+        vllm_version=version,
+        draft=None,
+        delivery="storage_uri",
+        speculative=config,
+        acknowledged_warnings=["async-scheduling-disabled"],
+    )
 
 
 # ------------------------------------------------------------------ facts cross-check
+
 
 @pytest.fixture(scope="module")
 def facts():
@@ -53,8 +59,11 @@ def test_json_keys_match_the_facts(facts):
         surface = facts[label]
         if version < (0, 8, 2):
             continue
-        keys = {k for k, f in surface.items()
-                if not k.startswith(("_", "--")) and not f.get("internal") and k != "tensor_parallel_size"}
+        keys = {
+            k
+            for k, f in surface.items()
+            if not k.startswith(("_", "--")) and not f.get("internal") and k != "tensor_parallel_size"
+        }
         assert set(profile(label)["properties"]) == keys, label
 
 
@@ -62,7 +71,10 @@ def test_v0_flags_match_the_facts(facts):
     for label, version in vp.EXAMINED:
         if version >= (0, 8, 2):
             continue
-        flags = {k for k in facts[label] if k.startswith("--")} - {"--use-v2-block-manager", "--num-lookahead-slots"}
+        flags = {k for k in facts[label] if k.startswith("--")} - {
+            "--use-v2-block-manager",
+            "--num-lookahead-slots",
+        }
         assert set(profile(label)["x-specpilot"]["v0_flags"].values()) == flags, label
 
 
@@ -94,22 +106,30 @@ def test_literal_values_and_bounds_match_the_facts(facts):
 
 # ------------------------------------------------------------------ version selection
 
-@pytest.mark.parametrize("version,basis,code", [
-    ("0.32.0", "0.32.0", None),
-    ("0.19.0", "0.18.1", "vllm-unexamined"),
-    ("0.15.1", "0.14.1", "vllm-unexamined"),
-    ("0.31.5", "0.31.0", "vllm-profile-basis"),
-    ("0.34.0", "0.33.0", "vllm-newer-than-profiles"),
-    ("v0.10.1.1", "0.10.1.1", None),
-    ("0.6.3.post1", "0.6.3.post1", None),
-])
+
+@pytest.mark.parametrize(
+    "version,basis,code",
+    [
+        ("0.32.0", "0.32.0", None),
+        ("0.19.0", "0.18.1", "vllm-unexamined"),
+        ("0.15.1", "0.14.1", "vllm-unexamined"),
+        ("0.31.5", "0.31.0", "vllm-profile-basis"),
+        ("0.34.0", "0.33.0", "vllm-newer-than-profiles"),
+        ("v0.10.1.1", "0.10.1.1", None),
+        ("0.6.3.post1", "0.6.3.post1", None),
+    ],
+)
 def test_profile_selection(version, basis, code):
     spec = base_spec(vllm_version=version, speculative=None, draft=None, delivery="storage_uri")
     result = validate(spec)
     assert result["plan"]["profile"]["basis"] == basis
     codes = {f["code"] for f in result["warnings"] + result["notes"]}
     assert code is None or code in codes
-    assert not {"vllm-unexamined", "vllm-profile-basis", "vllm-newer-than-profiles"} & codes if code is None else True
+    assert (
+        not {"vllm-unexamined", "vllm-profile-basis", "vllm-newer-than-profiles"} & codes
+        if code is None
+        else True
+    )
 
 
 def test_too_old_and_malformed_versions():
@@ -122,10 +142,18 @@ def test_too_old_and_malformed_versions():
 
 # ------------------------------------------------------------------ what the issue lists
 
-@pytest.mark.parametrize("method,first,last_without", [
-    ("eagle3", "0.9.1", "0.8.4"), ("suffix", "0.11.2", "0.11.0"), ("ngram_gpu", "0.18.1", "0.17.1"),
-    ("dflash", "0.20.2", "0.19.1"), ("mtp", "0.11.0", "0.10.2"), ("custom_class", "0.22.1", "0.21.0"),
-])
+
+@pytest.mark.parametrize(
+    "method,first,last_without",
+    [
+        ("eagle3", "0.9.1", "0.8.4"),
+        ("suffix", "0.11.2", "0.11.0"),
+        ("ngram_gpu", "0.18.1", "0.17.1"),
+        ("dflash", "0.20.2", "0.19.1"),
+        ("mtp", "0.11.0", "0.10.2"),
+        ("custom_class", "0.22.1", "0.21.0"),
+    ],
+)
 def test_methods_arrive(method, first, last_without):
     assert method in profile(first)["properties"]["method"]["enum"]
     assert method not in profile(last_without)["properties"]["method"]["enum"]
@@ -152,9 +180,15 @@ def test_disable_by_batch_size_removed_after_0_16(version, severity):
     assert ("speculative.disable_by_batch_size" in errors) == (severity == "error")
 
 
-@pytest.mark.parametrize("version,severity", [
-    ("0.9.2", None), ("0.10.0", "warning"), ("0.14.1", "warning"), ("0.16.0", "error"),
-])
+@pytest.mark.parametrize(
+    "version,severity",
+    [
+        ("0.9.2", None),
+        ("0.10.0", "warning"),
+        ("0.14.1", "warning"),
+        ("0.16.0", "error"),
+    ],
+)
 def test_typical_acceptance_keys_removed_after_0_9_2(version, severity):
     result = validate(ngram_spec(version, acceptance_method="typical_acceptance_sampler"))
     where = {"error": paths(result["errors"]), "warning": paths(result["warnings"])}
@@ -162,14 +196,24 @@ def test_typical_acceptance_keys_removed_after_0_9_2(version, severity):
         assert ("speculative.acceptance_method" in found) == (severity == level), (version, result["report"])
 
 
-@pytest.mark.parametrize("version,severity", [
-    ("0.8.3", "error"), ("0.9.0", "error"), ("0.9.1", "warning"), ("0.14.1", "warning"), ("0.16.0", "error"),
-    ("0.32.0", "error"),
-])
+@pytest.mark.parametrize(
+    "version,severity",
+    [
+        ("0.8.3", "error"),
+        ("0.9.0", "error"),
+        ("0.9.1", "warning"),
+        ("0.14.1", "warning"),
+        ("0.16.0", "error"),
+        ("0.32.0", "error"),
+    ],
+)
 def test_unknown_keys_per_era(version, severity):
     result = validate(ngram_spec(version, lookahead_window=2))
-    level = "error" if "speculative.lookahead_window" in paths(result["errors"]) else (
-        "warning" if "speculative.lookahead_window" in paths(result["warnings"]) else None)
+    level = (
+        "error"
+        if "speculative.lookahead_window" in paths(result["errors"])
+        else ("warning" if "speculative.lookahead_window" in paths(result["warnings"]) else None)
+    )
     assert level == severity
 
 
@@ -186,25 +230,36 @@ def test_sampling_and_engine_internal_keys_are_errors(key):
     assert "speculative." + key in paths(result["errors"])
 
 
-@pytest.mark.parametrize("version,bad,good", [
-    ("0.18.1", "synthetic", "probabilistic"), ("0.19.1", "standard", "synthetic"),
-    ("0.21.0", "strict", "standard"), ("0.25.1", "fly", "block"), ("0.33.0", "strict", "fly"),
-])
+@pytest.mark.parametrize(
+    "version,bad,good",
+    [
+        ("0.18.1", "synthetic", "probabilistic"),
+        ("0.19.1", "standard", "synthetic"),
+        ("0.21.0", "strict", "standard"),
+        ("0.25.1", "fly", "block"),
+        ("0.33.0", "strict", "fly"),
+    ],
+)
 def test_rejection_sample_method_values(version, bad, good):
-    assert "speculative.rejection_sample_method" in paths(validate(ngram_spec(
-        version, rejection_sample_method=bad))["errors"])
+    assert "speculative.rejection_sample_method" in paths(
+        validate(ngram_spec(version, rejection_sample_method=bad))["errors"]
+    )
     extra = {"fly_window_size": 1} if good == "fly" else {}
     extra.update({"synthetic_acceptance_rate": 0.5} if (good == "synthetic" and version == "0.19.1") else {})
     assert not validate(ngram_spec(version, rejection_sample_method=good, **extra))["errors"]
 
 
-@pytest.mark.parametrize("version,ok", [("0.9.2", True), ("0.10.0", False), ("0.14.1", False), ("0.15.1", False),
-                                        ("0.16.0", True)])
+@pytest.mark.parametrize(
+    "version,ok", [("0.9.2", True), ("0.10.0", False), ("0.14.1", False), ("0.15.1", False), ("0.16.0", True)]
+)
 def test_draft_model_unsupported_from_0_10_to_0_14(version, ok):
-    spec = base_spec(vllm_version=version, kserve_version="0.17",
-                     draft={"uri": "hf://meta-llama/Llama-3.2-1B", "params_b": 1.0},
-                     speculative={"method": "draft_model", "num_speculative_tokens": 3},
-                     acknowledged_warnings=["async-scheduling-disabled", "draft-ratio"])
+    spec = base_spec(
+        vllm_version=version,
+        kserve_version="0.17",
+        draft={"uri": "hf://meta-llama/Llama-3.2-1B", "params_b": 1.0},
+        speculative={"method": "draft_model", "num_speculative_tokens": 3},
+        acknowledged_warnings=["async-scheduling-disabled", "draft-ratio"],
+    )
     result = validate(spec)
     assert ("speculative.method" not in paths(result["errors"])) == ok, result["report"]
 
@@ -218,15 +273,21 @@ def test_ngram_brackets_method():
 def test_model_requirement_and_token_requirement():
     no_tokens = validate(base_spec(speculative={"method": "eagle3"}))
     assert "speculative.num_speculative_tokens" in paths(no_tokens["errors"])
-    suffix = validate(ngram_spec("0.32.0", method="suffix", num_speculative_tokens=None, prompt_lookup_max=None))
+    suffix = validate(
+        ngram_spec("0.32.0", method="suffix", num_speculative_tokens=None, prompt_lookup_max=None)
+    )
     assert not suffix["errors"], suffix["report"]
     no_method = validate(base_spec(speculative={"num_speculative_tokens": 3}))
     assert any(e["code"] == "method-missing" for e in no_method["errors"])
 
 
 def test_async_scheduling_caveats_follow_the_release():
-    assert "vllm_args" in paths(validate(dict(ngram_spec("0.10.0"), vllm_args={"async_scheduling": True}))["errors"])
-    mid = validate(base_spec(vllm_version="0.12.0", kserve_version="0.17", vllm_args={"async_scheduling": True}))
+    assert "vllm_args" in paths(
+        validate(dict(ngram_spec("0.10.0"), vllm_args={"async_scheduling": True}))["errors"]
+    )
+    mid = validate(
+        base_spec(vllm_version="0.12.0", kserve_version="0.17", vllm_args={"async_scheduling": True})
+    )
     assert "vllm_args" in paths(mid["warnings"])
     plain_ngram = validate(dict(ngram_spec("0.32.0"), acknowledged_warnings=[]))
     assert any(w["code"] == "async-scheduling-disabled" for w in plain_ngram["warnings"])
@@ -245,19 +306,33 @@ def test_acknowledged_warnings_become_notes():
 
 # ------------------------------------------------------------------ rendering per era
 
+
 def test_v0_flags_for_0_8_1_and_older():
     result = validate(dict(ngram_spec("0.6.0", prompt_lookup_min=2), kserve_version="0.15"))
     assert result["plan"]["speculative_args"] == [
-        "--speculative-model=[ngram]", "--num-speculative-tokens=3", "--ngram-prompt-lookup-max=4",
-        "--ngram-prompt-lookup-min=2", "--use-v2-block-manager"]
+        "--speculative-model=[ngram]",
+        "--num-speculative-tokens=3",
+        "--ngram-prompt-lookup-max=4",
+        "--ngram-prompt-lookup-min=2",
+        "--use-v2-block-manager",
+    ]
     later = validate(ngram_spec("0.8.1"))
     assert "--use-v2-block-manager" not in later["plan"]["args"]
     assert not any(a.startswith("--speculative-config") for a in later["plan"]["args"])
-    draft = validate(base_spec(vllm_version="0.7.3", kserve_version="0.17", speculative={
-        "method": "draft_model", "num_speculative_tokens": 4, "disable_mqa_scorer": True},
-        draft={"uri": "hf://meta-llama/Llama-3.2-1B", "params_b": 1.0}, acknowledged_warnings=["draft-ratio"]))
+    draft = validate(
+        base_spec(
+            vllm_version="0.7.3",
+            kserve_version="0.17",
+            speculative={"method": "draft_model", "num_speculative_tokens": 4, "disable_mqa_scorer": True},
+            draft={"uri": "hf://meta-llama/Llama-3.2-1B", "params_b": 1.0},
+            acknowledged_warnings=["draft-ratio"],
+        )
+    )
     assert draft["plan"]["speculative_args"] == [
-        "--speculative-model=/mnt/models/draft", "--num-speculative-tokens=4", "--speculative-disable-mqa-scorer"]
+        "--speculative-model=/mnt/models/draft",
+        "--num-speculative-tokens=4",
+        "--speculative-disable-mqa-scorer",
+    ]
 
 
 def test_0_8_2_renders_literal_eval_safe_json():
@@ -272,14 +347,21 @@ def test_0_8_2_renders_literal_eval_safe_json():
 def test_json_from_0_8_3_is_compact_and_ordered():
     cfg = validate(base_spec())["plan"]["speculative_config"]
     assert list(cfg) == ["method", "model", "num_speculative_tokens"]
-    assert speculative.compact_json(cfg) == '{"method":"eagle3","model":"/mnt/models/draft","num_speculative_tokens":3}'
+    assert (
+        speculative.compact_json(cfg)
+        == '{"method":"eagle3","model":"/mnt/models/draft","num_speculative_tokens":3}'
+    )
 
 
 # ------------------------------------------------------------------ exported schemas
 
+
 def test_exported_schemas_are_up_to_date():
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "export_schemas.py"), "--check"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "export_schemas.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -300,6 +382,7 @@ def test_every_service_schema_property_is_described():
                 elif isinstance(node.get(key), list):
                     for sub in node[key]:
                         walk(sub, where)
+
     walk(schema, "")
     assert missing == []
 
@@ -311,4 +394,7 @@ def test_schema_dir_gives_the_same_verdicts(tmp_path):
     assert builtin["errors"] == exported["errors"]
     assert builtin["warnings"] == exported["warnings"]
     good = base_spec()
-    assert validate(good, {"schema_dir": str(ROOT / "schemas")})["plan"]["args"] == validate(good)["plan"]["args"]
+    assert (
+        validate(good, {"schema_dir": str(ROOT / "schemas")})["plan"]["args"]
+        == validate(good)["plan"]["args"]
+    )

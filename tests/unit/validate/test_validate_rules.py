@@ -17,7 +17,16 @@ from ansible_collections.specpilot.core.plugins.module_utils import compat
 from ansible_collections.specpilot.core.plugins.module_utils.kserve_rules import common_parent
 from ansible_collections.specpilot.core.plugins.module_utils.validator import validate
 
-MODULE = ROOT / "collections" / "ansible_collections" / "specpilot" / "core" / "plugins" / "modules" / "spec_validate.py"
+MODULE = (
+    ROOT
+    / "collections"
+    / "ansible_collections"
+    / "specpilot"
+    / "core"
+    / "plugins"
+    / "modules"
+    / "spec_validate.py"
+)
 
 
 def plan_of(spec, **options):
@@ -28,6 +37,7 @@ def plan_of(spec, **options):
 
 # ------------------------------------------------------------------ the rendered objects
 
+
 def test_servingruntime_is_plain_vllm_with_go_template_kept():
     runtime = plan_of(base_spec())["servingruntime"]
     container = runtime["spec"]["containers"][0]
@@ -37,14 +47,23 @@ def test_servingruntime_is_plain_vllm_with_go_template_kept():
     assert container["ports"][0]["containerPort"] == 8080
     assert {"name": "shm", "mountPath": "/dev/shm"} in container["volumeMounts"]
     assert runtime["spec"]["volumes"][0]["emptyDir"]["medium"] == "Memory"
-    assert runtime["spec"]["annotations"] == {"prometheus.kserve.io/port": "8080", "prometheus.kserve.io/path": "/metrics"}
+    assert runtime["spec"]["annotations"] == {
+        "prometheus.kserve.io/port": "8080",
+        "prometheus.kserve.io/path": "/metrics",
+    }
     assert runtime["spec"]["supportedModelFormats"][0]["name"] == "vLLM"
 
 
 def test_probes_are_sized_for_cold_starts_with_a_draft():
     with_draft = plan_of(base_spec())
-    without = plan_of(base_spec(draft=None, delivery="storage_uri", speculative={
-        "method": "ngram", "num_speculative_tokens": 3}, acknowledged_warnings=["async-scheduling-disabled"]))
+    without = plan_of(
+        base_spec(
+            draft=None,
+            delivery="storage_uri",
+            speculative={"method": "ngram", "num_speculative_tokens": 3},
+            acknowledged_warnings=["async-scheduling-disabled"],
+        )
+    )
     probe = lambda plan: plan["servingruntime"]["spec"]["containers"][0]["startupProbe"]  # noqa: E731
     assert probe(with_draft)["failureThreshold"] * probe(with_draft)["periodSeconds"] == 1800
     assert probe(without)["failureThreshold"] * probe(without)["periodSeconds"] == 900
@@ -57,7 +76,8 @@ def test_inferenceservice_option_a_storage_uris_at_predictor_level():
     predictor = isvc["spec"]["predictor"]
     assert predictor["storageUris"] == [
         {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct", "mountPath": "/mnt/models/target"},
-        {"uri": "hf://yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "mountPath": "/mnt/models/draft"}]
+        {"uri": "hf://yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "mountPath": "/mnt/models/draft"},
+    ]
     model = predictor["model"]
     assert "storageUris" not in model and "storageUri" not in model
     assert model["modelFormat"] == {"name": "vLLM"}
@@ -66,14 +86,19 @@ def test_inferenceservice_option_a_storage_uris_at_predictor_level():
     assert model["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Standard"
     assert "serving.knative.dev/progress-deadline" not in isvc["metadata"]["annotations"]
-    assert predictor["deploymentStrategy"] == {"type": "RollingUpdate",
-                                               "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    assert predictor["deploymentStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+    }
 
 
 def test_two_oci_sources_get_distinct_parents():
-    plan = plan_of(base_spec(
-        target=dict(base_spec()["target"], uri="oci://r.example/m/t@sha256:" + "a" * 64),
-        draft=dict(base_spec()["draft"], uri="oci://r.example/m/d@sha256:" + "b" * 64)))
+    plan = plan_of(
+        base_spec(
+            target=dict(base_spec()["target"], uri="oci://r.example/m/t@sha256:" + "a" * 64),
+            draft=dict(base_spec()["draft"], uri="oci://r.example/m/d@sha256:" + "b" * 64),
+        )
+    )
     mounts = [e["mountPath"] for e in plan["inferenceservice"]["spec"]["predictor"]["storageUris"]]
     assert mounts == ["/mnt/target/model", "/mnt/draft/model"]
     assert plan["args"][0] == "--model=/mnt/target/model"
@@ -82,8 +107,11 @@ def test_two_oci_sources_get_distinct_parents():
 
 def test_option_b_modelcar_by_digest_with_startup_guard(tmp_path):
     digest = "sha256:" + "c" * 64
-    plan = plan_of(base_spec(delivery="modelcar", modelcar={"image": "r.example/m/llama-eagle3:v1",
-                                                            "image_digest": digest}))
+    plan = plan_of(
+        base_spec(
+            delivery="modelcar", modelcar={"image": "r.example/m/llama-eagle3:v1", "image_digest": digest}
+        )
+    )
     model = plan["inferenceservice"]["spec"]["predictor"]["model"]
     assert model["storageUri"] == "oci://r.example/m/llama-eagle3@" + digest
     assert "storageUris" not in plan["inferenceservice"]["spec"]["predictor"]
@@ -100,8 +128,13 @@ def test_option_b_modelcar_by_digest_with_startup_guard(tmp_path):
     (tmp_path / "target" / "config.json").write_text("{}")
     script = command[2].replace("/mnt/models/target", str(tmp_path / "target"))
     args = ["--port=8080", "--served-model-name={{.Name}}"] + model["args"]
-    out = subprocess.run(["/bin/sh", "-c", script, "--"] + args, capture_output=True, text=True, timeout=30,
-                         env={"PATH": "%s:/usr/bin:/bin" % fake})
+    out = subprocess.run(
+        ["/bin/sh", "-c", script, "--"] + args,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": "%s:/usr/bin:/bin" % fake},
+    )
     assert out.stdout.splitlines() == ["-m", "vllm.entrypoints.openai.api_server"] + args
 
 
@@ -110,13 +143,20 @@ def test_modelcar_digest_required_unless_allowed():
     assert "modelcar.image_digest" in paths(validate(spec)["errors"])
     pending = validate(spec, {"allow_missing_digest": True})
     assert pending["ok"] and "modelcar.image_digest" in paths(pending["warnings"])
-    assert pending["plan"]["inferenceservice"]["spec"]["predictor"]["model"]["storageUri"].endswith("@sha256:" + "0" * 64)
+    assert pending["plan"]["inferenceservice"]["spec"]["predictor"]["model"]["storageUri"].endswith(
+        "@sha256:" + "0" * 64
+    )
 
 
 def test_option_c_pvc_root_and_sub_directories():
-    plan = plan_of(base_spec(delivery="pvc", pvc={"name": "models", "path": "llama"},
-                             target=dict(base_spec()["target"], uri=None, subdir="llama-8b"),
-                             draft=dict(base_spec()["draft"], uri=None, subdir="eagle3")))
+    plan = plan_of(
+        base_spec(
+            delivery="pvc",
+            pvc={"name": "models", "path": "llama"},
+            target=dict(base_spec()["target"], uri=None, subdir="llama-8b"),
+            draft=dict(base_spec()["draft"], uri=None, subdir="eagle3"),
+        )
+    )
     model = plan["inferenceservice"]["spec"]["predictor"]["model"]
     assert model["storageUri"] == "pvc://models/llama/"
     assert model["args"][0] == "--model=/mnt/models/llama-8b"
@@ -133,9 +173,13 @@ def test_knative_gets_progress_deadline_and_no_strategy():
 
 
 def test_rollout_strategy_choices():
-    assert plan_of(base_spec(rollout="recreate"))["inferenceservice"]["spec"]["predictor"]["deploymentStrategy"] == {
-        "type": "Recreate"}
-    assert "deploymentStrategy" not in plan_of(base_spec(rollout="surge"))["inferenceservice"]["spec"]["predictor"]
+    assert plan_of(base_spec(rollout="recreate"))["inferenceservice"]["spec"]["predictor"][
+        "deploymentStrategy"
+    ] == {"type": "Recreate"}
+    assert (
+        "deploymentStrategy"
+        not in plan_of(base_spec(rollout="surge"))["inferenceservice"]["spec"]["predictor"]
+    )
     cpu = plan_of(base_spec(gpu={"count": 0}))
     assert "deploymentStrategy" not in cpu["inferenceservice"]["spec"]["predictor"]
     assert "resources" not in cpu["inferenceservice"]["spec"]["predictor"]["model"]
@@ -143,38 +187,81 @@ def test_rollout_strategy_choices():
 
 def test_legacy_deployment_mode_names_before_kserve_0_16():
     plan = plan_of(base_spec(kserve_version="0.15", delivery="pvc", pvc={"name": "m"}))
-    assert plan["inferenceservice"]["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "RawDeployment"
+    assert (
+        plan["inferenceservice"]["metadata"]["annotations"]["serving.kserve.io/deploymentMode"]
+        == "RawDeployment"
+    )
     assert plan["deployment_mode"] == "Standard"
 
 
 def test_existing_cluster_runtime_is_referenced_not_rendered():
-    plan = plan_of(base_spec(runtime={"name": "vllm-openai", "kind": "ClusterServingRuntime", "create": False}))
+    plan = plan_of(
+        base_spec(runtime={"name": "vllm-openai", "kind": "ClusterServingRuntime", "create": False})
+    )
     assert plan["servingruntime"] is None
     assert plan["inferenceservice"]["spec"]["predictor"]["model"]["runtime"] == "vllm-openai"
 
 
 def test_baseline_args_drop_only_the_speculative_part():
-    plan = plan_of(base_spec(vllm_args={"gpu_memory_utilization": 0.85, "max_model_len": 8192,
-                                        "extra_args": ["--enable-prefix-caching"]}))
+    plan = plan_of(
+        base_spec(
+            vllm_args={
+                "gpu_memory_utilization": 0.85,
+                "max_model_len": 8192,
+                "extra_args": ["--enable-prefix-caching"],
+            }
+        )
+    )
     assert plan["args_without_speculative"] == [
-        "--model=/mnt/models/target", "--gpu-memory-utilization=0.85", "--max-model-len=8192",
-        "--enable-prefix-caching"]
-    assert plan["args"] == plan["args_without_speculative"][:3] + plan["speculative_args"] + ["--enable-prefix-caching"]
+        "--model=/mnt/models/target",
+        "--gpu-memory-utilization=0.85",
+        "--max-model-len=8192",
+        "--enable-prefix-caching",
+    ]
+    assert plan["args"] == plan["args_without_speculative"][:3] + plan["speculative_args"] + [
+        "--enable-prefix-caching"
+    ]
 
 
 def test_spec_digest_is_stable_and_tracks_changes():
     first, again = plan_of(base_spec()), plan_of(base_spec())
     assert first["spec_digest"] == again["spec_digest"]
+    assert len(first["spec_digest"]) == 64
     changed = plan_of(base_spec(speculative={"method": "eagle3", "num_speculative_tokens": 4}))
     assert changed["spec_digest"] != first["spec_digest"]
-    assert changed["inferenceservice"]["metadata"]["annotations"]["specpilot.io/spec-digest"] == changed["spec_digest"]
+    for kind in ("inferenceservice", "servingruntime"):
+        assert changed[kind]["metadata"]["annotations"]["specpilot.io/spec-digest"] == changed["spec_digest"]
+    # what does not change the deployment does not change it (KServe copies the annotation to the pods)
+    quiet = plan_of(
+        base_spec(
+            smoke={"min_acceptance_rate": 0.5},
+            acknowledged_warnings=["draft-ratio"],
+            target=dict(base_spec()["target"], tokenizer="meta-llama/Llama-3.1"),
+        )
+    )
+    assert quiet["spec_digest"] == first["spec_digest"]
+    staged = plan_of(base_spec(delivery="pvc", pvc={"name": "m"}))
+    restaged = plan_of(
+        base_spec(delivery="pvc", pvc={"name": "m"}, target=dict(base_spec()["target"], revision="v2"))
+    )
+    assert staged["spec_digest"] != restaged["spec_digest"]  # new staged content: new rollout
 
 
 # ------------------------------------------------------------------ overrides and webhook rules
 
+
 def test_override_cannot_put_storage_uris_under_model():
-    spec = base_spec(overrides={"inferenceservice": {"spec": {"predictor": {"model": {
-        "storageUris": [{"uri": "hf://x/y", "mountPath": "/mnt/models/draft"}]}}}}})
+    spec = base_spec(
+        overrides={
+            "inferenceservice": {
+                "spec": {
+                    "predictor": {
+                        "model": {"storageUris": [{"uri": "hf://x/y", "mountPath": "/mnt/models/draft"}]}
+                    }
+                }
+            }
+        }
+    )
     result = validate(spec)
     error = next(e for e in result["errors"] if e["code"] == "storageuris-under-model")
     assert error["path"] == "overrides.inferenceservice.spec.predictor.model.storageUris"
@@ -183,21 +270,41 @@ def test_override_cannot_put_storage_uris_under_model():
 
 
 def test_harmless_overrides_are_merged():
-    plan = plan_of(base_spec(overrides={"inferenceservice": {"spec": {"predictor": {
-        "priorityClassName": "llm-high", "model": {"env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}]}}}}}))
+    plan = plan_of(
+        base_spec(
+            overrides={
+                "inferenceservice": {
+                    "spec": {
+                        "predictor": {
+                            "priorityClassName": "llm-high",
+                            "model": {"env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}]},
+                        }
+                    }
+                }
+            }
+        )
+    )
     predictor = plan["inferenceservice"]["spec"]["predictor"]
     assert predictor["priorityClassName"] == "llm-high"
     assert predictor["model"]["env"] == [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}]
     assert predictor["model"]["args"] == plan["args"]
 
 
-@pytest.mark.parametrize("override,path", [
-    ({"spec": {"predictor": {"deploymentStrategy": {"type": "Recreate"}}}}, None),
-    ({"spec": {"predictor": {"canaryTrafficPercent": 10}}}, "overrides.inferenceservice.spec.predictor.canaryTrafficPercent"),
-    ({"metadata": {"annotations": {"serving.kserve.io/deploymentMode": "Knative"}}},
-     "overrides.inferenceservice.metadata.annotations"),
-    ({"metadata": {"name": "other"}}, "overrides.inferenceservice.metadata.name"),
-])
+@pytest.mark.parametrize(
+    "override,path",
+    [
+        ({"spec": {"predictor": {"deploymentStrategy": {"type": "Recreate"}}}}, None),
+        (
+            {"spec": {"predictor": {"canaryTrafficPercent": 10}}},
+            "overrides.inferenceservice.spec.predictor.canaryTrafficPercent",
+        ),
+        (
+            {"metadata": {"annotations": {"serving.kserve.io/deploymentMode": "Knative"}}},
+            "overrides.inferenceservice.metadata.annotations",
+        ),
+        ({"metadata": {"name": "other"}}, "overrides.inferenceservice.metadata.name"),
+    ],
+)
 def test_override_rules(override, path):
     result = validate(base_spec(overrides={"inferenceservice": override}))
     if path is None:
@@ -214,11 +321,12 @@ def test_common_parent():
 
 # ------------------------------------------------------------------ local facts and compatibility
 
+
 def test_local_facts_are_read():
     facts, problem = compat.read_local_facts(str(MODELS / "llama-target"))
     assert problem is None
     assert facts["architecture"] == "LlamaForCausalLM" and facts["hidden_size"] == 256
-    assert facts["dtype"] == "bfloat16" and facts["weight_bytes"] == 2 * 1024 ** 3
+    assert facts["dtype"] == "bfloat16" and facts["weight_bytes"] == 2 * 1024**3
     assert facts["tokenizer"].startswith("sha256:")
     same, _ = compat.read_local_facts(str(MODELS / "llama-draft"))
     assert same["tokenizer"] == facts["tokenizer"]  # same vocabulary, other JSON formatting
@@ -227,10 +335,13 @@ def test_local_facts_are_read():
 
 
 def _local_spec(draft_dir, method, **extra):
-    return base_spec(target={"uri": "hf://x/target", "local_path": str(MODELS / "llama-target")},
-                     draft={"uri": "hf://x/draft", "local_path": str(MODELS / draft_dir)},
-                     speculative={"method": method, "num_speculative_tokens": 3},
-                     acknowledged_warnings=["draft-ratio", "async-scheduling-disabled"], **extra)
+    return base_spec(
+        target={"uri": "hf://x/target", "local_path": str(MODELS / "llama-target")},
+        draft={"uri": "hf://x/draft", "local_path": str(MODELS / draft_dir)},
+        speculative={"method": method, "num_speculative_tokens": 3},
+        acknowledged_warnings=["draft-ratio", "async-scheduling-disabled"],
+        **extra,
+    )
 
 
 def test_matching_eagle3_head_from_local_files():
@@ -262,13 +373,27 @@ def test_eagle_head_kind_must_match_the_method():
 
 # ------------------------------------------------------------------ GPU budget
 
+
 def test_gpu_budget_figures_and_suggestion():
-    spec = base_spec(target=dict(base_spec()["target"], params_b=70.6, quantization="fp8", hidden_size=8192,
-                                 num_hidden_layers=80, num_attention_heads=64),
-                     draft={"uri": "hf://meta-llama/Llama-3.1-8B-Instruct", "params_b": 8.03, "model_type": "llama",
-                            "vocab_size": 128256},
-                     speculative={"method": "draft_model", "num_speculative_tokens": 4},
-                     gpu={"count": 2, "memory_gib": 80}, vllm_args={"gpu_memory_utilization": 0.95})
+    spec = base_spec(
+        target=dict(
+            base_spec()["target"],
+            params_b=70.6,
+            quantization="fp8",
+            hidden_size=8192,
+            num_hidden_layers=80,
+            num_attention_heads=64,
+        ),
+        draft={
+            "uri": "hf://meta-llama/Llama-3.1-8B-Instruct",
+            "params_b": 8.03,
+            "model_type": "llama",
+            "vocab_size": 128256,
+        },
+        speculative={"method": "draft_model", "num_speculative_tokens": 4},
+        gpu={"count": 2, "memory_gib": 80},
+        vllm_args={"gpu_memory_utilization": 0.95},
+    )
     result = validate(spec)
     budget = result["plan"]["gpu_budget"]
     assert budget["tensor_parallel_size"] == 2
@@ -288,16 +413,26 @@ def test_gpu_budget_skipped_without_facts():
 
 # ------------------------------------------------------------------ spec-level checks
 
+
 def test_reserved_args_and_typos():
-    result = validate(base_spec(vllm_args={"extra_args": ["--served-model-name=x", "--num-speculative-tokens=3",
-                                                          "--max-num-seqs 8"]}),
-                      {"variable_names": ["specpilot_speculatve", "specpilot_validate_strict", "specpilot_name"]})
-    assert {"vllm_args.extra_args[0]", "vllm_args.extra_args[1]", "vllm_args.extra_args[2]"} <= paths(result["errors"])
+    result = validate(
+        base_spec(
+            vllm_args={
+                "extra_args": ["--served-model-name=x", "--num-speculative-tokens=3", "--max-num-seqs 8"]
+            }
+        ),
+        {"variable_names": ["specpilot_speculatve", "specpilot_validate_strict", "specpilot_name"]},
+    )
+    assert {"vllm_args.extra_args[0]", "vllm_args.extra_args[1]", "vllm_args.extra_args[2]"} <= paths(
+        result["errors"]
+    )
     assert "speculatve" in paths(result["warnings"])
 
 
 def test_report_lists_every_error_with_variable_names():
-    result = validate(base_spec(name="Bad", speculative={"method": "eagle3", "num_speculative_tokens": 0, "x": 1}))
+    result = validate(
+        base_spec(name="Bad", speculative={"method": "eagle3", "num_speculative_tokens": 0, "x": 1})
+    )
     assert "FAILED" in result["report"]
     for error in result["errors"]:
         assert "specpilot_" + error["path"] in result["report"]
@@ -305,12 +440,14 @@ def test_report_lists_every_error_with_variable_names():
 
 # ------------------------------------------------------------------ the module entry point
 
+
 def _run_module(tmp_path, args):
     file = tmp_path / "args.json"
     file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
     env = dict(os.environ, PYTHONPATH=str(ROOT / "collections"))
-    proc = subprocess.run([sys.executable, str(MODULE), str(file)], capture_output=True, text=True, env=env,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(MODULE), str(file)], capture_output=True, text=True, env=env, timeout=60
+    )
     return json.loads(proc.stdout)
 
 

@@ -45,13 +45,30 @@ def validate_file(path: Path, **options) -> dict:
 def base_spec(**changes) -> dict:
     """A valid EAGLE-3 service (option A) to derive test cases from."""
     spec = {
-        "name": "svc", "namespace": "ml", "kserve_version": "0.20", "deployment_mode": "Standard",
-        "vllm_version": "0.32.0", "runtime": {"image": "vllm/vllm-openai:v0.32.0"},
-        "target": {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct", "params_b": 8.03, "dtype": "bfloat16",
-                   "model_type": "llama", "hidden_size": 4096, "vocab_size": 128256, "num_hidden_layers": 32,
-                   "num_attention_heads": 32, "num_key_value_heads": 8},
-        "draft": {"uri": "hf://yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "params_b": 0.85,
-                  "architecture": "LlamaForCausalLMEagle3", "hidden_size": 4096, "vocab_size": 128256},
+        "name": "svc",
+        "namespace": "ml",
+        "kserve_version": "0.20",
+        "deployment_mode": "Standard",
+        "vllm_version": "0.32.0",
+        "runtime": {"image": "vllm/vllm-openai:v0.32.0"},
+        "target": {
+            "uri": "hf://meta-llama/Llama-3.1-8B-Instruct",
+            "params_b": 8.03,
+            "dtype": "bfloat16",
+            "model_type": "llama",
+            "hidden_size": 4096,
+            "vocab_size": 128256,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+        },
+        "draft": {
+            "uri": "hf://yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+            "params_b": 0.85,
+            "architecture": "LlamaForCausalLMEagle3",
+            "hidden_size": 4096,
+            "vocab_size": 128256,
+        },
         "delivery": "storage_uris",
         "speculative": {"method": "eagle3", "num_speculative_tokens": 3},
         "vllm_args": {"gpu_memory_utilization": 0.85, "max_model_len": 8192},
@@ -71,11 +88,15 @@ def paths(findings: list[dict]) -> set[str]:
 
 # ------------------------------------------------------------------ upstream CRDs
 
+
 def _strictify(node):
     """additionalProperties: false wherever properties are declared (kubectl --validate=strict)."""
     if isinstance(node, dict):
-        if "properties" in node and "additionalProperties" not in node \
-                and not node.get("x-kubernetes-preserve-unknown-fields"):
+        if (
+            "properties" in node
+            and "additionalProperties" not in node
+            and not node.get("x-kubernetes-preserve-unknown-fields")
+        ):
             node["additionalProperties"] = False
         for value in node.values():
             _strictify(value)
@@ -93,9 +114,11 @@ def crd_validator(kserve_dir: str, kind: str) -> Draft7Validator | None:
     key = (kserve_dir, kind)
     if key in _CRD_CACHE:
         return _CRD_CACHE[key]
-    file = {"InferenceService": "serving.kserve.io_inferenceservices.yaml",
-            "ServingRuntime": "serving.kserve.io_servingruntimes.yaml",
-            "ClusterServingRuntime": "serving.kserve.io_clusterservingruntimes.yaml"}[kind]
+    file = {
+        "InferenceService": "serving.kserve.io_inferenceservices.yaml",
+        "ServingRuntime": "serving.kserve.io_servingruntimes.yaml",
+        "ClusterServingRuntime": "serving.kserve.io_clusterservingruntimes.yaml",
+    }[kind]
     path = CRD_ROOT / kserve_dir / file
     if not path.is_file():
         _CRD_CACHE[key] = None
@@ -115,11 +138,14 @@ def crd_dir_for(kserve_version: str) -> str:
 
 
 def crd_errors(validator: Draft7Validator, manifest: dict) -> list[str]:
-    return ["%s: %s" % ("/".join(map(str, e.absolute_path)), e.message)
-            for e in validator.iter_errors(json.loads(json.dumps(manifest)))]
+    return [
+        "%s: %s" % ("/".join(map(str, e.absolute_path)), e.message)
+        for e in validator.iter_errors(json.loads(json.dumps(manifest)))
+    ]
 
 
 # ------------------------------------------------------------------ ansible-playbook
+
 
 def ansible_env(tmp_path: Path) -> dict:
     env = dict(os.environ)
@@ -138,5 +164,6 @@ def ansible_env(tmp_path: Path) -> dict:
 
 def run_playbook(tmp_path: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     cmd = [str(VENV_BIN / "ansible-playbook"), *args]
-    return subprocess.run(cmd, cwd=ROOT, env=ansible_env(tmp_path), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        cmd, cwd=ROOT, env=ansible_env(tmp_path), capture_output=True, text=True, timeout=timeout
+    )

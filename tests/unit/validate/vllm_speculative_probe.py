@@ -27,10 +27,15 @@ def main(target_dir: str, candidates_file: str, verdicts_file: str) -> int:
     verdicts = {}
     for item in candidates:
         try:
-            SpeculativeConfig(**item["config"], target_model_config=target, target_parallel_config=ParallelConfig())
+            SpeculativeConfig(
+                **item["config"], target_model_config=target, target_parallel_config=ParallelConfig()
+            )
             verdicts[item["id"]] = {"accepted": True, "error": ""}
         except Exception as exc:  # noqa: BLE001 - any exception is vLLM refusing the config
-            verdicts[item["id"]] = {"accepted": False, "error": "%s: %s" % (type(exc).__name__, str(exc)[:400])}
+            verdicts[item["id"]] = {
+                "accepted": False,
+                "error": "%s: %s" % (type(exc).__name__, str(exc)[:400]),
+            }
     with open(verdicts_file, "w") as handle:
         json.dump(verdicts, handle, indent=1)
     return 0

@@ -19,7 +19,6 @@ from ansible_collections.specpilot.core.plugins.module_utils.spec import CONTROL
 
 
 class ActionModule(ActionBase):
-
     TRANSFERS_FILES = False
     _requires_connection = False
     _supports_check_mode = True
@@ -29,7 +28,9 @@ class ActionModule(ActionBase):
         del tmp
         _validation, params = self.validate_argument_spec(argument_spec=validator.ARGUMENT_SPEC)
         if not validator.HAS_JSONSCHEMA:
-            raise AnsibleActionFail("specpilot.core.spec_validate needs the Python package jsonschema on the controller")
+            raise AnsibleActionFail(
+                "specpilot.core.spec_validate needs the Python package jsonschema on the controller"
+            )
         if params.get("spec") is None:
             params["spec"], params["variable_names"] = self._spec_from_task_vars(task_vars or {}, params)
         out, failed = validator.module_result(params, check_mode=bool(self._task.check_mode))
@@ -44,7 +45,7 @@ class ActionModule(ActionBase):
         keys = set(SPEC_KEYS)
         spec = {}
         for name in names:
-            key = name[len(VAR_PREFIX):]
+            key = name[len(VAR_PREFIX) :]
             if key in keys:
                 spec[key] = self._templar.template(task_vars[name])
         if "name" not in spec:

@@ -15,8 +15,9 @@ from ansible_collections.specpilot.core.plugins.module_utils.spec import assembl
 def spec_from_vars(variables, default_name=None):
     """{specpilot_x: value, ...} | spec_from_vars(default_name) -> {x: value, ...} (spec keys only)."""
     if not isinstance(variables, Mapping):
-        raise AnsibleFilterError("spec_from_vars expects a mapping of variable names to values, got %s"
-                                 % type(variables).__name__)
+        raise AnsibleFilterError(
+            "spec_from_vars expects a mapping of variable names to values, got %s" % type(variables).__name__
+        )
     spec, _unknown = assemble_from_vars(dict(variables), default_name)
     return spec
 

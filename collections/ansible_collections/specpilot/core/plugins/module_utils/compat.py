@@ -22,12 +22,30 @@ from ansible_collections.specpilot.core.plugins.module_utils.findings import pat
 
 __all__ = ["FACT_KEYS", "read_local_facts", "merge_facts", "check_compatibility", "family"]
 
-FACT_KEYS = ("params_b", "dtype", "quantization", "architecture", "model_type", "hidden_size", "vocab_size",
-             "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
-             "num_nextn_predict_layers", "tokenizer")
+FACT_KEYS = (
+    "params_b",
+    "dtype",
+    "quantization",
+    "architecture",
+    "model_type",
+    "hidden_size",
+    "vocab_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "num_nextn_predict_layers",
+    "tokenizer",
+)
 
-_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "half": "float16", "float32": "float32",
-           "float": "float32", "float8_e4m3fn": "fp8"}
+_DTYPES = {
+    "bfloat16": "bfloat16",
+    "float16": "float16",
+    "half": "float16",
+    "float32": "float32",
+    "float": "float32",
+    "float8_e4m3fn": "fp8",
+}
 
 # Draft/target size ratio the seed guide recommends for draft models.
 RATIO_LOW, RATIO_HIGH = 8.0, 12.0
@@ -110,8 +128,16 @@ def read_local_facts(directory):
     archs = cfg.get("architectures")
     if isinstance(archs, list) and archs:
         facts["architecture"] = str(archs[0])
-    for key in ("model_type", "hidden_size", "vocab_size", "num_hidden_layers", "num_attention_heads",
-                "num_key_value_heads", "head_dim", "num_nextn_predict_layers"):
+    for key in (
+        "model_type",
+        "hidden_size",
+        "vocab_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "num_nextn_predict_layers",
+    ):
         if cfg.get(key) is not None:
             facts[key] = cfg[key]
     dtype = cfg.get("torch_dtype") or cfg.get("dtype")
@@ -146,22 +172,34 @@ def merge_facts(role, artifact, findings, read_files=True):
         return facts
     found, problem = read_local_facts(local)
     if problem:
-        findings.warning(path_join(role, "local_path"), "%s.local_path: %s; compatibility checks use only the facts "
-                         "given in the spec" % (role, problem), "fix the path or remove local_path", "local-path")
+        findings.warning(
+            path_join(role, "local_path"),
+            "%s.local_path: %s; compatibility checks use only the facts given in the spec" % (role, problem),
+            "fix the path or remove local_path",
+            "local-path",
+        )
         return facts
     for key, value in found.items():
         if key in facts and key in FACT_KEYS and facts[key] != value and key != "tokenizer":
-            findings.warning(path_join(role, key), "%s.%s=%r but %s/config.json says %r; using the spec's value"
-                             % (role, key, facts[key], local, value), "make them agree", "fact-conflict")
+            findings.warning(
+                path_join(role, key),
+                "%s.%s=%r but %s/config.json says %r; using the spec's value"
+                % (role, key, facts[key], local, value),
+                "make them agree",
+                "fact-conflict",
+            )
             continue
         facts.setdefault(key, value)
-    if "params_b" not in facts and "weight_bytes" not in facts and "params_b_estimate" in facts:
+    if "params_b" not in facts and "params_b_estimate" in facts:
         facts["params_b"] = facts["params_b_estimate"]
     return facts
 
 
 def family(name):
-    """Model family from a model_type or architecture: 'qwen3_moe' -> 'qwen', 'Eagle3LlamaForCausalLM' -> 'llama'."""
+    """Model family of a model_type or architecture.
+
+    'qwen3_moe' -> 'qwen', 'Eagle3LlamaForCausalLM' -> 'llama'.
+    """
     if not isinstance(name, str):
         return None
     text = name.lower()
@@ -199,21 +237,35 @@ def check_compatibility(cfg, target, draft, x, version_label, findings):
         if families and model_type:
             mt = str(model_type).lower()
             if not any(f in mt for f in families):
-                text = ("EAGLE-3 targets in vLLM %s are limited to %s models; the target is %r"
-                        % (version_label, "/".join(families), model_type))
+                text = "EAGLE-3 targets in vLLM %s are limited to %s models; the target is %r" % (
+                    version_label,
+                    "/".join(families),
+                    model_type,
+                )
                 if exhaustive:
-                    findings.error("target.model_type", text,
-                                   "use a supported target family, or vLLM >= 0.22.1 (no family restriction)",
-                                   "eagle3-target-family")
+                    findings.error(
+                        "target.model_type",
+                        text,
+                        "use a supported target family, or vLLM >= 0.22.1 (no family restriction)",
+                        "eagle3-target-family",
+                    )
                 else:
-                    findings.warning("target.model_type", text + " (list known to be at least these)",
-                                     "check the release notes, or use vLLM >= 0.22.1", "eagle3-target-family")
+                    findings.warning(
+                        "target.model_type",
+                        text + " (list known to be at least these)",
+                        "check the release notes, or use vLLM >= 0.22.1",
+                        "eagle3-target-family",
+                    )
     if info["mtp"]:
         layers = target.get("num_nextn_predict_layers")
         if layers == 0:
-            findings.error("target.num_nextn_predict_layers",
-                           "method '%s' needs MTP layers in the target checkpoint, but num_nextn_predict_layers is 0"
-                           % method, "use a checkpoint that ships MTP weights, or another method", "mtp-no-layers")
+            findings.error(
+                "target.num_nextn_predict_layers",
+                "method '%s' needs MTP layers in the target checkpoint, but num_nextn_predict_layers is 0"
+                % method,
+                "use a checkpoint that ships MTP weights, or another method",
+                "mtp-no-layers",
+            )
     if method == "draft_model" and draft:
         _draft_ratio(target, draft, findings)
 
@@ -221,49 +273,67 @@ def check_compatibility(cfg, target, draft, x, version_label, findings):
 def _tokenizer_and_vocab(method, cfg, target, draft, version_label, findings):
     t_tok, d_tok = target.get("tokenizer"), draft.get("tokenizer")
     hetero = cfg.get("use_heterogeneous_vocab") is True
-    comparable = bool(t_tok and d_tok) and str(t_tok).startswith("sha256:") == str(d_tok).startswith("sha256:")
+    comparable = bool(t_tok and d_tok) and str(t_tok).startswith("sha256:") == str(d_tok).startswith(
+        "sha256:"
+    )
     if comparable and t_tok != d_tok and not hetero:
-        findings.error("draft.tokenizer",
-                       "the draft's tokenizer (%s) differs from the target's (%s): every proposed token would be "
-                       "judged against a different vocabulary (method %s)" % (d_tok, t_tok, method),
-                       "use a draft trained with the target's tokenizer%s" % (
-                           "" if method != "draft_model" else " (or use_heterogeneous_vocab on vLLM >= 0.25.1)"),
-                       "tokenizer-mismatch")
+        findings.error(
+            "draft.tokenizer",
+            "the draft's tokenizer (%s) differs from the target's (%s): every proposed token would be "
+            "judged against a different vocabulary (method %s)" % (d_tok, t_tok, method),
+            "use a draft trained with the target's tokenizer%s"
+            % ("" if method != "draft_model" else " (or use_heterogeneous_vocab on vLLM >= 0.25.1)"),
+            "tokenizer-mismatch",
+        )
     t_voc, d_voc = target.get("vocab_size"), draft.get("vocab_size")
     if isinstance(t_voc, int) and isinstance(d_voc, int) and t_voc != d_voc and not hetero:
         if comparable and t_tok == d_tok:
-            findings.warning("draft.vocab_size",
-                             "draft vocab_size %d != target vocab_size %d although the tokenizers are identical "
-                             "(padded embeddings?)" % (d_voc, t_voc),
-                             "check that vLLM %s accepts the pair on a test deployment" % version_label,
-                             "vocab-padding")
+            findings.warning(
+                "draft.vocab_size",
+                "draft vocab_size %d != target vocab_size %d although the tokenizers are identical "
+                "(padded embeddings?)" % (d_voc, t_voc),
+                "check that vLLM %s accepts the pair on a test deployment" % version_label,
+                "vocab-padding",
+            )
         else:
-            findings.error("draft.vocab_size",
-                           "draft vocab_size %d != target vocab_size %d: the draft does not share the target's "
-                           "vocabulary (method %s)" % (d_voc, t_voc, method),
-                           "use a draft built for this target (same tokenizer and vocabulary)", "vocab-mismatch")
+            findings.error(
+                "draft.vocab_size",
+                "draft vocab_size %d != target vocab_size %d: the draft does not share the target's "
+                "vocabulary (method %s)" % (d_voc, t_voc, method),
+                "use a draft built for this target (same tokenizer and vocabulary)",
+                "vocab-mismatch",
+            )
 
 
 def _eagle_head(method, target, draft, version_label, findings):
     t_h, d_h = target.get("hidden_size"), draft.get("hidden_size")
     if isinstance(t_h, int) and isinstance(d_h, int) and t_h != d_h:
-        findings.error("draft.hidden_size",
-                       "the %s head has hidden_size %d but the target has %d: the head was trained for another model"
-                       % (method.upper().replace("EAGLE3", "EAGLE-3"), d_h, t_h),
-                       "use the head published for exactly this target model", "eagle-hidden-size")
+        findings.error(
+            "draft.hidden_size",
+            "the %s head has hidden_size %d but the target has %d: the head was trained for another model"
+            % (method.upper().replace("EAGLE3", "EAGLE-3"), d_h, t_h),
+            "use the head published for exactly this target model",
+            "eagle-hidden-size",
+        )
     kind = _head_kind(draft.get("architecture"))
     if kind and kind != method:
-        findings.error("draft.architecture",
-                       "the draft %r is an %s head but method is '%s'" % (
-                           draft.get("architecture"), kind.upper().replace("EAGLE3", "EAGLE-3"), method),
-                       "set method: %s, or use a matching head" % kind, "eagle-head-kind")
+        findings.error(
+            "draft.architecture",
+            "the draft %r is an %s head but method is '%s'"
+            % (draft.get("architecture"), kind.upper().replace("EAGLE3", "EAGLE-3"), method),
+            "set method: %s, or use a matching head" % kind,
+            "eagle-head-kind",
+        )
     t_fam = family(target.get("model_type") or target.get("architecture"))
     d_fam = family(draft.get("architecture")) or family(draft.get("model_type"))
     if t_fam and d_fam and t_fam != d_fam:
-        findings.error("draft.architecture",
-                       "the %s head is built for %s models but the target is %s (vLLM %s)" % (
-                           method, d_fam, t_fam, version_label),
-                       "use the head trained for this target", "eagle-target-family")
+        findings.error(
+            "draft.architecture",
+            "the %s head is built for %s models but the target is %s (vLLM %s)"
+            % (method, d_fam, t_fam, version_label),
+            "use the head trained for this target",
+            "eagle-target-family",
+        )
 
 
 def _draft_ratio(target, draft, findings):
@@ -271,15 +341,21 @@ def _draft_ratio(target, draft, findings):
     if t_p and d_p:
         ratio = float(t_p) / float(d_p)
         if not RATIO_LOW <= ratio <= RATIO_HIGH:
-            findings.warning("draft.params_b",
-                             "draft/target size ratio is 1:%.1f (%sB draft for a %sB target), outside the 1:8 to "
-                             "1:12 range where same-family drafts usually pay off: a much smaller draft is "
-                             "rejected too often, a larger one costs GPU memory and compute" % (ratio, d_p, t_p),
-                             "pick a same-family draft of about %.1fB to %.1fB, and measure the acceptance rate"
-                             % (float(t_p) / RATIO_HIGH, float(t_p) / RATIO_LOW), "draft-ratio")
+            findings.warning(
+                "draft.params_b",
+                "draft/target size ratio is 1:%.1f (%sB draft for a %sB target), outside the 1:8 to "
+                "1:12 range where same-family drafts usually pay off: a much smaller draft is "
+                "rejected too often, a larger one costs GPU memory and compute" % (ratio, d_p, t_p),
+                "pick a same-family draft of about %.1fB to %.1fB, and measure the acceptance rate"
+                % (float(t_p) / RATIO_HIGH, float(t_p) / RATIO_LOW),
+                "draft-ratio",
+            )
     t_fam, d_fam = family(target.get("model_type")), family(draft.get("model_type"))
     if t_fam and d_fam and t_fam != d_fam:
-        findings.warning("draft.model_type",
-                         "draft family %r differs from the target family %r; cross-family drafts rarely agree with "
-                         "the target" % (draft.get("model_type"), target.get("model_type")),
-                         "use a draft from the target's family", "draft-family")
+        findings.warning(
+            "draft.model_type",
+            "draft family %r differs from the target family %r; cross-family drafts rarely agree with "
+            "the target" % (draft.get("model_type"), target.get("model_type")),
+            "use a draft from the target's family",
+            "draft-family",
+        )

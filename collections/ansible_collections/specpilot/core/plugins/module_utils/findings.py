@@ -58,5 +58,7 @@ class Findings(object):
         {ERROR: self.error, WARNING: self.warning, NOTE: self.note}[severity](path, message, hint, code)
 
     def has_errors_under(self, prefix):
-        return any(e["path"] == prefix or e["path"].startswith(prefix + ".") or e["path"].startswith(prefix + "[")
-                   for e in self.errors)
+        return any(
+            e["path"] == prefix or e["path"].startswith(prefix + ".") or e["path"].startswith(prefix + "[")
+            for e in self.errors
+        )

@@ -17,9 +17,22 @@ import posixpath
 from ansible_collections.specpilot.core.plugins.module_utils.spec import MOUNT_ROOT
 
 __all__ = [
-    "LABEL_MANAGED_BY", "LABEL_SERVICE", "ANN_DIGEST", "ANN_METHOD", "ANN_VLLM", "ANN_DEPLOYMENT_MODE",
-    "ANN_PROGRESS_DEADLINE", "PORT", "SERVED_MODEL_NAME_ARG", "ENTRYPOINT",
-    "mount_paths", "engine_args", "startup_budget", "servingruntime", "inferenceservice", "deep_merge",
+    "LABEL_MANAGED_BY",
+    "LABEL_SERVICE",
+    "ANN_DIGEST",
+    "ANN_METHOD",
+    "ANN_VLLM",
+    "ANN_DEPLOYMENT_MODE",
+    "ANN_PROGRESS_DEADLINE",
+    "PORT",
+    "SERVED_MODEL_NAME_ARG",
+    "ENTRYPOINT",
+    "mount_paths",
+    "engine_args",
+    "startup_budget",
+    "servingruntime",
+    "inferenceservice",
+    "deep_merge",
 ]
 
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -37,7 +50,12 @@ STARTUP_PERIOD_SECONDS = 10
 
 
 def _is_oci(uri):
-    return isinstance(uri, str) and uri.split("://", 1)[0] in ("oci", "oci+modelcar", "oci+native", "oci+fetch")
+    return isinstance(uri, str) and uri.split("://", 1)[0] in (
+        "oci",
+        "oci+modelcar",
+        "oci+native",
+        "oci+fetch",
+    )
 
 
 def mount_paths(spec, draft_needed):
@@ -55,6 +73,7 @@ def mount_paths(spec, draft_needed):
             if separate and _is_oci(artifact.get("uri")):
                 return "/mnt/%s/model" % artifact["subdir"]
             return posixpath.join(MOUNT_ROOT, artifact["subdir"])
+
         return {
             "root": MOUNT_ROOT,
             "target": target.get("mount_path") or default(target),
@@ -139,11 +158,23 @@ def servingruntime(spec, mounts, guard, startup_seconds, digest):
         "ports": [{"containerPort": PORT, "name": "http", "protocol": "TCP"}],
         "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
         "startupProbe": {
-            "httpGet": http_get, "periodSeconds": STARTUP_PERIOD_SECONDS, "timeoutSeconds": 5,
+            "httpGet": http_get,
+            "periodSeconds": STARTUP_PERIOD_SECONDS,
+            "timeoutSeconds": 5,
             "failureThreshold": int(math.ceil(startup_seconds / float(STARTUP_PERIOD_SECONDS))),
         },
-        "readinessProbe": {"httpGet": dict(http_get), "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3},
-        "livenessProbe": {"httpGet": dict(http_get), "periodSeconds": 30, "timeoutSeconds": 10, "failureThreshold": 5},
+        "readinessProbe": {
+            "httpGet": dict(http_get),
+            "periodSeconds": 10,
+            "timeoutSeconds": 5,
+            "failureThreshold": 3,
+        },
+        "livenessProbe": {
+            "httpGet": dict(http_get),
+            "periodSeconds": 30,
+            "timeoutSeconds": 10,
+            "failureThreshold": 5,
+        },
     }
     if runtime.get("image_pull_policy"):
         container["imagePullPolicy"] = runtime["image_pull_policy"]
@@ -223,8 +254,12 @@ def inferenceservice(spec, plan, kserve_version):
     return {
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",
-        "metadata": {"name": spec["name"], "namespace": spec["namespace"], "labels": labels,
-                     "annotations": annotations},
+        "metadata": {
+            "name": spec["name"],
+            "namespace": spec["namespace"],
+            "labels": labels,
+            "annotations": annotations,
+        },
         "spec": {"predictor": predictor},
     }
 

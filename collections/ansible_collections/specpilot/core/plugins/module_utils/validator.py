@@ -25,11 +25,23 @@ from ansible_collections.specpilot.core.plugins.module_utils import speculative
 from ansible_collections.specpilot.core.plugins.module_utils import vllm_profiles as vp
 from ansible_collections.specpilot.core.plugins.module_utils.findings import Findings, path_join
 from ansible_collections.specpilot.core.plugins.module_utils.spec import (
-    MOUNT_ROOT, SERVICE_SCHEMA, VAR_PREFIX, assemble_from_vars, normalise, plain, spec_digest)
-from ansible_collections.specpilot.core.plugins.module_utils.versions import VersionError, format_version, parse_version
+    MOUNT_ROOT,
+    SERVICE_SCHEMA,
+    VAR_PREFIX,
+    assemble_from_vars,
+    normalise,
+    plain,
+    spec_digest,
+)
+from ansible_collections.specpilot.core.plugins.module_utils.versions import (
+    VersionError,
+    format_version,
+    parse_version,
+)
 
 try:
     from jsonschema import Draft202012Validator
+
     HAS_JSONSCHEMA = True
 except ImportError:  # pragma: no cover
     Draft202012Validator = None
@@ -43,9 +55,13 @@ _SERVICE_VALIDATORS = {}
 
 # Flags specpilot renders itself; extra_args may not set them.
 _RESERVED = {
-    "--model": "target / delivery", "--port": "the runtime (8080)", "--served-model-name": "the runtime ({{.Name}})",
-    "--tensor-parallel-size": "vllm_args.tensor_parallel_size", "-tp": "vllm_args.tensor_parallel_size",
-    "--gpu-memory-utilization": "vllm_args.gpu_memory_utilization", "--max-model-len": "vllm_args.max_model_len",
+    "--model": "target / delivery",
+    "--port": "the runtime (8080)",
+    "--served-model-name": "the runtime ({{.Name}})",
+    "--tensor-parallel-size": "vllm_args.tensor_parallel_size",
+    "-tp": "vllm_args.tensor_parallel_size",
+    "--gpu-memory-utilization": "vllm_args.gpu_memory_utilization",
+    "--max-model-len": "vllm_args.max_model_len",
     "--host": "the runtime",
 }
 for _flag in speculative.RENDERED_FLAGS:
@@ -66,6 +82,7 @@ def load_schemas(schema_dir):
             with open(os.path.join(spec_dir, name)) as handle:
                 cache[name] = json.load(handle)
         return cache[name]
+
     return service, index, loader
 
 
@@ -89,24 +106,39 @@ def _schema_errors(spec, schema, findings):
             extra = [k for k in error.instance if k not in known] if isinstance(error.instance, dict) else []
             for key in extra:
                 close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-                findings.error(path_join(path, key), "unknown key '%s'%s" % (key, " in " + path if path else ""),
-                               ("did you mean '%s'?" % close[0]) if close else "known keys: %s" % ", ".join(known),
-                               "unknown-spec-key")
+                findings.error(
+                    path_join(path, key),
+                    "unknown key '%s'%s" % (key, " in " + path if path else ""),
+                    ("did you mean '%s'?" % close[0]) if close else "known keys: %s" % ", ".join(known),
+                    "unknown-spec-key",
+                )
             continue
         if error.validator == "required":
             missing = [k for k in error.validator_value if k not in (error.instance or {})]
             for key in missing:
                 desc = (props.get(key, {}) if not path else {}).get("description", "")
-                findings.error(path_join(path, key), "%s is required" % path_join(path, key),
-                               desc.split(".")[0] if desc else "set it", "required")
+                findings.error(
+                    path_join(path, key),
+                    "%s is required" % path_join(path, key),
+                    desc.split(".")[0] if desc else "set it",
+                    "required",
+                )
             continue
         if error.validator == "pattern" and isinstance(error.instance, str):
-            findings.error(path, "%s=%r does not match %s" % (path, error.instance, error.validator_value),
-                           _pattern_hint(path), "pattern")
+            findings.error(
+                path,
+                "%s=%r does not match %s" % (path, error.instance, error.validator_value),
+                _pattern_hint(path),
+                "pattern",
+            )
             continue
         if error.validator == "type" and isinstance(error.instance, float) and path.endswith("_version"):
-            findings.error(path, "%s=%r is a number: YAML reads an unquoted 0.20 as 0.2" % (path, error.instance),
-                           "quote the version, e.g. \"0.20\"", "version-not-string")
+            findings.error(
+                path,
+                "%s=%r is a number: YAML reads an unquoted 0.20 as 0.2" % (path, error.instance),
+                'quote the version, e.g. "0.20"',
+                "version-not-string",
+            )
             continue
         if error.validator == "anyOf" and path == "draft":
             for sub in sorted(error.context or [], key=lambda e: list(e.absolute_path)):
@@ -122,12 +154,19 @@ def _schema_errors_single(error, base, findings):
     if error.validator == "additionalProperties":
         for key in error.instance if isinstance(error.instance, dict) else []:
             if key not in error.schema.get("properties", {}):
-                findings.error(path_join(path, key), "unknown key '%s' in %s" % (key, path),
-                               "known keys: %s" % ", ".join(sorted(error.schema.get("properties", {}))),
-                               "unknown-spec-key")
+                findings.error(
+                    path_join(path, key),
+                    "unknown key '%s' in %s" % (key, path),
+                    "known keys: %s" % ", ".join(sorted(error.schema.get("properties", {}))),
+                    "unknown-spec-key",
+                )
         return
-    findings.error(path, "%s: %s" % (path or "spec", error.message), "see schemas/service.schema.json (%s)" % (
-        path or "spec"), "schema-" + str(error.validator))
+    findings.error(
+        path,
+        "%s: %s" % (path or "spec", error.message),
+        "see schemas/service.schema.json (%s)" % (path or "spec"),
+        "schema-" + str(error.validator),
+    )
 
 
 def _schema_at(schema, parts):
@@ -142,9 +181,11 @@ def _schema_at(schema, parts):
 
 def _pattern_hint(path):
     if path in ("name", "namespace") or path.endswith("name"):
-        return "a DNS-1123 label: lower-case letters, digits and '-', starting and ending with a letter or digit"
+        return (
+            "a DNS-1123 label: lower-case letters, digits and '-', starting and ending with a letter or digit"
+        )
     if path.endswith("_version"):
-        return "a version string such as \"0.20\" or \"0.19.1\""
+        return 'a version string such as "0.20" or "0.19.1"'
     if path.endswith("image_digest"):
         return "sha256: followed by 64 lower-case hex digits (stage.yml prints it)"
     return "fix the value"
@@ -164,17 +205,29 @@ def _check_extra_args(spec, version, findings):
         path = path_join("vllm_args.extra_args", i)
         name = _flag_name(arg)
         if " " in arg.split("=", 1)[0] or (" " in arg and "=" not in arg):
-            findings.error(path, "extra_args item %r holds more than one argument" % arg,
-                           "one list item per argument, written --flag=value", "arg-with-space")
+            findings.error(
+                path,
+                "extra_args item %r holds more than one argument" % arg,
+                "one list item per argument, written --flag=value",
+                "arg-with-space",
+            )
         if name in _RESERVED or name.startswith("--speculative-config."):
-            findings.error(path, "extra_args must not set %s: specpilot renders it from %s" % (name, _RESERVED.get(
-                name, "specpilot_speculative")), "remove it and use %s" % _RESERVED.get(name, "specpilot_speculative"),
-                "reserved-arg")
+            findings.error(
+                path,
+                "extra_args must not set %s: specpilot renders it from %s"
+                % (name, _RESERVED.get(name, "specpilot_speculative")),
+                "remove it and use %s" % _RESERVED.get(name, "specpilot_speculative"),
+                "reserved-arg",
+            )
         if name == "--async-scheduling":
             requested_async = True
     if requested_async and version < (0, 10, 0):
-        findings.error("vllm_args.async_scheduling", "--async-scheduling does not exist in vLLM %s" % format_version(version),
-                       "remove it", "async-scheduling-flag")
+        findings.error(
+            "vllm_args.async_scheduling",
+            "--async-scheduling does not exist in vLLM %s" % format_version(version),
+            "remove it",
+            "async-scheduling-flag",
+        )
     return requested_async
 
 
@@ -198,7 +251,7 @@ def _where_factory(kind, overrides, storage_roles):
             return "overrides.%s.%s" % (kind, mpath)
         if kind == "inferenceservice":
             if mpath.startswith("spec.predictor.storageUris["):
-                idx = int(mpath[len("spec.predictor.storageUris["):].split("]", 1)[0])
+                idx = int(mpath[len("spec.predictor.storageUris[") :].split("]", 1)[0])
                 role = storage_roles[idx] if idx < len(storage_roles) else "delivery"
                 rest = mpath.split("]", 1)[1]
                 field = {".uri": "uri", ".mountPath": "mount_path"}.get(rest)
@@ -213,8 +266,9 @@ def _where_factory(kind, overrides, storage_roles):
                 if mpath == prefix:
                     return field
             if mpath.startswith("metadata.annotations."):
-                return "annotations." + mpath[len("metadata.annotations."):]
+                return "annotations." + mpath[len("metadata.annotations.") :]
         return "%s.%s" % (kind, mpath)
+
     return where
 
 
@@ -225,27 +279,40 @@ def _delivery(spec, draft_artifact, options, findings):
     out = {"type": delivery, "storage_uri": None, "storage_uris": None, "staging": None}
     for role, artifact in (("target", target), ("draft", draft)):
         if artifact and artifact.get("mount_path") and delivery != "storage_uris":
-            findings.error(path_join(role, "mount_path"), "%s.mount_path is only used with delivery storage_uris "
-                           "(delivery is %s)" % (role, delivery), "remove it; the path is /mnt/models/<subdir>",
-                           "mount-path-unused")
+            findings.error(
+                path_join(role, "mount_path"),
+                "%s.mount_path is only used with delivery storage_uris (delivery is %s)" % (role, delivery),
+                "remove it; the path is /mnt/models/<subdir>",
+                "mount-path-unused",
+            )
     if delivery in ("storage_uri", "storage_uris"):
         for role, artifact in (("target", target), ("draft", draft if draft_artifact else None)):
             if artifact is None:
                 continue
             uri = artifact.get("uri")
             if not uri:
-                findings.error(path_join(role, "uri"), "%s.uri is required with delivery %s" % (role, delivery),
-                               "give the KServe storage URI (hf://, s3://, gs://, https://, pvc://, oci://)",
-                               "uri-required")
+                findings.error(
+                    path_join(role, "uri"),
+                    "%s.uri is required with delivery %s" % (role, delivery),
+                    "give the KServe storage URI (hf://, s3://, gs://, https://, pvc://, oci://)",
+                    "uri-required",
+                )
             elif kserve_rules.uri_scheme(uri) not in kserve_rules.KSERVE_STORAGE_SCHEMES:
-                findings.error(path_join(role, "uri"), "%s.uri %r has no storage scheme KServe knows" % (role, uri),
-                               "use one of: %s" % ", ".join(s + "://" for s in kserve_rules.KSERVE_STORAGE_SCHEMES),
-                               "storage-scheme")
+                findings.error(
+                    path_join(role, "uri"),
+                    "%s.uri %r has no storage scheme KServe knows" % (role, uri),
+                    "use one of: %s" % ", ".join(s + "://" for s in kserve_rules.KSERVE_STORAGE_SCHEMES),
+                    "storage-scheme",
+                )
     if delivery == "storage_uri":
         if draft_artifact and draft:
-            findings.error("delivery", "delivery storage_uri carries one artifact, but the %s method needs the draft "
-                           "in the same pod" % spec["speculative"].get("method"),
-                           "use delivery storage_uris (KServe >= 0.16), modelcar or pvc", "delivery-single-artifact")
+            findings.error(
+                "delivery",
+                "delivery storage_uri carries one artifact, but the %s method needs the draft "
+                "in the same pod" % spec["speculative"].get("method"),
+                "use delivery storage_uris (KServe >= 0.16), modelcar or pvc",
+                "delivery-single-artifact",
+            )
         out["storage_uri"] = target.get("uri")
     elif delivery == "storage_uris":
         mounts = render.mount_paths(spec, draft_artifact)
@@ -256,39 +323,56 @@ def _delivery(spec, draft_artifact, options, findings):
     elif delivery == "modelcar":
         modelcar = spec.get("modelcar")
         if not modelcar:
-            findings.error("modelcar", "delivery modelcar needs specpilot_modelcar (image, image_digest)",
-                           "set specpilot_modelcar.image (and the digest printed by stage.yml)", "modelcar-missing")
+            findings.error(
+                "modelcar",
+                "delivery modelcar needs specpilot_modelcar (image, image_digest)",
+                "set specpilot_modelcar.image (and the digest printed by stage.yml)",
+                "modelcar-missing",
+            )
             return out
         image = modelcar["image"]
         for prefix in ("oci://", "docker://"):
             if image.startswith(prefix):
-                image = image[len(prefix):]
+                image = image[len(prefix) :]
         digest = modelcar.get("image_digest")
         if "@sha256:" in image:
             ref = image
         elif digest:
             ref = "%s@%s" % (image.rsplit(":", 1)[0] if _has_tag(image) else image, digest)
         elif options.get("allow_missing_digest"):
-            findings.warning("modelcar.image_digest", "modelcar.image_digest is not set yet; the manifests carry a "
-                             "placeholder digest and must not be applied", "run playbooks/stage.yml first; deploy "
-                             "fills the digest in", "digest-pending")
+            findings.warning(
+                "modelcar.image_digest",
+                "modelcar.image_digest is not set yet; the manifests carry a "
+                "placeholder digest and must not be applied",
+                "run playbooks/stage.yml first; deploy fills the digest in",
+                "digest-pending",
+            )
             ref = "%s@%s" % (image.rsplit(":", 1)[0] if _has_tag(image) else image, PENDING_DIGEST)
         else:
-            findings.error("modelcar.image_digest", "delivery modelcar references the image by digest, and "
-                           "modelcar.image_digest is not set", "run playbooks/stage.yml (it builds, pushes and "
-                           "prints the digest) or set specpilot_modelcar.image_digest: sha256:<64 hex>",
-                           "digest-missing")
+            findings.error(
+                "modelcar.image_digest",
+                "delivery modelcar references the image by digest, and modelcar.image_digest is not set",
+                "run playbooks/stage.yml (it builds, pushes and "
+                "prints the digest) or set specpilot_modelcar.image_digest: sha256:<64 hex>",
+                "digest-missing",
+            )
             ref = None
         if not _has_tag(image) and "@" not in image:
-            findings.warning("modelcar.image", "modelcar.image %r has no tag" % image,
-                             "tag it (e.g. :v1); 'latest' means imagePullPolicy Always", "image-untagged")
+            findings.warning(
+                "modelcar.image",
+                "modelcar.image %r has no tag" % image,
+                "tag it (e.g. :v1); 'latest' means imagePullPolicy Always",
+                "image-untagged",
+            )
         out["storage_uri"] = "oci://%s" % ref if ref else None
         out["image"] = ref
         out["staging"] = "modelcar"
     elif delivery == "pvc":
         pvc = spec.get("pvc")
         if not pvc:
-            findings.error("pvc", "delivery pvc needs specpilot_pvc (name)", "set specpilot_pvc.name", "pvc-missing")
+            findings.error(
+                "pvc", "delivery pvc needs specpilot_pvc (name)", "set specpilot_pvc.name", "pvc-missing"
+            )
             return out
         sub = (pvc.get("path") or "").strip("/")
         out["storage_uri"] = "pvc://%s/%s" % (pvc["name"], (sub + "/") if sub else "")
@@ -298,9 +382,13 @@ def _delivery(spec, draft_artifact, options, findings):
         for role, artifact in (("target", target), ("draft", draft)):
             uri = (artifact or {}).get("uri")
             if uri and kserve_rules.uri_scheme(uri) not in kserve_rules.STAGING_SCHEMES:
-                findings.error(path_join(role, "uri"), "%s.uri %r: staging copies from %s only" % (
-                    role, uri, ", ".join(s + "://" for s in kserve_rules.STAGING_SCHEMES)),
-                    "use one of those sources", "staging-scheme")
+                findings.error(
+                    path_join(role, "uri"),
+                    "%s.uri %r: staging copies from %s only"
+                    % (role, uri, ", ".join(s + "://" for s in kserve_rules.STAGING_SCHEMES)),
+                    "use one of those sources",
+                    "staging-scheme",
+                )
     return out
 
 
@@ -315,9 +403,12 @@ def _resolve_speculative(spec, x, mounts, findings):
     if raw is None:
         return None
     if raw == {}:
-        findings.error("speculative", "specpilot_speculative is an empty dict (vLLM %s)" % spec["vllm_version"],
-                       "set method and num_speculative_tokens, or null to turn speculative decoding off",
-                       "speculative-empty")
+        findings.error(
+            "speculative",
+            "specpilot_speculative is an empty dict (vLLM %s)" % spec["vllm_version"],
+            "set method and num_speculative_tokens, or null to turn speculative decoding off",
+            "speculative-empty",
+        )
         return None
     cfg = {k: v for k, v in raw.items() if v is not None}
     method = cfg.get("method")
@@ -328,19 +419,31 @@ def _resolve_speculative(spec, x, mounts, findings):
         if model is None:
             cfg["model"] = draft_path
         elif model != draft_path:
-            findings.error("speculative.model", "speculative.model=%r but the draft is delivered at %s (vLLM %s)" % (
-                model, draft_path, spec["vllm_version"]), "remove speculative.model: specpilot fills in the draft's path", "model-path-mismatch")
+            findings.error(
+                "speculative.model",
+                "speculative.model=%r but the draft is delivered at %s (vLLM %s)"
+                % (model, draft_path, spec["vllm_version"]),
+                "remove speculative.model: specpilot fills in the draft's path",
+                "model-path-mismatch",
+            )
     elif info and info["model"] == "required" and isinstance(model, str) and not draft_path:
         if model.startswith("/"):
             if not model.startswith(MOUNT_ROOT + "/") and model != MOUNT_ROOT:
-                findings.warning("speculative.model", "speculative.model=%r is not delivered by specpilot (no "
-                                 "specpilot_draft); it must exist in the runtime image" % model,
-                                 "describe the draft in specpilot_draft so it is delivered with the target",
-                                 "draft-not-delivered")
+                findings.warning(
+                    "speculative.model",
+                    "speculative.model=%r is not delivered by specpilot (no "
+                    "specpilot_draft); it must exist in the runtime image" % model,
+                    "describe the draft in specpilot_draft so it is delivered with the target",
+                    "draft-not-delivered",
+                )
         else:
-            findings.warning("speculative.model", "speculative.model=%r: vLLM downloads it at startup (network "
-                             "access and possibly HF_TOKEN needed; cold start grows)" % model,
-                             "describe the draft in specpilot_draft to stage or mount it", "draft-not-delivered")
+            findings.warning(
+                "speculative.model",
+                "speculative.model=%r: vLLM downloads it at startup (network "
+                "access and possibly HF_TOKEN needed; cold start grows)" % model,
+                "describe the draft in specpilot_draft to stage or mount it",
+                "draft-not-delivered",
+            )
     ordered = {}
     for key in ("method", "model", "num_speculative_tokens"):
         if key in cfg:
@@ -356,11 +459,18 @@ def validate(spec, options=None):
     raw = plain(spec)
     acknowledged = raw.get("acknowledged_warnings") if isinstance(raw, dict) else None
     findings = Findings(acknowledged if isinstance(acknowledged, list) else ())
-    result = {"ok": False, "errors": findings.errors, "warnings": findings.warnings, "notes": findings.notes,
-              "plan": None, "spec": None}
+    result = {
+        "ok": False,
+        "errors": findings.errors,
+        "warnings": findings.warnings,
+        "notes": findings.notes,
+        "plan": None,
+        "spec": None,
+    }
     if not isinstance(raw, dict):
-        findings.error("", "the spec must be a mapping of keys to values", "see schemas/service.schema.json",
-                       "spec-type")
+        findings.error(
+            "", "the spec must be a mapping of keys to values", "see schemas/service.schema.json", "spec-type"
+        )
         return _finish(result, options)
     for key, value in raw.items():
         if key not in ("speculative", "overrides") and isinstance(value, dict):
@@ -380,13 +490,17 @@ def validate(spec, options=None):
         if isinstance(raw.get("vllm_version"), str):
             vllm_version = parse_version(raw["vllm_version"])[:3]
     except VersionError as exc:
-        findings.error("vllm_version", str(exc), "write it like \"0.19.1\"", "version")
+        findings.error("vllm_version", str(exc), 'write it like "0.19.1"', "version")
     if vllm_version is not None:
         try:
             profile, info = vp.profile_for(vllm_version, index=index, loader=loader)
         except ValueError as exc:
-            findings.error("vllm_version", "%s; specpilot knows vLLM 0.6 to 0.33" % exc,
-                           "use a newer runtime image", "vllm-too-old")
+            findings.error(
+                "vllm_version",
+                "%s; specpilot knows vLLM 0.6 to 0.33" % exc,
+                "use a newer runtime image",
+                "vllm-too-old",
+            )
     if profile is not None:
         _profile_notes(vllm_version, info, profile, findings)
     kserve_version = None
@@ -394,11 +508,14 @@ def validate(spec, options=None):
         try:
             kserve_version = parse_version(raw["kserve_version"])[:3]
         except VersionError as exc:
-            findings.error("kserve_version", str(exc), "write it like \"0.20\"", "version")
+            findings.error("kserve_version", str(exc), 'write it like "0.20"', "version")
     elif "kserve_version" not in raw:
-        findings.warning("kserve_version", "kserve_version is not set; checking against KServe %s"
-                         % format_version(NEWEST_KSERVE),
-                         "set specpilot_kserve_version (deploy detects it from the cluster)", "kserve-version-assumed")
+        findings.warning(
+            "kserve_version",
+            "kserve_version is not set; checking against KServe %s" % format_version(NEWEST_KSERVE),
+            "set specpilot_kserve_version (deploy detects it from the cluster)",
+            "kserve-version-assumed",
+        )
         kserve_version = NEWEST_KSERVE
 
     if not schema_ok:
@@ -420,17 +537,25 @@ def validate(spec, options=None):
     raw_cfg = spec.get("speculative")
     method = raw_cfg.get("method") if isinstance(raw_cfg, dict) else None
     minfo = (x["methods"].get(method) if isinstance(method, str) else None) or vp.method_info(
-        method if isinstance(method, str) else "")
+        method if isinstance(method, str) else ""
+    )
     draft_artifact = bool(raw_cfg) and minfo["model"] != "none" and bool(spec.get("draft"))
     if spec.get("draft") and not draft_artifact:
-        findings.warning("draft", "specpilot_draft is given but %s" % (
-            "speculative decoding is off" if not raw_cfg else "method '%s' uses no draft" % method),
-            "remove specpilot_draft (it would be delivered for nothing)", "draft-unused")
+        findings.warning(
+            "draft",
+            "specpilot_draft is given but %s"
+            % ("speculative decoding is off" if not raw_cfg else "method '%s' uses no draft" % method),
+            "remove specpilot_draft (it would be delivered for nothing)",
+            "draft-unused",
+        )
     if "delivery" not in spec:
         if spec.get("draft") and draft_artifact:
-            findings.error("delivery", "a draft artifact needs a delivery that carries two artifacts",
-                           "set specpilot_delivery: storage_uris (KServe >= 0.16), modelcar or pvc",
-                           "delivery-required")
+            findings.error(
+                "delivery",
+                "a draft artifact needs a delivery that carries two artifacts",
+                "set specpilot_delivery: storage_uris (KServe >= 0.16), modelcar or pvc",
+                "delivery-required",
+            )
             return _finish(result, options)
         spec["delivery"] = "storage_uri"
     delivery = _delivery(spec, draft_artifact, options, findings)
@@ -445,52 +570,87 @@ def validate(spec, options=None):
     async_requested = _check_extra_args(spec, vllm_version, findings)
 
     target = compat.merge_facts("target", spec["target"], findings, options.get("read_local_files", True))
-    draft = compat.merge_facts("draft", spec["draft"], findings, options.get("read_local_files", True)) \
-        if spec.get("draft") else {}
+    draft = (
+        compat.merge_facts("draft", spec["draft"], findings, options.get("read_local_files", True))
+        if spec.get("draft")
+        else {}
+    )
     cfg = _resolve_speculative(spec, x, resolve_mounts, findings)
     tp = render.tensor_parallel_size(spec)
     if cfg:
         ctx = _spec_ctx(spec, vllm_version, profile, target, draft, async_requested)
         speculative.check(cfg, ctx, findings)
         if draft_artifact or minfo["model"] == "optional":
-            compat.check_compatibility(cfg, target, draft if draft_artifact else {}, x, version_label, findings)
+            compat.check_compatibility(
+                cfg, target, draft if draft_artifact else {}, x, version_label, findings
+            )
     if spec["runtime"]["create"] and not spec["runtime"].get("image"):
-        findings.error("runtime.image", "runtime.image is required when specpilot creates the runtime",
-                       "set specpilot_runtime.image (a vLLM OpenAI server image), or runtime.create: false with "
-                       "the name of an existing runtime", "runtime-image")
+        findings.error(
+            "runtime.image",
+            "runtime.image is required when specpilot creates the runtime",
+            "set specpilot_runtime.image (a vLLM OpenAI server image), or runtime.create: false with "
+            "the name of an existing runtime",
+            "runtime-image",
+        )
     elif spec["runtime"].get("image") and not _image_pinned(spec["runtime"]["image"]):
-        findings.warning("runtime.image", "runtime image %r is not pinned (no tag, or 'latest'): the vLLM version "
-                         "inside can drift from vllm_version %s" % (spec["runtime"]["image"], spec["vllm_version"]),
-                         "pin the image by tag or digest", "runtime-image-unpinned")
-    budget = gpu_budget.check_budget(spec, target, draft if draft_artifact else {},
-                                     (cfg or {}).get("draft_tensor_parallel_size"), findings)
+        findings.warning(
+            "runtime.image",
+            "runtime image %r is not pinned (no tag, or 'latest'): the vLLM version "
+            "inside can drift from vllm_version %s" % (spec["runtime"]["image"], spec["vllm_version"]),
+            "pin the image by tag or digest",
+            "runtime-image-unpinned",
+        )
+    budget = gpu_budget.check_budget(
+        spec, target, draft if draft_artifact else {}, (cfg or {}).get("draft_tensor_parallel_size"), findings
+    )
     startup = render.startup_budget(spec, draft_artifact)
     deadline = _progress_deadline(spec, startup, findings)
     if spec["min_replicas"] == 0 and spec["deployment_mode"] == "Standard":
-        findings.error("min_replicas", "min_replicas 0 (scale to zero) is not supported in Standard mode",
-                       "use 1, or Knative mode", "scale-to-zero-standard")
+        findings.error(
+            "min_replicas",
+            "min_replicas 0 (scale to zero) is not supported in Standard mode",
+            "use 1, or Knative mode",
+            "scale-to-zero-standard",
+        )
     if cfg and draft_artifact:
-        findings.note("startup_timeout_seconds", "a draft makes cold starts longer (draft load, its compilation, "
-                      "profiling): the startupProbe allows %d s" % startup,
-                      "raise startup_timeout_seconds for large models", "cold-start")
+        findings.note(
+            "startup_timeout_seconds",
+            "a draft makes cold starts longer (draft load, its compilation, "
+            "profiling): the startupProbe allows %d s" % startup,
+            "raise startup_timeout_seconds for large models",
+            "cold-start",
+        )
     if not spec["runtime"]["create"]:
-        findings.note("runtime", "using the existing %s %r: its probes and command are not managed by specpilot%s"
-                      % (spec["runtime"]["kind"], spec["runtime"]["name"],
-                         "; the Modelcar startup guard cannot be added" if delivery["type"] == "modelcar" else ""),
-                      "make sure its startupProbe allows %d s" % startup, "existing-runtime")
+        findings.note(
+            "runtime",
+            "using the existing %s %r: its probes and command are not managed by specpilot%s"
+            % (
+                spec["runtime"]["kind"],
+                spec["runtime"]["name"],
+                "; the Modelcar startup guard cannot be added" if delivery["type"] == "modelcar" else "",
+            ),
+            "make sure its startupProbe allows %d s" % startup,
+            "existing-runtime",
+        )
 
     spec_args = speculative.render_args(cfg, profile) if cfg else []
     args = render.engine_args(spec, mounts, spec_args)
     baseline = render.engine_args(spec, mounts, [])
-    digest = spec_digest(spec)
+    digest = ""  # filled in below, from the rendered objects
     plan = {
         "name": spec["name"],
         "namespace": spec["namespace"],
         "kserve_version": format_version(kserve_version),
         "deployment_mode": spec["deployment_mode"],
         "vllm_version": spec["vllm_version"],
-        "profile": {"id": x["profile"], "basis": info["basis"], "examined": info["examined"], "era": x["era"],
-                    "render": x["render"], "unknown_keys": x["unknown_keys"]},
+        "profile": {
+            "id": x["profile"],
+            "basis": info["basis"],
+            "examined": info["examined"],
+            "era": x["era"],
+            "render": x["render"],
+            "unknown_keys": x["unknown_keys"],
+        },
         "delivery": delivery,
         "mount_paths": mounts,
         "speculative": bool(cfg),
@@ -500,8 +660,11 @@ def validate(spec, options=None):
         "args": args,
         "args_without_speculative": baseline,
         "tensor_parallel_size": tp,
-        "runtime": {"name": spec["runtime"]["name"], "kind": spec["runtime"]["kind"],
-                    "create": spec["runtime"]["create"]},
+        "runtime": {
+            "name": spec["runtime"]["name"],
+            "kind": spec["runtime"]["kind"],
+            "create": spec["runtime"]["create"],
+        },
         "startup_timeout_seconds": startup,
         "progress_deadline_seconds": deadline,
         "rollout_strategy": render.rollout_strategy(spec) if spec["deployment_mode"] == "Standard" else None,
@@ -519,27 +682,65 @@ def validate(spec, options=None):
         isvc = render.deep_merge(isvc, overrides["inferenceservice"])
     if overrides.get("servingruntime"):
         if runtime is None:
-            findings.error("overrides.servingruntime", "overrides.servingruntime is set but specpilot does not create "
-                           "the runtime (runtime.create is false)", "remove it", "override-no-runtime")
+            findings.error(
+                "overrides.servingruntime",
+                "overrides.servingruntime is set but specpilot does not create "
+                "the runtime (runtime.create is false)",
+                "remove it",
+                "override-no-runtime",
+            )
         else:
             runtime = render.deep_merge(runtime, overrides["servingruntime"])
     kctx = {"kserve_version": kserve_version, "deployment_mode": spec["deployment_mode"]}
     kserve_rules.check_inferenceservice(
-        isvc, kctx, findings, _where_factory("inferenceservice", overrides.get("inferenceservice"), storage_roles))
+        isvc,
+        kctx,
+        findings,
+        _where_factory("inferenceservice", overrides.get("inferenceservice"), storage_roles),
+    )
     if runtime is not None:
         kserve_rules.check_servingruntime(
-            runtime, findings, _where_factory("servingruntime", overrides.get("servingruntime"), []))
+            runtime, findings, _where_factory("servingruntime", overrides.get("servingruntime"), [])
+        )
+    plan["spec_digest"] = _deployment_digest(runtime, isvc, plan["staging"])
+    for manifest in (runtime, isvc):
+        if manifest is not None:
+            manifest.setdefault("metadata", {}).setdefault("annotations", {})[render.ANN_DIGEST] = plan[
+                "spec_digest"
+            ]
     plan["servingruntime"] = runtime
     plan["inferenceservice"] = isvc
     result["plan"] = plan
     return _finish(result, options)
 
 
+def _deployment_digest(runtime, isvc, staging):
+    """sha256 of what deploy applies: both objects (without the digest annotation) and the
+    artifact sources.  Smoke/benchmark settings, model facts and acknowledged warnings are
+    not in it: KServe copies InferenceService annotations onto the pods, so the annotation
+    must change only when the deployment does."""
+
+    def strip(manifest):
+        if manifest is None:
+            return None
+        manifest = copy.deepcopy(manifest)
+        manifest.get("metadata", {}).get("annotations", {}).pop(render.ANN_DIGEST, None)
+        return manifest
+
+    return spec_digest(
+        {"servingruntime": strip(runtime), "inferenceservice": strip(isvc), "staging": staging}
+    )
+
+
 def _variable_typos(names, findings):
     _spec, unknown = assemble_from_vars({name: None for name in names})
     for variable, suggestion in unknown:
-        findings.warning(variable[len(VAR_PREFIX):], "the variable %s is not a spec key and is ignored" % variable,
-                         "did you mean %s?" % suggestion, "unknown-variable")
+        findings.warning(
+            variable[len(VAR_PREFIX) :],
+            "the variable %s is not a spec key and is ignored" % variable,
+            "did you mean %s?" % suggestion,
+            "unknown-variable",
+        )
 
 
 def _drop_nulls(value):
@@ -556,49 +757,80 @@ def _image_pinned(image):
 
 
 def _spec_ctx(spec, version, profile, target, draft, async_requested):
-    extra = ((spec.get("vllm_args") or {}).get("extra_args") or []) if isinstance(spec.get("vllm_args"), dict) else []
+    extra = (
+        ((spec.get("vllm_args") or {}).get("extra_args") or [])
+        if isinstance(spec.get("vllm_args"), dict)
+        else []
+    )
     tp = None
     if isinstance(spec.get("vllm_args"), dict):
         tp = spec["vllm_args"].get("tensor_parallel_size")
     if tp is None and isinstance(spec.get("gpu"), dict):
         tp = max(1, spec["gpu"].get("count") or 1)
-    return {"version": version, "version_label": format_version(version), "profile": profile,
-            "target_tp": tp or 1, "async_requested": async_requested, "extra_args": extra,
-            "target": target, "draft": draft}
+    return {
+        "version": version,
+        "version_label": format_version(version),
+        "profile": profile,
+        "target_tp": tp or 1,
+        "async_requested": async_requested,
+        "extra_args": extra,
+        "target": target,
+        "draft": draft,
+    }
 
 
 def _profile_notes(version, info, profile, findings):
     label = format_version(version)
     if info["beyond_newest"]:
-        findings.warning("vllm_version", "vLLM %s is newer than the newest profile (%s): keys and methods added "
-                         "since are unknown to specpilot" % (label, info["basis"]),
-                         "check the release notes of vLLM %s; update specpilot's profiles" % label,
-                         "vllm-newer-than-profiles")
+        findings.warning(
+            "vllm_version",
+            "vLLM %s is newer than the newest profile (%s): keys and methods added "
+            "since are unknown to specpilot" % (label, info["basis"]),
+            "check the release notes of vLLM %s; update specpilot's profiles" % label,
+            "vllm-newer-than-profiles",
+        )
     elif not info["examined"] and info.get("next_differs"):
-        findings.warning("vllm_version", "vLLM %s was not examined; it is checked against %s, and the next examined "
-                         "release (%s) differs, so keys or methods near that boundary may be judged wrongly"
-                         % (label, info["basis"], info["next"]),
-                         "prefer an examined release (%s or %s)" % (info["basis"], info["next"]), "vllm-unexamined")
+        findings.warning(
+            "vllm_version",
+            "vLLM %s was not examined; it is checked against %s, and the next examined "
+            "release (%s) differs, so keys or methods near that boundary may be judged wrongly"
+            % (label, info["basis"], info["next"]),
+            "prefer an examined release (%s or %s)" % (info["basis"], info["next"]),
+            "vllm-unexamined",
+        )
     elif not info["examined"]:
-        findings.note("vllm_version", "vLLM %s is checked against the profile of %s (same surface as the next "
-                      "examined release)" % (label, info["basis"]), "nothing to do", "vllm-profile-basis")
+        findings.note(
+            "vllm_version",
+            "vLLM %s is checked against the profile of %s (same surface as the next "
+            "examined release)" % (label, info["basis"]),
+            "nothing to do",
+            "vllm-profile-basis",
+        )
 
 
 def _progress_deadline(spec, startup, findings):
     value = spec.get("progress_deadline_seconds")
     if spec["deployment_mode"] != "Knative":
         if value is not None:
-            findings.error("progress_deadline_seconds", "progress_deadline_seconds (serving.knative.dev/"
-                           "progress-deadline) is ignored by KServe in Standard mode",
-                           "remove it; in Standard mode the startupProbe (startup_timeout_seconds) and the deploy "
-                           "role's wait bound the rollout", "progress-deadline-standard")
+            findings.error(
+                "progress_deadline_seconds",
+                "progress_deadline_seconds (serving.knative.dev/"
+                "progress-deadline) is ignored by KServe in Standard mode",
+                "remove it; in Standard mode the startupProbe (startup_timeout_seconds) and the deploy "
+                "role's wait bound the rollout",
+                "progress-deadline-standard",
+            )
         return None
     if value is None:
         return startup + 600
     if value < startup:
-        findings.warning("progress_deadline_seconds", "progress_deadline_seconds=%d is shorter than the startup "
-                         "budget (%d s): Knative can give up on a revision that is still loading" % (value, startup),
-                         "raise it above %d" % startup, "progress-deadline-short")
+        findings.warning(
+            "progress_deadline_seconds",
+            "progress_deadline_seconds=%d is shorter than the startup "
+            "budget (%d s): Knative can give up on a revision that is still loading" % (value, startup),
+            "raise it above %d" % startup,
+            "progress-deadline-short",
+        )
     return value
 
 
@@ -608,7 +840,12 @@ _FORBIDDEN_OVERRIDES = {
         ("kind",): "the kind is fixed",
         ("metadata", "name"): "use specpilot_name",
         ("metadata", "namespace"): "use specpilot_namespace",
-        ("spec", "predictor", "model", "args"): "use specpilot_vllm_args.extra_args (and specpilot_speculative)",
+        (
+            "spec",
+            "predictor",
+            "model",
+            "args",
+        ): "use specpilot_vllm_args.extra_args (and specpilot_speculative)",
         ("spec", "predictor", "model", "runtime"): "use specpilot_runtime.name",
     },
     "servingruntime": {
@@ -628,9 +865,12 @@ def _check_overrides(overrides, findings):
             for key in keys:
                 node = node.get(key) if isinstance(node, dict) else None
             if node is not None:
-                findings.error("overrides.%s.%s" % (kind, ".".join(keys)),
-                               "overrides may not change %s of the %s" % (".".join(keys), kind), hint,
-                               "override-forbidden")
+                findings.error(
+                    "overrides.%s.%s" % (kind, ".".join(keys)),
+                    "overrides may not change %s of the %s" % (".".join(keys), kind),
+                    hint,
+                    "override-forbidden",
+                )
 
 
 def _staging(spec, delivery, draft_artifact):
@@ -642,9 +882,17 @@ def _staging(spec, delivery, draft_artifact):
         artifact = spec.get(role)
         if not artifact or (role == "draft" and not draft_artifact):
             continue
-        items.append({"role": role, "uri": artifact.get("uri"), "subdir": artifact["subdir"],
-                      "revision": artifact.get("revision"), "include": artifact.get("include"),
-                      "exclude": artifact.get("exclude"), "secret_name": artifact.get("secret_name")})
+        items.append(
+            {
+                "role": role,
+                "uri": artifact.get("uri"),
+                "subdir": artifact["subdir"],
+                "revision": artifact.get("revision"),
+                "include": artifact.get("include"),
+                "exclude": artifact.get("exclude"),
+                "secret_name": artifact.get("secret_name"),
+            }
+        )
     return {"kind": kind, "artifacts": items}
 
 
@@ -669,13 +917,27 @@ def format_report(result, prefix=VAR_PREFIX, strict=False):
     head = "specpilot validate: %s" % (spec.get("name") or "?")
     if spec:
         head += " (namespace %s, vLLM %s, KServe %s, %s)" % (
-            spec.get("namespace"), spec.get("vllm_version"), spec.get("kserve_version", "?"),
-            spec.get("deployment_mode"))
+            spec.get("namespace"),
+            spec.get("vllm_version"),
+            spec.get("kserve_version", "?"),
+            spec.get("deployment_mode"),
+        )
     verdict = "OK" if result["ok"] else "FAILED"
-    lines = ["%s: %s; %d error(s), %d warning(s)%s" % (
-        head, verdict, len(result["errors"]), len(result["warnings"]),
-        " (strict: warnings fail)" if strict and result["warnings"] else "")]
-    for title, bucket in (("ERRORS", result["errors"]), ("WARNINGS", result["warnings"]), ("NOTES", result["notes"])):
+    lines = [
+        "%s: %s; %d error(s), %d warning(s)%s"
+        % (
+            head,
+            verdict,
+            len(result["errors"]),
+            len(result["warnings"]),
+            " (strict: warnings fail)" if strict and result["warnings"] else "",
+        )
+    ]
+    for title, bucket in (
+        ("ERRORS", result["errors"]),
+        ("WARNINGS", result["warnings"]),
+        ("NOTES", result["notes"]),
+    ):
         if not bucket:
             continue
         lines.append("%s:" % title)
@@ -709,8 +971,18 @@ ARGUMENT_SPEC = {
 
 def run_options(params):
     """validate() options from the module parameters."""
-    return {key: params.get(key) for key in ("strict", "kserve_version", "schema_dir", "allow_missing_digest",
-                                              "read_local_files", "var_prefix", "variable_names")}
+    return {
+        key: params.get(key)
+        for key in (
+            "strict",
+            "kserve_version",
+            "schema_dir",
+            "allow_missing_digest",
+            "read_local_files",
+            "var_prefix",
+            "variable_names",
+        )
+    }
 
 
 def module_result(params, check_mode=False):
@@ -734,7 +1006,9 @@ def module_result(params, check_mode=False):
     if params.get("display_warnings") and result["warnings"]:
         out["warnings"] = [result["report"]]
     if params.get("render_dir") and result["ok"]:
-        out["changed"], out["rendered_files"] = write_render_dir(result["plan"], params["render_dir"], check_mode)
+        out["changed"], out["rendered_files"] = write_render_dir(
+            result["plan"], params["render_dir"], check_mode
+        )
     return out, failed
 
 
@@ -747,6 +1021,7 @@ def _yaml_text(data):
     def _str(dumper, value):
         style = "|" if "\n" in value else None
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
     _Dumper.add_representer(str, _str)
     return "---\n" + yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=4096)
 
@@ -758,8 +1033,11 @@ def write_render_dir(plan, render_dir, check_mode=False):
     written in check mode.
     """
     out = os.path.join(render_dir, plan["name"])
-    documents = [("inferenceservice.yaml", plan["inferenceservice"]), ("servingruntime.yaml", plan["servingruntime"]),
-                 ("plan.yaml", plan)]
+    documents = [
+        ("inferenceservice.yaml", plan["inferenceservice"]),
+        ("servingruntime.yaml", plan["servingruntime"]),
+        ("plan.yaml", plan),
+    ]
     changed, files = False, []
     for name, data in documents:
         if data is None:

@@ -15,7 +15,9 @@ import re
 
 __all__ = ["parse_version", "format_version", "VersionError"]
 
-_VERSION_RE = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[.\-+]?(?:post|rc|a|b|dev|\+)[0-9A-Za-z.+\-]*)?\s*$")
+_VERSION_RE = re.compile(
+    r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[.\-+]?(?:post|rc|a|b|dev|\+)[0-9A-Za-z.+\-]*)?\s*$"
+)
 
 
 class VersionError(ValueError):
@@ -29,7 +31,9 @@ def parse_version(value):
     """
     if isinstance(value, float):
         # YAML reads an unquoted 0.20 as the float 0.2: what was meant cannot be recovered.
-        raise VersionError("%r is a number, not a version string (YAML reads 0.20 as 0.2); quote it" % (value,))
+        raise VersionError(
+            "%r is a number, not a version string (YAML reads 0.20 as 0.2); quote it" % (value,)
+        )
     if not isinstance(value, str):
         raise VersionError("not a version string: %r" % (value,))
     match = _VERSION_RE.match(value)

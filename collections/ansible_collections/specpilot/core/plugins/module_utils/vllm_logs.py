@@ -15,13 +15,21 @@ vLLM 0.5.5 to 0.33.0 (see ``../shared/reference/vllm-facts.md`` sections 3.1 to 
   (including the ``tokens tokens`` typo of old builds);
 * the V1 ``SpecDecoding metrics:`` per-interval lines in their four formats (0.8.3-0.8.4,
   0.8.5, 0.9.0-0.10.1, 0.10.2-0.33.0) and unknown variants: the body is read as key/value pairs,
-  never by position, so extra keys are kept in ``extra`` and missing keys stay ``None``;
+  never by position, so extra keys are kept in ``extra`` and missing keys stay ``None``. (Only
+  a body that is exactly the 0.10.2-0.33.0 format string takes a one-regex shortcut, which
+  yields the same fields; tests assert the equivalence.);
 * the engine-init line's ``speculative_config=SpeculativeConfig(...)`` / ``=None``, the version
   lines, readiness (``Application startup complete.``), and the warnings and start errors that
   matter for speculative decoding (``ISSUE_RULES``).
 
 Line numbers are 1-based physical lines split on ``\\n`` only (what ``grep -n`` shows); a bare
 ``\\r`` inside a line (progress bars, the vLLM logo) does not start a new line.
+
+Speed: files are read in 1 MiB chunks; each keyword of ``_INTEREST`` is located with
+``bytes.find`` and only the lines holding one are decoded (uvicorn access lines, routes and
+``Engine NNN:`` throughput lines are only counted). A V1 window's data-parallel engine index is
+looked up lazily, by searching the preceding 64 KiB for the ``Engine NNN:`` line of the same
+process (``_lookback_engine``). Memory: one chunk, a 64 KiB tail, the kept windows and issues.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import ast
 import collections
 import heapq
 import io
+import json
 import math
 import re
 
@@ -77,7 +86,8 @@ _VERSION_RES = (
 _INIT_RE = re.compile(
     r"Initializing an? (?:(?P<era>V[01]) )?LLM engine \(v(?P<v>[^)\s]+)\) with config: (?P<cfg>.*)$"
 )
-_SPEC_CFG_RE = re.compile(r"\bspeculative_config=(?:(?P<none>None)|SpeculativeConfig\((?P<body>.*?)\))(?=,\s*\w+=|\s*$|,?\s*$)")
+_SPEC_CFG_RE = re.compile(
+    r"\bspeculative_config=(?:(?P<none>None)|SpeculativeConfig\((?P<body>.*?)\))(?=,\s*\w+=|,?\s*$)")
 _REPR_KV_RE = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,]*)")
 _CFG_MODEL_RE = re.compile(r"^model=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,]*)")
 _CFG_FIELD_RES = {
@@ -87,11 +97,16 @@ _CFG_FIELD_RES = {
 }
 _ASYNC_STATE_RE = re.compile(r"Asynchronous scheduling is (enabled|disabled)\.")
 _ENGINE_LINE_RE = re.compile(r"Engine (\d+): ")
+# a record header, as bytes (group 1: the level)
+_HEADER_B_RE = re.compile(
+    rb"(?:\([^()]*? pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? "
+    rb"\[?[\w.\-/]+:\d+\] ?")
 # a whole "Engine NNN: Avg prompt throughput ..." INFO/DEBUG line without ANSI codes, as bytes
 _ENGINE_B_RE = re.compile(
     rb"(?:\(([^()]*?) pid=(\d+)\) )?(?:INFO|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? "
     rb"\[?[\w.\-/]+:\d+\] ?Engine (\d+): ")
 _EXC_RE = re.compile(r"^(?:[\w.]+\.)?(?P<exc>[A-Z]\w*(?:Error|Exception|Exit)): ?(?P<msg>.*)$")
+_UNKNOWN_KEY_RE = re.compile(r"unexpected keyword argument '(\w+)'|'(\w+)' is not a valid argument")
 _VALIDATION_HDR_RE = re.compile(r"(?P<n>\d+) validation errors? for (?P<model>\w+)")
 _PKG_RES = (
     re.compile(r"No module named '(?P<p>[\w.\-]+)'"),
@@ -173,7 +188,8 @@ ISSUE_RULES = (
     ), "the draft model was forced to tensor parallel size 1"),
     _Rule("SUFFIX_DEFAULT_TOKENS", "warning", (
         "for suffix decoding",
-    ), "num_speculative_tokens defaulted for suffix decoding", regex=r"Defaulted num_speculative_tokens to \d+"),
+    ), "num_speculative_tokens defaulted for suffix decoding",
+        regex=r"Defaulted num_speculative_tokens to \d+"),
     _Rule("SCHEDULED_TOKENS_CAPPED", "warning", (
         "based on the speculative decoding settings",
     ), "max_num_scheduled_tokens was lowered to make room for draft tokens"),
@@ -182,7 +198,8 @@ ISSUE_RULES = (
         "is not a valid argument in the speculative_config",  # 0.16+ tensor_parallel_size sentinel
         "got an unexpected keyword argument",  # 0.8.2-0.9.0 dataclass TypeError
     ), "speculative_config has a key this vLLM version does not accept",
-        regex=r"is not a valid argument in the speculative_config|SpeculativeConfig.*unexpected keyword argument"),
+        regex=r"is not a valid argument in the speculative_config"
+              r"|SpeculativeConfig.*unexpected keyword argument"),
     _Rule("DRAFT_MODEL_UNSUPPORTED", "error", (
         "Speculative decoding with draft model is not supported yet",  # 0.10.0-0.14.1
     ), "this vLLM version does not support a separate draft model"),
@@ -256,10 +273,7 @@ _KEYS = {
     "number of draft tokens": ("drafted_tokens", "int"),
     "number of emitted tokens": ("emitted_tokens", "int"),
 }
-_KEYS.update({" ".join(w[:1].upper() + w[1:] if i == 0 else w for i, w in enumerate(k.split(" "))): v
-              for k, v in list(_KEYS.items())})
-_KEYS.update({"Avg Draft acceptance rate": _KEYS["avg draft acceptance rate"],
-              "Draft acceptance rate": _KEYS["draft acceptance rate"]})
+_KEY_CACHE = {}  # printed key -> (field, kind) or None; bounded (see _key_spec)
 _WINDOW_FIELDS = (
     "mean_acceptance_length", "draft_acceptance_rate", "accepted_tokens", "drafted_tokens",
     "accepted_throughput", "drafted_throughput", "per_position_acceptance",
@@ -298,12 +312,16 @@ def _number(text, kind="float"):
 
 def _key_spec(key):
     """(field, kind) of a body key, tolerant to case, spacing and the ``tokens tokens`` typo."""
-    spec = _KEYS.get(key)
-    if spec is None:
-        norm = " ".join(key.lower().split())
-        if " tokens tokens" in norm:  # builds before 0.5.5 printed "Number of draft tokens tokens"
-            norm = norm.replace(" tokens tokens", " tokens")
-        spec = _KEYS.get(norm)
+    try:
+        return _KEY_CACHE[key]
+    except KeyError:
+        pass
+    norm = " ".join(key.lower().split())
+    if " tokens tokens" in norm:  # builds before 0.5.5 printed "Number of draft tokens tokens"
+        norm = norm.replace(" tokens tokens", " tokens")
+    spec = _KEYS.get(norm)
+    if len(_KEY_CACHE) < 256:
+        _KEY_CACHE[key] = spec
     return spec
 
 
@@ -332,7 +350,8 @@ def _fast_fields(mal, acc_tp, draft_tp, acc, drafted, per_pos, rate):
         "drafted_throughput": float(draft_tp),
         "accepted_tokens": int(acc),
         "drafted_tokens": int(drafted),
-        "per_position_acceptance": [float(x) for x in per_pos.split(b"," if isinstance(per_pos, bytes) else ",")],
+        "per_position_acceptance": [float(x) for x in per_pos.split(b"," if isinstance(per_pos, bytes)
+                                                                     else ",")],
         "draft_acceptance_rate": round(float(rate) / 100.0, 9),
     }
 
@@ -360,7 +379,7 @@ def parse_metrics_pairs(body):
     out = {}
     extra = {}
     for key, value, more in _KV_RE.findall(body):
-        spec = _KEYS.get(key) or _key_spec(key)
+        spec = _key_spec(key)
         if spec is None:
             extra[key.strip()] = (value + more).strip()
             continue
@@ -374,7 +393,7 @@ def parse_metrics_pairs(body):
                 continue
             out[field] = [None if v != v or v == _INF or v == -_INF else v for v in vals]
             continue
-        tok = value.partition(" ")[0]
+        tok = value.strip().partition(" ")[0]
         try:
             val = float(tok.rstrip("%."))
         except ValueError:
@@ -471,7 +490,7 @@ def _version_key(version):
 def _has_next_record(text, start):
     """Another record header after ``start`` (collapsed records)? Cheap literal tests first."""
     for level in ("INFO ", "WARNING ", "ERROR ", "DEBUG ", "CRITICAL "):
-        if level in text[start:]:
+        if text.find(level, start) >= 0:
             return _NEXT_RECORD_RE.search(text, start) is not None
     return False
 
@@ -655,6 +674,7 @@ class LogParser(object):
         self._ring = bytearray()  # line mode: the recent lines
         self._proc_engine = {}
         self._issue_cache = {}
+        self._repeats = {}  # (level bytes, message bytes) -> (level, issue key or None)
         self._names = {}  # (proc, pid) as bytes -> as str
         self._events_shutdown = False  # errors after a shutdown are logged as warnings
         self.since_found = False
@@ -780,7 +800,10 @@ class LogParser(object):
         if pos < end:
             self.lineno += count(b"\n", pos, end)
         self._block = None
-        self._tail = (self._tail + block[:end])[-_LOOKBACK:] if end < _LOOKBACK else block[end - _LOOKBACK:end]
+        if end >= _LOOKBACK:
+            self._tail = block[end - _LOOKBACK:end]
+        else:
+            self._tail = (self._tail + block[:end])[-_LOOKBACK:]
 
     def _feed_one(self, raw):
         """A line inside a pending pydantic error block (scan mode): always looked at."""
@@ -862,6 +885,23 @@ class LogParser(object):
                 self._add_fast_window(m.group(4, 5, 6, 7, 8, 9, 10), names[0], names[1], ts.decode(),
                                       raw[:m.start(3) - 5])
                 return
+        repeat_key = None
+        if (b"WARNING " in raw or b"ERROR " in raw) and self._pending_validation is None \
+                and raw.count(b"]") == 1 and b"\x1b" not in raw:
+            # a WARNING/ERROR record seen before (same level and message, other timestamp/pid):
+            # count it without decoding (see _remember_repeat)
+            hm = _HEADER_B_RE.match(raw)
+            if hm is not None:
+                repeat_key = (hm.group(1), raw[hm.end():].rstrip(b"\r\n"))
+                seen = self._repeats.get(repeat_key)
+                if seen is not None:
+                    level, issue_key = seen
+                    entry = self._issue_index.get(issue_key) if issue_key is not None else None
+                    if issue_key is None or entry is not None:
+                        self.levels[level] += 1
+                        if entry is not None:
+                            entry["count"] += 1
+                        return
         text = raw.decode("utf-8", "replace").rstrip("\r\n")
         if "\x1b" in text:
             text = _ANSI_RE.sub("", text)
@@ -873,7 +913,11 @@ class LogParser(object):
                 if text.startswith("SpecDecoding metrics: ", start) and level == "INFO":
                     self._window("v1", text[start + 22:], proc, pid, ts)
                     return
-                self._record(proc, pid, level, ts, text[start:], text)
+                issue_key = self._record(proc, pid, level, ts, text[start:], text)
+                if repeat_key is not None and issue_key is not _PENDING and level in self.levels:
+                    if len(self._repeats) >= _ISSUE_CACHE_SIZE:
+                        self._repeats.clear()
+                    self._repeats[repeat_key] = (level, issue_key)
                 return
         for rec in self._records(text):
             self._record(*rec)
@@ -906,8 +950,14 @@ class LogParser(object):
     # ----------------------------------------------------------------- record dispatch
     def _record(self, proc, pid, level, ts, msg, full):
         if level is not None:
-            if level in self.levels:
+            if level in self.levels:  # WARNING / ERROR: never a window or a startup fact
                 self.levels[level] += 1
+                if "[shutdown]" in msg:
+                    self.facts["shutdown"] = True
+                    self._events_shutdown = True
+                    self._issue_candidate(level, msg, full)
+                    return _PENDING  # not to be counted as a plain repeat
+                return self._issue_candidate(level, msg, full)
         elif msg.startswith("INFO:") and _UVICORN_ACCESS_RE.match(msg):
             return  # uvicorn access line
         if "metrics: " in msg:
@@ -995,13 +1045,11 @@ class LogParser(object):
         if fmt == "v1":
             engine = self._engine_of(proc, pid)
             self.windows.append((line, ts, proc, engine, "v1", fields, extra))
-            self._acc_of(engine).add(line, ts, fields.get("drafted_tokens"), fields.get("accepted_tokens"),
-                                     fields.get("mean_acceptance_length"), fields.get("per_position_acceptance"))
+            get = fields.get
+            self._acc_of(engine).add(line, ts, get("drafted_tokens"), get("accepted_tokens"),
+                                     get("mean_acceptance_length"), get("per_position_acceptance"))
             return
-        engine = None
-        if proc:
-            engine = self._engine_of(proc, None) if _DP_RE.search(proc) else None
-        entry = (line, ts, proc, engine, "v0", fields, extra)
+        entry = (line, ts, proc, None, "v0", fields, extra)  # V0: no data-parallel engines
         self.windows.append(entry)
         self._v0_count += 1
         if self._v0_first is None:
@@ -1064,8 +1112,11 @@ class LogParser(object):
             return
         try:
             value = ast.literal_eval(text)
-            if isinstance(value, str):
-                value = ast.literal_eval(value.strip())
+            if isinstance(value, str):  # the CLI text: JSON (0.8.3+) or a Python dict (0.8.2)
+                try:
+                    value = json.loads(value)
+                except ValueError:
+                    value = ast.literal_eval(value.strip())
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             return
         if isinstance(value, dict):
@@ -1073,22 +1124,26 @@ class LogParser(object):
 
     # ----------------------------------------------------------------- issues
     def _issue_candidate(self, level, msg, full):
-        """Classify a record that no fact handler took; repeated messages hit a bounded cache."""
+        """Classify a record that no fact handler took; repeated messages hit a bounded cache.
+
+        Returns the issue's (code, message) key, None (nothing to report) or _PENDING (the
+        record opened or continued a pydantic error block)."""
         key = (level, msg)
+        found = _MISS
         if self._pending_validation is None:
             found = self._issue_cache.get(key, _MISS)
-            if found is not _MISS:
-                if found is not None:
-                    self._add_issue(found[0], found[1], msg.strip(), full, found[2])
-                return
-        found = self._classify_issue(level, msg, full)
-        if found is _PENDING:
-            return
-        if len(self._issue_cache) >= _ISSUE_CACHE_SIZE:
-            self._issue_cache.clear()
-        self._issue_cache[key] = found
-        if found is not None:
-            self._add_issue(found[0], found[1], msg.strip(), full, found[2])
+        if found is _MISS:
+            found = self._classify_issue(level, msg, full)
+            if found is _PENDING:
+                return _PENDING
+            if len(self._issue_cache) >= _ISSUE_CACHE_SIZE:
+                self._issue_cache.clear()
+            self._issue_cache[key] = found
+        if found is None:
+            return None
+        message = msg.strip()
+        self._add_issue(found[0], found[1], message, full, found[2])
+        return (found[0], message)
 
     def _classify_issue(self, level, msg, full):
         """(code, severity, extra) for a record's message, None, or _PENDING (taken by a
@@ -1113,7 +1168,7 @@ class LogParser(object):
             if needle in msg and (rule.regex is None or rule.regex.search(msg) is not None):
                 extra = {}
                 if rule.code == "UNKNOWN_SPEC_KEY":
-                    km = re.search(r"unexpected keyword argument '(\w+)'|'(\w+)' is not a valid argument", msg)
+                    km = _UNKNOWN_KEY_RE.search(msg)
                     if km is not None:
                         extra["key"] = km.group(1) or km.group(2)
                 elif rule.code == "MISSING_PACKAGE":
@@ -1125,7 +1180,8 @@ class LogParser(object):
                 return rule.code, rule.severity, extra
         em = _EXC_RE.match(msg.strip())
         if em is not None:
-            code = "CONFIG_VALIDATION_ERROR" if ("SpeculativeConfig" in msg or "speculative" in msg) else "EXCEPTION"
+            spec = "SpeculativeConfig" in msg or "speculative" in msg
+            code = "CONFIG_VALIDATION_ERROR" if spec else "EXCEPTION"
             return code, "error", {"exception": em.group("exc")}
         return None
 
@@ -1173,7 +1229,8 @@ class LogParser(object):
         pv = self._pending_validation
         self._pending_validation = None
         if pv is not None and not pv["found"]:
-            self._add_issue("CONFIG_VALIDATION_ERROR", "error", pv["message"], pv["text"], {}, line=pv["line"])
+            self._add_issue("CONFIG_VALIDATION_ERROR", "error", pv["message"], pv["text"], {},
+                            line=pv["line"])
 
     def _add_issue(self, code, severity, message, text, extra, line=None):
         if severity == "error" and self._events_shutdown:
@@ -1232,9 +1289,10 @@ class LogParser(object):
     def _v1_summary(acc, facts):
         out = acc.summary()
         version = facts["vllm_version"]
-        if version and (0, 8, 5) <= _version_key(version) < (0, 9, 0) and out["mean_acceptance_length"] is not None:
+        mal = out["mean_acceptance_length"]
+        if version and (0, 8, 5) <= _version_key(version) < (0, 9, 0) and mal is not None:
             # 0.8.5 printed accepted/drafts without the bonus token (vllm-facts 3.3)
-            out["mean_acceptance_length"] = round(out["mean_acceptance_length"] + 1.0, 6)
+            out["mean_acceptance_length"] = round(mal + 1.0, 6)
             out["notes"].append("vLLM 0.8.5 prints mean acceptance length without the +1; "
                                 "the summary adds it (windows keep the printed values)")
         return out
@@ -1246,7 +1304,8 @@ class LogParser(object):
         if acc.windows:
             out = self._v1_summary(acc, facts)
             if self._v0_count:
-                out["notes"].append("%d V0 cumulative window(s) ignored in favour of V1 windows" % self._v0_count)
+                out["notes"].append("%d V0 cumulative window(s) ignored in favour of V1 windows"
+                                    % self._v0_count)
             ks = {len(w["per_position_acceptance"]) for w in map(_window_dict, self.windows)
                   if w["per_position_acceptance"]}
             if len(ks) > 1:

@@ -168,6 +168,10 @@ class _Collector(object):
                 h[suffix[1:]] += value
 
 
+def _iso_utc(epoch):
+    return "%s.%03dZ" % (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch)), int((epoch % 1) * 1000))
+
+
 def _previous_parts(previous):
     """The raw numbers of an earlier result, or None when it is unusable."""
     if not isinstance(previous, dict) or not isinstance(previous.get("counters"), dict):
@@ -285,7 +289,8 @@ def _build(col, previous, source, now):
                 derived["mean_acceptance_length"] = 1.0 + d["num_accepted_tokens"] / drafts
             derived["draft_tokens_per_draft"] = _ratio(d["num_draft_tokens"], drafts)
             if d_pos is not None:
-                derived["per_position_acceptance"] = [_ratio(v, drafts) if v is not None else None for v in d_pos]
+                derived["per_position_acceptance"] = [_ratio(v, drafts) if v is not None else None
+                                                      for v in d_pos]
         elif counters["num_drafts"] is None and counters["num_draft_tokens"] is not None:
             notes.append("no vllm:spec_decode_num_drafts counter (vLLM 0.8.3-0.8.4): mean acceptance "
                          "length and per-position acceptance cannot be derived")
@@ -326,7 +331,7 @@ def _build(col, previous, source, now):
 
     return {
         "source": source,
-        "scraped_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + (".%03dZ" % int((now % 1) * 1000)),
+        "scraped_at": _iso_utc(now),
         "scraped_at_epoch": round(now, 3),
         "model_name": col.model_name,
         "model_names": sorted(col.model_names),

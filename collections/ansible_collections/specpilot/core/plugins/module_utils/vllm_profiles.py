@@ -48,11 +48,46 @@ __all__ = [
 EXAMINED = [
     (label, parse_version(label))
     for label in (
-        "0.5.5", "0.6.0", "0.6.3.post1", "0.6.6.post1", "0.7.0", "0.7.3", "0.8.0", "0.8.1",
-        "0.8.2", "0.8.3", "0.8.4", "0.8.5.post1", "0.9.0", "0.9.1", "0.9.2", "0.10.0",
-        "0.10.1.1", "0.10.2", "0.11.0", "0.11.2", "0.12.0", "0.13.0", "0.14.1", "0.16.0",
-        "0.17.1", "0.18.1", "0.19.1", "0.20.2", "0.21.0", "0.22.1", "0.23.0", "0.24.0",
-        "0.25.1", "0.26.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0",
+        "0.5.5",
+        "0.6.0",
+        "0.6.3.post1",
+        "0.6.6.post1",
+        "0.7.0",
+        "0.7.3",
+        "0.8.0",
+        "0.8.1",
+        "0.8.2",
+        "0.8.3",
+        "0.8.4",
+        "0.8.5.post1",
+        "0.9.0",
+        "0.9.1",
+        "0.9.2",
+        "0.10.0",
+        "0.10.1.1",
+        "0.10.2",
+        "0.11.0",
+        "0.11.2",
+        "0.12.0",
+        "0.13.0",
+        "0.14.1",
+        "0.16.0",
+        "0.17.1",
+        "0.18.1",
+        "0.19.1",
+        "0.20.2",
+        "0.21.0",
+        "0.22.1",
+        "0.23.0",
+        "0.24.0",
+        "0.25.1",
+        "0.26.0",
+        "0.27.1",
+        "0.28.0",
+        "0.29.0",
+        "0.30.0",
+        "0.31.0",
+        "0.32.0",
         "0.33.0",
     )
 ]
@@ -62,11 +97,11 @@ EXAMINED = [(label, ver[:3]) for label, ver in EXAMINED]
 _V = parse_version
 
 # Eras of the configuration surface.
-ERA_V0_FLAGS = "v0-flags"            # <= 0.8.1: separate CLI flags
-ERA_TRANSITION = "literal-eval"      # 0.8.2: --speculative-config parsed by ast.literal_eval
-ERA_DATACLASS = "json-dataclass"     # 0.8.3 - 0.9.0: JSON, stdlib dataclass
-ERA_LENIENT = "json-lenient"         # 0.9.1 - 0.14.x: pydantic, unknown keys dropped
-ERA_STRICT = "json-strict"           # 0.16.0 -: pydantic extra=forbid
+ERA_V0_FLAGS = "v0-flags"  # <= 0.8.1: separate CLI flags
+ERA_TRANSITION = "literal-eval"  # 0.8.2: --speculative-config parsed by ast.literal_eval
+ERA_DATACLASS = "json-dataclass"  # 0.8.3 - 0.9.0: JSON, stdlib dataclass
+ERA_LENIENT = "json-lenient"  # 0.9.1 - 0.14.x: pydantic, unknown keys dropped
+ERA_STRICT = "json-strict"  # 0.16.0 -: pydantic extra=forbid
 
 
 def _era(version):
@@ -83,11 +118,11 @@ def _era(version):
 
 # What happens to a key the release does not know.
 UNKNOWN_KEY_POLICY = {
-    ERA_V0_FLAGS: "error",      # there is no flag to render it as
-    ERA_TRANSITION: "error",    # TypeError: unexpected keyword argument
-    ERA_DATACLASS: "error",     # TypeError: unexpected keyword argument
-    ERA_LENIENT: "ignored",     # silently dropped by pydantic: a warning here
-    ERA_STRICT: "error",        # validation error (extra="forbid")
+    ERA_V0_FLAGS: "error",  # there is no flag to render it as
+    ERA_TRANSITION: "error",  # TypeError: unexpected keyword argument
+    ERA_DATACLASS: "error",  # TypeError: unexpected keyword argument
+    ERA_LENIENT: "ignored",  # silently dropped by pydantic: a warning here
+    ERA_STRICT: "error",  # validation error (extra="forbid")
 }
 
 # Keys the engine fills in itself.  Never user input.
@@ -102,8 +137,16 @@ INTERNAL_KEYS = (
 
 # Per-request sampling parameters that people put into the config by mistake.
 SAMPLING_KEYS = (
-    "temperature", "top_p", "top_k", "min_p", "seed", "max_tokens", "logit_bias",
-    "presence_penalty", "frequency_penalty", "repetition_penalty",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "max_tokens",
+    "logit_bias",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
 )
 
 # Old flag spellings written as JSON keys, and what they are called in the config.
@@ -153,114 +196,169 @@ _NUM = {"type": "number"}
 # otherwise).  bound: the lower bound in words for the messages.
 KEYS = {
     "method": {
-        "since": "0.5.5", "schema": {"type": "string"},
+        "since": "0.5.5",
+        "schema": {"type": "string"},
         "doc": "The proposer: ngram, eagle, eagle3, draft_model, mtp, suffix, ...  The allowed values "
-               "depend on the vLLM release (see x-specpilot.methods).  specpilot requires it to be set: "
-               "vLLM's auto-detection from the draft's name has changed between releases.",
+        "depend on the vLLM release (see x-specpilot.methods).  specpilot requires it to be set: "
+        "vLLM's auto-detection from the draft's name has changed between releases.",
     },
     "model": {
-        "since": "0.5.5", "schema": _STR,
+        "since": "0.5.5",
+        "schema": _STR,
         "doc": "Path (inside the pod) or Hugging Face id of the draft model, EAGLE head or MTP weights. "
-               "specpilot fills it in from specpilot_draft and the delivery when it is not given.",
+        "specpilot fills it in from specpilot_draft and the delivery when it is not given.",
     },
     "num_speculative_tokens": {
-        "since": "0.5.5", "schema": dict(_INT, minimum=1), "bound": ">= 1",
+        "since": "0.5.5",
+        "schema": dict(_INT, minimum=1),
+        "bound": ">= 1",
         "doc": "Tokens proposed per step (k).  Required except for suffix (defaults to the tree depth) "
-               "and for drafts whose config carries n_predict (MTP, Medusa, MLP speculator).",
+        "and for drafts whose config carries n_predict (MTP, Medusa, MLP speculator).",
     },
     "draft_tensor_parallel_size": {
-        "since": "0.5.5", "schema": dict(_INT, minimum=1), "bound": ">= 1",
+        "since": "0.5.5",
+        "schema": dict(_INT, minimum=1),
+        "bound": ">= 1",
         "doc": "Tensor parallel size of the draft: 1 or the target's tensor_parallel_size.",
     },
     "quantization": {
-        "since": "0.5.5", "schema": _STR,
+        "since": "0.5.5",
+        "schema": _STR,
         "doc": "Quantization method of the draft model weights (draft model methods only).",
     },
     "max_model_len": {
-        "since": "0.5.5", "schema": dict(_INT, minimum=1), "bound": ">= 1",
+        "since": "0.5.5",
+        "schema": dict(_INT, minimum=1),
+        "bound": ">= 1",
         "doc": "Maximum sequence length of the draft; must not exceed the draft's or the target's.",
     },
     "disable_by_batch_size": {
-        "since": "0.5.5", "until": "0.17.1", "schema": dict(_INT, minimum=2), "bound": ">= 2",
+        "since": "0.5.5",
+        "until": "0.17.1",
+        "schema": dict(_INT, minimum=2),
+        "bound": ">= 2",
         "doc": "Disable speculation for new requests when the batch is larger than this.",
     },
     "prompt_lookup_max": {
-        "since": "0.5.5", "schema": dict(_INT, minimum=1), "bound": ">= 1", "methods": ["ngram", "ngram_gpu"],
+        "since": "0.5.5",
+        "schema": dict(_INT, minimum=1),
+        "bound": ">= 1",
+        "methods": ["ngram", "ngram_gpu"],
         "doc": "ngram: largest n-gram window.  Both lookup sizes default to 5 in the JSON era; "
-               "with the V0 flags (<= 0.8.1) it is required.",
+        "with the V0 flags (<= 0.8.1) it is required.",
     },
     "prompt_lookup_min": {
-        "since": "0.5.5", "schema": dict(_INT, minimum=1), "bound": ">= 1", "methods": ["ngram", "ngram_gpu"],
+        "since": "0.5.5",
+        "schema": dict(_INT, minimum=1),
+        "bound": ">= 1",
+        "methods": ["ngram", "ngram_gpu"],
         "doc": "ngram: smallest n-gram window; must be <= prompt_lookup_max.",
     },
     "acceptance_method": {
-        "since": "0.5.5", "until": "0.10.0",
+        "since": "0.5.5",
+        "until": "0.10.0",
         "schema": {"type": "string", "enum": ["rejection_sampler", "typical_acceptance_sampler"]},
         "doc": "V0 engine acceptance sampler (removed with the V0 engine).",
     },
     "posterior_threshold": {
-        "since": "0.5.5", "until": "0.10.0", "schema": dict(_NUM, minimum=0), "bound": ">= 0",
+        "since": "0.5.5",
+        "until": "0.10.0",
+        "schema": dict(_NUM, minimum=0),
+        "bound": ">= 0",
         "doc": "typical_acceptance_sampler posterior threshold (V0 only).",
     },
     "posterior_alpha": {
-        "since": "0.5.5", "until": "0.10.0", "schema": dict(_NUM, minimum=0), "bound": ">= 0",
+        "since": "0.5.5",
+        "until": "0.10.0",
+        "schema": dict(_NUM, minimum=0),
+        "bound": ">= 0",
         "doc": "typical_acceptance_sampler posterior alpha (V0 only).",
     },
     "disable_logprobs": {
-        "since": "0.5.5", "until": "0.11.2", "schema": _BOOL,
+        "since": "0.5.5",
+        "until": "0.11.2",
+        "schema": _BOOL,
         "doc": "Skip log-probabilities of draft tokens (V0 behaviour).",
     },
     "disable_mqa_scorer": {
-        "since": "0.6.3", "until": "0.10.0", "schema": _BOOL,
+        "since": "0.6.3",
+        "until": "0.10.0",
+        "schema": _BOOL,
         "doc": "V0: score proposals with batch expansion instead of the MQA scorer.",
     },
     "revision": {
-        "since": "0.8.2", "schema": _STR, "doc": "Draft model revision (branch, tag or commit).",
+        "since": "0.8.2",
+        "schema": _STR,
+        "doc": "Draft model revision (branch, tag or commit).",
     },
     "code_revision": {
-        "since": "0.8.2", "schema": _STR, "doc": "Draft model code revision on the Hugging Face Hub.",
+        "since": "0.8.2",
+        "schema": _STR,
+        "doc": "Draft model code revision on the Hugging Face Hub.",
     },
     "speculative_token_tree": {
-        "since": "0.9.0", "until": "0.21.0", "schema": _STR,
+        "since": "0.9.0",
+        "until": "0.21.0",
+        "schema": _STR,
         "doc": "Tree of speculative tokens (EAGLE tree decoding), as a string.",
     },
     "enforce_eager": {
-        "since": "0.11.0", "schema": _BOOL, "doc": "Override the target's enforce_eager for the draft.",
+        "since": "0.11.0",
+        "schema": _BOOL,
+        "doc": "Override the target's enforce_eager for the draft.",
     },
     "disable_padded_drafter_batch": {
-        "since": "0.11.0", "schema": _BOOL, "methods": ["eagle", "eagle3"],
+        "since": "0.11.0",
+        "schema": _BOOL,
+        "methods": ["eagle", "eagle3"],
         "doc": "EAGLE: do not pad drafter batches.  Disables async scheduling (0.14.1+).",
     },
     "suffix_decoding_max_tree_depth": {
-        "since": "0.11.2", "schema": dict(_INT, minimum=1), "bound": ">= 1", "methods": ["suffix"],
+        "since": "0.11.2",
+        "schema": dict(_INT, minimum=1),
+        "bound": ">= 1",
+        "methods": ["suffix"],
         "doc": "suffix: maximum depth of the suffix trees (default 24).",
     },
     "suffix_decoding_max_cached_requests": {
-        "since": "0.11.2", "schema": dict(_INT, minimum=0), "bound": ">= 0", "methods": ["suffix"],
+        "since": "0.11.2",
+        "schema": dict(_INT, minimum=0),
+        "bound": ">= 0",
+        "methods": ["suffix"],
         "doc": "suffix: requests kept in the global suffix tree (0 disables it; default 10000).",
     },
     "suffix_decoding_max_spec_factor": {
-        "since": "0.11.2", "schema": dict(_NUM, minimum=0), "bound": ">= 0", "methods": ["suffix"],
+        "since": "0.11.2",
+        "schema": dict(_NUM, minimum=0),
+        "bound": ">= 0",
+        "methods": ["suffix"],
         "doc": "suffix: speculation length per matched prefix token (default 1.0).",
     },
     "suffix_decoding_min_token_prob": {
-        "since": "0.11.2", "schema": dict(_NUM, minimum=0, maximum=1), "bound": "in [0, 1]", "methods": ["suffix"],
+        "since": "0.11.2",
+        "schema": dict(_NUM, minimum=0, maximum=1),
+        "bound": "in [0, 1]",
+        "methods": ["suffix"],
         "doc": "suffix: minimum estimated probability of a proposed token (default 0.1).",
     },
     "parallel_drafting": {
-        "since": "0.16.0", "schema": _BOOL,
+        "since": "0.16.0",
+        "schema": _BOOL,
         "doc": "PARD-style parallel drafting (EAGLE and draft_model methods, with a draft trained for it).",
     },
     "use_local_argmax_reduction": {
-        "since": "0.17.1", "schema": _BOOL,
+        "since": "0.17.1",
+        "schema": _BOOL,
         "doc": "Greedy drafting: vocab-parallel local argmax instead of gathering the full logits.",
     },
     "draft_load_config": {
-        "since": "0.17.1", "schema": {"type": "object"},
+        "since": "0.17.1",
+        "schema": {"type": "object"},
         "doc": "Load configuration of the draft model (defaults to the target's).",
     },
     "rejection_sample_method": {
-        "since": "0.18.1", "schema": {"type": "string"},
+        "since": "0.18.1",
+        "schema": {"type": "string"},
         "values": [
             ("0.18.1", ["strict", "probabilistic"]),
             ("0.19.1", ["strict", "probabilistic", "synthetic"]),
@@ -271,79 +369,118 @@ KEYS = {
         "doc": "How draft tokens are verified.  The value names changed in 0.21.0 (strict -> standard).",
     },
     "moe_backend": {
-        "since": "0.19.1", "schema": _STR, "doc": "MoE kernel backend of the draft (inherits the target's).",
+        "since": "0.19.1",
+        "schema": _STR,
+        "doc": "MoE kernel backend of the draft (inherits the target's).",
     },
     "synthetic_acceptance_rate": {
-        "since": "0.19.1", "until": "0.20.2", "schema": dict(_NUM, minimum=0, maximum=1), "bound": "in [0, 1]",
+        "since": "0.19.1",
+        "until": "0.20.2",
+        "schema": dict(_NUM, minimum=0, maximum=1),
+        "bound": "in [0, 1]",
         "doc": "synthetic rejection sampling: acceptance probability (0.19 only).",
     },
     "synthetic_acceptance_rates": {
         "since": "0.20.2",
         "schema": {"type": "array", "minItems": 1, "items": dict(_NUM, minimum=0, maximum=1)},
-        "doc": "synthetic: per-position unconditional acceptance rates, non-increasing, one per speculative token.",
+        "doc": "synthetic: per-position unconditional acceptance rates, non-increasing, one per speculative "
+        "token.",
     },
     "synthetic_acceptance_length": {
-        "since": "0.20.2", "schema": dict(_NUM, minimum=1), "bound": ">= 1",
+        "since": "0.20.2",
+        "schema": dict(_NUM, minimum=1),
+        "bound": ">= 1",
         "doc": "synthetic: target mean acceptance length in [1, num_speculative_tokens + 1].",
     },
     "attention_backend": {
-        "since": "0.21.0", "schema": _STR, "doc": "Attention backend of the draft (auto-selected when unset).",
+        "since": "0.21.0",
+        "schema": _STR,
+        "doc": "Attention backend of the draft (auto-selected when unset).",
     },
     "draft_sample_method": {
-        "since": "0.21.0", "schema": {"type": "string"},
+        "since": "0.21.0",
+        "schema": {"type": "string"},
         "values": [("0.21.0", ["greedy", "gumbel"]), ("0.22.1", ["greedy", "probabilistic"])],
         "doc": "How the draft samples its tokens (default greedy).",
     },
     "num_speculative_tokens_per_batch_size": {
         "since": "0.24.0",
         "schema": {
-            "type": "array", "minItems": 1,
+            "type": "array",
+            "minItems": 1,
             "items": {"type": "array", "minItems": 3, "maxItems": 3, "items": dict(_INT, minimum=0)},
         },
         "doc": "Dynamic speculation: [first batch size, last batch size, tokens] ranges.",
     },
     "use_heterogeneous_vocab": {
-        "since": "0.25.1", "schema": _BOOL, "methods": ["draft_model"],
+        "since": "0.25.1",
+        "schema": _BOOL,
+        "methods": ["draft_model"],
         "doc": "Allow a draft with a different vocabulary (draft_model with greedy draft sampling only).",
     },
     "kv_cache_dtype": {
-        "since": "0.26.0", "schema": _STR, "doc": "KV cache dtype of the draft (inherits the target's).",
+        "since": "0.26.0",
+        "schema": _STR,
+        "doc": "KV cache dtype of the draft (inherits the target's).",
     },
     "enable_adaptive_verification": {
-        "since": "0.28.0", "schema": _BOOL, "methods": ["dspark"],
+        "since": "0.28.0",
+        "schema": _BOOL,
+        "methods": ["dspark"],
         "doc": "dspark: size the verification budget from per-request confidence.",
     },
     "dspark_draft_topk": {
-        "since": "0.28.0", "schema": dict(_INT, minimum=1), "bound": ">= 1", "methods": ["dspark"],
+        "since": "0.28.0",
+        "schema": dict(_INT, minimum=1),
+        "bound": ">= 1",
+        "methods": ["dspark"],
         "doc": "dspark: evaluate only the top-k base-logit candidates (draft TP 1).",
     },
     "index_share_for_mtp_iteration": {
-        "since": "0.29.0", "schema": _BOOL, "methods": ["mtp"],
+        "since": "0.29.0",
+        "schema": _BOOL,
+        "methods": ["mtp"],
         "doc": "MTP: reuse the first step's sparse indices in later iterations.",
     },
     "disable_eagle_block_drop": {
-        "since": "0.30.0", "schema": _BOOL, "doc": "EAGLE-like methods: keep the trailing prefix-cache block.",
+        "since": "0.30.0",
+        "schema": _BOOL,
+        "doc": "EAGLE-like methods: keep the trailing prefix-cache block.",
     },
     "disable_lookahead_block_hashes": {
-        "since": "0.33.0", "schema": _BOOL, "doc": "Disable lookahead block hashes.",
+        "since": "0.33.0",
+        "schema": _BOOL,
+        "doc": "Disable lookahead block hashes.",
     },
     "draft_lm_head_quantization": {
-        "since": "0.33.0", "schema": {"type": "string", "enum": ["fp8", "nvfp4"]},
+        "since": "0.33.0",
+        "schema": {"type": "string", "enum": ["fp8", "nvfp4"]},
         "methods": ["eagle", "eagle3", "mtp"],
         "doc": "Quantize the draft's LM head (EAGLE, EAGLE-3, MTP).",
     },
     "xpress_topc": {
-        "since": "0.33.0", "schema": dict(_INT, minimum=0), "bound": ">= 0", "doc": "XPress drafting top-c.",
+        "since": "0.33.0",
+        "schema": dict(_INT, minimum=0),
+        "bound": ">= 0",
+        "doc": "XPress drafting top-c.",
     },
     "fly_window_size": {
-        "since": "0.33.0", "schema": dict(_INT, minimum=1), "bound": ">= 1",
+        "since": "0.33.0",
+        "schema": dict(_INT, minimum=1),
+        "bound": ">= 1",
         "doc": "FLy verification window; smaller than num_speculative_tokens.",
     },
     "fly_entropy_threshold": {
-        "since": "0.33.0", "schema": dict(_NUM, minimum=0), "bound": ">= 0", "doc": "FLy entropy threshold.",
+        "since": "0.33.0",
+        "schema": dict(_NUM, minimum=0),
+        "bound": ">= 0",
+        "doc": "FLy entropy threshold.",
     },
     "fly_entropy_top_k": {
-        "since": "0.33.0", "schema": dict(_INT, minimum=1), "bound": ">= 1", "doc": "FLy entropy top-k.",
+        "since": "0.33.0",
+        "schema": dict(_INT, minimum=1),
+        "bound": ">= 1",
+        "doc": "FLy entropy top-k.",
     },
 }
 
@@ -403,8 +540,13 @@ NST_REQUIRED = {"ngram", "[ngram]", "ngram_gpu", "eagle", "eagle3", "draft_model
 DRAFT_ARTIFACT = {"eagle", "eagle3", "medusa", "mlp_speculator", "draft_model", "dflash"}
 # Methods that keep async scheduling on (0.14.1+), with the release that exempted them.
 ASYNC_EXEMPT_SINCE = {
-    "eagle": "0.5.5", "eagle3": "0.5.5", "extract_hidden_states": "0.17.1", "dflash": "0.20.2",
-    "ngram_gpu": "0.18.1", "dspark": "0.25.1", "draft_model": "0.28.0",
+    "eagle": "0.5.5",
+    "eagle3": "0.5.5",
+    "extract_hidden_states": "0.17.1",
+    "dflash": "0.20.2",
+    "ngram_gpu": "0.18.1",
+    "dspark": "0.25.1",
+    "draft_model": "0.28.0",
 }
 
 
@@ -513,7 +655,7 @@ def _async_policy(version):
     if version < _V("0.10.0"):
         return "none"
     if version < _V("0.11.2"):
-        return "error-if-requested"   # ValueError when --async-scheduling is set
+        return "error-if-requested"  # ValueError when --async-scheduling is set
     if version < _V("0.14.1"):
         return "disabled-if-requested"  # warning: async scheduling will be disabled
     if version < _V("0.33.0"):
@@ -553,8 +695,11 @@ def _x(version, keys, methods):
         "mtp_multi_token_warning": version >= _V("0.9.0"),
         "draft_tp_must_be_one": version < _V("0.6.6"),
         "chunked_prefill": (
-            "incompatible" if version < _V("0.6.6")
-            else "incompatible-for-medusa-mlp-eagle" if era == ERA_V0_FLAGS else "ok"
+            "incompatible"
+            if version < _V("0.6.6")
+            else "incompatible-for-medusa-mlp-eagle"
+            if era == ERA_V0_FLAGS
+            else "ok"
         ),
         "requires_v2_block_manager": version < _V("0.6.3"),
         "deepseek_v3_implicit_mtp": era == ERA_V0_FLAGS and version >= _V("0.7.3"),
@@ -588,94 +733,159 @@ def _rules(version, keys, methods):
     era = _era(version)
     needs_model = sorted(set(methods) & NEEDS_MODEL)
     if needs_model:
-        rules.append(_rule(
-            _method_in(needs_model), {"required": ["model"]},
-            "method '{method}' needs a draft model (the EAGLE head, draft LM, ...) in vLLM {version}, but none is "
-            "configured",
-            "set specpilot_draft (delivered into the pod with the target) or speculative.model",
-        ))
+        rules.append(
+            _rule(
+                _method_in(needs_model),
+                {"required": ["model"]},
+                "method '{method}' needs a draft model (the EAGLE head, draft LM, ...) in vLLM {version}, "
+                "but none is "
+                "configured",
+                "set specpilot_draft (delivered into the pod with the target) or speculative.model",
+            )
+        )
     nst = sorted(set(methods) & NST_REQUIRED)
     if nst:
-        rules.append(_rule(
-            _method_in(nst), {"required": ["num_speculative_tokens"]},
-            "method '{method}' needs num_speculative_tokens in vLLM {version}",
-            "set speculative.num_speculative_tokens (3 to 5 is a usual start)",
-        ))
+        rules.append(
+            _rule(
+                _method_in(nst),
+                {"required": ["num_speculative_tokens"]},
+                "method '{method}' needs num_speculative_tokens in vLLM {version}",
+                "set speculative.num_speculative_tokens (3 to 5 is a usual start)",
+            )
+        )
     if era == ERA_V0_FLAGS and "prompt_lookup_max" in keys:
-        rules.append(_rule(
-            _method_in(["ngram"]), {"required": ["prompt_lookup_max"]},
-            "vLLM {version} needs --ngram-prompt-lookup-max for ngram (there is no default before 0.8.2)",
-            "set speculative.prompt_lookup_max (e.g. 4)",
-        ))
+        rules.append(
+            _rule(
+                _method_in(["ngram"]),
+                {"required": ["prompt_lookup_max"]},
+                "vLLM {version} needs --ngram-prompt-lookup-max for ngram (there is no default before 0.8.2)",
+                "set speculative.prompt_lookup_max (e.g. 4)",
+            )
+        )
     if "synthetic_acceptance_rates" in keys:
-        rules.append(_rule(
-            {"not": _key_set("rejection_sample_method", "synthetic")},
-            {"not": {"anyOf": [{"required": ["synthetic_acceptance_rates"]}, {"required": ["synthetic_acceptance_length"]}]}},
-            "synthetic_acceptance_rates/length are only valid with rejection_sample_method 'synthetic' in vLLM {version}",
-            "remove them, or set rejection_sample_method: synthetic",
-        ))
-        rules.append(_rule(
-            _key_set("rejection_sample_method", "synthetic"),
-            {"oneOf": [{"required": ["synthetic_acceptance_rates"]}, {"required": ["synthetic_acceptance_length"]}]},
-            "rejection_sample_method 'synthetic' needs exactly one of synthetic_acceptance_rates and "
-            "synthetic_acceptance_length in vLLM {version}",
-            "give either the per-position rates or the mean acceptance length, not both",
-        ))
+        rules.append(
+            _rule(
+                {"not": _key_set("rejection_sample_method", "synthetic")},
+                {
+                    "not": {
+                        "anyOf": [
+                            {"required": ["synthetic_acceptance_rates"]},
+                            {"required": ["synthetic_acceptance_length"]},
+                        ]
+                    }
+                },
+                "synthetic_acceptance_rates/length are only valid with rejection_sample_method 'synthetic' "
+                "in vLLM {version}",
+                "remove them, or set rejection_sample_method: synthetic",
+            )
+        )
+        rules.append(
+            _rule(
+                _key_set("rejection_sample_method", "synthetic"),
+                {
+                    "oneOf": [
+                        {"required": ["synthetic_acceptance_rates"]},
+                        {"required": ["synthetic_acceptance_length"]},
+                    ]
+                },
+                "rejection_sample_method 'synthetic' needs exactly one of synthetic_acceptance_rates and "
+                "synthetic_acceptance_length in vLLM {version}",
+                "give either the per-position rates or the mean acceptance length, not both",
+            )
+        )
     if "synthetic_acceptance_rate" in keys:
-        rules.append(_rule(
-            {"not": _key_set("rejection_sample_method", "synthetic")},
-            {"not": {"required": ["synthetic_acceptance_rate"]}},
-            "synthetic_acceptance_rate is only valid with rejection_sample_method 'synthetic' in vLLM {version}",
-            "remove it, or set rejection_sample_method: synthetic",
-        ))
+        rules.append(
+            _rule(
+                {"not": _key_set("rejection_sample_method", "synthetic")},
+                {"not": {"required": ["synthetic_acceptance_rate"]}},
+                "synthetic_acceptance_rate is only valid with rejection_sample_method 'synthetic' in vLLM "
+                "{version}",
+                "remove it, or set rejection_sample_method: synthetic",
+            )
+        )
     if "use_heterogeneous_vocab" in keys:
-        rules.append(_rule(
-            _key_set("use_heterogeneous_vocab", True), {"properties": {"method": {"const": "draft_model"}}, "required": ["method"]},
-            "use_heterogeneous_vocab needs method 'draft_model' in vLLM {version}",
-            "remove use_heterogeneous_vocab, or use method: draft_model", "use_heterogeneous_vocab",
-        ))
+        rules.append(
+            _rule(
+                _key_set("use_heterogeneous_vocab", True),
+                {"properties": {"method": {"const": "draft_model"}}, "required": ["method"]},
+                "use_heterogeneous_vocab needs method 'draft_model' in vLLM {version}",
+                "remove use_heterogeneous_vocab, or use method: draft_model",
+                "use_heterogeneous_vocab",
+            )
+        )
     if "parallel_drafting" in keys:
-        rules.append(_rule(
-            _key_set("parallel_drafting", True),
-            {"properties": {"method": {"enum": ["draft_model", "eagle", "eagle3"]}}, "required": ["method"]},
-            "parallel_drafting works only with EAGLE and draft_model methods (vLLM {version})",
-            "remove parallel_drafting, or use eagle, eagle3 or draft_model with a draft trained for it",
-            "parallel_drafting",
-        ))
+        rules.append(
+            _rule(
+                _key_set("parallel_drafting", True),
+                {
+                    "properties": {"method": {"enum": ["draft_model", "eagle", "eagle3"]}},
+                    "required": ["method"],
+                },
+                "parallel_drafting works only with EAGLE and draft_model methods (vLLM {version})",
+                "remove parallel_drafting, or use eagle, eagle3 or draft_model with a draft trained for it",
+                "parallel_drafting",
+            )
+        )
     if "enable_adaptive_verification" in keys:
-        rules.append(_rule(
-            _key_set("enable_adaptive_verification", True),
-            {"properties": {"method": {"const": "dspark"}}, "required": ["method"]},
-            "enable_adaptive_verification is only supported for method 'dspark' (vLLM {version})",
-            "remove enable_adaptive_verification", "enable_adaptive_verification",
-        ))
+        rules.append(
+            _rule(
+                _key_set("enable_adaptive_verification", True),
+                {"properties": {"method": {"const": "dspark"}}, "required": ["method"]},
+                "enable_adaptive_verification is only supported for method 'dspark' (vLLM {version})",
+                "remove enable_adaptive_verification",
+                "enable_adaptive_verification",
+            )
+        )
         if version >= _V("0.30.0"):
-            rules.append(_rule(
-                {"allOf": [_key_set("enable_adaptive_verification", True), _key_set("use_local_argmax_reduction", True)]},
-                {"not": {}},
-                "enable_adaptive_verification and use_local_argmax_reduction cannot be combined (vLLM {version})",
-                "drop one of them",
-            ))
+            rules.append(
+                _rule(
+                    {
+                        "allOf": [
+                            _key_set("enable_adaptive_verification", True),
+                            _key_set("use_local_argmax_reduction", True),
+                        ]
+                    },
+                    {"not": {}},
+                    "enable_adaptive_verification and use_local_argmax_reduction cannot be combined (vLLM "
+                    "{version})",
+                    "drop one of them",
+                )
+            )
     if "dspark_draft_topk" in keys:
-        rules.append(_rule(
-            _key_set("dspark_draft_topk"), {"properties": {"method": {"const": "dspark"}}, "required": ["method"]},
-            "dspark_draft_topk is only used by method 'dspark' (vLLM {version})",
-            "remove dspark_draft_topk", "dspark_draft_topk",
-        ))
+        rules.append(
+            _rule(
+                _key_set("dspark_draft_topk"),
+                {"properties": {"method": {"const": "dspark"}}, "required": ["method"]},
+                "dspark_draft_topk is only used by method 'dspark' (vLLM {version})",
+                "remove dspark_draft_topk",
+                "dspark_draft_topk",
+            )
+        )
     if "rejection_sample_method" in keys and version >= _V("0.33.0"):
-        rules.append(_rule(
-            _key_set("rejection_sample_method", "fly"),
-            {"required": ["num_speculative_tokens"], "properties": {"num_speculative_tokens": {"minimum": 2}}},
-            "rejection_sample_method 'fly' needs num_speculative_tokens >= 2 (vLLM {version})",
-            "set num_speculative_tokens to 2 or more", "num_speculative_tokens",
-        ))
+        rules.append(
+            _rule(
+                _key_set("rejection_sample_method", "fly"),
+                {
+                    "required": ["num_speculative_tokens"],
+                    "properties": {"num_speculative_tokens": {"minimum": 2}},
+                },
+                "rejection_sample_method 'fly' needs num_speculative_tokens >= 2 (vLLM {version})",
+                "set num_speculative_tokens to 2 or more",
+                "num_speculative_tokens",
+            )
+        )
     if _V("0.10.0") <= version < _V("0.16.0") and "draft_model" in methods:
-        rules.append(_rule(
-            _method_in(["draft_model"]), {"not": {}},
-            "method 'draft_model' raises NotImplementedError in vLLM {version} (draft models are unsupported "
-            "in the V1 engine from 0.10.0 until 0.16.0)",
-            "use vLLM >= 0.16.0 (or <= 0.9.2), or a method such as ngram, eagle/eagle3 or mtp", "method",
-        ))
+        rules.append(
+            _rule(
+                _method_in(["draft_model"]),
+                {"not": {}},
+                "method 'draft_model' raises NotImplementedError in vLLM {version} (draft models are "
+                "unsupported "
+                "in the V1 engine from 0.10.0 until 0.16.0)",
+                "use vLLM >= 0.16.0 (or <= 0.9.2), or a method such as ngram, eagle/eagle3 or mtp",
+                "method",
+            )
+        )
     return rules
 
 
@@ -752,17 +962,26 @@ def build_profile(group):
     doc = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://specpilot.invalid/schemas/speculative/%s.json" % pid,
-        "title": "vLLM %s%s: --speculative-config" % (
-            first, (" up to (not including) %s" % below) if below else " and newer"),
+        "title": "vLLM %s%s: --speculative-config"
+        % (first, (" up to (not including) %s" % below) if below else " and newer"),
         "description": (
             "specpilot profile of the speculative-decoding configuration accepted by vLLM releases "
             ">= %s%s (examined: %s).  Generated by specpilot.core vllm_profiles; do not edit."
-            % (format_version(group["min"]), (" and < %s" % below) if below else "", ", ".join(group["examined"]))
+            % (
+                format_version(group["min"]),
+                (" and < %s" % below) if below else "",
+                ", ".join(group["examined"]),
+            )
         ),
     }
     doc.update(body)
-    doc["x-specpilot"] = dict(body["x-specpilot"], profile=pid, examined=list(group["examined"]),
-                              min=format_version(group["min"]), below=below)
+    doc["x-specpilot"] = dict(
+        body["x-specpilot"],
+        profile=pid,
+        examined=list(group["examined"]),
+        min=format_version(group["min"]),
+        below=below,
+    )
     _PROFILES[pid] = doc
     return doc
 
@@ -775,16 +994,18 @@ def profile_index():
     """The index written next to the profiles: which file covers which releases."""
     entries = []
     for group in _all_groups():
-        entries.append({
-            "profile": profile_id(group),
-            "file": profile_id(group) + ".json",
-            "min": format_version(group["min"]),
-            "below": format_version(group["below"]) if group["below"] else None,
-            "examined": list(group["examined"]),
-        })
+        entries.append(
+            {
+                "profile": profile_id(group),
+                "file": profile_id(group) + ".json",
+                "min": format_version(group["min"]),
+                "below": format_version(group["below"]) if group["below"] else None,
+                "examined": list(group["examined"]),
+            }
+        )
     return {
         "description": "vLLM release ranges and the speculative-config profile that covers each. A runtime "
-                       "release uses the profile of the newest examined release that is not newer than it.",
+        "release uses the profile of the newest examined release that is not newer than it.",
         "profiles": entries,
     }
 
@@ -799,7 +1020,9 @@ def profile_for(version, index=None, loader=None):
     built-in data: loader(file_name) -> profile dict.
     """
     if version < EXAMINED[0][1]:
-        raise ValueError("vLLM %s is older than the oldest profile (%s)" % (format_version(version), EXAMINED[0][0]))
+        raise ValueError(
+            "vLLM %s is older than the oldest profile (%s)" % (format_version(version), EXAMINED[0][0])
+        )
     basis_label, basis_version, next_label = None, None, None
     for i, (label, ver) in enumerate(EXAMINED):
         if ver <= version:
@@ -820,8 +1043,9 @@ def profile_for(version, index=None, loader=None):
                 chosen = entry
         profile = loader(chosen["file"])
         if next_label is not None and not info["examined"]:
-            info["next_differs"] = not any(e for e in index["profiles"] if e["min"] == chosen["min"]
-                                           and next_label in e["examined"])
+            info["next_differs"] = not any(
+                e for e in index["profiles"] if e["min"] == chosen["min"] and next_label in e["examined"]
+            )
         return profile, info
     group = None
     for g in _all_groups():

@@ -17,26 +17,26 @@ description:
   - "Checks, in order: the service schema (C(schemas/service.schema.json)); the speculative config against the
     profile of the vLLM release in the runtime (C(schemas/speculative/)): methods, keys, types, bounds and
     combinations per release, including removed and renamed keys and how that release treats unknown keys;
-    draft/target compatibility (tokenizer, vocabulary, EAGLE head vs target, EAGLE-3 target families, MTP layers,
-    size ratio) from facts in the spec or from C(config.json) and tokenizer files under C(local_path); the GPU
-    memory budget; KServe version gates and admission-webhook rules on the final manifests, after the user's
-    overrides."
-  - Every problem is returned with the field path, a message naming the value and the vLLM/KServe version, and a
-    hint with the fix. All problems are reported, not only the first.
-  - The plan holds the exact vLLM argument list (V0 flags up to vLLM 0.8.1, C(--speculative-config=<compact JSON>)
-    from 0.8.2), the ServingRuntime and InferenceService manifests, mount paths, the spec digest, and a baseline
-    argument list without speculative decoding.
+    draft/target compatibility (tokenizer, vocabulary, EAGLE head vs target, EAGLE-3 target families, MTP
+    layers, size ratio) from facts in the spec or from C(config.json) and tokenizer files under C(local_path);
+    the GPU memory budget; KServe version gates and admission-webhook rules on the final manifests, after the
+    user's overrides."
+  - Every problem is returned with the field path, a message naming the value and the vLLM/KServe version, and
+    a hint with the fix. All problems are reported, not only the first.
+  - The plan holds the exact vLLM argument list (V0 flags up to vLLM 0.8.1, C(--speculative-config=<compact
+    JSON>) from 0.8.2), the ServingRuntime and InferenceService manifests, mount paths, the spec digest, and a
+    baseline argument list without speculative decoding.
   - The logic runs on the Ansible controller (an action plugin with the same name); nothing is executed on the
-    managed host and no cluster is contacted. The version profiles ship inside the collection, so the module works
-    wherever the collection is installed; I(schema_dir) can point it at exported schema files instead.
+    managed host and no cluster is contacted. The version profiles ship inside the collection, so the module
+    works wherever the collection is installed; I(schema_dir) can point it at exported schema files instead.
 options:
   spec:
     description:
-      - The assembled service spec, e.g. C({name, namespace, kserve_version, deployment_mode, vllm_version, runtime,
-        target, draft, delivery, pvc, modelcar, speculative, vllm_args, gpu, ...}).
+      - The assembled service spec, e.g. C({name, namespace, kserve_version, deployment_mode, vllm_version,
+        runtime, target, draft, delivery, pvc, modelcar, speculative, vllm_args, gpu, ...}).
       - When omitted, the spec is assembled on the controller from the host's C(specpilot_<key>) variables
-        (inventory, play and extra variables; role variables such as C(specpilot_validate_*) are not spec keys), and
-        I(variable_names) is filled in from the same variables.
+        (inventory, play and extra variables; role variables such as C(specpilot_validate_*) are not spec
+        keys), and I(variable_names) is filled in from the same variables.
       - The filter C(specpilot.core.spec_from_vars) does the same assembly in a template.
     type: dict
   default_name:
@@ -52,25 +52,25 @@ options:
     default: false
   kserve_version:
     description:
-      - KServe release of the cluster (e.g. C("0.20")); overrides the spec's C(kserve_version). The deploy role
-        passes the version it detected.
+      - KServe release of the cluster (e.g. C("0.20")); overrides the spec's C(kserve_version). The deploy
+        role passes the version it detected.
     type: str
   schema_dir:
     description:
-      - Directory with C(service.schema.json) and C(speculative/index.json) plus the profiles (the layout of the
-        project's C(schemas/) directory). When unset the schemas built into the collection are used.
+      - Directory with C(service.schema.json) and C(speculative/index.json) plus the profiles (the layout of
+        the project's C(schemas/) directory). When unset the schemas built into the collection are used.
     type: path
   fail_on_error:
     description:
-      - Fail the task when the spec is not valid. The failure message (C(msg)) lists every problem; a failed result
-        holds only C(msg) and C(ok).
+      - Fail the task when the spec is not valid. The failure message (C(msg)) lists every problem; a failed
+        result holds only C(msg) and C(ok).
       - Set it to false to inspect C(findings), C(report) and C(plan) yourself.
     type: bool
     default: true
   allow_missing_digest:
     description:
-      - For delivery C(modelcar) without C(modelcar.image_digest), render a placeholder digest and report a warning
-        instead of an error (render-only runs before staging).
+      - For delivery C(modelcar) without C(modelcar.image_digest), render a placeholder digest and report a
+        warning instead of an error (render-only runs before staging).
     type: bool
     default: false
   read_local_files:
@@ -85,21 +85,21 @@ options:
     default: specpilot_
   render_dir:
     description:
-      - When the spec is valid, write C(<render_dir>/<name>/inferenceservice.yaml), C(servingruntime.yaml) (unless
-        an existing runtime is used) and C(plan.yaml) on the controller. Unchanged files are not rewritten; check mode
-        writes nothing. C(changed) reports whether a file was (or would be) written.
+      - When the spec is valid, write C(<render_dir>/<name>/inferenceservice.yaml), C(servingruntime.yaml)
+        (unless an existing runtime is used) and C(plan.yaml) on the controller. Unchanged files are not
+        rewritten; check mode writes nothing. C(changed) reports whether a file was (or would be) written.
     type: path
   display_warnings:
     description:
-      - When the spec is valid but has warnings, return the readable report as an Ansible warning so that it is
-        displayed (the structured list is always in C(findings.warnings)).
+      - When the spec is valid but has warnings, return the readable report as an Ansible warning so that it
+        is displayed (the structured list is always in C(findings.warnings)).
     type: bool
     default: true
   variable_names:
     description:
       - Names of the C(specpilot_*) variables defined for the service (C(query('ansible.builtin.varnames',
-        '^specpilot_'))). A name that is close to a spec key but is not one (C(specpilot_speculatve)) is reported
-        as a warning, since it would otherwise be ignored silently.
+        '^specpilot_'))). A name that is close to a spec key but is not one (C(specpilot_speculatve)) is
+        reported as a warning, since it would otherwise be ignored silently.
     type: list
     elements: str
     default: []
@@ -123,7 +123,9 @@ EXAMPLES = r"""
 
 - name: The same, assembling the spec in a template
   specpilot.core.spec_validate:
-    spec: "{{ dict(names | zip(query('ansible.builtin.vars', *names))) | specpilot.core.spec_from_vars(inventory_hostname) }}"
+    spec: >-
+      {{ dict(names | zip(query('ansible.builtin.vars', *names)))
+         | specpilot.core.spec_from_vars(inventory_hostname) }}
     variable_names: "{{ names }}"
   vars:
     names: "{{ query('ansible.builtin.varnames', '^specpilot_') }}"
@@ -162,7 +164,8 @@ ok:
   type: bool
   sample: true
 errors:
-  description: The errors, each C({path, message, hint, code}). C(path) is relative to the spec (C(speculative.model)).
+  description: The errors, each C({path, message, hint, code}). C(path) is relative to the spec
+    (C(speculative.model)).
   returned: unless the task fails (see I(fail_on_error))
   type: list
   elements: dict
@@ -185,7 +188,8 @@ findings:
       type: list
       elements: dict
     notes:
-      description: Caveats worth knowing that never fail (e.g. min_p/logit_bias ignored under speculative decoding).
+      description: Caveats worth knowing that never fail (e.g. min_p/logit_bias ignored under speculative
+        decoding).
       type: list
       elements: dict
 report:
@@ -213,17 +217,21 @@ plan:
       description: C({root, target, draft}) paths inside the kserve-container.
       type: dict
     speculative_config:
-      description: The validated speculative config (C(model) filled in), or null when speculative decoding is off.
+      description: The validated speculative config (C(model) filled in), or null when speculative decoding is
+        off.
       type: dict
     speculative_args:
-      description: The arguments that carry the speculative config (one C(--speculative-config=...) or V0 flags).
+      description: The arguments that carry the speculative config (one C(--speculative-config=...) or V0
+        flags).
       type: list
       elements: str
     args:
       description: The exact vLLM arguments of the InferenceService (appended to the runtime's).
       type: list
       elements: str
-      sample: ["--model=/mnt/models/target", "--speculative-config={\"method\":\"ngram\",\"num_speculative_tokens\":4}"]
+      sample:
+        - --model=/mnt/models/target
+        - '--speculative-config={"method":"ngram","num_speculative_tokens":4}'
     args_without_speculative:
       description: The same arguments without speculative decoding (baseline for rollback and benchmarks).
       type: list

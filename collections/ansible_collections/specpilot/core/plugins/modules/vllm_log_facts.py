@@ -213,7 +213,10 @@ windows:
       description: Process name of the C((Name pid=N)) prefix, e.g. C(APIServer).
       type: str
     engine:
-      description: Data-parallel engine index (from an C(EngineCore_DPn) prefix, else from the preceding C(Engine NNN:) line of the same process); null for V0.
+      description:
+        - Data-parallel engine index - from an C(EngineCore_DPn) prefix, else from the nearest
+          preceding C(Engine NNN:) line of the same process within 64 KiB (the stat logger
+          prints it right before the metrics line); null for V0 or when none is found.
       type: int
     format:
       description: V(v1) (C(SpecDecoding metrics:), per interval) or V(v0) (C(Speculative metrics:), cumulative).

@@ -24,7 +24,7 @@ from .core import Cluster, DeleteOptions, Result, WriteOptions, _md
 from .discovery import Discovery, version_info
 from .errors import ApiError
 from .resources import ResourceType
-from .selectors import parse_field_selector, parse_label_selector
+from .selection import parse_field_selector, parse_label_selector
 from .tables import TableMaker, parse_include_object, partial_metadata
 from .util import dumps, parse_time
 
@@ -358,6 +358,10 @@ class Handler(BaseHTTPRequestHandler):
                 return json.loads(raw)
             except ValueError as exc:
                 raise errors.bad_request(f"json: {exc}") from None
+        if ct == "application/vnd.kubernetes.protobuf":
+            from .protobuf import decode_object
+
+            return decode_object(raw)
         if ct in ("application/yaml", "application/x-yaml", "text/yaml", "application/apply-patch+yaml"):
             try:
                 return yaml.load(raw, Loader=_YAML_LOADER)
@@ -667,7 +671,7 @@ class Handler(BaseHTTPRequestHandler):
         q = self._query
         ns = info.namespace if rt.namespaced else None
         if info.name:
-            from .selectors import FieldTerm
+            from .selection import FieldTerm
 
             fields.terms.append(FieldTerm("metadata.name", "=", info.name))
         try:

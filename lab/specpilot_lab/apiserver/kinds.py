@@ -182,6 +182,17 @@ def _job_default(obj: dict, ctx: Any) -> None:
     default_pod_template(spec.get("template"))
 
 
+def _cronjob_default(obj: dict, ctx: Any) -> None:
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("concurrencyPolicy", "Allow")
+    spec.setdefault("suspend", False)
+    spec.setdefault("successfulJobsHistoryLimit", 3)
+    spec.setdefault("failedJobsHistoryLimit", 1)
+    tmpl = spec.setdefault("jobTemplate", {})
+    tmpl.setdefault("metadata", {}).setdefault("creationTimestamp", None)
+    default_pod_template((tmpl.setdefault("spec", {})).get("template"))
+
+
 def _service_create(obj: dict, ctx: Any) -> None:
     spec = obj.setdefault("spec", {})
     typ = spec.setdefault("type", "ClusterIP")
@@ -253,6 +264,7 @@ CREATE_HOOKS: dict[tuple[str, str], Callable[[dict, Any], None]] = {
     ("apps", "deployments"): _generic_create_status_reset,
     ("apps", "replicasets"): _generic_create_status_reset,
     ("batch", "jobs"): _job_create,
+    ("batch", "cronjobs"): _generic_create_status_reset,
     ("", "services"): _service_create,
     ("", "persistentvolumeclaims"): _pvc_create,
     ("", "namespaces"): _namespace_create,
@@ -263,6 +275,7 @@ DEFAULT_HOOKS: dict[tuple[str, str], Callable[[dict, Any], None]] = {
     ("apps", "deployments"): _deployment_default,
     ("apps", "replicasets"): _replicaset_default,
     ("batch", "jobs"): _job_default,
+    ("batch", "cronjobs"): _cronjob_default,
     ("", "services"): _service_default,
     ("", "persistentvolumeclaims"): _pvc_default,
     ("", "persistentvolumes"): _pv_default,
@@ -327,7 +340,7 @@ def _validate_pod_spec(spec: Any, path: str, errs: list[FieldErr], restart_polic
 
 
 def _labels_match(selector: dict, labels: dict) -> bool:
-    from .selectors import selector_from_label_selector
+    from .selection import selector_from_label_selector
 
     sel = selector_from_label_selector(selector)
     return sel is not None and sel.matches(labels)
