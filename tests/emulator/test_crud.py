@@ -269,3 +269,30 @@ def test_keep_alive_and_yaml_output(emu):
     conn.close()
     r = emu.request("GET", "/api/v1/namespaces/default", accept="application/yaml")
     assert r.header("Content-Type") == "application/yaml" and b"kind: Namespace" in r.body
+
+
+def test_pod_spec_is_immutable_except_images_and_binding_assigns_a_node(emu):
+    ns = make_namespace(emu)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+           "spec": {"containers": [{"name": "c", "image": "img:1", "args": ["--a"]}]}}
+    assert emu.request("POST", f"/api/v1/namespaces/{ns}/pods", pod).status == 201
+    r = emu.request("PATCH", f"/api/v1/namespaces/{ns}/pods/p",
+                    {"spec": {"containers": [{"name": "c", "image": "img:2"}]}},
+                    content_type="application/strategic-merge-patch+json")
+    assert r.status == 200 and r.json()["spec"]["containers"][0]["image"] == "img:2"
+    r = emu.request("PATCH", f"/api/v1/namespaces/{ns}/pods/p",
+                    {"spec": {"containers": [{"name": "c", "args": ["--b"]}]}},
+                    content_type="application/strategic-merge-patch+json")
+    assert r.status == 422 and "pod updates may not change fields other than" in r.json()["message"]
+    r = emu.request("PATCH", f"/api/v1/namespaces/{ns}/pods/p", {"spec": {"nodeName": "n1"}},
+                    content_type="application/merge-patch+json")
+    assert r.status == 422
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"},
+               "target": {"apiVersion": "v1", "kind": "Node", "name": "lab-node"}}
+    r = emu.request("POST", f"/api/v1/namespaces/{ns}/pods/p/binding", binding)
+    assert r.status == 201 and r.json()["status"] == "Success"
+    got = emu.request("GET", f"/api/v1/namespaces/{ns}/pods/p").json()
+    assert got["spec"]["nodeName"] == "lab-node"
+    assert any(c["type"] == "PodScheduled" and c["status"] == "True" for c in got["status"]["conditions"])
+    r = emu.request("POST", f"/api/v1/namespaces/{ns}/pods/p/binding", binding)
+    assert r.status == 409 and 'already assigned to node "lab-node"' in r.json()["message"]

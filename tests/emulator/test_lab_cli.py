@@ -101,3 +101,24 @@ def test_missing_crd_path_fails_fast(tmp_path):
                            "--crd", str(tmp_path / "nope.yaml")], env=env, capture_output=True, text=True,
                           timeout=30)
     assert proc.returncode == 2 and "does not exist" in proc.stderr
+
+
+def test_state_dir_and_only_options(tmp_path):
+    state = tmp_path / "elsewhere"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "lab"))
+    env.pop("SPECPILOT_LAB_DIR", None)
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "specpilot_lab", *args], env=env, capture_output=True,
+                              text=True, timeout=60, cwd=ROOT)
+
+    try:
+        up = run("up", "--state-dir", str(state), "--only", "apiserver")
+        assert up.returncode == 0, up.stderr
+        assert (state / "kubeconfig").exists() and (state / "run" / "apiserver.pid").exists()
+        assert "apiserver: running" in run("status", "--state-dir", str(state)).stdout
+        bad = run("up", "--state-dir", str(state), "--only", "nope")
+        assert bad.returncode != 0 and "unknown lab process" in bad.stderr
+    finally:
+        down = run("down", "--state-dir", str(state), "--only", "apiserver")
+    assert down.returncode == 0 and "stopped" in down.stdout

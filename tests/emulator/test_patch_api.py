@@ -252,3 +252,24 @@ def test_unsupported_patch_type_and_bad_bodies(emu):
     assert r.status == 400
     r = emu.request("PATCH", f"/api/v1/namespaces/{ns}/configmaps/c", json.dumps([1]), content_type=MERGE)
     assert r.status == 400
+
+
+def test_dynamic_client_paths(emu):
+    """What kubernetes.core does through the dynamic client: SSA, merge patch, deletecollection."""
+    ns = make_namespace(emu)
+    dyn = emu.dynamic_client()
+    cms = dyn.resources.get(api_version="v1", kind="ConfigMap")
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa", "namespace": ns,
+                                                                  "labels": {"group": "g"}}, "data": {"a": "1"}}
+    out = cms.server_side_apply(body=body, name="ssa", namespace=ns, field_manager="specpilot")
+    assert out.data.a == "1"
+    out = cms.patch(body={"data": {"b": "2"}}, name="ssa", namespace=ns,
+                    content_type="application/merge-patch+json")
+    assert dict(out.data) == {"a": "1", "b": "2"}
+    cms.create(body={"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"name": "other", "labels": {"group": "g"}}}, namespace=ns)
+    cms.create(body={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "keep"}}, namespace=ns)
+    assert len(cms.get(namespace=ns, label_selector="group=g").items) == 2
+    gone = cms.delete(namespace=ns, label_selector="group=g")
+    assert gone.kind == "ConfigMapList" and {i.metadata.name for i in gone.items} == {"ssa", "other"}
+    assert [i.metadata.name for i in cms.get(namespace=ns).items] == ["keep"]

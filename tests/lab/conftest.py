@@ -192,3 +192,13 @@ def fake_models(tmp_path) -> Path:
         (root / sub).mkdir(parents=True)
         (root / sub / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
     return root
+
+
+@pytest.fixture
+def vllm_lab(vllm_venv, tmp_path):
+    """Emulator + controller running the real engine from .venv-vllm."""
+    lab = Lab(tmp_path / "lab-root", engine.vllm_python(), crash_backoff=5.0)
+    try:
+        yield lab
+    finally:
+        lab.close()

@@ -295,7 +295,9 @@ class Cluster:
 
     # ------------------------------------------------------------------ create
     def create(self, rt: ResourceType, namespace: str | None, body: Any, opts: WriteOptions,
-               subresource: str | None = None) -> Result:
+               subresource: str | None = None, name: str = "") -> Result:
+        if subresource == "binding" and rt.group_resource == ("", "pods"):
+            return self._bind_pod(rt, namespace, name, body, opts)
         if subresource:
             raise errors.method_not_allowed()
         obj = self._decode(rt, body)
@@ -309,6 +311,34 @@ class Cluster:
                 raise ApiError(500, "", "resourceVersion should not be set on objects to be created")
             self._check_namespace(rt, namespace, md.get("name") or "")
             return self._create_locked(rt, obj, opts)
+
+    def _bind_pod(self, rt: ResourceType, namespace: str | None, name: str, body: Any,
+                  opts: WriteOptions) -> Result:
+        """POST pods/NAME/binding (what a scheduler does): sets spec.nodeName once."""
+        if not isinstance(body, dict) or not (body.get("target") or {}).get("name"):
+            raise errors.ApiError(422, "Invalid", f'Binding.core "{name}" is invalid: target.name: Required value',
+                                  {"name": name, "kind": "Binding"})
+        node = body["target"]["name"]
+        with self.lock:
+            old = self.get(rt, namespace, name)
+            current = (old.get("spec") or {}).get("nodeName")
+            if current:
+                raise errors.conflict(rt.plural, rt.group, name,
+                                      f"pod {name} is already assigned to node \"{current}\"")
+            if _md(old).get("deletionTimestamp"):
+                raise errors.conflict(rt.plural, rt.group, name, f"pod {name} is being deleted, cannot be assigned "
+                                      "to a host")
+            new = clone(old)
+            new.setdefault("spec", {})["nodeName"] = node
+            conds = [c for c in (new.setdefault("status", {}).get("conditions") or [])
+                     if c.get("type") != "PodScheduled"]
+            conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                          "lastTransitionTime": now_rfc3339()})
+            new["status"]["conditions"] = conds
+            if not opts.dry_run:
+                stored = self.store.put(rt.group_resource, new, old)
+                self._after_write(rt, old, stored)
+        return Result(errors.success_status(), [], 201)
 
     def _create_locked(self, rt: ResourceType, obj: dict, opts: WriteOptions, apply: bool = False,
                        warnings: list[str] | None = None) -> Result:

@@ -586,7 +586,7 @@ class Handler(BaseHTTPRequestHandler):
     def _create(self, rt: ResourceType, info: ReqInfo) -> None:
         opts = self._write_opts()
         body = self._decode_body()
-        res = self.server.cluster.create(rt, info.namespace, body, opts, info.subresource or None)
+        res = self.server.cluster.create(rt, info.namespace, body, opts, info.subresource or None, info.name)
         self._respond(rt, res)
 
     def _update(self, rt: ResourceType, info: ReqInfo) -> None:
@@ -675,7 +675,7 @@ class Handler(BaseHTTPRequestHandler):
 
             fields.terms.append(FieldTerm("metadata.name", "=", info.name))
         try:
-            timeout = float(q.get("timeoutSeconds") or WATCH_DEFAULT_TIMEOUT)
+            timeout = float(q.get("timeoutSeconds") or 0) or WATCH_DEFAULT_TIMEOUT  # 0 = server default
         except ValueError:
             raise errors.bad_request("invalid timeoutSeconds") from None
         bookmarks = _truthy(q.get("allowWatchBookmarks"))

@@ -339,6 +339,29 @@ def _validate_pod_spec(spec: Any, path: str, errs: list[FieldErr], restart_polic
                                  rp, True))
 
 
+POD_UPDATE_MSG = ("pod updates may not change fields other than `spec.containers[*].image`,"
+                  "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only "
+                  "additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set "
+                  "to 1 if it was previously negative)")
+
+
+def _pod_spec_update_allowed(old: dict, new: dict) -> bool:
+    """ValidatePodUpdate: only images, activeDeadlineSeconds, added tolerations, scheduling gates removal."""
+    def mutable_cleared(spec: dict) -> dict:
+        c = dict(spec)
+        for key in ("containers", "initContainers"):
+            c[key] = [{k: v for k, v in (x or {}).items() if k != "image"} for x in spec.get(key) or []]
+        for key in ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds", "schedulingGates"):
+            c.pop(key, None)
+        return c
+
+    old_tol = [t for t in old.get("tolerations") or []]
+    new_tol = [t for t in new.get("tolerations") or []]
+    if any(t not in new_tol for t in old_tol):
+        return False
+    return mutable_cleared(old) == mutable_cleared(new)
+
+
 def _labels_match(selector: dict, labels: dict) -> bool:
     from .selection import selector_from_label_selector
 
@@ -352,16 +375,8 @@ def validate(rt: ResourceType, obj: dict, old: dict | None) -> list[FieldErr]:
     spec = obj.get("spec")
     if gr == ("", "pods"):
         _validate_pod_spec(spec, "spec", errs)
-        if old is not None and isinstance(spec, dict):
-            old_spec = old.get("spec") or {}
-            for i, (a, b) in enumerate(zip(spec.get("containers") or [], old_spec.get("containers") or [])):
-                if isinstance(a, dict) and isinstance(b, dict) and a.get("name") != b.get("name"):
-                    errs.append(FieldErr("Forbidden", "spec", "pod updates may not change fields other than "
-                                         "`spec.containers[*].image`,`spec.initContainers[*].image`,"
-                                         "`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to "
-                                         "existing tolerations),`spec.terminationGracePeriodSeconds` "
-                                         "(allow it to be set to 1 if it was previously negative)"))
-                    break
+        if old is not None and isinstance(spec, dict) and not _pod_spec_update_allowed(old.get("spec") or {}, spec):
+            errs.append(FieldErr("Forbidden", "spec", POD_UPDATE_MSG))
     elif gr in (("apps", "deployments"), ("apps", "replicasets")):
         if not isinstance(spec, dict):
             errs.append(FieldErr("Required", "spec"))

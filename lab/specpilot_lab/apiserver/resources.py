@@ -91,6 +91,8 @@ class ResourceType:
                 entry.update({"group": "autoscaling", "version": "v1", "kind": "Scale"})
             if sub == "log":
                 entry["kind"] = "Pod"
+            if sub == "binding":
+                entry["kind"] = "Binding"
             out.append(entry)
         return out
 
@@ -115,7 +117,8 @@ def builtin_resources() -> list[ResourceType]:
            known_fields=_COMMON + ("data", "binaryData", "immutable")),
         _b("", "secrets", "Secret", known_fields=_COMMON + ("data", "stringData", "type", "immutable")),
         _b("", "pods", "Pod", short_names=["po"], categories=["all"],
-           subresources={"log": ["get"], "status": list(SUB_VERBS)}, return_deleted_object=True,
+           subresources={"binding": ["create"], "log": ["get"], "status": list(SUB_VERBS)},
+           return_deleted_object=True,
            known_fields=_COMMON + ("spec", "status")),
         _b("", "services", "Service", short_names=["svc"], categories=["all"],
            verbs=list(NS_VERBS), subresources=dict(st), return_deleted_object=True,

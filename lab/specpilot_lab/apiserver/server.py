@@ -116,7 +116,10 @@ def start(state_dir: str | os.PathLike, crds: Iterable[str | os.PathLike] | None
 
 
 def configure_logging(state_dir: Path, level: str = "INFO") -> None:
-    handler = logging.FileHandler(state_dir / "apiserver.log")
+    """Request and error log at STATE_DIR/apiserver.log (rotated at 20 MB, 3 kept)."""
+    from logging.handlers import RotatingFileHandler
+
+    handler = RotatingFileHandler(state_dir / "apiserver.log", maxBytes=20 * 1024 * 1024, backupCount=3)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     root = logging.getLogger("specpilot_lab")
     root.addHandler(handler)

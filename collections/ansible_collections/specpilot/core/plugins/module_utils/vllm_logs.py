@@ -758,6 +758,7 @@ class LogParser(object):
         rfind = block.rfind
         count = block.count
         line = self._line
+        fast_match = _V1_LINE_FAST_B_RE.match
         heap = []
         for i, key in enumerate(keys):
             p = find(key, 0, end)
@@ -789,6 +790,20 @@ class LogParser(object):
                 self.lineno += count(b"\n", pos, start)
             nl = find(b"\n", hit, end)
             self._line_start = start
+            # the common 0.10.2+ metrics line alone on its line: matched in place
+            if heap[0][1] == 0 and (heap[1][0] if heap[1][0] < heap[2][0] else heap[2][0]) > nl:
+                m = fast_match(block, start, nl)
+                if m is not None:
+                    self.lineno += 1
+                    self._fast_line(m, block, start)
+                    pos = nl + 1
+                    while True:
+                        hit, i = heap[0]
+                        if hit >= pos:
+                            break
+                        p = find(keys[i], pos, end)
+                        replace(heap, (p if p >= 0 else end, i))
+                    continue
             line(block[start:nl])
             pos = nl + 1
             while True:  # next occurrence of every keyword consumed so far
@@ -878,13 +893,10 @@ class LogParser(object):
         if b"SpecDecoding metrics: " in raw and b"\x1b" not in raw:
             m = _V1_LINE_FAST_B_RE.match(raw)
             if m is not None:  # the common 0.10.2+ line: header and body in one bytes match
-                proc, pid, ts = m.group(1, 2, 3)
-                names = self._names.get((proc, pid))
-                if names is None:
-                    names = self._names[(proc, pid)] = _names(proc, pid)
-                self._add_fast_window(m.group(4, 5, 6, 7, 8, 9, 10), names[0], names[1], ts.decode(),
-                                      raw[:m.start(3) - 5])
+                self._fast_line(m, raw, 0)
                 return
+        if self._events_shutdown and b"] [shutdown] " in raw and b" INFO " in raw and raw.count(b"]") == 2:
+            return  # the shutdown is already known; its further INFO steps add nothing
         repeat_key = None
         if (b"WARNING " in raw or b"ERROR " in raw) and self._pending_validation is None \
                 and raw.count(b"]") == 1 and b"\x1b" not in raw:
@@ -1058,15 +1070,40 @@ class LogParser(object):
         if self._engine_hint is None:
             self._engine_hint = "v0"
 
-    def _add_fast_window(self, groups, proc, pid, ts, prefix):
-        """A 0.10.2+ line matched by _V1_LINE_FAST_RE: only what the summary needs is converted
-        now; the window dict is built by result() for the windows returned."""
+    def _fast_line(self, m, buf, start):
+        """A 0.10.2+ metrics line matched by _V1_LINE_FAST_B_RE in ``buf`` at ``start``: only what
+        the summary needs is converted now; result() builds the dicts of the windows returned."""
+        proc_b, pid_b, ts, mal, _acc_tp, _draft_tp, acc, drafted, per_pos, _rate = m.groups()
+        names = self._names.get((proc_b, pid_b))
+        if names is None:
+            names = self._names[(proc_b, pid_b)] = _names(proc_b, pid_b)
+        proc, pid = names
+        engine = self._proc_engine.get(proc, -1) if proc else None
+        if engine == -1:  # "EngineCore_DP1" -> 1 (cached per process name)
+            dm = _DP_RE.search(proc)
+            engine = self._proc_engine[proc] = int(dm.group(1)) if dm is not None else None
+        if engine is None:
+            engine = _MISS
+            block = self._block
+            if block is buf and start > 0:
+                # usual case: the same process's "Engine NNN:" line just before, whole on its line
+                j = block.rfind(_ENGINE_KEY, max(0, start - 4096), start)
+                if j >= 0:
+                    ls = block.rfind(b"\n", 0, j) + 1
+                    plen = m.start(3) - 5 - start
+                    if block[ls:ls + plen] == block[start:start + plen] and block[ls + plen:ls + plen + 5] == b"INFO " \
+                            and block.count(b"]", ls, j + 1) == 1:
+                        e = block.find(b":", j + 9, j + 21)
+                        if e > j + 9 and block[j + 9:e].isdigit():
+                            engine = int(block[j + 9:e])
+            if engine is _MISS:  # (a single-record line: no earlier Engine record on it)
+                engine = self._lookback_engine(names, buf[start:m.start(3) - 5])
         line = self.lineno
+        ts = ts.decode()
         self.windows_total += 1
-        engine = self._engine_of(proc, pid, prefix)
-        self.windows.append((line, ts, proc, engine, "fast", groups, None))
-        self._acc_of(engine).add(line, ts, int(groups[4]), int(groups[3]), float(groups[0]),
-                                 [float(x) for x in groups[5].split(b",")])
+        self.windows.append((line, ts, proc, engine, "fast", m.group(4, 5, 6, 7, 8, 9, 10), None))
+        self._acc_of(engine).add(line, ts, int(drafted), int(acc), float(mal),
+                                 [float(x) for x in per_pos.split(b",")])
 
     # ----------------------------------------------------------------- startup facts
     def _engine_init(self, m, msg):

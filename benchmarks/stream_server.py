@@ -1,0 +1,259 @@
+"""A small OpenAI-style streaming server for the load generator's tests and benchmarks.
+
+Standard library only (asyncio streams, HTTP/1.1 keep-alive, chunked Server-Sent Events).
+It answers what ``specpilot.core`` bench_client asks a vLLM server:
+
+* ``POST /v1/completions`` and ``/v1/chat/completions``, streamed (``stream: true``, with the
+  final usage chunk when ``stream_options.include_usage``) or as one JSON body;
+* ``GET /health``, ``/version``, ``/v1/models``, ``/metrics`` (Prometheus text with vLLM's
+  speculative-decoding counters when started with ``--speculative-config``).
+
+Timing model (all optional, default: as fast as it can): the first chunk after ``--ttft-ms``,
+then one decode *step* every ``--step-ms``, each step emitting ``--tokens-per-step`` tokens
+(1 without a speculative config; a speculative config defaults it to 1 + its acceptance).
+``--contention`` stretches every step by that fraction per other request in flight, and
+``--spec-step-cost`` is the relative cost of a speculative step, so a "speculative" server
+can be faster at low concurrency and slower at high concurrency, like the real thing.
+
+Run: ``python benchmarks/stream_server.py --port 0 --ready-file F`` (the port is written to F).
+Unknown vLLM arguments (``--model``, ``--dtype``...) are accepted and ignored, so the lab
+controller can start it in place of ``python -m vllm.entrypoints.openai.api_server``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+
+STATE = {"in_flight": 0, "requests": 0, "drafts": 0, "draft_tokens": 0, "accepted": 0, "gen_tokens": 0,
+         "per_pos": []}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--ready-file", default=None)
+    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--model", default="fake-model")
+    p.add_argument("--speculative-config", default=None)
+    p.add_argument("--version-string", default="0.32.0")
+    p.add_argument("--tokens", type=int, default=16, help="output tokens when the request has no max_tokens")
+    p.add_argument("--ttft-ms", type=float, default=0.0)
+    p.add_argument("--step-ms", type=float, default=0.0)
+    p.add_argument("--tokens-per-step", type=float, default=None)
+    p.add_argument("--spec-step-cost", type=float, default=1.0)
+    p.add_argument("--contention", type=float, default=0.0)
+    args, _unknown = p.parse_known_args(argv)
+    args.spec = json.loads(args.speculative_config) if args.speculative_config else None
+    if args.tokens_per_step is None:
+        args.tokens_per_step = 1.0
+        if args.spec:
+            args.tokens_per_step = 1.0 + 0.8 * int(args.spec.get("num_speculative_tokens", 3))
+    args.name = args.served_model_name or args.model
+    return args
+
+
+def _sse(obj):
+    data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _response(code, body, ctype="application/json"):
+    data = body if isinstance(body, bytes) else body.encode()
+    reason = {200: "OK", 404: "Not Found", 400: "Bad Request"}.get(code, "OK")
+    return (b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n"
+            % (code, reason.encode(), ctype.encode(), len(data))) + data
+
+
+def metrics_text(args):
+    lbl = 'engine="0",model_name="%s"' % args.name
+    lines = ["# TYPE vllm:num_requests_running gauge",
+             "vllm:num_requests_running{%s} %d" % (lbl, STATE["in_flight"]),
+             "# TYPE vllm:generation_tokens_total counter",
+             "vllm:generation_tokens_total{%s} %d" % (lbl, STATE["gen_tokens"])]
+    if args.spec:
+        k = int(args.spec.get("num_speculative_tokens", 3))
+        for name, key in (("num_drafts", "drafts"), ("num_draft_tokens", "draft_tokens"),
+                          ("num_accepted_tokens", "accepted")):
+            lines += ["# TYPE vllm:spec_decode_%s_total counter" % name,
+                      "vllm:spec_decode_%s_total{%s} %d" % (name, lbl, STATE[key])]
+        lines.append("# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter")
+        pos = STATE["per_pos"] or [0] * k
+        for i in range(k):
+            lines.append('vllm:spec_decode_num_accepted_tokens_per_pos_total{%s,position="%d"} %d'
+                         % (lbl, i, pos[i] if i < len(pos) else 0))
+    return "\n".join(lines) + "\n"
+
+
+def _account_spec(args, tokens_this_step):
+    """Counters as vLLM would count one speculative step that emitted tokens_this_step."""
+    k = int(args.spec.get("num_speculative_tokens", 3))
+    accepted = max(0, min(k, tokens_this_step - 1))
+    STATE["drafts"] += 1
+    STATE["draft_tokens"] += k
+    STATE["accepted"] += accepted
+    if len(STATE["per_pos"]) < k:
+        STATE["per_pos"] += [0] * (k - len(STATE["per_pos"]))
+    for i in range(accepted):
+        STATE["per_pos"][i] += 1
+
+
+async def _stream(writer, args, body, chat):
+    n = int(body.get("max_tokens") or args.tokens)
+    usage = (body.get("stream_options") or {}).get("include_usage")
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+    if args.ttft_ms:
+        await asyncio.sleep(args.ttft_ms / 1000.0)
+    emitted, carry, first = 0, 0.0, True
+    cid = "cmpl-%d" % STATE["requests"]
+    while emitted < n:
+        if first:
+            step = 1
+            first = False
+        else:
+            if args.step_ms:
+                cost = args.spec_step_cost if args.spec else 1.0
+                stretch = 1.0 + args.contention * max(0, STATE["in_flight"] - 1)
+                await asyncio.sleep(args.step_ms * cost * stretch / 1000.0)
+            carry += args.tokens_per_step
+            step = int(carry)
+            carry -= step
+            step = max(1, min(step, n - emitted))
+            if args.spec:
+                _account_spec(args, step)
+        emitted += step
+        STATE["gen_tokens"] += step
+        text = " tok" * step
+        fin = "length" if emitted >= n else None
+        if chat:
+            choice = {"index": 0, "delta": {"content": text}, "finish_reason": fin}
+            obj = {"id": cid, "object": "chat.completion.chunk", "model": args.name, "choices": [choice]}
+        else:
+            obj = {"id": cid, "object": "text_completion", "model": args.name,
+                   "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": fin}]}
+        writer.write(_sse(obj))
+        await writer.drain()
+    if usage:
+        writer.write(_sse({"id": cid, "object": "text_completion", "model": args.name, "choices": [],
+                           "usage": {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": n + 8}}))
+    writer.write(_sse(b"[DONE]") + b"0\r\n\r\n")
+    await writer.drain()
+
+
+async def handle(reader, writer, args):
+    try:
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+                return
+            lines = head.decode("latin-1").split("\r\n")
+            method, path, _ = (lines[0].split(" ", 2) + ["", ""])[:3]
+            length = 0
+            for ln in lines[1:]:
+                if ln[:15].lower() == "content-length:":
+                    length = int(ln[15:].strip())
+            raw = await reader.readexactly(length) if length else b""
+            path = path.split("?", 1)[0]
+            if method == "GET":
+                if path == "/health":
+                    writer.write(_response(200, b""))
+                elif path == "/version":
+                    writer.write(_response(200, json.dumps({"version": args.version_string})))
+                elif path == "/v1/models":
+                    writer.write(_response(200, json.dumps({"object": "list", "data": [
+                        {"id": args.name, "object": "model", "max_model_len": 2048}]})))
+                elif path == "/metrics":
+                    writer.write(_response(200, metrics_text(args), "text/plain; version=0.0.4"))
+                else:
+                    writer.write(_response(404, b"{}"))
+                await writer.drain()
+                continue
+            if path not in ("/v1/completions", "/v1/chat/completions"):
+                writer.write(_response(404, b"{}"))
+                await writer.drain()
+                continue
+            body = json.loads(raw or b"{}")
+            STATE["requests"] += 1
+            STATE["in_flight"] += 1
+            try:
+                chat = path.endswith("chat/completions")
+                if body.get("stream"):
+                    await _stream(writer, args, body, chat)
+                else:
+                    n = int(body.get("max_tokens") or args.tokens)
+                    STATE["gen_tokens"] += n
+                    choice = ({"index": 0, "message": {"role": "assistant", "content": " tok" * n}} if chat
+                              else {"index": 0, "text": " tok" * n})
+                    choice["finish_reason"] = "length"
+                    writer.write(_response(200, json.dumps({"choices": [choice], "usage": {
+                        "prompt_tokens": 8, "completion_tokens": n, "total_tokens": n + 8}})))
+                    await writer.drain()
+            finally:
+                STATE["in_flight"] -= 1
+    except ConnectionError:
+        return
+    finally:
+        writer.close()
+
+
+async def serve(args):
+    server = await asyncio.start_server(lambda r, w: handle(r, w, args), args.host, args.port, backlog=1024)
+    port = server.sockets[0].getsockname()[1]
+    print("(APIServer pid=%d) INFO stream_server listening on http://%s:%d model=%s speculative_config=%s"
+          % (os.getpid(), args.host, port, args.name, json.dumps(args.spec)), flush=True)
+    if args.ready_file:
+        tmp = args.ready_file + ".tmp"
+        with open(tmp, "w") as fh:
+            fh.write(str(port))
+        os.replace(tmp, args.ready_file)
+    async with server:
+        await server.serve_forever()
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        asyncio.run(serve(args))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def start_subprocess(ready_dir, *extra, python=None, cpu=None):
+    """Start this server in a child process on a free port; returns (Popen, base_url).
+    ``cpu``: pin it to that CPU set (a list of ints) where the OS allows it."""
+    import subprocess
+
+    ready = os.path.join(str(ready_dir), "stream-server-%d.port" % time.monotonic_ns())
+    cmd = [python or sys.executable, os.path.abspath(__file__), "--port", "0", "--ready-file", ready]
+    cmd += [str(a) for a in extra]
+    preexec = None
+    if cpu is not None and hasattr(os, "sched_setaffinity"):
+        def preexec():  # noqa: E306 - runs in the child
+            try:
+                os.sched_setaffinity(0, set(cpu))
+            except OSError:
+                pass
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=preexec)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if os.path.exists(ready):
+            with open(ready) as fh:
+                port = int(fh.read())
+            os.unlink(ready)
+            return proc, "http://127.0.0.1:%d" % port
+        if proc.poll() is not None:
+            raise RuntimeError("stream_server exited with %s" % proc.returncode)
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("stream_server did not start")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

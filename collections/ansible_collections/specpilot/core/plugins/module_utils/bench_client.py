@@ -1,0 +1,586 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot maintainers
+# Apache License 2.0 (see galaxy.yml)
+"""Streaming load generator for OpenAI-compatible vLLM servers (the specpilot benchmark).
+
+Self-contained on purpose: it imports only the standard library and ``aiohttp``, so the same
+file runs on the Ansible controller (imported by the ``specpilot.core.vllm_load`` module) and
+as a plain script inside the cluster, in a Job whose image has Python and aiohttp (every vLLM
+image has both)::
+
+    python bench_client.py --config runs.json [--output result.json]
+
+A *run* sends a fixed list of prompts, in the same order every time, ``runs_per_prompt``
+times, after ``warmup_requests`` discarded sequential warm-ups, at a fixed request rate
+(``qps``: Poisson or constant arrivals from a seeded generator) and/or a fixed concurrency
+(``concurrency``: at most that many requests in flight). Every request streams
+(``stream: true`` with ``stream_options.include_usage``) and records:
+
+* ``ttft_s``: time to the first chunk that carries output;
+* ``itl_s``: the gaps between successive output chunks (one chunk may carry several tokens
+  with speculative decoding);
+* ``e2e_s``: time to the last output chunk;
+* ``output_tokens``: ``usage.completion_tokens`` of the final usage chunk, else the number of
+  logprob tokens, else the number of output chunks (``token_source`` says which);
+* ``tpot_s``: ``(e2e - ttft) / (output_tokens - 1)`` (vLLM's definition);
+* ``queue_s``: how long a request waited for a concurrency slot after its arrival time.
+
+The run also reads ``/version`` and ``/v1/models`` once, and the raw ``/metrics`` page right
+after the warm-ups and right after the last request, so that counter deltas (acceptance)
+cover exactly the timed requests. Parsing those pages is left to the caller.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import random
+import sys
+import time
+
+try:
+    import aiohttp
+
+    HAS_AIOHTTP = True
+    AIOHTTP_IMPORT_ERROR = None
+except ImportError as exc:  # reported by the module with missing_required_lib()
+    aiohttp = None
+    HAS_AIOHTTP = False
+    AIOHTTP_IMPORT_ERROR = exc
+
+__all__ = [
+    "BEGIN_MARKER",
+    "END_MARKER",
+    "HAS_AIOHTTP",
+    "RunConfigError",
+    "arrival_offsets",
+    "extract_job_output",
+    "level_key",
+    "load_workload",
+    "normalise_config",
+    "request_order",
+    "run_many",
+    "run_one",
+]
+
+BEGIN_MARKER = "SPECPILOT-BENCH-RESULT-BEGIN"
+END_MARKER = "SPECPILOT-BENCH-RESULT-END"
+RESULT_FORMAT = 1
+
+DEFAULTS = {
+    "api": "completions",
+    "model": None,
+    "runs_per_prompt": 5,
+    "warmup_requests": 3,
+    "qps": None,
+    "arrival": "poisson",
+    "concurrency": None,
+    "seed": 42,
+    "sampling": {"temperature": 0.0, "max_tokens": 128, "seed": 42},
+    "headers": {},
+    "timeout": 600.0,
+    "metrics_url": None,
+    "scrape_metrics": True,
+    "include_usage": True,
+    "label": None,
+    "progress_interval": 10.0,
+    "max_requests": None,
+}
+APIS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+
+class RunConfigError(ValueError):
+    """A run configuration or a workload file is not usable."""
+
+
+# --------------------------------------------------------------------------- workloads
+
+def load_workload(path, api=None):
+    """Prompts from a JSONL file: one JSON object per line with ``prompt`` (a string, for
+    the completions API) or ``messages`` (a chat message list); optional ``id``,
+    ``max_tokens`` (per-prompt override) and ``category``. Blank lines and lines starting
+    with ``#`` are skipped. Returns a list of dicts with an ``id`` each."""
+    prompts = []
+    with open(path, "r", encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            text = line.strip()
+            if not text or text.startswith("#"):
+                continue
+            try:
+                item = json.loads(text)
+            except ValueError as exc:
+                raise RunConfigError("%s:%d: not JSON: %s" % (path, lineno, exc))
+            if isinstance(item, str):
+                item = {"prompt": item}
+            if not isinstance(item, dict) or not ("prompt" in item or "messages" in item):
+                raise RunConfigError("%s:%d: each line needs a 'prompt' or a 'messages' key" % (path, lineno))
+            item.setdefault("id", "p%d" % len(prompts))
+            prompts.append(item)
+    if not prompts:
+        raise RunConfigError("%s holds no prompts" % path)
+    return _check_prompts(prompts, api)
+
+
+def _check_prompts(prompts, api=None):
+    out = []
+    for i, item in enumerate(prompts):
+        if isinstance(item, str):
+            item = {"prompt": item}
+        if not isinstance(item, dict) or not ("prompt" in item or "messages" in item):
+            raise RunConfigError("prompt %d needs a 'prompt' or a 'messages' key" % i)
+        item = dict(item)
+        item.setdefault("id", "p%d" % i)
+        item["id"] = str(item["id"])
+        if api == "completions" and "prompt" not in item:
+            raise RunConfigError("prompt %s has only 'messages': use api 'chat'" % item["id"])
+        out.append(item)
+    return out
+
+
+# --------------------------------------------------------------------------- config
+
+def _float_or_none(value, name):
+    if value is None or value == "" or (isinstance(value, str) and value.lower() in ("inf", "none")):
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise RunConfigError("%s must be a number, not %r" % (name, value))
+    if math.isinf(out):
+        return None
+    if out <= 0:
+        raise RunConfigError("%s must be > 0 (omit it for no limit)" % name)
+    return out
+
+
+def level_key(qps, concurrency):
+    """A stable name for a load level: ``qps=2``, ``qps=inf,c=4``, ``qps=0.5,c=8``."""
+    q = "inf" if qps is None else ("%g" % qps)
+    return "qps=%s" % q + ("" if not concurrency else ",c=%d" % concurrency)
+
+
+def normalise_config(config):
+    """A run configuration with defaults applied and values checked (a new dict)."""
+    if not isinstance(config, dict):
+        raise RunConfigError("a run configuration is a mapping")
+    cfg = dict(DEFAULTS)
+    cfg.update({k: v for k, v in config.items() if v is not None or k in ("qps", "concurrency")})
+    sampling = dict(DEFAULTS["sampling"])
+    sampling.update(config.get("sampling") or {})
+    cfg["sampling"] = sampling
+    if not cfg.get("base_url"):
+        raise RunConfigError("base_url is required")
+    cfg["base_url"] = str(cfg["base_url"]).rstrip("/")
+    if cfg["api"] not in APIS:
+        raise RunConfigError("api must be one of %s" % ", ".join(APIS))
+    if cfg.get("workload") and not cfg.get("prompts"):
+        cfg["prompts"] = load_workload(cfg["workload"], cfg["api"])
+    if not cfg.get("prompts"):
+        raise RunConfigError("no prompts: give prompts or a workload file")
+    cfg["prompts"] = _check_prompts(cfg["prompts"], cfg["api"])
+    cfg["qps"] = _float_or_none(cfg.get("qps"), "qps")
+    conc = cfg.get("concurrency")
+    if conc in ("", 0, None):
+        cfg["concurrency"] = None
+    else:
+        try:
+            cfg["concurrency"] = int(conc)
+        except (TypeError, ValueError):
+            raise RunConfigError("concurrency must be an integer, not %r" % (conc,))
+        if cfg["concurrency"] < 1:
+            raise RunConfigError("concurrency must be >= 1")
+    if cfg["arrival"] not in ("poisson", "constant"):
+        raise RunConfigError("arrival must be 'poisson' or 'constant'")
+    for key in ("runs_per_prompt", "warmup_requests"):
+        try:
+            cfg[key] = int(cfg[key])
+        except (TypeError, ValueError):
+            raise RunConfigError("%s must be an integer" % key)
+        if cfg[key] < (1 if key == "runs_per_prompt" else 0):
+            raise RunConfigError("%s is out of range" % key)
+    cfg["timeout"] = float(cfg["timeout"])
+    cfg["seed"] = int(cfg["seed"]) if cfg.get("seed") is not None else 0
+    if cfg.get("metrics_url") is None and cfg.get("scrape_metrics", True):
+        cfg["metrics_url"] = cfg["base_url"] + "/metrics"
+    if not cfg.get("scrape_metrics", True):
+        cfg["metrics_url"] = None
+    cfg["level"] = {"qps": cfg["qps"], "concurrency": cfg["concurrency"],
+                    "key": level_key(cfg["qps"], cfg["concurrency"])}
+    return cfg
+
+
+def public_config(cfg):
+    """What a result may carry: no headers (tokens), no prompt texts."""
+    out = {k: v for k, v in cfg.items() if k not in ("headers", "prompts", "progress")}
+    out["num_prompts"] = len(cfg["prompts"])
+    out["prompt_ids"] = [p["id"] for p in cfg["prompts"]]
+    return out
+
+
+# --------------------------------------------------------------------------- schedule
+
+def request_order(prompts, runs_per_prompt, max_requests=None):
+    """Indices into prompts: the whole list in order, ``runs_per_prompt`` times."""
+    order = [i for _ in range(runs_per_prompt) for i in range(len(prompts))]
+    return order[:max_requests] if max_requests else order
+
+
+def arrival_offsets(n, qps, arrival="poisson", seed=0):
+    """Send times in seconds from the start of the run. ``qps`` None: all at 0 (the
+    concurrency limit alone paces the run). Poisson: exponential gaps from
+    ``random.Random(seed)``, first request at 0; constant: ``i / qps``."""
+    if qps is None:
+        return [0.0] * n
+    if arrival == "constant":
+        return [i / qps for i in range(n)]
+    rng = random.Random(seed)
+    out, t = [], 0.0
+    for i in range(n):
+        out.append(t)
+        t += rng.expovariate(qps)
+    return out
+
+
+def build_payload(cfg, prompt):
+    sampling = dict(cfg["sampling"])
+    extra = sampling.pop("extra", None) or {}
+    per_prompt_max = prompt.get("max_tokens")
+    body = {"model": cfg["model"], "stream": True}
+    if cfg["api"] == "chat":
+        body["messages"] = prompt.get("messages") or [{"role": "user", "content": prompt["prompt"]}]
+    else:
+        body["prompt"] = prompt["prompt"]
+    for key, value in sampling.items():
+        if value is not None:
+            body[key] = value
+    if per_prompt_max:
+        body["max_tokens"] = int(per_prompt_max)
+    if cfg.get("include_usage", True):
+        body["stream_options"] = {"include_usage": True}
+    body.update(extra)
+    if body.get("model") is None:
+        body.pop("model")
+    return body
+
+
+# --------------------------------------------------------------------------- one request
+
+def _chunk_output(choice, api):
+    """(carries output, tokens by logprobs or None, finish_reason) for one streamed choice."""
+    if api == "chat":
+        delta = choice.get("delta") or {}
+        text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+        has = bool(text)
+        lp = choice.get("logprobs")
+        ntok = len(lp["content"]) if isinstance(lp, dict) and isinstance(lp.get("content"), list) else None
+    else:
+        has = choice.get("text") is not None
+        lp = choice.get("logprobs")
+        ntok = len(lp["tokens"]) if isinstance(lp, dict) and isinstance(lp.get("tokens"), list) else None
+    if ntok:
+        has = True
+    return has, ntok, choice.get("finish_reason")
+
+
+async def _one_request(session, url, payload, headers, api, record, clock=time.perf_counter):
+    """Send one streaming request and fill ``record`` in place."""
+    itl = []
+    ttft = None
+    last = None
+    chunks = 0
+    lp_tokens = 0
+    lp_seen = True
+    usage = None
+    finish = None
+    start = clock()
+    record["sent"] = start
+    try:
+        async with session.post(url, json=payload, headers=headers) as resp:
+            record["status"] = resp.status
+            if resp.status != 200:
+                body = await resp.text()
+                record["error"] = "HTTP %d: %s" % (resp.status, body[:300])
+                return
+            ctype = resp.headers.get("Content-Type", "")
+            if "text/event-stream" not in ctype:
+                # a server that ignored stream=true: one JSON body, TTFT = e2e
+                data = json.loads(await resp.read())
+                now = clock()
+                ttft = now - start
+                last = now
+                choice = (data.get("choices") or [{}])[0]
+                finish = choice.get("finish_reason")
+                usage = data.get("usage")
+                chunks = 1
+                lp_seen = False
+            else:
+                async for raw in resp.content:
+                    line = raw.strip()
+                    if not line or not line.startswith(b"data:"):
+                        continue  # blank separators, SSE comments / pings, event: lines
+                    data = line[5:].strip()
+                    if data == b"[DONE]":
+                        break
+                    obj = json.loads(data)
+                    if obj.get("error"):
+                        err = obj["error"]
+                        record["error"] = "stream error: %s" % (err.get("message") if isinstance(err, dict) else err)
+                        return
+                    choices = obj.get("choices")
+                    if choices:
+                        has, ntok, fr = _chunk_output(choices[0], api)
+                        if fr:
+                            finish = fr
+                        if has:
+                            now = clock()
+                            if ttft is None:
+                                ttft = now - start
+                            else:
+                                itl.append(now - last)
+                            last = now
+                            chunks += 1
+                            if ntok is None:
+                                lp_seen = False
+                            else:
+                                lp_tokens += ntok
+                    u = obj.get("usage")
+                    if isinstance(u, dict) and u.get("completion_tokens") is not None:
+                        usage = u
+    except asyncio.TimeoutError:
+        record["error"] = "timeout"
+        return
+    except Exception as exc:  # noqa: BLE001 - every failure is recorded, the run goes on
+        record["error"] = "%s: %s" % (type(exc).__name__, exc)
+        return
+    finally:
+        record["end"] = clock()
+    if ttft is None:
+        record["error"] = "no output chunk received"
+        return
+    e2e = last - start
+    record["ok"] = True
+    record["ttft_s"] = ttft
+    record["e2e_s"] = e2e
+    record["itl_s"] = itl
+    record["chunks"] = chunks
+    record["finish_reason"] = finish
+    if usage is not None:
+        record["output_tokens"] = int(usage["completion_tokens"])
+        record["prompt_tokens"] = usage.get("prompt_tokens")
+        record["token_source"] = "usage"
+    elif lp_seen and lp_tokens:
+        record["output_tokens"] = lp_tokens
+        record["token_source"] = "logprobs"
+    else:
+        record["output_tokens"] = chunks
+        record["token_source"] = "chunks"
+    n = record["output_tokens"]
+    record["tpot_s"] = (e2e - ttft) / (n - 1) if n and n > 1 else None
+
+
+# --------------------------------------------------------------------------- a run
+
+def _stderr_progress(info):
+    sys.stderr.write(
+        "[specpilot-bench] %(label)s: %(done)d/%(total)d done, %(failed)d failed, %(in_flight)d in flight, "
+        "%(elapsed).1fs\n" % info)
+    sys.stderr.flush()
+
+
+async def _get_text(session, url, headers, timeout):
+    async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+        text = await resp.text()
+        if resp.status != 200:
+            raise RuntimeError("HTTP %d from %s" % (resp.status, url))
+        return text
+
+
+async def _server_info(session, cfg, headers):
+    info = {"version": None, "models": None, "max_model_len": None, "errors": []}
+    try:
+        info["version"] = json.loads(await _get_text(session, cfg["base_url"] + "/version", headers, 30)).get("version")
+    except Exception as exc:  # noqa: BLE001 - not every server has /version
+        info["errors"].append("/version: %s" % exc)
+    try:
+        data = json.loads(await _get_text(session, cfg["base_url"] + "/v1/models", headers, 30)).get("data") or []
+        info["models"] = [m.get("id") for m in data]
+        if data and data[0].get("max_model_len"):
+            info["max_model_len"] = data[0]["max_model_len"]
+    except Exception as exc:  # noqa: BLE001
+        info["errors"].append("/v1/models: %s" % exc)
+    return info
+
+
+async def _scrape(session, cfg, headers, result, key):
+    if not cfg.get("metrics_url"):
+        return
+    try:
+        result[key] = await _get_text(session, cfg["metrics_url"], headers, 30)
+        result[key + "_at"] = time.time()
+    except Exception as exc:  # noqa: BLE001
+        result.setdefault("metrics_errors", []).append("%s: %s" % (key, exc))
+
+
+def _clean_record(rec, t0):
+    out = {k: v for k, v in rec.items() if k not in ("sent", "end", "arrival")}
+    out["arrival_s"] = rec["arrival"]
+    out["start_s"] = rec["sent"] - t0 if rec.get("sent") is not None else None
+    out["queue_s"] = (out["start_s"] - rec["arrival"]) if out["start_s"] is not None else None
+    return out
+
+
+async def _run(cfg, session, progress=None):
+    headers = dict(cfg.get("headers") or {})
+    api_url = cfg["base_url"] + APIS[cfg["api"]]
+    prompts = cfg["prompts"]
+    label = cfg.get("label") or cfg["level"]["key"]
+    result = {
+        "format": RESULT_FORMAT,
+        "label": label,
+        "level": cfg["level"],
+        "config": public_config(cfg),
+        "metrics_before": None,
+        "metrics_after": None,
+    }
+    result["server"] = await _server_info(session, cfg, headers)
+    if cfg.get("model") is None and result["server"]["models"]:
+        cfg["model"] = result["server"]["models"][0]
+        result["config"]["model"] = cfg["model"]
+
+    # warm-ups: sequential, the first prompts in order, discarded
+    warm = []
+    for i in range(cfg["warmup_requests"]):
+        prompt = prompts[i % len(prompts)]
+        rec = {"prompt_id": prompt["id"], "ok": False, "error": None, "arrival": 0.0}
+        await _one_request(session, api_url, build_payload(cfg, prompt), headers, cfg["api"], rec)
+        warm.append(rec)
+    result["warmup"] = {"requests": len(warm), "ok": sum(1 for r in warm if r["ok"]),
+                        "errors": sorted({r["error"] for r in warm if r.get("error")})[:5]}
+
+    await _scrape(session, cfg, headers, result, "metrics_before")
+
+    order = request_order(prompts, cfg["runs_per_prompt"], cfg.get("max_requests"))
+    offsets = arrival_offsets(len(order), cfg["qps"], cfg["arrival"], cfg["seed"])
+    sem = asyncio.Semaphore(cfg["concurrency"]) if cfg["concurrency"] else None
+    records = []
+    state = {"done": 0, "failed": 0, "in_flight": 0}
+    progress = progress or _stderr_progress
+    t0 = time.perf_counter()
+    result["started_at"] = time.time()
+
+    async def fire(rec, payload):
+        if sem is not None:
+            await sem.acquire()
+        state["in_flight"] += 1
+        try:
+            await _one_request(session, api_url, payload, headers, cfg["api"], rec)
+        finally:
+            state["in_flight"] -= 1
+            state["done"] += 1
+            if not rec["ok"]:
+                state["failed"] += 1
+            if sem is not None:
+                sem.release()
+
+    async def reporter():
+        interval = float(cfg.get("progress_interval") or 0)
+        if interval <= 0:
+            return
+        while True:
+            await asyncio.sleep(interval)
+            progress(dict(state, label=label, total=len(order), elapsed=time.perf_counter() - t0))
+
+    rep = asyncio.ensure_future(reporter())
+    tasks = []
+    try:
+        for n, (idx, offset) in enumerate(zip(order, offsets)):
+            delay = t0 + offset - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            prompt = prompts[idx]
+            rec = {"index": n, "prompt_id": prompt["id"], "run": n // len(prompts), "ok": False, "error": None,
+                   "arrival": offset}
+            records.append(rec)
+            tasks.append(asyncio.ensure_future(fire(rec, build_payload(cfg, prompt))))
+        if tasks:
+            await asyncio.gather(*tasks)
+    finally:
+        rep.cancel()
+        for t in tasks:
+            t.cancel()
+    t_end = time.perf_counter()
+    result["duration_s"] = t_end - t0
+    await _scrape(session, cfg, headers, result, "metrics_after")
+    progress(dict(state, label=label, total=len(order), elapsed=result["duration_s"]))
+    result["requests"] = [_clean_record(r, t0) for r in records]
+    return result
+
+
+async def _run_many_async(configs, progress=None):
+    results = []
+    timeout = max(c["timeout"] for c in configs)
+    limit = max([c["concurrency"] or 0 for c in configs] + [0])
+    connector = aiohttp.TCPConnector(limit=limit or 0, force_close=False, enable_cleanup_closed=True)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout),
+                                     auto_decompress=True) as session:
+        for cfg in configs:
+            results.append(await _run(cfg, session, progress))
+    return results
+
+
+def run_many(configs, progress=None):
+    """Run the configurations one after the other (one client session); returns their results."""
+    if not HAS_AIOHTTP:
+        raise AIOHTTP_IMPORT_ERROR
+    cfgs = [normalise_config(c) for c in configs]
+    return asyncio.run(_run_many_async(cfgs, progress))
+
+
+def run_one(config, progress=None):
+    return run_many([config], progress)[0]
+
+
+# --------------------------------------------------------------------------- job output
+
+def extract_job_output(text):
+    """The result document a script run printed between the markers (e.g. a Job's pod log,
+    where progress lines are interleaved)."""
+    start = text.rfind(BEGIN_MARKER)
+    end = text.rfind(END_MARKER)
+    if start < 0 or end < start:
+        raise RunConfigError("no %s ... %s block in the output" % (BEGIN_MARKER, END_MARKER))
+    return json.loads(text[start + len(BEGIN_MARKER):end])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="specpilot streaming load generator for vLLM")
+    parser.add_argument("--config", required=True,
+                        help="JSON file ('-' for stdin): one run configuration, a list of them, or {runs: [...]}")
+    parser.add_argument("--output", default="-", help="where the result JSON goes ('-': stdout, between markers)")
+    args = parser.parse_args(argv)
+    raw = sys.stdin.read() if args.config == "-" else open(args.config, "r", encoding="utf-8").read()
+    doc = json.loads(raw)
+    configs = doc.get("runs") if isinstance(doc, dict) and "runs" in doc else doc
+    if isinstance(configs, dict):
+        configs = [configs]
+    try:
+        results = run_many(configs)
+    except RunConfigError as exc:
+        sys.stderr.write("error: %s\n" % exc)
+        return 2
+    out = json.dumps({"format": RESULT_FORMAT, "runs": results})
+    if args.output == "-":
+        sys.stdout.write("%s\n%s\n%s\n" % (BEGIN_MARKER, out, END_MARKER))
+        sys.stdout.flush()
+    else:
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(out)
+    failed = sum(1 for r in results for q in r["requests"] if not q["ok"])
+    sys.stderr.write("[specpilot-bench] %d run(s), %d failed request(s)\n" % (len(results), failed))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
