@@ -1,0 +1,509 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot maintainers
+# Apache License 2.0 (see galaxy.yml)
+"""Analysis of baseline vs speculative benchmark runs: statistics, ratios and the verdict.
+
+Pure functions over plain data (the results of ``bench_client`` runs, or summaries built
+from them), so every rule is unit-tested with constructed results.
+
+Terms
+-----
+* A *level* is one load setting: a request rate (``qps``, None = unpaced) and/or a
+  concurrency limit. Each level is measured on both *sides*: ``baseline`` (speculative
+  decoding off) and ``speculative``.
+* Latencies are in milliseconds: ``ttft_ms``, ``tpot_ms`` (``(e2e - ttft) / (tokens - 1)``,
+  per request), ``itl_ms`` (gaps between streamed chunks), ``e2e_ms``.
+* ``request_tok_s`` is a request's output tokens / its e2e latency (the per-request decode
+  speed; independent of completion length); ``output_throughput`` is all output tokens /
+  the run's wall time (what the server delivered at that arrival rate).
+* Speedups are oriented so that > 1 means speculative decoding is better:
+  ``baseline / speculative`` for latencies, ``speculative / baseline`` for throughput.
+* Ceiling: the mean acceptance length (tokens per decode step) is the upper bound of the
+  speedup with zero proposer overhead; ``headroom_converted = realised / ceiling``
+  (1.84x realised against a 2.54x ceiling is 72%).
+
+Verdict (per level, and overall at the target level): ``keep`` only when TTFT, TPOT and
+throughput all improve by more than their ``*_min_gain`` thresholds (0 by default; a
+negative value tolerates that much regression) and the speculative side has no more failed
+requests than ``max_error_rate``; ``rollback`` otherwise; ``inconclusive`` when a side has
+no successful requests or the target level was not measured on both sides.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ansible_collections.specpilot.core.plugins.module_utils.vllm_metrics import parse_metrics_text
+
+__all__ = [
+    "DEFAULT_THRESHOLDS",
+    "acceptance_from_scrapes",
+    "analyse",
+    "compare_level",
+    "percentile",
+    "stats",
+    "summarise_requests",
+    "summarise_run",
+]
+
+SIDES = ("baseline", "speculative")
+LATENCY_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+DEFAULT_THRESHOLDS = {
+    # each gain is the relative improvement of the speculative side (0.1 = 10% better)
+    "ttft_min_gain": 0.0,
+    "tpot_min_gain": 0.0,
+    "throughput_min_gain": 0.0,
+    # "request": median per-request output tok/s (the seed's completion-length-invariant speedup);
+    # "system": output tokens / wall time of the run (flat while both sides keep up with the rate)
+    "throughput_metric": "request",
+    # which statistic of the per-request distributions the verdict compares
+    "statistic": "p50",
+    # the speculative side may fail at most this fraction of its requests
+    "max_error_rate": 0.0,
+    # when set (e.g. 0.1): speculative p99 TTFT and TPOT may be at most 10% worse than baseline
+    "p99_max_regression": None,
+    # warn (never fail) when the speculative P50-P99 gap is this much wider than the baseline's
+    "gap_widening_warn": 0.25,
+}
+STATISTICS = ("p50", "p90", "p99", "mean")
+
+
+# --------------------------------------------------------------------------- statistics
+
+def percentile(values, q):
+    """The q-th percentile (0..100) with linear interpolation between closest ranks
+    (numpy's default, which ``vllm bench serve`` uses). None for no values."""
+    data = sorted(v for v in values if v is not None)
+    if not data:
+        return None
+    if len(data) == 1:
+        return float(data[0])
+    pos = (len(data) - 1) * (q / 100.0)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(data) - 1)
+    frac = pos - lo
+    return float(data[lo] + (data[hi] - data[lo]) * frac)
+
+
+def median(values):
+    return percentile(values, 50)
+
+
+def stats(values):
+    """count, mean, min, p50, p90, p99, max of a list (None entries dropped); None when empty."""
+    data = [float(v) for v in values if v is not None]
+    if not data:
+        return None
+    return {
+        "count": len(data),
+        "mean": sum(data) / len(data),
+        "min": min(data),
+        "p50": percentile(data, 50),
+        "p90": percentile(data, 90),
+        "p99": percentile(data, 99),
+        "max": max(data),
+    }
+
+
+def _ms(value):
+    return None if value is None else value * 1000.0
+
+
+def _req_tok_s(r):
+    e2e, n = r.get("e2e_s"), r.get("output_tokens")
+    if not e2e or not n or e2e <= 0:
+        return None
+    return n / e2e
+
+
+def summarise_requests(requests, duration_s):
+    """Statistics of one run's requests (the ``requests`` list of a bench_client result)."""
+    ok = [r for r in requests if r.get("ok")]
+    failed = [r for r in requests if not r.get("ok")]
+    itl = [_ms(v) for r in ok for v in (r.get("itl_s") or [])]
+    metrics = {
+        "ttft_ms": stats([_ms(r.get("ttft_s")) for r in ok]),
+        "tpot_ms": stats([_ms(r.get("tpot_s")) for r in ok]),
+        "itl_ms": stats(itl),
+        "e2e_ms": stats([_ms(r.get("e2e_s")) for r in ok]),
+        "queue_ms": stats([_ms(r.get("queue_s")) for r in ok]),
+        "output_tokens": stats([r.get("output_tokens") for r in ok]),
+        "prompt_tokens": stats([r.get("prompt_tokens") for r in ok]),
+        "request_tok_s": stats([_req_tok_s(r) for r in ok]),
+    }
+    total_out = sum(r.get("output_tokens") or 0 for r in ok)
+    per_prompt = {}
+    order = []
+    for r in ok:
+        pid = str(r.get("prompt_id"))
+        if pid not in per_prompt:
+            order.append(pid)
+        per_prompt.setdefault(pid, []).append(r)
+    prompts = []
+    for pid in order:
+        rs = per_prompt[pid]
+        prompts.append({
+            "prompt_id": pid,
+            "runs": len(rs),
+            "ttft_ms": median([_ms(r.get("ttft_s")) for r in rs]),
+            "tpot_ms": median([_ms(r.get("tpot_s")) for r in rs]),
+            "e2e_ms": median([_ms(r.get("e2e_s")) for r in rs]),
+            "request_tok_s": median([_req_tok_s(r) for r in rs]),
+            "output_tokens": median([r.get("output_tokens") for r in rs]),
+        })
+    errors = {}
+    for r in failed:
+        key = str(r.get("error") or "failed")[:200]
+        errors[key] = errors.get(key, 0) + 1
+    sources = {}
+    for r in ok:
+        s = r.get("token_source") or "unknown"
+        sources[s] = sources.get(s, 0) + 1
+    n = len(requests)
+    return {
+        "requests": n,
+        "ok": len(ok),
+        "failed": len(failed),
+        "error_rate": (len(failed) / n) if n else None,
+        "errors": [{"error": k, "count": v} for k, v in sorted(errors.items(), key=lambda kv: -kv[1])][:10],
+        "duration_s": duration_s,
+        "output_tokens_total": total_out,
+        "output_throughput": (total_out / duration_s) if duration_s else None,
+        "request_throughput": (len(ok) / duration_s) if duration_s else None,
+        "token_sources": sources,
+        "metrics": metrics,
+        "gaps": {m: gap(metrics[m]) for m in ("ttft_ms", "tpot_ms", "e2e_ms")},
+        "per_prompt": prompts,
+    }
+
+
+def gap(st):
+    """P50 vs P99 of one metric: the absolute gap and the p99/p50 ratio."""
+    if not st or st.get("p50") is None or st.get("p99") is None:
+        return None
+    p50, p99 = st["p50"], st["p99"]
+    return {"p50": p50, "p99": p99, "gap": p99 - p50, "ratio": (p99 / p50) if p50 else None}
+
+
+def summarise_run(run):
+    """A compact summary of one bench_client result (drops the per-request lists)."""
+    summary = summarise_requests(run.get("requests") or [], run.get("duration_s"))
+    level = run.get("level") or {}
+    summary["offered_qps"] = level.get("qps")
+    summary["concurrency"] = level.get("concurrency")
+    summary["warmup"] = run.get("warmup")
+    return summary
+
+
+# --------------------------------------------------------------------------- acceptance
+
+def acceptance_from_scrapes(before_text, after_text, model_name=None):
+    """Speculative-decoding figures for the window between two raw ``/metrics`` pages, from
+    specpilot.core's vllm_metrics parser (counter deltas). None when a page is missing."""
+    if not before_text or not after_text:
+        return None
+    before = parse_metrics_text(before_text, model_name=model_name, source="before")
+    after = parse_metrics_text(after_text, model_name=model_name, previous=before, source="after")
+    d = after["derived"]
+    lat = {}
+    for key, val in (after.get("latency") or {}).items():
+        if val and val.get("mean") is not None:
+            lat[key + "_ms"] = val["mean"] * 1000.0
+    return {
+        "spec_decode_enabled": after["spec_decode_enabled"],
+        "window": d["window"],
+        "num_drafts": d["num_drafts"],
+        "num_draft_tokens": d["num_draft_tokens"],
+        "num_accepted_tokens": d["num_accepted_tokens"],
+        "draft_acceptance_rate": d["draft_acceptance_rate"],
+        "mean_acceptance_length": d["mean_acceptance_length"],
+        "per_position_acceptance": d["per_position_acceptance"],
+        "draft_tokens_per_draft": d["draft_tokens_per_draft"],
+        "server_latency_means": lat,
+        "notes": list(after.get("notes") or []),
+    }
+
+
+def acceptance_band(rate):
+    """The seed's reading of a draft acceptance rate."""
+    if rate is None:
+        return None
+    if rate < 0.5:
+        return "below 0.5: speculative decoding is likely adding latency"
+    if rate < 0.65:
+        return "0.5-0.65: borderline, check P99 under real load"
+    return "above 0.65: likely helps"
+
+
+# --------------------------------------------------------------------------- comparison
+
+def _num(value):
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
+def _stat(summary, metric, statistic):
+    st = (summary.get("metrics") or {}).get(metric)
+    return _num(st.get(statistic)) if st else None
+
+
+def _throughput(summary, how, statistic):
+    if how == "system":
+        return _num(summary.get("output_throughput"))
+    return _stat(summary, "request_tok_s", statistic)
+
+
+def _ratio(num, den):
+    if num is None or den is None or den == 0:
+        return None
+    return num / den
+
+
+def _fmt(value, unit=""):
+    if value is None:
+        return "n/a"
+    return ("%.3g" % value) + unit
+
+
+def thresholds_with_defaults(thresholds):
+    out = dict(DEFAULT_THRESHOLDS)
+    for key, value in (thresholds or {}).items():
+        if key not in DEFAULT_THRESHOLDS:
+            raise ValueError("unknown threshold %r (known: %s)" % (key, ", ".join(sorted(DEFAULT_THRESHOLDS))))
+        if value is not None or key == "p99_max_regression":
+            out[key] = value
+    if out["statistic"] not in STATISTICS:
+        raise ValueError("statistic must be one of %s" % ", ".join(STATISTICS))
+    if out["throughput_metric"] not in ("request", "system"):
+        raise ValueError("throughput_metric must be 'request' or 'system'")
+    for key in ("ttft_min_gain", "tpot_min_gain", "throughput_min_gain", "max_error_rate", "gap_widening_warn"):
+        out[key] = float(out[key])
+    if out["p99_max_regression"] is not None:
+        out["p99_max_regression"] = float(out["p99_max_regression"])
+    return out
+
+
+def compare_level(baseline, speculative, acceptance=None, thresholds=None):
+    """Compare the two sides of one level (summaries from summarise_requests).
+
+    Returns ``{speedups, checks, headroom, gaps, per_prompt, verdict, reasons, notes}``."""
+    th = thresholds_with_defaults(thresholds)
+    st = th["statistic"]
+    reasons, notes = [], []
+    out = {"statistic": st, "checks": [], "speedups": {}, "headroom": None, "per_prompt": [],
+           "gaps": {}, "acceptance": acceptance, "notes": notes, "reasons": reasons}
+    if not baseline or not speculative or not baseline.get("ok") or not speculative.get("ok"):
+        missing = [s for s, v in (("baseline", baseline), ("speculative", speculative)) if not v or not v.get("ok")]
+        reasons.append("no successful requests on the %s side: nothing to compare" % " and ".join(missing))
+        out["verdict"] = "inconclusive"
+        return out
+
+    checks = []
+    for metric, label, key in (("ttft_ms", "TTFT", "ttft_min_gain"), ("tpot_ms", "TPOT", "tpot_min_gain")):
+        b, s = _stat(baseline, metric, st), _stat(speculative, metric, st)
+        speedup = _ratio(b, s)
+        checks.append({"metric": metric, "label": label, "baseline": b, "speculative": s,
+                       "speedup": speedup, "min_gain": th[key], "unit": "ms"})
+    how = th["throughput_metric"]
+    b = _throughput(baseline, how, st)
+    s = _throughput(speculative, how, st)
+    checks.append({"metric": "request_tok_s" if how == "request" else "output_throughput",
+                   "label": "throughput (%s tok/s)" % ("per-request" if how == "request" else "system"),
+                   "baseline": b, "speculative": s, "speedup": _ratio(s, b),
+                   "min_gain": th["throughput_min_gain"], "unit": " tok/s"})
+    for c in checks:
+        if c["speedup"] is None:
+            c["improved"] = None
+            c["gain"] = None
+            c["text"] = "%s: no data on one side" % c["label"]
+            continue
+        c["gain"] = c["speedup"] - 1.0
+        c["improved"] = c["gain"] > c["min_gain"]
+        c["text"] = "%s %s: baseline %s, speculative %s (%sx%s)" % (
+            c["label"], st, _fmt(c["baseline"], c["unit"]), _fmt(c["speculative"], c["unit"]),
+            "%.2f" % c["speedup"],
+            "" if not c["min_gain"] else ", needs > %.2fx" % (1.0 + c["min_gain"]))
+    out["checks"] = checks
+
+    # p99 guard (optional)
+    if th["p99_max_regression"] is not None:
+        for metric, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
+            b99, s99 = _stat(baseline, metric, "p99"), _stat(speculative, metric, "p99")
+            if b99 and s99 is not None and s99 > b99 * (1.0 + th["p99_max_regression"]):
+                reasons.append("%s p99 regressed: %s vs %s baseline (allowed +%d%%)" % (
+                    label, _fmt(s99, " ms"), _fmt(b99, " ms"), round(th["p99_max_regression"] * 100)))
+
+    # errors
+    b_err, s_err = baseline.get("error_rate") or 0.0, speculative.get("error_rate") or 0.0
+    if s_err > th["max_error_rate"] and s_err > b_err:
+        reasons.append("speculative side failed %d of %d requests (%.1f%%; baseline %.1f%%)" % (
+            speculative.get("failed", 0), speculative.get("requests", 0), 100 * s_err, 100 * b_err))
+    elif b_err > th["max_error_rate"]:
+        notes.append("baseline side failed %.1f%% of its requests: the comparison is less reliable" % (100 * b_err))
+
+    speedups = {
+        "ttft": checks[0]["speedup"],
+        "tpot": checks[1]["speedup"],
+        "request_tok_s": _ratio(_stat(speculative, "request_tok_s", st), _stat(baseline, "request_tok_s", st)),
+        "output_throughput": _ratio(_num(speculative.get("output_throughput")),
+                                    _num(baseline.get("output_throughput"))),
+        "e2e": _ratio(_stat(baseline, "e2e_ms", st), _stat(speculative, "e2e_ms", st)),
+    }
+    out["speedups"] = speedups
+
+    # ceiling vs realised
+    if acceptance and acceptance.get("mean_acceptance_length"):
+        ceiling = acceptance["mean_acceptance_length"]
+        realised = speedups["request_tok_s"] if speedups["request_tok_s"] is not None else speedups["tpot"]
+        out["headroom"] = {
+            "ceiling": ceiling,
+            "realised": realised,
+            "converted": _ratio(realised, ceiling),
+            "draft_acceptance_rate": acceptance.get("draft_acceptance_rate"),
+            "acceptance_band": acceptance_band(acceptance.get("draft_acceptance_rate")),
+        }
+        pos = acceptance.get("per_position_acceptance") or []
+        if len(pos) > 1 and pos[1] is not None and pos[1] < 0.05:
+            notes.append("per-position acceptance collapses by position 2 (%.3f): the workload is not a fit "
+                         "for this proposer" % pos[1])
+    elif acceptance is not None and not acceptance.get("spec_decode_enabled"):
+        notes.append("the speculative side exported no vllm:spec_decode_* metrics: is speculative decoding on?")
+
+    # P50 vs P99 (the mixed-workload signal)
+    for metric in ("ttft_ms", "tpot_ms", "e2e_ms"):
+        bg = (baseline.get("gaps") or {}).get(metric) or gap((baseline.get("metrics") or {}).get(metric))
+        sg = (speculative.get("gaps") or {}).get(metric) or gap((speculative.get("metrics") or {}).get(metric))
+        entry = {"baseline": bg, "speculative": sg, "widened": None}
+        if bg and sg and bg["gap"] is not None and sg["gap"] is not None:
+            widened = sg["gap"] > max(bg["gap"], 0.0) * (1.0 + th["gap_widening_warn"]) and sg["gap"] > 0
+            entry["widened"] = widened
+            if widened and sg["p50"] <= bg["p50"]:
+                notes.append("%s: P50 improves (%s -> %s) but the P50-P99 gap widens (%s -> %s): "
+                             "a mixed-workload signal, check the tail" % (
+                                 metric.replace("_ms", "").upper(), _fmt(bg["p50"], " ms"), _fmt(sg["p50"], " ms"),
+                                 _fmt(bg["gap"], " ms"), _fmt(sg["gap"], " ms")))
+        out["gaps"][metric] = entry
+
+    # per prompt
+    bp = {p["prompt_id"]: p for p in baseline.get("per_prompt") or []}
+    for p in speculative.get("per_prompt") or []:
+        b = bp.get(p["prompt_id"])
+        if not b:
+            continue
+        out["per_prompt"].append({
+            "prompt_id": p["prompt_id"],
+            "runs": [b["runs"], p["runs"]],
+            "tpot_speedup": _ratio(b.get("tpot_ms"), p.get("tpot_ms")),
+            "tok_s_speedup": _ratio(p.get("request_tok_s"), b.get("request_tok_s")),
+            "ttft_speedup": _ratio(b.get("ttft_ms"), p.get("ttft_ms")),
+        })
+
+    failed = [c for c in checks if c["improved"] is False]
+    unknown = [c for c in checks if c["improved"] is None]
+    for c in failed:
+        reasons.append("%s does not improve: %s" % (c["label"], c["text"].split(": ", 1)[1]))
+    if unknown and not failed and not reasons:
+        out["verdict"] = "inconclusive"
+        reasons.extend(c["text"] for c in unknown)
+    elif failed or reasons:
+        out["verdict"] = "rollback"
+    else:
+        out["verdict"] = "keep"
+        reasons.extend("%s improves: %s" % (c["label"], c["text"].split(": ", 1)[1]) for c in checks)
+    return out
+
+
+# --------------------------------------------------------------------------- whole benchmark
+
+def _level_sort_key(level):
+    q = level.get("qps")
+    c = level.get("concurrency")
+    return (math.inf if q is None else q, math.inf if c is None else c)
+
+
+def _level_label(level):
+    return level.get("key") or "qps=%s%s" % ("inf" if level.get("qps") is None else "%g" % level["qps"],
+                                             "" if not level.get("concurrency") else ",c=%d" % level["concurrency"])
+
+
+def _same(a, b):
+    if a is None or b is None:
+        return a is None and b is None
+    return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(a)))
+
+
+def pick_target(levels, target):
+    """(level, note) for the target ``{qps, concurrency}``: the exact level, else the nearest
+    level above it (else the highest); no target: the highest level."""
+    if not levels:
+        return None, "no levels were measured"
+    ordered = sorted(levels, key=_level_sort_key)
+    if not target or (target.get("qps") is None and target.get("concurrency") is None):
+        return ordered[-1], "no target level given: the highest measured level (%s) stands in" % _level_label(
+            ordered[-1])
+    tq, tc = target.get("qps"), target.get("concurrency")
+    for lv in ordered:
+        if (tq is None or _same(lv.get("qps"), tq)) and (tc is None or lv.get("concurrency") == tc):
+            return lv, None
+    key = (math.inf if tq is None else float(tq), math.inf if tc is None else tc)
+    above = [lv for lv in ordered if _level_sort_key(lv) >= key]
+    chosen = above[0] if above else ordered[-1]
+    want = _level_label({"qps": tq, "concurrency": tc})
+    return chosen, "target %s was not measured; the verdict uses %s" % (want, _level_label(chosen))
+
+
+def analyse(runs, target=None, thresholds=None):
+    """The whole comparison.
+
+    runs: dicts ``{side, level: {qps, concurrency, key}, summary, acceptance}`` (one per side
+    and level; ``summary`` from summarise_run, ``acceptance`` from acceptance_from_scrapes).
+    target: ``{qps, concurrency}`` of the production load (the verdict's level).
+    Returns ``{levels: [...], target, verdict, reasons, notes, recommendation, thresholds}``."""
+    th = thresholds_with_defaults(thresholds)
+    by_level = {}
+    for run in runs:
+        side = run.get("side")
+        if side not in SIDES:
+            raise ValueError("run side must be one of %s, not %r" % (", ".join(SIDES), side))
+        level = dict(run.get("level") or {})
+        level.setdefault("qps", None)
+        level.setdefault("concurrency", None)
+        level["key"] = _level_label(level)
+        entry = by_level.setdefault(level["key"], {"level": level, "baseline": None, "speculative": None,
+                                                   "acceptance": None})
+        entry[side] = run.get("summary")
+        if side == "speculative":
+            entry["acceptance"] = run.get("acceptance")
+    levels = []
+    for key in sorted(by_level, key=lambda k: _level_sort_key(by_level[k]["level"])):
+        e = by_level[key]
+        cmp = compare_level(e["baseline"], e["speculative"], e["acceptance"], th)
+        levels.append({"level": e["level"], "baseline": e["baseline"], "speculative": e["speculative"],
+                       "acceptance": e["acceptance"], "comparison": cmp, "verdict": cmp["verdict"]})
+
+    notes = []
+    chosen, note = pick_target([lv["level"] for lv in levels], target)
+    if note:
+        notes.append(note)
+    result = {"levels": levels, "thresholds": th, "target": {"requested": target, "level": chosen},
+              "notes": notes}
+    if chosen is None:
+        result.update(verdict="inconclusive", reasons=["no benchmark level was measured"])
+    else:
+        tl = next(lv for lv in levels if lv["level"]["key"] == chosen["key"])
+        result["verdict"] = tl["verdict"]
+        result["reasons"] = ["at %s: %s" % (chosen["key"], r) for r in tl["comparison"]["reasons"]]
+        notes.extend("at %s: %s" % (chosen["key"], n) for n in tl["comparison"]["notes"])
+    keep = [lv["level"]["key"] for lv in levels if lv["verdict"] == "keep"]
+    worse = [lv["level"]["key"] for lv in levels if lv["verdict"] == "rollback"]
+    if keep and worse:
+        notes.append("speculative decoding helps at %s and hurts at %s: measure where you actually run"
+                     % (", ".join(keep), ", ".join(worse)))
+    result["per_level"] = {lv["level"]["key"]: lv["verdict"] for lv in levels}
+    result["recommendation"] = {
+        "keep": "keep speculative decoding on: TTFT, TPOT and throughput all improve at the target load",
+        "rollback": "turn speculative decoding off (playbooks/rollback.yml, or run the benchmark with "
+                    "specpilot_benchmark_auto_rollback=true): it does not improve all of TTFT, TPOT and "
+                    "throughput at the target load",
+        "inconclusive": "no decision: re-run the benchmark (see the reasons)",
+    }[result["verdict"]]
+    return result
