@@ -27,7 +27,8 @@ export PYTHONPATH := $(CURDIR)/lab:$(CURDIR)/collections
 APT_PACKAGES := ca-certificates docker-registry skopeo busybox-static bubblewrap
 # Debian packages unpacked into .venv/opt/debian instead (their files may clash with
 # another vendor's package on the machine); their binaries are linked into .venv/bin.
-APT_UNPACK := kubernetes-client
+# (prometheus: only its promtool, which evaluates the monitoring rules' PromQL in the tests.)
+APT_UNPACK := kubernetes-client prometheus
 
 STAMP_VENV := $(VENV)/.stamp-python
 STAMP_COLL := $(VENV)/.stamp-collections
@@ -58,6 +59,7 @@ $(STAMP_APT): Makefile $(STAMP_VENV)
 	$(VBIN)/python scripts/ensure_apt.py $(APT_PACKAGES)
 	$(VBIN)/python scripts/ensure_apt.py --unpack $(VENV)/opt/debian $(APT_UNPACK)
 	ln -sf ../opt/debian/usr/bin/kubectl $(VBIN)/kubectl
+	ln -sf ../opt/debian/usr/bin/promtool $(VBIN)/promtool
 	touch $@
 
 # ---------------------------------------------------------------- lab engine

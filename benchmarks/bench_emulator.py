@@ -6,7 +6,7 @@ Targets (issue 2): start to ready < 3 s, RSS < 150 MB.  "cold" runs disable the 
 cache (SPECPILOT_LAB_CACHE=""), so they pay for parsing the 2 MB YAML; "warm" runs use it.
 Memory is measured after boot and again after a workload (50 InferenceServices written,
 listed, patched, and read back as a Table), which is what a lab session looks like.
-Prints numbers; asserts nothing.
+Prints numbers; asserts nothing.  ``run()`` gives the rows for ``python -m benchmarks``.
 """
 
 from __future__ import annotations
@@ -32,15 +32,28 @@ TARGET_RSS_MB = 150.0
 def workload(emu: Emulator, count: int = 50) -> None:
     base = "/apis/serving.kserve.io/v1beta1/namespaces/default/inferenceservices"
     for i in range(count):
-        body = {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
-                "metadata": {"name": f"bench-{i}", "labels": {"bench": "yes"}},
-                "spec": {"predictor": {"model": {"modelFormat": {"name": "vLLM"},
-                                                 "args": ["--model=/mnt/models", f"--seed={i}"],
-                                                 "storageUri": "pvc://models/target"}}}}
+        body = {
+            "apiVersion": "serving.kserve.io/v1beta1",
+            "kind": "InferenceService",
+            "metadata": {"name": f"bench-{i}", "labels": {"bench": "yes"}},
+            "spec": {
+                "predictor": {
+                    "model": {
+                        "modelFormat": {"name": "vLLM"},
+                        "args": ["--model=/mnt/models", f"--seed={i}"],
+                        "storageUri": "pvc://models/target",
+                    }
+                }
+            },
+        }
         r = emu.request("POST", base, body)
         assert r.status == 201, r
-        r = emu.request("PATCH", f"{base}/bench-{i}", {"spec": {"predictor": {"minReplicas": 1}}},
-                        content_type="application/merge-patch+json")
+        r = emu.request(
+            "PATCH",
+            f"{base}/bench-{i}",
+            {"spec": {"predictor": {"minReplicas": 1}}},
+            content_type="application/merge-patch+json",
+        )
         assert r.status == 200, r
     assert len(emu.request("GET", base + "?labelSelector=bench%3Dyes").json()["items"]) == count
     emu.request("GET", base, accept="application/json;as=Table;v=v1;g=meta.k8s.io")
@@ -70,6 +83,55 @@ def run_once(crds: list[str], cold: bool) -> dict:
     return {"start_s": ready, "rss_boot_mb": rss_boot, "rss_after_workload_mb": rss_work}
 
 
+def measure(crds: str, runs: int = 3) -> dict:
+    results: dict[str, list[dict]] = {"cold": [run_once([crds], cold=True)], "warm": []}
+    run_once([crds], cold=False)  # fills the cache
+    for _ in range(runs):
+        results["warm"].append(run_once([crds], cold=False))
+    return results
+
+
+def run() -> list[dict]:
+    """Rows for ``python -m benchmarks`` (name, value, unit, target, ok)."""
+    crds = str(UPSTREAM_CRDS) if UPSTREAM_CRDS.is_dir() else str(ROOT / "lab" / "crds")
+    label = "upstream v0.20.0 CRDs" if UPSTREAM_CRDS.is_dir() else "lab CRDs (upstream ones absent)"
+    results = measure(crds, runs=3)
+    cold = max(r["start_s"] for r in results["cold"])
+    warm = statistics.median(r["start_s"] for r in results["warm"])
+    rss = max(r["rss_after_workload_mb"] for rs in results.values() for r in rs)
+    boot = statistics.median(r["rss_boot_mb"] for r in results["warm"])
+    return [
+        {
+            "name": f"emulator start-to-ready, cold ({label})",
+            "value": cold,
+            "unit": "s",
+            "target": f"< {TARGET_START_S:g} s",
+            "ok": cold < TARGET_START_S,
+        },
+        {
+            "name": f"emulator start-to-ready, warm ({label})",
+            "value": warm,
+            "unit": "s",
+            "target": f"< {TARGET_START_S:g} s",
+            "ok": warm < TARGET_START_S,
+        },
+        {
+            "name": f"emulator RSS after boot ({label})",
+            "value": boot,
+            "unit": "MB",
+            "target": f"< {TARGET_RSS_MB:g} MB",
+            "ok": boot < TARGET_RSS_MB,
+        },
+        {
+            "name": f"emulator RSS after 50 InferenceServices ({label})",
+            "value": rss,
+            "unit": "MB",
+            "target": f"< {TARGET_RSS_MB:g} MB",
+            "ok": rss < TARGET_RSS_MB,
+        },
+    ]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=3)
@@ -79,11 +141,7 @@ def main() -> int:
     if not Path(args.crds).exists():
         print(f"CRDs not found at {args.crds}; nothing to measure", file=sys.stderr)
         return 2
-    results: dict[str, list[dict]] = {"cold": [], "warm": []}
-    results["cold"].append(run_once([args.crds], cold=True))
-    run_once([args.crds], cold=False)  # fills the cache
-    for _ in range(args.runs):
-        results["warm"].append(run_once([args.crds], cold=False))
+    results = measure(args.crds, args.runs)
     summary = {}
     for mode, runs in results.items():
         summary[mode] = {k: round(statistics.median(r[k] for r in runs), 3) for k in runs[0]}
@@ -91,16 +149,28 @@ def main() -> int:
     worst_start = max(r["start_s"] for rs in results.values() for r in rs)
     worst_rss = max(r["rss_after_workload_mb"] for rs in results.values() for r in rs)
     if args.json:
-        print(json.dumps({"crds": args.crds, "summary": summary, "worst_start_s": worst_start,
-                          "worst_rss_mb": worst_rss}))
+        print(
+            json.dumps(
+                {
+                    "crds": args.crds,
+                    "summary": summary,
+                    "worst_start_s": worst_start,
+                    "worst_rss_mb": worst_rss,
+                }
+            )
+        )
         return 0
     print(f"emulator with CRDs from {args.crds}")
     print(f"{'mode':6} {'runs':>4} {'start-to-ready s':>17} {'RSS boot MB':>12} {'RSS after load MB':>18}")
     for mode, s in summary.items():
-        print(f"{mode:6} {s['runs']:>4} {s['start_s']:>17.2f} {s['rss_boot_mb']:>12.1f} "
-              f"{s['rss_after_workload_mb']:>18.1f}")
-    print(f"worst start {worst_start:.2f} s (target < {TARGET_START_S:.0f} s); "
-          f"worst RSS {worst_rss:.1f} MB (target < {TARGET_RSS_MB:.0f} MB)")
+        print(
+            f"{mode:6} {s['runs']:>4} {s['start_s']:>17.2f} {s['rss_boot_mb']:>12.1f} "
+            f"{s['rss_after_workload_mb']:>18.1f}"
+        )
+    print(
+        f"worst start {worst_start:.2f} s (target < {TARGET_START_S:.0f} s); "
+        f"worst RSS {worst_rss:.1f} MB (target < {TARGET_RSS_MB:.0f} MB)"
+    )
     return 0
 
 

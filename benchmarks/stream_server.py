@@ -48,6 +48,7 @@ def parse_args(argv=None):
     p.add_argument("--tokens-per-step", type=float, default=None)
     p.add_argument("--spec-step-cost", type=float, default=1.0)
     p.add_argument("--contention", type=float, default=0.0)
+    p.add_argument("--ignore-stream", action="store_true", help="answer with one JSON body even when asked to stream")
     args, _unknown = p.parse_known_args(argv)
     args.spec = json.loads(args.speculative_config) if args.speculative_config else None
     if args.tokens_per_step is None:
@@ -183,7 +184,7 @@ async def handle(reader, writer, args):
             STATE["in_flight"] += 1
             try:
                 chat = path.endswith("chat/completions")
-                if body.get("stream"):
+                if body.get("stream") and not args.ignore_stream:
                     await _stream(writer, args, body, chat)
                 else:
                     n = int(body.get("max_tokens") or args.tokens)

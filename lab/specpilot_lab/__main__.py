@@ -23,8 +23,10 @@ def _selected(only: list[str] | None) -> list[processes.ProcessSpec]:
     if only:
         unknown = set(only) - {s.name for s in specs}
         if unknown:
-            raise SystemExit(f"unknown lab process(es): {', '.join(sorted(unknown))}; "
-                             f"known: {', '.join(s.name for s in specs)}")
+            raise SystemExit(
+                f"unknown lab process(es): {', '.join(sorted(unknown))}; "
+                f"known: {', '.join(s.name for s in specs)}"
+            )
         specs = [s for s in specs if s.name in only]
     return specs
 
@@ -70,9 +72,15 @@ def cmd_status(paths: LabPaths, only: list[str] | None = None) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m specpilot_lab", description="Manage specpilot's local lab.")
     p.add_argument("command", choices=["up", "down", "status"])
-    p.add_argument("--state-dir", help="lab directory (default: $SPECPILOT_LAB_DIR or .lab in the repository)")
-    p.add_argument("--only", action="append", metavar="NAME",
-                   help="act on this managed process only (repeatable), e.g. --only apiserver")
+    p.add_argument(
+        "--state-dir", help="lab directory (default: $SPECPILOT_LAB_DIR or .lab in the repository)"
+    )
+    p.add_argument(
+        "--only",
+        action="append",
+        metavar="NAME",
+        help="act on this managed process only (repeatable), e.g. --only apiserver",
+    )
     args = p.parse_args(argv)
     paths = LabPaths(Path(args.state_dir).resolve()) if args.state_dir else LabPaths.default()
     return {"up": cmd_up, "down": cmd_down, "status": cmd_status}[args.command](paths, args.only)

@@ -136,8 +136,14 @@ class PodLogWriter:
         self.close()
 
 
-def append_lines(state_dir: str | os.PathLike, namespace: str, pod: str, container: str,
-                 lines: Iterable[str], ts_ns: int | None = None) -> None:
+def append_lines(
+    state_dir: str | os.PathLike,
+    namespace: str,
+    pod: str,
+    container: str,
+    lines: Iterable[str],
+    ts_ns: int | None = None,
+) -> None:
     with PodLogWriter(state_dir, namespace, pod, container) as w:
         w.write_lines(lines, ts_ns)
 
@@ -158,6 +164,7 @@ def remove_pod(state_dir: str | os.PathLike, namespace: str, pod: str) -> None:
     shutil.rmtree(pod_dir(state_dir, namespace, pod), ignore_errors=True)
 
 
-def log_path(state_dir: str | os.PathLike, namespace: str, pod: str, container: str,
-             previous: bool = False) -> Path:
+def log_path(
+    state_dir: str | os.PathLike, namespace: str, pod: str, container: str, previous: bool = False
+) -> Path:
     return container_dir(state_dir, namespace, pod, container) / (PREVIOUS if previous else CURRENT)

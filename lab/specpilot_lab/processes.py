@@ -126,18 +126,33 @@ def _crd_args() -> list[str]:
 
 
 def _apiserver_command(paths: LabPaths) -> list[str]:
-    return [sys.executable, "-m", "specpilot_lab.apiserver", "--host", "127.0.0.1",
-            "--port", os.environ.get("SPECPILOT_LAB_PORT", "0"), "--state-dir", str(paths.root),
-            "--kubeconfig", str(paths.kubeconfig), "--ready-file", str(paths.ready_file("apiserver")),
-            *_crd_args()]
+    return [
+        sys.executable,
+        "-m",
+        "specpilot_lab.apiserver",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        os.environ.get("SPECPILOT_LAB_PORT", "0"),
+        "--state-dir",
+        str(paths.root),
+        "--kubeconfig",
+        str(paths.kubeconfig),
+        "--ready-file",
+        str(paths.ready_file("apiserver")),
+        *_crd_args(),
+    ]
 
 
 def _apiserver_describe(paths: LabPaths, info: dict) -> list[str]:
     return [f"url {info.get('url', '?')}", f"kubeconfig {paths.kubeconfig}"]
 
 
-register(ProcessSpec(name="apiserver", command=_apiserver_command, describe=_apiserver_describe,
-                     ready_timeout=30.0))
+register(
+    ProcessSpec(
+        name="apiserver", command=_apiserver_command, describe=_apiserver_describe, ready_timeout=30.0
+    )
+)
 
 
 # ----------------------------------------------------------------------------- process control
@@ -195,8 +210,15 @@ def start(paths: LabPaths, spec: ProcessSpec, out=sys.stdout) -> int:
     env.update(spec.env(paths))
     log = open(paths.log_file(spec.name), "ab")
     t0 = time.monotonic()
-    proc = subprocess.Popen(spec.command(paths), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=env, cwd=str(REPO_ROOT), start_new_session=True)
+    proc = subprocess.Popen(
+        spec.command(paths),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=str(REPO_ROOT),
+        start_new_session=True,
+    )
     log.close()
     paths.pid_file(spec.name).write_text(f"{proc.pid}\n")
     deadline = t0 + spec.ready_timeout

@@ -64,8 +64,13 @@ class Response:
 class Emulator:
     """A running emulator process with its own state directory."""
 
-    def __init__(self, state_dir: str | os.PathLike, crds: list[str | os.PathLike] | None = None,
-                 name: str = "emulator", extra_args: list[str] | None = None):
+    def __init__(
+        self,
+        state_dir: str | os.PathLike,
+        crds: list[str | os.PathLike] | None = None,
+        name: str = "emulator",
+        extra_args: list[str] | None = None,
+    ):
         self.state_dir = Path(state_dir)
         self.extra_args = list(extra_args or [])
         self.crds = [str(c) for c in crds] if crds is not None else None
@@ -89,8 +94,14 @@ class Emulator:
         home = self.state_dir / "home"
         tmp.mkdir(parents=True, exist_ok=True)
         home.mkdir(parents=True, exist_ok=True)
-        env.update({"KUBECONFIG": str(self.kubeconfig), "TMPDIR": str(tmp), "HOME": str(home),
-                    "KUBECACHEDIR": str(home / ".kube" / "cache")})
+        env.update(
+            {
+                "KUBECONFIG": str(self.kubeconfig),
+                "TMPDIR": str(tmp),
+                "HOME": str(home),
+                "KUBECACHEDIR": str(home / ".kube" / "cache"),
+            }
+        )
         return env
 
     def start(self, timeout: float = 20.0) -> "Emulator":
@@ -98,9 +109,21 @@ class Emulator:
         ready = self.state_dir / "apiserver.ready"
         if ready.exists():
             ready.unlink()
-        cmd = [sys.executable, "-m", "specpilot_lab.apiserver", "--host", "127.0.0.1", "--port", "0",
-               "--state-dir", str(self.state_dir), "--kubeconfig", str(self.kubeconfig),
-               "--ready-file", str(ready)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "specpilot_lab.apiserver",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--state-dir",
+            str(self.state_dir),
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--ready-file",
+            str(ready),
+        ]
         if self.crds is not None:
             if not self.crds:
                 cmd.append("--no-crds")
@@ -114,8 +137,9 @@ class Emulator:
             env.pop("SPECPILOT_LAB_CRDS", None)
         out = open(self.state_dir / "apiserver.out", "ab")
         t0 = time.monotonic()
-        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=str(REPO_ROOT),
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=str(REPO_ROOT), start_new_session=True
+        )
         out.close()
         deadline = t0 + timeout
         while time.monotonic() < deadline:
@@ -167,9 +191,16 @@ class Emulator:
                 self.proc.wait(5)
         self.proc = None
 
-    def request(self, method: str, path: str, body=None, content_type: str = "application/json",
-                accept: str = "application/json", headers: dict | None = None, timeout: float = 30.0
-                ) -> "Response":
+    def request(
+        self,
+        method: str,
+        path: str,
+        body=None,
+        content_type: str = "application/json",
+        accept: str = "application/json",
+        headers: dict | None = None,
+        timeout: float = 30.0,
+    ) -> "Response":
         """One raw HTTP request; ``body`` may be bytes, str, or JSON-able data."""
         import http.client
 
@@ -177,8 +208,11 @@ class Emulator:
         hdrs = {"Accept": accept, **(headers or {})}
         data = None
         if body is not None:
-            data = body if isinstance(body, bytes) else body.encode() if isinstance(body, str) else \
-                json.dumps(body).encode()
+            data = (
+                body
+                if isinstance(body, bytes)
+                else body.encode() if isinstance(body, str) else json.dumps(body).encode()
+            )
             hdrs["Content-Type"] = content_type
         try:
             conn.request(method, path, body=data, headers=hdrs)
@@ -218,8 +252,9 @@ def lab_crds_present() -> bool:
     return any(LAB_CRDS.glob("*.yaml"))
 
 
-def start_emulator(state_dir: str | os.PathLike | None = None, crds: list | None = None,
-                   timeout: float = 20.0) -> Emulator:
+def start_emulator(
+    state_dir: str | os.PathLike | None = None, crds: list | None = None, timeout: float = 20.0
+) -> Emulator:
     """Start an emulator in ``state_dir`` (a new temp dir by default) with ``crds`` (default: lab/crds)."""
     if state_dir is None:
         state_dir = tempfile.mkdtemp(prefix="specpilot-emulator-")
@@ -251,11 +286,13 @@ if pytest is not None:
         module."""
         started: list[Emulator] = []
 
-        def factory(crds: list | None = None, name: str = "emulator", extra_args: list[str] | None = None
-                    ) -> Emulator:
+        def factory(
+            crds: list | None = None, name: str = "emulator", extra_args: list[str] | None = None
+        ) -> Emulator:
             state = tmp_path_factory.mktemp(name)
-            emu = Emulator(state, [str(c) for c in crds] if crds is not None else default_crds(), name,
-                           extra_args)
+            emu = Emulator(
+                state, [str(c) for c in crds] if crds is not None else default_crds(), name, extra_args
+            )
             started.append(emu)
             return emu.start()
 
@@ -274,8 +311,10 @@ if pytest is not None:
     def emulator_upstream(tmp_path_factory) -> Iterator[Emulator]:
         """An emulator with the upstream KServe v0.20.0 CRDs (skipped where they are absent)."""
         if not UPSTREAM_CRDS.is_dir():
-            pytest.skip(f"upstream KServe CRDs not found at {UPSTREAM_CRDS} (they sit beside the checkout "
-                        "in CI); skipping the upstream-CRD variant")
+            pytest.skip(
+                f"upstream KServe CRDs not found at {UPSTREAM_CRDS} (they sit beside the checkout "
+                "in CI); skipping the upstream-CRD variant"
+            )
         yield from _run(tmp_path_factory, "emulator-upstream", [str(UPSTREAM_CRDS)])
 
     @pytest.fixture(scope="module", params=["lab-crds", "upstream-v0.20.0"])
@@ -283,8 +322,10 @@ if pytest is not None:
         """Parametrised: once with lab/crds, once with the upstream v0.20.0 CRDs."""
         if request.param == "upstream-v0.20.0":
             if not UPSTREAM_CRDS.is_dir():
-                pytest.skip(f"upstream KServe CRDs not found at {UPSTREAM_CRDS} (they sit beside the "
-                            "checkout in CI); skipping the upstream-CRD variant")
+                pytest.skip(
+                    f"upstream KServe CRDs not found at {UPSTREAM_CRDS} (they sit beside the "
+                    "checkout in CI); skipping the upstream-CRD variant"
+                )
             crds = [str(UPSTREAM_CRDS)]
         else:
             if not lab_crds_present():

@@ -19,59 +19,79 @@ WIDGET_CRD: dict = {
     "spec": {
         "group": WIDGET_GROUP,
         "scope": "Namespaced",
-        "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "shortNames": ["wd"],
-                  "categories": ["specpilot"]},
+        "names": {
+            "plural": "widgets",
+            "singular": "widget",
+            "kind": "Widget",
+            "shortNames": ["wd"],
+            "categories": ["specpilot"],
+        },
         "versions": [
             {
                 "name": "v1",
                 "served": True,
                 "storage": True,
-                "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.replicas",
-                                                         "statusReplicasPath": ".status.replicas"}},
+                "subresources": {
+                    "status": {},
+                    "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"},
+                },
                 "additionalPrinterColumns": [
                     {"name": "Color", "type": "string", "jsonPath": ".spec.color"},
                     {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
-                    {"name": "Ready", "type": "string",
-                     "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+                    {
+                        "name": "Ready",
+                        "type": "string",
+                        "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+                    },
                     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                 ],
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "properties": {
-                        "apiVersion": {"type": "string"},
-                        "kind": {"type": "string"},
-                        "metadata": {"type": "object"},
-                        "spec": {
-                            "type": "object",
-                            "required": ["color"],
-                            "properties": {
-                                "color": {"type": "string", "enum": ["red", "green", "blue"]},
-                                "size": {"type": "integer", "minimum": 1, "maximum": 10, "default": 1},
-                                "label": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 10},
-                                "replicas": {"type": "integer"},
-                                "tags": {"type": "array", "items": {"type": "string"}},
-                                "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "apiVersion": {"type": "string"},
+                            "kind": {"type": "string"},
+                            "metadata": {"type": "object"},
+                            "spec": {
+                                "type": "object",
+                                "required": ["color"],
+                                "properties": {
+                                    "color": {"type": "string", "enum": ["red", "green", "blue"]},
+                                    "size": {"type": "integer", "minimum": 1, "maximum": 10, "default": 1},
+                                    "label": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 10},
+                                    "replicas": {"type": "integer"},
+                                    "tags": {"type": "array", "items": {"type": "string"}},
+                                    "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                                },
+                            },
+                            "status": {
+                                "type": "object",
+                                "properties": {
+                                    "phase": {"type": "string"},
+                                    "replicas": {"type": "integer"},
+                                    "conditions": {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "object",
+                                            "properties": {
+                                                "type": {"type": "string"},
+                                                "status": {"type": "string"},
+                                            },
+                                        },
+                                    },
+                                },
                             },
                         },
-                        "status": {
-                            "type": "object",
-                            "properties": {
-                                "phase": {"type": "string"},
-                                "replicas": {"type": "integer"},
-                                "conditions": {"type": "array", "items": {
-                                    "type": "object",
-                                    "properties": {"type": {"type": "string"}, "status": {"type": "string"}},
-                                }},
-                            },
-                        },
-                    },
-                }},
+                    }
+                },
             },
             {
                 "name": "v1beta1",
                 "served": True,
                 "storage": False,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                "schema": {
+                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                },
             },
         ],
     },
@@ -84,8 +104,9 @@ def unique(prefix: str) -> str:
 
 def make_namespace(emu, prefix: str = "t") -> str:
     name = unique(prefix)
-    r = emu.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                   "metadata": {"name": name}})
+    r = emu.request(
+        "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
     assert r.status == 201, r
     return name
 
@@ -99,8 +120,12 @@ def install_widget_crd(emu) -> None:
 
 
 def widget(name: str, ns: str, **spec: Any) -> dict:
-    return {"apiVersion": f"{WIDGET_GROUP}/v1", "kind": "Widget", "metadata": {"name": name, "namespace": ns},
-            "spec": {"color": "red", **spec}}
+    return {
+        "apiVersion": f"{WIDGET_GROUP}/v1",
+        "kind": "Widget",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"color": "red", **spec},
+    }
 
 
 def widgets_path(ns: str, name: str = "", version: str = "v1") -> str:

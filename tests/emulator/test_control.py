@@ -32,8 +32,12 @@ def test_request_log_entries(emu):
     ns = make_namespace(emu)
     mark = emu.control.mark()
     emu.request("POST", f"/api/v1/namespaces/{ns}/configmaps?fieldManager=me", cm("a"))
-    emu.request("PATCH", f"/api/v1/namespaces/{ns}/configmaps/a?dryRun=All", {"data": {"x": "y"}},
-                content_type="application/merge-patch+json")
+    emu.request(
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/configmaps/a?dryRun=All",
+        {"data": {"x": "y"}},
+        content_type="application/merge-patch+json",
+    )
     emu.request("GET", f"/api/v1/namespaces/{ns}/configmaps/a")
     emu.request("GET", f"/api/v1/namespaces/{ns}/configmaps")
     emu.request("DELETE", f"/api/v1/namespaces/{ns}/configmaps/a")
@@ -71,16 +75,29 @@ def test_fault_409_is_an_optimistic_concurrency_conflict(emu):
     ns = make_namespace(emu)
     emu.request("POST", f"/api/v1/namespaces/{ns}/configmaps", cm("c"))
     emu.control.add_fault(verb="patch", resource="configmaps", namespace=ns, code=409)
-    r = emu.request("PATCH", f"/api/v1/namespaces/{ns}/configmaps/c", {"data": {"a": "b"}},
-                    content_type="application/merge-patch+json")
+    r = emu.request(
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/configmaps/c",
+        {"data": {"a": "b"}},
+        content_type="application/merge-patch+json",
+    )
     assert r.status == 409 and r.json()["reason"] == "Conflict"
-    assert r.json()["message"] == ('Operation cannot be fulfilled on configmaps "c": the object has been '
-                                   "modified; please apply your changes to the latest version and try again")
+    assert r.json()["message"] == (
+        'Operation cannot be fulfilled on configmaps "c": the object has been '
+        "modified; please apply your changes to the latest version and try again"
+    )
     # other namespaces are untouched
     other = make_namespace(emu)
     emu.request("POST", f"/api/v1/namespaces/{other}/configmaps", cm("c"))
-    assert emu.request("PATCH", f"/api/v1/namespaces/{other}/configmaps/c", {"data": {"a": "b"}},
-                       content_type="application/merge-patch+json").status == 200
+    assert (
+        emu.request(
+            "PATCH",
+            f"/api/v1/namespaces/{other}/configmaps/c",
+            {"data": {"a": "b"}},
+            content_type="application/merge-patch+json",
+        ).status
+        == 200
+    )
 
 
 def test_fault_429_has_retry_after_and_the_python_client_sees_it(emu):
@@ -118,11 +135,16 @@ def test_faults_on_custom_resources_and_subresources(emu):
     ns = make_namespace(emu)
     emu.request("POST", widgets_path(ns), widget("w", ns))
     emu.control.add_fault(verb="patch", resource="widgets/status", code=500)
-    r = emu.request("PATCH", widgets_path(ns, "w") + "/status", {"status": {"phase": "x"}},
-                    content_type="application/merge-patch+json")
+    r = emu.request(
+        "PATCH",
+        widgets_path(ns, "w") + "/status",
+        {"status": {"phase": "x"}},
+        content_type="application/merge-patch+json",
+    )
     assert r.status == 500
-    r = emu.request("PATCH", widgets_path(ns, "w"), {"spec": {"size": 2}},
-                    content_type="application/merge-patch+json")
+    r = emu.request(
+        "PATCH", widgets_path(ns, "w"), {"spec": {"size": 2}}, content_type="application/merge-patch+json"
+    )
     assert r.status == 200
 
 
@@ -139,8 +161,10 @@ def test_fault_rule_validation(emu):
 def test_reset_returns_to_the_boot_state(fresh_emulator):
     emu = fresh_emulator
     ctl = ControlClient(emu.url)
-    boot_crds = {c["metadata"]["name"] for c in
-                 emu.request("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions").json()["items"]}
+    boot_crds = {
+        c["metadata"]["name"]
+        for c in emu.request("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions").json()["items"]
+    }
     install_widget_crd(emu)
     ns = make_namespace(emu)
     emu.request("POST", f"/api/v1/namespaces/{ns}/configmaps", cm("x"))
@@ -149,8 +173,10 @@ def test_reset_returns_to_the_boot_state(fresh_emulator):
     assert ctl.requests() == [] and ctl.faults() == []
     names = {n["metadata"]["name"] for n in emu.request("GET", "/api/v1/namespaces").json()["items"]}
     assert names == {"default", "kube-system", "kube-public", "kube-node-lease"}
-    crds = {c["metadata"]["name"] for c in
-            emu.request("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions").json()["items"]}
+    crds = {
+        c["metadata"]["name"]
+        for c in emu.request("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions").json()["items"]
+    }
     assert crds == boot_crds
     assert emu.request("GET", "/apis/lab.specpilot.dev/v1").status == 404
     assert ctl.info()["url"] == emu.url

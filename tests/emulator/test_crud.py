@@ -33,16 +33,21 @@ def test_boot_namespaces_and_default_service_accounts(emu, core):
 
 def test_namespace_object_at_every_url_form(emu):
     name = unique("nsforms")
-    r = emu.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                   "metadata": {"name": name}})
+    r = emu.request(
+        "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
     assert r.status == 201 and r.json()["metadata"]["name"] == name
     got = emu.request("GET", f"/api/v1/namespaces/{name}").json()
     assert got["kind"] == "Namespace" and got["status"]["phase"] == "Active"
     got["metadata"]["labels"]["team"] = "a"
     r = emu.request("PUT", f"/api/v1/namespaces/{name}", got)
     assert r.status == 200 and r.json()["metadata"]["labels"]["team"] == "a"
-    r = emu.request("PATCH", f"/api/v1/namespaces/{name}", {"metadata": {"labels": {"team": "b"}}},
-                    content_type="application/merge-patch+json")
+    r = emu.request(
+        "PATCH",
+        f"/api/v1/namespaces/{name}",
+        {"metadata": {"labels": {"team": "b"}}},
+        content_type="application/merge-patch+json",
+    )
     assert r.status == 200 and r.json()["metadata"]["labels"]["team"] == "b"
     r = emu.request("GET", f"/api/v1/namespaces/{name}/status")
     assert r.status == 200 and r.json()["metadata"]["name"] == name
@@ -72,9 +77,16 @@ def test_not_found_and_already_exists_bodies(emu):
     ns = make_namespace(emu)
     r = emu.request("GET", f"/api/v1/namespaces/{ns}/configmaps/missing")
     assert r.status == 404
-    assert r.json() == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                        "message": 'configmaps "missing" not found', "reason": "NotFound",
-                        "details": {"name": "missing", "kind": "configmaps"}, "code": 404}
+    assert r.json() == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'configmaps "missing" not found',
+        "reason": "NotFound",
+        "details": {"name": "missing", "kind": "configmaps"},
+        "code": 404,
+    }
     r = emu.request("GET", f"/apis/apps/v1/namespaces/{ns}/deployments/nope")
     assert r.json()["message"] == 'deployments.apps "nope" not found'
     assert r.json()["details"] == {"name": "nope", "group": "apps", "kind": "deployments"}
@@ -89,8 +101,12 @@ def test_writes_into_a_missing_namespace_are_404(emu):
     assert r.status == 404
     assert r.json()["message"] == 'namespaces "ghost" not found'
     assert r.json()["details"] == {"name": "ghost", "kind": "namespaces"}
-    r = emu.request("PATCH", "/api/v1/namespaces/ghost/configmaps/x?fieldManager=t", cm("x"),
-                    content_type="application/apply-patch+yaml")
+    r = emu.request(
+        "PATCH",
+        "/api/v1/namespaces/ghost/configmaps/x?fieldManager=t",
+        cm("x"),
+        content_type="application/apply-patch+yaml",
+    )
     assert r.status == 404 and r.json()["message"] == 'namespaces "ghost" not found'
 
 
@@ -102,8 +118,12 @@ def test_put_of_a_missing_object_is_404(emu):
 
 def test_cluster_scoped_objects(emu):
     name = unique("reader")
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
-            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
+    }
     r = emu.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
     assert r.status == 201 and "namespace" not in r.json()["metadata"]
     got = emu.request("GET", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{name}").json()
@@ -112,8 +132,12 @@ def test_cluster_scoped_objects(emu):
     assert lst["kind"] == "ClusterRoleList" and name in {i["metadata"]["name"] for i in lst["items"]}
     assert emu.request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{name}").status == 200
     # a cluster-scoped kind under a namespace path does not exist
-    assert emu.request("GET", f"/apis/rbac.authorization.k8s.io/v1/namespaces/default/clusterroles/{name}"
-                       ).status == 404
+    assert (
+        emu.request(
+            "GET", f"/apis/rbac.authorization.k8s.io/v1/namespaces/default/clusterroles/{name}"
+        ).status
+        == 404
+    )
 
 
 def test_all_namespaces_lists(emu, core):
@@ -121,7 +145,10 @@ def test_all_namespaces_lists(emu, core):
     core.create_namespaced_config_map(a, cm("shared-name"))
     core.create_namespaced_config_map(b, cm("shared-name"))
     items = core.list_config_map_for_all_namespaces(field_selector="metadata.name=shared-name").items
-    assert {(i.metadata.namespace, i.metadata.name) for i in items} == {(a, "shared-name"), (b, "shared-name")}
+    assert {(i.metadata.namespace, i.metadata.name) for i in items} == {
+        (a, "shared-name"),
+        (b, "shared-name"),
+    }
     lst = emu.request("GET", "/api/v1/configmaps").json()
     assert lst["kind"] == "ConfigMapList" and lst["apiVersion"] == "v1"
 
@@ -132,20 +159,30 @@ def test_name_validation(emu):
     assert r.status == 422
     body = r.json()
     assert body["reason"] == "Invalid"
-    assert body["message"].startswith('ConfigMap "Bad_Name" is invalid: metadata.name: Invalid value: "Bad_Name": '
-                                      "a lowercase RFC 1123 subdomain")
+    assert body["message"].startswith(
+        'ConfigMap "Bad_Name" is invalid: metadata.name: Invalid value: "Bad_Name": '
+        "a lowercase RFC 1123 subdomain"
+    )
     assert body["details"]["causes"][0]["field"] == "metadata.name"
     # namespaces are DNS labels: no dots
-    r = emu.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                   "metadata": {"name": "a.b"}})
+    r = emu.request(
+        "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a.b"}}
+    )
     assert r.status == 422 and "RFC 1123 label" in r.json()["message"]
     # services are DNS-1035 labels: no leading digit
-    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "1svc"},
-           "spec": {"ports": [{"port": 80}]}}
+    svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "1svc"},
+        "spec": {"ports": [{"port": 80}]},
+    }
     r = emu.request("POST", f"/api/v1/namespaces/{ns}/services", svc)
     assert r.status == 422 and "DNS-1035" in r.json()["message"]
-    r = emu.request("POST", f"/api/v1/namespaces/{ns}/configmaps", {"apiVersion": "v1", "kind": "ConfigMap",
-                                                                    "metadata": {}})
+    r = emu.request(
+        "POST",
+        f"/api/v1/namespaces/{ns}/configmaps",
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}},
+    )
     assert r.status == 422
     assert "metadata.name: Required value: name or generateName is required" in r.json()["message"]
 
@@ -170,8 +207,9 @@ def test_annotations_size_limit(emu):
     big["metadata"]["annotations"] = {"x": "a" * 262145}
     r = emu.request("POST", f"/api/v1/namespaces/{ns}/configmaps", big)
     assert r.status == 422
-    assert r.json()["message"] == ('ConfigMap "big" is invalid: metadata.annotations: Too long: '
-                                   "must have at most 262144 bytes")
+    assert r.json()["message"] == (
+        'ConfigMap "big" is invalid: metadata.annotations: Too long: ' "must have at most 262144 bytes"
+    )
     big["metadata"]["annotations"] = {"x": "a" * 1000}
     assert emu.request("POST", f"/api/v1/namespaces/{ns}/configmaps", big).status == 201
 
@@ -181,7 +219,7 @@ def test_label_validation(emu):
     bad = cm("badlabel")
     bad["metadata"]["labels"] = {"ok": "has space"}
     r = emu.request("POST", f"/api/v1/namespaces/{ns}/configmaps", bad)
-    assert r.status == 422 and "metadata.labels: Invalid value: \"has space\"" in r.json()["message"]
+    assert r.status == 422 and 'metadata.labels: Invalid value: "has space"' in r.json()["message"]
 
 
 def test_namespace_deletion_removes_contents_then_the_namespace(emu, core):
@@ -217,27 +255,54 @@ def test_secret_string_data_becomes_data(emu, core):
 
 def test_builtin_defaults_and_create_time_status(emu):
     ns = make_namespace(emu)
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-           "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-           "status": {"phase": "Running"}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        "status": {"phase": "Running"},
+    }
     got = emu.request("POST", f"/api/v1/namespaces/{ns}/pods", pod).json()
     assert got["status"]["phase"] == "Pending"
-    assert got["spec"]["restartPolicy"] == "Always" and got["spec"]["containers"][0]["imagePullPolicy"] == "Always"
-    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
-           "spec": {"selector": {"matchLabels": {"app": "d"}},
-                    "template": {"metadata": {"labels": {"app": "d"}},
-                                 "spec": {"containers": [{"name": "c", "image": "img:1"}]}}}}
+    assert (
+        got["spec"]["restartPolicy"] == "Always"
+        and got["spec"]["containers"][0]["imagePullPolicy"] == "Always"
+    )
+    dep = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "d"}},
+            "template": {
+                "metadata": {"labels": {"app": "d"}},
+                "spec": {"containers": [{"name": "c", "image": "img:1"}]},
+            },
+        },
+    }
     got = emu.request("POST", f"/apis/apps/v1/namespaces/{ns}/deployments", dep).json()
     assert got["spec"]["replicas"] == 1 and got["metadata"]["generation"] == 1
     assert got["spec"]["strategy"]["type"] == "RollingUpdate"
-    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc"},
-           "spec": {"selector": {"app": "d"}, "ports": [{"port": 80}]}}
+    svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "svc"},
+        "spec": {"selector": {"app": "d"}, "ports": [{"port": 80}]},
+    }
     got = emu.request("POST", f"/api/v1/namespaces/{ns}/services", svc).json()
     assert got["spec"]["clusterIP"].startswith("10.96.") and got["spec"]["ports"][0]["targetPort"] == 80
-    bad = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "bad"},
-           "spec": {"selector": {"matchLabels": {"app": "x"}},
-                    "template": {"metadata": {"labels": {"app": "y"}},
-                                 "spec": {"containers": [{"name": "c", "image": "i"}]}}}}
+    bad = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "bad"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "x"}},
+            "template": {
+                "metadata": {"labels": {"app": "y"}},
+                "spec": {"containers": [{"name": "c", "image": "i"}]},
+            },
+        },
+    }
     r = emu.request("POST", f"/apis/apps/v1/namespaces/{ns}/deployments", bad)
     assert r.status == 422 and "`selector` does not match template `labels`" in r.json()["message"]
 
@@ -248,8 +313,9 @@ def test_body_and_url_must_agree(emu):
     other["metadata"]["namespace"] = "elsewhere"
     r = emu.request("POST", f"/api/v1/namespaces/{ns}/configmaps", other)
     assert r.status == 400
-    assert r.json()["message"] == ("the namespace of the provided object does not match the namespace sent "
-                                   "on the request")
+    assert r.json()["message"] == (
+        "the namespace of the provided object does not match the namespace sent " "on the request"
+    )
     assert emu.request("POST", f"/api/v1/namespaces/{ns}/configmaps", cm("y")).status == 201
     r = emu.request("PUT", f"/api/v1/namespaces/{ns}/configmaps/y", cm("z"))
     assert r.status == 400 and "does not match the name on the URL" in r.json()["message"]
@@ -273,22 +339,40 @@ def test_keep_alive_and_yaml_output(emu):
 
 def test_pod_spec_is_immutable_except_images_and_binding_assigns_a_node(emu):
     ns = make_namespace(emu)
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-           "spec": {"containers": [{"name": "c", "image": "img:1", "args": ["--a"]}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "img:1", "args": ["--a"]}]},
+    }
     assert emu.request("POST", f"/api/v1/namespaces/{ns}/pods", pod).status == 201
-    r = emu.request("PATCH", f"/api/v1/namespaces/{ns}/pods/p",
-                    {"spec": {"containers": [{"name": "c", "image": "img:2"}]}},
-                    content_type="application/strategic-merge-patch+json")
+    r = emu.request(
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/pods/p",
+        {"spec": {"containers": [{"name": "c", "image": "img:2"}]}},
+        content_type="application/strategic-merge-patch+json",
+    )
     assert r.status == 200 and r.json()["spec"]["containers"][0]["image"] == "img:2"
-    r = emu.request("PATCH", f"/api/v1/namespaces/{ns}/pods/p",
-                    {"spec": {"containers": [{"name": "c", "args": ["--b"]}]}},
-                    content_type="application/strategic-merge-patch+json")
+    r = emu.request(
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/pods/p",
+        {"spec": {"containers": [{"name": "c", "args": ["--b"]}]}},
+        content_type="application/strategic-merge-patch+json",
+    )
     assert r.status == 422 and "pod updates may not change fields other than" in r.json()["message"]
-    r = emu.request("PATCH", f"/api/v1/namespaces/{ns}/pods/p", {"spec": {"nodeName": "n1"}},
-                    content_type="application/merge-patch+json")
+    r = emu.request(
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/pods/p",
+        {"spec": {"nodeName": "n1"}},
+        content_type="application/merge-patch+json",
+    )
     assert r.status == 422
-    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"},
-               "target": {"apiVersion": "v1", "kind": "Node", "name": "lab-node"}}
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "p"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "lab-node"},
+    }
     r = emu.request("POST", f"/api/v1/namespaces/{ns}/pods/p/binding", binding)
     assert r.status == 201 and r.json()["status"] == "Success"
     got = emu.request("GET", f"/api/v1/namespaces/{ns}/pods/p").json()

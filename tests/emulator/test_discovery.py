@@ -6,16 +6,17 @@ import pytest
 from emulator_helpers import WIDGET_CRD, WIDGET_GROUP, install_widget_crd, wait_for
 
 
-
 @pytest.fixture(scope="module")
 def bare(emulator_factory):
     """One emulator without CRDs for the read-only tests of this module."""
     return emulator_factory(crds=[], name="discovery")
 
 
-AGGREGATED_ACCEPT = ("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
-                     "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,"
-                     "application/json")
+AGGREGATED_ACCEPT = (
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
+    "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,"
+    "application/json"
+)
 
 
 def _resources(emu, path: str) -> dict:
@@ -42,25 +43,42 @@ def test_health_endpoints(bare, path):
 def test_core_v1_resources(bare):
     assert bare.request("GET", "/api").json()["versions"] == ["v1"]
     res = _resources(bare, "/api/v1")
-    for name in ("namespaces", "configmaps", "secrets", "pods", "pods/log", "pods/status", "services",
-                 "serviceaccounts", "events", "persistentvolumeclaims", "nodes", "nodes/status", "endpoints"):
+    for name in (
+        "namespaces",
+        "configmaps",
+        "secrets",
+        "pods",
+        "pods/log",
+        "pods/status",
+        "services",
+        "serviceaccounts",
+        "events",
+        "persistentvolumeclaims",
+        "nodes",
+        "nodes/status",
+        "endpoints",
+    ):
         assert name in res, name
     assert res["configmaps"]["namespaced"] is True and res["configmaps"]["kind"] == "ConfigMap"
     assert res["namespaces"]["namespaced"] is False and "ns" in res["namespaces"]["shortNames"]
     assert res["pods"]["shortNames"] == ["po"] and "all" in res["pods"]["categories"]
     assert res["pods/log"]["verbs"] == ["get"]
     assert sorted(res["configmaps"]["verbs"]) == sorted(
-        ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"])
+        ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+    )
     assert res["configmaps"]["singularName"] == "configmap"
 
 
-@pytest.mark.parametrize("group,version,expected", [
-    ("apps", "v1", {"deployments", "deployments/status", "deployments/scale", "replicasets"}),
-    ("batch", "v1", {"jobs", "jobs/status"}),
-    ("rbac.authorization.k8s.io", "v1", {"roles", "rolebindings", "clusterroles", "clusterrolebindings"}),
-    ("apiextensions.k8s.io", "v1", {"customresourcedefinitions", "customresourcedefinitions/status"}),
-    ("coordination.k8s.io", "v1", {"leases"}),
-])
+@pytest.mark.parametrize(
+    "group,version,expected",
+    [
+        ("apps", "v1", {"deployments", "deployments/status", "deployments/scale", "replicasets"}),
+        ("batch", "v1", {"jobs", "jobs/status"}),
+        ("rbac.authorization.k8s.io", "v1", {"roles", "rolebindings", "clusterroles", "clusterrolebindings"}),
+        ("apiextensions.k8s.io", "v1", {"customresourcedefinitions", "customresourcedefinitions/status"}),
+        ("coordination.k8s.io", "v1", {"leases"}),
+    ],
+)
 def test_builtin_groups(bare, group, version, expected):
     groups = {g["name"]: g for g in bare.request("GET", "/apis").json()["groups"]}
     assert groups[group]["preferredVersion"]["groupVersion"] == f"{group}/{version}"
@@ -90,7 +108,9 @@ def test_crd_discovery_appears_immediately_and_goes_away(fresh_emulator):
     assert "deletecollection" in w["verbs"] and "watch" in w["verbs"]
     assert {"widgets/status", "widgets/scale"} <= set(res)
     assert set(_resources(emu, f"/apis/{WIDGET_GROUP}/v1beta1")) == {"widgets"}
-    r = emu.request("DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.{WIDGET_GROUP}")
+    r = emu.request(
+        "DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.{WIDGET_GROUP}"
+    )
     assert r.status == 200
     wait_for(lambda: emu.request("GET", f"/apis/{WIDGET_GROUP}/v1").status == 404)
     assert WIDGET_GROUP not in {g["name"] for g in emu.request("GET", "/apis").json()["groups"]}
@@ -134,7 +154,7 @@ def _pb_fields(data: bytes) -> list[tuple[int, int, object]]:
             val, i = _varint(data, i)
         elif wt == 2:
             n, i = _varint(data, i)
-            val, i = data[i:i + n], i + n
+            val, i = data[i : i + n], i + n
         else:
             raise AssertionError(f"unexpected wire type {wt}")
         out.append((field, wt, val))
@@ -157,8 +177,9 @@ def _first(fields, num):
 
 
 def test_openapi_v2_protobuf_is_a_parsable_gnostic_document(bare):
-    r = bare.request("GET", "/openapi/v2",
-                              accept="application/com.github.proto-openapi.spec.v2@v1.0+protobuf")
+    r = bare.request(
+        "GET", "/openapi/v2", accept="application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
+    )
     assert r.status == 200 and "protobuf" in r.header("Content-Type")
     doc = _pb_fields(r.body)
     assert _first(doc, 1) == b"2.0"
@@ -175,7 +196,11 @@ def test_openapi_v2_protobuf_is_a_parsable_gnostic_document(bare):
         names = {_first(_pb_fields(_first(p, 3)), 4) for p in params}
         assert {b"dryRun", b"fieldManager", b"fieldValidation"} <= names
         exts = [_pb_fields(v) for f2, _, v in op if f2 == 13]
-        gvk = [_first(_pb_fields(_first(e, 2)), 2) for e in exts if _first(e, 1) == b"x-kubernetes-group-version-kind"]
+        gvk = [
+            _first(_pb_fields(_first(e, 2)), 2)
+            for e in exts
+            if _first(e, 1) == b"x-kubernetes-group-version-kind"
+        ]
         assert gvk and b"kind: Namespace" in gvk[0]
         found = True
     assert found

@@ -17,11 +17,18 @@ from emulator_helpers import WIDGET_CRD
 from specpilot_lab import podlogs
 
 ROOT = Path(__file__).resolve().parents[2]
-CANDIDATES = [("debian-1.20", ROOT / ".venv" / "bin" / "kubectl"),
-              ("1.31", Path("/usr/lib/google-cloud-sdk/bin/kubectl.1.31"))]
-KUBECTLS = [pytest.param(str(p), id=name) if p.exists() else
-            pytest.param(str(p), id=name, marks=pytest.mark.skip(reason=f"{p} not installed"))
-            for name, p in CANDIDATES]
+CANDIDATES = [
+    ("debian-1.20", ROOT / ".venv" / "bin" / "kubectl"),
+    ("1.31", Path("/usr/lib/google-cloud-sdk/bin/kubectl.1.31")),
+]
+KUBECTLS = [
+    (
+        pytest.param(str(p), id=name)
+        if p.exists()
+        else pytest.param(str(p), id=name, marks=pytest.mark.skip(reason=f"{p} not installed"))
+    )
+    for name, p in CANDIDATES
+]
 
 pytestmark = pytest.mark.kubectl
 
@@ -40,8 +47,14 @@ def kubectl(request, emu, tmp_path):
     env = dict(os.environ, KUBECONFIG=str(emu.kubeconfig), HOME=str(home))
 
     def run(*args: str, stdin: str | None = None, check: bool = True, timeout: float = 60):
-        proc = subprocess.run([binary, f"--cache-dir={home / 'cache'}", *args], input=stdin, capture_output=True,
-                              text=True, env=env, timeout=timeout)
+        proc = subprocess.run(
+            [binary, f"--cache-dir={home / 'cache'}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+        )
         if check:
             assert proc.returncode == 0, f"kubectl {' '.join(args)}:\n{proc.stdout}\n{proc.stderr}"
         return proc
@@ -49,8 +62,11 @@ def kubectl(request, emu, tmp_path):
     run.binary = binary
     run.home = home
     run.env = env
-    run.ns = "k" + request.node.callspec.id.replace(".", "").replace("-", "")[-6:] + str(int(time.time() * 1000)
-                                                                                        % 100000)
+    run.ns = (
+        "k"
+        + request.node.callspec.id.replace(".", "").replace("-", "")[-6:]
+        + str(int(time.time() * 1000) % 100000)
+    )
     return run
 
 
@@ -68,9 +84,14 @@ def test_create_get_apply_delete(kubectl):
     kubectl("create", "namespace", ns)
     out = kubectl("-n", ns, "apply", "-f", "-", stdin=CM.format(value="one")).stdout
     assert "configmap/settings created" in out
-    assert "configmap/settings unchanged" in kubectl("-n", ns, "apply", "-f", "-", stdin=CM.format(value="one")).stdout
-    assert "configmap/settings configured" in kubectl("-n", ns, "apply", "-f", "-",
-                                                      stdin=CM.format(value="two")).stdout
+    assert (
+        "configmap/settings unchanged"
+        in kubectl("-n", ns, "apply", "-f", "-", stdin=CM.format(value="one")).stdout
+    )
+    assert (
+        "configmap/settings configured"
+        in kubectl("-n", ns, "apply", "-f", "-", stdin=CM.format(value="two")).stdout
+    )
     got = json.loads(kubectl("-n", ns, "get", "configmap", "settings", "-o", "json").stdout)
     assert got["data"] == {"key": "two"}
     assert "kubectl.kubernetes.io/last-applied-configuration" in got["metadata"]["annotations"]
@@ -82,8 +103,9 @@ def test_create_get_apply_delete(kubectl):
     assert "(server dry run)" in dry
     assert json.loads(kubectl("-n", ns, "get", "cm", "settings", "-o", "json").stdout)["data"]["key"] == "two"
     kubectl("-n", ns, "create", "-f", "-", stdin=CM.format(value="x").replace("settings", "created"))
-    dup = kubectl("-n", ns, "create", "-f", "-", stdin=CM.format(value="x").replace("settings", "created"),
-                  check=False)
+    dup = kubectl(
+        "-n", ns, "create", "-f", "-", stdin=CM.format(value="x").replace("settings", "created"), check=False
+    )
     assert dup.returncode != 0 and "AlreadyExists" in dup.stderr
     assert 'configmap "settings" deleted' in kubectl("-n", ns, "delete", "cm", "settings").stdout
     missing = kubectl("-n", ns, "get", "cm", "settings", check=False)
@@ -95,8 +117,10 @@ def test_create_get_apply_delete(kubectl):
 def test_logs(kubectl, emu):
     ns = kubectl.ns
     kubectl("create", "namespace", ns)
-    pod = ("apiVersion: v1\nkind: Pod\nmetadata:\n  name: engine\nspec:\n  containers:\n"
-           "    - name: kserve-container\n      image: vllm\n    - name: sidecar\n      image: proxy\n")
+    pod = (
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: engine\nspec:\n  containers:\n"
+        "    - name: kserve-container\n      image: vllm\n    - name: sidecar\n      image: proxy\n"
+    )
     kubectl("-n", ns, "apply", "-f", "-", stdin=pod)
     podlogs.append(emu.state_dir, ns, "engine", "kserve-container", ["starting", "ready"])
     assert kubectl("-n", ns, "logs", "engine", "-c", "kserve-container").stdout == "starting\nready\n"
@@ -110,8 +134,13 @@ def test_logs(kubectl, emu):
 def test_watch_prints_changes(kubectl):
     ns = kubectl.ns
     kubectl("create", "namespace", ns)
-    proc = subprocess.Popen([kubectl.binary, f"--cache-dir={kubectl.home / 'cache'}", "-n", ns, "get", "cm",
-                             "-w"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=kubectl.env)
+    proc = subprocess.Popen(
+        [kubectl.binary, f"--cache-dir={kubectl.home / 'cache'}", "-n", ns, "get", "cm", "-w"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=kubectl.env,
+    )
     try:
         time.sleep(1.0)
         kubectl("-n", ns, "create", "-f", "-", stdin=CM.format(value="a").replace("settings", "watched"))
@@ -132,8 +161,10 @@ def test_custom_resources_through_kubectl(kubectl):
     kubectl("create", "namespace", ns)
     kubectl("apply", "-f", "-", stdin=yaml.safe_dump(WIDGET_CRD))
     kubectl("wait", "--for=condition=Established", "crd/widgets.lab.specpilot.dev", "--timeout=20s")
-    w = ("apiVersion: lab.specpilot.dev/v1\nkind: Widget\nmetadata:\n  name: w\nspec:\n  color: blue\n"
-         "  size: 4\n")
+    w = (
+        "apiVersion: lab.specpilot.dev/v1\nkind: Widget\nmetadata:\n  name: w\nspec:\n  color: blue\n"
+        "  size: 4\n"
+    )
     kubectl("-n", ns, "apply", "-f", "-", stdin=w)
     table = kubectl("-n", ns, "get", "widgets").stdout.splitlines()
     assert table[0].split() == ["NAME", "COLOR", "SIZE", "READY", "AGE"]
@@ -148,19 +179,28 @@ def test_custom_resources_through_kubectl(kubectl):
     kubectl("delete", "crd", "widgets.lab.specpilot.dev")
 
 
-NEWEST = sorted(Path("/usr/lib/google-cloud-sdk/bin").glob("kubectl.1.*"),
-                key=lambda p: tuple(int(x) for x in p.name.split(".")[1:]))
+NEWEST = sorted(
+    Path("/usr/lib/google-cloud-sdk/bin").glob("kubectl.1.*"),
+    key=lambda p: tuple(int(x) for x in p.name.split(".")[1:]),
+)
 
 
-@pytest.mark.skipif(not NEWEST or tuple(int(x) for x in NEWEST[-1].name.split(".")[1:]) < (1, 32),
-                    reason="no kubectl >= 1.32 installed (those send protobuf bodies for built-in kinds)")
+@pytest.mark.skipif(
+    not NEWEST or tuple(int(x) for x in NEWEST[-1].name.split(".")[1:]) < (1, 32),
+    reason="no kubectl >= 1.32 installed (those send protobuf bodies for built-in kinds)",
+)
 def test_protobuf_bodies_of_newer_kubectl_create_commands(emu, tmp_path):
     """kubectl 1.32+ posts built-in kinds as protobuf; the emulator decodes them."""
     env = dict(os.environ, KUBECONFIG=str(emu.kubeconfig), HOME=str(tmp_path))
 
     def k(*args: str) -> str:
-        proc = subprocess.run([str(NEWEST[-1]), f"--cache-dir={tmp_path / 'cache'}", *args], capture_output=True,
-                              text=True, env=env, timeout=60)
+        proc = subprocess.run(
+            [str(NEWEST[-1]), f"--cache-dir={tmp_path / 'cache'}", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         assert proc.returncode == 0, proc.stderr
         return proc.stdout
 

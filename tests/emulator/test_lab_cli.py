@@ -16,12 +16,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def lab(tmp_path: Path, *args: str, crds: str | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, SPECPILOT_LAB_DIR=str(tmp_path / "lab"),
-               PYTHONPATH=str(ROOT / "lab") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(
+        os.environ,
+        SPECPILOT_LAB_DIR=str(tmp_path / "lab"),
+        PYTHONPATH=str(ROOT / "lab") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
     if crds is not None:
         env["SPECPILOT_LAB_CRDS"] = crds
-    return subprocess.run([sys.executable, "-m", "specpilot_lab", *args], env=env, capture_output=True,
-                          text=True, timeout=60, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "specpilot_lab", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
 
 
 @pytest.fixture
@@ -57,7 +66,9 @@ def test_up_status_down_are_idempotent(lab_dir, tmp_path):
     pid = int((lab_dir / "lab" / "run" / "apiserver.pid").read_text())
     down = lab(lab_dir, "down")
     assert down.returncode == 0 and "stopped" in down.stdout
-    assert not Path(f"/proc/{pid}").exists() or "specpilot_lab" not in Path(f"/proc/{pid}/cmdline").read_text()
+    assert (
+        not Path(f"/proc/{pid}").exists() or "specpilot_lab" not in Path(f"/proc/{pid}/cmdline").read_text()
+    )
     status = lab(lab_dir, "status")
     assert "apiserver: stopped" in status.stdout
     assert lab(lab_dir, "down").returncode == 0
@@ -75,15 +86,31 @@ def test_stale_pid_file_is_ignored(lab_dir):
 def test_apiserver_cli_writes_kubeconfig_ready_file_and_log(tmp_path):
     state = tmp_path / "state"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "lab"))
-    proc = subprocess.Popen([sys.executable, "-m", "specpilot_lab.apiserver", "--state-dir", str(state),
-                             "--port", "0", "--no-crds", "--kubeconfig", str(tmp_path / "kc")],
-                            env=env, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specpilot_lab.apiserver",
+            "--state-dir",
+            str(state),
+            "--port",
+            "0",
+            "--no-crds",
+            "--kubeconfig",
+            str(tmp_path / "kc"),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         assert line.startswith("apiserver: serving http://127.0.0.1:")
         info = json.loads((state / "apiserver.ready").read_text())
         assert info["pid"] == proc.pid and info["url"] == line.split()[2]
-        assert yaml.safe_load((tmp_path / "kc").read_text())["clusters"][0]["cluster"]["server"] == info["url"]
+        assert (
+            yaml.safe_load((tmp_path / "kc").read_text())["clusters"][0]["cluster"]["server"] == info["url"]
+        )
         with urllib.request.urlopen(info["url"] + "/api/v1/namespaces") as resp:
             assert resp.status == 200
         from emulator_helpers import wait_for
@@ -97,9 +124,21 @@ def test_apiserver_cli_writes_kubeconfig_ready_file_and_log(tmp_path):
 
 def test_missing_crd_path_fails_fast(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT / "lab"))
-    proc = subprocess.run([sys.executable, "-m", "specpilot_lab.apiserver", "--state-dir", str(tmp_path),
-                           "--crd", str(tmp_path / "nope.yaml")], env=env, capture_output=True, text=True,
-                          timeout=30)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specpilot_lab.apiserver",
+            "--state-dir",
+            str(tmp_path),
+            "--crd",
+            str(tmp_path / "nope.yaml"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 2 and "does not exist" in proc.stderr
 
 
@@ -109,8 +148,14 @@ def test_state_dir_and_only_options(tmp_path):
     env.pop("SPECPILOT_LAB_DIR", None)
 
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "specpilot_lab", *args], env=env, capture_output=True,
-                              text=True, timeout=60, cwd=ROOT)
+        return subprocess.run(
+            [sys.executable, "-m", "specpilot_lab", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
 
     try:
         up = run("up", "--state-dir", str(state), "--only", "apiserver")

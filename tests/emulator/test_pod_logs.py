@@ -21,8 +21,11 @@ def make_pod(emu, ns: str, name: str, containers=("main",), init=()) -> None:
     spec = {"containers": [{"name": c, "image": "img"} for c in containers]}
     if init:
         spec["initContainers"] = [{"name": c, "image": "img"} for c in init]
-    r = emu.request("POST", f"/api/v1/namespaces/{ns}/pods", {"apiVersion": "v1", "kind": "Pod",
-                                                              "metadata": {"name": name}, "spec": spec})
+    r = emu.request(
+        "POST",
+        f"/api/v1/namespaces/{ns}/pods",
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec},
+    )
     assert r.status == 201, r
 
 
@@ -71,8 +74,10 @@ def test_container_choice(emu):
     podlogs.append(emu.state_dir, ns, "multi", "setup", ["from init"])
     r = emu.request("GET", f"/api/v1/namespaces/{ns}/pods/multi/log")
     assert r.status == 400
-    assert r.json()["message"] == ("a container name must be specified for pod multi, choose one of: [a b] "
-                                   "or one of the init containers: [setup]")
+    assert r.json()["message"] == (
+        "a container name must be specified for pod multi, choose one of: [a b] "
+        "or one of the init containers: [setup]"
+    )
     assert log(emu, ns, "multi", "?container=b")[2] == "from b\n"
     assert log(emu, ns, "multi", "?container=setup")[2] == "from init\n"
     r = emu.request("GET", f"/api/v1/namespaces/{ns}/pods/multi/log?container=zzz")
@@ -84,7 +89,9 @@ def test_previous(emu):
     ns = make_namespace(emu)
     make_pod(emu, ns, "p")
     r = emu.request("GET", f"/api/v1/namespaces/{ns}/pods/p/log?previous=true")
-    assert r.status == 400 and r.json()["message"] == 'previous terminated container "main" in pod "p" not found'
+    assert (
+        r.status == 400 and r.json()["message"] == 'previous terminated container "main" in pod "p" not found'
+    )
     w = podlogs.PodLogWriter(emu.state_dir, ns, "p", "main")
     w.write_line("crash 1")
     w.rotate()
@@ -109,11 +116,26 @@ def test_follow_streams_until_the_container_ends(emu):
         time.sleep(0.3)
         writer.write_line("two")
         time.sleep(0.3)
-        emu.request("PATCH", f"/api/v1/namespaces/{ns}/pods/f/status",
-                    {"status": {"phase": "Succeeded", "containerStatuses": [
-                        {"name": "main", "ready": False, "restartCount": 0, "image": "img", "imageID": "",
-                         "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}},
-                    content_type="application/merge-patch+json")
+        emu.request(
+            "PATCH",
+            f"/api/v1/namespaces/{ns}/pods/f/status",
+            {
+                "status": {
+                    "phase": "Succeeded",
+                    "containerStatuses": [
+                        {
+                            "name": "main",
+                            "ready": False,
+                            "restartCount": 0,
+                            "image": "img",
+                            "imageID": "",
+                            "state": {"terminated": {"exitCode": 0, "reason": "Completed"}},
+                        }
+                    ],
+                }
+            },
+            content_type="application/merge-patch+json",
+        )
 
     t = threading.Thread(target=later)
     t.start()
@@ -142,11 +164,25 @@ def test_follow_ends_when_the_pod_is_deleted(emu):
 def test_waiting_container(emu):
     ns = make_namespace(emu)
     make_pod(emu, ns, "w")
-    emu.request("PATCH", f"/api/v1/namespaces/{ns}/pods/w/status",
-                {"status": {"containerStatuses": [{"name": "main", "ready": False, "restartCount": 0,
-                                                   "image": "img", "imageID": "",
-                                                   "state": {"waiting": {"reason": "ContainerCreating"}}}]}},
-                content_type="application/merge-patch+json")
+    emu.request(
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/pods/w/status",
+        {
+            "status": {
+                "containerStatuses": [
+                    {
+                        "name": "main",
+                        "ready": False,
+                        "restartCount": 0,
+                        "image": "img",
+                        "imageID": "",
+                        "state": {"waiting": {"reason": "ContainerCreating"}},
+                    }
+                ]
+            }
+        },
+        content_type="application/merge-patch+json",
+    )
     r = emu.request("GET", f"/api/v1/namespaces/{ns}/pods/w/log")
     assert r.status == 400
     assert r.json()["message"] == 'container "main" in pod "w" is waiting to start: ContainerCreating'

@@ -14,13 +14,18 @@ from kubernetes import client, watch
 
 @pytest.fixture(scope="module")
 def emu(emulator_factory):
-    return emulator_factory(crds=[], name="watch", extra_args=["--watch-history", "100",
-                                                               "--bookmark-interval", "0.5"])
+    return emulator_factory(
+        crds=[], name="watch", extra_args=["--watch-history", "100", "--bookmark-interval", "0.5"]
+    )
 
 
 def cm(name: str, labels: dict | None = None, **data: str) -> dict:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels or {}},
-            "data": data}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": labels or {}},
+        "data": data,
+    }
 
 
 def stream(emu, path: str, timeout: float = 10.0, accept: str = "application/json") -> list[dict]:
@@ -55,7 +60,10 @@ def test_watch_from_a_resource_version_and_timeout_ends_the_stream(emu):
     t.join()
     assert 1.5 < elapsed < 5, elapsed
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
-        ("ADDED", "a"), ("MODIFIED", "a"), ("DELETED", "a")]
+        ("ADDED", "a"),
+        ("MODIFIED", "a"),
+        ("DELETED", "a"),
+    ]
     rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
     assert rvs == sorted(rvs) and rvs[0] > int(rv)
     assert events[1]["object"]["data"] == {"k": "2"}
@@ -91,19 +99,31 @@ def test_label_and_field_selectors_with_transitions(emu):
         time.sleep(0.3)
         emu.request("POST", base, cm("in", {"app": "x"}))
         emu.request("POST", base, cm("out", {"app": "y"}))
-        emu.request("PATCH", f"{base}/in", {"metadata": {"labels": {"app": "z"}}},
-                    content_type="application/merge-patch+json")
-        emu.request("PATCH", f"{base}/out", {"metadata": {"labels": {"app": "x"}}},
-                    content_type="application/merge-patch+json")
+        emu.request(
+            "PATCH",
+            f"{base}/in",
+            {"metadata": {"labels": {"app": "z"}}},
+            content_type="application/merge-patch+json",
+        )
+        emu.request(
+            "PATCH",
+            f"{base}/out",
+            {"metadata": {"labels": {"app": "x"}}},
+            content_type="application/merge-patch+json",
+        )
 
     t = threading.Thread(target=writer)
     t.start()
     events = stream(emu, f"{base}?watch=true&resourceVersion={rv}&timeoutSeconds=2&labelSelector=app%3Dx")
     t.join()
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
-        ("ADDED", "in"), ("DELETED", "in"), ("ADDED", "out")]
-    events = stream(emu, f"{base}?watch=true&resourceVersion={rv}&timeoutSeconds=1"
-                         "&fieldSelector=metadata.name%3Dout")
+        ("ADDED", "in"),
+        ("DELETED", "in"),
+        ("ADDED", "out"),
+    ]
+    events = stream(
+        emu, f"{base}?watch=true&resourceVersion={rv}&timeoutSeconds=1" "&fieldSelector=metadata.name%3Dout"
+    )
     assert {e["object"]["metadata"]["name"] for e in events} == {"out"}
 
 
@@ -112,7 +132,9 @@ def test_too_old_resource_version_gives_410_gone(emu):
     base = f"/api/v1/namespaces/{ns}/configmaps"
     first_rv = emu.request("POST", base, cm("c", k="0")).json()["metadata"]["resourceVersion"]
     for i in range(250):  # beyond the bounded history (100 events here)
-        emu.request("PATCH", f"{base}/c", {"data": {"k": str(i + 1)}}, content_type="application/merge-patch+json")
+        emu.request(
+            "PATCH", f"{base}/c", {"data": {"k": str(i + 1)}}, content_type="application/merge-patch+json"
+        )
     events = stream(emu, f"{base}?watch=true&resourceVersion={first_rv}&timeoutSeconds=1")
     assert len(events) == 1 and events[0]["type"] == "ERROR"
     status = events[0]["object"]
@@ -145,8 +167,11 @@ def test_table_watch_sends_column_definitions_once(emu):
     base = f"/api/v1/namespaces/{ns}/configmaps"
     emu.request("POST", base, cm("t1"))
     emu.request("POST", base, cm("t2"))
-    events = stream(emu, f"{base}?watch=true&timeoutSeconds=1",
-                    accept="application/json;as=Table;v=v1;g=meta.k8s.io,application/json")
+    events = stream(
+        emu,
+        f"{base}?watch=true&timeoutSeconds=1",
+        accept="application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+    )
     assert [e["object"]["kind"] for e in events] == ["Table", "Table"]
     assert events[0]["object"]["columnDefinitions"] and events[1]["object"]["columnDefinitions"] is None
     assert events[1]["object"]["rows"][0]["cells"][0] == "t2"
@@ -164,5 +189,6 @@ def test_watch_all_namespaces(emu):
     t.start()
     events = stream(emu, f"/api/v1/configmaps?watch=true&resourceVersion={rv}&timeoutSeconds=1")
     t.join()
-    assert ("ADDED", a, "anywhere") in [(e["type"], e["object"]["metadata"]["namespace"],
-                                         e["object"]["metadata"]["name"]) for e in events]
+    assert ("ADDED", a, "anywhere") in [
+        (e["type"], e["object"]["metadata"]["namespace"], e["object"]["metadata"]["name"]) for e in events
+    ]

@@ -11,27 +11,51 @@ import time
 from pathlib import Path
 
 from . import KUBE_VERSION
-from .server import build, configure_logging, crd_paths_from_env, default_crd_dir, write_kubeconfig, \
-    write_ready_file
+from .server import (
+    build,
+    configure_logging,
+    crd_paths_from_env,
+    default_crd_dir,
+    write_kubeconfig,
+    write_ready_file,
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m specpilot_lab.apiserver",
-                                description=f"Kubernetes API emulator (reports {KUBE_VERSION}) for specpilot's lab.")
+    p = argparse.ArgumentParser(
+        prog="python -m specpilot_lab.apiserver",
+        description=f"Kubernetes API emulator (reports {KUBE_VERSION}) for specpilot's lab.",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one (default)")
     p.add_argument("--state-dir", required=True, help="directory for the log, pod logs and the ready file")
-    p.add_argument("--crd", action="append", default=None, metavar="FILE_OR_DIR",
-                   help="CRD file or directory to install at boot (repeatable). Default: $SPECPILOT_LAB_CRDS "
-                        f"or {default_crd_dir()}")
+    p.add_argument(
+        "--crd",
+        action="append",
+        default=None,
+        metavar="FILE_OR_DIR",
+        help="CRD file or directory to install at boot (repeatable). Default: $SPECPILOT_LAB_CRDS "
+        f"or {default_crd_dir()}",
+    )
     p.add_argument("--no-crds", action="store_true", help="install no CRDs at boot")
     p.add_argument("--kubeconfig", help="write a kubeconfig for this server here")
-    p.add_argument("--ready-file", help="write JSON {port, url, pid, kubeconfig} here once serving "
-                                        "(default STATE_DIR/apiserver.ready)")
-    p.add_argument("--watch-history", type=int, default=4096,
-                   help="events kept for watches from an older resourceVersion (older ones get 410 Gone)")
-    p.add_argument("--bookmark-interval", type=float, default=5.0,
-                   help="seconds between BOOKMARK events on idle watches that allow them")
+    p.add_argument(
+        "--ready-file",
+        help="write JSON {port, url, pid, kubeconfig} here once serving "
+        "(default STATE_DIR/apiserver.ready)",
+    )
+    p.add_argument(
+        "--watch-history",
+        type=int,
+        default=4096,
+        help="events kept for watches from an older resourceVersion (older ones get 410 Gone)",
+    )
+    p.add_argument(
+        "--bookmark-interval",
+        type=float,
+        default=5.0,
+        help="seconds between BOOKMARK events on idle watches that allow them",
+    )
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
 
@@ -67,9 +91,16 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    write_ready_file(ready_file, {"port": server.port, "url": server.url, "pid": os.getpid(),
-                                  "kubeconfig": str(kubeconfig) if kubeconfig else None,
-                                  "startup_seconds": round(time.monotonic() - t0, 3)})
+    write_ready_file(
+        ready_file,
+        {
+            "port": server.port,
+            "url": server.url,
+            "pid": os.getpid(),
+            "kubeconfig": str(kubeconfig) if kubeconfig else None,
+            "startup_seconds": round(time.monotonic() - t0, 3),
+        },
+    )
     print(f"apiserver: serving {server.url} (ready in {time.monotonic() - t0:.2f}s)", flush=True)
     try:
         server.serve_forever(poll_interval=0.2)

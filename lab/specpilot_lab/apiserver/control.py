@@ -1,11 +1,11 @@
 """Python client for the emulator's test-only control API (``/_lab/...``).
 
-    ctl = ControlClient("http://127.0.0.1:PORT")
-    mark = ctl.mark()
-    ... run something ...
-    assert not ctl.writes(since=mark)          # nothing was written (dry-run requests excluded)
-    ctl.add_fault(verb="patch", resource="inferenceservices", code=500, count=1)
-    ctl.reset()                                # back to the boot state
+ctl = ControlClient("http://127.0.0.1:PORT")
+mark = ctl.mark()
+... run something ...
+assert not ctl.writes(since=mark)          # nothing was written (dry-run requests excluded)
+ctl.add_fault(verb="patch", resource="inferenceservices", code=500, count=1)
+ctl.reset()                                # back to the boot state
 """
 
 from __future__ import annotations
@@ -29,8 +29,12 @@ class ControlClient:
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
+        req = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+        )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 return json.loads(resp.read() or b"null")
@@ -47,7 +51,9 @@ class ControlClient:
         """Index the next request will get: pass it as ``since`` to see only later requests."""
         return int(self._call("GET", "/_lab/requests?since=999999999999")["next"])
 
-    def writes(self, since: int = 0, include_dry_run: bool = False, include_failed: bool = True) -> list[dict]:
+    def writes(
+        self, since: int = 0, include_dry_run: bool = False, include_failed: bool = True
+    ) -> list[dict]:
         """Write requests (create/update/patch/delete/deletecollection) since a mark."""
         out = []
         for e in self.requests(since):
@@ -64,20 +70,42 @@ class ControlClient:
         self._call("DELETE", "/_lab/requests")
 
     # ---------------------------------------------------------------- faults
-    def add_fault(self, verb: str = "*", resource: str = "*", *, namespace: str | None = None,
-                  name: str | None = None, rate: float = 1.0, code: int | None = None, delay_ms: int = 0,
-                  count: int | None = None, seed: int | None = None, message: str | None = None,
-                  retry_after: int = 1) -> dict:
+    def add_fault(
+        self,
+        verb: str = "*",
+        resource: str = "*",
+        *,
+        namespace: str | None = None,
+        name: str | None = None,
+        rate: float = 1.0,
+        code: int | None = None,
+        delay_ms: int = 0,
+        count: int | None = None,
+        seed: int | None = None,
+        message: str | None = None,
+        retry_after: int = 1,
+    ) -> dict:
         """Inject faults into matching API requests.
 
         ``resource`` is a plural (``configmaps``), ``plural/subresource`` or ``*``; ``code`` one of
         409, 429, 500, 503 (or None for a pure delay); ``count`` limits how many requests are hit;
         ``seed`` makes ``rate`` < 1 reproducible.
         """
-        rule: dict[str, Any] = {"verb": verb, "resource": resource, "rate": rate, "delay_ms": delay_ms,
-                                "retry_after": retry_after}
-        for k, v in (("namespace", namespace), ("name", name), ("code", code), ("count", count),
-                     ("seed", seed), ("message", message)):
+        rule: dict[str, Any] = {
+            "verb": verb,
+            "resource": resource,
+            "rate": rate,
+            "delay_ms": delay_ms,
+            "retry_after": retry_after,
+        }
+        for k, v in (
+            ("namespace", namespace),
+            ("name", name),
+            ("code", code),
+            ("count", count),
+            ("seed", seed),
+            ("message", message),
+        ):
             if v is not None:
                 rule[k] = v
         return self._call("POST", "/_lab/faults", rule)

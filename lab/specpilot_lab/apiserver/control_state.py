@@ -64,8 +64,19 @@ class FaultRule:
     def from_dict(cls, rid: int, d: dict) -> "FaultRule":
         if not isinstance(d, dict):
             raise errors.bad_request("a fault rule must be a JSON object")
-        known = {"verb", "resource", "namespace", "name", "rate", "code", "delay_ms", "count", "seed",
-                 "message", "retry_after"}
+        known = {
+            "verb",
+            "resource",
+            "namespace",
+            "name",
+            "rate",
+            "code",
+            "delay_ms",
+            "count",
+            "seed",
+            "message",
+            "retry_after",
+        }
         unknown = set(d) - known
         if unknown:
             raise errors.bad_request(f"unknown fault rule fields: {sorted(unknown)}")
@@ -81,18 +92,39 @@ class FaultRule:
         delay = int(d.get("delay_ms", 0) or 0)
         if code is None and not delay:
             raise errors.bad_request("a fault rule needs a code, a delay_ms, or both")
-        rule = cls(id=rid, verb=verb, resource=d.get("resource", "*") or "*", namespace=d.get("namespace"),
-                   name=d.get("name"), rate=rate, code=int(code) if code is not None else None, delay_ms=delay,
-                   count=int(d["count"]) if d.get("count") is not None else None, seed=d.get("seed"),
-                   message=d.get("message"), retry_after=int(d.get("retry_after", 1) or 1))
+        rule = cls(
+            id=rid,
+            verb=verb,
+            resource=d.get("resource", "*") or "*",
+            namespace=d.get("namespace"),
+            name=d.get("name"),
+            rate=rate,
+            code=int(code) if code is not None else None,
+            delay_ms=delay,
+            count=int(d["count"]) if d.get("count") is not None else None,
+            seed=d.get("seed"),
+            message=d.get("message"),
+            retry_after=int(d.get("retry_after", 1) or 1),
+        )
         rule._rng = random.Random(rule.seed)
         return rule
 
     def to_dict(self) -> dict:
-        return {"id": self.id, "verb": self.verb, "resource": self.resource, "namespace": self.namespace,
-                "name": self.name, "rate": self.rate, "code": self.code, "delay_ms": self.delay_ms,
-                "count": self.count, "seed": self.seed, "message": self.message,
-                "retry_after": self.retry_after, "injected": self.injected}
+        return {
+            "id": self.id,
+            "verb": self.verb,
+            "resource": self.resource,
+            "namespace": self.namespace,
+            "name": self.name,
+            "rate": self.rate,
+            "code": self.code,
+            "delay_ms": self.delay_ms,
+            "count": self.count,
+            "seed": self.seed,
+            "message": self.message,
+            "retry_after": self.retry_after,
+            "injected": self.injected,
+        }
 
     def matches(self, verb: str, resource: str, subresource: str, namespace: str, name: str) -> bool:
         if self.verb != "*" and self.verb != verb:
@@ -141,8 +173,9 @@ class FaultInjector:
                 raise ApiError(404, "NotFound", f"fault rule {rid} not found")
             return {"items": [r.to_dict() for r in self._rules]}
 
-    def check(self, verb: str, group: str, resource: str, subresource: str, namespace: str,
-              name: str) -> tuple[float, ApiError | None]:
+    def check(
+        self, verb: str, group: str, resource: str, subresource: str, namespace: str, name: str
+    ) -> tuple[float, ApiError | None]:
         """(delay seconds, error to answer or None) for one request."""
         with self._lock:
             for rule in self._rules:
@@ -166,8 +199,9 @@ def _fault_error(rule: FaultRule, group: str, resource: str, name: str) -> ApiEr
             return errors.conflict(resource, group, name, rule.message)
         return errors.modified_conflict(resource, group, name)
     if rule.code == 503:
-        return errors.service_unavailable(rule.message or "the server is currently unable to handle the "
-                                          "request")
+        return errors.service_unavailable(
+            rule.message or "the server is currently unable to handle the " "request"
+        )
     return errors.internal_error(rule.message or "injected fault (specpilot lab)")
 
 

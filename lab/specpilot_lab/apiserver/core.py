@@ -6,7 +6,6 @@ All mutations happen under ``store.lock``.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
@@ -30,11 +29,25 @@ from .util import clone, deep_equal, new_uid, now_rfc3339, random_suffix
 log = logging.getLogger("specpilot_lab.apiserver")
 
 BOOT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-OBJECT_META_FIELDS = frozenset({
-    "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
-    "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations",
-    "ownerReferences", "finalizers", "managedFields",
-})
+OBJECT_META_FIELDS = frozenset(
+    {
+        "name",
+        "generateName",
+        "namespace",
+        "selfLink",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "labels",
+        "annotations",
+        "ownerReferences",
+        "finalizers",
+        "managedFields",
+    }
+)
 SYSTEM_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds")
 
 
@@ -96,8 +109,9 @@ def _strip_volatile(obj: dict) -> dict:
     md = dict(c.get("metadata") or {})
     md.pop("resourceVersion", None)
     if "managedFields" in md:
-        md["managedFields"] = [{k: v for k, v in (e or {}).items() if k != "time"}
-                               for e in md["managedFields"] or []]
+        md["managedFields"] = [
+            {k: v for k, v in (e or {}).items() if k != "time"} for e in md["managedFields"] or []
+        ]
     c["metadata"] = md
     return c
 
@@ -105,8 +119,13 @@ def _strip_volatile(obj: dict) -> dict:
 class Cluster:
     """All state of one emulated cluster."""
 
-    def __init__(self, state_dir: str | os.PathLike, boot_crds: Iterable[str | os.PathLike] = (),
-                 boot_namespaces: Iterable[str] = BOOT_NAMESPACES, watch_history: int = 4096):
+    def __init__(
+        self,
+        state_dir: str | os.PathLike,
+        boot_crds: Iterable[str | os.PathLike] = (),
+        boot_namespaces: Iterable[str] = BOOT_NAMESPACES,
+        watch_history: int = 4096,
+    ):
         self.state_dir = Path(state_dir)
         self.store = Store(history=watch_history)
         self.lock = self.store.lock
@@ -133,8 +152,11 @@ class Cluster:
         docs: list[bytes] = []
         for path in paths:
             p = Path(path)
-            files = sorted(p.glob("*.yaml")) + sorted(p.glob("*.yml")) + sorted(p.glob("*.json")) \
-                if p.is_dir() else [p]
+            files = (
+                sorted(p.glob("*.yaml")) + sorted(p.glob("*.yml")) + sorted(p.glob("*.json"))
+                if p.is_dir()
+                else [p]
+            )
             for f in files:
                 docs.extend(_crd_docs_of_file(f))
         self._boot_crd_docs = docs
@@ -154,8 +176,12 @@ class Cluster:
             self._registry_changed()
             opts = WriteOptions(field_manager="kube-apiserver")
             for ns in self.boot_namespaces:
-                self.create(self.rt("", "v1", "namespaces"), None,
-                            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}, opts)
+                self.create(
+                    self.rt("", "v1", "namespaces"),
+                    None,
+                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+                    opts,
+                )
             crd_rt = self.rt("apiextensions.k8s.io", "v1", "customresourcedefinitions")
             kubectl = WriteOptions(field_manager="kubectl-create")
             for raw in self._boot_crd_docs:
@@ -186,7 +212,7 @@ class Cluster:
     def served_groups(self) -> dict[str, list[str]]:
         """group -> versions (preferred first)."""
         out: dict[str, set[str]] = {}
-        for (g, v, _p) in list(self.resources):
+        for g, v, _p in list(self.resources):
             out.setdefault(g, set()).add(v)
         return {g: sorted(vs, key=version_priority, reverse=True) for g, vs in out.items()}
 
@@ -246,8 +272,13 @@ class Cluster:
             raise errors.not_found(rt.plural, rt.group, name)
         return obj
 
-    def list(self, rt: ResourceType, namespace: str | None, labels: LabelSelector | None = None,
-             fields: FieldSelector | None = None) -> tuple[list[dict], int]:
+    def list(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        labels: LabelSelector | None = None,
+        fields: FieldSelector | None = None,
+    ) -> tuple[list[dict], int]:
         with self.lock:
             objs = self.store.list(rt.group_resource, namespace if rt.namespaced else None)
             rv = self.store.rv
@@ -278,24 +309,43 @@ class Cluster:
         if ns is None:
             raise errors.namespace_not_found(namespace or "")
         if _md(ns).get("deletionTimestamp"):
-            raise ApiError(403, "Forbidden",
-                           f'{errors.qualified(rt.plural, rt.group)} "{name}" is forbidden: unable to create new '
-                           f"content in namespace {namespace} because it is being terminated",
-                           {"name": name, **({"group": rt.group} if rt.group else {}), "kind": rt.plural,
-                            "causes": [{"reason": "NamespaceTerminating",
-                                        "message": f"namespace {namespace} is being terminated",
-                                        "field": "metadata.namespace"}]})
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'{errors.qualified(rt.plural, rt.group)} "{name}" is forbidden: unable to create new '
+                f"content in namespace {namespace} because it is being terminated",
+                {
+                    "name": name,
+                    **({"group": rt.group} if rt.group else {}),
+                    "kind": rt.plural,
+                    "causes": [
+                        {
+                            "reason": "NamespaceTerminating",
+                            "message": f"namespace {namespace} is being terminated",
+                            "field": "metadata.namespace",
+                        }
+                    ],
+                },
+            )
 
     def _check_crd_serving(self, rt: ResourceType, verb: str) -> None:
         if rt.crd_name:
             crd = self.store.get(crds.CRD_GR, "", rt.crd_name)
             if crd is not None and _md(crd).get("deletionTimestamp") and verb == "create":
                 raise errors.method_not_allowed(
-                    f"create not allowed while custom resource definition is terminating")
+                    f"create not allowed while custom resource definition is terminating"
+                )
 
     # ------------------------------------------------------------------ create
-    def create(self, rt: ResourceType, namespace: str | None, body: Any, opts: WriteOptions,
-               subresource: str | None = None, name: str = "") -> Result:
+    def create(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        body: Any,
+        opts: WriteOptions,
+        subresource: str | None = None,
+        name: str = "",
+    ) -> Result:
         if subresource == "binding" and rt.group_resource == ("", "pods"):
             return self._bind_pod(rt, namespace, name, body, opts)
         if subresource:
@@ -312,36 +362,58 @@ class Cluster:
             self._check_namespace(rt, namespace, md.get("name") or "")
             return self._create_locked(rt, obj, opts)
 
-    def _bind_pod(self, rt: ResourceType, namespace: str | None, name: str, body: Any,
-                  opts: WriteOptions) -> Result:
+    def _bind_pod(
+        self, rt: ResourceType, namespace: str | None, name: str, body: Any, opts: WriteOptions
+    ) -> Result:
         """POST pods/NAME/binding (what a scheduler does): sets spec.nodeName once."""
         if not isinstance(body, dict) or not (body.get("target") or {}).get("name"):
-            raise errors.ApiError(422, "Invalid", f'Binding.core "{name}" is invalid: target.name: Required value',
-                                  {"name": name, "kind": "Binding"})
+            raise errors.ApiError(
+                422,
+                "Invalid",
+                f'Binding.core "{name}" is invalid: target.name: Required value',
+                {"name": name, "kind": "Binding"},
+            )
         node = body["target"]["name"]
         with self.lock:
             old = self.get(rt, namespace, name)
             current = (old.get("spec") or {}).get("nodeName")
             if current:
-                raise errors.conflict(rt.plural, rt.group, name,
-                                      f"pod {name} is already assigned to node \"{current}\"")
+                raise errors.conflict(
+                    rt.plural, rt.group, name, f'pod {name} is already assigned to node "{current}"'
+                )
             if _md(old).get("deletionTimestamp"):
-                raise errors.conflict(rt.plural, rt.group, name, f"pod {name} is being deleted, cannot be assigned "
-                                      "to a host")
+                raise errors.conflict(
+                    rt.plural, rt.group, name, f"pod {name} is being deleted, cannot be assigned " "to a host"
+                )
             new = clone(old)
             new.setdefault("spec", {})["nodeName"] = node
-            conds = [c for c in (new.setdefault("status", {}).get("conditions") or [])
-                     if c.get("type") != "PodScheduled"]
-            conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
-                          "lastTransitionTime": now_rfc3339()})
+            conds = [
+                c
+                for c in (new.setdefault("status", {}).get("conditions") or [])
+                if c.get("type") != "PodScheduled"
+            ]
+            conds.append(
+                {
+                    "type": "PodScheduled",
+                    "status": "True",
+                    "lastProbeTime": None,
+                    "lastTransitionTime": now_rfc3339(),
+                }
+            )
             new["status"]["conditions"] = conds
             if not opts.dry_run:
                 stored = self.store.put(rt.group_resource, new, old)
                 self._after_write(rt, old, stored)
         return Result(errors.success_status(), [], 201)
 
-    def _create_locked(self, rt: ResourceType, obj: dict, opts: WriteOptions, apply: bool = False,
-                       warnings: list[str] | None = None) -> Result:
+    def _create_locked(
+        self,
+        rt: ResourceType,
+        obj: dict,
+        opts: WriteOptions,
+        apply: bool = False,
+        warnings: list[str] | None = None,
+    ) -> Result:
         md = obj["metadata"]
         for k in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "generation"):
             md.pop(k, None)
@@ -352,8 +424,11 @@ class Cluster:
                 obj.pop("status", None)
         elif rt.group_resource == crds.CRD_GR:
             obj.pop("status", None)
-            obj["status"] = {"acceptedNames": {"kind": "", "plural": ""}, "conditions": [],
-                             "storedVersions": []}
+            obj["status"] = {
+                "acceptedNames": {"kind": "", "plural": ""},
+                "conditions": [],
+                "storedVersions": [],
+            }
         else:
             kinds.prepare_create(rt, obj, self)
         res = self._admit(rt, None, obj, opts, None, apply=apply, warnings=warnings)
@@ -368,27 +443,32 @@ class Cluster:
 
     def _decode(self, rt: ResourceType, body: Any) -> dict:
         if not isinstance(body, dict):
-            raise errors.bad_request(f"Object 'Kind' is missing in '{json.dumps(body)[:200]}'"
-                                     if body is not None else "the body of the request was empty")
+            raise errors.bad_request(
+                f"Object 'Kind' is missing in '{json.dumps(body)[:200]}'"
+                if body is not None
+                else "the body of the request was empty"
+            )
         obj = clone(body)
         api_version = obj.get("apiVersion")
         kind = obj.get("kind")
         if api_version and api_version != rt.api_version:
-            same_group = api_version.rpartition("/")[0] == rt.group
-            if not (same_group and self.find(rt.group, api_version.rpartition("/")[2], rt.plural)):
-                raise errors.bad_request(f"the API version in the data ({api_version}) does not match the "
-                                         f"expected API version ({rt.api_version})")
+            raise errors.bad_request(
+                f"the API version in the data ({api_version}) does not match the "
+                f"expected API version ({rt.api_version})"
+            )
         if kind and kind != rt.kind:
-            raise errors.bad_request(f"the kind in the data ({kind}) does not match the expected kind "
-                                     f"({rt.kind})")
+            raise errors.bad_request(
+                f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})"
+            )
         obj["apiVersion"] = rt.api_version
         obj["kind"] = rt.kind
         md = obj.get("metadata")
         if md is None:
             md = obj["metadata"] = {}
         if not isinstance(md, dict):
-            raise errors.bad_request("json: cannot unmarshal into Go struct field .metadata of type "
-                                     "v1.ObjectMeta")
+            raise errors.bad_request(
+                "json: cannot unmarshal into Go struct field .metadata of type " "v1.ObjectMeta"
+            )
         if not rt.is_custom:
             msg = kinds.decode_errors(rt, obj)
             if msg:
@@ -399,15 +479,23 @@ class Cluster:
         if rt.namespaced:
             body_ns = md.get("namespace")
             if body_ns and namespace and body_ns != namespace:
-                raise errors.bad_request("the namespace of the provided object does not match the namespace "
-                                         "sent on the request")
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace " "sent on the request"
+                )
             md["namespace"] = namespace or body_ns or ""
         else:
             md.pop("namespace", None)
 
     # ------------------------------------------------------------------ update (PUT)
-    def update(self, rt: ResourceType, namespace: str | None, name: str, body: Any, opts: WriteOptions,
-               subresource: str | None = None) -> Result:
+    def update(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        opts: WriteOptions,
+        subresource: str | None = None,
+    ) -> Result:
         if subresource not in (None, "status", "finalize", "scale"):
             raise errors.method_not_allowed()
         if subresource == "scale":
@@ -415,8 +503,9 @@ class Cluster:
         obj = self._decode(rt, body)
         md = obj["metadata"]
         if md.get("name") and md["name"] != name:
-            raise errors.bad_request(f"the name of the object ({md['name']}) does not match the name on the "
-                                     f"URL ({name})")
+            raise errors.bad_request(
+                f"the name of the object ({md['name']}) does not match the name on the " f"URL ({name})"
+            )
         md["name"] = name
         self._check_body_namespace(rt, namespace, md)
         with self.lock:
@@ -432,8 +521,9 @@ class Cluster:
                 raise errors.modified_conflict(rt.plural, rt.group, name)
             if subresource == "finalize":
                 merged = clone(old)
-                merged.setdefault("spec", {})["finalizers"] = list((obj.get("spec") or {}).get("finalizers")
-                                                                   or [])
+                merged.setdefault("spec", {})["finalizers"] = list(
+                    (obj.get("spec") or {}).get("finalizers") or []
+                )
                 res = self._admit(rt, old, merged, opts, None)
                 self._process_pending()
                 return res
@@ -441,8 +531,16 @@ class Cluster:
             return res
 
     # ------------------------------------------------------------------ patch
-    def patch(self, rt: ResourceType, namespace: str | None, name: str, patch_body: Any, patch_type: str,
-              opts: WriteOptions, subresource: str | None = None) -> Result:
+    def patch(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        patch_body: Any,
+        patch_type: str,
+        opts: WriteOptions,
+        subresource: str | None = None,
+    ) -> Result:
         if subresource not in (None, "status", "scale"):
             raise errors.method_not_allowed()
         pm = _patch_mod()
@@ -450,8 +548,10 @@ class Cluster:
             if rt.is_custom:
                 raise errors.unsupported_media_type(errors.UNSUPPORTED_PATCH_CR)
         if patch_type == "apply" and not opts.field_manager:
-            raise errors.bad_request("PATCH is not supported for apply without a fieldManager; "
-                                     "fieldManager is required for apply requests")
+            raise errors.bad_request(
+                "PATCH is not supported for apply without a fieldManager; "
+                "fieldManager is required for apply requests"
+            )
         if subresource == "scale":
             return self._patch_scale(rt, namespace, name, patch_body, patch_type, opts)
         with self.lock:
@@ -467,8 +567,9 @@ class Cluster:
                     warnings = self._prune_unknown(rt, config, opts)
                     info = self._type_info(rt)
                     try:
-                        new = pm.server_side_apply(None, config, opts.field_manager, opts.force, info,
-                                                   self._now())
+                        new = pm.server_side_apply(
+                            None, config, opts.field_manager, opts.force, info, self._now()
+                        )
                     except pm.PatchError as exc:
                         raise self._patch_error(exc, rt, name) from None
                     new["apiVersion"], new["kind"] = rt.api_version, rt.kind
@@ -479,8 +580,15 @@ class Cluster:
                 warnings = self._prune_unknown(rt, config, opts)
                 info = self._type_info(rt)
                 try:
-                    new = pm.server_side_apply(old, config, opts.field_manager, opts.force, info,
-                                               self._now(), subresource=subresource)
+                    new = pm.server_side_apply(
+                        old,
+                        config,
+                        opts.field_manager,
+                        opts.force,
+                        info,
+                        self._now(),
+                        subresource=subresource,
+                    )
                 except pm.PatchError as exc:
                     raise self._patch_error(exc, rt, name) from None
                 self._check_patch_rv(rt, old, new, name, config)
@@ -492,8 +600,9 @@ class Cluster:
                     new = pm.json_merge_patch(old, patch_body)
                 elif patch_type == "json":
                     if not isinstance(patch_body, list):
-                        raise errors.bad_request("json: cannot unmarshal object into Go value of type "
-                                                 "jsonpatch.Patch")
+                        raise errors.bad_request(
+                            "json: cannot unmarshal object into Go value of type " "jsonpatch.Patch"
+                        )
                     new = pm.json_patch(old, patch_body)
                 elif patch_type == "strategic":
                     new = pm.strategic_merge_patch(old, patch_body, self._type_info(rt))
@@ -506,17 +615,22 @@ class Cluster:
             self._check_patch_rv(rt, old, new, name, patch_body if isinstance(patch_body, dict) else None)
             if new.get("apiVersion") not in (None, rt.api_version) or new.get("kind") not in (None, rt.kind):
                 if new.get("kind") not in (None, rt.kind):
-                    raise errors.bad_request(f"the kind in the data ({new.get('kind')}) does not match the "
-                                             f"expected kind ({rt.kind})")
+                    raise errors.bad_request(
+                        f"the kind in the data ({new.get('kind')}) does not match the "
+                        f"expected kind ({rt.kind})"
+                    )
             md = new.get("metadata")
             if not isinstance(md, dict):
                 new["metadata"] = md = {}
             if md.get("name") not in (None, name):
-                raise errors.bad_request(f"the name of the object ({md.get('name')}) does not match the name "
-                                         f"on the URL ({name})")
+                raise errors.bad_request(
+                    f"the name of the object ({md.get('name')}) does not match the name "
+                    f"on the URL ({name})"
+                )
             if rt.namespaced and md.get("namespace") not in (None, "", namespace):
-                raise errors.bad_request("the namespace of the provided object does not match the namespace "
-                                         "sent on the request")
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace " "sent on the request"
+                )
             md["name"] = name
             if rt.namespaced:
                 md["namespace"] = namespace or ""
@@ -541,22 +655,28 @@ class Cluster:
             raise errors.bad_request("kind must be set")
         if body.get("kind") != rt.kind or body.get("apiVersion") != rt.api_version:
             if body.get("kind") != rt.kind:
-                raise errors.bad_request(f"the kind in the data ({body.get('kind')}) does not match the "
-                                         f"expected kind ({rt.kind})")
-            raise errors.bad_request(f"the API version in the data ({body.get('apiVersion')}) does not match "
-                                     f"the expected API version ({rt.api_version})")
+                raise errors.bad_request(
+                    f"the kind in the data ({body.get('kind')}) does not match the "
+                    f"expected kind ({rt.kind})"
+                )
+            raise errors.bad_request(
+                f"the API version in the data ({body.get('apiVersion')}) does not match "
+                f"the expected API version ({rt.api_version})"
+            )
         config = clone(body)
         md = config.get("metadata")
         if not isinstance(md, dict):
             md = config["metadata"] = {}
         if md.get("name") and md["name"] != name:
-            raise errors.bad_request(f"the name of the object ({md['name']}) does not match the name on the "
-                                     f"URL ({name})")
+            raise errors.bad_request(
+                f"the name of the object ({md['name']}) does not match the name on the " f"URL ({name})"
+            )
         md["name"] = name
         if rt.namespaced:
             if md.get("namespace") and md["namespace"] != namespace:
-                raise errors.bad_request("the namespace of the provided object does not match the namespace "
-                                         "sent on the request")
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace " "sent on the request"
+                )
             md["namespace"] = namespace or ""
         else:
             md.pop("namespace", None)
@@ -612,20 +732,36 @@ class Cluster:
 
         sel = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
         return {
-            "kind": "Scale", "apiVersion": "autoscaling/v1",
-            "metadata": {k: md[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
-                         if k in md},
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": {
+                k: md[k]
+                for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                if k in md
+            },
             "spec": {"replicas": get_path(obj, spec_path) or 0},
-            "status": {"replicas": get_path(obj, status_path) or 0,
-                       "selector": ",".join(f"{k}={v}" for k, v in sorted(sel.items()))},
+            "status": {
+                "replicas": get_path(obj, status_path) or 0,
+                "selector": ",".join(f"{k}={v}" for k, v in sorted(sel.items())),
+            },
         }
 
-    def _set_replicas(self, rt: ResourceType, namespace: str | None, name: str, replicas: Any,
-                      rv: str | None, opts: WriteOptions) -> Result:
+    def _set_replicas(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        replicas: Any,
+        rv: str | None,
+        opts: WriteOptions,
+    ) -> Result:
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
-            raise errors.invalid("Scale", "autoscaling", name,
-                                 [FieldErr("Invalid", "spec.replicas", "must be greater than or equal to 0",
-                                           replicas, True)])
+            raise errors.invalid(
+                "Scale",
+                "autoscaling",
+                name,
+                [FieldErr("Invalid", "spec.replicas", "must be greater than or equal to 0", replicas, True)],
+            )
         with self.lock:
             old = self.get(rt, namespace, name)
             if rv and rv != _md(old).get("resourceVersion"):
@@ -640,17 +776,31 @@ class Cluster:
             res.obj = self._scale_of(rt, res.obj)
             return res
 
-    def _update_scale(self, rt: ResourceType, namespace: str | None, name: str, body: Any,
-                      opts: WriteOptions) -> Result:
+    def _update_scale(
+        self, rt: ResourceType, namespace: str | None, name: str, body: Any, opts: WriteOptions
+    ) -> Result:
         if not rt.scale_paths:
             raise errors.resource_not_found()
         if not isinstance(body, dict):
             raise errors.bad_request("invalid Scale body")
-        return self._set_replicas(rt, namespace, name, (body.get("spec") or {}).get("replicas"),
-                                  _md(body).get("resourceVersion"), opts)
+        return self._set_replicas(
+            rt,
+            namespace,
+            name,
+            (body.get("spec") or {}).get("replicas"),
+            _md(body).get("resourceVersion"),
+            opts,
+        )
 
-    def _patch_scale(self, rt: ResourceType, namespace: str | None, name: str, patch_body: Any,
-                     patch_type: str, opts: WriteOptions) -> Result:
+    def _patch_scale(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        patch_body: Any,
+        patch_type: str,
+        opts: WriteOptions,
+    ) -> Result:
         if not rt.scale_paths:
             raise errors.resource_not_found()
         pm = _patch_mod()
@@ -687,8 +837,16 @@ class Cluster:
             raise errors.bad_request("strict decoding error: " + ", ".join(msgs))
         return msgs
 
-    def _admit(self, rt: ResourceType, old: dict | None, new: dict, opts: WriteOptions,
-               subresource: str | None, apply: bool = False, warnings: list[str] | None = None) -> Result:
+    def _admit(
+        self,
+        rt: ResourceType,
+        old: dict | None,
+        new: dict,
+        opts: WriteOptions,
+        subresource: str | None,
+        apply: bool = False,
+        warnings: list[str] | None = None,
+    ) -> Result:
         warnings = list(warnings or [])
         md = new.setdefault("metadata", {})
         new["apiVersion"], new["kind"] = rt.api_version, rt.kind
@@ -732,8 +890,11 @@ class Cluster:
             md["name"] = omd.get("name")
             if rt.namespaced:
                 md["namespace"] = omd.get("namespace")
-            md.pop("generateName", None) if "generateName" not in omd else md.__setitem__(
-                "generateName", omd["generateName"])
+            (
+                md.pop("generateName", None)
+                if "generateName" not in omd
+                else md.__setitem__("generateName", omd["generateName"])
+            )
         md.pop("selfLink", None)
         md.pop("resourceVersion", None)
         # --- validation
@@ -782,7 +943,9 @@ class Cluster:
                 final = self._remove(rt, old)
                 self._process_pending()
                 return Result(final, warnings)
-        if old is None and self.store.get(rt.group_resource, md.get("namespace", "") or "", md.get("name", "")):
+        if old is None and self.store.get(
+            rt.group_resource, md.get("namespace", "") or "", md.get("name", "")
+        ):
             raise errors.already_exists(rt.plural, rt.group, md.get("name", ""))
         if opts.dry_run:
             if old is not None:
@@ -804,8 +967,15 @@ class Cluster:
 
     def _invalid(self, rt: ResourceType, name: str, errs: list[FieldErr], schema_errs: list[Any]) -> ApiError:
         sm = _schema_mod()
-        converted = [sm.FieldError(FieldErr.REASONS.get(e.type, "FieldValueInvalid"), e.field, e.detail,
-                                   e.value if e.has_value else sm.OMIT) for e in errs]
+        converted = [
+            sm.FieldError(
+                FieldErr.REASONS.get(e.type, "FieldValueInvalid"),
+                e.field,
+                e.detail,
+                e.value if e.has_value else sm.OMIT,
+            )
+            for e in errs
+        ]
         body = sm.invalid_status(rt.kind, rt.group, name, converted + list(schema_errs))
         return ApiError(422, "Invalid", body.get("message", ""), body=body)
 
@@ -834,9 +1004,15 @@ class Cluster:
         name = _md(ns).get("name", "")
         sa_rt = self.rt("", "v1", "serviceaccounts")
         if self.store.get(sa_rt.group_resource, name, "default") is None:
-            self._create_locked(sa_rt, {"apiVersion": "v1", "kind": "ServiceAccount",
-                                        "metadata": {"name": "default", "namespace": name}},
-                                WriteOptions(field_manager="kube-controller-manager"))
+            self._create_locked(
+                sa_rt,
+                {
+                    "apiVersion": "v1",
+                    "kind": "ServiceAccount",
+                    "metadata": {"name": "default", "namespace": name},
+                },
+                WriteOptions(field_manager="kube-controller-manager"),
+            )
 
     # ------------------------------------------------------------------ delete
     def delete(self, rt: ResourceType, namespace: str | None, name: str, opts: DeleteOptions) -> Result:
@@ -846,14 +1022,22 @@ class Cluster:
                 raise errors.not_found(rt.plural, rt.group, name)
             md = _md(obj)
             if opts.precondition_uid and opts.precondition_uid != md.get("uid"):
-                raise errors.conflict(rt.plural, rt.group, name,
-                                      f"Precondition failed: UID in precondition: {opts.precondition_uid}, "
-                                      f"UID in object meta: {md.get('uid')}")
+                raise errors.conflict(
+                    rt.plural,
+                    rt.group,
+                    name,
+                    f"Precondition failed: UID in precondition: {opts.precondition_uid}, "
+                    f"UID in object meta: {md.get('uid')}",
+                )
             if opts.precondition_rv and opts.precondition_rv != md.get("resourceVersion"):
-                raise errors.conflict(rt.plural, rt.group, name,
-                                      f"the ResourceVersion in the precondition ({opts.precondition_rv}) does "
-                                      f"not match the ResourceVersion in record ({md.get('resourceVersion')}). "
-                                      "The object might have been modified")
+                raise errors.conflict(
+                    rt.plural,
+                    rt.group,
+                    name,
+                    f"the ResourceVersion in the precondition ({opts.precondition_rv}) does "
+                    f"not match the ResourceVersion in record ({md.get('resourceVersion')}). "
+                    "The object might have been modified",
+                )
             result = self._delete_locked(rt, obj, opts)
             if not opts.dry_run:
                 self._process_pending()
@@ -902,8 +1086,9 @@ class Cluster:
         if opts.dry_run:
             return Result(obj if rt.return_deleted_object else self._status_for_delete(rt, obj), [], 200)
         final = self._remove(rt, obj)
-        return Result(self.view(rt, final) if rt.return_deleted_object else self._status_for_delete(rt, obj),
-                      [], 200)
+        return Result(
+            self.view(rt, final) if rt.return_deleted_object else self._status_for_delete(rt, obj), [], 200
+        )
 
     def _remove(self, rt: ResourceType, obj: dict) -> dict:
         ns, name = _ns_name(obj)
@@ -986,8 +1171,9 @@ class Cluster:
                     self._delete_locked(rt, obj, DeleteOptions(propagation="Background"))
                     changed = True
         if remaining:
-            remaining = sum(self.store.count(gr, name) for gr, rt in self.storage_types().items()
-                            if rt.namespaced)
+            remaining = sum(
+                self.store.count(gr, name) for gr, rt in self.storage_types().items() if rt.namespaced
+            )
         if remaining == 0:
             cur = self.store.get(ns_rt.group_resource, "", name)
             if (cur.get("spec") or {}).get("finalizers"):
@@ -1088,8 +1274,14 @@ class Cluster:
         finally:
             self._processing_pending = False
 
-    def delete_collection(self, rt: ResourceType, namespace: str | None, labels: LabelSelector | None,
-                          fields: FieldSelector | None, opts: DeleteOptions) -> Result:
+    def delete_collection(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        labels: LabelSelector | None,
+        fields: FieldSelector | None,
+        opts: DeleteOptions,
+    ) -> Result:
         if "deletecollection" not in rt.verbs:
             raise errors.method_not_allowed()
         with self.lock:
@@ -1097,12 +1289,21 @@ class Cluster:
             items = []
             for obj in objs:
                 res = self._delete_locked(rt, obj, opts)
-                items.append(res.obj if isinstance(res.obj, dict) and res.obj.get("kind") == rt.kind
-                              else self.view(rt, obj))
+                items.append(
+                    res.obj
+                    if isinstance(res.obj, dict) and res.obj.get("kind") == rt.kind
+                    else self.view(rt, obj)
+                )
             if not opts.dry_run:
                 self._process_pending()
-            return Result({"kind": rt.list_kind, "apiVersion": rt.api_version,
-                           "metadata": {"resourceVersion": str(self.store.rv)}, "items": items})
+            return Result(
+                {
+                    "kind": rt.list_kind,
+                    "apiVersion": rt.api_version,
+                    "metadata": {"resourceVersion": str(self.store.rv)},
+                    "items": items,
+                }
+            )
 
     # ------------------------------------------------------------------ after-the-fact hooks
     def after_mutation(self) -> None:
@@ -1143,8 +1344,9 @@ class Cluster:
                     if owner_rt.namespaced and not rt.namespaced:
                         dangling.append(ref)
                         continue
-                    owner = self.store.get(owner_rt.group_resource, ns if owner_rt.namespaced else "",
-                                           ref.get("name", ""))
+                    owner = self.store.get(
+                        owner_rt.group_resource, ns if owner_rt.namespaced else "", ref.get("name", "")
+                    )
                     if owner is None or _md(owner).get("uid") != ref.get("uid"):
                         dangling.append(ref)
                 if not dangling:
@@ -1178,15 +1380,17 @@ class Cluster:
         path = podlogs.log_path(self.state_dir, namespace, pod_name, container, previous)
         if previous:
             if not path.exists():
-                raise errors.bad_request(f'previous terminated container "{container}" in pod "{pod_name}" '
-                                         "not found")
+                raise errors.bad_request(
+                    f'previous terminated container "{container}" in pod "{pod_name}" ' "not found"
+                )
             return path
         if not path.exists():
             for st in (pod.get("status") or {}).get("containerStatuses") or []:
                 if st.get("name") == container and (st.get("state") or {}).get("waiting"):
                     reason = st["state"]["waiting"].get("reason") or "ContainerCreating"
-                    raise errors.bad_request(f'container "{container}" in pod "{pod_name}" is waiting to '
-                                             f"start: {reason}")
+                    raise errors.bad_request(
+                        f'container "{container}" in pod "{pod_name}" is waiting to ' f"start: {reason}"
+                    )
             return None
         return path
 
@@ -1201,10 +1405,6 @@ class Cluster:
             if cs.get("name") == container and "terminated" in (cs.get("state") or {}):
                 return True
         return False
-
-
-def decode_secret_value(value: str) -> bytes:
-    return base64.b64decode(value)
 
 
 def _cache_dir() -> Path | None:
@@ -1238,8 +1438,11 @@ def _crd_docs_of_file(path: Path) -> list[bytes]:
         if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
             docs.append(doc)
         elif isinstance(doc, dict) and doc.get("kind") == "List":
-            docs.extend(i for i in doc.get("items") or []
-                        if isinstance(i, dict) and i.get("kind") == "CustomResourceDefinition")
+            docs.extend(
+                i
+                for i in doc.get("items") or []
+                if isinstance(i, dict) and i.get("kind") == "CustomResourceDefinition"
+            )
     out = [json.dumps(d, separators=(",", ":")).encode() for d in docs]
     if cached is not None:
         try:

@@ -45,54 +45,117 @@ def validate(crd: dict, old: dict | None, compile_schema: Callable[[dict], Any])
     if not group:
         errs.append(FieldErr("Required", "spec.group"))
     elif "." not in group:
-        errs.append(FieldErr("Invalid", "spec.group", "should be a domain with at least one dot", group, True))
+        errs.append(
+            FieldErr("Invalid", "spec.group", "should be a domain with at least one dot", group, True)
+        )
     elif not _DNS_SUBDOMAIN.match(group):
-        errs.append(FieldErr("Invalid", "spec.group", "a lowercase RFC 1123 subdomain must consist of lower "
-                             "case alphanumeric characters, '-' or '.', and must start and end with an "
-                             "alphanumeric character", group, True))
+        errs.append(
+            FieldErr(
+                "Invalid",
+                "spec.group",
+                "a lowercase RFC 1123 subdomain must consist of lower "
+                "case alphanumeric characters, '-' or '.', and must start and end with an "
+                "alphanumeric character",
+                group,
+                True,
+            )
+        )
     if md.get("name") and plural and group and md["name"] != f"{plural}.{group}":
-        errs.append(FieldErr("Invalid", "metadata.name", 'must be spec.names.plural+"."+spec.group',
-                             md["name"], True))
+        errs.append(
+            FieldErr("Invalid", "metadata.name", 'must be spec.names.plural+"."+spec.group', md["name"], True)
+        )
     if not plural:
         errs.append(FieldErr("Required", "spec.names.plural"))
     elif not _DNS_1035.match(plural):
-        errs.append(FieldErr("Invalid", "spec.names.plural", "a DNS-1035 label must consist of lower case "
-                             "alphanumeric characters or '-', start with an alphabetic character, and end "
-                             "with an alphanumeric character", plural, True))
+        errs.append(
+            FieldErr(
+                "Invalid",
+                "spec.names.plural",
+                "a DNS-1035 label must consist of lower case "
+                "alphanumeric characters or '-', start with an alphabetic character, and end "
+                "with an alphanumeric character",
+                plural,
+                True,
+            )
+        )
     for key in ("singular",):
         v = names.get(key)
         if v and not _DNS_1035.match(v):
-            errs.append(FieldErr("Invalid", f"spec.names.{key}", "a DNS-1035 label must consist of lower "
-                                 "case alphanumeric characters or '-', start with an alphabetic character, and "
-                                 "end with an alphanumeric character", v, True))
+            errs.append(
+                FieldErr(
+                    "Invalid",
+                    f"spec.names.{key}",
+                    "a DNS-1035 label must consist of lower "
+                    "case alphanumeric characters or '-', start with an alphabetic character, and "
+                    "end with an alphanumeric character",
+                    v,
+                    True,
+                )
+            )
     kind = names.get("kind") or ""
     if not kind:
         errs.append(FieldErr("Required", "spec.names.kind"))
     elif not _KIND.match(kind):
-        errs.append(FieldErr("Invalid", "spec.names.kind", "may have mixed case, but should otherwise "
-                             "match: [a-z]([-a-z0-9]*[a-z0-9])?", kind, True))
+        errs.append(
+            FieldErr(
+                "Invalid",
+                "spec.names.kind",
+                "may have mixed case, but should otherwise " "match: [a-z]([-a-z0-9]*[a-z0-9])?",
+                kind,
+                True,
+            )
+        )
     for i, sn in enumerate(names.get("shortNames") or []):
         if not isinstance(sn, str) or not _DNS_1035.match(sn):
-            errs.append(FieldErr("Invalid", f"spec.names.shortNames[{i}]", "a DNS-1035 label must consist of "
-                                 "lower case alphanumeric characters or '-'", sn, True))
+            errs.append(
+                FieldErr(
+                    "Invalid",
+                    f"spec.names.shortNames[{i}]",
+                    "a DNS-1035 label must consist of " "lower case alphanumeric characters or '-'",
+                    sn,
+                    True,
+                )
+            )
     scope = spec.get("scope")
     if not scope:
         errs.append(FieldErr("Required", "spec.scope"))
     elif scope not in ("Cluster", "Namespaced"):
-        errs.append(FieldErr("NotSupported", "spec.scope", 'supported values: "Cluster", "Namespaced"',
-                             scope, True))
+        errs.append(
+            FieldErr("NotSupported", "spec.scope", 'supported values: "Cluster", "Namespaced"', scope, True)
+        )
     versions = spec.get("versions")
     if not isinstance(versions, list) or not versions:
-        errs.append(FieldErr("Invalid", "spec.versions", "must have exactly one version marked as storage "
-                             "version", versions, True))
+        errs.append(
+            FieldErr(
+                "Invalid",
+                "spec.versions",
+                "must have exactly one version marked as storage " "version",
+                versions,
+                True,
+            )
+        )
         versions = []
     storage = [v for v in versions if isinstance(v, dict) and v.get("storage")]
     if versions and len(storage) != 1:
-        errs.append(FieldErr("Invalid", "spec.versions", "must have exactly one version marked as storage "
-                             "version", [v.get("name") for v in storage], True))
+        errs.append(
+            FieldErr(
+                "Invalid",
+                "spec.versions",
+                "must have exactly one version marked as storage " "version",
+                [v.get("name") for v in storage],
+                True,
+            )
+        )
     if versions and not any(isinstance(v, dict) and v.get("served") for v in versions):
-        errs.append(FieldErr("Invalid", "spec.versions", "must have at least one served version",
-                             [v.get("name") for v in versions if isinstance(v, dict)], True))
+        errs.append(
+            FieldErr(
+                "Invalid",
+                "spec.versions",
+                "must have at least one served version",
+                [v.get("name") for v in versions if isinstance(v, dict)],
+                True,
+            )
+        )
     seen: set[str] = set()
     for i, v in enumerate(versions):
         p = f"spec.versions[{i}]"
@@ -115,8 +178,9 @@ def validate(crd: dict, old: dict | None, compile_schema: Callable[[dict], Any])
             errs.append(FieldErr("Invalid", f"{p}.schema.openAPIV3Schema", "must be an object", schema, True))
         else:
             if schema.get("type") != "object":
-                errs.append(FieldErr("Required", f"{p}.schema.openAPIV3Schema.type",
-                                     "must not be empty at the root"))
+                errs.append(
+                    FieldErr("Required", f"{p}.schema.openAPIV3Schema.type", "must not be empty at the root")
+                )
             try:
                 compile_schema(schema)
             except Exception as exc:  # the schema compiler's own message says what is wrong
@@ -129,8 +193,15 @@ def validate(crd: dict, old: dict | None, compile_schema: Callable[[dict], Any])
                 if not c.get(req):
                     errs.append(FieldErr("Required", f"{cp}.{req}"))
             if c.get("type") and c["type"] not in ("integer", "number", "string", "boolean", "date"):
-                errs.append(FieldErr("NotSupported", f"{cp}.type", 'supported values: "boolean", "date", '
-                                     '"integer", "number", "string"', c["type"], True))
+                errs.append(
+                    FieldErr(
+                        "NotSupported",
+                        f"{cp}.type",
+                        'supported values: "boolean", "date", ' '"integer", "number", "string"',
+                        c["type"],
+                        True,
+                    )
+                )
     if old is not None:
         ospec = old.get("spec") or {}
         if group and group != ospec.get("group"):
@@ -142,13 +213,15 @@ def validate(crd: dict, old: dict | None, compile_schema: Callable[[dict], Any])
 
 def accepted_names(crd: dict) -> dict:
     names = dict((crd.get("spec") or {}).get("names") or {})
-    return {k: names[k] for k in ("categories", "kind", "listKind", "plural", "shortNames", "singular")
-            if k in names}
+    return {
+        k: names[k]
+        for k in ("categories", "kind", "listKind", "plural", "shortNames", "singular")
+        if k in names
+    }
 
 
 def condition(ctype: str, status: str, reason: str, message: str, when: str) -> dict:
-    return {"lastTransitionTime": when, "message": message, "reason": reason, "status": status,
-            "type": ctype}
+    return {"lastTransitionTime": when, "message": message, "reason": reason, "status": status, "type": ctype}
 
 
 def established_status(crd: dict, old_status: dict | None, when: str) -> dict:
@@ -169,8 +242,11 @@ def established_status(crd: dict, old_status: dict | None, when: str) -> dict:
 
     conds = [
         keep(condition("NamesAccepted", "True", "NoConflicts", "no conflicts found", when)),
-        keep(condition("Established", "True", "InitialNamesAccepted", "the initial names have been accepted",
-                       when)),
+        keep(
+            condition(
+                "Established", "True", "InitialNamesAccepted", "the initial names have been accepted", when
+            )
+        ),
     ]
     return {"acceptedNames": accepted_names(crd), "conditions": conds, "storedVersions": stored}
 
@@ -178,8 +254,15 @@ def established_status(crd: dict, old_status: dict | None, when: str) -> dict:
 def terminating_status(status: dict | None, when: str) -> dict:
     st = dict(status or {})
     conds = [c for c in st.get("conditions") or [] if c.get("type") != "Terminating"]
-    conds.append(condition("Terminating", "True", "InstanceDeletionInProgress",
-                           "CustomResource deletion is in progress", when))
+    conds.append(
+        condition(
+            "Terminating",
+            "True",
+            "InstanceDeletionInProgress",
+            "CustomResource deletion is in progress",
+            when,
+        )
+    )
     st["conditions"] = conds
     return st
 
@@ -204,21 +287,32 @@ def resource_types(crd: dict, compile_schema: Callable[[dict], Any]) -> list[Res
         if "scale" in sr:
             subs["scale"] = ["get", "patch", "update"]
         rt = ResourceType(
-            group=spec.get("group", ""), version=v["name"], plural=names.get("plural", ""),
-            kind=names.get("kind", ""), namespaced=spec.get("scope") == "Namespaced",
+            group=spec.get("group", ""),
+            version=v["name"],
+            plural=names.get("plural", ""),
+            kind=names.get("kind", ""),
+            namespaced=spec.get("scope") == "Namespaced",
             singular=names.get("singular") or str(names.get("kind", "")).lower(),
-            short_names=list(names.get("shortNames") or []), categories=list(names.get("categories") or []),
-            subresources=subs, has_generation=True, return_deleted_object=True,
-            crd_name=(crd.get("metadata") or {}).get("name"), schema=compile_schema(schema_doc),
+            short_names=list(names.get("shortNames") or []),
+            categories=list(names.get("categories") or []),
+            subresources=subs,
+            has_generation=True,
+            return_deleted_object=True,
+            crd_name=(crd.get("metadata") or {}).get("name"),
+            schema=compile_schema(schema_doc),
             printer_columns=v.get("additionalPrinterColumns"),
             preserve_unknown_root=bool(schema_doc.get("x-kubernetes-preserve-unknown-fields")),
-            served=True, storage=bool(v.get("storage")), deprecated=bool(v.get("deprecated")),
+            served=True,
+            storage=bool(v.get("storage")),
+            deprecated=bool(v.get("deprecated")),
             deprecation_warning=v.get("deprecationWarning"),
         )
         if "scale" in sr:
             sc = sr["scale"] or {}
-            rt.scale_paths = {"spec": (sc.get("specReplicasPath") or ".spec.replicas").lstrip("."),
-                              "status": (sc.get("statusReplicasPath") or ".status.replicas").lstrip(".")}
+            rt.scale_paths = {
+                "spec": (sc.get("specReplicasPath") or ".spec.replicas").lstrip("."),
+                "status": (sc.get("statusReplicasPath") or ".status.replicas").lstrip("."),
+            }
         out.append(rt)
     out.sort(key=lambda r: version_priority(r.version), reverse=True)
     return out

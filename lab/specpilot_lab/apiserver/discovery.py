@@ -42,9 +42,15 @@ class Discovery:
             groups = self.cluster.served_groups()
             resources = self.cluster.all_resources()
         cache: dict[str, bytes] = {}
-        cache["/api"] = dumps({"kind": "APIVersions", "versions": ["v1"],
-                               "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0",
-                                                               "serverAddress": "127.0.0.1:6443"}]})
+        cache["/api"] = dumps(
+            {
+                "kind": "APIVersions",
+                "versions": ["v1"],
+                "serverAddressByClientCIDRs": [
+                    {"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:6443"}
+                ],
+            }
+        )
         group_docs = []
         order = {g: i for i, g in enumerate(GROUP_ORDER)}
         named = sorted((g for g in groups if g), key=lambda g: (order.get(g, len(order)), g))
@@ -59,10 +65,18 @@ class Discovery:
             by_gv.setdefault((rt.group, rt.version), []).extend(rt.discovery_entries())
         for (g, v), entries in by_gv.items():
             if g:
-                cache[f"/apis/{g}/{v}"] = dumps({"kind": "APIResourceList", "apiVersion": "v1",
-                                                 "groupVersion": f"{g}/{v}", "resources": entries})
+                cache[f"/apis/{g}/{v}"] = dumps(
+                    {
+                        "kind": "APIResourceList",
+                        "apiVersion": "v1",
+                        "groupVersion": f"{g}/{v}",
+                        "resources": entries,
+                    }
+                )
             else:
-                cache[f"/api/{v}"] = dumps({"kind": "APIResourceList", "groupVersion": v, "resources": entries})
+                cache[f"/api/{v}"] = dumps(
+                    {"kind": "APIResourceList", "groupVersion": v, "resources": entries}
+                )
         cache["/openapi/v2#pb"] = openapi.openapi_v2_protobuf(resources)
         cache["/openapi/v2"] = dumps(openapi.openapi_v2_json(resources))
         v3 = openapi.openapi_v3_docs(resources)

@@ -34,8 +34,15 @@ def success_status(details: dict | None = None) -> dict:
 class ApiError(Exception):
     """An error answered as a ``Status`` body with an HTTP code."""
 
-    def __init__(self, code: int, reason: str, message: str, details: dict | None = None,
-                 headers: dict | None = None, body: dict | None = None):
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        details: dict | None = None,
+        headers: dict | None = None,
+        body: dict | None = None,
+    ):
         super().__init__(message)
         self.code = code
         self.reason = reason
@@ -70,8 +77,9 @@ def _details(name: str | None, group: str, kind: str, **extra: Any) -> dict:
 
 
 def not_found(resource: str, group: str, name: str) -> ApiError:
-    return ApiError(404, "NotFound", f'{qualified(resource, group)} "{name}" not found',
-                    _details(name, group, resource))
+    return ApiError(
+        404, "NotFound", f'{qualified(resource, group)} "{name}" not found', _details(name, group, resource)
+    )
 
 
 def namespace_not_found(namespace: str) -> ApiError:
@@ -84,14 +92,21 @@ def resource_not_found() -> ApiError:
 
 
 def already_exists(resource: str, group: str, name: str) -> ApiError:
-    return ApiError(409, "AlreadyExists", f'{qualified(resource, group)} "{name}" already exists',
-                    _details(name, group, resource))
+    return ApiError(
+        409,
+        "AlreadyExists",
+        f'{qualified(resource, group)} "{name}" already exists',
+        _details(name, group, resource),
+    )
 
 
 def conflict(resource: str, group: str, name: str, why: str) -> ApiError:
-    return ApiError(409, "Conflict",
-                    f'Operation cannot be fulfilled on {qualified(resource, group)} "{name}": {why}',
-                    _details(name, group, resource))
+    return ApiError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {qualified(resource, group)} "{name}": {why}',
+        _details(name, group, resource),
+    )
 
 
 MODIFIED = "the object has been modified; please apply your changes to the latest version and try again"
@@ -110,13 +125,16 @@ def forbidden(resource: str, group: str, name: str, why: str) -> ApiError:
     return ApiError(403, "Forbidden", f"{what} is forbidden: {why}", _details(name or None, group, resource))
 
 
-def method_not_allowed(message: str = "the server does not allow this method on the requested resource"
-                       ) -> ApiError:
+def method_not_allowed(
+    message: str = "the server does not allow this method on the requested resource",
+) -> ApiError:
     return ApiError(405, "MethodNotAllowed", message, {})
 
 
-UNSUPPORTED_PATCH_CR = ("the body of the request was in an unknown format - accepted media types include: "
-                        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml")
+UNSUPPORTED_PATCH_CR = (
+    "the body of the request was in an unknown format - accepted media types include: "
+    "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+)
 
 
 def unsupported_media_type(message: str) -> ApiError:
@@ -128,13 +146,19 @@ def not_acceptable(message: str) -> ApiError:
 
 
 def internal_error(message: str) -> ApiError:
-    return ApiError(500, "InternalError", f"Internal error occurred: {message}",
-                    {"causes": [{"message": message}]})
+    return ApiError(
+        500, "InternalError", f"Internal error occurred: {message}", {"causes": [{"message": message}]}
+    )
 
 
 def too_many_requests(retry_after: int = 1) -> ApiError:
-    return ApiError(429, "TooManyRequests", "Too many requests, please try again later.",
-                    {"retryAfterSeconds": retry_after}, headers={"Retry-After": str(retry_after)})
+    return ApiError(
+        429,
+        "TooManyRequests",
+        "Too many requests, please try again later.",
+        {"retryAfterSeconds": retry_after},
+        headers={"Retry-After": str(retry_after)},
+    )
 
 
 def service_unavailable(message: str = "the server is currently unable to handle the request") -> ApiError:
@@ -196,8 +220,11 @@ class FieldErr:
         return f"{self.field}: {self.body()}" if self.field else self.body()
 
     def cause(self) -> dict:
-        return {"reason": self.REASONS.get(self.type, "FieldValueInvalid"), "message": self.body(),
-                "field": self.field}
+        return {
+            "reason": self.REASONS.get(self.type, "FieldValueInvalid"),
+            "message": self.body(),
+            "field": self.field,
+        }
 
 
 def format_value(value: Any) -> str:

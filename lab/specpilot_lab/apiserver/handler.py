@@ -240,32 +240,41 @@ class Handler(BaseHTTPRequestHandler):
 
     def _log_request(self) -> None:
         dur = (time.monotonic() - self._started) * 1000
-        access_log.info("%s %s %s %d %.1fms %s", self.client_address[0], self._method, self.path, self._code,
-                        dur, self.headers.get("User-Agent", ""))
+        access_log.info(
+            "%s %s %s %d %.1fms %s",
+            self.client_address[0],
+            self._method,
+            self.path,
+            self._code,
+            dur,
+            self.headers.get("User-Agent", ""),
+        )
         if self._path.startswith("/_lab"):
             return
         info = self._info
         q = self._query
-        self.server.requests.add({
-            "time": time.time(),
-            "method": self._method,
-            "path": self._path,
-            "query": self._raw_query,
-            "verb": info.verb if info else "",
-            "group": info.group if info else "",
-            "version": info.version if info else "",
-            "resource": info.resource if info else "",
-            "subresource": info.subresource if info else "",
-            "namespace": (info.namespace or "") if info else "",
-            "name": info.name if info else "",
-            "content_type": self.headers.get("Content-Type", ""),
-            "dry_run": "All" in self._query_lists.get("dryRun", []) or self._body_dry_run(),
-            "field_manager": q.get("fieldManager", ""),
-            "user_agent": self.headers.get("User-Agent", ""),
-            "code": self._code,
-            # True when this request changed stored state (a no-op patch or a dry run does not)
-            "mutated": self.server.cluster.store.writes_by_this_thread() > self._writes_before,
-        })
+        self.server.requests.add(
+            {
+                "time": time.time(),
+                "method": self._method,
+                "path": self._path,
+                "query": self._raw_query,
+                "verb": info.verb if info else "",
+                "group": info.group if info else "",
+                "version": info.version if info else "",
+                "resource": info.resource if info else "",
+                "subresource": info.subresource if info else "",
+                "namespace": (info.namespace or "") if info else "",
+                "name": info.name if info else "",
+                "content_type": self.headers.get("Content-Type", ""),
+                "dry_run": "All" in self._query_lists.get("dryRun", []) or self._body_dry_run(),
+                "field_manager": q.get("fieldManager", ""),
+                "user_agent": self.headers.get("User-Agent", ""),
+                "code": self._code,
+                # True when this request changed stored state (a no-op patch or a dry run does not)
+                "mutated": self.server.cluster.store.writes_by_this_thread() > self._writes_before,
+            }
+        )
 
     def _body_dry_run(self) -> bool:
         if self._method != "DELETE" or not getattr(self, "_body", b""):
@@ -276,8 +285,9 @@ class Handler(BaseHTTPRequestHandler):
             return False
         return isinstance(body, dict) and "All" in (body.get("dryRun") or [])
 
-    def _send(self, code: int, body: bytes, content_type: str = "application/json",
-              headers: dict | None = None) -> None:
+    def _send(
+        self, code: int, body: bytes, content_type: str = "application/json", headers: dict | None = None
+    ) -> None:
         self._code = code
         self.send_response(code)
         self.send_header("Content-Type", content_type)
@@ -287,7 +297,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("X-Kubernetes-Pf-Flowschema-Uid", "f3f2f4f6-0000-4000-8000-000000000001")
         self.send_header("X-Kubernetes-Pf-Prioritylevel-Uid", "f3f2f4f6-0000-4000-8000-000000000002")
         for w in self._warnings:
-            self.send_header("Warning", '299 - ' + json.dumps(w))
+            self.send_header("Warning", "299 - " + json.dumps(w))
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         self.end_headers()
@@ -320,7 +330,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache, private")
         self.send_header("Audit-Id", str(uuid.uuid4()))
         for w in self._warnings:
-            self.send_header("Warning", '299 - ' + json.dumps(w))
+            self.send_header("Warning", "299 - " + json.dumps(w))
         self.end_headers()
         self.wfile.flush()
 
@@ -369,7 +379,8 @@ class Handler(BaseHTTPRequestHandler):
                 raise errors.bad_request(f"error converting YAML to JSON: {exc}") from None
         raise errors.unsupported_media_type(
             f"the body of the request was in an unknown format - accepted media types include: "
-            f"application/json, application/yaml")
+            f"application/json, application/yaml"
+        )
 
     # ------------------------------------------------------------------ dispatch
     def _dispatch(self, method: str) -> None:
@@ -383,8 +394,11 @@ class Handler(BaseHTTPRequestHandler):
             return
         if path == "/openapi/v2":
             if "protobuf" in accept:
-                self._send(200, self.server.discovery.get("/openapi/v2#pb") or b"",
-                           "application/com.github.proto-openapi.spec.v2.v1.0+protobuf")
+                self._send(
+                    200,
+                    self.server.discovery.get("/openapi/v2#pb") or b"",
+                    "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+                )
             else:
                 self._send(200, self.server.discovery.get("/openapi/v2") or b"{}")
             return
@@ -392,7 +406,7 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, self.server.discovery.get("/openapi/v3") or b"{}")
             return
         if path.startswith("/openapi/v3/"):
-            doc = self.server.discovery.openapi_v3(path[len("/openapi/v3/"):])
+            doc = self.server.discovery.openapi_v3(path[len("/openapi/v3/") :])
             if doc is None:
                 self._send(404, b"404 page not found\n", "text/plain; charset=utf-8")
             else:
@@ -410,8 +424,22 @@ class Handler(BaseHTTPRequestHandler):
         info = parse_api_path(path)
         if info is None:
             if path == "/":
-                self._send_obj(200, {"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/openapi/v2",
-                                               "/openapi/v3", "/readyz", "/version"]})
+                self._send_obj(
+                    200,
+                    {
+                        "paths": [
+                            "/api",
+                            "/api/v1",
+                            "/apis",
+                            "/healthz",
+                            "/livez",
+                            "/openapi/v2",
+                            "/openapi/v3",
+                            "/readyz",
+                            "/version",
+                        ]
+                    },
+                )
                 return
             self._send(404, b"404 page not found\n", "text/plain; charset=utf-8")
             return
@@ -438,8 +466,13 @@ class Handler(BaseHTTPRequestHandler):
             raise errors.resource_not_found()
         self._fault(info)
         handler = {
-            "get": self._get, "list": self._list, "watch": self._watch, "create": self._create,
-            "update": self._update, "patch": self._patch, "delete": self._delete,
+            "get": self._get,
+            "list": self._list,
+            "watch": self._watch,
+            "create": self._create,
+            "update": self._update,
+            "patch": self._patch,
+            "delete": self._delete,
             "deletecollection": self._deletecollection,
         }.get(info.verb)
         if handler is None:
@@ -447,17 +480,24 @@ class Handler(BaseHTTPRequestHandler):
         base_verb = info.verb
         if not info.subresource and base_verb not in rt.verbs:
             raise errors.method_not_allowed()
-        if info.subresource and base_verb not in rt.subresources.get(info.subresource, []) and not (
-                info.subresource == "log" and base_verb == "get"):
+        if (
+            info.subresource
+            and base_verb not in rt.subresources.get(info.subresource, [])
+            and not (info.subresource == "log" and base_verb == "get")
+        ):
             raise errors.method_not_allowed()
-        if rt.namespaced and info.namespace is None and base_verb in ("get", "update", "patch", "delete",
-                                                                      "create"):
+        if (
+            rt.namespaced
+            and info.namespace is None
+            and base_verb in ("get", "update", "patch", "delete", "create")
+        ):
             raise errors.resource_not_found() if base_verb != "create" else errors.method_not_allowed()
         handler(rt, info)
 
     def _fault(self, info: ReqInfo) -> None:
-        delay, err = self.server.faults.check(info.verb, info.group, info.resource, info.subresource,
-                                              info.namespace or "", info.name)
+        delay, err = self.server.faults.check(
+            info.verb, info.group, info.resource, info.subresource, info.namespace or "", info.name
+        )
         control_state.sleep(delay)
         if err is not None:
             if err.code == 409 and not info.name:
@@ -481,18 +521,26 @@ class Handler(BaseHTTPRequestHandler):
                 raise errors.bad_request(f'Invalid dryRun value: "{d}"; only "All" is supported')
         fv = q.get("fieldValidation", "") or "Warn"
         if fv not in ("Ignore", "Warn", "Strict"):
-            raise errors.bad_request(f'fieldValidation: Unsupported value: "{fv}": supported values: '
-                                     '"Ignore", "Strict", "Warn"')
+            raise errors.bad_request(
+                f'fieldValidation: Unsupported value: "{fv}": supported values: ' '"Ignore", "Strict", "Warn"'
+            )
         fm = q.get("fieldManager") or None
         if fm and len(fm) > 128:
-            raise errors.ApiError(422, "Invalid", f'fieldManager: Too long: must have at most 128 bytes')
+            raise errors.ApiError(422, "Invalid", f"fieldManager: Too long: must have at most 128 bytes")
         force = q.get("force")
-        return WriteOptions(dry_run="All" in dry, field_manager=fm, field_validation=fv,
-                            force=_truthy(force), user_agent=self.headers.get("User-Agent", ""))
+        return WriteOptions(
+            dry_run="All" in dry,
+            field_manager=fm,
+            field_validation=fv,
+            force=_truthy(force),
+            user_agent=self.headers.get("User-Agent", ""),
+        )
 
     def _selectors(self):
-        return (parse_label_selector(self._query.get("labelSelector")),
-                parse_field_selector(self._query.get("fieldSelector")))
+        return (
+            parse_label_selector(self._query.get("labelSelector")),
+            parse_field_selector(self._query.get("fieldSelector")),
+        )
 
     def _respond(self, rt: ResourceType, res: Result) -> None:
         self._warnings.extend(res.warnings)
@@ -513,13 +561,17 @@ class Handler(BaseHTTPRequestHandler):
                 params[k.strip()] = v.strip()
             if params.get("as") == "Table" and params.get("g") == "meta.k8s.io":
                 return "table", parse_include_object(self._query.get("includeObject"))
-            if params.get("as") in ("PartialObjectMetadata", "PartialObjectMetadataList") and \
-                    params.get("g") == "meta.k8s.io":
+            if (
+                params.get("as") in ("PartialObjectMetadata", "PartialObjectMetadataList")
+                and params.get("g") == "meta.k8s.io"
+            ):
                 return "partial", ""
-        if accept and all(p.split(";")[0].strip() == "application/vnd.kubernetes.protobuf"
-                          for p in accept.split(",")):
-            raise errors.not_acceptable("only the following media types are accepted: application/json, "
-                                        "application/yaml")
+        if accept and all(
+            p.split(";")[0].strip() == "application/vnd.kubernetes.protobuf" for p in accept.split(",")
+        ):
+            raise errors.not_acceptable(
+                "only the following media types are accepted: application/json, " "application/yaml"
+            )
         return "object", ""
 
     def _get(self, rt: ResourceType, info: ReqInfo) -> None:
@@ -533,7 +585,9 @@ class Handler(BaseHTTPRequestHandler):
         obj = cluster.view(rt, cluster.get(rt, info.namespace, info.name))
         mode, include = self._output_mode()
         if mode == "table":
-            table = TableMaker(rt).table([obj], include, {"resourceVersion": _md(obj).get("resourceVersion", "")})
+            table = TableMaker(rt).table(
+                [obj], include, {"resourceVersion": _md(obj).get("resourceVersion", "")}
+            )
             self._send_obj(200, table)
         elif mode == "partial":
             self._send_obj(200, partial_metadata(obj))
@@ -567,8 +621,11 @@ class Handler(BaseHTTPRequestHandler):
                 last = objs[n - 1]
                 remaining = len(objs) - n
                 objs = objs[:n]
-                token = {"rv": int(meta["resourceVersion"]), "ns": _md(last).get("namespace") or "",
-                         "name": _md(last).get("name", "")}
+                token = {
+                    "rv": int(meta["resourceVersion"]),
+                    "ns": _md(last).get("namespace") or "",
+                    "name": _md(last).get("name", ""),
+                }
                 meta["continue"] = base64.urlsafe_b64encode(json.dumps(token).encode()).decode().rstrip("=")
                 meta["remainingItemCount"] = remaining
         objs = [cluster.view(rt, o) for o in objs]
@@ -576,11 +633,19 @@ class Handler(BaseHTTPRequestHandler):
         if mode == "table":
             self._send_obj(200, TableMaker(rt).table(objs, include, meta))
         elif mode == "partial":
-            self._send_obj(200, {"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
-                                 "metadata": meta, "items": [partial_metadata(o) for o in objs]})
+            self._send_obj(
+                200,
+                {
+                    "kind": "PartialObjectMetadataList",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": meta,
+                    "items": [partial_metadata(o) for o in objs],
+                },
+            )
         else:
-            self._send_obj(200, {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta,
-                                 "items": objs})
+            self._send_obj(
+                200, {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": objs}
+            )
 
     # ------------------------------------------------------------------ writes
     def _create(self, rt: ResourceType, info: ReqInfo) -> None:
@@ -602,7 +667,10 @@ class Handler(BaseHTTPRequestHandler):
         if ptype is None:
             raise errors.unsupported_media_type(
                 f"the body of the request was in an unknown format - accepted media types include: "
-                f"{', '.join(PATCH_TYPES)}" if not rt.is_custom else errors.UNSUPPORTED_PATCH_CR)
+                f"{', '.join(PATCH_TYPES)}"
+                if not rt.is_custom
+                else errors.UNSUPPORTED_PATCH_CR
+            )
         if ptype == "strategic" and rt.is_custom:
             raise errors.unsupported_media_type(errors.UNSUPPORTED_PATCH_CR)
         opts = self._write_opts()
@@ -618,8 +686,9 @@ class Handler(BaseHTTPRequestHandler):
                 body = json.loads(self._body)
             except ValueError as exc:
                 raise errors.bad_request(f"error decoding patch: {exc}") from None
-        res = self.server.cluster.patch(rt, info.namespace, info.name, body, ptype, opts,
-                                        info.subresource or None)
+        res = self.server.cluster.patch(
+            rt, info.namespace, info.name, body, ptype, opts, info.subresource or None
+        )
         self.server.cluster.after_mutation()
         self._respond(rt, res)
 
@@ -643,14 +712,22 @@ class Handler(BaseHTTPRequestHandler):
         if policy is None and orphan is not None:
             policy = "Orphan" if _truthy(orphan) else "Background"
         if policy not in (None, "Background", "Foreground", "Orphan"):
-            raise errors.ApiError(422, "Invalid", f'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: '
-                                  f'Unsupported value: "{policy}": supported values: "Foreground", '
-                                  f'"Background", "Orphan", "nil"')
+            raise errors.ApiError(
+                422,
+                "Invalid",
+                f'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: '
+                f'Unsupported value: "{policy}": supported values: "Foreground", '
+                f'"Background", "Orphan", "nil"',
+            )
         pre = body.get("preconditions") or {}
         grace = q.get("gracePeriodSeconds", body.get("gracePeriodSeconds"))
-        return DeleteOptions(dry_run="All" in dry, propagation=policy,
-                             grace_period=int(grace) if grace not in (None, "") else None,
-                             precondition_uid=pre.get("uid"), precondition_rv=pre.get("resourceVersion"))
+        return DeleteOptions(
+            dry_run="All" in dry,
+            propagation=policy,
+            grace_period=int(grace) if grace not in (None, "") else None,
+            precondition_uid=pre.get("uid"),
+            precondition_rv=pre.get("resourceVersion"),
+        )
 
     def _delete(self, rt: ResourceType, info: ReqInfo) -> None:
         if info.subresource:
@@ -704,8 +781,9 @@ class Handler(BaseHTTPRequestHandler):
 
         def emit(etype: str, obj: dict) -> None:
             if table is not None and etype in ("ADDED", "MODIFIED", "DELETED"):
-                payload = table.table([obj], include, {"resourceVersion": _md(obj).get("resourceVersion", "")},
-                                      headers=first[0])
+                payload = table.table(
+                    [obj], include, {"resourceVersion": _md(obj).get("resourceVersion", "")}, headers=first[0]
+                )
                 first[0] = False
             elif mode == "partial" and etype in ("ADDED", "MODIFIED", "DELETED"):
                 payload = partial_metadata(obj)
@@ -716,17 +794,31 @@ class Handler(BaseHTTPRequestHandler):
         deadline = time.monotonic() + max(timeout, 0)
         try:
             if rv_param not in ("", "0") and not send_initial and too_old:
-                status = errors.gone(f"too old resource version: {cursor} ({store.compacted_rv + 1})").status()
+                status = errors.gone(
+                    f"too old resource version: {cursor} ({store.compacted_rv + 1})"
+                ).status()
                 self._chunk(dumps({"type": "ERROR", "object": status}) + b"\n")
                 self._end_stream()
                 return
             for obj in initial:
                 emit("ADDED", cluster.view(rt, obj))
             if send_initial and bookmarks:
-                self._chunk(dumps({"type": "BOOKMARK", "object": {
-                    "kind": rt.kind, "apiVersion": rt.api_version,
-                    "metadata": {"resourceVersion": str(cursor),
-                                 "annotations": {"k8s.io/initial-events-end": "true"}}}}) + b"\n")
+                self._chunk(
+                    dumps(
+                        {
+                            "type": "BOOKMARK",
+                            "object": {
+                                "kind": rt.kind,
+                                "apiVersion": rt.api_version,
+                                "metadata": {
+                                    "resourceVersion": str(cursor),
+                                    "annotations": {"k8s.io/initial-events-end": "true"},
+                                },
+                            },
+                        }
+                    )
+                    + b"\n"
+                )
             last_sent = time.monotonic()
             while not self.server.shutting_down.is_set():
                 remaining = deadline - time.monotonic()
@@ -739,9 +831,19 @@ class Handler(BaseHTTPRequestHandler):
                     if self._client_gone():
                         raise ClientGone()
                     if bookmarks and time.monotonic() - last_sent > self.server.bookmark_interval:
-                        self._chunk(dumps({"type": "BOOKMARK", "object": {
-                            "kind": rt.kind, "apiVersion": rt.api_version,
-                            "metadata": {"resourceVersion": str(cursor)}}}) + b"\n")
+                        self._chunk(
+                            dumps(
+                                {
+                                    "type": "BOOKMARK",
+                                    "object": {
+                                        "kind": rt.kind,
+                                        "apiVersion": rt.api_version,
+                                        "metadata": {"resourceVersion": str(cursor)},
+                                    },
+                                }
+                            )
+                            + b"\n"
+                        )
                         last_sent = time.monotonic()
                     with store.cond:
                         if not store.events_after(cursor) and store.generation == generation:
@@ -800,8 +902,12 @@ class Handler(BaseHTTPRequestHandler):
         limit_bytes = int_param("limitBytes")
         since_time = q.get("sinceTime")
         if since_seconds is not None and since_time:
-            raise errors.ApiError(422, "Invalid", 'PodLogOptions "" is invalid: []: Forbidden: at most one of '
-                                  '`sinceTime` or `sinceSeconds` may be specified')
+            raise errors.ApiError(
+                422,
+                "Invalid",
+                'PodLogOptions "" is invalid: []: Forbidden: at most one of '
+                "`sinceTime` or `sinceSeconds` may be specified",
+            )
         errs = []
         if tail is not None and tail < 0:
             errs.append("tailLines: Invalid value: %d: must be greater than or equal to 0" % tail)
@@ -810,8 +916,12 @@ class Handler(BaseHTTPRequestHandler):
         if limit_bytes is not None and limit_bytes < 1:
             errs.append("limitBytes: Invalid value: %d: must be greater than 0" % limit_bytes)
         if errs:
-            raise errors.ApiError(422, "Invalid", 'PodLogOptions "" is invalid: ' +
-                                  (errs[0] if len(errs) == 1 else "[" + ", ".join(errs) + "]"))
+            raise errors.ApiError(
+                422,
+                "Invalid",
+                'PodLogOptions "" is invalid: '
+                + (errs[0] if len(errs) == 1 else "[" + ", ".join(errs) + "]"),
+            )
         cutoff = None
         if since_seconds is not None:
             cutoff = time.time() - since_seconds
@@ -881,7 +991,7 @@ class Handler(BaseHTTPRequestHandler):
                         new_data = b"".join(r for r in (render(ln) for ln in lines) if r is not None)
                 if new_data:
                     if limit_bytes is not None:
-                        new_data = new_data[:max(0, limit_bytes - sent)]
+                        new_data = new_data[: max(0, limit_bytes - sent)]
                     self._chunk(new_data)
                     sent += len(new_data)
                     idle_since = time.monotonic()
@@ -937,10 +1047,17 @@ class Handler(BaseHTTPRequestHandler):
             self._send_obj(200, {"reset": True, "resourceVersion": str(srv.cluster.store.rv)})
             return
         elif path == "/_lab/info" and method == "GET":
-            self._send_obj(200, {"url": srv.url, "port": srv.port, "pid": os.getpid(),
-                                 "stateDir": str(srv.cluster.state_dir),
-                                 "resourceVersion": str(srv.cluster.store.rv),
-                                 "version": version_info()["gitVersion"]})
+            self._send_obj(
+                200,
+                {
+                    "url": srv.url,
+                    "port": srv.port,
+                    "pid": os.getpid(),
+                    "stateDir": str(srv.cluster.state_dir),
+                    "resourceVersion": str(srv.cluster.store.rv),
+                    "version": version_info()["gitVersion"],
+                },
+            )
             return
         raise ApiError(404, "NotFound", f"no control endpoint {method} {path}")
 

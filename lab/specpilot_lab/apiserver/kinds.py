@@ -18,9 +18,11 @@ from .resources import ResourceType
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
-DNS_LABEL_MSG = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
-                 "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used "
-                 "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
+DNS_LABEL_MSG = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
+    "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used "
+    "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
 
 
 # ----------------------------------------------------------------------------- pod templates
@@ -91,7 +93,9 @@ def qos_class(spec: dict) -> str:
         limits.append({k: v for k, v in (res.get("limits") or {}).items() if k in ("cpu", "memory")})
     if not any(requests) and not any(limits):
         return "BestEffort"
-    guaranteed = all(lim.get("cpu") and lim.get("memory") and req == lim for req, lim in zip(requests, limits))
+    guaranteed = all(
+        lim.get("cpu") and lim.get("memory") and req == lim for req, lim in zip(requests, limits)
+    )
     return "Guaranteed" if guaranteed else "Burstable"
 
 
@@ -121,7 +125,9 @@ def _pod_create(obj: dict, ctx: Any) -> None:
         keys = {t.get("key") for t in tol if isinstance(t, dict)}
         for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
             if key not in keys:
-                tol.append({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300})
+                tol.append(
+                    {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+                )
     default_pod_spec(spec)
     obj["status"] = {"phase": "Pending", "qosClass": qos_class(spec)}
 
@@ -158,8 +164,14 @@ def _job_create(obj: dict, ctx: Any) -> None:
         spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
         tmpl = spec.setdefault("template", {})
         labels = tmpl.setdefault("metadata", {}).setdefault("labels", {})
-        labels.update({"batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name,
-                       "controller-uid": uid, "job-name": name})
+        labels.update(
+            {
+                "batch.kubernetes.io/controller-uid": uid,
+                "batch.kubernetes.io/job-name": name,
+                "controller-uid": uid,
+                "job-name": name,
+            }
+        )
     obj["status"] = {}
 
 
@@ -322,8 +334,9 @@ def _validate_containers(spec: dict, path: str, errs: list[FieldErr], required: 
                 errs.append(FieldErr("Required", f"{cp}.image"))
 
 
-def _validate_pod_spec(spec: Any, path: str, errs: list[FieldErr], restart_policies: tuple[str, ...] | None
-                       = None) -> None:
+def _validate_pod_spec(
+    spec: Any, path: str, errs: list[FieldErr], restart_policies: tuple[str, ...] | None = None
+) -> None:
     if not isinstance(spec, dict):
         errs.append(FieldErr("Required", path))
         return
@@ -331,27 +344,46 @@ def _validate_pod_spec(spec: Any, path: str, errs: list[FieldErr], restart_polic
     rp = spec.get("restartPolicy")
     if restart_policies and rp not in restart_policies:
         if rp is None or rp == "":
-            errs.append(FieldErr("Required", f"{path}.restartPolicy",
-                                 "valid values: " + ", ".join(f'"{p}"' for p in restart_policies)))
+            errs.append(
+                FieldErr(
+                    "Required",
+                    f"{path}.restartPolicy",
+                    "valid values: " + ", ".join(f'"{p}"' for p in restart_policies),
+                )
+            )
         else:
-            errs.append(FieldErr("NotSupported", f"{path}.restartPolicy",
-                                 "supported values: " + ", ".join(f'"{p}"' for p in restart_policies),
-                                 rp, True))
+            errs.append(
+                FieldErr(
+                    "NotSupported",
+                    f"{path}.restartPolicy",
+                    "supported values: " + ", ".join(f'"{p}"' for p in restart_policies),
+                    rp,
+                    True,
+                )
+            )
 
 
-POD_UPDATE_MSG = ("pod updates may not change fields other than `spec.containers[*].image`,"
-                  "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only "
-                  "additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set "
-                  "to 1 if it was previously negative)")
+POD_UPDATE_MSG = (
+    "pod updates may not change fields other than `spec.containers[*].image`,"
+    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only "
+    "additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set "
+    "to 1 if it was previously negative)"
+)
 
 
 def _pod_spec_update_allowed(old: dict, new: dict) -> bool:
     """ValidatePodUpdate: only images, activeDeadlineSeconds, added tolerations, scheduling gates removal."""
+
     def mutable_cleared(spec: dict) -> dict:
         c = dict(spec)
         for key in ("containers", "initContainers"):
             c[key] = [{k: v for k, v in (x or {}).items() if k != "image"} for x in spec.get(key) or []]
-        for key in ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds", "schedulingGates"):
+        for key in (
+            "activeDeadlineSeconds",
+            "tolerations",
+            "terminationGracePeriodSeconds",
+            "schedulingGates",
+        ):
             c.pop(key, None)
         return c
 
@@ -375,7 +407,11 @@ def validate(rt: ResourceType, obj: dict, old: dict | None) -> list[FieldErr]:
     spec = obj.get("spec")
     if gr == ("", "pods"):
         _validate_pod_spec(spec, "spec", errs)
-        if old is not None and isinstance(spec, dict) and not _pod_spec_update_allowed(old.get("spec") or {}, spec):
+        if (
+            old is not None
+            and isinstance(spec, dict)
+            and not _pod_spec_update_allowed(old.get("spec") or {}, spec)
+        ):
             errs.append(FieldErr("Forbidden", "spec", POD_UPDATE_MSG))
     elif gr in (("apps", "deployments"), ("apps", "replicasets")):
         if not isinstance(spec, dict):
@@ -387,17 +423,27 @@ def validate(rt: ResourceType, obj: dict, old: dict | None) -> list[FieldErr]:
         if not sel:
             errs.append(FieldErr("Required", "spec.selector"))
         elif not (sel.get("matchLabels") or sel.get("matchExpressions")):
-            errs.append(FieldErr("Invalid", "spec.selector", "empty selector is invalid for deployment",
-                                 sel, True))
+            errs.append(
+                FieldErr("Invalid", "spec.selector", "empty selector is invalid for deployment", sel, True)
+            )
         elif not _labels_match(sel, labels):
-            errs.append(FieldErr("Invalid", "spec.template.metadata.labels",
-                                 "`selector` does not match template `labels`", labels, True))
+            errs.append(
+                FieldErr(
+                    "Invalid",
+                    "spec.template.metadata.labels",
+                    "`selector` does not match template `labels`",
+                    labels,
+                    True,
+                )
+            )
         _validate_pod_spec(tmpl.get("spec"), "spec.template.spec", errs, ("Always",))
         if old is not None and sel != (old.get("spec") or {}).get("selector"):
             errs.append(FieldErr("Invalid", "spec.selector", "field is immutable", sel, True))
         reps = spec.get("replicas")
         if isinstance(reps, int) and reps < 0:
-            errs.append(FieldErr("Invalid", "spec.replicas", "must be greater than or equal to 0", reps, True))
+            errs.append(
+                FieldErr("Invalid", "spec.replicas", "must be greater than or equal to 0", reps, True)
+            )
     elif gr == ("batch", "jobs"):
         if not isinstance(spec, dict):
             errs.append(FieldErr("Required", "spec"))
@@ -407,16 +453,23 @@ def validate(rt: ResourceType, obj: dict, old: dict | None) -> list[FieldErr]:
         if old is not None:
             old_spec = old.get("spec") or {}
             if spec.get("template") != old_spec.get("template") and not old_spec.get("suspend"):
-                errs.append(FieldErr("Invalid", "spec.template", "field is immutable", spec.get("template"),
-                                     True))
+                errs.append(
+                    FieldErr("Invalid", "spec.template", "field is immutable", spec.get("template"), True)
+                )
             if spec.get("completions") != old_spec.get("completions"):
-                errs.append(FieldErr("Invalid", "spec.completions", "field is immutable",
-                                     spec.get("completions"), True))
+                errs.append(
+                    FieldErr(
+                        "Invalid", "spec.completions", "field is immutable", spec.get("completions"), True
+                    )
+                )
     elif gr == ("", "services"):
         if not isinstance(spec, dict):
             spec = {}
-        if spec.get("type", "ClusterIP") != "ExternalName" and not spec.get("ports") and \
-                spec.get("clusterIP") != "None":
+        if (
+            spec.get("type", "ClusterIP") != "ExternalName"
+            and not spec.get("ports")
+            and spec.get("clusterIP") != "None"
+        ):
             errs.append(FieldErr("Required", "spec.ports"))
         for i, p in enumerate(spec.get("ports") or []):
             if isinstance(p, dict) and not p.get("port"):
@@ -424,16 +477,30 @@ def validate(rt: ResourceType, obj: dict, old: dict | None) -> list[FieldErr]:
         if old is not None:
             old_ip = (old.get("spec") or {}).get("clusterIP")
             if old_ip and spec.get("clusterIP") not in (None, "", old_ip):
-                errs.append(FieldErr("Invalid", "spec.clusterIPs[0]", "may not change once set",
-                                     [spec.get("clusterIP")], True))
+                errs.append(
+                    FieldErr(
+                        "Invalid",
+                        "spec.clusterIPs[0]",
+                        "may not change once set",
+                        [spec.get("clusterIP")],
+                        True,
+                    )
+                )
     elif gr in (("", "configmaps"), ("", "secrets")):
         for field in ("data", "binaryData"):
-            for k in (obj.get(field) or {}):
+            for k in obj.get(field) or {}:
                 if not _CONFIG_KEY.match(k) or len(k) > 253:
-                    errs.append(FieldErr("Invalid", f"{field}[{k}]",
-                                         "a valid config key must consist of alphanumeric characters, '-', "
-                                         "'_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex "
-                                         "used for validation is '[-._a-zA-Z0-9]+')", k, True))
+                    errs.append(
+                        FieldErr(
+                            "Invalid",
+                            f"{field}[{k}]",
+                            "a valid config key must consist of alphanumeric characters, '-', "
+                            "'_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex "
+                            "used for validation is '[-._a-zA-Z0-9]+')",
+                            k,
+                            True,
+                        )
+                    )
         if old is not None and old.get("immutable") is True:
             for field in ("data", "binaryData"):
                 if obj.get(field) != old.get(field):
@@ -448,8 +515,10 @@ def validate(rt: ResourceType, obj: dict, old: dict | None) -> list[FieldErr]:
         req = ((spec or {}).get("resources") or {}).get("requests") or {}
         if "storage" not in req:
             errs.append(FieldErr("Required", "spec.resources[storage]"))
-    elif gr in (("rbac.authorization.k8s.io", "rolebindings"),
-                ("rbac.authorization.k8s.io", "clusterrolebindings")):
+    elif gr in (
+        ("rbac.authorization.k8s.io", "rolebindings"),
+        ("rbac.authorization.k8s.io", "clusterrolebindings"),
+    ):
         ref = obj.get("roleRef") or {}
         if not ref.get("name"):
             errs.append(FieldErr("Required", "roleRef.name"))
@@ -471,8 +540,11 @@ def decode_errors(rt: ResourceType, obj: dict) -> str | None:
     if rt.group_resource == ("", "configmaps"):
         for k, v in (obj.get("data") or {}).items():
             if not isinstance(v, str):
-                return ("json: cannot unmarshal " + _go_type(v) +
-                        " into Go struct field ConfigMap.data of type string")
+                return (
+                    "json: cannot unmarshal "
+                    + _go_type(v)
+                    + " into Go struct field ConfigMap.data of type string"
+                )
     return None
 
 

@@ -18,15 +18,23 @@ from . import KUBE_VERSION
 from .resources import ResourceType
 
 QUERY_PARAMS = [
-    ("dryRun", "When present, indicates that modifications should not be persisted. An invalid or "
-               "unrecognized dryRun directive will result in an error response and no further processing "
-               "of the request. Valid values are: - All: all dry run stages will be processed"),
-    ("fieldManager", "fieldManager is a name associated with the actor or entity that is making these "
-                     "changes."),
-    ("fieldValidation", "fieldValidation instructs the server on how to handle objects in the request "
-                        "(POST/PUT/PATCH) containing unknown or duplicate fields. Valid values are: Ignore, "
-                        "Warn, Strict."),
-    ("force", "Force is going to \"force\" Apply requests."),
+    (
+        "dryRun",
+        "When present, indicates that modifications should not be persisted. An invalid or "
+        "unrecognized dryRun directive will result in an error response and no further processing "
+        "of the request. Valid values are: - All: all dry run stages will be processed",
+    ),
+    (
+        "fieldManager",
+        "fieldManager is a name associated with the actor or entity that is making these " "changes.",
+    ),
+    (
+        "fieldValidation",
+        "fieldValidation instructs the server on how to handle objects in the request "
+        "(POST/PUT/PATCH) containing unknown or duplicate fields. Valid values are: Ignore, "
+        "Warn, Strict.",
+    ),
+    ("force", 'Force is going to "force" Apply requests.'),
     ("pretty", "If 'true', then the output is pretty printed."),
 ]
 
@@ -73,13 +81,13 @@ def _query_param(name: str, description: str) -> bytes:
     sub = _str(2, "query") + _str(3, description) + _str(4, name) + _str(6, "string")
     if name == "dryRun":
         sub += _bool(20, True)
-    non_body = _ld(3, sub)          # NonBodyParameter.query_parameter_sub_schema = 3
-    parameter = _ld(2, non_body)    # Parameter.non_body_parameter = 2
-    return _ld(1, parameter)        # ParametersItem.parameter = 1
+    non_body = _ld(3, sub)  # NonBodyParameter.query_parameter_sub_schema = 3
+    parameter = _ld(2, non_body)  # Parameter.non_body_parameter = 2
+    return _ld(1, parameter)  # ParametersItem.parameter = 1
 
 
 def _named_any_yaml(name: str, yaml_text: str) -> bytes:
-    any_msg = _str(2, yaml_text)    # Any.yaml = 2
+    any_msg = _str(2, yaml_text)  # Any.yaml = 2
     return _str(1, name) + _ld(2, any_msg)
 
 
@@ -92,8 +100,11 @@ def _operation(rt: ResourceType, action: str, op_id: str) -> bytes:
     for p in ("application/json", "application/yaml"):
         op += _str(6, p)
     if action == "partially update":
-        consumes = ["application/json-patch+json", "application/merge-patch+json",
-                    "application/apply-patch+yaml"]
+        consumes = [
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            "application/apply-patch+yaml",
+        ]
         if not rt.is_custom:
             consumes.insert(2, "application/strategic-merge-patch+json")
         for c in consumes:
@@ -101,8 +112,9 @@ def _operation(rt: ResourceType, action: str, op_id: str) -> bytes:
     for name, desc in QUERY_PARAMS:
         op += _ld(8, _query_param(name, desc))
     gvk_yaml = f"group: {json.dumps(rt.group)}\nkind: {rt.kind}\nversion: {rt.version}\n"
-    op += _ld(13, _named_any_yaml("x-kubernetes-action", "patch\n" if action == "partially update"
-                                  else "put\n"))
+    op += _ld(
+        13, _named_any_yaml("x-kubernetes-action", "patch\n" if action == "partially update" else "put\n")
+    )
     op += _ld(13, _named_any_yaml("x-kubernetes-group-version-kind", gvk_yaml))
     return op
 
@@ -111,40 +123,60 @@ def openapi_v2_protobuf(resources: Iterable[ResourceType]) -> bytes:
     info = _str(1, "Kubernetes") + _str(2, KUBE_VERSION)
     paths = b""
     for rt in resources:
-        item = _ld(3, _operation(rt, "replace", f"replace{rt.kind}"))          # PathItem.put = 3
+        item = _ld(3, _operation(rt, "replace", f"replace{rt.kind}"))  # PathItem.put = 3
         item += _ld(8, _operation(rt, "partially update", f"patch{rt.kind}"))  # PathItem.patch = 8
-        named = _str(1, _path_for(rt)) + _ld(2, item)                          # NamedPathItem
-        paths += _ld(2, named)                                                 # Paths.path = 2
-    doc = _str(1, "2.0") + _ld(2, info) + _ld(8, paths)                        # Document
+        named = _str(1, _path_for(rt)) + _ld(2, item)  # NamedPathItem
+        paths += _ld(2, named)  # Paths.path = 2
+    doc = _str(1, "2.0") + _ld(2, info) + _ld(8, paths)  # Document
     return doc
 
 
 def _json_params() -> list[dict]:
-    return [{"uniqueItems": True, "type": "string", "description": d, "name": n, "in": "query"}
-            for n, d in QUERY_PARAMS]
+    return [
+        {"uniqueItems": True, "type": "string", "description": d, "name": n, "in": "query"}
+        for n, d in QUERY_PARAMS
+    ]
 
 
 def openapi_v2_json(resources: Iterable[ResourceType]) -> dict:
     paths = {}
     for rt in resources:
         gvk = _gvk(rt)
-        patch_consumes = ["application/json-patch+json", "application/merge-patch+json",
-                          "application/apply-patch+yaml"]
+        patch_consumes = [
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            "application/apply-patch+yaml",
+        ]
         if not rt.is_custom:
             patch_consumes.insert(2, "application/strategic-merge-patch+json")
         paths[_path_for(rt)] = {
-            "put": {"description": f"replace the specified {rt.kind}", "operationId": f"replace{rt.kind}",
-                    "consumes": ["*/*"], "produces": ["application/json", "application/yaml"],
-                    "parameters": _json_params(), "x-kubernetes-action": "put",
-                    "x-kubernetes-group-version-kind": gvk, "responses": {"200": {"description": "OK"}}},
-            "patch": {"description": f"partially update the specified {rt.kind}",
-                      "operationId": f"patch{rt.kind}", "consumes": patch_consumes,
-                      "produces": ["application/json", "application/yaml"], "parameters": _json_params(),
-                      "x-kubernetes-action": "patch", "x-kubernetes-group-version-kind": gvk,
-                      "responses": {"200": {"description": "OK"}}},
+            "put": {
+                "description": f"replace the specified {rt.kind}",
+                "operationId": f"replace{rt.kind}",
+                "consumes": ["*/*"],
+                "produces": ["application/json", "application/yaml"],
+                "parameters": _json_params(),
+                "x-kubernetes-action": "put",
+                "x-kubernetes-group-version-kind": gvk,
+                "responses": {"200": {"description": "OK"}},
+            },
+            "patch": {
+                "description": f"partially update the specified {rt.kind}",
+                "operationId": f"patch{rt.kind}",
+                "consumes": patch_consumes,
+                "produces": ["application/json", "application/yaml"],
+                "parameters": _json_params(),
+                "x-kubernetes-action": "patch",
+                "x-kubernetes-group-version-kind": gvk,
+                "responses": {"200": {"description": "OK"}},
+            },
         }
-    return {"swagger": "2.0", "info": {"title": "Kubernetes", "version": KUBE_VERSION}, "paths": paths,
-            "definitions": {}}
+    return {
+        "swagger": "2.0",
+        "info": {"title": "Kubernetes", "version": KUBE_VERSION},
+        "paths": paths,
+        "definitions": {},
+    }
 
 
 # ----------------------------------------------------------------------------- v3
@@ -156,30 +188,48 @@ def openapi_v3_docs(resources: Iterable[ResourceType]) -> dict[str, bytes]:
     """Serialised OpenAPI v3 document per group-version key ("api/v1", "apis/apps/v1")."""
     by_gv: dict[str, dict] = {}
     for rt in resources:
-        doc = by_gv.setdefault(gv_key(rt), {
-            "openapi": "3.0.0",
-            "info": {"title": "Kubernetes", "version": KUBE_VERSION},
-            "paths": {},
-            "components": {"schemas": {}},
-        })
-        params = [{"name": n, "in": "query", "description": d, "schema": {"type": "string",
-                                                                            "uniqueItems": True}}
-                  for n, d in QUERY_PARAMS]
+        doc = by_gv.setdefault(
+            gv_key(rt),
+            {
+                "openapi": "3.0.0",
+                "info": {"title": "Kubernetes", "version": KUBE_VERSION},
+                "paths": {},
+                "components": {"schemas": {}},
+            },
+        )
+        params = [
+            {"name": n, "in": "query", "description": d, "schema": {"type": "string", "uniqueItems": True}}
+            for n, d in QUERY_PARAMS
+        ]
         # No strategic-merge-patch+json here on purpose: kubectl then computes its apply patch the
         # classic way (compiled-in types, JSON merge patch for custom resources).
-        content = {t: {"schema": {"type": "object"}} for t in
-                   ("application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml")}
+        content = {
+            t: {"schema": {"type": "object"}}
+            for t in (
+                "application/json-patch+json",
+                "application/merge-patch+json",
+                "application/apply-patch+yaml",
+            )
+        }
         doc["paths"][_path_for(rt)] = {
-            "put": {"description": f"replace the specified {rt.kind}", "operationId": f"replace{rt.kind}",
-                    "parameters": params, "requestBody": {"content": {"*/*": {"schema": {"type": "object"}}},
-                                                          "required": True},
-                    "responses": {"200": {"description": "OK"}}, "x-kubernetes-action": "put",
-                    "x-kubernetes-group-version-kind": _gvk(rt)},
-            "patch": {"description": f"partially update the specified {rt.kind}",
-                      "operationId": f"patch{rt.kind}", "parameters": params,
-                      "requestBody": {"content": content, "required": True},
-                      "responses": {"200": {"description": "OK"}}, "x-kubernetes-action": "patch",
-                      "x-kubernetes-group-version-kind": _gvk(rt)},
+            "put": {
+                "description": f"replace the specified {rt.kind}",
+                "operationId": f"replace{rt.kind}",
+                "parameters": params,
+                "requestBody": {"content": {"*/*": {"schema": {"type": "object"}}}, "required": True},
+                "responses": {"200": {"description": "OK"}},
+                "x-kubernetes-action": "put",
+                "x-kubernetes-group-version-kind": _gvk(rt),
+            },
+            "patch": {
+                "description": f"partially update the specified {rt.kind}",
+                "operationId": f"patch{rt.kind}",
+                "parameters": params,
+                "requestBody": {"content": content, "required": True},
+                "responses": {"200": {"description": "OK"}},
+                "x-kubernetes-action": "patch",
+                "x-kubernetes-group-version-kind": _gvk(rt),
+            },
         }
     return {k: json.dumps(v, separators=(",", ":")).encode() for k, v in by_gv.items()}
 

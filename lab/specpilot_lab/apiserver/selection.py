@@ -18,17 +18,21 @@ def label_key_error(key: str) -> str | None:
     if "/" in key:
         prefix, _, name = key.partition("/")
         if "/" in name:
-            return ("a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must "
-                    "start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or "
-                    "'123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') "
-                    "with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')")
+            return (
+                "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must "
+                "start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or "
+                "'123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') "
+                "with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+            )
         if not prefix:
             return "prefix part must be non-empty"
         if len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix):
-            return ("prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-                    "characters, '-' or '.', and must start and end with an alphanumeric character "
-                    "(e.g. 'example.com', regex used for validation is "
-                    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+            return (
+                "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+                "characters, '-' or '.', and must start and end with an alphanumeric character "
+                "(e.g. 'example.com', regex used for validation is "
+                "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+            )
     else:
         name = key
     if not name:
@@ -36,9 +40,11 @@ def label_key_error(key: str) -> str | None:
     if len(name) > 63:
         return "name part must be no more than 63 characters"
     if not _QUALIFIED_NAME.match(name):
-        return ("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and "
-                "end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex "
-                "used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')")
+        return (
+            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and "
+            "end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex "
+            "used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+        )
     return None
 
 
@@ -46,10 +52,12 @@ def label_value_error(value: str) -> str | None:
     if len(value) > 63:
         return "must be no more than 63 characters"
     if not _LABEL_VALUE.match(value):
-        return ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
-                "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
-                "'my_value',  or '12345', regex used for validation is "
-                "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')")
+        return (
+            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
+            "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
+            "'my_value',  or '12345', regex used for validation is "
+            "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+        )
     return None
 
 
@@ -105,7 +113,7 @@ class _Lexer:
             self.i += 1
 
     def peek(self, n: int = 1) -> str:
-        return self.s[self.i:self.i + n]
+        return self.s[self.i : self.i + n]
 
     def eof(self) -> bool:
         self.skip_ws()
@@ -116,7 +124,7 @@ class _Lexer:
         start = self.i
         while self.i < len(self.s) and self.s[self.i] not in " \t\n\r,()=!<>":
             self.i += 1
-        return self.s[start:self.i]
+        return self.s[start : self.i]
 
 
 def parse_label_selector(text: str | None) -> LabelSelector:
@@ -134,8 +142,9 @@ def parse_label_selector(text: str | None) -> LabelSelector:
         else:
             key = lx.ident()
             if not key:
-                raise bad_request(f"unable to parse requirement: found '{lx.peek() or 'EOS'}', "
-                                  "expected: identifier")
+                raise bad_request(
+                    f"unable to parse requirement: found '{lx.peek() or 'EOS'}', " "expected: identifier"
+                )
             _check_key(key, text)
             lx.skip_ws()
             two = lx.peek(2)
@@ -157,14 +166,18 @@ def parse_label_selector(text: str | None) -> LabelSelector:
                 try:
                     int(v)
                 except ValueError:
-                    raise bad_request(f"unable to parse requirement: for 'Gt', 'Lt' operators, the value "
-                                      f"must be an integer: {v}") from None
+                    raise bad_request(
+                        f"unable to parse requirement: for 'Gt', 'Lt' operators, the value "
+                        f"must be an integer: {v}"
+                    ) from None
                 reqs.append(Requirement(key, op, (v,)))
             else:
                 word = lx.ident()
                 if word not in ("in", "notin"):
-                    raise bad_request(f"unable to parse requirement: found '{word}', expected: "
-                                      "'=', '!=', '==', 'in', notin'")
+                    raise bad_request(
+                        f"unable to parse requirement: found '{word}', expected: "
+                        "'=', '!=', '==', 'in', notin'"
+                    )
                 lx.skip_ws()
                 if lx.peek() != "(":
                     raise bad_request(f"unable to parse requirement: found '{lx.peek()}', expected: '('")
@@ -185,11 +198,15 @@ def parse_label_selector(text: str | None) -> LabelSelector:
                         lx.i += 1
                         break
                     else:
-                        raise bad_request(f"unable to parse requirement: found '{lx.peek() or 'EOS'}', "
-                                          "expected: ',' or ')'")
+                        raise bad_request(
+                            f"unable to parse requirement: found '{lx.peek() or 'EOS'}', "
+                            "expected: ',' or ')'"
+                        )
                 if not values:
-                    raise bad_request("unable to parse requirement: for 'in', 'notin' operators, values "
-                                      "set can't be empty")
+                    raise bad_request(
+                        "unable to parse requirement: for 'in', 'notin' operators, values "
+                        "set can't be empty"
+                    )
                 reqs.append(Requirement(key, word, tuple(values)))
         lx.skip_ws()
         if lx.i >= len(lx.s):
@@ -209,15 +226,15 @@ def _value(lx: _Lexer, text: str) -> str:
 def _check_key(key: str, text: str) -> None:
     err = label_key_error(key)
     if err:
-        raise bad_request(f"unable to parse requirement: values[0][{key}]: Invalid value: "
-                          f"\"{key}\": {err}")
+        raise bad_request(f"unable to parse requirement: values[0][{key}]: Invalid value: " f'"{key}": {err}')
 
 
 def _check_value(value: str, text: str) -> None:
     err = label_value_error(value)
     if err:
-        raise bad_request(f"unable to parse requirement: values[0][{value}]: Invalid value: "
-                          f"\"{value}\": {err}")
+        raise bad_request(
+            f"unable to parse requirement: values[0][{value}]: Invalid value: " f'"{value}": {err}'
+        )
 
 
 def selector_from_label_selector(sel: dict | None) -> LabelSelector | None:
@@ -322,7 +339,7 @@ def parse_field_selector(text: str | None) -> FieldSelector:
             idx = _find_unescaped(part, op_text)
             if idx >= 0:
                 path = part[:idx].strip()
-                value = _unescape(part[idx + len(op_text):].strip())
+                value = _unescape(part[idx + len(op_text) :].strip())
                 if not path:
                     raise bad_request(f"invalid field selector: '{part}'")
                 terms.append(FieldTerm(path, op, value))

@@ -40,7 +40,9 @@ def kubeconfig_dict(url: str, namespace: str = "default") -> dict:
         "kind": "Config",
         "clusters": [{"name": CONTEXT, "cluster": {"server": url}}],
         "users": [{"name": CONTEXT, "user": {"token": TOKEN}}],
-        "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT, "namespace": namespace}}],
+        "contexts": [
+            {"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT, "namespace": namespace}}
+        ],
         "current-context": CONTEXT,
         "preferences": {},
     }
@@ -69,8 +71,9 @@ class RunningServer:
 
     def __init__(self, server: APIServer):
         self.server = server
-        self.thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
-                                       name="apiserver", daemon=True)
+        self.thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="apiserver", daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -100,8 +103,13 @@ class RunningServer:
         self.close()
 
 
-def build(state_dir: str | os.PathLike, crds: Iterable[str | os.PathLike] | None = None,
-          host: str = "127.0.0.1", port: int = 0, watch_history: int = 4096) -> APIServer:
+def build(
+    state_dir: str | os.PathLike,
+    crds: Iterable[str | os.PathLike] | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    watch_history: int = 4096,
+) -> APIServer:
     state = Path(state_dir)
     state.mkdir(parents=True, exist_ok=True)
     crd_list = list(crds) if crds is not None else [default_crd_dir()]
@@ -109,8 +117,12 @@ def build(state_dir: str | os.PathLike, crds: Iterable[str | os.PathLike] | None
     return APIServer(cluster, host, port)
 
 
-def start(state_dir: str | os.PathLike, crds: Iterable[str | os.PathLike] | None = None,
-          host: str = "127.0.0.1", port: int = 0) -> RunningServer:
+def start(
+    state_dir: str | os.PathLike,
+    crds: Iterable[str | os.PathLike] | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+) -> RunningServer:
     """Build and start an emulator on a background thread."""
     return RunningServer(build(state_dir, crds, host, port)).start()
 

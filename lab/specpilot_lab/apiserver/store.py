@@ -86,8 +86,9 @@ class Store:
             md = obj["metadata"]
             key = (md.get("namespace", "") or "", md["name"])
             self.data.setdefault(gr, {})[key] = obj
-            self._record(Event(self.rv, "MODIFIED" if old is not None else "ADDED", gr, key[0], key[1],
-                               obj, old))
+            self._record(
+                Event(self.rv, "MODIFIED" if old is not None else "ADDED", gr, key[0], key[1], obj, old)
+            )
             return obj
 
     def remove(self, gr: GroupResource, namespace: str, name: str) -> dict | None:

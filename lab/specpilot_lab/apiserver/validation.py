@@ -12,15 +12,21 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
-SUBDOMAIN_MSG = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-                 "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
-                 "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
-LABEL_MSG = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
-             "start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
-             "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
-DNS1035_MSG = ("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
-               "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', "
-               "regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')")
+SUBDOMAIN_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
+    "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+LABEL_MSG = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
+    "start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
+    "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+DNS1035_MSG = (
+    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
+    "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', "
+    "regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+)
 
 TOTAL_ANNOTATION_SIZE_LIMIT = 262144
 MAX_GENERATED_NAME_BASE = 58  # 63 - 5 random characters
@@ -109,8 +115,11 @@ def validate_metadata(rt: ResourceType, obj: dict, old: dict | None) -> tuple[li
             errs.append(FieldErr("Invalid", "metadata.annotations", e, k, True))
         total += len(k.encode()) + len(str(v).encode())
     if total > TOTAL_ANNOTATION_SIZE_LIMIT:
-        errs.append(FieldErr("TooLong", "metadata.annotations",
-                             f"must have at most {TOTAL_ANNOTATION_SIZE_LIMIT} bytes"))
+        errs.append(
+            FieldErr(
+                "TooLong", "metadata.annotations", f"must have at most {TOTAL_ANNOTATION_SIZE_LIMIT} bytes"
+            )
+        )
     finalizers = md.get("finalizers") or []
     for i, f in enumerate(finalizers):
         if not isinstance(f, str):
@@ -120,8 +129,10 @@ def validate_metadata(rt: ResourceType, obj: dict, old: dict | None) -> tuple[li
         if e:
             errs.append(FieldErr("Invalid", f"metadata.finalizers[{i}]", e, f, True))
         elif "/" not in f and f not in ("kubernetes", "orphan", "foregroundDeletion"):
-            warnings.append(f'metadata.finalizers: "{f}": prefer a domain-qualified finalizer name '
-                            "including a path (/) to avoid accidental conflicts with other finalizer writers")
+            warnings.append(
+                f'metadata.finalizers: "{f}": prefer a domain-qualified finalizer name '
+                "including a path (/) to avoid accidental conflicts with other finalizer writers"
+            )
     if len(set(f for f in finalizers if isinstance(f, str))) != len(finalizers):
         seen: set = set()
         for i, f in enumerate(finalizers):
@@ -132,9 +143,14 @@ def validate_metadata(rt: ResourceType, obj: dict, old: dict | None) -> tuple[li
         old_f = set((old.get("metadata") or {}).get("finalizers") or [])
         new_f = [f for f in finalizers if f not in old_f]
         if new_f:
-            errs.append(FieldErr("Forbidden", "metadata.finalizers",
-                                 "no new finalizers can be added if the object is being deleted, found new "
-                                 "finalizers []string{" + ", ".join(f'"{f}"' for f in new_f) + "}"))
+            errs.append(
+                FieldErr(
+                    "Forbidden",
+                    "metadata.finalizers",
+                    "no new finalizers can be added if the object is being deleted, found new "
+                    "finalizers []string{" + ", ".join(f'"{f}"' for f in new_f) + "}",
+                )
+            )
     controllers = 0
     for i, ref in enumerate(md.get("ownerReferences") or []):
         p = "metadata.ownerReferences"
@@ -153,6 +169,13 @@ def validate_metadata(rt: ResourceType, obj: dict, old: dict | None) -> tuple[li
         if ref.get("controller") is True:
             controllers += 1
     if controllers > 1:
-        errs.append(FieldErr("Invalid", "metadata.ownerReferences", "Only one reference can have Controller "
-                             "set to true", md.get("ownerReferences"), True))
+        errs.append(
+            FieldErr(
+                "Invalid",
+                "metadata.ownerReferences",
+                "Only one reference can have Controller " "set to true",
+                md.get("ownerReferences"),
+                True,
+            )
+        )
     return errs, warnings

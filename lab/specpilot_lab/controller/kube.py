@@ -98,7 +98,6 @@ class Kube:
         return d
 
     def res(self, key: str):
-        cache = getattr(self._local, "res", None)
         dyn = self.dyn
         cache = self._local.res
         if key not in cache:
@@ -151,6 +150,13 @@ class Kube:
                                   content_type=MERGE).to_dict()
         except NotFoundError:
             return None
+
+    def bind_pod(self, name: str, namespace: str, node: str) -> None:
+        """POST pods/NAME/binding, as a scheduler does (spec.nodeName is immutable otherwise)."""
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        sub = self.res("pod").subresources["binding"]
+        self.dyn.request("post", sub.path(name=name, namespace=namespace), body=body)
 
     def delete(self, key: str, name: str, namespace: str | None = None) -> bool:
         try:

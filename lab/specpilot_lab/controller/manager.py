@@ -85,6 +85,9 @@ class Controller:
     def stop(self) -> None:
         self.stop_event.set()
         self.queue.close()
+        # the reconcile in progress finishes first: after it, nothing starts a pod any more
+        if self._worker is not None:
+            self._worker.join(timeout=60)
         threads = []
         for run in list(self.runs.values()):
             t = threading.Thread(target=run.stop, daemon=True)
@@ -98,8 +101,6 @@ class Controller:
             t.join(timeout=40)
         for p in self.proxies.values():
             p.close()
-        if self._worker is not None:
-            self._worker.join(timeout=10)
 
     def enqueue(self, key: tuple, delay: float = 0.0) -> None:
         self.queue.add(key, delay)
@@ -121,7 +122,7 @@ class Controller:
                 if exc.status == 409:  # a conflict: read again and retry
                     self.enqueue(key, 0.2)
                 else:
-                    log.warning("reconcile %s: %s %s", key, exc.status, exc.reason)
+                    log.warning("reconcile %s: %s %s %s", key, exc.status, exc.reason, (exc.body or "")[:500])
                     self.enqueue(key, 2.0)
             except Exception:
                 if not self.stop_event.is_set():
@@ -224,7 +225,8 @@ class Controller:
 
     def bind(self, pod: dict) -> dict:
         md = pod["metadata"]
-        out = self.kube.patch("pod", md["name"], md["namespace"], {"spec": {"nodeName": self.node_name}}) or pod
+        self.kube.bind_pod(md["name"], md["namespace"], self.node_name)
+        out = self.kube.get("pod", md["name"], md["namespace"]) or pod
         self.recorder.event(pod, "Normal", "Scheduled",
                             f"Successfully assigned {md['namespace']}/{md['name']} to {self.node_name}",
                             "default-scheduler")
@@ -365,7 +367,7 @@ class Controller:
                         r.unschedulable = msg
                     self.recorder.event(r.pod, "Warning", "FailedScheduling", msg, "default-scheduler")
                     self.enqueue(key, 5.0)
-                else:
+                elif not self.stop_event.is_set():
                     r.pod = self.bind(r.pod)
                     r.start()
         if any(r.ready for r in new) and old:
@@ -760,7 +762,7 @@ class Controller:
                         jr.unschedulable = msg
                         self.recorder.event(jr.pod, "Warning", "FailedScheduling", msg, "default-scheduler")
                         self.enqueue(("job", ns, name), 5.0)
-                    else:
+                    elif not self.stop_event.is_set():
                         jr.pod = self.bind(jr.pod)
                         jr.start()
                 self.kube.patch_status("pod", jr.name, ns, jr.pod_status())

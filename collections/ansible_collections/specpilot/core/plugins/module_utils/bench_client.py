@@ -81,6 +81,7 @@ DEFAULTS = {
     "sampling": {"temperature": 0.0, "max_tokens": 128, "seed": 42},
     "headers": {},
     "timeout": 600.0,
+    "verify_ssl": True,
     "metrics_url": None,
     "scrape_metrics": True,
     "include_usage": True,
@@ -522,7 +523,8 @@ async def _run_many_async(configs, progress=None):
     results = []
     timeout = max(c["timeout"] for c in configs)
     limit = max([c["concurrency"] or 0 for c in configs] + [0])
-    connector = aiohttp.TCPConnector(limit=limit or 0, force_close=False, enable_cleanup_closed=True)
+    ssl = all(bool(c.get("verify_ssl", True)) for c in configs)
+    connector = aiohttp.TCPConnector(limit=limit or 0, ssl=ssl)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout),
                                      auto_decompress=True) as session:
         for cfg in configs:

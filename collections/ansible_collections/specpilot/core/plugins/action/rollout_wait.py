@@ -1,0 +1,112 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see galaxy.yml)
+"""Action plugin of specpilot.core.rollout_wait: wait for the new rollout, with progress output."""
+
+from __future__ import annotations
+
+import time
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, deploy_rollout
+from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import K8sReader, ReadError, auth_options
+
+display = Display()
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _supports_check_mode = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        _validation, params = self.validate_argument_spec(argument_spec=deploy_args.ROLLOUT_WAIT)
+        plan = params["plan"]
+        for key in ("name", "namespace", "spec_digest"):
+            if not plan.get(key):
+                raise AnsibleActionFail("plan.%s is required (pass the plan from specpilot.core.spec_validate)" % key)
+        if self._task.check_mode:
+            result.update(changed=False, skipped=True, msg="check mode: nothing was applied, nothing to wait for")
+            return result
+        timeout = params["timeout"] or int(plan.get("startup_timeout_seconds") or 900) + 300
+        reader = K8sReader(self._loader, self._templar, task_vars or {}, auth_options(params),
+                           attempts=params["retries"])
+        host = (task_vars or {}).get("inventory_hostname") or plan["name"]
+        out = wait(reader, plan, params, timeout, lambda line: display.display("[%s] %s" % (host, line)))
+        result.update(out)
+        result["changed"] = False
+        if not out["done"] and params["fail_on_error"]:
+            result["failed"] = True
+            result["msg"] = out["status"]["message"]
+        return result
+
+
+def read_workload(reader, plan):
+    name, ns = plan["name"], plan["namespace"]
+    isvc = reader.get("InferenceService", "serving.kserve.io/v1beta1", name=name, namespace=ns)
+    deployment = None
+    if (plan.get("deployment_mode") or "Standard") == "Standard":
+        deployment = reader.get("Deployment", "apps/v1", name="%s-predictor" % name, namespace=ns)
+    pods = reader.get("Pod", "v1", namespace=ns, label_selector="serving.kserve.io/inferenceservice=%s" % name)
+    return isvc, deployment, pods
+
+
+def wait(reader, plan, params, timeout, emit, clock=time.time, sleep=time.sleep):
+    """Poll until the rollout is done, has failed for good, or ``timeout`` seconds passed."""
+    expected = deploy_rollout.expected_from_plan(plan)
+    options = {k: params.get(k) for k in ("fail_fast_restarts", "pending_grace", "image_grace")}
+    started = clock()
+    last_line, last_emit, polls, read_errors = None, 0.0, 0, 0
+    status = isvc = deployment = None
+    pods = []
+    emit("waiting for the rollout of %s/%s (timeout %ds): digest %s" % (
+        plan["namespace"], plan["name"], timeout, plan["spec_digest"][:12]))
+    while True:
+        now = clock()
+        polls += 1
+        try:
+            isvc, deployment, pods = read_workload(reader, plan)
+        except ReadError as exc:
+            read_errors += 1
+            if read_errors >= 5:
+                status = {"done": False, "failed": True, "cause": "api", "phase": "failed",
+                          "message": "cannot read the rollout state: %s" % exc, "checks": {}, "pods": [],
+                          "waiting_for": [], "progress": ""}
+                break
+            sleep(params["delay"])
+            continue
+        status = deploy_rollout.rollout_status(expected, isvc, deployment, pods, params.get("baseline") or {},
+                                               now=now, started=started, options=options)
+        elapsed = int(now - started)
+        line = "%s [%ds/%ds] %s" % (status["phase"], elapsed, timeout, status["progress"])
+        if status["done"] or status["failed"]:
+            emit("%s after %ds: %s" % (status["phase"], elapsed, status["message"]))
+            break
+        if status["progress"] != last_line or now - last_emit >= params["progress_interval"]:
+            emit(line)
+            last_line, last_emit = status["progress"], now
+        if now - started >= timeout:
+            break
+        sleep(max(0.2, min(params["delay"], timeout - (now - started))))
+    elapsed = clock() - started
+    timed_out = not status["done"] and not status["failed"]
+    if timed_out:
+        status = dict(status, phase="timeout", message="timed out after %ds: %s" % (
+            int(elapsed), "; ".join(status["waiting_for"]) or status["message"]))
+        emit(status["message"])
+    return {
+        "done": bool(status["done"]),
+        "timed_out": timed_out,
+        "elapsed": round(elapsed, 1),
+        "timeout": timeout,
+        "polls": polls,
+        "status": status,
+        "inferenceservice": isvc,
+        "deployment": deployment,
+        "pods": pods,
+    }

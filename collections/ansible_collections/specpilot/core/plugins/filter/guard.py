@@ -1,0 +1,26 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot maintainers
+# Apache-2.0 (see galaxy.yml)
+"""Filter: is speculative decoding on in an InferenceService's engine arguments."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.specpilot.core.plugins.module_utils.spec_guard import isvc_speculative as _state
+
+
+def isvc_speculative(isvc):
+    """InferenceService (or null) -> {exists, on, config, flags, digest}."""
+    if isvc is not None and not isinstance(isvc, Mapping):
+        raise AnsibleFilterError("isvc_speculative expects an InferenceService mapping, got %s" % type(isvc).__name__)
+    return _state(dict(isvc) if isvc else None)
+
+
+class FilterModule(object):
+    """specpilot guard filters."""
+
+    def filters(self):
+        return {"isvc_speculative": isvc_speculative}

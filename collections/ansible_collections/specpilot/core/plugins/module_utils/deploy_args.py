@@ -1,0 +1,58 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see galaxy.yml)
+"""Argument specs of the deploy modules (shared by each module and its action plugin)."""
+
+from __future__ import annotations
+
+__all__ = ["K8S_AUTH", "KSERVE_DETECT", "DEPLOY_STATE", "CRD_VALIDATE", "ROLLOUT_WAIT"]
+
+# the connection options of kubernetes.core that the deploy modules pass to its k8s lookup
+K8S_AUTH = {
+    "kubeconfig": {"type": "raw"},
+    "context": {"type": "str"},
+    "host": {"type": "str"},
+    "api_key": {"type": "str", "no_log": True},
+    "validate_certs": {"type": "bool", "aliases": ["verify_ssl"]},
+    "ca_cert": {"type": "path", "aliases": ["ssl_ca_cert"]},
+    "retries": {"type": "int", "default": 8},
+}
+
+KSERVE_DETECT = dict(
+    K8S_AUTH,
+    crds={"type": "list", "elements": "dict"},
+    declared={"type": "str"},
+    given={"type": "str"},
+    fail_on_error={"type": "bool", "default": True},
+)
+
+DEPLOY_STATE = dict(
+    K8S_AUTH,
+    name={"type": "str", "required": True},
+    namespace={"type": "str", "required": True},
+    deployment_mode={"type": "str", "default": "Standard", "choices": ["Standard", "Knative"]},
+    runtime={"type": "dict"},
+    lease={"type": "bool", "default": True},
+    history={"type": "bool", "default": True},
+    workload={"type": "bool", "default": True},
+)
+
+CRD_VALIDATE = dict(
+    K8S_AUTH,
+    manifests={"type": "list", "elements": "dict", "required": True},
+    crds={"type": "list", "elements": "dict"},
+    fail_on_error={"type": "bool", "default": True},
+)
+
+ROLLOUT_WAIT = dict(
+    K8S_AUTH,
+    plan={"type": "dict", "required": True},
+    baseline={"type": "dict", "default": {}},
+    timeout={"type": "int", "default": 0},
+    delay={"type": "float", "default": 5.0},
+    fail_fast_restarts={"type": "int", "default": 2},
+    pending_grace={"type": "int", "default": 300},
+    image_grace={"type": "int", "default": 300},
+    progress_interval={"type": "int", "default": 30},
+    fail_on_error={"type": "bool", "default": False},
+)

@@ -1,0 +1,408 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see galaxy.yml)
+"""What deploy decides from the validated plan and the live objects.
+
+* :func:`sync_status`: is a live object already what server-side apply would make of the
+  desired one?  (every desired field equal, lists equal element by element, and the object
+  applied by specpilot's field manager before);
+* :func:`revision_snapshot`, :func:`record_for`: the revision record written with the change
+  (annotation ``specpilot.io/previous-revision`` on the InferenceService, in the same apply);
+* :func:`history_data`: the bounded revision history (ConfigMap ``<name>-specpilot-history``);
+* :func:`lease_status`, :func:`lease_spec`: the per-service deploy lock (a coordination.k8s.io
+  Lease with a holder and an expiry);
+* :func:`decide`: all of it for one service, as the role uses it.
+
+Pure standard library.  Times are epoch seconds (``now``) so that tests can pin them.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+
+from ansible_collections.specpilot.core.plugins.module_utils import deploy_rollout
+
+__all__ = [
+    "ANN_DIGEST",
+    "ANN_PREVIOUS",
+    "ANN_LOCK_HOLDER",
+    "HISTORY_KEY",
+    "HISTORY_LIMIT",
+    "RECORD_VERSION",
+    "managed_by",
+    "subset_diff",
+    "sync_status",
+    "revision_snapshot",
+    "record_for",
+    "history_name",
+    "history_data",
+    "history_revisions",
+    "lease_name",
+    "lease_status",
+    "lease_spec",
+    "micro_time",
+    "parse_time",
+    "desired_objects",
+    "decide",
+]
+
+ANN_DIGEST = "specpilot.io/spec-digest"
+ANN_PREVIOUS = "specpilot.io/previous-revision"
+ANN_LOCK_HOLDER = "specpilot.io/deploy-holder"
+HISTORY_KEY = "revisions.json"
+HISTORY_LIMIT = 10
+RECORD_VERSION = 1
+_SKIP_ANNOTATIONS = (ANN_PREVIOUS, "kubectl.kubernetes.io/last-applied-configuration")
+
+
+# ---------------------------------------------------------------- time
+def micro_time(epoch):
+    """Kubernetes MicroTime (``2026-11-21T06:00:00.000000Z``) of an epoch second."""
+    return datetime.datetime.fromtimestamp(float(epoch), datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text):
+    """Epoch seconds of a Kubernetes Time/MicroTime string (None when unparsable)."""
+    if not isinstance(text, str) or not text:
+        return None
+    value = text.strip().replace("Z", "+00:00")
+    if "." in value:
+        head, _, rest = value.partition(".")
+        frac, sign, tz = "", "", ""
+        for i, ch in enumerate(rest):
+            if ch in "+-":
+                frac, sign, tz = rest[:i], ch, rest[i + 1 :]
+                break
+        else:
+            frac = rest
+        value = "%s.%s%s%s" % (head, (frac + "000000")[:6], sign, tz)
+    try:
+        parsed = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=datetime.timezone.utc)
+    return parsed.timestamp()
+
+
+def _compact(data):
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def _meta(obj):
+    return (obj or {}).get("metadata") or {}
+
+
+def _annotations(obj):
+    return _meta(obj).get("annotations") or {}
+
+
+# ---------------------------------------------------------------- sync
+def managed_by(obj, field_manager):
+    """True when ``field_manager`` applied the object (server-side apply) at some point."""
+    for entry in _meta(obj).get("managedFields") or []:
+        if entry.get("manager") == field_manager and entry.get("operation") == "Apply":
+            return True
+    return False
+
+
+def subset_diff(desired, live, path=""):
+    """Paths where ``live`` does not hold what ``desired`` says.  Dicts: every desired key must be
+    there with a matching value (extra live keys are fine: defaults, other managers); lists:
+    same length, items matched in order the same way; anything else: equal."""
+    if isinstance(desired, dict):
+        if not isinstance(live, dict):
+            return [path or "."]
+        out = []
+        for key, value in desired.items():
+            sub = "%s.%s" % (path, key) if path else str(key)
+            if key not in live:
+                out.append(sub)
+            else:
+                out.extend(subset_diff(value, live[key], sub))
+        return out
+    if isinstance(desired, list):
+        if not isinstance(live, list) or len(live) != len(desired):
+            return [path or "."]
+        out = []
+        for index, (want, have) in enumerate(zip(desired, live)):
+            out.extend(subset_diff(want, have, "%s[%d]" % (path, index)))
+        return out
+    if isinstance(desired, bool) or isinstance(live, bool):
+        return [] if desired is live else [path or "."]
+    return [] if desired == live else [path or "."]
+
+
+def sync_status(desired, live, field_manager):
+    """``{in_sync, reasons}`` for one object: whether applying ``desired`` would change nothing."""
+    if desired is None:
+        return {"in_sync": True, "reasons": []}
+    if live is None:
+        return {"in_sync": False, "reasons": ["absent"]}
+    reasons = []
+    for key, value in desired.items():
+        if key in ("apiVersion", "kind", "status"):
+            continue
+        if key == "metadata":
+            for sub in ("labels", "annotations"):
+                reasons.extend(subset_diff(value.get(sub) or {}, _meta(live).get(sub) or {}, "metadata." + sub))
+            continue
+        reasons.extend(subset_diff(value, live.get(key), key))
+    if not managed_by(live, field_manager):
+        reasons.append("not applied by field manager %s" % field_manager)
+    return {"in_sync": not reasons, "reasons": reasons}
+
+
+# ---------------------------------------------------------------- revision record
+def _runtime_snapshot(runtime):
+    if not runtime:
+        return None
+    md = _meta(runtime)
+    out = {
+        "apiVersion": runtime.get("apiVersion"),
+        "kind": runtime.get("kind"),
+        "name": md.get("name"),
+        "labels": md.get("labels") or {},
+        "annotations": {k: v for k, v in (md.get("annotations") or {}).items() if k not in _SKIP_ANNOTATIONS},
+        "spec": copy.deepcopy(runtime.get("spec") or {}),
+    }
+    if md.get("namespace"):
+        out["namespace"] = md["namespace"]
+    return out
+
+
+def revision_snapshot(isvc, runtime=None, ready=None, now=None):
+    """The revision a live InferenceService (and the runtime specpilot manages for it) is at:
+    ``{v, digest, recorded_at, ready, labels, annotations, predictor, runtime}``.  ``predictor``
+    is the whole stored ``spec.predictor``; rollback re-applies it (and ``runtime``) as they were.
+    """
+    md = _meta(isvc)
+    return {
+        "v": RECORD_VERSION,
+        "digest": _annotations(isvc).get(ANN_DIGEST),
+        "recorded_at": micro_time(now) if now is not None else None,
+        "ready": ready,
+        "labels": md.get("labels") or {},
+        "annotations": {k: v for k, v in (md.get("annotations") or {}).items() if k not in _SKIP_ANNOTATIONS},
+        "predictor": copy.deepcopy(((isvc or {}).get("spec") or {}).get("predictor") or {}),
+        "runtime": _runtime_snapshot(runtime),
+    }
+
+
+def record_for(plan_digest, live_isvc, live_runtime=None, live_ready=None, now=None):
+    """The revision record to write with this deploy.
+
+    Returns ``{annotation, entry, reason, previous_digest}``: ``annotation`` the value of
+    ``specpilot.io/previous-revision`` on the applied InferenceService (None: none), ``entry``
+    the history entry to append (None: nothing new).
+
+    * no live InferenceService: first deploy, nothing to record;
+    * the live one already carries this plan's digest: keep its record as it is (a re-run must
+      not rewrite it);
+    * the live revision completed its rollout: it becomes the record;
+    * the live revision never became ready (its deploy failed) and an older record exists:
+      keep the older record (the last revision that worked), log the failed one in the history.
+    """
+    if not live_isvc:
+        return {"annotation": None, "entry": None, "reason": "first deploy", "previous_digest": None}
+    annotations = _annotations(live_isvc)
+    live_digest = annotations.get(ANN_DIGEST)
+    existing = annotations.get(ANN_PREVIOUS)
+    if live_digest and live_digest == plan_digest:
+        return {
+            "annotation": existing,
+            "entry": None,
+            "reason": "unchanged: the service already runs this plan",
+            "previous_digest": _record_digest(existing),
+        }
+    snapshot = revision_snapshot(live_isvc, live_runtime, bool(live_ready), now)
+    if not live_ready and existing:
+        return {
+            "annotation": existing,
+            "entry": snapshot,
+            "reason": "the live revision %s never became ready: the record keeps the last one that did (%s)"
+            % (live_digest or "(unmanaged)", _record_digest(existing) or "?"),
+            "previous_digest": _record_digest(existing),
+        }
+    return {
+        "annotation": _compact(snapshot),
+        "entry": snapshot,
+        "reason": "recorded the live revision %s" % (live_digest or "(not deployed by specpilot)"),
+        "previous_digest": live_digest,
+    }
+
+
+def _record_digest(annotation):
+    try:
+        return (json.loads(annotation) or {}).get("digest") if annotation else None
+    except ValueError:
+        return None
+
+
+def history_name(name):
+    return "%s-specpilot-history" % name
+
+
+def history_revisions(configmap):
+    """The revisions stored in a history ConfigMap (oldest first), [] when none or unreadable."""
+    raw = ((configmap or {}).get("data") or {}).get(HISTORY_KEY)
+    if not raw:
+        return []
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return []
+    return value if isinstance(value, list) else []
+
+
+def history_data(configmap, entry, new_digest, limit=HISTORY_LIMIT):
+    """The ConfigMap ``data`` with ``entry`` appended (at most ``limit`` kept, oldest dropped),
+    or None when there is nothing to write (no entry, or the newest stored entry is the same
+    revision: a retried deploy must not log it twice)."""
+    if entry is None:
+        return None
+    revisions = history_revisions(configmap)
+    if revisions:
+        last = revisions[-1]
+        if last.get("digest") == entry.get("digest") and last.get("predictor") == entry.get("predictor"):
+            return None
+    item = dict(entry, replaced_by=new_digest)
+    revisions.append(item)
+    revisions = revisions[-max(1, int(limit)):]
+    return {HISTORY_KEY: _compact(revisions)}
+
+
+# ---------------------------------------------------------------- lock
+def lease_name(name):
+    return "specpilot-deploy-%s" % name
+
+
+def lease_spec(holder, duration, now, transitions=0):
+    stamp = micro_time(now)
+    return {
+        "holderIdentity": holder,
+        "leaseDurationSeconds": int(duration),
+        "acquireTime": stamp,
+        "renewTime": stamp,
+        "leaseTransitions": int(transitions),
+    }
+
+
+def lease_status(lease, holder, now):
+    """What a deploy Lease says to ``holder`` at ``now``.
+
+    ``{present, held, mine, expired, free, holder, acquire_time, renew_time, duration, expires_at,
+    expires_in, resource_version, transitions, message}``; ``free`` means ``holder`` may take it.
+    """
+    if not lease:
+        return {"present": False, "held": False, "mine": False, "expired": False, "free": True, "holder": None,
+                "acquire_time": None, "renew_time": None, "duration": None, "expires_at": None,
+                "expires_in": None, "resource_version": None, "transitions": 0, "message": "no lease"}
+    spec = lease.get("spec") or {}
+    current = spec.get("holderIdentity") or None
+    renew = parse_time(spec.get("renewTime") or spec.get("acquireTime"))
+    duration = spec.get("leaseDurationSeconds")
+    expires_at = renew + float(duration) if renew is not None and duration is not None else None
+    expired = current is not None and expires_at is not None and now >= expires_at
+    mine = current is not None and current == holder
+    held = current is not None and not expired
+    out = {
+        "present": True,
+        "held": held,
+        "mine": mine,
+        "expired": expired,
+        "free": (not held) or mine,
+        "holder": current,
+        "acquire_time": spec.get("acquireTime"),
+        "renew_time": spec.get("renewTime"),
+        "duration": duration,
+        "expires_at": micro_time(expires_at) if expires_at is not None else None,
+        "expires_in": int(expires_at - now) if expires_at is not None else None,
+        "resource_version": _meta(lease).get("resourceVersion"),
+        "transitions": int(spec.get("leaseTransitions") or 0),
+    }
+    if held and not mine:
+        out["message"] = "held by %s since %s, expires %s (in %ss)" % (
+            current, out["acquire_time"], out["expires_at"] or "never", out["expires_in"])
+    elif expired:
+        out["message"] = "expired (last holder %s, expired %s)" % (current, out["expires_at"])
+    else:
+        out["message"] = "free" if not current else "held by this deploy"
+    return out
+
+
+# ---------------------------------------------------------------- the decision
+def desired_objects(plan, record_annotation):
+    """The ServingRuntime (or None) and the InferenceService as deploy applies them: the plan's
+    manifests, with the revision record on the InferenceService (written in the same apply)."""
+    isvc = copy.deepcopy(plan["inferenceservice"])
+    if record_annotation:
+        isvc.setdefault("metadata", {}).setdefault("annotations", {})[ANN_PREVIOUS] = record_annotation
+    runtime = copy.deepcopy(plan.get("servingruntime")) if plan.get("servingruntime") else None
+    return runtime, isvc
+
+
+def decide(plan, live, field_manager="specpilot", now=None, history_limit=HISTORY_LIMIT):
+    """Everything the deploy role needs to know before it writes anything.
+
+    ``live`` is what ``specpilot.core.deploy_state`` read: ``{inferenceservice, servingruntime,
+    deployment, pods, lease, history}`` (each None when absent).
+    """
+    live = live or {}
+    live_isvc = live.get("inferenceservice")
+    live_runtime = live.get("servingruntime") if (plan.get("runtime") or {}).get("create") else None
+    deployment = live.get("deployment")
+    pods = live.get("pods") or []
+    live_rollout = None
+    if live_isvc:
+        live_rollout = deploy_rollout.rollout_status(
+            deploy_rollout.expected_from_isvc(live_isvc), live_isvc, deployment, pods, now=now
+        )
+    plan_rollout = deploy_rollout.rollout_status(
+        deploy_rollout.expected_from_plan(plan), live_isvc, deployment, pods, now=now
+    )
+    record = record_for(
+        plan["spec_digest"], live_isvc, live_runtime, bool(live_rollout and live_rollout["done"]), now
+    )
+    runtime, isvc = desired_objects(plan, record["annotation"])
+    runtime_sync = sync_status(runtime, live.get("servingruntime"), field_manager)
+    isvc_sync = sync_status(isvc, live_isvc, field_manager)
+    history = history_data(live.get("history"), record["entry"], plan["spec_digest"], history_limit)
+    in_sync = runtime_sync["in_sync"] and isvc_sync["in_sync"]
+    predictor_changed = not live_isvc or subset_diff(
+        (isvc.get("spec") or {}).get("predictor"), ((live_isvc or {}).get("spec") or {}).get("predictor")
+    ) != []
+    components = (((live_isvc or {}).get("status") or {}).get("components") or {}).get("predictor") or {}
+    return {
+        "name": plan["name"],
+        "namespace": plan["namespace"],
+        "plan_digest": plan["spec_digest"],
+        "live_digest": _annotations(live_isvc).get(ANN_DIGEST) if live_isvc else None,
+        "first_deploy": not live_isvc,
+        "in_sync": in_sync,
+        "needs_apply": not in_sync,
+        "rollout_expected": (not in_sync) and (predictor_changed or runtime_sync["in_sync"] is False
+                                               or _annotations(live_isvc).get(ANN_DIGEST) != plan["spec_digest"]),
+        "ready": bool(in_sync and plan_rollout["done"]),
+        "servingruntime": runtime,
+        "inferenceservice": isvc,
+        "runtime_sync": runtime_sync,
+        "isvc_sync": isvc_sync,
+        "record": {k: v for k, v in record.items() if k != "entry"},
+        "history": {"name": history_name(plan["name"]), "data": history} if history else None,
+        "live_rollout": _brief(live_rollout),
+        "plan_rollout": _brief(plan_rollout),
+        "baseline": {
+            "latest_created_revision": components.get("latestCreatedRevision"),
+            "deployment_generation": _meta(deployment).get("generation") if deployment else None,
+        },
+        "previous_runtime": _runtime_snapshot(live.get("servingruntime")) if live_runtime else None,
+    }
+
+
+def _brief(status):
+    if status is None:
+        return None
+    return {k: status.get(k) for k in ("done", "failed", "cause", "phase", "message")}

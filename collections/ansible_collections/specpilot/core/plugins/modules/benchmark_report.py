@@ -1,0 +1,340 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: specpilot maintainers
+# Apache License 2.0 (see galaxy.yml)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+
+DOCUMENTATION = r"""
+module: benchmark_report
+
+short_description: Compare baseline and speculative benchmark runs, decide keep or rollback, write the report
+
+version_added: 0.1.0
+
+author:
+  - specpilot maintainers
+
+description:
+  - Takes the runs of M(specpilot.core.vllm_load) for both sides (speculative decoding off, V(baseline),
+    and on, V(speculative)) at one or more load levels and computes, per level, p50/p90/p99 of TTFT,
+    TPOT, inter-token and end-to-end latency, per-request and system throughput, the speedups
+    (baseline / speculative for latencies, speculative / baseline for throughput), the P50 vs P99 gap
+    of both sides, and the acceptance ceiling (mean acceptance length) next to the realised speedup
+    (the share of the headroom converted).
+  - "Verdict per level and overall, at the target level: V(keep) only when TTFT, TPOT and throughput all
+    improve by more than their thresholds and the speculative side fails no more requests than allowed;
+    V(rollback) otherwise; V(inconclusive) when a side has no successful requests."
+  - Writes C(report.json), C(report.md) and PNG plots (latency vs load for both sides, throughput,
+    per-position acceptance) under O(output_dir), with the five context fields - hardware, model
+    and draft, runtime version, request parameters, workload.
+  - C(changed) is true when a report file was written or rewritten with new content. In check mode
+    nothing is written.
+
+options:
+  runs:
+    description:
+      - The C(runs) of M(specpilot.core.vllm_load) for both sides, concatenated. Each needs C(side),
+        C(level) and C(summary); C(acceptance) is used on the speculative side.
+    type: list
+    elements: dict
+    required: true
+  target_qps:
+    description:
+      - The request rate the service really serves; the overall verdict is the verdict of this level.
+        When it was not measured, the nearest level above it is used (and the report says so).
+        Unset (and no O(target_concurrency)) - the highest measured level.
+    type: float
+  target_concurrency:
+    description:
+      - The concurrency of the target level (for concurrency levels).
+    type: int
+  thresholds:
+    description:
+      - Verdict thresholds. C(ttft_min_gain), C(tpot_min_gain), C(throughput_min_gain) (relative
+        gains the speculative side must exceed; default 0, negative tolerates that much regression),
+        C(throughput_metric) (V(request) - median per-request tok/s, default; V(system) - all output
+        tokens / wall time), C(statistic) (V(p50) default, V(p90), V(p99), V(mean)), C(max_error_rate)
+        (default 0), C(p99_max_regression) (default null - off), C(gap_widening_warn) (default 0.25).
+    type: dict
+    default: {}
+  service:
+    description:
+      - Service name for the report title.
+    type: str
+  hardware:
+    description:
+      - The hardware context field as given; or leave it out and give O(node).
+    type: dict
+  node:
+    description:
+      - The Node object the predictor runs on (from M(kubernetes.core.k8s_info)); GPU product from the
+        C(nvidia.com/gpu.product) label, count from C(nvidia.com/gpu) capacity or the C(nvidia.com/gpu.count) label.
+    type: dict
+  pod:
+    description:
+      - The predictor Pod object (its GPU request is the per-replica GPU count).
+    type: dict
+  model:
+    description:
+      - Model context - C(target), C(draft), C(speculative_config), C(served_model_name).
+    type: dict
+  runtime:
+    description:
+      - Runtime context - C(image), C(engine_args). C(vllm_version) is taken from what the engine
+        reported during the runs (C(/version)) unless given here.
+    type: dict
+  request_params:
+    description:
+      - Request parameters context. Default - built from the runs' configuration (API, sampling,
+        warm-ups, runs per prompt, arrival, levels).
+    type: dict
+  workload:
+    description:
+      - Workload context - C(name) (required for a complete context), C(file), C(description).
+        Sizes are added from the workload file and the runs.
+    type: dict
+  output_dir:
+    description:
+      - Directory for C(report.json), C(report.md) and the plots (created when missing).
+    type: path
+    required: true
+  plots:
+    description:
+      - Write the PNG plots (needs matplotlib).
+    type: bool
+    default: true
+  fail_on_incomplete_context:
+    description:
+      - Fail when one of the five context fields could not be filled.
+    type: bool
+    default: false
+
+notes:
+  - Speedups use the statistic in O(thresholds) (median by default) over every timed request of a
+    level; per-prompt medians are in the report too.
+  - The headroom converted is realised speedup / mean acceptance length, where the realised speedup is
+    the per-request tok/s ratio (the TPOT ratio when that is missing).
+
+seealso:
+  - module: specpilot.core.vllm_load
+
+requirements:
+  - python >= 3.9
+  - matplotlib (plots)
+"""
+
+EXAMPLES = r"""
+- name: Decide and write the report
+  specpilot.core.benchmark_report:
+    runs: "{{ baseline_runs.runs + spec_runs.runs }}"
+    target_qps: 8
+    thresholds:
+      ttft_min_gain: -0.05
+    service: chat
+    node: "{{ node_info.resources[0] }}"
+    pod: "{{ pod_info.resources[0] }}"
+    model:
+      target: hf://meta-llama/Llama-3.1-8B-Instruct
+      draft: hf://yuhuili/EAGLE3-LLaMA3.1-Instruct-8B
+      speculative_config: {method: eagle3, num_speculative_tokens: 3}
+    runtime:
+      image: vllm/vllm-openai:v0.32.0
+    workload:
+      name: code-edit
+      file: "{{ role_path }}/files/workloads/code-edit.jsonl"
+    output_dir: reports/benchmark/chat
+  register: report
+
+- name: Show the verdict
+  ansible.builtin.debug:
+    msg: "{{ report.verdict }}: {{ report.reasons }}"
+"""
+
+RETURN = r"""
+verdict:
+  description: V(keep), V(rollback) or V(inconclusive), at the target level.
+  returned: always
+  type: str
+recommendation:
+  description: What to do, in one sentence.
+  returned: always
+  type: str
+reasons:
+  description: Why, one line per check of the target level.
+  returned: always
+  type: list
+  elements: str
+notes:
+  description: Caveats (missing context, per-position collapse, P50 vs P99 gap widening, levels that disagree).
+  returned: always
+  type: list
+  elements: str
+per_level:
+  description: Verdict per level key.
+  sample: {"qps=1": "keep", "qps=8": "rollback"}
+  returned: always
+  type: dict
+target:
+  description: C({requested, level}) - the requested target and the level the verdict uses.
+  returned: always
+  type: dict
+levels:
+  description: Per level - C(level), C(verdict), C(speedups) (ttft, tpot, request_tok_s, output_throughput, e2e),
+    C(headroom) (ceiling, realised, converted), C(acceptance).
+  returned: always
+  type: list
+  elements: dict
+context:
+  description: The five context fields (hardware, model, runtime, request_params, workload).
+  returned: always
+  type: dict
+context_missing:
+  description: Context fields that could not be filled.
+  returned: always
+  type: list
+  elements: str
+paths:
+  description: C({json, markdown, plots}) written under O(output_dir) (null in check mode).
+  returned: always
+  type: dict
+"""
+
+import json
+import os
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specpilot.core.plugins.module_utils.bench_analysis import analyse
+from ansible_collections.specpilot.core.plugins.module_utils.bench_client import RunConfigError, load_workload
+from ansible_collections.specpilot.core.plugins.module_utils.bench_report import (
+    build_context,
+    build_report,
+    hardware_from_node,
+    workload_context,
+    write_report,
+)
+
+
+def _snapshot(paths):
+    out = {}
+    for p in paths:
+        if os.path.exists(p):
+            with open(p, "rb") as fh:
+                out[p] = fh.read()
+    return out
+
+
+def request_params_from_runs(runs):
+    cfgs = [r.get("config") or {} for r in runs]
+    if not cfgs:
+        return None
+    c = cfgs[0]
+    levels = []
+    for r in runs:
+        key = (r.get("level") or {}).get("key")
+        if key and key not in levels:
+            levels.append(key)
+    out = {
+        "api": c.get("api"),
+        "sampling": c.get("sampling"),
+        "stream": True,
+        "include_usage": c.get("include_usage", True),
+        "warmup_requests": c.get("warmup_requests"),
+        "runs_per_prompt": c.get("runs_per_prompt"),
+        "arrival": c.get("arrival"),
+        "arrival_seed": c.get("seed"),
+        "levels": levels,
+    }
+    differs = [k for k in ("sampling", "api", "runs_per_prompt", "warmup_requests", "arrival", "seed", "prompt_ids")
+               if any(json.dumps(x.get(k), sort_keys=True) != json.dumps(c.get(k), sort_keys=True) for x in cfgs)]
+    if differs:
+        out["differs_between_runs"] = differs
+    return out
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            runs=dict(type="list", elements="dict", required=True),
+            target_qps=dict(type="float"),
+            target_concurrency=dict(type="int"),
+            thresholds=dict(type="dict", default={}),
+            service=dict(type="str"),
+            hardware=dict(type="dict"),
+            node=dict(type="dict"),
+            pod=dict(type="dict"),
+            model=dict(type="dict"),
+            runtime=dict(type="dict"),
+            request_params=dict(type="dict"),
+            workload=dict(type="dict"),
+            output_dir=dict(type="path", required=True),
+            plots=dict(type="bool", default=True),
+            fail_on_incomplete_context=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    runs = p["runs"]
+    target = None
+    if p["target_qps"] is not None or p["target_concurrency"] is not None:
+        target = {"qps": p["target_qps"], "concurrency": p["target_concurrency"]}
+    try:
+        analysis = analyse(runs, target=target, thresholds=p["thresholds"])
+    except (ValueError, KeyError, TypeError) as exc:
+        module.fail_json(msg="cannot analyse the runs: %s" % exc, exception=traceback.format_exc())
+
+    hardware = p["hardware"] or hardware_from_node(p["node"], p["pod"])
+    runtime = dict(p["runtime"] or {})
+    versions = sorted({(r.get("server") or {}).get("version") for r in runs if (r.get("server") or {}).get("version")})
+    if not runtime.get("vllm_version") and versions:
+        runtime["vllm_version"] = versions[0] if len(versions) == 1 else ", ".join(versions)
+    if len(versions) > 1:
+        analysis["notes"].append("the two sides report different vLLM versions: %s" % ", ".join(versions))
+    runtime["reported_by_engine"] = versions
+    wl_in = dict(p["workload"] or {})
+    prompts = None
+    if wl_in.get("file") and os.path.exists(wl_in["file"]):
+        try:
+            prompts = load_workload(wl_in["file"])
+        except (RunConfigError, ValueError, OSError) as exc:
+            analysis["notes"].append("cannot read the workload file: %s" % exc)
+    workload = None
+    if wl_in.get("name"):
+        workload = workload_context(wl_in["name"], wl_in.get("file"), prompts, [r.get("summary") for r in runs],
+                                    wl_in.get("description"))
+    context, missing = build_context(hardware, p["model"], runtime or None,
+                                     p["request_params"] or request_params_from_runs(runs), workload)
+    report = build_report(analysis, context, missing, service=p["service"])
+    if missing and p["fail_on_incomplete_context"]:
+        module.fail_json(msg="context incomplete: %s" % ", ".join(missing), context_missing=missing)
+
+    levels = [{"level": lv["level"], "verdict": lv["verdict"],
+               "speedups": lv["comparison"].get("speedups"), "headroom": lv["comparison"].get("headroom"),
+               "acceptance": lv.get("acceptance")} for lv in analysis["levels"]]
+    result = dict(changed=False, verdict=report["verdict"], recommendation=report["recommendation"],
+                  reasons=report["reasons"], notes=report["notes"], per_level=report["per_level"],
+                  target=report["target"], levels=levels, context=context, context_missing=missing,
+                  paths=None)
+    if not module.check_mode:
+        out_dir = p["output_dir"]
+        names = [os.path.join(out_dir, n) for n in ("report.json", "report.md", "latency.png", "throughput.png",
+                                                    "acceptance.png")]
+        before = _snapshot(names)
+        try:
+            paths = write_report(report, out_dir, plots=p["plots"])
+        except (IOError, OSError) as exc:
+            module.fail_json(msg="cannot write the report under %s: %s" % (out_dir, exc))
+        after = _snapshot(names)
+        # the report carries its generation time, so a re-run always rewrites it
+        result["changed"] = before != after
+        result["paths"] = paths
+        result["notes"] = report["notes"]
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,311 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: specpilot maintainers
+# Apache License 2.0 (see galaxy.yml)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+
+DOCUMENTATION = r"""
+module: spec_guard
+
+short_description: Judge a speculative-decoding service from its latest acceptance reading and its history
+
+version_added: 0.1.0
+
+author:
+  - specpilot maintainers
+
+description:
+  - One step of the specpilot acceptance guard for one InferenceService. Takes the live InferenceService, a
+    reading of the last window (O(metrics), the result of M(specpilot.core.vllm_metrics_facts) called with
+    C(previous); or, with O(prometheus_url), the same PromQL as the PrometheusRule of
+    M(specpilot.core.spec_monitoring) over O(prometheus_window)) and the stored guard history.
+  - "Returns the status of the reading: C(off) (no speculative flags on the InferenceService), C(absent),
+    C(missing) (flags set but no C(vllm:spec_decode_*) series), C(idle) (fewer than O(min_draft_tokens)
+    drafted), C(no-window) (V0 cumulative gauge only), C(low), C(borderline) or C(healthy); the new history
+    (the last O(history_size) readings); the streak of low readings taken with the current speculative
+    config; and the action: C(none), C(watch) (low, streak shorter than O(consecutive_readings)), C(report)
+    (O(consecutive_readings) low readings in a row without O(auto_rollback), or C(missing)) or C(rollback)."
+  - Idle, missing and V0 readings neither count towards the streak nor break it; healthy and borderline
+    readings break it, and so does a change of the speculative config.
+  - Does not write anything (the role stores C(history_json) and runs the rollback); never reports
+    C(changed). Supports check mode.
+
+options:
+  name:
+    description:
+      - Service name, for the messages.
+    type: str
+    required: true
+  isvc:
+    description:
+      - The InferenceService as read from the cluster (C(resources[0]) of M(kubernetes.core.k8s_info)); null
+        or empty when it does not exist.
+    type: dict
+  metrics:
+    description:
+      - Result of M(specpilot.core.vllm_metrics_facts) for the second scrape of the window (called with
+        C(previous) set to the first).
+      - Ignored with O(prometheus_url).
+    type: dict
+  prometheus_url:
+    description:
+      - Base URL of a Prometheus (or Thanos querier) HTTP API; the reading is then taken from it with
+        instant queries of C(increase()) over O(prometheus_window).
+    type: str
+  prometheus_window:
+    description:
+      - Range of the Prometheus reading (a Prometheus duration).
+    type: str
+    default: 15m
+  prometheus_headers:
+    description:
+      - Extra HTTP headers for O(prometheus_url), e.g. C(Authorization). Values are not logged.
+    type: dict
+  selector:
+    description:
+      - Prometheus labels selecting the service's series; default C({namespace: <ns>, model_name: <name>}).
+    type: dict
+  namespace:
+    description:
+      - Namespace of the service (for the default O(selector)).
+    type: str
+  vllm_version:
+    description:
+      - vLLM version of the engine, to pick the metric names of the Prometheus queries.
+    type: str
+    default: 0.32.0
+  validate_certs:
+    description:
+      - Verify the TLS certificate of an C(https) O(prometheus_url).
+    type: bool
+    default: true
+  timeout:
+    description:
+      - Seconds to wait for each Prometheus query.
+    type: float
+    default: 10
+  history:
+    description:
+      - The stored history (a JSON list as stored, or a list). Unreadable content starts a new history.
+    type: raw
+  min_acceptance_rate:
+    description:
+      - A reading below this draft acceptance rate is C(low).
+    type: float
+    default: 0.5
+  warn_acceptance_rate:
+    description:
+      - A reading below this rate (and not low) is C(borderline).
+    type: float
+    default: 0.65
+  min_draft_tokens:
+    description:
+      - Fewer drafted tokens in the window make the reading C(idle) (no verdict).
+    type: int
+    default: 100
+  consecutive_readings:
+    description:
+      - Low readings in a row (K) before the action becomes C(report) or C(rollback).
+    type: int
+    default: 3
+  history_size:
+    description:
+      - Readings kept in the history (N, at least O(consecutive_readings)).
+    type: int
+    default: 10
+  collapse_threshold:
+    description:
+      - Per-position acceptance under which a draft position is reported as collapsed.
+    type: float
+    default: 0.05
+  auto_rollback:
+    description:
+      - Make the action C(rollback) instead of C(report) after O(consecutive_readings) low readings.
+    type: bool
+    default: false
+
+seealso:
+  - module: specpilot.core.vllm_metrics_facts
+  - module: specpilot.core.spec_monitoring
+"""
+
+EXAMPLES = r"""
+- name: First scrape
+  specpilot.core.vllm_metrics_facts:
+    url: "{{ metrics_url }}"
+  register: first
+
+- name: Wait for the window
+  ansible.builtin.pause:
+    seconds: 60
+
+- name: Second scrape
+  specpilot.core.vllm_metrics_facts:
+    url: "{{ metrics_url }}"
+    previous: "{{ first }}"
+  register: second
+
+- name: Judge the window
+  specpilot.core.spec_guard:
+    name: chat-eagle3
+    isvc: "{{ isvc_info.resources[0] | default(omit) }}"
+    metrics: "{{ second }}"
+    history: "{{ history_cm.resources[0].data.history | default(omit) }}"
+    consecutive_readings: 3
+  register: verdict
+
+- name: Or read the window from Prometheus
+  specpilot.core.spec_guard:
+    name: chat-eagle3
+    namespace: llm-serving
+    isvc: "{{ isvc_info.resources[0] }}"
+    prometheus_url: http://prometheus-operated.monitoring.svc:9090
+    prometheus_window: 15m
+    vllm_version: 0.32.0
+  register: verdict
+"""
+
+RETURN = r"""
+status:
+  description: Status of this reading (off, absent, missing, idle, no-window, low, borderline, healthy).
+  returned: success
+  type: str
+  sample: low
+action:
+  description: What to do (none, watch, report, rollback).
+  returned: success
+  type: str
+  sample: watch
+streak:
+  description: Low readings in a row at the end of the history, for the current speculative config.
+  returned: success
+  type: int
+consecutive_readings:
+  description: The K the streak is compared with.
+  returned: success
+  type: int
+message:
+  description: One line for the report.
+  returned: success
+  type: str
+findings:
+  description: Interpretation (low acceptance, borderline, per-position collapse, metrics missing).
+  returned: success
+  type: list
+  elements: str
+notes:
+  description: Problems with the stored history.
+  returned: success
+  type: list
+  elements: str
+state:
+  description: What the InferenceService says (C(exists), C(on), C(config) parsed from
+    C(--speculative-config), C(flags), C(digest) of the config).
+  returned: success
+  type: dict
+reading:
+  description: The window's figures (C(source), C(window), C(drafts), C(drafted), C(accepted),
+    C(acceptance_rate), C(mean_acceptance_length), C(per_position), C(spec_series)).
+  returned: success
+  type: dict
+record:
+  description: Whether the history changed (every status but off and absent adds an entry).
+  returned: success
+  type: bool
+entry:
+  description: The history entry of this reading (C(at), C(status), C(cfg), C(rate), C(drafted),
+    C(accepted), C(mal), C(pp), C(src)); null when nothing is recorded.
+  returned: success
+  type: dict
+history:
+  description: The history to store (oldest first, at most O(history_size) entries).
+  returned: success
+  type: list
+  elements: dict
+history_json:
+  description: The same, as compact JSON (what the role stores).
+  returned: success
+  type: str
+settings:
+  description: The thresholds used.
+  returned: success
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import open_url
+from ansible_collections.specpilot.core.plugins.module_utils import spec_monitoring as sm
+from ansible_collections.specpilot.core.plugins.module_utils.spec_guard import (
+    GuardError,
+    evaluate,
+    isvc_speculative,
+    prometheus_reading,
+    reading_from_facts,
+)
+from ansible_collections.specpilot.core.plugins.module_utils.versions import VersionError
+
+
+def _fetch(url, headers, timeout, validate_certs):
+    resp = open_url(url, method="GET", headers=dict((str(k), str(v)) for k, v in (headers or {}).items()),
+                    timeout=timeout, validate_certs=validate_certs, follow_redirects="safe")
+    try:
+        return resp.read()
+    finally:
+        resp.close()
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            name=dict(type="str", required=True),
+            isvc=dict(type="dict"),
+            metrics=dict(type="dict"),
+            prometheus_url=dict(type="str"),
+            prometheus_window=dict(type="str", default="15m"),
+            prometheus_headers=dict(type="dict", no_log=True),
+            selector=dict(type="dict"),
+            namespace=dict(type="str"),
+            vllm_version=dict(type="str", default="0.32.0"),
+            validate_certs=dict(type="bool", default=True),
+            timeout=dict(type="float", default=10),
+            history=dict(type="raw"),
+            min_acceptance_rate=dict(type="float", default=0.5),
+            warn_acceptance_rate=dict(type="float", default=0.65),
+            min_draft_tokens=dict(type="int", default=100),
+            consecutive_readings=dict(type="int", default=3),
+            history_size=dict(type="int", default=10),
+            collapse_threshold=dict(type="float", default=0.05),
+            auto_rollback=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    isvc = p["isvc"] or None
+    params = dict((k, p[k]) for k in ("min_acceptance_rate", "warn_acceptance_rate", "min_draft_tokens",
+                                      "consecutive_readings", "history_size", "collapse_threshold",
+                                      "auto_rollback"))
+    try:
+        reading = {}
+        on = isvc_speculative(isvc)["on"]
+        if on and p["prometheus_url"]:
+            namespace = p["namespace"] or ((isvc.get("metadata") or {}).get("namespace"))
+            selector = dict((str(k), str(v)) for k, v in (p["selector"] or {}).items()) or \
+                sm.default_selector(p["name"], namespace)
+            reading = prometheus_reading(p["prometheus_url"], selector, p["prometheus_window"], p["vllm_version"],
+                                         p["prometheus_headers"], p["timeout"], p["validate_certs"], _fetch)
+        elif on:
+            if not p["metrics"]:
+                module.fail_json(msg="%s: speculative decoding is on but no metrics reading was given" % p["name"])
+            reading = reading_from_facts(p["metrics"])
+        result = evaluate(isvc, reading, p["history"], params, name=p["name"])
+    except (GuardError, sm.MonitoringError, VersionError) as exc:
+        module.fail_json(msg="%s: %s" % (p["name"], exc))
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

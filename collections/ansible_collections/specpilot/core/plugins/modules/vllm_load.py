@@ -1,0 +1,454 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: specpilot maintainers
+# Apache License 2.0 (see galaxy.yml)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+
+DOCUMENTATION = r"""
+module: vllm_load
+
+short_description: Run a streaming benchmark load against a vLLM OpenAI server and measure it
+
+version_added: 0.1.0
+
+author:
+  - specpilot maintainers
+
+description:
+  - Sends a fixed list of prompts (a JSONL workload file or O(prompts)), in the same order every
+    time, O(runs_per_prompt) times, at one or more load O(levels) (a request rate with Poisson or
+    constant arrivals from a seeded generator, and/or a concurrency limit), after
+    O(warmup_requests) sequential warm-up requests that are discarded.
+  - Every request streams (C(stream=true), C(stream_options.include_usage=true)) and records time
+    to first token, the gaps between streamed chunks (inter-token latency), time per output token
+    (C((e2e - ttft) / (tokens - 1))), end-to-end latency and output tokens (from the usage chunk,
+    else logprobs, else one per chunk).
+  - Reads the engine's C(/version) and C(/v1/models) once, and C(/metrics) right after the warm-ups
+    and right after the last request of each level; the speculative-decoding counter deltas
+    between the two scrapes (parsed by the same code as M(specpilot.core.vllm_metrics_facts)) give
+    the acceptance of exactly the timed requests.
+  - The load generator is C(plugins/module_utils/bench_client.py), which needs only Python and
+    aiohttp; the same file runs as a script in an in-cluster Job. Give that Job's log to
+    O(job_output) to get the same result without sending anything from the controller.
+  - Never changes anything on the server (it only sends requests); C(changed) is always false.
+    In check mode nothing is sent.
+
+options:
+  url:
+    description:
+      - Base URL of the OpenAI-compatible server, without C(/v1), e.g. C(http://chat.llm.svc:8080)
+        or the InferenceService's C(status.url).
+      - Required unless O(job_output) is given.
+    type: str
+  model:
+    description:
+      - The served model name sent with each request. Default the first model of C(/v1/models).
+    type: str
+  api:
+    description:
+      - V(completions) (C(/v1/completions), prompts are text) or V(chat) (C(/v1/chat/completions);
+        a text prompt is sent as one user message, or give C(messages) in the workload).
+    type: str
+    choices: [completions, chat]
+    default: completions
+  workload:
+    description:
+      - JSONL file, one object per line with C(prompt) (text) or C(messages) (chat), and optional
+        C(id), C(max_tokens) and C(category). Lines starting with C(#) are comments.
+      - Exactly one of O(workload) and O(prompts) (unless O(job_output)).
+    type: path
+  prompts:
+    description:
+      - The prompts themselves (strings, or objects like the workload lines).
+    type: list
+    elements: raw
+  runs_per_prompt:
+    description:
+      - How many times the whole prompt list is sent per level (the method asks for 5 to 10).
+    type: int
+    default: 5
+  max_requests:
+    description:
+      - Send at most this many timed requests per level (the prompt list in order, repeated).
+    type: int
+  warmup_requests:
+    description:
+      - Sequential requests sent before each level and discarded (the method asks for 3).
+    type: int
+    default: 3
+  levels:
+    description:
+      - Load levels, measured one after the other. Each is a dict with C(qps) (requests per second;
+        null or V(inf) for unpaced) and/or C(concurrency) (most requests in flight; null for no limit).
+      - An unpaced level needs a concurrency.
+      - Default one level, unpaced with concurrency 1 (one request at a time).
+    type: list
+    elements: dict
+  arrival:
+    description:
+      - Arrival process of paced levels. V(poisson) draws exponential gaps from O(seed); V(constant)
+        sends every C(1/qps) seconds.
+    type: str
+    choices: [poisson, constant]
+    default: poisson
+  seed:
+    description:
+      - Seed of the arrival times, and the C(seed) request parameter unless O(request_params) sets one.
+    type: int
+    default: 42
+  temperature:
+    description:
+      - Sampling temperature (0 unless production differs).
+    type: float
+    default: 0.0
+  max_tokens:
+    description:
+      - C(max_tokens) of each request (a workload line's own C(max_tokens) wins).
+    type: int
+    default: 128
+  ignore_eos:
+    description:
+      - Send C(ignore_eos=true) (vLLM), so that every request generates O(max_tokens) tokens.
+    type: bool
+    default: false
+  request_params:
+    description:
+      - Extra request parameters (C(top_p), C(top_k), C(stop), C(chat_template_kwargs), ...), merged last.
+    type: dict
+    default: {}
+  headers:
+    description:
+      - Extra HTTP headers (e.g. C(Authorization)). Never returned.
+    type: dict
+    default: {}
+  timeout:
+    description:
+      - Seconds one request may take.
+    type: float
+    default: 600
+  validate_certs:
+    description:
+      - Verify TLS certificates of an C(https) O(url).
+    type: bool
+    default: true
+  metrics_url:
+    description:
+      - Where to scrape C(/metrics). Default O(url) + C(/metrics).
+    type: str
+  scrape_metrics:
+    description:
+      - Scrape C(/metrics) around each level (acceptance figures). Set false for servers without it.
+    type: bool
+    default: true
+  side:
+    description:
+      - Which side this is (V(baseline) or V(speculative)); carried into each run for
+        M(specpilot.core.benchmark_report).
+    type: str
+  label:
+    description:
+      - Prefix of the progress lines.
+    type: str
+  progress_file:
+    description:
+      - Append a progress line every O(progress_interval) seconds to this file (C(tail -f) it
+        during long runs).
+    type: path
+  progress_interval:
+    description:
+      - Seconds between progress lines.
+    type: float
+    default: 10
+  output_path:
+    description:
+      - Write the raw result (every request, the raw C(/metrics) pages) as JSON to this file.
+    type: path
+  return_requests:
+    description:
+      - Also return every request record (large).
+    type: bool
+    default: false
+  job_output:
+    description:
+      - The output (e.g. the pod log) of C(bench_client.py) run as a script. The result block between
+        its markers is analysed as if the runs had been made here; nothing is sent.
+    type: str
+
+notes:
+  - Runs on the host the task runs on (in specpilot's inventories, the controller with
+    C(ansible_connection=local)); that host must reach O(url).
+  - Acceptance deltas assume nothing else sends traffic to the engine during a level.
+  - For long runs, use O(progress_file), or loop over the levels one task at a time.
+
+seealso:
+  - module: specpilot.core.benchmark_report
+  - module: specpilot.core.vllm_metrics_facts
+
+requirements:
+  - python >= 3.9
+  - aiohttp
+  - prometheus-client (acceptance figures)
+"""
+
+EXAMPLES = r"""
+- name: Measure the speculative service at two request rates
+  specpilot.core.vllm_load:
+    url: "{{ isvc.status.url }}"
+    workload: "{{ role_path }}/files/workloads/code-edit.jsonl"
+    side: speculative
+    levels:
+      - qps: 1
+      - qps: 8
+    runs_per_prompt: 5
+    temperature: 0
+    seed: 42
+    max_tokens: 256
+    progress_file: /tmp/bench-progress.log
+  register: spec_runs
+
+- name: Closed-loop load with 4 requests in flight, chat API
+  specpilot.core.vllm_load:
+    url: http://127.0.0.1:8080
+    api: chat
+    prompts:
+      - Explain speculative decoding in three paragraphs.
+    levels:
+      - concurrency: 4
+    request_params:
+      top_p: 1.0
+
+- name: Analyse what the in-cluster Job printed
+  specpilot.core.vllm_load:
+    job_output: "{{ job_log.log }}"
+    side: baseline
+"""
+
+RETURN = r"""
+runs:
+  description: One entry per level, in the order measured.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    side:
+      description: O(side).
+      type: str
+    level:
+      description: C({qps, concurrency, key}); C(key) names the level, e.g. V(qps=2) or V(qps=inf,c=4).
+      type: dict
+    label:
+      description: Progress label.
+      type: str
+    server:
+      description: C({version, models, max_model_len, errors}) as the server reported them.
+      type: dict
+    warmup:
+      description: C({requests, ok, errors}) of the discarded warm-ups.
+      type: dict
+    duration_s:
+      description: Wall time from the first timed request to the last response.
+      type: float
+    summary:
+      description:
+        - Statistics of the timed requests - C(requests), C(ok), C(failed), C(error_rate), C(errors),
+          C(output_tokens_total), C(output_throughput) (tok/s), C(request_throughput) (req/s),
+          C(metrics) (C(ttft_ms), C(tpot_ms), C(itl_ms), C(e2e_ms), C(queue_ms), C(output_tokens),
+          C(prompt_tokens), C(request_tok_s), each C({count, mean, min, p50, p90, p99, max})),
+          C(gaps) (P50 vs P99), C(per_prompt) (medians over the runs of each prompt).
+      type: dict
+    acceptance:
+      description:
+        - Speculative-decoding figures of the timed requests from C(/metrics) deltas - C(spec_decode_enabled),
+          C(num_drafts), C(num_draft_tokens), C(num_accepted_tokens), C(draft_acceptance_rate),
+          C(mean_acceptance_length), C(per_position_acceptance), C(server_latency_means); null without scrapes.
+      type: dict
+    config:
+      description: The run configuration without headers and prompt texts.
+      type: dict
+    requests:
+      description: Every request record (with O(return_requests)).
+      type: list
+      elements: dict
+    metrics_errors:
+      description: Why a C(/metrics) scrape failed, if it did.
+      type: list
+      elements: str
+output_path:
+  description: The raw result file (with O(output_path)).
+  returned: when O(output_path) is set
+  type: str
+"""
+
+import json
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.specpilot.core.plugins.module_utils.bench_analysis import (
+    acceptance_from_scrapes,
+    summarise_run,
+)
+from ansible_collections.specpilot.core.plugins.module_utils.bench_client import (
+    AIOHTTP_IMPORT_ERROR,
+    HAS_AIOHTTP,
+    RunConfigError,
+    extract_job_output,
+    run_many,
+)
+from ansible_collections.specpilot.core.plugins.module_utils.vllm_metrics import HAS_PROMETHEUS_CLIENT
+
+
+def _configs(p):
+    sampling = {"temperature": p["temperature"], "max_tokens": p["max_tokens"], "seed": p["seed"]}
+    if p["ignore_eos"]:
+        sampling["ignore_eos"] = True
+    sampling.update(p["request_params"] or {})
+    base = {
+        "base_url": p["url"],
+        "model": p["model"],
+        "api": p["api"],
+        "workload": p["workload"],
+        "prompts": p["prompts"],
+        "runs_per_prompt": p["runs_per_prompt"],
+        "max_requests": p["max_requests"],
+        "warmup_requests": p["warmup_requests"],
+        "arrival": p["arrival"],
+        "seed": p["seed"],
+        "sampling": sampling,
+        "headers": dict((str(k), str(v)) for k, v in (p["headers"] or {}).items()),
+        "timeout": p["timeout"],
+        "verify_ssl": p["validate_certs"],
+        "metrics_url": p["metrics_url"],
+        "scrape_metrics": p["scrape_metrics"],
+        "progress_interval": p["progress_interval"] if p["progress_file"] else 0,
+    }
+    out = []
+    for level in p["levels"] or [{"qps": None, "concurrency": 1}]:
+        if not isinstance(level, dict):
+            raise RunConfigError("each level is a dict with qps and/or concurrency, not %r" % (level,))
+        unknown = set(level) - {"qps", "concurrency"}
+        if unknown:
+            raise RunConfigError("unknown level keys: %s" % ", ".join(sorted(unknown)))
+        cfg = dict(base, qps=level.get("qps"), concurrency=level.get("concurrency"))
+        q = cfg["qps"]
+        if (q is None or str(q).lower() in ("inf", "none", "")) and not cfg["concurrency"]:
+            raise RunConfigError("level %r: an unpaced level (no qps) needs a concurrency" % (level,))
+        label = "%s %s" % (p["label"] or p["side"] or "run", "qps=%s%s" % (
+            "inf" if q in (None, "") else q, "" if not cfg["concurrency"] else ",c=%s" % cfg["concurrency"]))
+        cfg["label"] = label
+        out.append(cfg)
+    return out
+
+
+def _progress_writer(path):
+    def write(info):
+        with open(path, "a") as fh:
+            fh.write("%(label)s: %(done)d/%(total)d done, %(failed)d failed, %(in_flight)d in flight, "
+                     "%(elapsed).1fs\n" % info)
+    return write
+
+
+def _finish(raw, p):
+    runs = []
+    for r in raw:
+        model = (r.get("config") or {}).get("model")
+        try:
+            acceptance = acceptance_from_scrapes(r.get("metrics_before"), r.get("metrics_after"), model_name=model)
+        except ValueError as exc:  # a malformed page: keep the latency figures
+            acceptance = {"error": str(exc)}
+        run = {
+            "side": p["side"] or r.get("side"),
+            "level": r.get("level"),
+            "label": r.get("label"),
+            "server": r.get("server"),
+            "warmup": r.get("warmup"),
+            "started_at": r.get("started_at"),
+            "duration_s": r.get("duration_s"),
+            "summary": summarise_run(r),
+            "acceptance": acceptance,
+            "config": r.get("config"),
+            "metrics_errors": r.get("metrics_errors") or [],
+        }
+        if p["return_requests"]:
+            run["requests"] = r.get("requests")
+        runs.append(run)
+    return runs
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type="str"),
+            model=dict(type="str"),
+            api=dict(type="str", default="completions", choices=["completions", "chat"]),
+            workload=dict(type="path"),
+            prompts=dict(type="list", elements="raw"),
+            runs_per_prompt=dict(type="int", default=5),
+            max_requests=dict(type="int"),
+            warmup_requests=dict(type="int", default=3),
+            levels=dict(type="list", elements="dict"),
+            arrival=dict(type="str", default="poisson", choices=["poisson", "constant"]),
+            seed=dict(type="int", default=42),
+            temperature=dict(type="float", default=0.0),
+            max_tokens=dict(type="int", default=128),
+            ignore_eos=dict(type="bool", default=False),
+            request_params=dict(type="dict", default={}),
+            headers=dict(type="dict", default={}, no_log=True),
+            timeout=dict(type="float", default=600),
+            validate_certs=dict(type="bool", default=True),
+            metrics_url=dict(type="str"),
+            scrape_metrics=dict(type="bool", default=True),
+            side=dict(type="str"),
+            label=dict(type="str"),
+            progress_file=dict(type="path"),
+            progress_interval=dict(type="float", default=10),
+            output_path=dict(type="path"),
+            return_requests=dict(type="bool", default=False),
+            job_output=dict(type="str"),
+        ),
+        mutually_exclusive=[("workload", "prompts"), ("job_output", "url")],
+        required_one_of=[("url", "job_output")],
+        supports_check_mode=True,
+    )
+    p = module.params
+    if not HAS_PROMETHEUS_CLIENT:
+        module.warn("prometheus-client is missing: no acceptance figures (%s)" % missing_required_lib("prometheus-client"))
+    if p["job_output"] is not None:
+        try:
+            raw = extract_job_output(p["job_output"])["runs"]
+        except (RunConfigError, ValueError, KeyError, TypeError) as exc:
+            module.fail_json(msg="cannot read the load generator's output: %s" % exc)
+    else:
+        if not HAS_AIOHTTP:
+            module.fail_json(msg=missing_required_lib("aiohttp"), exception=str(AIOHTTP_IMPORT_ERROR))
+        if not p["workload"] and not p["prompts"]:
+            module.fail_json(msg="give a workload file or prompts")
+        try:
+            configs = _configs(p)
+        except RunConfigError as exc:
+            module.fail_json(msg=str(exc))
+        if module.check_mode:
+            module.exit_json(changed=False, runs=[], msg="check mode: %d level(s) not run" % len(configs))
+        progress = _progress_writer(p["progress_file"]) if p["progress_file"] else (lambda info: None)
+        try:
+            raw = run_many(configs, progress=progress)
+        except RunConfigError as exc:
+            module.fail_json(msg=str(exc))
+        except Exception as exc:  # noqa: BLE001 - report, with the traceback
+            module.fail_json(msg="load generation failed: %s" % exc, exception=traceback.format_exc())
+    result = {"changed": False, "runs": _finish(raw, p)}
+    if p["output_path"]:
+        try:
+            with open(p["output_path"], "w") as fh:
+                json.dump({"format": 1, "side": p["side"], "runs": raw}, fh)
+        except (IOError, OSError) as exc:
+            module.fail_json(msg="cannot write %s: %s" % (p["output_path"], exc))
+        result["output_path"] = p["output_path"]
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

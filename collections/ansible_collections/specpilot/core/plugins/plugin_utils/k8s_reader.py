@@ -1,0 +1,99 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see galaxy.yml)
+"""Read Kubernetes objects from controller-side plugins through kubernetes.core's ``k8s`` lookup.
+
+The deploy action plugins (``deploy_state``, ``rollout_wait``, ``kserve_detect``,
+``crd_validate``) read what they need in the Ansible worker process itself: the lookup plugin
+of kubernetes.core takes the same connection settings as its modules (``kubeconfig``,
+``context``, ``host``, ``api_key``, ``validate_certs``, ``ca_cert``... and the ``K8S_AUTH_*``
+environment variables AWX injects) and keeps one API client per configuration, so a poll costs
+an HTTP request instead of a module run (a fresh Python process importing the kubernetes
+client).  Transient API errors (409, 429, 5xx, connection errors) are retried.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ansible.errors import AnsibleError
+from ansible.plugins.loader import lookup_loader
+
+# connection options of kubernetes.core (doc fragment k8s_auth_options) the lookup accepts
+AUTH_KEYS = (
+    "kubeconfig", "context", "host", "api_key", "username", "password", "validate_certs", "ca_cert",
+    "client_cert", "client_key", "proxy", "no_proxy", "proxy_headers", "persist_config",
+    "impersonate_user", "impersonate_groups",
+)
+TRANSIENT_STATUS = (409, 429, 500, 502, 503, 504)
+
+
+class ReadError(AnsibleError):
+    """A read failed for good (after the retries, or with a non-transient error)."""
+
+
+def auth_options(params):
+    """The connection settings among ``params`` (unset ones left out)."""
+    return {k: params[k] for k in AUTH_KEYS if params.get(k) is not None}
+
+
+def is_transient(exc):
+    status = getattr(exc, "status", None)
+    if status in TRANSIENT_STATUS:
+        return True
+    name = type(exc).__name__
+    text = str(exc)
+    return status is None and (
+        "MaxRetryError" in name or "ProtocolError" in name or "Timeout" in name or "ConnectionError" in name
+        or "Connection refused" in text or "Connection reset" in text or "RemoteDisconnected" in text
+    )
+
+
+class K8sReader(object):
+    """``get(kind, api_version, name=None, namespace=None, label_selector=None)``: the object (or
+    None when absent) for a name, else the list of items."""
+
+    def __init__(self, loader, templar, task_vars, auth=None, attempts=8, delay=0.5, sleep=time.sleep):
+        self._lookup = lookup_loader.get("kubernetes.core.k8s", loader=loader, templar=templar)
+        if self._lookup is None:
+            raise AnsibleError("the kubernetes.core collection (k8s lookup) is not installed")
+        self._vars = task_vars
+        self._auth = dict(auth or {})
+        self._attempts = max(1, int(attempts))
+        self._delay = float(delay)
+        self._sleep = sleep
+        self.requests = 0
+
+    def get(self, kind, api_version, name=None, namespace=None, label_selector=None):
+        kwargs = dict(self._auth, kind=kind, api_version=api_version)
+        if name:
+            kwargs["resource_name"] = name
+        if namespace:
+            kwargs["namespace"] = namespace
+        if label_selector:
+            kwargs["label_selector"] = label_selector
+        last = None
+        for attempt in range(self._attempts):
+            self.requests += 1
+            try:
+                found = self._lookup.run([], self._vars, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - the kubernetes client raises many types
+                last = exc
+                if is_transient(exc) and attempt + 1 < self._attempts:
+                    self._sleep(min(self._delay * (2 ** attempt), 5.0))
+                    continue
+                raise ReadError("reading %s %s%s failed: %s" % (
+                    kind, (namespace + "/") if namespace else "", name or label_selector or "", _short(exc)))
+            if name:
+                return found[0] if found else None
+            return list(found or [])
+        raise ReadError("reading %s %s failed: %s" % (kind, name or "", _short(last)))
+
+
+def _short(exc):
+    body = getattr(exc, "body", None)
+    status = getattr(exc, "status", None)
+    if body:
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
+        return "%s %s" % (status or "", text[:500])
+    return str(exc)[:500]

@@ -1,0 +1,420 @@
+"""Test support for artifact staging: tiny model directories, a loopback HTTP server holding
+model files, archives and a fake Hugging Face hub, and an S3 server (moto in server mode).
+
+Every server binds 127.0.0.1 on a free port and is stopped by its owner (context managers).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.server
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COLLECTION = ROOT / "collections" / "ansible_collections" / "specpilot" / "core"
+STAGER = COLLECTION / "plugins" / "module_utils" / "stager.py"
+STAGING_VENV = ROOT / ".venv-staging"
+STAGING_PYTHON = STAGING_VENV / "bin" / "python"
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+
+
+def staging_site_packages() -> Path | None:
+    """site-packages of .venv-staging (boto3, huggingface_hub, moto), or None."""
+    found = sorted(STAGING_VENV.glob("lib/python3*/site-packages"))
+    return found[0] if found else None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------- model files
+def safetensors_bytes(tensors: dict[str, tuple[str, list[int], bytes]]) -> bytes:
+    """A valid safetensors file: {name: (dtype, shape, data)}."""
+    header, blobs, off = {}, [], 0
+    for name in sorted(tensors):
+        dtype, shape, data = tensors[name]
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(data)]}
+        blobs.append(data)
+        off += len(data)
+    header["__metadata__"] = {"format": "pt"}
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * ((8 - len(raw) % 8) % 8)
+    return struct.pack("<Q", len(raw)) + raw + b"".join(blobs)
+
+
+def make_model(path: Path, *, vocab_size: int = 2048, hidden: int = 64, layers: int = 2, weight_bytes: int = 64 * 1024,
+               seed: int = 0, shards: int = 1, tokenizer: bool = True, arch: str = "LlamaForCausalLM") -> Path:
+    """A small HF-style model directory: config.json, tokenizer files, safetensors weights
+    (``weight_bytes`` of pseudo-random data in ``shards`` files, with an index when > 1)."""
+    path.mkdir(parents=True, exist_ok=True)
+    cfg = {"architectures": [arch], "model_type": "llama", "vocab_size": vocab_size, "hidden_size": hidden,
+           "num_hidden_layers": layers, "torch_dtype": "float32"}
+    (path / "config.json").write_text(json.dumps(cfg, indent=2))
+    (path / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
+    if tokenizer:
+        (path / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "BPE",
+                                                         "vocab": {f"t{i}": i for i in range(64)}}}))
+        (path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 512}))
+    per = max(16, weight_bytes // shards)
+    index = {}
+    for s in range(shards):
+        data = pseudo_random(per - per % 4, seed * 1000 + s)
+        name = "model.safetensors" if shards == 1 else f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        tname = f"layers.{s}.weight"
+        (path / name).write_bytes(safetensors_bytes({tname: ("F32", [len(data) // 4], data)}))
+        index[tname] = name
+    if shards > 1:
+        (path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": index}))
+    return path
+
+
+def pseudo_random(n: int, seed: int) -> bytes:
+    """n deterministic, incompressible bytes."""
+    import random
+
+    return random.Random(seed).randbytes(n)
+
+
+def sha256sums(path: Path, name: str = "SHA256SUMS") -> Path:
+    lines = []
+    for f in sorted(p for p in path.rglob("*") if p.is_file() and p.name != name):
+        lines.append(f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.relative_to(path).as_posix()}")
+    out = path / name
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def make_archive(src: Path, dest: Path, top: str | None = "model") -> Path:
+    """A .tar.gz / .tar / .zip of src's files (under ``top/`` when given)."""
+    files = sorted(p for p in src.rglob("*") if p.is_file())
+    name = dest.name
+    if name.endswith(".zip"):
+        with zipfile.ZipFile(dest, "w") as zf:
+            for f in files:
+                zf.write(f, (f"{top}/" if top else "") + f.relative_to(src).as_posix())
+    else:
+        mode = "w:gz" if name.endswith((".tar.gz", ".tgz")) else "w"
+        with tarfile.open(dest, mode) as tf:
+            for f in files:
+                tf.add(f, (f"{top}/" if top else "") + f.relative_to(src).as_posix())
+    return dest
+
+
+def tree_digest(path: Path, ignore=(".specpilot-staged.json",)) -> dict[str, str]:
+    return {p.relative_to(path).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(path.rglob("*")) if p.is_file() and p.name not in ignore
+            and ".specpilot-partial" not in p.parts}
+
+
+# ---------------------------------------------------------------- HTTP server
+class ModelHTTPServer:
+    """Serves ``root`` at ``/files/...`` (HEAD, GET, Range, ETag, optional Repr-Digest) and a fake
+    Hugging Face hub for the repositories registered with :meth:`add_hf_repo`.
+
+    Knobs: ``throttle_bps`` (bytes per second per response), ``corrupt`` (relative paths served with
+    one byte flipped), ``token`` (require ``Authorization: Bearer <token>``), ``repr_digest`` (publish
+    sha256 headers), ``no_ranges``. Counters: ``bytes_sent``, ``requests`` (method, path, range,
+    authorization present)."""
+
+    def __init__(self, root: Path, *, throttle_bps: int | None = None, token: str | None = None,
+                 repr_digest: bool = False):
+        self.root = Path(root)
+        self.throttle_bps = throttle_bps
+        self.token = token
+        self.repr_digest = repr_digest
+        self.no_ranges = False
+        self.corrupt: set[str] = set()
+        self.hf_repos: dict[str, dict] = {}
+        self.bytes_sent = 0
+        self.requests: list[dict] = []
+        self.lock = threading.Lock()
+        self.port = free_port()
+        self.httpd: http.server.ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def files_url(self, rel: str = "") -> str:
+        return f"{self.url}/files/{rel}"
+
+    def add_hf_repo(self, repo: str, path: Path, sha: str = "0" * 40, revisions=("main",)) -> None:
+        self.hf_repos[repo] = {"path": Path(path), "sha": sha, "revisions": set(revisions) | {sha}}
+
+    def start(self) -> "ModelHTTPServer":
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _record(self):
+                with server.lock:
+                    server.requests.append({"method": self.command, "path": self.path,
+                                            "range": self.headers.get("Range"),
+                                            "authorization": self.headers.get("Authorization") is not None,
+                                            "host": self.headers.get("Host")})
+
+            def _authorized(self):
+                if not server.token:
+                    return True
+                if self.headers.get("Authorization") == f"Bearer {server.token}":
+                    return True
+                self.send_response(401)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return False
+
+            def do_HEAD(self):
+                self._serve(head=True)
+
+            def do_GET(self):
+                self._serve(head=False)
+
+            def _serve(self, head):
+                self._record()
+                path = urllib.parse.urlsplit(self.path).path
+                if path.startswith("/redirect/"):
+                    target = f"http://localhost:{server.port}/files/" + path[len("/redirect/"):]
+                    self.send_response(302)
+                    self.send_header("Location", target)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if path.startswith("/api/models/"):
+                    return self._hf_api(path)
+                rel, file = self._resolve(path)
+                if file is None or not file.is_file():
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if not path.startswith("/files/") and not self._authorized():
+                    return
+                data = file.read_bytes()
+                if rel in server.corrupt and data:
+                    data = bytes([data[0] ^ 0xFF]) + data[1:]
+                start = 0
+                rng = self.headers.get("Range")
+                status = 200
+                if rng and not server.no_ranges and rng.startswith("bytes="):
+                    start = int(rng[6:].split("-")[0] or 0)
+                    status = 206
+                body = data[start:]
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Accept-Ranges", "none" if server.no_ranges else "bytes")
+                st = file.stat()
+                self.send_header("ETag", f'"{st.st_size:x}-{int(st.st_mtime_ns):x}"')
+                if status == 206:
+                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                if server.repr_digest:
+                    digest = base64.b64encode(hashlib.sha256(file.read_bytes()).digest()).decode()
+                    self.send_header("Repr-Digest", f"sha-256=:{digest}:")
+                self.end_headers()
+                if head:
+                    return
+                step = 64 * 1024
+                for i in range(0, len(body), step):
+                    chunk = body[i:i + step]
+                    try:
+                        self.wfile.write(chunk)
+                    except (BrokenPipeError, ConnectionResetError):
+                        return
+                    with server.lock:
+                        server.bytes_sent += len(chunk)
+                    if server.throttle_bps:
+                        time.sleep(len(chunk) / server.throttle_bps)
+
+            def _resolve(self, path):
+                if path.startswith("/files/"):
+                    rel = urllib.parse.unquote(path[len("/files/"):])
+                    return rel, server.root / rel
+                # fake hub: /<org>/<repo>/resolve/<rev>/<file>
+                parts = path.strip("/").split("/")
+                if len(parts) >= 5 and parts[2] == "resolve":
+                    repo = "/".join(parts[:2])
+                    info = server.hf_repos.get(repo)
+                    rev = urllib.parse.unquote(parts[3])
+                    if info and rev in info["revisions"]:
+                        rel = urllib.parse.unquote("/".join(parts[4:]))
+                        return rel, info["path"] / rel
+                return None, None
+
+            def _hf_api(self, path):
+                # /api/models/<org>/<repo>[/revision/<rev>]
+                rest = path[len("/api/models/"):].split("/")
+                repo = "/".join(rest[:2])
+                rev = urllib.parse.unquote(rest[3]) if len(rest) >= 4 and rest[2] == "revision" else "main"
+                info = server.hf_repos.get(repo)
+                if info is None or rev not in info["revisions"]:
+                    body = json.dumps({"error": "Repository not found"}).encode()
+                    self.send_response(404)
+                    self.send_header("X-Error-Code", "RepoNotFound" if info is None else "RevisionNotFound")
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                if not self._authorized():
+                    return
+                siblings = []
+                for f in sorted(p for p in info["path"].rglob("*") if p.is_file()):
+                    rel = f.relative_to(info["path"]).as_posix()
+                    data = f.read_bytes()
+                    sib = {"rfilename": rel, "size": len(data), "blobId": hashlib.sha1(data).hexdigest()}
+                    if rel.endswith(".safetensors"):
+                        sib["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+                    siblings.append(sib)
+                body = json.dumps({"id": repo, "modelId": repo, "sha": info["sha"], "siblings": siblings,
+                                   "private": False, "tags": [], "downloads": 0, "likes": 0}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, name="model-http", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self.httpd is not None:
+            self.httpd.shutdown()
+            self.httpd.server_close()
+            self.httpd = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+# ---------------------------------------------------------------- S3 (moto server)
+S3_KEY = "AKIASPECPILOTTEST0001"
+S3_SECRET = "specpilot-test-secret-Zq8w1XvB3nM5"
+
+
+class MotoS3:
+    """``moto_server`` from .venv-staging on 127.0.0.1; :meth:`upload` puts a directory under a
+    prefix (through boto3 in that virtualenv, since boto3 cannot live in .venv)."""
+
+    def __init__(self, work: Path):
+        self.work = Path(work)
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @staticmethod
+    def available() -> bool:
+        return (STAGING_VENV / "bin" / "moto_server").exists()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"AWS_ACCESS_KEY_ID": S3_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET, "AWS_ENDPOINT_URL": self.endpoint,
+                "AWS_DEFAULT_REGION": "us-east-1"}
+
+    def start(self) -> "MotoS3":
+        self.work.mkdir(parents=True, exist_ok=True)
+        log = open(self.work / "moto.log", "ab")
+        self.proc = subprocess.Popen([str(STAGING_VENV / "bin" / "moto_server"), "-H", "127.0.0.1", "-p", str(self.port)],
+                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("moto_server exited: " + (self.work / "moto.log").read_text()[-2000:])
+            try:
+                with urllib.request.urlopen(self.endpoint + "/moto-api/", timeout=1):
+                    return self
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("moto_server did not answer within 30 s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+
+    def upload(self, src: Path, bucket: str, prefix: str, multipart_threshold: int | None = None) -> None:
+        script = (
+            "import boto3,sys,os\n"
+            "from boto3.s3.transfer import TransferConfig\n"
+            "src,bucket,prefix,thr=sys.argv[1:5]\n"
+            "s3=boto3.client('s3',endpoint_url=os.environ['AWS_ENDPOINT_URL'])\n"
+            "try:\n s3.create_bucket(Bucket=bucket)\nexcept s3.exceptions.BucketAlreadyOwnedByYou:\n pass\n"
+            "cfg=TransferConfig(multipart_threshold=int(thr),multipart_chunksize=max(5*1024*1024,int(thr)))\n"
+            "for base,dirs,files in os.walk(src):\n"
+            " for f in files:\n"
+            "  p=os.path.join(base,f); rel=os.path.relpath(p,src)\n"
+            "  s3.upload_file(p,bucket,(prefix.rstrip('/')+'/'+rel) if prefix else rel,Config=cfg)\n"
+        )
+        env = dict(os.environ, **self.env)
+        subprocess.run([str(STAGING_PYTHON), "-c", script, str(src), bucket, prefix,
+                        str(multipart_threshold or 8 * 1024 * 1024 * 1024)], check=True, env=env, timeout=120)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+# ---------------------------------------------------------------- running the program
+def run_stager(request: dict, work: Path, env: dict | None = None, python: Path | None = None,
+               timeout: float = 300) -> tuple[int, str, dict | None]:
+    """Run stager.py as the Job would (a subprocess with a request file); returns (exit code,
+    output, parsed result or error)."""
+    work.mkdir(parents=True, exist_ok=True)
+    req = work / f"request-{time.monotonic_ns()}.json"
+    req.write_text(json.dumps(request))
+    run_env = {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "HOME": str(work)}
+    site = staging_site_packages()
+    if site:
+        run_env["PYTHONPATH"] = str(site)
+    run_env.update(env or {})
+    exe = python or (SYSTEM_PYTHON if SYSTEM_PYTHON.exists() else Path(sys.executable))
+    proc = subprocess.run([str(exe), str(STAGER), "--request", str(req)], capture_output=True, text=True,
+                          env=run_env, timeout=timeout)
+    out = proc.stdout + proc.stderr
+    parsed = None
+    for line in out.splitlines():
+        for prefix in ("SPECPILOT-RESULT ", "SPECPILOT-ERROR "):
+            if line.startswith(prefix):
+                parsed = json.loads(line[len(prefix):])
+    return proc.returncode, out, parsed
+
+
+def copy_tree(src: Path, dest: Path) -> None:
+    shutil.copytree(src, dest, dirs_exist_ok=True)

@@ -1,0 +1,133 @@
+"""execution-environment.yml: `ansible-builder create` works offline and the build context
+installs exactly the project's own requirement files (no copy that could drift)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parents[3]
+EE_FILE = ROOT / "execution-environment.yml"
+BUILDER = Path(sys.executable).with_name("ansible-builder")
+VENV_COLLECTIONS = ROOT / ".venv" / "collections"
+
+
+def requirement_lines(path: Path) -> list[str]:
+    """Requirement lines of a pip or bindep file, comments and blanks dropped."""
+    out = []
+    for line in path.read_text().splitlines():
+        line = re.sub(r"(^|\s+)#.*$", "", line).strip()
+        if line:
+            out.append(line)
+    return out
+
+
+def pins(path: Path) -> dict[str, Requirement]:
+    return {Requirement(line).name.lower(): Requirement(line) for line in requirement_lines(path)}
+
+
+@pytest.fixture(scope="module")
+def ee() -> dict:
+    return yaml.safe_load(EE_FILE.read_text())
+
+
+@pytest.fixture(scope="module")
+def context(tmp_path_factory) -> Path:
+    if not BUILDER.exists():
+        pytest.fail(f"{BUILDER} missing: ansible-builder is pinned in requirements-test.txt, run `make`")
+    out = tmp_path_factory.mktemp("ee-context")
+    proc = subprocess.run(
+        [str(BUILDER), "create", "-f", str(EE_FILE), "-c", str(out), "--output-filename", "Containerfile"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Complete! The build context can be found at" in proc.stdout
+    return out
+
+
+def test_definition_is_v3_and_points_at_the_project_files(ee):
+    assert ee["version"] == 3
+    deps = ee["dependencies"]
+    assert deps["python"] == "requirements.txt"
+    assert deps["galaxy"] == "requirements.yml"
+    assert deps["system"] == "bindep.txt"
+    for name in ("requirements.txt", "requirements.yml", "bindep.txt"):
+        assert (ROOT / name).is_file(), name
+
+
+def test_context_holds_exactly_the_project_requirement_files(context):
+    build = context / "_build"
+    for name in ("requirements.txt", "requirements.yml", "bindep.txt"):
+        assert (build / name).read_bytes() == (ROOT / name).read_bytes(), f"{name} differs in the EE context"
+    containerfile = (context / "Containerfile").read_text()
+    # the stages install those very files
+    assert "ansible-galaxy collection install $ANSIBLE_GALAXY_CLI_COLLECTION_OPTS -r requirements.yml" in containerfile
+    assert "--user-pip=requirements.txt" in containerfile
+    assert "--user-bindep=bindep.txt" in containerfile
+    assert "COPY _build/requirements.txt requirements.txt" in containerfile
+
+
+def test_ansible_core_and_runner_pins_agree_with_requirements_txt(ee, context):
+    project = pins(ROOT / "requirements.txt")
+    core = Requirement(ee["dependencies"]["ansible_core"]["package_pip"])
+    assert core.name == "ansible-core"
+    assert str(core.specifier) == str(project["ansible-core"].specifier), (
+        "execution-environment.yml installs a different ansible-core than requirements.txt")
+    runner = Requirement(ee["dependencies"]["ansible_runner"]["package_pip"])
+    assert runner.name == "ansible-runner" and str(runner.specifier).startswith("==")
+    containerfile = (context / "Containerfile").read_text()
+    assert f'ARG ANSIBLE_INSTALL_REFS="{core} {runner}"' in containerfile
+
+
+def test_collections_of_the_ee_are_the_ones_the_content_uses():
+    """Every collection a playbook or role calls is in requirements.yml (or is ansible.builtin or
+    the project's own specpilot.core), and every collection of requirements.yml is used."""
+    required = {c["name"] for c in yaml.safe_load((ROOT / "requirements.yml").read_text())["collections"]}
+    fqcn = re.compile(r"^\s*-?\s*([a-z0-9_]+\.[a-z0-9_]+)\.[a-z0-9_]+:\s*(#.*)?$", re.M)
+    group = re.compile(r"group/([a-z0-9_]+\.[a-z0-9_]+)\.")
+    used = set()
+    for path in list((ROOT / "playbooks").rglob("*.yml")) + list((ROOT / "roles").rglob("*.yml")):
+        text = path.read_text()
+        used |= {m.group(1) for m in fqcn.finditer(text)}
+        used |= set(group.findall(text))
+    used -= {"ansible.builtin", "specpilot.core"}
+    assert used <= required, f"collections used but not in requirements.yml: {sorted(used - required)}"
+    assert required <= used, f"collections in requirements.yml that no playbook or role uses: {sorted(required - used)}"
+
+
+def test_introspection_combines_the_project_pins_with_the_collections(context):
+    """What the builder stage installs: introspect (offline) over the installed collections,
+    with the context's files, exactly as the Containerfile runs it."""
+    if not (VENV_COLLECTIONS / "ansible_collections" / "kubernetes" / "core").is_dir():
+        pytest.fail("collections not installed in .venv/collections: run `make collections`")
+    build = context / "_build"
+    out_pip, out_bindep = context / "pip.txt", context / "bindep.txt"
+    proc = subprocess.run(
+        [str(BUILDER), "introspect", "--user-pip", str(build / "requirements.txt"),
+         "--exclude-pip-reqs", str(build / "exclude-requirements.txt"),
+         "--user-bindep", str(build / "bindep.txt"),
+         "--write-pip", str(out_pip), "--write-bindep", str(out_bindep), str(VENV_COLLECTIONS)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = out_pip.read_text().splitlines()
+    user = [ln.split("  # from collection user")[0] for ln in lines if ln.endswith("# from collection user")]
+    assert user == requirement_lines(ROOT / "requirements.txt")
+    project = pins(ROOT / "requirements.txt")
+    from_collections = [ln.split("  # from collection ")[0] for ln in lines if not ln.endswith("collection user")]
+    assert from_collections, "no collection requirement found: introspection did not see the collections"
+    for line in from_collections:
+        req = Requirement(line)
+        assert req.name.lower() != "awxkit", "awxkit should be excluded (export/import modules are unused)"
+        pinned = project.get(req.name.lower())
+        if pinned is not None:
+            version = next(iter(pinned.specifier)).version
+            assert req.specifier.contains(version), f"{line}: the project pins {pinned}"
+    system = out_bindep.read_text()
+    assert "skopeo [platform:rpm]  # from collection user" in system
