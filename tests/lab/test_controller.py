@@ -105,6 +105,15 @@ def test_isvc_becomes_ready_only_after_health(fake_lab, fake_models):
     assert {"Scheduled", "Created", "Started"} <= reasons
     node = lab.get("v1", "Node", "lab-node")
     assert node["status"]["capacity"]["nvidia.com/gpu"] == "1"
+    assert_quiet(lab)
+
+
+def assert_quiet(lab, seconds: float = 3.0):
+    """The controller converges: with nothing changing, it writes nothing."""
+    mark = lab.emu.control.mark()
+    time.sleep(seconds)
+    writes = [w for w in lab.emu.control.writes(since=mark) if "/events" not in w.get("path", "")]
+    assert writes == [], writes[:5]
 
 
 def test_rollout_new_pod_new_args_old_engine_stopped(fake_lab, fake_models):
@@ -231,6 +240,7 @@ def test_webhook_rules_become_failed_status(fake_lab, fake_models):
         lab.conditions(ns, "noparent")["Ready"]["message"]
     assert lab.get_isvc(ns, "both")["status"]["modelStatus"]["transitionStatus"] == "InvalidSpec"
     assert lab.pods(ns, "both") == [] and lab.get("apps/v1", "Deployment", "both-predictor", ns) is None
+    assert_quiet(lab)
 
 
 def test_unknown_runtime_is_reported(fake_lab):

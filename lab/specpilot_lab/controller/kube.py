@@ -340,5 +340,8 @@ def conditions_merge(old: Iterable[dict] | None, new: list[dict]) -> list[dict]:
             c["lastTransitionTime"] = p["lastTransitionTime"]
         else:
             c.setdefault("lastTransitionTime", ts)
+        if "lastUpdateTime" in c and p is not None and p.get("lastUpdateTime") and all(
+                p.get(k) == c.get(k) for k in ("status", "reason", "message")):
+            c["lastUpdateTime"] = p["lastUpdateTime"]  # nothing new: no write, no event
         out.append(c)
     return out

@@ -69,6 +69,7 @@ class Controller:
 
     # ================================================================ lifecycle
     def start(self, sync_timeout: float = 15.0) -> "Controller":
+        self.reap_stale_engines()
         self.ensure_node()
         handlers = {"isvc": self._on_isvc, "sr": self._on_runtime, "csr": self._on_runtime,
                     "pvc": self._on_pvc, "job": self._on_job, "pod": self._on_pod, "node": self._on_node}
@@ -90,7 +91,7 @@ class Controller:
             self._worker.join(timeout=60)
         threads = []
         for run in list(self.runs.values()):
-            t = threading.Thread(target=run.stop, daemon=True)
+            t = threading.Thread(target=run.stop, kwargs={"timeout": 5.0}, daemon=True)
             t.start()
             threads.append(t)
         for jr in list(self.job_pods.values()):
@@ -101,6 +102,26 @@ class Controller:
             t.join(timeout=40)
         for p in self.proxies.values():
             p.close()
+
+    def reap_stale_engines(self) -> None:
+        """Engines a killed controller left behind (their pids are in engines/*/*/engine.pid)."""
+        import signal
+
+        for pidfile in (self.state_dir / "engines").glob("*/*/engine.pid"):
+            try:
+                pid = int(pidfile.read_text().strip())
+                environ = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+            except (OSError, ValueError):
+                environ = ""
+                pid = 0
+            # only a process whose environment points into this run directory (pids get reused)
+            if pid and str(pidfile.parent) in environ:
+                log.warning("stopping engine pid %s left by a previous controller", pid)
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            pidfile.unlink(missing_ok=True)
 
     def enqueue(self, key: tuple, delay: float = 0.0) -> None:
         self.queue.add(key, delay)
@@ -607,10 +628,12 @@ class Controller:
             [{"type": "IngressReady", "status": "False", "reason": exc.reason}]
         states = dict((prev.get("modelStatus") or {}).get("states") or {"activeModelState": ""})
         states["targetModelState"] = "FailedToLoad"
+        old_info = (prev.get("modelStatus") or {}).get("lastFailureInfo") or {}
+        when = old_info.get("time") if old_info.get("message") == exc.status_message else None
         status = {"conditions": conditions_merge(prev.get("conditions"), conds + [pred, top]),
                   "modelStatus": {"transitionStatus": exc.transition, "states": states,
                                   "lastFailureInfo": {"reason": exc.reason, "message": exc.status_message,
-                                                      "time": now()},
+                                                      "time": when or now()},
                                   "copies": {"failedCopies": 0, "totalCopies": 0}}}
         self.kube.patch_status("isvc", isvc["metadata"]["name"], isvc["metadata"]["namespace"], status)
 

@@ -183,6 +183,7 @@ class PredictorRun:
                 started = now()
                 self._engine = eng
                 eng.start()
+                (self.run_dir / "engine.pid").write_text(f"{eng.proc.pid}\n")
                 with self.lock:
                     self.phase = "Running"
                     self.started_once = True

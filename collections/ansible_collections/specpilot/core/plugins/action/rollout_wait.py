@@ -83,7 +83,8 @@ def wait(reader, plan, params, timeout, emit, clock=time.time, sleep=time.sleep)
         status = deploy_rollout.rollout_status(expected, isvc, deployment, pods, params.get("baseline") or {},
                                                now=now, started=started, options=options)
         elapsed = int(now - started)
-        line = "%s [%ds/%ds] %s" % (status["phase"], elapsed, timeout, status["progress"])
+        line = "%s [%ds/%ds] %s | %s" % (status["phase"], elapsed, timeout,
+                                         "; ".join(status["waiting_for"][:1]) or status["message"], status["progress"])
         if status["done"] or status["failed"]:
             emit("%s after %ds: %s" % (status["phase"], elapsed, status["message"]))
             break

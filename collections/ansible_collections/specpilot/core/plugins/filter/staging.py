@@ -1,15 +1,22 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache License 2.0 (see galaxy.yml)
-"""Filters of the staging roles."""
+"""Filters of the staging roles: the status ConfigMap data after a staging Job, readable
+one-line summaries, and Kubernetes quantities in bytes."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import re
+
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.specpilot.core.plugins.module_utils.pvc_staging import PlanError, status_data
+from ansible_collections.specpilot.core.plugins.module_utils.stager import human
+
+_SUFFIX = {"": 1, "k": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12, "P": 10 ** 15, "E": 10 ** 18,
+           "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
 
 
 def stage_status_data(plan, result):
@@ -19,6 +26,62 @@ def stage_status_data(plan, result):
         raise AnsibleFilterError(str(exc))
 
 
+def stage_summary_line(decision, pvc=None):
+    where = "pvc://%s/%s" % (pvc, decision.get("dest")) if pvc else decision.get("dest")
+    state = "up to date" if decision.get("up_to_date") else "to stage"
+    return "%s: %s <- %s: %s (%s)" % (decision.get("role"), where, decision.get("uri"), state, decision.get("reason"))
+
+
+def stage_result_line(art):
+    secs = art.get("seconds") or 0
+    rate = (" (%s/s)" % human(art.get("throughput_bps"))) if art.get("throughput_bps") else ""
+    return "%s: %s files, %s in %s; downloaded %s, already there %s, resumed %s; %.1f s%s" % (
+        art.get("role"), art.get("files"), human(art.get("bytes")), art.get("dest"), human(art.get("bytes_downloaded")),
+        human(art.get("bytes_reused")), human(art.get("bytes_resumed")), secs, rate)
+
+
+def k8s_quantity_bytes(value):
+    m = re.match(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kMGTPE]i?)?\s*$", str(value))
+    if not m:
+        raise AnsibleFilterError("not a Kubernetes storage quantity: %r" % (value,))
+    return int(float(m.group(1)) * _SUFFIX[m.group(2) or ""])
+
+
+def secret_data(secret):
+    """A Secret object's data, base64-decoded (stringData merged)."""
+    import base64
+
+    out = {}
+    for key, value in ((secret or {}).get("data") or {}).items():
+        try:
+            out[key] = base64.b64decode(value).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            raise AnsibleFilterError("Secret key %s is not base64 UTF-8 text" % key)
+    out.update((secret or {}).get("stringData") or {})
+    return out
+
+
+def modelcar_artifact(art, models_dir, spec):
+    """{role, subdir, path} of a staging artifact for modelcar_build: the fetched copy under
+    models_dir when it has a uri, else the spec's local_path."""
+    role = art.get("role")
+    if art.get("uri"):
+        path = "%s/%s" % (models_dir.rstrip("/"), art["subdir"])
+    else:
+        path = ((spec or {}).get(role) or {}).get("local_path")
+        if not path:
+            raise AnsibleFilterError("%s has neither uri nor local_path" % role)
+    return {"role": role, "subdir": art["subdir"], "path": path}
+
+
+def modelcar_layer_line(layer):
+    return "%s: /models/%s layer %s (%s%s)" % (layer.get("role"), layer.get("subdir"), layer.get("digest"),
+                                                human(layer.get("size")), ", unchanged" if layer.get("cached") else "")
+
+
 class FilterModule(object):
     def filters(self):
-        return {"stage_status_data": stage_status_data}
+        return {"stage_status_data": stage_status_data, "stage_summary_line": stage_summary_line,
+                "stage_result_line": stage_result_line, "k8s_quantity_bytes": k8s_quantity_bytes,
+                "secret_data": secret_data, "modelcar_artifact": modelcar_artifact,
+                "modelcar_layer_line": modelcar_layer_line}

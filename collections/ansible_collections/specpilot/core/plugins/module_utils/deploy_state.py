@@ -35,6 +35,7 @@ __all__ = [
     "subset_diff",
     "sync_status",
     "revision_snapshot",
+    "runtime_manifest",
     "record_for",
     "history_name",
     "history_data",
@@ -171,6 +172,16 @@ def _runtime_snapshot(runtime):
     if md.get("namespace"):
         out["namespace"] = md["namespace"]
     return out
+
+
+def runtime_manifest(snapshot):
+    """The manifest that re-applies a runtime snapshot (:func:`revision_snapshot`'s ``runtime``)."""
+    metadata = {"name": snapshot["name"], "labels": dict(snapshot.get("labels") or {}),
+                "annotations": dict(snapshot.get("annotations") or {})}
+    if snapshot.get("namespace"):
+        metadata["namespace"] = snapshot["namespace"]
+    return {"apiVersion": snapshot.get("apiVersion") or "serving.kserve.io/v1alpha1", "kind": snapshot["kind"],
+            "metadata": metadata, "spec": copy.deepcopy(snapshot.get("spec") or {})}
 
 
 def revision_snapshot(isvc, runtime=None, ready=None, now=None):

@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 import time
 
-from ansible_collections.specpilot.core.plugins.module_utils import oci_layout
+from ansible_collections.specpilot.core.plugins.module_utils import oci_layout, oci_registry
 
 __metaclass__ = type
 
@@ -127,17 +127,6 @@ class Skopeo(object):
 
 def manifest_digest(raw):
     return "sha256:" + hashlib.sha256(raw).hexdigest()
-
-
-def parse_copy_output(text):
-    """{uploaded: [digest prefixes], skipped: [...]} from skopeo copy's report lines."""
-    uploaded, skipped = [], []
-    for line in text.splitlines():
-        m = re.match(r"^Copying blob (?:sha256:)?([0-9a-f]+)\s*(.*)$", line.strip())
-        if not m:
-            continue
-        (skipped if "skipped" in m.group(2) or "already exists" in m.group(2) else uploaded).append(m.group(1))
-    return {"uploaded": uploaded, "skipped": skipped}
 
 
 class Credentials(object):
@@ -267,19 +256,25 @@ def build_push(p, check_mode=False):
             result["msg"] = "check mode: would push %s:%s (%s)" % (repo, tag, digest)
             return result
         else:
-            out = skopeo.copy("oci:%s:%s" % (built["layout"], tag), "docker://%s:%s" % (repo, tag),
-                              preserve_digests=True, dest_tls_verify=tls, dest_authfile=authfile)
-            report = parse_copy_output(out)
-            sizes = {d["digest"].split(":", 1)[1]: d["size"] for d in built["manifest"]["layers"]}
-            uploaded = [h for h in sizes if any(h.startswith(u) or u.startswith(h[:12]) for u in report["uploaded"])]
-            result.update({"pushed": True, "changed": True,
-                           "blobs_uploaded": len(report["uploaded"]), "blobs_skipped": len(report["skipped"]),
-                           "bytes_uploaded": sum(sizes[h] for h in uploaded) + built["manifest_size"]})
+            blobs = {d["digest"]: d["size"] for d in built["manifest"]["layers"]}
+            blobs[built["manifest"]["config"]["digest"]] = built["manifest"]["config"]["size"]
+            missing = oci_registry.missing_blobs(repo, registry_host(repo), list(blobs), tls_verify=tls,
+                                                 username=p.get("username"), password=p.get("password"),
+                                                 authfile=authfile)
+            skopeo.copy("oci:%s:%s" % (built["layout"], tag), "docker://%s:%s" % (repo, tag),
+                        preserve_digests=True, dest_tls_verify=tls, dest_authfile=authfile)
+            if missing is None:  # the registry could not be asked: count everything
+                missing = list(blobs)
+                result["upload_accounting"] = "unknown (registry API not reachable): every blob counted"
+            result.update({"pushed": True, "changed": True, "blobs_uploaded": len(missing),
+                           "blobs_skipped": len(blobs) - len(missing),
+                           "bytes_uploaded": sum(blobs[d] for d in missing) + built["manifest_size"]})
             result["msg"] = "pushed %s:%s (%s)" % (repo, tag, digest)
         result["timings"]["push"] = round(time.time() - t_push, 3)
         if p.get("verify", True):
             t_verify = time.time()
             result["verify"] = verify_remote(skopeo, repo, tag, digest, built["manifest"], tls, authfile)
+            result["verify"]["content"] = facts
             result["timings"]["verify"] = round(time.time() - t_verify, 3)
     result["timings"]["total"] = round(time.time() - t0, 3)
     return result

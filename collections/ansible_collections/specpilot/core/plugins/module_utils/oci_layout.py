@@ -446,6 +446,9 @@ def build_image(layout_dir, tag, artifacts, base_layout=None, base_tag=None, pla
         base = Layout(base_layout)
         base_manifest, base_desc = base.resolve(base_tag, platform)
         base_config = json.loads(base.read_blob(base_manifest["config"]["digest"]))
+        have = (base_config.get("os"), base_config.get("architecture"))
+        if all(have) and have != tuple(platform[:2]):
+            raise LayoutError("the base image is for platform %s/%s, not %s/%s" % (have + tuple(platform[:2])))
         base_diff_ids = list((base_config.get("rootfs") or {}).get("diff_ids") or [])
         for d in base_manifest.get("layers") or []:
             layout.add_blob_from(base, d["digest"])

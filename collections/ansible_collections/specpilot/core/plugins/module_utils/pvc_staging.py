@@ -205,7 +205,7 @@ def build_plan(p):
         "pvc_uid": pvc_uid,
         "job_name": job_name,
         "configmap_name": job_name,
-        "status_configmap_name": status_configmap_name(pvc["name"]),
+        "status_configmap_name": p.get("status_configmap_name") or status_configmap_name(pvc["name"]),
         "program_sha256": sha256_text(program),
         "request": request,
         "manifests": {},

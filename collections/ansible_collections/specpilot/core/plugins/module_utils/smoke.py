@@ -112,6 +112,10 @@ def _check(cid, status, title, message, **details):
     return out
 
 
+def _details(cmp):
+    return {k: v for k, v in cmp.items() if k != "status"}
+
+
 def _get(obj, *path):
     for key in path:
         if not isinstance(obj, dict):
@@ -213,7 +217,9 @@ def compare_args(planned, actual, expect="on", required=None):
             equivalent.append({"planned": m, "found": twin})
             missing.remove(m)
             unexpected.remove(twin)
-    missing_required = [r for r in list(required or []) + other_planned if not _arg_present(str(r), actual)]
+    required = [r for r in (required or []) if not is_spec_flag(str(r).split("=", 1)[0])]
+    missing_required = [r for r in required + [o for o in other_planned if o not in required]
+                        if not _arg_present(str(r), actual)]
     if missing or unexpected or missing_required:
         status = "fail"
     elif equivalent:
@@ -337,7 +343,6 @@ def figures(metrics_after, log_window, plan_cfg=None):
         "accepted_per_position": derived.get("accepted_per_position") or [],
         "source": derived.get("source"),
         "window": derived.get("window"),
-        "interval_seconds": derived.get("interval_seconds"),
     }
     out = {"metrics": metrics, "log": log, "source": None, "acceptance_rate": None,
            "mean_acceptance_length": None, "per_position_acceptance": [],
@@ -438,7 +443,7 @@ def evaluate(data):
                                                     or "no Ready condition")))
         cmp = compare_args(plan.get("speculative_args"), isvc_args(isvc, container), expect)
         checks.append(_check("isvc_args", cmp["status"], "InferenceService arguments",
-                             _args_message("the InferenceService", cmp, expect), **cmp))
+                             _args_message("the InferenceService", cmp, expect), **_details(cmp)))
 
     # --- the predictor pod ------------------------------------------------------------
     pod_name = _get(pod, "metadata", "name")
@@ -461,7 +466,7 @@ def evaluate(data):
         cmp = compare_args(plan.get("speculative_args"), pod_args(pod, container), expect,
                            required=plan.get("args") if expect == "on" else None)
         checks.append(_check("pod_args", cmp["status"], "Pod arguments",
-                             _args_message("pod %s" % pod_name, cmp, expect), **cmp))
+                             _args_message("pod %s" % pod_name, cmp, expect), **_details(cmp)))
 
     # --- the engine log -----------------------------------------------------------------
     if log_facts is None:
@@ -864,14 +869,14 @@ def render_plot(report, path):
     ax.set_xticks(list(range(1, k + 1)))
     ax.set_xlabel("draft position (slot)")
     ax.set_ylabel("acceptance (accepted at position / drafts)")
-    ax.set_ylim(0, 1.1)
+    ax.set_ylim(0, 1.35)
     mal = fig_data.get("mean_acceptance_length")
     ax.set_title("%s: %s - acceptance %s, mean acceptance length %s" % (
         report["service"], report["verdict"].upper(), _fmt(rate), _fmt(mal)), fontsize=10)
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper right")
+    ax.legend(fontsize=7, loc="upper center", ncol=3)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, format="png", metadata={"Software": None})
     plt.close(fig)
     return True
 

@@ -159,8 +159,9 @@ def _default_fetch(url, headers, timeout, validate_certs):  # pragma: no cover -
         return resp.read()
 
 
-def _vector(fetch, base_url, expr, headers, timeout, validate_certs):
-    url = base_url.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+def _vector(fetch, base_url, expr, headers, timeout, validate_certs, at):
+    query = {"query": expr, "time": "%.3f" % at}
+    url = base_url.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode(query)
     try:
         body = fetch(url, headers, timeout, validate_certs)
     except Exception as exc:  # HTTP and socket errors of whatever fetch is used
@@ -190,14 +191,18 @@ def _total(vector):
 
 
 def prometheus_reading(base_url, selector, window, vllm_version, headers=None, timeout=10.0,
-                       validate_certs=True, fetch=None):
-    """A reading over ``window`` from a Prometheus server, with the PrometheusRule's own PromQL."""
+                       validate_certs=True, fetch=None, at=None):
+    """A reading over ``window`` from a Prometheus server, with the PrometheusRule's own PromQL.
+
+    Every query is evaluated at the same instant ``at`` (default: now), so the ratios compare
+    counters over exactly the same window."""
     fetch = fetch or _default_fetch
+    at = time.time() if at is None else at
     profile = sm.metric_profile(vllm_version)
     exprs = sm.expressions(profile, selector, window, "increase")
 
     def q(expr):
-        return _vector(fetch, base_url, expr, headers, timeout, validate_certs)
+        return _vector(fetch, base_url, expr, headers, timeout, validate_certs, at)
 
     reading = {"source": "prometheus", "window": window, "interval_seconds": None, "engine_era": profile["era"],
                "drafts": None, "drafted": None, "accepted": None, "acceptance_rate": None,

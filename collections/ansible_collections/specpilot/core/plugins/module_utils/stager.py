@@ -1126,6 +1126,8 @@ class Stager(object):
                 canonical_json(f.identity):
             return {"path": final}
         info = self._download(role, holder, fake, progress, stats)
+        progress.file_done()
+        progress.maybe(force=True)
         with open(final + ".ok", "w") as fh:
             fh.write(canonical_json(f.identity))
         info["path"] = final

@@ -70,6 +70,9 @@ options:
   status_data:
     description: C(data) of the status ConfigMap (RV(status_configmap_name)), or null when it does not exist.
     type: dict
+  status_configmap_name:
+    description: Name of the status ConfigMap (default C(specpilot-stage-<pvc name>)).
+    type: str
   force:
     description: Stage again and overwrite files on the PVC that differ from the source.
     type: bool
@@ -237,6 +240,7 @@ def main():
             speculative_method=dict(type="str"),
             artifact_options=dict(type="dict", default={}),
             status_data=dict(type="dict"),
+            status_configmap_name=dict(type="str"),
             force=dict(type="bool", default=False),
             recheck=dict(type="bool", default=False),
             verify=dict(type="str", choices=["sha256", "size"], default="sha256"),

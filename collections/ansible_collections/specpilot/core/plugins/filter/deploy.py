@@ -1,0 +1,120 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see galaxy.yml)
+"""Filters of the deploy role: the decision, the lock, the revision record, the diagnosis."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.specpilot.core.plugins.module_utils import (
+    deploy_diagnose,
+    deploy_kserve,
+    deploy_state,
+)
+
+
+def _mapping(value, what):
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise AnsibleFilterError("%s expects a mapping, got %s" % (what, type(value).__name__))
+    return dict(value)
+
+
+def _now(now):
+    return float(now) if now is not None else time.time()
+
+
+def deploy_decision(plan, live, field_manager="specpilot", now=None, history_limit=deploy_state.HISTORY_LIMIT):
+    """plan | deploy_decision(live): what deploy must write (see module_utils/deploy_state.decide)."""
+    plan = _mapping(plan, "deploy_decision")
+    if not plan or not plan.get("spec_digest") or not plan.get("inferenceservice"):
+        raise AnsibleFilterError("deploy_decision needs a validated plan (spec_validate's plan)")
+    return deploy_state.decide(plan, _mapping(live, "deploy_decision (live)") or {}, field_manager, _now(now),
+                               int(history_limit))
+
+
+def lease_status(lease, holder, now=None):
+    """lease | lease_status(holder): who holds a deploy Lease and until when."""
+    return deploy_state.lease_status(_mapping(lease, "lease_status"), holder, _now(now))
+
+
+def lease_spec(holder, duration, now=None, transitions=0):
+    """holder | lease_spec(duration): the spec of a Lease held by holder from now on."""
+    return deploy_state.lease_spec(holder, int(duration), _now(now), int(transitions or 0))
+
+
+def deploy_diagnosis(context):
+    """context | deploy_diagnosis: the readable diagnosis of a rollout that did not become ready."""
+    return deploy_diagnose.diagnose(_mapping(context, "deploy_diagnosis") or {})
+
+
+def pruned_fields(desired, stored):
+    """desired | pruned_fields(stored): paths of desired that the API server dropped."""
+    return deploy_kserve.pruned_paths(desired, stored)
+
+
+def dry_run_pruned(results):
+    """dry_run.results | dry_run_pruned: 'Kind/name: path' for every field a server-side dry run dropped.
+
+    ``results`` are the loop results of a kubernetes.core.k8s task run in check mode (``item`` the
+    manifest sent, ``result`` the object the API server returned); skipped ones are ignored."""
+    out = []
+    for entry in results or []:
+        if not isinstance(entry, Mapping) or entry.get("skipped") or entry.get("failed"):
+            continue
+        sent, stored = entry.get("item"), entry.get("result")
+        if not isinstance(sent, Mapping) or not isinstance(stored, Mapping):
+            continue
+        ref = "%s/%s" % (sent.get("kind"), (sent.get("metadata") or {}).get("name"))
+        out.extend("%s: %s" % (ref, path) for path in deploy_kserve.pruned_paths(dict(sent), dict(stored)))
+    return out
+
+
+def runtime_manifest(snapshot):
+    """previous_runtime | runtime_manifest: the manifest that re-applies a recorded runtime."""
+    snapshot = _mapping(snapshot, "runtime_manifest")
+    if not snapshot:
+        raise AnsibleFilterError("runtime_manifest needs a recorded runtime")
+    return deploy_state.runtime_manifest(snapshot)
+
+
+def log_entry(result, pod, container="kserve-container"):
+    """k8s_log loop result | log_entry(pod): {pod, container, previous, text} for deploy_diagnosis.
+
+    The loop item is the ``previous`` flag the log was read with."""
+    result = _mapping(result, "log_entry") or {}
+    return {"pod": pod, "container": container, "previous": bool(result.get("item")),
+            "text": result.get("log") or ""}
+
+
+def kserve_version(detection, declared=None, given=None):
+    """detection | kserve_version(declared): the KServe release to validate against."""
+    return deploy_kserve.effective_version(_mapping(detection, "kserve_version"), declared, given)
+
+
+def revision_history(configmap):
+    """history_configmap | revision_history: the recorded revisions, oldest first."""
+    return deploy_state.history_revisions(_mapping(configmap, "revision_history"))
+
+
+class FilterModule(object):
+    """specpilot deploy filters."""
+
+    def filters(self):
+        return {
+            "deploy_decision": deploy_decision,
+            "lease_status": lease_status,
+            "lease_spec": lease_spec,
+            "deploy_diagnosis": deploy_diagnosis,
+            "pruned_fields": pruned_fields,
+            "dry_run_pruned": dry_run_pruned,
+            "runtime_manifest": runtime_manifest,
+            "log_entry": log_entry,
+            "kserve_version": kserve_version,
+            "revision_history": revision_history,
+        }

@@ -1,0 +1,116 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot maintainers
+# Apache License 2.0 (see galaxy.yml)
+"""Filters of the smoke role: the in-pod probe command, the speculative metrics lines of a log
+after a marker line, and the predictor pod to check."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.specpilot.core.plugins.module_utils import smoke_probe
+from ansible_collections.specpilot.core.plugins.module_utils.vllm_logs import parse_log_text
+
+# Runs the source of module_utils/smoke_probe.py (argv[1]) on the job (argv[2]), both base64,
+# so that the command has no characters that need quoting beyond this one string.
+_BOOTSTRAP = ("import base64,sys;g=dict(__name__='specpilot_smoke_probe');"
+              "exec(base64.b64decode(sys.argv[1]).decode(),g);sys.exit(g['main'](sys.argv[2]))")
+
+_PROBE_KEYS = {"url", "model", "prompts", "count", "max_tokens", "temperature", "request_params", "endpoint",
+               "headers", "timeout", "metrics", "validate_certs"}
+
+
+def _b64(data):
+    return base64.b64encode(data).decode("ascii")
+
+
+def probe_source():
+    """The source of module_utils/smoke_probe.py, as shipped to the pod."""
+    with open(smoke_probe.__file__.replace(".pyc", ".py"), "rb") as fh:
+        return fh.read()
+
+
+def smoke_exec_command(settings, python="python3"):
+    """{url, model, prompts, count, max_tokens, temperature, ...} | smoke_exec_command(python)
+    -> the command line for kubernetes.core.k8s_exec (printed result: the JSON of smoke_probe)."""
+    if not isinstance(settings, Mapping):
+        raise AnsibleFilterError("smoke_exec_command expects a mapping of probe settings, got %s"
+                                 % type(settings).__name__)
+    unknown = set(settings) - _PROBE_KEYS
+    if unknown:
+        raise AnsibleFilterError("smoke_exec_command: unknown setting(s) %s" % ", ".join(sorted(unknown)))
+    for key in ("url", "model", "prompts"):
+        if not settings.get(key):
+            raise AnsibleFilterError("smoke_exec_command: %s is required" % key)
+    if not python or not str(python).strip():
+        raise AnsibleFilterError("smoke_exec_command: python must name the interpreter in the pod")
+    endpoint = settings.get("endpoint") or "completions"
+    try:
+        bodies = smoke_probe.build_requests(
+            str(settings["model"]), [str(p) for p in settings["prompts"]], int(settings.get("count", 8)),
+            int(settings.get("max_tokens", 128)), float(settings.get("temperature", 0.0)),
+            dict(settings.get("request_params") or {}), endpoint)
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError("smoke_exec_command: %s" % exc)
+    job = {"url": str(settings["url"]), "requests": bodies, "endpoint": endpoint,
+           "headers": dict(settings.get("headers") or {}), "timeout": float(settings.get("timeout", 120)),
+           "metrics": bool(settings.get("metrics", True)),
+           "validate_certs": bool(settings.get("validate_certs", True))}
+    job_b64 = _b64(json.dumps(job, sort_keys=True).encode("utf-8"))
+    return " ".join([shlex.quote(str(python)), "-c", shlex.quote(_BOOTSTRAP), _b64(probe_source()), job_b64])
+
+
+def smoke_log_window(text, since=None):
+    """log text | smoke_log_window(marker) -> the speculative metrics lines after the last
+    occurrence of the marker: {since_found, windows, format, drafted_tokens, accepted_tokens,
+    draft_acceptance_rate}."""
+    if text is None:
+        text = ""
+    if not isinstance(text, str):
+        raise AnsibleFilterError("smoke_log_window expects the log text, got %s" % type(text).__name__)
+    facts = parse_log_text(text, since=since or None, max_windows=1)
+    summary = facts.get("summary") or {}
+    return {
+        "since_found": facts.get("since_found"),
+        "windows": summary.get("windows") or 0,
+        "format": summary.get("format"),
+        "drafted_tokens": summary.get("drafted_tokens") or 0,
+        "accepted_tokens": summary.get("accepted_tokens") or 0,
+        "draft_acceptance_rate": summary.get("draft_acceptance_rate"),
+    }
+
+
+def _pod_ready(pod):
+    for cond in ((pod.get("status") or {}).get("conditions") or []):
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
+
+
+def smoke_pick_pod(pods):
+    """pods | smoke_pick_pod -> {pod, ready}: the newest ready pod that is not being deleted,
+    else the newest such pod (pod null when there is none)."""
+    if pods is None:
+        pods = []
+    if not isinstance(pods, (list, tuple)):
+        raise AnsibleFilterError("smoke_pick_pod expects a list of pods, got %s" % type(pods).__name__)
+    live = [p for p in pods if isinstance(p, Mapping) and not (p.get("metadata") or {}).get("deletionTimestamp")]
+    live.sort(key=lambda p: ((p.get("metadata") or {}).get("creationTimestamp") or "",
+                             (p.get("metadata") or {}).get("name") or ""))
+    ready = [p for p in live if _pod_ready(p)]
+    if ready:
+        return {"pod": ready[-1], "ready": True}
+    return {"pod": live[-1] if live else None, "ready": False}
+
+
+class FilterModule(object):
+    """specpilot smoke filters."""
+
+    def filters(self):
+        return {"smoke_exec_command": smoke_exec_command, "smoke_log_window": smoke_log_window,
+                "smoke_pick_pod": smoke_pick_pod}

@@ -1,0 +1,227 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: specpilot maintainers
+# Apache License 2.0 (see galaxy.yml)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: smoke_probe
+short_description: Send probe requests to a vLLM OpenAI server and read /metrics before and after
+version_added: 0.1.0
+author:
+  - specpilot maintainers
+description:
+  - Reads C(/metrics), sends I(count) completion (or chat) requests one after the other, cycling through
+    I(prompts), and reads C(/metrics) again. The two pages are returned as text for
+    M(specpilot.core.vllm_metrics_facts) (the second one with the first as C(previous)).
+  - A failed request does not fail the task; it is reported in C(results) and C(ok) is false, so that the
+    caller can still write its report. Only invalid parameters fail.
+  - The same code runs inside a predictor pod when the smoke role reaches the engine with
+    C(kubernetes.core.k8s_exec) (see the filter C(specpilot.core.smoke_exec_command)); both ways return the
+    same result.
+  - Inference requests change nothing that check mode protects, so the module sends them in check mode too.
+    It never reports C(changed).
+options:
+  url:
+    description:
+      - Base URL of the engine, e.g. the C(status.address.url) of the InferenceService
+        (C(http://chat.llm.svc.cluster.local)) or C(http://127.0.0.1:8080).
+    type: str
+    required: true
+  model:
+    description: The served model name (the C(model) field of each request).
+    type: str
+    required: true
+  prompts:
+    description: Probe prompts; request I(i) uses prompt I(i) modulo their number.
+    type: list
+    elements: str
+    required: true
+  count:
+    description: Number of requests.
+    type: int
+    default: 8
+  max_tokens:
+    description: C(max_tokens) of each request.
+    type: int
+    default: 128
+  temperature:
+    description: Sampling temperature (0 gives repeatable acceptance).
+    type: float
+    default: 0.0
+  request_params:
+    description: Extra fields merged into every request body (e.g. C(ignore_eos), C(seed), C(top_p)).
+    type: dict
+    default: {}
+  endpoint:
+    description: C(completions) (C(/v1/completions)) or C(chat) (C(/v1/chat/completions)).
+    type: str
+    choices: [completions, chat]
+    default: completions
+  metrics:
+    description: Read C(/metrics) before and after the requests.
+    type: bool
+    default: true
+  headers:
+    description: Extra HTTP headers, e.g. C(Authorization). Values are not logged.
+    type: dict
+    default: {}
+  timeout:
+    description: Seconds to wait for each HTTP answer.
+    type: float
+    default: 120
+  validate_certs:
+    description: Verify the TLS certificate of an C(https) I(url).
+    type: bool
+    default: true
+notes:
+  - Supports check mode (requests are sent; nothing is changed).
+seealso:
+  - module: specpilot.core.vllm_metrics_facts
+  - module: specpilot.core.smoke_verdict
+"""
+
+EXAMPLES = r"""
+- name: Probe the engine through the InferenceService URL
+  specpilot.core.smoke_probe:
+    url: "{{ isvc.status.address.url }}"
+    model: chat
+    prompts:
+      - "Repeat this list exactly: alpha, beta, gamma, delta. Again: alpha, beta, gamma, delta."
+    count: 8
+    max_tokens: 128
+    temperature: 0
+  register: probe
+
+- name: Parse the page read before the probes
+  specpilot.core.vllm_metrics_facts:
+    content: "{{ probe.metrics_before }}"
+    model_name: chat
+  register: before
+
+- name: Acceptance over the probes (deltas against the first page)
+  specpilot.core.vllm_metrics_facts:
+    content: "{{ probe.metrics_after }}"
+    previous: "{{ before }}"
+    model_name: chat
+  register: after
+"""
+
+RETURN = r"""
+ok:
+  description: Every request succeeded (HTTP 200 with generated text).
+  returned: always
+  type: bool
+url:
+  description: The base URL used.
+  returned: always
+  type: str
+metrics_before:
+  description: The C(/metrics) page before the requests (text); null when it could not be read.
+  returned: always
+  type: str
+metrics_after:
+  description: The C(/metrics) page after the requests (text); null when it could not be read.
+  returned: always
+  type: str
+metrics_error:
+  description: Why a C(/metrics) page could not be read; null otherwise.
+  returned: always
+  type: str
+results:
+  description: One entry per request.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    status:
+      description: HTTP status; null when no answer came back.
+      type: int
+    ok:
+      description: The request succeeded.
+      type: bool
+    latency_s:
+      description: Seconds from sending to the complete answer.
+      type: float
+    completion_tokens:
+      description: C(usage.completion_tokens) of the answer.
+      type: int
+    prompt_tokens:
+      description: C(usage.prompt_tokens) of the answer.
+      type: int
+    finish_reason:
+      description: C(finish_reason) of the first choice.
+      type: str
+    text:
+      description: The first 200 characters generated.
+      type: str
+    error:
+      description: What went wrong; null on success.
+      type: str
+requests:
+  description: Requests sent.
+  returned: always
+  type: int
+succeeded:
+  description: Requests that succeeded.
+  returned: always
+  type: int
+failed:
+  description: Requests that failed.
+  returned: always
+  type: int
+completion_tokens:
+  description: Tokens generated by the successful requests.
+  returned: always
+  type: int
+latency_mean_s:
+  description: Mean latency of the successful requests (seconds).
+  returned: always
+  type: float
+elapsed_s:
+  description: Seconds for the whole run, scrapes included.
+  returned: always
+  type: float
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.specpilot.core.plugins.module_utils.smoke_probe import build_requests, run
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type="str", required=True),
+            model=dict(type="str", required=True),
+            prompts=dict(type="list", elements="str", required=True),
+            count=dict(type="int", default=8),
+            max_tokens=dict(type="int", default=128),
+            temperature=dict(type="float", default=0.0),
+            request_params=dict(type="dict", default={}),
+            endpoint=dict(type="str", default="completions", choices=["completions", "chat"]),
+            metrics=dict(type="bool", default=True),
+            headers=dict(type="dict", default={}, no_log=True),
+            timeout=dict(type="float", default=120),
+            validate_certs=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if p["max_tokens"] < 1:
+        module.fail_json(msg="max_tokens must be >= 1")
+    if p["temperature"] < 0:
+        module.fail_json(msg="temperature must be >= 0")
+    try:
+        bodies = build_requests(p["model"], p["prompts"], p["count"], p["max_tokens"], p["temperature"],
+                                p["request_params"], p["endpoint"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    result = run({"url": p["url"], "requests": bodies, "endpoint": p["endpoint"], "headers": p["headers"],
+                  "timeout": p["timeout"], "validate_certs": p["validate_certs"], "metrics": p["metrics"]})
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

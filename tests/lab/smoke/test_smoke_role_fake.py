@@ -1,0 +1,139 @@
+"""playbooks/smoke.yml end to end through the lab (emulator + controller), with a stand-in engine
+that logs and exports what vLLM 0.32 does and accepts drafts at a chosen rate: the verdicts, the
+report, set_stats, check mode, the off mode after a rollback, and the failure paths. Fast: the
+real engine is in test_smoke_role_vllm.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import checks, report
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+SERVICE = "lab-ngram"
+
+
+def fake_env(**env) -> dict:
+    """specpilot_env for the fake engine (on top of the lab's KV cache setting)."""
+    items = [{"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"}]
+    items += [{"name": k, "value": str(v)} for k, v in env.items()]
+    return {"specpilot_env": items}
+
+
+def redeploy(lab, extra: dict | None = None, without_speculative: bool = False) -> dict:
+    old = [p["metadata"]["name"] for p in lab.pods(SERVICE)]
+    lab.apply(SERVICE, extra=extra, without_speculative=without_speculative)
+    return lab.wait_single_ready_pod(SERVICE, 90, not_pod=old[0] if old else None)
+
+
+def test_pass_report_stats_and_check_mode(fake_smoke_lab, tmp_path):
+    lab = fake_smoke_lab
+    redeploy(lab, fake_env(FAKE_ACCEPTANCE="0.95,0.9,0.85"))
+    run = lab.smoke(SERVICE, tmp_path)
+    assert run.rc == 0, run.output
+    rep = report(tmp_path, SERVICE)
+    assert rep["verdict"] == "pass" and rep["expect"] == "on"
+    c = checks(rep)
+    assert c["isvc_args"]["status"] == "pass" and c["pod_args"]["status"] == "pass"
+    assert c["engine_config"]["message"] == "SpeculativeConfig(method='ngram', model=None, num_spec_tokens=3) " \
+                                            "matches the plan"
+    assert c["log_cross_check"]["status"] == "pass" and "exactly" in c["log_cross_check"]["message"]
+    assert rep["access"]["mode"] == "url" and rep["access"]["url"].startswith("http://127.0.0.1:")
+    assert rep["request"]["max_tokens"] == 64  # from the lab spec's smoke settings
+    assert rep["figures"]["acceptance_rate"] == pytest.approx(0.9, abs=0.02)
+    assert (tmp_path / SERVICE / "smoke.md").read_text().startswith("# Smoke check: lab-ngram - PASS")
+    assert (tmp_path / SERVICE / "smoke-acceptance.png").read_bytes()[:4] == b"\x89PNG"
+    assert "specpilot_smoke_results" in run.output and "verdict: pass" in run.output  # set_stats
+    assert run.recap()[SERVICE]["changed"] == 0 and run.recap()[SERVICE]["failed"] == 0
+
+    check_dir = tmp_path / "check"
+    checked = lab.smoke(SERVICE, check_dir, "--check")
+    assert checked.rc == 0, checked.output
+    assert report(check_dir, SERVICE)["verdict"] == "pass"
+    assert checked.recap()[SERVICE]["changed"] == 0
+
+
+def test_borderline_acceptance_warns_and_can_fail(fake_smoke_lab, tmp_path):
+    lab = fake_smoke_lab
+    redeploy(lab, fake_env(FAKE_ACCEPTANCE="0.75,0.55,0.4"))
+    run = lab.smoke(SERVICE, tmp_path)
+    assert run.rc == 0, run.output
+    rep = report(tmp_path, SERVICE)
+    assert rep["verdict"] == "warn" and checks(rep)["acceptance"]["status"] == "warn"
+    strict = lab.smoke(SERVICE, tmp_path / "strict", extra={"specpilot_smoke_fail_on_warn": True})
+    assert strict.rc == 2 and "lab-ngram: WARN - Acceptance rate: draft acceptance rate 0.57" in strict.output
+
+
+def test_low_acceptance_fails_with_the_acceptance_message(fake_smoke_lab, tmp_path):
+    lab = fake_smoke_lab
+    redeploy(lab, fake_env(FAKE_ACCEPTANCE="0.2,0.02,0.0"))
+    run = lab.smoke(SERVICE, tmp_path)
+    assert run.rc == 2, run.output
+    assert "lab-ngram: FAIL - Acceptance rate: draft acceptance rate 0.07 (from /metrics) is below the minimum " \
+           "0.50: speculative decoding adds latency on this workload" in run.output
+    rep = report(tmp_path, SERVICE)  # written before the host failed
+    assert rep["verdict"] == "fail"
+    assert [c["id"] for c in rep["checks"] if c["status"] == "fail"] == ["acceptance"]
+    assert checks(rep)["per_position"]["status"] == "warn"
+    assert any("collapses to near zero by slot 2" in s for s in rep["interpretation"])
+    # the spec's own threshold (smoke.min_acceptance_rate) is honoured
+    lenient = lab.smoke(SERVICE, tmp_path / "lenient", extra={"specpilot_smoke": {
+        "prompts": ["x y x y"], "max_tokens": 64, "min_acceptance_rate": 0.05}})
+    assert lenient.rc == 0 and report(tmp_path / "lenient", SERVICE)["verdict"] == "warn"
+
+
+def test_planned_but_no_spec_metrics_fails(fake_smoke_lab, tmp_path):
+    lab = fake_smoke_lab
+    redeploy(lab, fake_env(FAKE_NO_SPEC_METRICS=1))
+    run = lab.smoke(SERVICE, tmp_path)
+    assert run.rc == 2
+    c = checks(report(tmp_path, SERVICE))
+    assert c["spec_metrics"]["status"] == "fail"
+    assert "speculative decoding was planned (ngram) but /metrics has no vllm:spec_decode_* series" in \
+        c["spec_metrics"]["message"]
+
+
+def test_rollback_passes_only_in_off_mode(fake_smoke_lab, tmp_path):
+    lab = fake_smoke_lab
+    redeploy(lab, fake_env(), without_speculative=True)
+    off = lab.smoke(SERVICE, tmp_path / "off", extra={"specpilot_smoke_expect": "off"})
+    assert off.rc == 0, off.output
+    rep = report(tmp_path / "off", SERVICE)
+    assert rep["verdict"] == "pass" and rep["expect"] == "off"
+    assert checks(rep)["engine_config"]["message"].startswith("speculative_config=None")
+    assert not (tmp_path / "off" / SERVICE / "smoke-acceptance.png").exists()
+
+    on = lab.smoke(SERVICE, tmp_path / "on")
+    assert on.rc == 2
+    failed = {c["id"] for c in report(tmp_path / "on", SERVICE)["checks"] if c["status"] == "fail"}
+    assert {"isvc_args", "pod_args", "engine_config", "spec_metrics", "acceptance"} <= failed
+
+
+def test_off_mode_fails_while_speculative_decoding_runs(fake_smoke_lab, tmp_path):
+    lab = fake_smoke_lab
+    redeploy(lab, fake_env())
+    run = lab.smoke(SERVICE, tmp_path, extra={"specpilot_smoke_expect": "off"})
+    assert run.rc == 2
+    failed = {c["id"] for c in report(tmp_path, SERVICE)["checks"] if c["status"] == "fail"}
+    assert {"isvc_args", "pod_args", "engine_config", "spec_metrics", "log_cross_check"} <= failed
+
+
+def test_exec_route_without_exec_support_fails_clearly(fake_smoke_lab, tmp_path):
+    """The lab's API has no pods/exec: the in-cluster route reports the k8s_exec failure."""
+    run = fake_smoke_lab.smoke(SERVICE, tmp_path, extra={"specpilot_smoke_access": "exec"})
+    assert run.rc == 2
+    rep = report(tmp_path, SERVICE)
+    assert rep["access"]["mode"] == "exec" and rep["access"]["url"] == "http://127.0.0.1:8080"
+    assert checks(rep)["probes"]["message"].startswith("the probe run failed: k8s_exec in pod lab-ngram-predictor")
+
+
+def test_missing_service_fails_with_a_report(fake_smoke_lab, tmp_path):
+    run = fake_smoke_lab.smoke("lab-draft", tmp_path, extra={"specpilot_smoke_ready_timeout": 0})
+    assert run.rc == 2
+    rep = report(tmp_path, "lab-draft")
+    c = checks(rep)
+    assert c["inferenceservice"]["message"] == "InferenceService specpilot-lab/lab-draft not found"
+    assert c["probes"]["message"] == "no probe requests were sent: the InferenceService does not exist"
+    assert json.dumps(rep)  # a complete report all the same

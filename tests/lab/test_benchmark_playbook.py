@@ -1,0 +1,158 @@
+"""playbooks/benchmark.yml against the lab (API emulator + controller), fast.
+
+The controller runs benchmarks/stream_server.py as the "vLLM" of every predictor pod: it streams
+like vLLM and, with a speculative config, emits 3.4 tokens per decode step and exports the
+spec-decode counters. The test applies the validated plan of the lab's ngram service itself
+(the deploy role is not needed), then runs the playbook: the twin InferenceService without the
+speculative config comes up, both sides are measured from the controller, the report is written
+with the five context fields, and the twin is gone afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specpilot_lab.controller import Controller
+from specpilot_lab.testing import LAB_CRDS, Emulator
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "benchmark"))
+from bench_helpers import BIN, ROOT, STREAM_SERVER, ansible_env  # noqa: E402
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+ISVC_API = ("serving.kserve.io/v1beta1", "InferenceService")
+
+
+@pytest.fixture
+def stream_lab(tmp_path):
+    exe = tmp_path / "python"
+    exe.write_text('#!/bin/sh\n[ "$1" = "-m" ] && shift 2\nexec %s %s --step-ms 4 "$@"\n' % (sys.executable, STREAM_SERVER))
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    emu = Emulator(tmp_path / "lab", [str(LAB_CRDS)]).start()
+    ctl = Controller(emu.kubeconfig, tmp_path / "lab", vllm_python=exe, crash_backoff=1.0, job_backoff=0.5,
+                     node_labels={"nvidia.com/gpu.product": "NVIDIA-LAB-FAKE"}).start()
+    try:
+        yield emu
+    finally:
+        ctl.stop()
+        emu.stop()
+
+
+def playbook(tmp_path, emu, *args, playbook_file="playbooks/benchmark.yml", check=True):
+    env = ansible_env(tmp_path)
+    env["KUBECONFIG"] = str(emu.kubeconfig)
+    cmd = [str(BIN / "ansible-playbook"), "-i", "inventories/lab", playbook_file, "--limit", "lab-ngram", *args]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    if check:
+        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    return proc
+
+
+def plan_of_lab_ngram(tmp_path, emu):
+    out = tmp_path / "plan.json"
+    play = tmp_path / "plan.yml"
+    play.write_text(yaml.safe_dump([{"hosts": "lab-ngram", "gather_facts": False, "tasks": [
+        {"specpilot.core.spec_validate": {"display_warnings": False}, "register": "v"},
+        {"ansible.builtin.copy": {"content": "{{ v.plan | to_json }}", "dest": str(out)}}]}]))
+    playbook(tmp_path, emu, playbook_file=str(play))
+    return json.loads(out.read_text())
+
+
+def wait(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        val = pred()
+        if val:
+            return val
+        time.sleep(0.3)
+    raise AssertionError("timed out waiting for " + what)
+
+
+def test_benchmark_playbook_side_by_side_in_the_lab(stream_lab, tmp_path):
+    from kubernetes.dynamic.exceptions import NotFoundError
+
+    emu = stream_lab
+    dyn = emu.dynamic_client()
+    plan = plan_of_lab_ngram(tmp_path, emu)
+    ns = plan["namespace"]
+
+    def res(api, kind):
+        return dyn.resources.get(api_version=api, kind=kind)
+
+    def isvc(name):
+        try:
+            return res(*ISVC_API).get(name=name, namespace=ns).to_dict()
+        except NotFoundError:
+            return None
+
+    res("v1", "Namespace").create(body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    res("v1", "PersistentVolumeClaim").create(namespace=ns, body={
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": plan["delivery"]["pvc"]},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+    sr = plan["servingruntime"]
+    res(sr["apiVersion"], sr["kind"]).create(body=sr, namespace=ns)
+    res(*ISVC_API).create(body=plan["inferenceservice"], namespace=ns)
+
+    def ready(name):
+        st = (isvc(name) or {}).get("status") or {}
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in st.get("conditions") or [])
+
+    wait(lambda: ready("lab-ngram"), 60, "lab-ngram Ready")
+
+    reports = tmp_path / "reports"
+    extra = {"specpilot_benchmark_report_dir": str(reports), "specpilot_benchmark_qps_levels": [5, 20],
+             "specpilot_benchmark_target_qps": 20, "specpilot_benchmark_runs_per_prompt": 2,
+             "specpilot_benchmark_warmup_requests": 2, "specpilot_benchmark_max_tokens": 24,
+             "specpilot_benchmark_wait_timeout": 120,
+             "specpilot_benchmark_thresholds": {"ttft_min_gain": -0.9}}
+    proc = playbook(tmp_path, emu, "-e", json.dumps(extra))
+    out = proc.stdout
+    assert "lab-ngram: KEEP at qps=20" in out, out[-4000:]
+    assert "baseline qps=5" in out and "speculative qps=20" in out  # loop labels
+    assert isvc("lab-ngram-baseline") is None  # the twin is cleaned up
+    assert ready("lab-ngram")  # the service itself is untouched
+
+    d = reports / "lab-ngram"
+    data = json.loads((d / "report.json").read_text())
+    assert data["verdict"] == "keep" and data["context_missing"] == []
+    hw = data["context"]["hardware"]
+    assert hw["gpu_product"] == "NVIDIA-LAB-FAKE" and hw["node"] == "lab-node"
+    assert data["context"]["runtime"]["vllm_version"] == "0.32.0"
+    assert data["context"]["runtime"]["engine_args_baseline"] == plan["args_without_speculative"]
+    assert data["context"]["workload"]["name"] == "code-edit"
+    for lv in data["levels"]:
+        assert lv["baseline"]["ok"] == 12 and lv["speculative"]["ok"] == 12
+        assert lv["acceptance"]["spec_decode_enabled"] and lv["acceptance"]["mean_acceptance_length"] > 2
+        assert lv["comparison"]["speedups"]["tpot"] > 1.5
+    raw = json.loads((d / "raw-baseline-0.json").read_text())
+    assert "spec_decode" not in (raw["runs"][0]["metrics_after"] or "")  # the twin has no speculative config
+    for f in ("report.md", "latency.png", "throughput.png", "acceptance.png", "progress.log"):
+        assert (d / f).exists(), f
+
+    # a rollback verdict with auto rollback: the rollback role runs, or the run says it is missing
+    extra.update({"specpilot_benchmark_thresholds": {"tpot_min_gain": 100},
+                  "specpilot_benchmark_auto_rollback": True})
+    proc = playbook(tmp_path, emu, "-e", json.dumps(extra), check=False)
+    assert "lab-ngram: ROLLBACK at qps=20" in proc.stdout
+    if not (ROOT / "roles" / "specpilot_rollback").exists():
+        assert proc.returncode != 0
+        assert "the rollback role (specpilot_rollback) is not installed" in proc.stdout
+        assert "speculative decoding is still ON" in proc.stdout
+    assert isvc("lab-ngram-baseline") is None
+
+    # a service whose arguments drifted from the plan is refused before anything is created
+    body = isvc("lab-ngram")
+    body["spec"]["predictor"]["model"]["args"] = plan["args_without_speculative"]
+    res(*ISVC_API).replace(body=body, namespace=ns)
+    proc = playbook(tmp_path, emu, "-e", json.dumps(extra), check=False)
+    assert proc.returncode != 0 and "its arguments differ from the validated plan" in proc.stdout
+    assert isvc("lab-ngram-baseline") is None
+    assert os.path.exists(d / "report.json")

@@ -1,0 +1,216 @@
+"""Artifact staging in the lab, through playbooks/stage.yml and ansible-playbook:
+
+* option C: the staging Job runs in the lab controller (bubblewrap, the PVC bind-mounted) and
+  fills <pvc>/<path>/target from the loopback HTTP server and <pvc>/<path>/draft from S3 (moto),
+  credentials from a Secret; a re-run is changed=0 and starts no Job; no secret value in the
+  -vvv output, the Job spec or the pod log; a corrupted file fails the Job, named, with the log
+  tail and the reason; a Job killed halfway is resumed by the next run;
+* option B: the Modelcar image lands in the lab registry with separate target and draft layers,
+  /models/target and /models/draft non-empty, sh/ln/sleep in the base; a re-run pushes nothing;
+  a draft-only change keeps the target layer and uploads about the draft's bytes; the lab
+  controller serves an InferenceService from oci://...@sha256:...
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import shutil
+import subprocess
+import time
+
+import pytest
+
+import staging_support as ss
+from specpilot_lab import registry as lab_registry
+from specpilot_lab.controller.jobs import bwrap_available
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow,
+              pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run lab Jobs here")]
+NS = "ml"
+
+
+@pytest.fixture
+def sources(tmp_path):
+    src = tmp_path / "src"
+    ss.make_model(src / "target", weight_bytes=6 * 1024 * 1024, shards=2)
+    ss.sha256sums(src / "target")
+    ss.make_model(src / "draft", weight_bytes=1024 * 1024, layers=1, seed=1)
+    return src
+
+
+def pvc_host(target_uri, draft_uri, **extra):
+    host = {"specpilot_namespace": NS, "specpilot_delivery": "pvc",
+            "specpilot_pvc": {"name": "models", "path": "svc", "create": True, "size": "1Gi"},
+            "specpilot_target": {"uri": target_uri}, "specpilot_draft": {"uri": draft_uri}}
+    host.update(extra)
+    return host
+
+
+def jobs(lab):
+    return lab.list("batch/v1", "Job", NS)
+
+
+def test_pvc_staging_from_http_and_s3_then_nothing_to_do(fake_lab, sources, tmp_path):
+    if not ss.MotoS3.available():
+        pytest.skip(".venv-staging (moto, boto3) missing: run make")
+    lab = fake_lab()
+    lab.namespace(NS)
+    with ss.ModelHTTPServer(sources) as srv, ss.MotoS3(tmp_path / "moto") as s3:
+        s3.upload(sources / "draft", "models", "llama/draft")
+        lab.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-creds"}, "type": "Opaque",
+                    "data": {k: base64.b64encode(v.encode()).decode() for k, v in s3.env.items()}}, NS)
+        host = pvc_host(srv.files_url("target/"), "s3://models/llama/draft")
+        host["specpilot_draft"]["secret_name"] = "s3-creds"
+        inv = ss.write_inventory(tmp_path, {"svc": host}, ss.lab_staging_vars())
+        proc = ss.run_playbook(inv, lab.emu.env)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out[-6000:]
+        assert ss.recap(out)["svc"]["changed"] >= 4
+        assert "[svc] specpilot-stage: progress" in out and "bytes (100.0%)" in out
+        pvc = lab.state / "pvcs" / NS / "models" / "svc"
+        assert ss.tree_digest(pvc / "target") == {k: v for k, v in ss.tree_digest(sources / "target").items()
+                                                  if k != "SHA256SUMS"}
+        assert ss.tree_digest(pvc / "draft") == ss.tree_digest(sources / "draft")
+        marker = json.loads((pvc / "draft" / ".specpilot-staged.json").read_text())
+        assert marker["source"] == "s3://models/llama/draft" and len(marker["files"]) == 5
+        status = lab.get("v1", "ConfigMap", "specpilot-stage-models", NS)["data"]
+        assert sorted(status) == ["svc__draft.json", "svc__target.json"]
+        assert len(jobs(lab)) == 1
+        job = jobs(lab)[0]
+        sent = srv.bytes_sent
+
+        again = ss.run_playbook(inv, lab.emu.env, "-vvv")
+        out2 = again.stdout + again.stderr
+        assert again.returncode == 0, out2[-6000:]
+        assert ss.recap(out2)["svc"]["changed"] == 0
+        assert "up to date" in out2 and len(jobs(lab)) == 1 and srv.bytes_sent == sent
+        # no secret value anywhere: task output at -vvv, the Job spec, the pod log
+        pod = lab.list("v1", "Pod", NS, label_selector=f"job-name={job['metadata']['name']}")[0]
+        log = lab.pod_log(NS, pod["metadata"]["name"])
+        spec_text = json.dumps(job) + json.dumps(pod["spec"])
+        for secret in (ss.S3_SECRET, ss.S3_KEY):
+            for where, text in (("first run", out), ("-vvv run", out2), ("Job/pod spec", spec_text), ("pod log", log)):
+                assert secret not in text, f"secret value in the {where}"
+        c = job["spec"]["template"]["spec"]["containers"][0]
+        assert c["envFrom"] == [{"prefix": "SPECPILOT_SRC_DRAFT_", "secretRef": {"name": "s3-creds", "optional": False}}]
+
+
+def test_a_corrupted_file_fails_the_job_naming_it(fake_lab, sources, tmp_path):
+    lab = fake_lab()
+    lab.namespace(NS)
+    with ss.ModelHTTPServer(sources) as srv:
+        srv.corrupt = {"target/model-00002-of-00002.safetensors"}
+        inv = ss.write_inventory(tmp_path, {"svc": pvc_host(srv.files_url("target/"), srv.files_url("draft/config.json"))},
+                                 ss.lab_staging_vars())
+        proc = ss.run_playbook(inv, lab.emu.env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "BackoffLimitExceeded" in out and "container exit code 2" in out
+    assert "file: model-00002-of-00002.safetensors (target)" in out
+    assert "model-00002-of-00002.safetensors is corrupt: sha256" in out and "log tail:" in out
+    assert lab.get("v1", "ConfigMap", "specpilot-stage-models", NS) is None  # nothing recorded
+
+
+def test_a_job_killed_halfway_is_resumed_by_the_next_run(fake_lab, tmp_path):
+    src = tmp_path / "src"
+    ss.make_model(src / "target", weight_bytes=12 * 1024 * 1024)
+    ss.sha256sums(src / "target")
+    ss.make_model(src / "draft", weight_bytes=64 * 1024, layers=1, seed=1)
+    big = (src / "target" / "model.safetensors").stat().st_size
+    lab = fake_lab()
+    lab.namespace(NS)
+    part = lab.state / "pvcs" / NS / "models" / "svc" / "target" / ".specpilot-partial" / "model.safetensors.part"
+    with ss.ModelHTTPServer(src, throttle_bps=3 * 1024 * 1024) as srv:
+        inv = ss.write_inventory(tmp_path, {"svc": pvc_host(srv.files_url("target/"), srv.files_url("draft/config.json"))},
+                                 dict(ss.lab_staging_vars(), specpilot_stage_pvc_layout_check=False))
+        first = ss.run_playbook(inv, lab.emu.env, background=True)
+        try:
+            lab.wait(lambda: part.exists() and part.stat().st_size > big * 0.4, 60, "the copy to be 40% done")
+            name = jobs(lab)[0]["metadata"]["name"]
+            lab.delete("batch/v1", "Job", name, NS)  # the controller kills the pod, like a node going away
+            out1, _ = first.communicate(timeout=120)
+        finally:
+            if first.poll() is None:
+                first.kill()
+        assert first.returncode != 0 and "does not exist" in out1
+        halfway = part.stat().st_size
+        assert big * 0.4 < halfway < big
+        srv.throttle_bps = None
+        sent = srv.bytes_sent
+        proc = ss.run_playbook(inv, lab.emu.env)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out[-5000:]
+        again = srv.bytes_sent - sent
+    assert "resuming at" in out
+    target = lab.state / "pvcs" / NS / "models" / "svc" / "target"
+    assert (target / "model.safetensors").read_bytes() == (src / "target" / "model.safetensors").read_bytes()
+    assert again < big - halfway + 64 * 1024 + 16 * 1024  # the rest of the big file and the small files
+
+
+# ---------------------------------------------------------------- option B
+@pytest.mark.skipif(not shutil.which("skopeo") or not shutil.which("docker-registry"),
+                    reason="skopeo and docker-registry are needed (make installs them)")
+def test_modelcar_in_the_lab_registry_served_by_digest(fake_lab, sources, tmp_path):
+    lab_registry.build_base_layout(tmp_path / "base", tag="busybox")
+    draft = tmp_path / "draft-local"
+    shutil.copytree(sources / "draft", draft)
+    password = "Registry-Passw0rd-never-logged"
+    with ss.ModelHTTPServer(sources) as srv, lab_registry.Registry(tmp_path / "reg") as reg:
+        image = f"{reg.addr}/models/svc"
+        host = {"specpilot_namespace": NS, "specpilot_delivery": "modelcar",
+                "specpilot_modelcar": {"image": f"{image}:v1", "tls_verify": False},
+                "specpilot_target": {"uri": srv.files_url("target/")},
+                "specpilot_draft": {"local_path": str(draft)}}
+        group = {"specpilot_stage_modelcar_base": f"oci:{tmp_path / 'base'}:busybox",
+                 "specpilot_stage_modelcar_cache_dir": str(tmp_path / "cache"),
+                 "specpilot_stage_modelcar_registry_username": "robot",
+                 "specpilot_stage_modelcar_registry_password": password, "specpilot_pvc": None}
+        inv = ss.write_inventory(tmp_path, {"svc": host}, group)
+        proc = ss.run_playbook(inv, None)  # no cluster needed
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out[-6000:]
+        assert ss.recap(out)["svc"]["changed"] >= 1 and "pushed: " in out
+        digest = out.split(f"pushed: {image}@", 1)[1].split()[0].strip("'\"")
+        raw = subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false", f"docker://{image}@{digest}"],
+                             check=True, capture_output=True).stdout
+        assert "sha256:" + hashlib.sha256(raw).hexdigest() == digest
+        manifest = json.loads(raw)
+        assert len(manifest["layers"]) == 3  # busybox base, target, draft
+        target_layer = manifest["layers"][1]["digest"]
+        root = lab_registry.pull_and_unpack(f"{image}@{digest}", tmp_path / "pulled").parent
+        assert ss.tree_digest(root / "models" / "target") == {k: v for k, v in ss.tree_digest(sources / "target").items()
+                                                              if k != "SHA256SUMS"}
+        assert ss.tree_digest(root / "models" / "draft") == ss.tree_digest(draft)
+        for applet in ("sh", "ln", "sleep"):
+            assert (root / "bin" / applet).is_symlink()
+
+        again = ss.run_playbook(inv, None, "-vvv")
+        out2 = again.stdout + again.stderr
+        assert again.returncode == 0, out2[-6000:]
+        assert ss.recap(out2)["svc"]["changed"] == 0 and f"already in the registry: {image}@{digest}" in out2
+        assert password not in out + out2
+
+        # a draft-only change: the target layer stays, about the draft's bytes go up
+        ss.make_model(draft, weight_bytes=1024 * 1024, layers=1, seed=9)
+        third = ss.run_playbook(inv, None)
+        out3 = third.stdout + third.stderr
+        assert third.returncode == 0, out3[-6000:]
+        digest2 = out3.split(f"pushed: {image}@", 1)[1].split()[0].strip("'\"")
+        manifest2 = json.loads(subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false",
+                                               f"docker://{image}@{digest2}"], check=True, capture_output=True).stdout)
+        assert digest2 != digest and manifest2["layers"][1]["digest"] == target_layer
+        uploaded = int(out3.split("blob(s), ", 1)[1].split(" bytes", 1)[0])
+        draft_bytes = sum(p.stat().st_size for p in draft.rglob("*") if p.is_file())
+        assert draft_bytes < uploaded <= 1.05 * draft_bytes
+
+        # the lab controller serves an InferenceService from oci://...@sha256:...
+        lab = fake_lab(registry_addr=reg.addr)
+        lab.namespace(NS)
+        lab.runtime()
+        lab.isvc(NS, "svc", ["--model=/mnt/models/target"], storage_uri=f"oci://{image}@{digest2}")
+        lab.wait_ready(NS, "svc", 60)
+        pod = lab.pods(NS, "svc")[0]
+        log = lab.pod_log(NS, pod["metadata"]["name"], container="kserve-container")
+        assert "/models/target" in log

@@ -1,0 +1,212 @@
+"""The guard's decisions (module_utils/spec_guard.py): reading the InferenceService, statuses,
+streaks of low readings, history handling, and the Prometheus reading with a canned API."""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+
+import pytest
+
+import vllm_pages as vp
+from ansible_collections.specpilot.core.plugins.module_utils import spec_guard as g
+from ansible_collections.specpilot.core.plugins.module_utils.vllm_metrics import parse_metrics_text
+
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
+
+
+def isvc(args=None, command=None, containers=None, name="svc"):
+    model = {"modelFormat": {"name": "vLLM"}, "args": args or []}
+    if command:
+        model["command"] = command
+    pred = {"model": model}
+    if containers:
+        pred["containers"] = containers
+    return {"metadata": {"name": name, "namespace": "ml"}, "spec": {"predictor": pred}}
+
+
+ON = isvc(["--model=/mnt/models", "--speculative-config=" + json.dumps(NGRAM, separators=(",", ":"))])
+
+
+@pytest.mark.parametrize("obj,on,config", [
+    (ON, True, NGRAM),
+    (isvc(["--model=/m", "--speculative-config", json.dumps(NGRAM)]), True, NGRAM),
+    (isvc(["--model=/m"]), False, None),
+    (isvc(command=["sh", "-c", "exec vllm serve /m --speculative-config '%s' --port 8080" % json.dumps(NGRAM)]),
+     True, NGRAM),
+    (isvc(["--speculative-model=[ngram]", "--num-speculative-tokens=3"]), True, None),
+    (isvc(containers=[{"name": "kserve-container", "args": ["--speculative_config=" + json.dumps(NGRAM)]}]),
+     True, NGRAM),
+], ids=["args", "two-items", "off", "shell-string", "v0-flags", "containers"])
+def test_speculative_state_of_an_inferenceservice(obj, on, config):
+    state = g.isvc_speculative(obj)
+    assert state["exists"] and state["on"] is on and state["config"] == config
+    assert (state["digest"] is not None) is on
+
+
+def test_absent_and_config_digest():
+    assert g.isvc_speculative(None) == {"exists": False, "on": False, "config": None, "flags": [], "digest": None}
+    other = isvc(["--speculative-config=" + json.dumps(dict(NGRAM, num_speculative_tokens=5))])
+    assert g.isvc_speculative(ON)["digest"] != g.isvc_speculative(other)["digest"]
+    # the same config written with other spacing / key order is the same config
+    same = isvc(["--speculative-config", json.dumps(dict(reversed(list(NGRAM.items()))), indent=1)])
+    assert g.isvc_speculative(ON)["digest"] == g.isvc_speculative(same)["digest"]
+
+
+def reading(traffic: vp.Traffic, minutes=1, spec=True) -> dict:
+    page = vp.real_page()
+    first = parse_metrics_text(page if spec else vp.without_spec_series(page), now=0.0)
+    later = vp.advance(page, traffic, minutes)
+    second = parse_metrics_text(later if spec else vp.without_spec_series(later), previous=first, now=60.0)
+    return g.reading_from_facts(second)
+
+
+def run(obj, traffic, history=None, **params):
+    params.setdefault("min_draft_tokens", 20)
+    return g.evaluate(obj, reading(traffic), history, params, now=0)
+
+
+@pytest.mark.parametrize("traffic,status", [
+    (vp.HEALTHY, "healthy"), (vp.BORDERLINE, "borderline"), (vp.LOW, "low"), (vp.IDLE, "idle"),
+    (vp.Traffic(drafts=1, accepted_per_position=[0, 0, 0]), "idle"),
+])
+def test_status_of_a_reading(traffic, status):
+    out = run(ON, traffic)
+    assert out["status"] == status
+    assert out["record"] and out["history"][-1]["status"] == status
+
+
+def test_missing_off_absent():
+    assert g.evaluate(ON, reading(vp.HEALTHY, spec=False), None, {})["status"] == "missing"
+    off = g.evaluate(isvc(["--model=/m"]), {}, None, {})
+    assert (off["status"], off["action"], off["record"], off["history"]) == ("off", "none", False, [])
+    assert g.evaluate(None, {}, None, {})["status"] == "absent"
+
+
+def test_cumulative_figures_are_never_acted_upon():
+    page = vp.advance(vp.real_page(), vp.LOW, 100)
+    cumulative = g.reading_from_facts(parse_metrics_text(page))  # no `previous`
+    out = g.evaluate(ON, cumulative, None, {"consecutive_readings": 1, "auto_rollback": True})
+    assert (out["status"], out["action"]) == ("no-window", "none")
+
+
+def chain(traffics, **params):
+    history = None
+    outs = []
+    for t in traffics:
+        out = run(ON, t, history, **params)
+        history = out["history_json"]
+        outs.append(out)
+    return outs
+
+
+def test_k_low_readings_in_a_row():
+    outs = chain([vp.LOW, vp.LOW, vp.LOW], consecutive_readings=3)
+    assert [(o["streak"], o["action"]) for o in outs] == [(1, "watch"), (2, "watch"), (3, "report")]
+    auto = chain([vp.LOW, vp.LOW], consecutive_readings=2, auto_rollback=True)
+    assert [o["action"] for o in auto] == ["watch", "rollback"]
+
+
+def test_idle_readings_neither_count_nor_break_the_streak_healthy_breaks_it():
+    outs = chain([vp.LOW, vp.IDLE, vp.LOW], consecutive_readings=2)
+    assert [o["action"] for o in outs] == ["watch", "none", "report"]
+    outs = chain([vp.LOW, vp.HEALTHY, vp.LOW], consecutive_readings=2)
+    assert [o["streak"] for o in outs] == [1, 0, 1]
+    outs = chain([vp.LOW, vp.BORDERLINE, vp.LOW], consecutive_readings=2)
+    assert outs[-1]["action"] == "watch"
+
+
+def test_a_new_speculative_config_starts_a_new_streak():
+    first = run(ON, vp.LOW, consecutive_readings=2)
+    changed = isvc(["--speculative-config=" + json.dumps(dict(NGRAM, num_speculative_tokens=2))])
+    out = run(changed, vp.LOW, first["history_json"], consecutive_readings=2)
+    assert (out["streak"], out["action"]) == (1, "watch")
+
+
+def test_history_is_bounded_and_robust():
+    outs = chain([vp.HEALTHY] * 4, history_size=3, consecutive_readings=2)
+    assert len(outs[-1]["history"]) == 3
+    entry = outs[-1]["history"][-1]
+    assert set(entry) == {"at", "status", "cfg", "src", "rate", "drafted", "accepted", "mal", "pp"}
+    assert json.loads(outs[-1]["history_json"]) == outs[-1]["history"]
+    for bad in ("not json", json.dumps({"a": 1}), json.dumps([{"status": "weird"}, 3])):
+        out = run(ON, vp.HEALTHY, bad)
+        assert len(out["history"]) == 1 and out["notes"]
+
+
+@pytest.mark.parametrize("params,message", [
+    ({"min_acceptance_rate": 2}, "between 0 and 1"),
+    ({"min_acceptance_rate": 0.7, "warn_acceptance_rate": 0.6}, "below min_acceptance_rate"),
+    ({"consecutive_readings": 0}, ">= 1"),
+    ({"history_size": 2, "consecutive_readings": 3}, "at least consecutive_readings"),
+])
+def test_bad_settings(params, message):
+    with pytest.raises(g.GuardError, match=message):
+        g.settings_of(params)
+
+
+class CannedPrometheus:
+    """Answers the guard's instant queries from two scrapes of the real page (what increase() would
+    return over the window), checking that every query is evaluated at the same instant."""
+
+    def __init__(self, traffic: vp.Traffic, spec=True):
+        page = vp.real_page()
+        self.first = parse_metrics_text(page, now=0.0)
+        self.second = parse_metrics_text(vp.advance(page, traffic, 15), previous=self.first, now=900.0)
+        self.spec = spec
+        self.times = set()
+        self.queries = []
+
+    def __call__(self, url, headers, timeout, validate_certs):
+        q = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)
+        expr = q["query"][0]
+        self.times.add(q["time"][0])
+        self.queries.append(expr)
+        d = self.second["derived"]
+        svc = {"namespace": "ml", "model_name": "svc"}
+        if expr.startswith("count by") and "num_requests_running" in expr:
+            result = [(svc, 1)]
+        elif expr.startswith("count by"):
+            result = [(svc, 1)] if self.spec else []
+        elif "per_pos" in expr:
+            result = [(dict(svc, position=str(i)), v) for i, v in enumerate(d["accepted_per_position"])]
+        elif "num_drafts_total" in expr:
+            result = [(svc, d["num_drafts"])]
+        elif "num_accepted_tokens_total" in expr:
+            result = [(svc, d["num_accepted_tokens"])]
+        elif "num_draft_tokens_total" in expr:
+            result = [(svc, d["num_draft_tokens"])]
+        else:
+            raise AssertionError(expr)
+        data = {"resultType": "vector", "result": [{"metric": m, "value": [0, str(v)]} for m, v in result]}
+        return json.dumps({"status": "success", "data": data}).encode()
+
+
+def test_prometheus_reading_equals_the_scrape_reading():
+    fake = CannedPrometheus(vp.HEALTHY)
+    r = g.prometheus_reading("http://prom:9090", {"namespace": "ml", "model_name": "svc"}, "15m", "0.32.0",
+                             fetch=fake, at=1234.5)
+    assert fake.times == {"1234.500"}
+    assert 'model_name="svc",namespace="ml"' in fake.queries[0] and "[15m]" in fake.queries[2]
+    d = fake.second["derived"]
+    assert r["acceptance_rate"] == pytest.approx(d["draft_acceptance_rate"])
+    assert r["mean_acceptance_length"] == pytest.approx(d["mean_acceptance_length"])
+    assert r["per_position"] == pytest.approx(d["per_position_acceptance"])
+    assert g.evaluate(ON, r, None, {})["status"] == "healthy"
+    missing = g.prometheus_reading("http://prom", {"model_name": "svc"}, "15m", "0.32.0",
+                                   fetch=CannedPrometheus(vp.HEALTHY, spec=False), at=0)
+    assert g.evaluate(ON, missing, None, {})["status"] == "missing"
+
+
+def test_prometheus_errors_are_reported():
+    def refusing(url, headers, timeout, validate_certs):
+        return json.dumps({"status": "error", "error": "parse error"}).encode()
+
+    with pytest.raises(g.GuardError, match="refused the query"):
+        g.prometheus_reading("http://prom", {"model_name": "svc"}, "15m", "0.32.0", fetch=refusing, at=0)
+
+    def down(url, headers, timeout, validate_certs):
+        raise OSError("connection refused")
+
+    with pytest.raises(g.GuardError, match="connection refused"):
+        g.prometheus_reading("http://prom", {"model_name": "svc"}, "15m", "0.32.0", fetch=down, at=0)
