@@ -34,10 +34,10 @@ STAMP_VENV := $(VENV)/.stamp-python
 STAMP_COLL := $(VENV)/.stamp-collections
 STAMP_APT := $(VENV)/.stamp-apt
 
-.PHONY: install venv collections system-packages vllm models test test-pytest lint syntax-check molecule \
+.PHONY: install venv collections system-packages staging-tools vllm models test test-pytest lint syntax-check molecule \
         demo bench lab-up lab-down lab-status clean distclean
 
-install: venv collections system-packages
+install: venv collections system-packages staging-tools
 
 venv: $(STAMP_VENV)
 $(STAMP_VENV): requirements.txt requirements-test.txt
@@ -61,6 +61,21 @@ $(STAMP_APT): Makefile $(STAMP_VENV)
 	ln -sf ../opt/debian/usr/bin/kubectl $(VBIN)/kubectl
 	ln -sf ../opt/debian/usr/bin/promtool $(VBIN)/promtool
 	ln -sf ../opt/debian/usr/bin/prometheus $(VBIN)/prometheus
+	touch $@
+
+# ---------------------------------------------------------------- staging tools
+# boto3 and huggingface_hub (the staging program's optional imports) and moto's S3 server for the
+# tests, in their own virtualenv: botocore pins python-dateutil < 3, the kubernetes client in .venv
+# needs >= 3. The lab's staging Jobs and the tests put its site-packages on PYTHONPATH.
+STAGING_VENV := .venv-staging
+STAMP_STAGING := $(STAGING_VENV)/.stamp-staging
+
+staging-tools: $(STAMP_STAGING)
+$(STAMP_STAGING): requirements-staging.txt
+	@echo "==> staging tools (boto3, huggingface_hub, moto) into $(STAGING_VENV)"
+	test -x $(STAGING_VENV)/bin/python || $(PYTHON) -m venv $(STAGING_VENV)
+	$(STAGING_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(STAGING_VENV)/bin/python -m pip install --quiet -r requirements-staging.txt
 	touch $@
 
 # ---------------------------------------------------------------- lab engine
@@ -134,4 +149,4 @@ clean:
 	rm -rf .lab .cache/ansible-tmp .pytest_cache
 
 distclean: clean
-	rm -rf $(VENV) .venv-vllm .cache
+	rm -rf $(VENV) .venv-vllm $(STAGING_VENV) .cache

@@ -66,8 +66,14 @@ def venv_env(venv: Path) -> dict:
     return env
 
 
-def run(cmd: list[str], *, check: bool = True, quiet: bool = False, env: dict | None = None,
-        log_file: Path | None = None) -> subprocess.CompletedProcess:
+def run(
+    cmd: list[str],
+    *,
+    check: bool = True,
+    quiet: bool = False,
+    env: dict | None = None,
+    log_file: Path | None = None,
+) -> subprocess.CompletedProcess:
     """Run cmd. Output goes to log_file, or is captured (quiet), or is streamed here with
     pip's harmless warnings about missing local index folders dropped."""
     if env is None:
@@ -82,8 +88,9 @@ def run(cmd: list[str], *, check: bool = True, quiet: bool = False, env: dict | 
     elif quiet:
         res = subprocess.run(cmd, capture_output=True, text=True, env=env)
     else:
-        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env=env) as proc:
+        with subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        ) as proc:
             assert proc.stdout is not None
             for line in proc.stdout:
                 if not any(n in line for n in NOISE):
@@ -99,8 +106,15 @@ def run(cmd: list[str], *, check: bool = True, quiet: bool = False, env: dict | 
 
 
 def recipe_key(args: argparse.Namespace) -> str:
-    return json.dumps({"torch": args.torch_version, "vllm": VLLM_VERSION, "arctic": ARCTIC_VERSION,
-                       "suffix": not args.no_suffix}, sort_keys=True)
+    return json.dumps(
+        {
+            "torch": args.torch_version,
+            "vllm": VLLM_VERSION,
+            "arctic": ARCTIC_VERSION,
+            "suffix": not args.no_suffix,
+        },
+        sort_keys=True,
+    )
 
 
 def pip(venv: Path) -> list[str]:
@@ -114,8 +128,9 @@ def venv_python_ok(venv: Path) -> bool:
     py = venv / "bin" / "python"
     if not py.exists():
         return False
-    res = subprocess.run([str(py), "-c", "import sys; print(sys.version_info[:2] == (3, 11))"],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [str(py), "-c", "import sys; print(sys.version_info[:2] == (3, 11))"], capture_output=True, text=True
+    )
     return res.stdout.strip() == "True"
 
 
@@ -155,8 +170,15 @@ print(json.dumps(out))
 def build_failure_summary(build_log: Path) -> str:
     """The lines of a failed build log that say why (compiler/CMake errors), else its tail."""
     lines = [ln.strip() for ln in build_log.read_text(errors="replace").splitlines()]
-    keys = ("CMake Error", "Could not find", "fatal error", " error:", "No module named nanobind",
-            "No such file", "undefined reference")
+    keys = (
+        "CMake Error",
+        "Could not find",
+        "fatal error",
+        " error:",
+        "No module named nanobind",
+        "No such file",
+        "undefined reference",
+    )
     hits = [ln for ln in lines if any(k in ln for k in keys) and "Location" not in ln]
     chosen = hits[:6] if hits else [ln for ln in lines if ln][-8:]
     return " | ".join(chosen)[:1500]
@@ -171,19 +193,39 @@ def try_arctic(venv: Path, constraints: Path) -> str | None:
     build_log = venv / "arctic-inference-build.log"
     build_log.write_text("")
     log(f"arctic-inference=={ARCTIC_VERSION}: build deps (nanobind, ninja, setuptools, wheel)")
-    res = run(pip(venv) + ["install", "--quiet", "-c", str(constraints),
-                           "nanobind", "ninja", "setuptools>=61", "wheel"], check=False, log_file=build_log)
+    res = run(
+        pip(venv)
+        + ["install", "--quiet", "-c", str(constraints), "nanobind", "ninja", "setuptools>=61", "wheel"],
+        check=False,
+        log_file=build_log,
+    )
     if res.returncode != 0:
         return f"could not install its build dependencies (see {build_log})"
-    log(f"arctic-inference=={ARCTIC_VERSION}: building from source against the CPU torch "
-        f"(about a minute; output in {build_log})")
-    res = run(pip(venv) + ["install", "--no-build-isolation", "--no-binary", "arctic-inference",
-                           "-c", str(constraints), f"arctic-inference=={ARCTIC_VERSION}"],
-              check=False, log_file=build_log)
+    log(
+        f"arctic-inference=={ARCTIC_VERSION}: building from source against the CPU torch "
+        f"(about a minute; output in {build_log})"
+    )
+    res = run(
+        pip(venv)
+        + [
+            "install",
+            "--no-build-isolation",
+            "--no-binary",
+            "arctic-inference",
+            "-c",
+            str(constraints),
+            f"arctic-inference=={ARCTIC_VERSION}",
+        ],
+        check=False,
+        log_file=build_log,
+    )
     if res.returncode != 0:
         return f"build failed ({build_log.name}): " + build_failure_summary(build_log)
-    check = run([str(venv / "bin" / "python"), "-c", "import arctic_inference.suffix_decoding"],
-                check=False, quiet=True)
+    check = run(
+        [str(venv / "bin" / "python"), "-c", "import arctic_inference.suffix_decoding"],
+        check=False,
+        quiet=True,
+    )
     if check.returncode != 0:
         return "installed but does not import: " + (check.stderr or "").strip()[-800:]
     return None
@@ -194,14 +236,20 @@ def main() -> int:
     parser.add_argument("--venv", type=Path, default=Path(".venv-vllm"))
     parser.add_argument("--python", default=os.environ.get("SPECPILOT_VLLM_PYTHON", "python3.11"))
     parser.add_argument("--torch-version", default=os.environ.get("SPECPILOT_TORCH_VERSION", TORCH_VERSION))
-    parser.add_argument("--torch-index-url", default=None,
-                        help="PyTorch CPU wheel index used when pip's configured sources lack the CPU torch "
-                             f"(env SPECPILOT_TORCH_INDEX_URL; default {DEFAULT_TORCH_INDEX}); "
-                             "given explicitly, it is used directly")
+    parser.add_argument(
+        "--torch-index-url",
+        default=None,
+        help="PyTorch CPU wheel index used when pip's configured sources lack the CPU torch "
+        f"(env SPECPILOT_TORCH_INDEX_URL; default {DEFAULT_TORCH_INDEX}); "
+        "given explicitly, it is used directly",
+    )
     parser.add_argument("--no-suffix", action="store_true", help="skip arctic-inference (suffix method)")
     parser.add_argument("--force", action="store_true", help="ignore the stamp and run the recipe again")
-    parser.add_argument("--retry-suffix", action="store_true",
-                        help="only try arctic-inference again (after fixing what its marker file says)")
+    parser.add_argument(
+        "--retry-suffix",
+        action="store_true",
+        help="only try arctic-inference again (after fixing what its marker file says)",
+    )
     args = parser.parse_args()
     env_index = os.environ.get("SPECPILOT_TORCH_INDEX_URL")
     args.torch_index_url_explicit = bool(args.torch_index_url or env_index)
@@ -220,6 +268,7 @@ def main() -> int:
         return 0
     if not args.force and up_to_date:
         log(f"{venv} is up to date (stamp {stamp.name}); nothing to do")
+        stamp.touch()  # newer than this script: make stops asking
         report_suffix(venv)
         return 0
 
@@ -246,9 +295,15 @@ def main() -> int:
         run(pip(venv) + ["uninstall", "--quiet", "-y", pkg], check=False)
 
     log("checking that vllm imports")
-    res = run([str(venv / "bin" / "python"), "-c",
-               "import torch, vllm.entrypoints.openai.api_server as s; "
-               "print('torch', torch.__version__)"], quiet=True, check=False)
+    res = run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import torch, vllm.entrypoints.openai.api_server as s; " "print('torch', torch.__version__)",
+        ],
+        quiet=True,
+        check=False,
+    )
     if res.returncode != 0:
         sys.stdout.write(res.stderr[-4000:])
         raise SystemExit("[vllm-install] vllm does not import; see above")
@@ -276,8 +331,10 @@ def suffix_step(venv: Path, args: argparse.Namespace) -> None:
 def report_suffix(venv: Path) -> None:
     marker = venv / SUFFIX_MARKER
     if marker.exists():
-        log("NOTE: speculative method 'suffix' is UNAVAILABLE (arctic-inference not installed): "
-            + marker.read_text().strip()[:600])
+        log(
+            "NOTE: speculative method 'suffix' is UNAVAILABLE (arctic-inference not installed): "
+            + marker.read_text().strip()[:600]
+        )
     else:
         log(f"speculative methods available: ngram, draft_model, suffix (arctic-inference {ARCTIC_VERSION})")
 

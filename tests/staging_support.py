@@ -59,18 +59,35 @@ def safetensors_bytes(tensors: dict[str, tuple[str, list[int], bytes]]) -> bytes
     return struct.pack("<Q", len(raw)) + raw + b"".join(blobs)
 
 
-def make_model(path: Path, *, vocab_size: int = 2048, hidden: int = 64, layers: int = 2, weight_bytes: int = 64 * 1024,
-               seed: int = 0, shards: int = 1, tokenizer: bool = True, arch: str = "LlamaForCausalLM") -> Path:
+def make_model(
+    path: Path,
+    *,
+    vocab_size: int = 2048,
+    hidden: int = 64,
+    layers: int = 2,
+    weight_bytes: int = 64 * 1024,
+    seed: int = 0,
+    shards: int = 1,
+    tokenizer: bool = True,
+    arch: str = "LlamaForCausalLM",
+) -> Path:
     """A small HF-style model directory: config.json, tokenizer files, safetensors weights
     (``weight_bytes`` of pseudo-random data in ``shards`` files, with an index when > 1)."""
     path.mkdir(parents=True, exist_ok=True)
-    cfg = {"architectures": [arch], "model_type": "llama", "vocab_size": vocab_size, "hidden_size": hidden,
-           "num_hidden_layers": layers, "torch_dtype": "float32"}
+    cfg = {
+        "architectures": [arch],
+        "model_type": "llama",
+        "vocab_size": vocab_size,
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "torch_dtype": "float32",
+    }
     (path / "config.json").write_text(json.dumps(cfg, indent=2))
     (path / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
     if tokenizer:
-        (path / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "BPE",
-                                                         "vocab": {f"t{i}": i for i in range(64)}}}))
+        (path / "tokenizer.json").write_text(
+            json.dumps({"version": "1.0", "model": {"type": "BPE", "vocab": {f"t{i}": i for i in range(64)}}})
+        )
         (path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 512}))
     per = max(16, weight_bytes // shards)
     index = {}
@@ -118,9 +135,11 @@ def make_archive(src: Path, dest: Path, top: str | None = "model") -> Path:
 
 
 def tree_digest(path: Path, ignore=(".specpilot-staged.json",)) -> dict[str, str]:
-    return {p.relative_to(path).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(path.rglob("*")) if p.is_file() and p.name not in ignore
-            and ".specpilot-partial" not in p.parts}
+    return {
+        p.relative_to(path).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(path.rglob("*"))
+        if p.is_file() and p.name not in ignore and ".specpilot-partial" not in p.parts
+    }
 
 
 # ---------------------------------------------------------------- HTTP server
@@ -133,8 +152,14 @@ class ModelHTTPServer:
     sha256 headers), ``no_ranges``. Counters: ``bytes_sent``, ``requests`` (method, path, range,
     authorization present)."""
 
-    def __init__(self, root: Path, *, throttle_bps: int | None = None, token: str | None = None,
-                 repr_digest: bool = False):
+    def __init__(
+        self,
+        root: Path,
+        *,
+        throttle_bps: int | None = None,
+        token: str | None = None,
+        repr_digest: bool = False,
+    ):
         self.root = Path(root)
         self.throttle_bps = throttle_bps
         self.token = token
@@ -169,10 +194,15 @@ class ModelHTTPServer:
 
             def _record(self):
                 with server.lock:
-                    server.requests.append({"method": self.command, "path": self.path,
-                                            "range": self.headers.get("Range"),
-                                            "authorization": self.headers.get("Authorization") is not None,
-                                            "host": self.headers.get("Host")})
+                    server.requests.append(
+                        {
+                            "method": self.command,
+                            "path": self.path,
+                            "range": self.headers.get("Range"),
+                            "authorization": self.headers.get("Authorization") is not None,
+                            "host": self.headers.get("Host"),
+                        }
+                    )
 
             def _authorized(self):
                 if not server.token:
@@ -194,7 +224,7 @@ class ModelHTTPServer:
                 self._record()
                 path = urllib.parse.urlsplit(self.path).path
                 if path.startswith("/redirect/"):
-                    target = f"http://localhost:{server.port}/files/" + path[len("/redirect/"):]
+                    target = f"http://localhost:{server.port}/files/" + path[len("/redirect/") :]
                     self.send_response(302)
                     self.send_header("Location", target)
                     self.send_header("Content-Length", "0")
@@ -235,7 +265,7 @@ class ModelHTTPServer:
                     return
                 step = 64 * 1024
                 for i in range(0, len(body), step):
-                    chunk = body[i:i + step]
+                    chunk = body[i : i + step]
                     try:
                         self.wfile.write(chunk)
                     except (BrokenPipeError, ConnectionResetError):
@@ -247,7 +277,7 @@ class ModelHTTPServer:
 
             def _resolve(self, path):
                 if path.startswith("/files/"):
-                    rel = urllib.parse.unquote(path[len("/files/"):])
+                    rel = urllib.parse.unquote(path[len("/files/") :])
                     return rel, server.root / rel
                 # fake hub: /<org>/<repo>/resolve/<rev>/<file>
                 parts = path.strip("/").split("/")
@@ -262,7 +292,7 @@ class ModelHTTPServer:
 
             def _hf_api(self, path):
                 # /api/models/<org>/<repo>[/revision/<rev>]
-                rest = path[len("/api/models/"):].split("/")
+                rest = path[len("/api/models/") :].split("/")
                 repo = "/".join(rest[:2])
                 rev = urllib.parse.unquote(rest[3]) if len(rest) >= 4 and rest[2] == "revision" else "main"
                 info = server.hf_repos.get(repo)
@@ -283,10 +313,24 @@ class ModelHTTPServer:
                     data = f.read_bytes()
                     sib = {"rfilename": rel, "size": len(data), "blobId": hashlib.sha1(data).hexdigest()}
                     if rel.endswith(".safetensors"):
-                        sib["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+                        sib["lfs"] = {
+                            "sha256": hashlib.sha256(data).hexdigest(),
+                            "size": len(data),
+                            "pointerSize": 134,
+                        }
                     siblings.append(sib)
-                body = json.dumps({"id": repo, "modelId": repo, "sha": info["sha"], "siblings": siblings,
-                                   "private": False, "tags": [], "downloads": 0, "likes": 0}).encode()
+                body = json.dumps(
+                    {
+                        "id": repo,
+                        "modelId": repo,
+                        "sha": info["sha"],
+                        "siblings": siblings,
+                        "private": False,
+                        "tags": [],
+                        "downloads": 0,
+                        "likes": 0,
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -335,15 +379,23 @@ class MotoS3:
 
     @property
     def env(self) -> dict[str, str]:
-        return {"AWS_ACCESS_KEY_ID": S3_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET, "AWS_ENDPOINT_URL": self.endpoint,
-                "AWS_DEFAULT_REGION": "us-east-1"}
+        return {
+            "AWS_ACCESS_KEY_ID": S3_KEY,
+            "AWS_SECRET_ACCESS_KEY": S3_SECRET,
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
 
     def start(self) -> "MotoS3":
         self.work.mkdir(parents=True, exist_ok=True)
         log = open(self.work / "moto.log", "ab")
-        self.proc = subprocess.Popen([str(STAGING_VENV / "bin" / "moto_server"), "-H", "127.0.0.1", "-p", str(self.port)],
-                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [str(STAGING_VENV / "bin" / "moto_server"), "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         log.close()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -381,8 +433,20 @@ class MotoS3:
             "  s3.upload_file(p,bucket,(prefix.rstrip('/')+'/'+rel) if prefix else rel,Config=cfg)\n"
         )
         env = dict(os.environ, **self.env)
-        subprocess.run([str(STAGING_PYTHON), "-c", script, str(src), bucket, prefix,
-                        str(multipart_threshold or 8 * 1024 * 1024 * 1024)], check=True, env=env, timeout=120)
+        subprocess.run(
+            [
+                str(STAGING_PYTHON),
+                "-c",
+                script,
+                str(src),
+                bucket,
+                prefix,
+                str(multipart_threshold or 8 * 1024 * 1024 * 1024),
+            ],
+            check=True,
+            env=env,
+            timeout=120,
+        )
 
     def __enter__(self):
         return self.start()
@@ -392,8 +456,9 @@ class MotoS3:
 
 
 # ---------------------------------------------------------------- running the program
-def run_stager(request: dict, work: Path, env: dict | None = None, python: Path | None = None,
-               timeout: float = 300) -> tuple[int, str, dict | None]:
+def run_stager(
+    request: dict, work: Path, env: dict | None = None, python: Path | None = None, timeout: float = 300
+) -> tuple[int, str, dict | None]:
     """Run stager.py as the Job would (a subprocess with a request file); returns (exit code,
     output, parsed result or error)."""
     work.mkdir(parents=True, exist_ok=True)
@@ -405,14 +470,19 @@ def run_stager(request: dict, work: Path, env: dict | None = None, python: Path 
         run_env["PYTHONPATH"] = str(site)
     run_env.update(env or {})
     exe = python or (SYSTEM_PYTHON if SYSTEM_PYTHON.exists() else Path(sys.executable))
-    proc = subprocess.run([str(exe), str(STAGER), "--request", str(req)], capture_output=True, text=True,
-                          env=run_env, timeout=timeout)
+    proc = subprocess.run(
+        [str(exe), str(STAGER), "--request", str(req)],
+        capture_output=True,
+        text=True,
+        env=run_env,
+        timeout=timeout,
+    )
     out = proc.stdout + proc.stderr
     parsed = None
     for line in out.splitlines():
         for prefix in ("SPECPILOT-RESULT ", "SPECPILOT-ERROR "):
             if line.startswith(prefix):
-                parsed = json.loads(line[len(prefix):])
+                parsed = json.loads(line[len(prefix) :])
     return proc.returncode, out, parsed
 
 
@@ -459,20 +529,42 @@ def ansible_env(base: dict | None = None) -> dict[str, str]:
     return env
 
 
-def run_playbook(inventory: Path, env: dict, *args: str, playbook: str = "playbooks/stage.yml",
-                 timeout: float = 600, background: bool = False):
-    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(ROOT / playbook), *args]
+def run_playbook(
+    inventory: Path,
+    env: dict,
+    *args: str,
+    playbook: str = "playbooks/stage.yml",
+    timeout: float = 600,
+    background: bool = False,
+):
+    cmd = [
+        str(Path(sys.executable).parent / "ansible-playbook"),
+        "-i",
+        str(inventory),
+        str(ROOT / playbook),
+        *args,
+    ]
     if background:
-        return subprocess.Popen(cmd, cwd=str(ROOT), env=ansible_env(env), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
-    return subprocess.run(cmd, cwd=str(ROOT), env=ansible_env(env), capture_output=True, text=True, timeout=timeout)
+        return subprocess.Popen(
+            cmd,
+            cwd=str(ROOT),
+            env=ansible_env(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    return subprocess.run(
+        cmd, cwd=str(ROOT), env=ansible_env(env), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def recap(output: str) -> dict[str, dict[str, int]]:
     import re
 
     out = {}
-    for m in re.finditer(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", output, re.M):
+    for m in re.finditer(
+        r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", output, re.M
+    ):
         out[m.group(1)] = {"ok": int(m.group(2)), "changed": int(m.group(3)), "failed": int(m.group(5))}
     return out
 
@@ -481,12 +573,17 @@ def lab_staging_vars(site_packages: Path | None = None) -> dict:
     """Role variables that make the staging Job work in the lab: the machine's python3 runs it
     (images are not pulled), with .venv-staging's boto3/huggingface_hub on PYTHONPATH through a
     hostPath volume, fast polling, no retries."""
-    v = {"specpilot_stage_pvc_image": "specpilot-lab/python:3", "specpilot_stage_pvc_poll_interval": 1,
-         "specpilot_stage_pvc_progress_interval": 1, "specpilot_stage_pvc_backoff_limit": 0}
+    v = {
+        "specpilot_stage_pvc_image": "specpilot-lab/python:3",
+        "specpilot_stage_pvc_poll_interval": 1,
+        "specpilot_stage_pvc_progress_interval": 1,
+        "specpilot_stage_pvc_backoff_limit": 0,
+    }
     site = site_packages or staging_site_packages()
     if site:
         v["specpilot_stage_pvc_extra_volumes"] = [{"name": "staging-libs", "hostPath": {"path": str(site)}}]
-        v["specpilot_stage_pvc_extra_volume_mounts"] = [{"name": "staging-libs", "mountPath": "/opt/specpilot-staging",
-                                                         "readOnly": True}]
+        v["specpilot_stage_pvc_extra_volume_mounts"] = [
+            {"name": "staging-libs", "mountPath": "/opt/specpilot-staging", "readOnly": True}
+        ]
         v["specpilot_stage_pvc_extra_env"] = [{"name": "PYTHONPATH", "value": "/opt/specpilot-staging"}]
     return v

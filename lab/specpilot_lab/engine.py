@@ -123,23 +123,24 @@ def rpc_dir(run_dir: Path) -> Path:
 def engine_env(run_dir: Path, extra: dict[str, str] | None = None, kv_cache_gib: int = 1) -> dict[str, str]:
     """The engine's environment: CPU KV cache size, every cache and temp path under run_dir,
     offline Hugging Face, no usage stats."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     for sub in ("cache", "rpc", "tmp", "hf"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
-    env.update({
-        "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
-        "VLLM_CACHE_ROOT": str(run_dir / "cache"),
-        "VLLM_RPC_BASE_PATH": str(rpc_dir(run_dir)),
-        "TMPDIR": str(run_dir / "tmp"),
-        "HF_HOME": str(run_dir / "hf"),
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "DO_NOT_TRACK": "1",
-        "PYTHONUNBUFFERED": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    })
+    env.update(
+        {
+            "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
+            "VLLM_CACHE_ROOT": str(run_dir / "cache"),
+            "VLLM_RPC_BASE_PATH": str(rpc_dir(run_dir)),
+            "TMPDIR": str(run_dir / "tmp"),
+            "HF_HOME": str(run_dir / "hf"),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "PYTHONUNBUFFERED": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+    )
     if extra:
         env.update(extra)
     return env
@@ -183,11 +184,21 @@ def rss_bytes(pids: list[int]) -> int:
 class Engine:
     """One vLLM server process (and the engine-core/worker processes it forks)."""
 
-    def __init__(self, args: list[str], run_dir: Path, *, port: int | None = None,
-                 host: str = "127.0.0.1", env: dict[str, str] | None = None,
-                 python: Path | None = None, log_file: Path | None = None,
-                 line_sink: Callable[[str], None] | None = None, command: list[str] | None = None,
-                 cwd: Path | None = None, kv_cache_gib: int = 1):
+    def __init__(
+        self,
+        args: list[str],
+        run_dir: Path,
+        *,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        env: dict[str, str] | None = None,
+        python: Path | None = None,
+        log_file: Path | None = None,
+        line_sink: Callable[[str], None] | None = None,
+        command: list[str] | None = None,
+        cwd: Path | None = None,
+        kv_cache_gib: int = 1,
+    ):
         """args: vLLM server arguments (``--port``/``--host`` are set here).
         command: replaces ``[python, -m, SERVER_MODULE]`` (the controller maps a
         container's command here). line_sink: called with each output line (stdout and
@@ -232,8 +243,15 @@ class Engine:
         else:
             out = subprocess.PIPE
         self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=self.env, cwd=str(self.cwd or self.run_dir), start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env,
+            cwd=str(self.cwd or self.run_dir),
+            start_new_session=True,
+        )
         if self.line_sink is not None:
             t = threading.Thread(target=self._pump, name=f"engine-out-{self.proc.pid}", daemon=True)
             t.start()
@@ -353,19 +371,26 @@ def error_summary(log_text: str, max_chars: int = 800) -> str:
         ln = lines[i]
         body = ln.split("] ", 1)[1] if ln.startswith("(") and "] " in ln else ln
         head = body.split(":", 1)[0].strip()
-        if (head.endswith(("Error", "Exception", "Exit", "Interrupt")) and " " not in head
-                and not body.lstrip().startswith("File ")):
+        if (
+            head.endswith(("Error", "Exception", "Exit", "Interrupt"))
+            and " " not in head
+            and not body.lstrip().startswith("File ")
+        ):
             start = i
             break
     if start is None:
         return ""
     picked = []
-    for ln in lines[start:start + 6]:
+    for ln in lines[start : start + 6]:
         text = ln.split("] ", 1)[1] if ln.startswith("(") and "] " in ln else ln
         text = text.strip()
         if not text or any(n in text for n in _NOISE):
             continue
-        if picked and (text.startswith(("Traceback", "File ", "INFO", "WARNING")) or "[" in text[:30] and " INFO " in text):
+        if picked and (
+            text.startswith(("Traceback", "File ", "INFO", "WARNING"))
+            or "[" in text[:30]
+            and " INFO " in text
+        ):
             break
         picked.append(text)
     return " ".join(picked)[:max_chars]

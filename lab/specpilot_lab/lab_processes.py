@@ -16,24 +16,46 @@ from .processes import LabPaths, ProcessSpec, register
 
 
 def _registry_command(paths: LabPaths) -> list[str]:
-    return [sys.executable, "-m", "specpilot_lab.registry", "serve", "--state-dir", str(paths.root),
-            "--port", os.environ.get("SPECPILOT_LAB_REGISTRY_PORT", "0"),
-            "--ready-file", str(paths.ready_file("registry"))]
+    return [
+        sys.executable,
+        "-m",
+        "specpilot_lab.registry",
+        "serve",
+        "--state-dir",
+        str(paths.root),
+        "--port",
+        os.environ.get("SPECPILOT_LAB_REGISTRY_PORT", "0"),
+        "--ready-file",
+        str(paths.ready_file("registry")),
+    ]
 
 
 def _registry_describe(paths: LabPaths, info: dict) -> list[str]:
-    return [f"url {info.get('url', '?')} (alias in oci:// URIs: registry.lab)",
-            f"storage {info.get('storage', '?')}"]
+    return [
+        f"url {info.get('url', '?')} (alias in oci:// URIs: registry.lab)",
+        f"storage {info.get('storage', '?')}",
+    ]
 
 
 def _controller_command(paths: LabPaths) -> list[str]:
-    return [sys.executable, "-m", "specpilot_lab.controller", "--state-dir", str(paths.root),
-            "--kubeconfig", str(paths.kubeconfig), "--ready-file", str(paths.ready_file("controller"))]
+    return [
+        sys.executable,
+        "-m",
+        "specpilot_lab.controller",
+        "--state-dir",
+        str(paths.root),
+        "--kubeconfig",
+        str(paths.kubeconfig),
+        "--ready-file",
+        str(paths.ready_file("controller")),
+    ]
 
 
 def _controller_describe(paths: LabPaths, info: dict) -> list[str]:
-    lines = [f"node {info.get('node', '?')} with {info.get('node_gpus', '?')} nvidia.com/gpu (counted only; "
-             "engines run on this CPU)"]
+    lines = [
+        f"node {info.get('node', '?')} with {info.get('node_gpus', '?')} nvidia.com/gpu (counted only; "
+        "engines run on this CPU)"
+    ]
     if not info.get("vllm_installed"):
         lines.append("engine NOT installed: predictor pods will fail until `make vllm`")
     if not info.get("bwrap"):
@@ -41,7 +63,21 @@ def _controller_describe(paths: LabPaths, info: dict) -> list[str]:
     return lines
 
 
-register(ProcessSpec(name="registry", command=_registry_command, describe=_registry_describe,
-                     after=("apiserver",), ready_timeout=20.0))
-register(ProcessSpec(name="controller", command=_controller_command, describe=_controller_describe,
-                     after=("apiserver", "registry"), ready_timeout=40.0))
+register(
+    ProcessSpec(
+        name="registry",
+        command=_registry_command,
+        describe=_registry_describe,
+        after=("apiserver",),
+        ready_timeout=20.0,
+    )
+)
+register(
+    ProcessSpec(
+        name="controller",
+        command=_controller_command,
+        describe=_controller_describe,
+        after=("apiserver", "registry"),
+        ready_timeout=40.0,
+    )
+)

@@ -53,23 +53,104 @@ CHAT_TEMPLATE = (
 
 # name -> (layers, hidden, intermediate, heads, kv_heads)
 SHAPES = {
-    "target": dict(num_hidden_layers=2, hidden_size=128, intermediate_size=256,
-                   num_attention_heads=4, num_key_value_heads=2),
-    "draft": dict(num_hidden_layers=1, hidden_size=128, intermediate_size=128,
-                  num_attention_heads=4, num_key_value_heads=2),
+    "target": dict(
+        num_hidden_layers=2,
+        hidden_size=128,
+        intermediate_size=256,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ),
+    "draft": dict(
+        num_hidden_layers=1,
+        hidden_size=128,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ),
 }
 
-_SUBJECTS = ["the model", "the draft", "the target", "a request", "the engine", "the scheduler",
-             "the operator", "the cluster", "a token", "the cache", "the service", "the rollout"]
-_VERBS = ["reads", "writes", "accepts", "rejects", "predicts", "verifies", "streams", "returns",
-          "schedules", "drafts", "measures", "restarts"]
-_OBJECTS = ["the next token", "three tokens", "a batch of prompts", "the speculative config",
-            "the metrics", "the acceptance rate", "the pod log", "an inference service",
-            "the storage uri", "the health check", "a persistent volume", "the model weights"]
-_TAILS = ["quickly.", "on every step.", "without a GPU.", "when it is ready.", "again and again.",
-          "before the deadline.", "in the lab.", "as expected."]
-_SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "ta", "vi", "zo", "spe", "cu", "la", "tor", "gen", "dra",
-              "ft", "ac", "cep", "te", "po", "dy", "ser", "ve", "qu", "bix", "wen", "ho", "ja", "fu"]
+_SUBJECTS = [
+    "the model",
+    "the draft",
+    "the target",
+    "a request",
+    "the engine",
+    "the scheduler",
+    "the operator",
+    "the cluster",
+    "a token",
+    "the cache",
+    "the service",
+    "the rollout",
+]
+_VERBS = [
+    "reads",
+    "writes",
+    "accepts",
+    "rejects",
+    "predicts",
+    "verifies",
+    "streams",
+    "returns",
+    "schedules",
+    "drafts",
+    "measures",
+    "restarts",
+]
+_OBJECTS = [
+    "the next token",
+    "three tokens",
+    "a batch of prompts",
+    "the speculative config",
+    "the metrics",
+    "the acceptance rate",
+    "the pod log",
+    "an inference service",
+    "the storage uri",
+    "the health check",
+    "a persistent volume",
+    "the model weights",
+]
+_TAILS = [
+    "quickly.",
+    "on every step.",
+    "without a GPU.",
+    "when it is ready.",
+    "again and again.",
+    "before the deadline.",
+    "in the lab.",
+    "as expected.",
+]
+_SYLLABLES = [
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "ru",
+    "ta",
+    "vi",
+    "zo",
+    "spe",
+    "cu",
+    "la",
+    "tor",
+    "gen",
+    "dra",
+    "ft",
+    "ac",
+    "cep",
+    "te",
+    "po",
+    "dy",
+    "ser",
+    "ve",
+    "qu",
+    "bix",
+    "wen",
+    "ho",
+    "ja",
+    "fu",
+]
 _CODE = [
     "def add(a, b):\n    return a + b\n",
     "for i in range(10):\n    print(i * i)\n",
@@ -92,7 +173,7 @@ def corpus() -> list[str]:
     words = ["".join(p) for p in itertools.product(_SYLLABLES, repeat=2)]
     words += ["".join(p) for p in itertools.islice(itertools.product(_SYLLABLES, repeat=3), 0, None, 5)]
     for rep in range(3):
-        lines += [" ".join(words[i:i + 10]) for i in range(rep, len(words), 10)]
+        lines += [" ".join(words[i : i + 10]) for i in range(rep, len(words), 10)]
     return lines
 
 
@@ -103,8 +184,11 @@ def train_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE, min_frequency=2, special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        vocab_size=VOCAB_SIZE,
+        min_frequency=2,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tok.train_from_iterator(corpus(), trainer=trainer)
     for i, t in enumerate(SPECIAL_TOKENS):
@@ -178,7 +262,7 @@ def successor_table(gen) -> list[int]:
     succ = list(range(VOCAB_SIZE))
     pos = 0
     for length in lengths:
-        cycle = ids[pos:pos + length]
+        cycle = ids[pos : pos + length]
         if not cycle:
             break
         for i, tok in enumerate(cycle):
@@ -241,25 +325,44 @@ def write_json(path: Path, data: dict) -> None:
 
 def write_tokenizer(dest: Path, tok) -> None:
     tok.save(str(dest / "tokenizer.json"), pretty=True)
-    write_json(dest / "tokenizer_config.json", {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>",
-        "add_bos_token": False, "add_eos_token": False,
-        "clean_up_tokenization_spaces": False,
-        "model_max_length": MAX_POSITIONS,
-    })
-    write_json(dest / "special_tokens_map.json", {
-        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>",
-    })
+    write_json(
+        dest / "tokenizer_config.json",
+        {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": "<s>",
+            "eos_token": "</s>",
+            "unk_token": "<unk>",
+            "pad_token": "<pad>",
+            "add_bos_token": False,
+            "add_eos_token": False,
+            "clean_up_tokenization_spaces": False,
+            "model_max_length": MAX_POSITIONS,
+        },
+    )
+    write_json(
+        dest / "special_tokens_map.json",
+        {
+            "bos_token": "<s>",
+            "eos_token": "</s>",
+            "unk_token": "<unk>",
+            "pad_token": "<pad>",
+        },
+    )
     (dest / "chat_template.jinja").write_text(CHAT_TEMPLATE)
 
 
 def write_causal_lm(dest: Path, tok, shape: dict, weights: dict) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     write_json(dest / "config.json", llama_config(shape, ["LlamaForCausalLM"]))
-    write_json(dest / "generation_config.json", {
-        "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID, "do_sample": False,
-    })
+    write_json(
+        dest / "generation_config.json",
+        {
+            "bos_token_id": BOS_ID,
+            "eos_token_id": EOS_ID,
+            "pad_token_id": PAD_ID,
+            "do_sample": False,
+        },
+    )
     write_tokenizer(dest, tok)
     save_weights(dest / "model.safetensors", weights)
 
@@ -281,8 +384,9 @@ def make_models(out: Path, seed: int = 0) -> dict:
     tok = train_tokenizer()
     gen = torch.Generator().manual_seed(seed)
     target_w = causal_lm_weights(gen, SHAPES["target"])
-    draft_w = causal_lm_weights(torch.Generator().manual_seed(seed + 1), SHAPES["draft"], shared=target_w,
-                                layer_std=DRAFT_LAYER_STD)
+    draft_w = causal_lm_weights(
+        torch.Generator().manual_seed(seed + 1), SHAPES["draft"], shared=target_w, layer_std=DRAFT_LAYER_STD
+    )
     eagle_w = eagle3_weights(torch.Generator().manual_seed(seed + 2), SHAPES["target"])
 
     write_causal_lm(out / "target", tok, SHAPES["target"], target_w)
@@ -290,9 +394,15 @@ def make_models(out: Path, seed: int = 0) -> dict:
     eagle = out / "eagle3"
     eagle.mkdir(parents=True, exist_ok=True)
     eagle_shape = dict(SHAPES["target"], num_hidden_layers=1)
-    write_json(eagle / "config.json", llama_config(
-        eagle_shape, ["LlamaForCausalLMEagle3"], draft_vocab_size=VOCAB_SIZE,
-        target_hidden_size=SHAPES["target"]["hidden_size"]))
+    write_json(
+        eagle / "config.json",
+        llama_config(
+            eagle_shape,
+            ["LlamaForCausalLMEagle3"],
+            draft_vocab_size=VOCAB_SIZE,
+            target_hidden_size=SHAPES["target"]["hidden_size"],
+        ),
+    )
     save_weights(eagle / "model.safetensors", eagle_w)
 
     files = {}
@@ -320,22 +430,31 @@ def make_models_subprocess(out: Path, seed: int = 0, python: Path | None = None)
     lab_dir = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "VIRTUAL_ENV")}
     env.update(PYTHONPATH=str(lab_dir), TOKENIZERS_PARALLELISM="false")
-    res = subprocess.run([str(python or vllm_python()), "-m", "specpilot_lab.models", "--out", str(out),
-                          "--seed", str(seed)], env=env, capture_output=True, text=True)
+    res = subprocess.run(
+        [str(python or vllm_python()), "-m", "specpilot_lab.models", "--out", str(out), "--seed", str(seed)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if res.returncode != 0:
         raise RuntimeError(f"making the tiny models failed ({res.returncode}):\n{res.stdout}{res.stderr}")
     return json.loads((Path(out) / "manifest.json").read_text())
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specpilot_lab.models", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m specpilot_lab.models", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--out", type=Path, default=Path(".lab/models"))
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     t0 = time.monotonic()
     manifest = make_models(args.out, args.seed)
-    print(f"[models] wrote target, draft, eagle3 under {args.out} (seed {args.seed}, "
-          f"{len(manifest['files'])} files) in {time.monotonic() - t0:.1f}s", flush=True)
+    print(
+        f"[models] wrote target, draft, eagle3 under {args.out} (seed {args.seed}, "
+        f"{len(manifest['files'])} files) in {time.monotonic() - t0:.1f}s",
+        flush=True,
+    )
     return 0
 
 

@@ -38,10 +38,53 @@ SKOPEO_BIN = "skopeo"
 BUSYBOX = Path("/bin/busybox")
 APT_PACKAGES = ["docker-registry", "skopeo", "busybox-static"]
 # applets linked into the base image: what KServe's modelcar and a debugging shell need
-APPLETS = ["sh", "ash", "ln", "sleep", "ls", "mkdir", "cat", "cp", "mv", "rm", "echo", "test", "[",
-           "true", "false", "env", "chmod", "chown", "touch", "find", "du", "df", "head", "tail",
-           "wc", "sha256sum", "stat", "readlink", "realpath", "dirname", "basename", "id", "ps", "kill",
-           "tar", "grep", "sed", "printf", "pwd", "which", "uname", "date", "hostname", "vi", "wget"]
+APPLETS = [
+    "sh",
+    "ash",
+    "ln",
+    "sleep",
+    "ls",
+    "mkdir",
+    "cat",
+    "cp",
+    "mv",
+    "rm",
+    "echo",
+    "test",
+    "[",
+    "true",
+    "false",
+    "env",
+    "chmod",
+    "chown",
+    "touch",
+    "find",
+    "du",
+    "df",
+    "head",
+    "tail",
+    "wc",
+    "sha256sum",
+    "stat",
+    "readlink",
+    "realpath",
+    "dirname",
+    "basename",
+    "id",
+    "ps",
+    "kill",
+    "tar",
+    "grep",
+    "sed",
+    "printf",
+    "pwd",
+    "which",
+    "uname",
+    "date",
+    "hostname",
+    "vi",
+    "wget",
+]
 
 MT_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 MT_CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -117,13 +160,19 @@ class Registry:
 
     def start(self, timeout: float = 15.0) -> "Registry":
         if not shutil.which(REGISTRY_BIN):
-            raise RegistryError(f"{REGISTRY_BIN} not found: install the Debian package docker-registry "
-                                "(make installs it)")
+            raise RegistryError(
+                f"{REGISTRY_BIN} not found: install the Debian package docker-registry " "(make installs it)"
+            )
         d = registry_dir(self.state_dir)
         d.mkdir(parents=True, exist_ok=True)
         log = open(d / "registry.log", "ab")
-        self.proc = subprocess.Popen(command(self.state_dir, self.port), stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            command(self.state_dir, self.port),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         log.close()
         try:
             wait_healthy(self.addr, timeout, self.proc)
@@ -170,8 +219,9 @@ def _sha256(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def _tarinfo(name: str, *, type_: bytes = tarfile.REGTYPE, mode: int = 0o644, size: int = 0,
-             linkname: str = "") -> tarfile.TarInfo:
+def _tarinfo(
+    name: str, *, type_: bytes = tarfile.REGTYPE, mode: int = 0o644, size: int = 0, linkname: str = ""
+) -> tarfile.TarInfo:
     ti = tarfile.TarInfo(name)
     ti.type = type_
     ti.mode = mode
@@ -207,7 +257,9 @@ def base_layer(busybox: Path = BUSYBOX) -> bytes:
         (_tarinfo("bin/busybox", mode=0o755, size=size), busybox),
     ]
     for applet in sorted(APPLETS):
-        entries.append((_tarinfo(f"bin/{applet}", type_=tarfile.SYMTYPE, mode=0o777, linkname="busybox"), None))
+        entries.append(
+            (_tarinfo(f"bin/{applet}", type_=tarfile.SYMTYPE, mode=0o777, linkname="busybox"), None)
+        )
     entries += [
         (_tarinfo("models", type_=tarfile.DIRTYPE, mode=0o775), None),
         (_tarinfo("tmp", type_=tarfile.DIRTYPE, mode=0o1777), None),
@@ -227,7 +279,9 @@ def dir_layer(src: Path, dest: str) -> bytes:
         rel = path.relative_to(src).as_posix()
         name = f"{dest}/{rel}"
         if path.is_symlink():
-            entries.append((_tarinfo(name, type_=tarfile.SYMTYPE, mode=0o777, linkname=os.readlink(path)), None))
+            entries.append(
+                (_tarinfo(name, type_=tarfile.SYMTYPE, mode=0o777, linkname=os.readlink(path)), None)
+            )
         elif path.is_dir():
             entries.append((_tarinfo(name, type_=tarfile.DIRTYPE, mode=0o775), None))
         else:
@@ -235,8 +289,9 @@ def dir_layer(src: Path, dest: str) -> bytes:
     return _tar(entries)
 
 
-def write_layout(layout: Path, layers: list[bytes], tag: str = "latest",
-                 labels: dict[str, str] | None = None) -> str:
+def write_layout(
+    layout: Path, layers: list[bytes], tag: str = "latest", labels: dict[str, str] | None = None
+) -> str:
     """Write an OCI image layout with these (uncompressed) layers; return the manifest digest.
     An existing layout at the path is replaced."""
     layout = Path(layout)
@@ -268,9 +323,18 @@ def write_layout(layout: Path, layers: list[bytes], tag: str = "latest",
     manifest_bytes = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
     mdigest = put(manifest_bytes)
     (layout / "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
-    index = {"schemaVersion": 2, "mediaType": MT_INDEX, "manifests": [
-        {"mediaType": MT_MANIFEST, "digest": mdigest, "size": len(manifest_bytes),
-         "annotations": {REF_NAME: tag}}]}
+    index = {
+        "schemaVersion": 2,
+        "mediaType": MT_INDEX,
+        "manifests": [
+            {
+                "mediaType": MT_MANIFEST,
+                "digest": mdigest,
+                "size": len(manifest_bytes),
+                "annotations": {REF_NAME: tag},
+            }
+        ],
+    }
     (layout / "index.json").write_text(json.dumps(index, sort_keys=True, separators=(",", ":")))
     return mdigest
 
@@ -280,8 +344,9 @@ def build_base_layout(layout: Path, tag: str = "latest", busybox: Path = BUSYBOX
     return write_layout(layout, [base_layer(busybox)], tag)
 
 
-def build_modelcar_layout(layout: Path, models: dict[str, Path], tag: str = "latest",
-                          busybox: Path = BUSYBOX) -> str:
+def build_modelcar_layout(
+    layout: Path, models: dict[str, Path], tag: str = "latest", busybox: Path = BUSYBOX
+) -> str:
     """A Modelcar image: the base layer plus one layer per model directory, placed at
     /models/<key> (key "" puts the files directly in /models). Deterministic."""
     layers = [base_layer(busybox)]
@@ -303,8 +368,16 @@ def _skopeo(args: list[str], timeout: float = 300) -> subprocess.CompletedProces
 
 def push(layout: Path, ref: str, tag: str = "latest") -> None:
     """Push an OCI layout to ``ref`` (``HOST:PORT/repo:tag``) over plain HTTP, digests kept."""
-    _skopeo(["copy", "--quiet", "--preserve-digests", "--dest-tls-verify=false",
-             f"oci:{layout}:{tag}", f"docker://{ref}"])
+    _skopeo(
+        [
+            "copy",
+            "--quiet",
+            "--preserve-digests",
+            "--dest-tls-verify=false",
+            f"oci:{layout}:{tag}",
+            f"docker://{ref}",
+        ]
+    )
 
 
 def inspect_digest(ref: str) -> str:
@@ -314,8 +387,16 @@ def inspect_digest(ref: str) -> str:
 
 def pull(ref: str, layout: Path, tag: str = "latest") -> None:
     """Copy ``docker://ref`` into an OCI layout directory."""
-    _skopeo(["copy", "--quiet", "--preserve-digests", "--src-tls-verify=false",
-             f"docker://{ref}", f"oci:{layout}:{tag}"])
+    _skopeo(
+        [
+            "copy",
+            "--quiet",
+            "--preserve-digests",
+            "--src-tls-verify=false",
+            f"docker://{ref}",
+            f"oci:{layout}:{tag}",
+        ]
+    )
 
 
 def unpack_layout(layout: Path, dest: Path, tag: str | None = None) -> Path:
@@ -338,7 +419,11 @@ def unpack_layout(layout: Path, dest: Path, tag: str | None = None) -> Path:
                     target = dest / parent
                     if target.is_dir():
                         for child in target.iterdir():
-                            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+                            (
+                                shutil.rmtree(child)
+                                if child.is_dir() and not child.is_symlink()
+                                else child.unlink()
+                            )
                     continue
                 if base.startswith(".wh."):
                     target = dest / parent / base[4:]
@@ -383,8 +468,13 @@ def serve(state_dir: Path, port: int = 0, ready_file: Path | None = None) -> int
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    info = {"addr": reg.addr, "url": f"http://{reg.addr}", "pid": os.getpid(), "registry_pid": reg.proc.pid,
-            "storage": str((registry_dir(state_dir) / "data").resolve())}
+    info = {
+        "addr": reg.addr,
+        "url": f"http://{reg.addr}",
+        "pid": os.getpid(),
+        "registry_pid": reg.proc.pid,
+        "storage": str((registry_dir(state_dir) / "data").resolve()),
+    }
     if ready_file is not None:
         tmp = Path(str(ready_file) + ".tmp")
         tmp.write_text(json.dumps(info))

@@ -41,13 +41,21 @@ from specpilot_lab.testing import LAB_CRDS, Emulator  # noqa: E402
 FAKE_SERVER = Path(__file__).resolve().parent / "support" / "fake_vllm_server.py"
 
 VLLM_RUNTIME = {
-    "apiVersion": "serving.kserve.io/v1alpha1", "kind": "ClusterServingRuntime",
+    "apiVersion": "serving.kserve.io/v1alpha1",
+    "kind": "ClusterServingRuntime",
     "metadata": {"name": "vllm-cpu"},
-    "spec": {"supportedModelFormats": [{"name": "vLLM", "autoSelect": True}],
-             "containers": [{"name": "kserve-container", "image": "vllm/vllm-openai-cpu:v0.32.0",
-                             "command": ["python", "-m", "vllm.entrypoints.openai.api_server"],
-                             "args": ["--port=8080", "--served-model-name={{.Name}}", "--model=/mnt/models"],
-                             "env": [{"name": "HF_HOME", "value": "/tmp/hf_home"}]}]},
+    "spec": {
+        "supportedModelFormats": [{"name": "vLLM", "autoSelect": True}],
+        "containers": [
+            {
+                "name": "kserve-container",
+                "image": "vllm/vllm-openai-cpu:v0.32.0",
+                "command": ["python", "-m", "vllm.entrypoints.openai.api_server"],
+                "args": ["--port=8080", "--served-model-name={{.Name}}", "--model=/mnt/models"],
+                "env": [{"name": "HF_HOME", "value": "/tmp/hf_home"}],
+            }
+        ],
+    },
 }
 
 
@@ -91,12 +99,21 @@ class Lab:
         except NotFoundError:
             return None
 
-    def list(self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None):
-        return self.res(api_version, kind).get(namespace=namespace, label_selector=label_selector).to_dict()["items"]
+    def list(
+        self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None
+    ):
+        return (
+            self.res(api_version, kind)
+            .get(namespace=namespace, label_selector=label_selector)
+            .to_dict()["items"]
+        )
 
     def patch(self, api_version: str, kind: str, name: str, namespace: str | None, body: dict) -> dict:
-        return self.res(api_version, kind).patch(name=name, namespace=namespace, body=body,
-                                                 content_type="application/merge-patch+json").to_dict()
+        return (
+            self.res(api_version, kind)
+            .patch(name=name, namespace=namespace, body=body, content_type="application/merge-patch+json")
+            .to_dict()
+        )
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
         self.res(api_version, kind).delete(name=name, namespace=namespace)
@@ -109,25 +126,42 @@ class Lab:
         return self.create(body or VLLM_RUNTIME)
 
     def pvc_with_models(self, ns: str, models: Path | None, name: str = "models") -> Path:
-        self.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
-                     "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}},
-                    ns)
-        self.wait(lambda: (self.get("v1", "PersistentVolumeClaim", name, ns).get("status") or {}).get("phase")
-                  == "Bound", 10, "PVC Bound")
+        self.create(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": name},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+            },
+            ns,
+        )
+        self.wait(
+            lambda: (self.get("v1", "PersistentVolumeClaim", name, ns).get("status") or {}).get("phase")
+            == "Bound",
+            10,
+            "PVC Bound",
+        )
         d = self.state / "pvcs" / ns / name
         if models is not None:
             shutil.copytree(models, d, dirs_exist_ok=True)
         return d
 
-    def isvc(self, ns: str, name: str, args: list[str], storage_uri: str | None = "pvc://models/",
-             **predictor) -> dict:
+    def isvc(
+        self, ns: str, name: str, args: list[str], storage_uri: str | None = "pvc://models/", **predictor
+    ) -> dict:
         model = {"modelFormat": {"name": "vLLM"}, "args": args}
         if storage_uri:
             model["storageUri"] = storage_uri
         model.update(predictor.pop("model_extra", {}))
-        return self.create({"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
-                            "metadata": {"name": name},
-                            "spec": {"predictor": {"model": model, **predictor}}}, ns)
+        return self.create(
+            {
+                "apiVersion": "serving.kserve.io/v1beta1",
+                "kind": "InferenceService",
+                "metadata": {"name": name},
+                "spec": {"predictor": {"model": model, **predictor}},
+            },
+            ns,
+        )
 
     def get_isvc(self, ns: str, name: str) -> dict:
         return self.get("serving.kserve.io/v1beta1", "InferenceService", name, ns)
@@ -147,8 +181,11 @@ class Lab:
         raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
     def wait_ready(self, ns: str, name: str, timeout: float = 30.0) -> dict:
-        self.wait(lambda: self.conditions(ns, name).get("Ready", {}).get("status") == "True", timeout,
-                  f"{ns}/{name} Ready (conditions: {json.dumps(self.conditions(ns, name))[:800]})")
+        self.wait(
+            lambda: self.conditions(ns, name).get("Ready", {}).get("status") == "True",
+            timeout,
+            f"{ns}/{name} Ready (conditions: {json.dumps(self.conditions(ns, name))[:800]})",
+        )
         return self.get_isvc(ns, name)
 
     def pods(self, ns: str, isvc: str) -> list[dict]:

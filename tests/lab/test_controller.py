@@ -5,7 +5,6 @@ The same paths run with the real engine in test_controller_vllm.py.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -54,11 +53,22 @@ def test_isvc_becomes_ready_only_after_health(fake_lab, fake_models):
     ns = lab.namespace()
     lab.runtime()
     lab.pvc_with_models(ns, fake_models)
-    lab.isvc(ns, "tiny", ["--model=/mnt/models/target", "--fake-health-delay=2", NGRAM],
-             model_extra={"env": [{"name": "CUSTOM_ENV", "value": "from-isvc"}]})
+    lab.isvc(
+        ns,
+        "tiny",
+        ["--model=/mnt/models/target", "--fake-health-delay=2", NGRAM],
+        model_extra={"env": [{"name": "CUSTOM_ENV", "value": "from-isvc"}]},
+    )
     # not ready while the engine runs but /health does not answer yet
-    lab.wait(lambda: any("running" in (cs.get("state") or {}) for p in lab.pods(ns, "tiny")
-                         for cs in (p.get("status") or {}).get("containerStatuses") or []), 20, "engine running")
+    lab.wait(
+        lambda: any(
+            "running" in (cs.get("state") or {})
+            for p in lab.pods(ns, "tiny")
+            for cs in (p.get("status") or {}).get("containerStatuses") or []
+        ),
+        20,
+        "engine running",
+    )
     assert lab.conditions(ns, "tiny")["Ready"]["status"] == "False"
     isvc = lab.wait_ready(ns, "tiny", 20)
     st = isvc["status"]
@@ -130,11 +140,22 @@ def test_rollout_new_pod_new_args_old_engine_stopped(fake_lab, fake_models):
     dep = lab.get("apps/v1", "Deployment", "tiny-predictor", ns)
     gen1 = dep["metadata"]["generation"]
 
-    lab.patch(*ISVC, "tiny", ns, {"spec": {"predictor": {"model": {
-        "args": ["--model=/mnt/models/draft", "--fake-health-delay=1.5"]}}}})
+    lab.patch(
+        *ISVC,
+        "tiny",
+        ns,
+        {
+            "spec": {
+                "predictor": {"model": {"args": ["--model=/mnt/models/draft", "--fake-health-delay=1.5"]}}
+            }
+        },
+    )
     # the new generation is observed only once the new pod is ready
-    lab.wait(lambda: lab.get("apps/v1", "Deployment", "tiny-predictor", ns)["metadata"]["generation"] > gen1, 10,
-             "deployment updated")
+    lab.wait(
+        lambda: lab.get("apps/v1", "Deployment", "tiny-predictor", ns)["metadata"]["generation"] > gen1,
+        10,
+        "deployment updated",
+    )
     time.sleep(0.3)
     dep = lab.get("apps/v1", "Deployment", "tiny-predictor", ns)
     assert dep["status"].get("observedGeneration") == gen1
@@ -144,10 +165,17 @@ def test_rollout_new_pod_new_args_old_engine_stopped(fake_lab, fake_models):
     def rolled():
         pods = lab.pods(ns, "tiny")
         d = lab.get("apps/v1", "Deployment", "tiny-predictor", ns)
-        return (len(pods) == 1 and pods[0]["metadata"]["name"] != old_pod
-                and d["status"].get("observedGeneration") == d["metadata"]["generation"]) and pods[0]
+        return (
+            len(pods) == 1
+            and pods[0]["metadata"]["name"] != old_pod
+            and d["status"].get("observedGeneration") == d["metadata"]["generation"]
+        ) and pods[0]
+
     new_pod = lab.wait(rolled, 20, "rollout")
-    assert new_pod["spec"]["containers"][0]["args"][3:] == ["--model=/mnt/models/draft", "--fake-health-delay=1.5"]
+    assert new_pod["spec"]["containers"][0]["args"][3:] == [
+        "--model=/mnt/models/draft",
+        "--fake-health-delay=1.5",
+    ]
     assert "--model=/mnt/models/target" not in new_pod["spec"]["containers"][0]["args"]
     log = lab.pod_log(ns, new_pod["metadata"]["name"])
     assert "speculative_config=None" in log and "/models/draft" in log
@@ -165,15 +193,25 @@ def test_recreate_strategy_stops_the_old_engine_first(fake_lab, fake_models):
     ns = lab.namespace()
     lab.runtime()
     lab.pvc_with_models(ns, fake_models)
-    lab.isvc(ns, "tiny", ["--model=/mnt/models/target"],
-             deploymentStrategy={"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}})
+    lab.isvc(
+        ns,
+        "tiny",
+        ["--model=/mnt/models/target"],
+        deploymentStrategy={"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+    )
     lab.wait_ready(ns, "tiny", 20)
     old_pod = lab.pods(ns, "tiny")[0]["metadata"]["name"]
-    lab.patch(*ISVC, "tiny", ns, {"spec": {"predictor": {"model": {
-        "args": ["--model=/mnt/models/target", "--fake-health-delay=1"]}}}})
+    lab.patch(
+        *ISVC,
+        "tiny",
+        ns,
+        {"spec": {"predictor": {"model": {"args": ["--model=/mnt/models/target", "--fake-health-delay=1"]}}}},
+    )
     lab.wait(lambda: lab.get("v1", "Pod", old_pod, ns) is None, 10, "old pod deleted first")
-    assert lab.conditions(ns, "tiny")["Ready"]["status"] == "False" or \
-        lab.pods(ns, "tiny")[0]["metadata"]["name"] != old_pod
+    assert (
+        lab.conditions(ns, "tiny")["Ready"]["status"] == "False"
+        or lab.pods(ns, "tiny")[0]["metadata"]["name"] != old_pod
+    )
     lab.wait_ready(ns, "tiny", 20)
 
 
@@ -188,13 +226,17 @@ def test_crash_loop_reports_exit_code_events_and_previous_log(fake_lab, fake_mod
         pods = lab.pods(ns, "tiny")
         cs = (pods[0].get("status") or {}).get("containerStatuses") if pods else None
         return cs and cs[0]["restartCount"] >= 2 and pods[0]
+
     pod = lab.wait(crashed, 30, "two restarts")
     cs = pod["status"]["containerStatuses"][0]
     assert cs["lastState"]["terminated"]["exitCode"] == 3
     assert cs["lastState"]["terminated"]["reason"] == "Error"
     assert pod["status"]["phase"] == "Running"
-    lab.wait(lambda: "waiting" in lab.pods(ns, "tiny")[0]["status"]["containerStatuses"][0]["state"], 10,
-             "CrashLoopBackOff")
+    lab.wait(
+        lambda: "waiting" in lab.pods(ns, "tiny")[0]["status"]["containerStatuses"][0]["state"],
+        10,
+        "CrashLoopBackOff",
+    )
     waiting = lab.pods(ns, "tiny")[0]["status"]["containerStatuses"][0]["state"]["waiting"]
     assert waiting["reason"] == "CrashLoopBackOff"
     conds = lab.conditions(ns, "tiny")
@@ -214,10 +256,20 @@ def test_rejected_speculative_config_gives_the_engines_error(fake_lab, fake_mode
     ns = lab.namespace()
     lab.runtime()
     lab.pvc_with_models(ns, fake_models)
-    lab.isvc(ns, "bad", ["--model=/mnt/models/target",
-                         '--speculative-config={"method": "ngram", "num_speculative_tokens": 0}'])
-    lab.wait(lambda: "validation error for SpeculativeConfig" in
-             lab.conditions(ns, "bad").get("Ready", {}).get("message", ""), 30, "engine error in Ready")
+    lab.isvc(
+        ns,
+        "bad",
+        [
+            "--model=/mnt/models/target",
+            '--speculative-config={"method": "ngram", "num_speculative_tokens": 0}',
+        ],
+    )
+    lab.wait(
+        lambda: "validation error for SpeculativeConfig"
+        in lab.conditions(ns, "bad").get("Ready", {}).get("message", ""),
+        30,
+        "engine error in Ready",
+    )
     assert lab.conditions(ns, "bad")["Ready"]["status"] == "False"
     pod = lab.pods(ns, "bad")[0]["metadata"]["name"]
     assert "validation error for SpeculativeConfig" in lab.pod_log(ns, pod)
@@ -227,17 +279,31 @@ def test_webhook_rules_become_failed_status(fake_lab, fake_models):
     lab = fake_lab()
     ns = lab.namespace()
     lab.runtime()
-    lab.isvc(ns, "both", ["--model=/mnt/models"], storage_uri="pvc://models/",
-             storageUris=[{"uri": "pvc://models/target", "mountPath": "/mnt/models/target"}])
-    lab.isvc(ns, "noparent", ["--model=/a/target"], storage_uri=None,
-             storageUris=[{"uri": "hf://org/a", "mountPath": "/a/target"},
-                          {"uri": "hf://org/b", "mountPath": "/b/draft"}])
+    lab.isvc(
+        ns,
+        "both",
+        ["--model=/mnt/models"],
+        storage_uri="pvc://models/",
+        storageUris=[{"uri": "pvc://models/target", "mountPath": "/mnt/models/target"}],
+    )
+    lab.isvc(
+        ns,
+        "noparent",
+        ["--model=/a/target"],
+        storage_uri=None,
+        storageUris=[
+            {"uri": "hf://org/a", "mountPath": "/a/target"},
+            {"uri": "hf://org/b", "mountPath": "/b/draft"},
+        ],
+    )
     lab.wait(lambda: "Ready" in lab.conditions(ns, "both") and "Ready" in lab.conditions(ns, "noparent"), 10)
     msg = lab.conditions(ns, "both")["Ready"]["message"]
     assert "Setting both StorageURI and StorageURIs is not supported." in msg
     assert lab.conditions(ns, "both")["Ready"]["status"] == "False"
-    assert "storage paths must have a common parent directory. Current paths: [/a/target /b/draft]" in \
-        lab.conditions(ns, "noparent")["Ready"]["message"]
+    assert (
+        "storage paths must have a common parent directory. Current paths: [/a/target /b/draft]"
+        in lab.conditions(ns, "noparent")["Ready"]["message"]
+    )
     assert lab.get_isvc(ns, "both")["status"]["modelStatus"]["transitionStatus"] == "InvalidSpec"
     assert lab.pods(ns, "both") == [] and lab.get("apps/v1", "Deployment", "both-predictor", ns) is None
     assert_quiet(lab)
@@ -264,16 +330,32 @@ def test_storage_uris_pvc_entry_mounts_the_whole_claim(fake_lab, fake_models):
     ns = lab.namespace()
     lab.runtime()
     pvc = lab.pvc_with_models(ns, fake_models)
-    lab.isvc(ns, "wrong", ["--model=/mnt/models/target"], storage_uri=None,
-             storageUris=[{"uri": "pvc://models/target", "mountPath": "/mnt/models/target"}])
-    lab.wait(lambda: "does not appear to have a file named config.json" in
-             lab.conditions(ns, "wrong").get("Ready", {}).get("message", ""), 20, "engine refuses the PVC root")
+    lab.isvc(
+        ns,
+        "wrong",
+        ["--model=/mnt/models/target"],
+        storage_uri=None,
+        storageUris=[{"uri": "pvc://models/target", "mountPath": "/mnt/models/target"}],
+    )
+    lab.wait(
+        lambda: "does not appear to have a file named config.json"
+        in lab.conditions(ns, "wrong").get("Ready", {}).get("message", ""),
+        20,
+        "engine refuses the PVC root",
+    )
     assert str(pvc) in lab.conditions(ns, "wrong")["Ready"]["message"]
-    lab.isvc(ns, "right", ["--model=/mnt/models/target/target"], storage_uri=None,
-             storageUris=[{"uri": "pvc://models/target", "mountPath": "/mnt/models/target"}])
+    lab.isvc(
+        ns,
+        "right",
+        ["--model=/mnt/models/target/target"],
+        storage_uri=None,
+        storageUris=[{"uri": "pvc://models/target", "mountPath": "/mnt/models/target"}],
+    )
     lab.wait_ready(ns, "right", 20)
     pod = lab.pods(ns, "right")[0]
-    vm = [v for v in pod["spec"]["containers"][0]["volumeMounts"] if v["mountPath"] == "/mnt/models/target"][0]
+    vm = [v for v in pod["spec"]["containers"][0]["volumeMounts"] if v["mountPath"] == "/mnt/models/target"][
+        0
+    ]
     assert "subPath" not in vm
 
 
@@ -295,11 +377,16 @@ def test_pending_on_insufficient_gpu_then_scheduled(fake_lab, fake_models):
     ns = lab.namespace()
     lab.runtime()
     lab.pvc_with_models(ns, fake_models)
-    lab.isvc(ns, "big", ["--model=/mnt/models/target"],
-             model_extra={"resources": {"limits": {"nvidia.com/gpu": "2"}}})
+    lab.isvc(
+        ns,
+        "big",
+        ["--model=/mnt/models/target"],
+        model_extra={"resources": {"limits": {"nvidia.com/gpu": "2"}}},
+    )
 
     def pending_event():
         return [e for e in lab.events(ns) if e["reason"] == "FailedScheduling"]
+
     ev = lab.wait(pending_event, 10, "FailedScheduling")[0]
     assert "0/1 nodes are available: 1 Insufficient nvidia.com/gpu." in ev["message"]
     assert ev["type"] == "Warning"
@@ -307,32 +394,56 @@ def test_pending_on_insufficient_gpu_then_scheduled(fake_lab, fake_models):
     assert pod["status"]["phase"] == "Pending" and "nodeName" not in pod["spec"]
     sched = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
     assert sched["status"] == "False" and sched["reason"] == "Unschedulable"
-    lab.wait(lambda: "Insufficient nvidia.com/gpu" in lab.conditions(ns, "big").get("Ready", {}).get("message", ""),
-             10, "FailedScheduling in Ready's message")
+    lab.wait(
+        lambda: "Insufficient nvidia.com/gpu"
+        in lab.conditions(ns, "big").get("Ready", {}).get("message", ""),
+        10,
+        "FailedScheduling in Ready's message",
+    )
     # a bigger node: the pod schedules
-    lab.res("v1", "Node").status.patch(name="lab-node", body={"status": {"capacity": {"nvidia.com/gpu": "2"},
-                                                                          "allocatable": {"nvidia.com/gpu": "2"}}},
-                                       content_type="application/merge-patch+json")
+    lab.res("v1", "Node").status.patch(
+        name="lab-node",
+        body={"status": {"capacity": {"nvidia.com/gpu": "2"}, "allocatable": {"nvidia.com/gpu": "2"}}},
+        content_type="application/merge-patch+json",
+    )
     lab.wait_ready(ns, "big", 30)
 
 
 def test_pending_on_selector_and_taint_mismatch(fake_lab, fake_models):
-    lab = fake_lab(node_labels={"gpu.product": "H100"},
-                   node_taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}])
+    lab = fake_lab(
+        node_labels={"gpu.product": "H100"},
+        node_taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+    )
     ns = lab.namespace()
     lab.runtime()
     lab.pvc_with_models(ns, fake_models)
     lab.isvc(ns, "taint", ["--model=/mnt/models/target"])
-    lab.isvc(ns, "selector", ["--model=/mnt/models/target"], nodeSelector={"gpu.product": "A100"},
-             tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
-    lab.isvc(ns, "fits", ["--model=/mnt/models/target"], nodeSelector={"gpu.product": "H100"},
-             tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
+    lab.isvc(
+        ns,
+        "selector",
+        ["--model=/mnt/models/target"],
+        nodeSelector={"gpu.product": "A100"},
+        tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    )
+    lab.isvc(
+        ns,
+        "fits",
+        ["--model=/mnt/models/target"],
+        nodeSelector={"gpu.product": "H100"},
+        tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    )
 
     def msg(isvc):
         pods = lab.pods(ns, isvc)
-        return pods and [e["message"] for e in lab.events(ns, pods[0]["metadata"]["name"])
-                         if e["reason"] == "FailedScheduling"]
-    assert "1 node(s) had untolerated taint {nvidia.com/gpu: present}" in lab.wait(lambda: msg("taint"), 10)[0]
+        return pods and [
+            e["message"]
+            for e in lab.events(ns, pods[0]["metadata"]["name"])
+            if e["reason"] == "FailedScheduling"
+        ]
+
+    assert (
+        "1 node(s) had untolerated taint {nvidia.com/gpu: present}" in lab.wait(lambda: msg("taint"), 10)[0]
+    )
     assert "1 node(s) didn't match Pod's node affinity/selector" in lab.wait(lambda: msg("selector"), 10)[0]
     lab.wait_ready(ns, "fits", 20)
 
@@ -349,8 +460,11 @@ def test_delete_stops_the_engine_and_removes_the_workload(fake_lab, fake_models)
     assert pid_of_port(port) is not None
     lab.delete(*ISVC, "tiny", ns)
     lab.wait(lambda: pid_of_port(port) is None, 15, "engine stopped")
-    lab.wait(lambda: lab.get("apps/v1", "Deployment", "tiny-predictor", ns) is None and not lab.pods(ns, "tiny"),
-             10, "workload removed")
+    lab.wait(
+        lambda: lab.get("apps/v1", "Deployment", "tiny-predictor", ns) is None and not lab.pods(ns, "tiny"),
+        10,
+        "workload removed",
+    )
     assert not (lab.state / "engines" / ns / pod).exists()
 
 
@@ -387,8 +501,12 @@ def _job(name: str, command: list[str], **spec) -> dict:
     container.update(spec.pop("container", {}))
     pod_spec = {"restartPolicy": spec.pop("restartPolicy", "Never"), "containers": [container]}
     pod_spec.update(spec.pop("pod", {}))
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
-            "spec": {"template": {"spec": pod_spec}, **spec}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {"template": {"spec": pod_spec}, **spec},
+    }
 
 
 def _job_condition(lab, ns, name):
@@ -404,15 +522,30 @@ def test_job_runs_with_volume_mounts_env_and_args(fake_lab):
     lab = fake_lab()
     ns = lab.namespace()
     d = lab.pvc_with_models(ns, None, name="out")
-    lab.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"greeting": "hello"}},
-               ns)
-    job = _job("writer", ["sh", "-c"], container={
-        "args": ['echo "$(GREETING) from $POD" > /data/result.txt; cat /etc/cfg/greeting; ls /data; echo done'],
-        "env": [{"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "greeting"}}},
-                {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
-        "volumeMounts": [{"name": "out", "mountPath": "/data"}, {"name": "cfg", "mountPath": "/etc/cfg"}]},
-        pod={"volumes": [{"name": "out", "persistentVolumeClaim": {"claimName": "out"}},
-                         {"name": "cfg", "configMap": {"name": "cfg"}}]})
+    lab.create(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"greeting": "hello"}},
+        ns,
+    )
+    job = _job(
+        "writer",
+        ["sh", "-c"],
+        container={
+            "args": [
+                'echo "$(GREETING) from $POD" > /data/result.txt; cat /etc/cfg/greeting; ls /data; echo done'
+            ],
+            "env": [
+                {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "greeting"}}},
+                {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            ],
+            "volumeMounts": [{"name": "out", "mountPath": "/data"}, {"name": "cfg", "mountPath": "/etc/cfg"}],
+        },
+        pod={
+            "volumes": [
+                {"name": "out", "persistentVolumeClaim": {"claimName": "out"}},
+                {"name": "cfg", "configMap": {"name": "cfg"}},
+            ]
+        },
+    )
     lab.create(job, ns)
     lab.wait(lambda: "Complete" in _job_condition(lab, ns, "writer"), 20, "Job Complete")
     st = lab.get("batch/v1", "Job", "writer", ns)["status"]
@@ -466,14 +599,17 @@ def test_job_without_command_fails_with_a_clear_message(fake_lab):
     assert "does not pull images" in pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"]
 
 
-@pytest.mark.skipif(not (shutil.which("docker-registry") and shutil.which("skopeo") and registry.BUSYBOX.exists()),
-                    reason="docker-registry, skopeo, busybox-static are installed by make")
+@pytest.mark.skipif(
+    not (shutil.which("docker-registry") and shutil.which("skopeo") and registry.BUSYBOX.exists()),
+    reason="docker-registry, skopeo, busybox-static are installed by make",
+)
 def test_oci_modelcar_from_the_lab_registry(fake_lab, fake_models, tmp_path):
     reg = registry.Registry(tmp_path / "reg").start()
     try:
         lab = fake_lab(registry_addr=reg.addr)
-        registry.build_modelcar_layout(tmp_path / "img", {"target": fake_models / "target",
-                                                          "draft": fake_models / "draft"}, tag="v1")
+        registry.build_modelcar_layout(
+            tmp_path / "img", {"target": fake_models / "target", "draft": fake_models / "draft"}, tag="v1"
+        )
         registry.push(tmp_path / "img", f"{reg.addr}/models/tiny:v1", tag="v1")
         ns = lab.namespace()
         lab.runtime()
@@ -487,11 +623,16 @@ def test_oci_modelcar_from_the_lab_registry(fake_lab, fake_models, tmp_path):
         assert pod["spec"]["initContainers"][0]["name"] == "modelcar-init"
         log = lab.pod_log(ns, pod["metadata"]["name"], container="kserve-container")
         assert str(lab.state / "oci") in log and "/models/target" in log
-        assert any(e["reason"] == "Pulled" and "models/tiny:v1" in e["message"]
-                   for e in lab.events(ns, pod["metadata"]["name"]))
+        assert any(
+            e["reason"] == "Pulled" and "models/tiny:v1" in e["message"]
+            for e in lab.events(ns, pod["metadata"]["name"])
+        )
         # an image that is not there: ErrImagePull, not Ready
         lab.isvc(ns, "missing", ["--model=/mnt/models"], storage_uri=f"oci://{reg.addr}/models/none:v1")
-        lab.wait(lambda: "ErrImagePull" in lab.conditions(ns, "missing").get("Ready", {}).get("message", "")
-                 or "ImagePullBackOff" in lab.conditions(ns, "missing").get("Ready", {}).get("message", ""), 20)
+        lab.wait(
+            lambda: "ErrImagePull" in lab.conditions(ns, "missing").get("Ready", {}).get("message", "")
+            or "ImagePullBackOff" in lab.conditions(ns, "missing").get("Ready", {}).get("message", ""),
+            20,
+        )
     finally:
         reg.stop()

@@ -18,13 +18,20 @@ pytestmark = [pytest.mark.lab, pytest.mark.vllm, pytest.mark.slow]
 
 ISVC = ("serving.kserve.io/v1beta1", "InferenceService")
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
-BASE = ["--model=/mnt/models/target", "--dtype=float32", "--max-model-len=1024", "--max-num-seqs=8",
-        "--enforce-eager"]
+BASE = [
+    "--model=/mnt/models/target",
+    "--dtype=float32",
+    "--max-model-len=1024",
+    "--max-num-seqs=8",
+    "--enforce-eager",
+]
 PROMPT = "one two three four five one two three four five one two three four five one two"
 
 
 def post(url: str, body: dict) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=120) as resp:
         return json.load(resp)
 
@@ -52,16 +59,22 @@ def test_ngram_service_rollout_rejection_and_delete(vllm_lab, tiny_models):
     assert "speculative_config=SpeculativeConfig(method='ngram'" in log
     with urllib.request.urlopen(url + "/health", timeout=10) as resp:
         assert resp.status == 200
-    out = post(url + "/v1/completions", {"model": "tiny", "prompt": PROMPT, "max_tokens": 16, "temperature": 0})
+    out = post(
+        url + "/v1/completions", {"model": "tiny", "prompt": PROMPT, "max_tokens": 16, "temperature": 0}
+    )
     assert out["choices"][0]["text"]
     for _ in range(6):
-        post(url + "/v1/completions", {"model": "tiny", "prompt": PROMPT, "max_tokens": 48, "temperature": 0,
-                                       "ignore_eos": True})
+        post(
+            url + "/v1/completions",
+            {"model": "tiny", "prompt": PROMPT, "max_tokens": 48, "temperature": 0, "ignore_eos": True},
+        )
     summary = engine.spec_decode_summary(metrics(url))
     assert summary is not None and summary["accepted_tokens"] > 0
-    print(f"\n[controller+vllm] create->Ready {ready_s:.1f}s, engine peak RSS "
-          f"{run.peak_rss / 2**30:.2f} GiB, ngram acceptance {summary['acceptance_rate']:.2f}, "
-          f"mean acceptance length {summary['mean_acceptance_length']:.2f}")
+    print(
+        f"\n[controller+vllm] create->Ready {ready_s:.1f}s, engine peak RSS "
+        f"{run.peak_rss / 2**30:.2f} GiB, ngram acceptance {summary['acceptance_rate']:.2f}, "
+        f"mean acceptance length {summary['mean_acceptance_length']:.2f}"
+    )
     assert run.peak_rss < 4 * 2**30
     dep = lab.get("apps/v1", "Deployment", "tiny-predictor", ns)
     gen1 = dep["metadata"]["generation"]
@@ -72,9 +85,14 @@ def test_ngram_service_rollout_rejection_and_delete(vllm_lab, tiny_models):
     def rolled():
         d = lab.get("apps/v1", "Deployment", "tiny-predictor", ns)
         pods = lab.pods(ns, "tiny")
-        return (d["status"].get("observedGeneration", 0) > gen1 and len(pods) == 1
-                and pods[0]["metadata"]["name"] != pod1 and lab.conditions(ns, "tiny")["Ready"]["status"] == "True"
-                and pods[0])
+        return (
+            d["status"].get("observedGeneration", 0) > gen1
+            and len(pods) == 1
+            and pods[0]["metadata"]["name"] != pod1
+            and lab.conditions(ns, "tiny")["Ready"]["status"] == "True"
+            and pods[0]
+        )
+
     pod2 = lab.wait(rolled, 240, "rollout to the new args")["metadata"]["name"]
     assert "--speculative-config" not in " ".join(lab.pods(ns, "tiny")[0]["spec"]["containers"][0]["args"])
     assert "speculative_config=None" in lab.pod_log(ns, pod2)
@@ -85,10 +103,18 @@ def test_ngram_service_rollout_rejection_and_delete(vllm_lab, tiny_models):
 
     # a speculative config vLLM rejects: Ready=False with the engine's own error
     bad = dict(NGRAM, num_speculative_tokens=0)
-    lab.patch(*ISVC, "tiny", ns, {"spec": {"predictor": {"model": {
-        "args": BASE + ["--speculative-config=" + json.dumps(bad)]}}}})
-    lab.wait(lambda: "validation error for SpeculativeConfig" in
-             lab.conditions(ns, "tiny").get("Ready", {}).get("message", ""), 240, "engine error in Ready")
+    lab.patch(
+        *ISVC,
+        "tiny",
+        ns,
+        {"spec": {"predictor": {"model": {"args": BASE + ["--speculative-config=" + json.dumps(bad)]}}}},
+    )
+    lab.wait(
+        lambda: "validation error for SpeculativeConfig"
+        in lab.conditions(ns, "tiny").get("Ready", {}).get("message", ""),
+        240,
+        "engine error in Ready",
+    )
     cond = lab.conditions(ns, "tiny")["Ready"]
     assert cond["status"] == "False" and "num_speculative_tokens" in cond["message"]
     pod3 = lab.pods(ns, "tiny")[0]["metadata"]["name"]

@@ -42,12 +42,18 @@ def test_layout(tiny_models):
     assert target["num_hidden_layers"] == 2 and draft["num_hidden_layers"] == 1
     assert target["vocab_size"] == draft["vocab_size"] == 2048
     for name in ("target", "draft"):
-        for f in ("config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors",
-                  "generation_config.json"):
+        for f in (
+            "config.json",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "model.safetensors",
+            "generation_config.json",
+        ):
             assert (tiny_models / name / f).is_file(), (name, f)
     # draft and target share one tokenizer (vLLM's draft_model method requires it)
-    assert (tiny_models / "target" / "tokenizer.json").read_bytes() == \
-        (tiny_models / "draft" / "tokenizer.json").read_bytes()
+    assert (tiny_models / "target" / "tokenizer.json").read_bytes() == (
+        tiny_models / "draft" / "tokenizer.json"
+    ).read_bytes()
     tok = json.loads((tiny_models / "target" / "tokenizer.json").read_text())
     assert len(tok["model"]["vocab"]) == 2048
     assert [t["content"] for t in tok["added_tokens"]][:4] == ["<unk>", "<s>", "</s>", "<pad>"]
@@ -64,7 +70,7 @@ def test_eagle3_head_layout(tiny_models):
     assert eagle["draft_vocab_size"] == eagle["vocab_size"] == target["vocab_size"]
     header = (tiny_models / "eagle3" / "model.safetensors").read_bytes()
     size = int.from_bytes(header[:8], "little")
-    tensors = json.loads(header[8:8 + size])
+    tensors = json.loads(header[8 : 8 + size])
     h = target["hidden_size"]
     assert tensors["fc.weight"]["shape"] == [h, 3 * h]
     assert tensors["midlayer.self_attn.q_proj.weight"]["shape"] == [h, 2 * h]

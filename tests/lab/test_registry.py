@@ -14,7 +14,8 @@ from specpilot_lab import registry
 
 needs_tools = pytest.mark.skipif(
     not (shutil.which("docker-registry") and shutil.which("skopeo") and registry.BUSYBOX.exists()),
-    reason="docker-registry, skopeo and busybox-static are installed by make (Debian packages)")
+    reason="docker-registry, skopeo and busybox-static are installed by make (Debian packages)",
+)
 
 pytestmark = [pytest.mark.lab, needs_tools]
 

@@ -18,7 +18,6 @@ import hashlib
 import json
 import shutil
 import subprocess
-import time
 
 import pytest
 
@@ -26,8 +25,11 @@ import staging_support as ss
 from specpilot_lab import registry as lab_registry
 from specpilot_lab.controller.jobs import bwrap_available
 
-pytestmark = [pytest.mark.lab, pytest.mark.slow,
-              pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run lab Jobs here")]
+pytestmark = [
+    pytest.mark.lab,
+    pytest.mark.slow,
+    pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run lab Jobs here"),
+]
 NS = "ml"
 
 
@@ -41,9 +43,13 @@ def sources(tmp_path):
 
 
 def pvc_host(target_uri, draft_uri, **extra):
-    host = {"specpilot_namespace": NS, "specpilot_delivery": "pvc",
-            "specpilot_pvc": {"name": "models", "path": "svc", "create": True, "size": "1Gi"},
-            "specpilot_target": {"uri": target_uri}, "specpilot_draft": {"uri": draft_uri}}
+    host = {
+        "specpilot_namespace": NS,
+        "specpilot_delivery": "pvc",
+        "specpilot_pvc": {"name": "models", "path": "svc", "create": True, "size": "1Gi"},
+        "specpilot_target": {"uri": target_uri},
+        "specpilot_draft": {"uri": draft_uri},
+    }
     host.update(extra)
     return host
 
@@ -59,8 +65,16 @@ def test_pvc_staging_from_http_and_s3_then_nothing_to_do(fake_lab, sources, tmp_
     lab.namespace(NS)
     with ss.ModelHTTPServer(sources) as srv, ss.MotoS3(tmp_path / "moto") as s3:
         s3.upload(sources / "draft", "models", "llama/draft")
-        lab.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-creds"}, "type": "Opaque",
-                    "data": {k: base64.b64encode(v.encode()).decode() for k, v in s3.env.items()}}, NS)
+        lab.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "s3-creds"},
+                "type": "Opaque",
+                "data": {k: base64.b64encode(v.encode()).decode() for k, v in s3.env.items()},
+            },
+            NS,
+        )
         host = pvc_host(srv.files_url("target/"), "s3://models/llama/draft")
         host["specpilot_draft"]["secret_name"] = "s3-creds"
         inv = ss.write_inventory(tmp_path, {"svc": host}, ss.lab_staging_vars())
@@ -70,8 +84,9 @@ def test_pvc_staging_from_http_and_s3_then_nothing_to_do(fake_lab, sources, tmp_
         assert ss.recap(out)["svc"]["changed"] >= 4
         assert "[svc] specpilot-stage: progress" in out and "bytes (100.0%)" in out
         pvc = lab.state / "pvcs" / NS / "models" / "svc"
-        assert ss.tree_digest(pvc / "target") == {k: v for k, v in ss.tree_digest(sources / "target").items()
-                                                  if k != "SHA256SUMS"}
+        assert ss.tree_digest(pvc / "target") == {
+            k: v for k, v in ss.tree_digest(sources / "target").items() if k != "SHA256SUMS"
+        }
         assert ss.tree_digest(pvc / "draft") == ss.tree_digest(sources / "draft")
         marker = json.loads((pvc / "draft" / ".specpilot-staged.json").read_text())
         assert marker["source"] == "s3://models/llama/draft" and len(marker["files"]) == 5
@@ -91,10 +106,17 @@ def test_pvc_staging_from_http_and_s3_then_nothing_to_do(fake_lab, sources, tmp_
         log = lab.pod_log(NS, pod["metadata"]["name"])
         spec_text = json.dumps(job) + json.dumps(pod["spec"])
         for secret in (ss.S3_SECRET, ss.S3_KEY):
-            for where, text in (("first run", out), ("-vvv run", out2), ("Job/pod spec", spec_text), ("pod log", log)):
+            for where, text in (
+                ("first run", out),
+                ("-vvv run", out2),
+                ("Job/pod spec", spec_text),
+                ("pod log", log),
+            ):
                 assert secret not in text, f"secret value in the {where}"
         c = job["spec"]["template"]["spec"]["containers"][0]
-        assert c["envFrom"] == [{"prefix": "SPECPILOT_SRC_DRAFT_", "secretRef": {"name": "s3-creds", "optional": False}}]
+        assert c["envFrom"] == [
+            {"prefix": "SPECPILOT_SRC_DRAFT_", "secretRef": {"name": "s3-creds", "optional": False}}
+        ]
 
 
 def test_a_corrupted_file_fails_the_job_naming_it(fake_lab, sources, tmp_path):
@@ -102,15 +124,29 @@ def test_a_corrupted_file_fails_the_job_naming_it(fake_lab, sources, tmp_path):
     lab.namespace(NS)
     with ss.ModelHTTPServer(sources) as srv:
         srv.corrupt = {"target/model-00002-of-00002.safetensors"}
-        inv = ss.write_inventory(tmp_path, {"svc": pvc_host(srv.files_url("target/"), srv.files_url("draft/config.json"))},
-                                 ss.lab_staging_vars())
+        inv = ss.write_inventory(
+            tmp_path,
+            {"svc": pvc_host(srv.files_url("target/"), srv.files_url("draft/config.json"))},
+            ss.lab_staging_vars(),
+        )
         proc = ss.run_playbook(inv, lab.emu.env)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0
-    assert "BackoffLimitExceeded" in out and "container exit code 2" in out
-    assert "file: model-00002-of-00002.safetensors (target)" in out
-    assert "model-00002-of-00002.safetensors is corrupt: sha256" in out and "log tail:" in out
-    assert lab.get("v1", "ConfigMap", "specpilot-stage-models", NS) is None  # nothing recorded
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0
+        assert "BackoffLimitExceeded" in out and "container exit code 2" in out
+        assert "file: model-00002-of-00002.safetensors (target)" in out
+        assert "model-00002-of-00002.safetensors is corrupt: sha256" in out and "log tail:" in out
+        assert lab.get("v1", "ConfigMap", "specpilot-stage-models", NS) is None  # nothing recorded
+        failed_job = jobs(lab)[0]["metadata"]["uid"]
+        # the source is repaired: the failed Job of the same request is replaced, the good files are kept
+        srv.corrupt = set()
+        sent = srv.bytes_sent
+        proc = ss.run_playbook(inv, lab.emu.env)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out[-5000:]
+        assert [j["metadata"]["uid"] for j in jobs(lab)] != [failed_job] and len(jobs(lab)) == 1
+        shard = (sources / "target" / "model-00002-of-00002.safetensors").stat().st_size
+        assert srv.bytes_sent - sent < shard + 64 * 1024  # only the corrupt shard (and small files) again
+        assert lab.get("v1", "ConfigMap", "specpilot-stage-models", NS) is not None
 
 
 def test_a_job_killed_halfway_is_resumed_by_the_next_run(fake_lab, tmp_path):
@@ -121,10 +157,22 @@ def test_a_job_killed_halfway_is_resumed_by_the_next_run(fake_lab, tmp_path):
     big = (src / "target" / "model.safetensors").stat().st_size
     lab = fake_lab()
     lab.namespace(NS)
-    part = lab.state / "pvcs" / NS / "models" / "svc" / "target" / ".specpilot-partial" / "model.safetensors.part"
+    part = (
+        lab.state
+        / "pvcs"
+        / NS
+        / "models"
+        / "svc"
+        / "target"
+        / ".specpilot-partial"
+        / "model.safetensors.part"
+    )
     with ss.ModelHTTPServer(src, throttle_bps=3 * 1024 * 1024) as srv:
-        inv = ss.write_inventory(tmp_path, {"svc": pvc_host(srv.files_url("target/"), srv.files_url("draft/config.json"))},
-                                 dict(ss.lab_staging_vars(), specpilot_stage_pvc_layout_check=False))
+        inv = ss.write_inventory(
+            tmp_path,
+            {"svc": pvc_host(srv.files_url("target/"), srv.files_url("draft/config.json"))},
+            dict(ss.lab_staging_vars(), specpilot_stage_pvc_layout_check=False),
+        )
         first = ss.run_playbook(inv, lab.emu.env, background=True)
         try:
             lab.wait(lambda: part.exists() and part.stat().st_size > big * 0.4, 60, "the copy to be 40% done")
@@ -150,8 +198,10 @@ def test_a_job_killed_halfway_is_resumed_by_the_next_run(fake_lab, tmp_path):
 
 
 # ---------------------------------------------------------------- option B
-@pytest.mark.skipif(not shutil.which("skopeo") or not shutil.which("docker-registry"),
-                    reason="skopeo and docker-registry are needed (make installs them)")
+@pytest.mark.skipif(
+    not shutil.which("skopeo") or not shutil.which("docker-registry"),
+    reason="skopeo and docker-registry are needed (make installs them)",
+)
 def test_modelcar_in_the_lab_registry_served_by_digest(fake_lab, sources, tmp_path):
     lab_registry.build_base_layout(tmp_path / "base", tag="busybox")
     draft = tmp_path / "draft-local"
@@ -159,29 +209,39 @@ def test_modelcar_in_the_lab_registry_served_by_digest(fake_lab, sources, tmp_pa
     password = "Registry-Passw0rd-never-logged"
     with ss.ModelHTTPServer(sources) as srv, lab_registry.Registry(tmp_path / "reg") as reg:
         image = f"{reg.addr}/models/svc"
-        host = {"specpilot_namespace": NS, "specpilot_delivery": "modelcar",
-                "specpilot_modelcar": {"image": f"{image}:v1", "tls_verify": False},
-                "specpilot_target": {"uri": srv.files_url("target/")},
-                "specpilot_draft": {"local_path": str(draft)}}
-        group = {"specpilot_stage_modelcar_base": f"oci:{tmp_path / 'base'}:busybox",
-                 "specpilot_stage_modelcar_cache_dir": str(tmp_path / "cache"),
-                 "specpilot_stage_modelcar_registry_username": "robot",
-                 "specpilot_stage_modelcar_registry_password": password, "specpilot_pvc": None}
+        host = {
+            "specpilot_namespace": NS,
+            "specpilot_delivery": "modelcar",
+            "specpilot_modelcar": {"image": f"{image}:v1", "tls_verify": False},
+            "specpilot_target": {"uri": srv.files_url("target/")},
+            "specpilot_draft": {"local_path": str(draft)},
+        }
+        group = {
+            "specpilot_stage_modelcar_base": f"oci:{tmp_path / 'base'}:busybox",
+            "specpilot_stage_modelcar_cache_dir": str(tmp_path / "cache"),
+            "specpilot_stage_modelcar_registry_username": "robot",
+            "specpilot_stage_modelcar_registry_password": password,
+            "specpilot_pvc": None,
+        }
         inv = ss.write_inventory(tmp_path, {"svc": host}, group)
         proc = ss.run_playbook(inv, None)  # no cluster needed
         out = proc.stdout + proc.stderr
         assert proc.returncode == 0, out[-6000:]
         assert ss.recap(out)["svc"]["changed"] >= 1 and "pushed: " in out
         digest = out.split(f"pushed: {image}@", 1)[1].split()[0].strip("'\"")
-        raw = subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false", f"docker://{image}@{digest}"],
-                             check=True, capture_output=True).stdout
+        raw = subprocess.run(
+            ["skopeo", "inspect", "--raw", "--tls-verify=false", f"docker://{image}@{digest}"],
+            check=True,
+            capture_output=True,
+        ).stdout
         assert "sha256:" + hashlib.sha256(raw).hexdigest() == digest
         manifest = json.loads(raw)
         assert len(manifest["layers"]) == 3  # busybox base, target, draft
         target_layer = manifest["layers"][1]["digest"]
         root = lab_registry.pull_and_unpack(f"{image}@{digest}", tmp_path / "pulled").parent
-        assert ss.tree_digest(root / "models" / "target") == {k: v for k, v in ss.tree_digest(sources / "target").items()
-                                                              if k != "SHA256SUMS"}
+        assert ss.tree_digest(root / "models" / "target") == {
+            k: v for k, v in ss.tree_digest(sources / "target").items() if k != "SHA256SUMS"
+        }
         assert ss.tree_digest(root / "models" / "draft") == ss.tree_digest(draft)
         for applet in ("sh", "ln", "sleep"):
             assert (root / "bin" / applet).is_symlink()
@@ -198,8 +258,13 @@ def test_modelcar_in_the_lab_registry_served_by_digest(fake_lab, sources, tmp_pa
         out3 = third.stdout + third.stderr
         assert third.returncode == 0, out3[-6000:]
         digest2 = out3.split(f"pushed: {image}@", 1)[1].split()[0].strip("'\"")
-        manifest2 = json.loads(subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false",
-                                               f"docker://{image}@{digest2}"], check=True, capture_output=True).stdout)
+        manifest2 = json.loads(
+            subprocess.run(
+                ["skopeo", "inspect", "--raw", "--tls-verify=false", f"docker://{image}@{digest2}"],
+                check=True,
+                capture_output=True,
+            ).stdout
+        )
         assert digest2 != digest and manifest2["layers"][1]["digest"] == target_layer
         uploaded = int(out3.split("blob(s), ", 1)[1].split(" bytes", 1)[0])
         draft_bytes = sum(p.stat().st_size for p in draft.rglob("*") if p.is_file())

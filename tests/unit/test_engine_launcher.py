@@ -13,7 +13,7 @@ from specpilot_lab import engine
 
 # A stand-in for the vLLM server: answers /health after a short delay, forks a child
 # (like vLLM's engine core) that must die with the group, exits 3 on --fail.
-FAKE = r'''
+FAKE = r"""
 import http.server, os, sys, time
 args = sys.argv[1:]
 port = int(args[args.index("--port") + 1])
@@ -34,7 +34,7 @@ class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
-'''
+"""
 
 
 def fake_engine(tmp_path: Path, args: list[str], **kw) -> engine.Engine:
@@ -72,8 +72,16 @@ def test_env_keeps_state_under_run_dir(tmp_path):
         assert Path(env[key]).is_dir()
     # ZeroMQ ipc sockets live there: the path must leave room for a 36-character name
     assert len(env["VLLM_RPC_BASE_PATH"]) <= engine.RPC_PATH_BUDGET
+    if Path(env["VLLM_RPC_BASE_PATH"]).is_symlink():
+        Path(env["VLLM_RPC_BASE_PATH"]).unlink()
     deep = tmp_path / ("d" * 80)
-    assert len(engine.engine_env(deep)["VLLM_RPC_BASE_PATH"]) <= engine.RPC_PATH_BUDGET
+    link = Path(engine.engine_env(deep)["VLLM_RPC_BASE_PATH"])
+    try:
+        assert len(str(link)) <= engine.RPC_PATH_BUDGET
+        assert link.resolve() == (deep / "rpc").resolve()
+    finally:
+        if link.is_symlink():
+            link.unlink()
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert env["HF_HUB_OFFLINE"] == "1" and env["EXTRA"] == "1"
 
@@ -159,10 +167,14 @@ num_speculative_tokens
     For further information visit https://errors.pydantic.dev/2.14/v/greater_than
 """
     out = engine.error_summary(log)
-    assert out.startswith("pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig")
+    assert out.startswith(
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig"
+    )
     assert "num_speculative_tokens Input should be greater than 0" in out
     assert "errors.pydantic.dev" not in out
-    prefixed = ("(APIServer pid=9) ERROR 11-21 05:08:16 [core.py:1] ImportError: arctic_inference is required "
-                "for suffix decoding\n(APIServer pid=9) INFO 11-21 05:08:16 [launcher.py:1] shutting down\n")
+    prefixed = (
+        "(APIServer pid=9) ERROR 11-21 05:08:16 [core.py:1] ImportError: arctic_inference is required "
+        "for suffix decoding\n(APIServer pid=9) INFO 11-21 05:08:16 [launcher.py:1] shutting down\n"
+    )
     assert engine.error_summary(prefixed).startswith("ImportError: arctic_inference is required")
     assert engine.error_summary("all good\n") == ""

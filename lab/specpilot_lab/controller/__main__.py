@@ -19,35 +19,65 @@ from .manager import Controller, lab_dir_default
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     env = os.environ.get
-    p = argparse.ArgumentParser(prog="python -m specpilot_lab.controller", description=__doc__.splitlines()[0])
-    p.add_argument("--state-dir", type=Path, default=lab_dir_default(),
-                   help="lab state (pvcs/, engines/, jobs/, oci/); default $SPECPILOT_LAB_DIR or .lab")
+    p = argparse.ArgumentParser(
+        prog="python -m specpilot_lab.controller", description=__doc__.splitlines()[0]
+    )
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=lab_dir_default(),
+        help="lab state (pvcs/, engines/, jobs/, oci/); default $SPECPILOT_LAB_DIR or .lab",
+    )
     p.add_argument("--kubeconfig", type=Path, help="default STATE_DIR/kubeconfig")
     p.add_argument("--podlogs-dir", type=Path, help="the emulator's state dir (pod logs); default STATE_DIR")
     p.add_argument("--ready-file", type=Path, help="write JSON here once watching")
     p.add_argument("--node-name", default=env("SPECPILOT_LAB_NODE_NAME", "lab-node"))
-    p.add_argument("--node-gpus", type=int, default=int(env("SPECPILOT_LAB_NODE_GPUS", "1")),
-                   help="nvidia.com/gpu capacity of the lab node (counted, never used); env SPECPILOT_LAB_NODE_GPUS")
-    p.add_argument("--node-labels", default=env("SPECPILOT_LAB_NODE_LABELS", ""),
-                   help="extra node labels k=v,k2=v2; env SPECPILOT_LAB_NODE_LABELS")
-    p.add_argument("--node-taints", default=env("SPECPILOT_LAB_NODE_TAINTS", ""),
-                   help="node taints key=value:Effect,...; env SPECPILOT_LAB_NODE_TAINTS")
+    p.add_argument(
+        "--node-gpus",
+        type=int,
+        default=int(env("SPECPILOT_LAB_NODE_GPUS", "1")),
+        help="nvidia.com/gpu capacity of the lab node (counted, never used); env SPECPILOT_LAB_NODE_GPUS",
+    )
+    p.add_argument(
+        "--node-labels",
+        default=env("SPECPILOT_LAB_NODE_LABELS", ""),
+        help="extra node labels k=v,k2=v2; env SPECPILOT_LAB_NODE_LABELS",
+    )
+    p.add_argument(
+        "--node-taints",
+        default=env("SPECPILOT_LAB_NODE_TAINTS", ""),
+        help="node taints key=value:Effect,...; env SPECPILOT_LAB_NODE_TAINTS",
+    )
     p.add_argument("--node-cpu", default=env("SPECPILOT_LAB_NODE_CPU", "32"))
     p.add_argument("--node-memory", default=env("SPECPILOT_LAB_NODE_MEMORY", "256Gi"))
-    p.add_argument("--registry-addr", default=env("SPECPILOT_LAB_REGISTRY"),
-                   help="lab registry host:port (default: STATE_DIR/registry/addr)")
-    p.add_argument("--crash-backoff", type=float, default=float(env("SPECPILOT_LAB_CRASH_BACKOFF_S", "10")),
-                   help="first restart back-off of a crashed container, doubling up to 300 s (kubelet: 10)")
-    p.add_argument("--job-backoff", type=float, default=float(env("SPECPILOT_LAB_JOB_BACKOFF_S", "10")),
-                   help="first retry back-off of a failed Job pod, doubling up to 360 s (job controller: 10)")
+    p.add_argument(
+        "--registry-addr",
+        default=env("SPECPILOT_LAB_REGISTRY"),
+        help="lab registry host:port (default: STATE_DIR/registry/addr)",
+    )
+    p.add_argument(
+        "--crash-backoff",
+        type=float,
+        default=float(env("SPECPILOT_LAB_CRASH_BACKOFF_S", "10")),
+        help="first restart back-off of a crashed container, doubling up to 300 s (kubelet: 10)",
+    )
+    p.add_argument(
+        "--job-backoff",
+        type=float,
+        default=float(env("SPECPILOT_LAB_JOB_BACKOFF_S", "10")),
+        help="first retry back-off of a failed Job pod, doubling up to 360 s (job controller: 10)",
+    )
     p.add_argument("--log-level", default=env("SPECPILOT_LAB_LOG_LEVEL", "INFO"))
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stdout,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stdout,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     t0 = time.monotonic()
     state = args.state_dir.resolve()
     kubeconfig = args.kubeconfig or state / "kubeconfig"
@@ -57,18 +87,33 @@ def main(argv: list[str] | None = None) -> int:
     if not kubeconfig.exists():
         print(f"controller: no kubeconfig at {kubeconfig} (is the emulator running?)", file=sys.stderr)
         return 2
-    ctl = Controller(kubeconfig, state, args.podlogs_dir or state, node_name=args.node_name,
-                     node_gpus=args.node_gpus, node_labels=scheduling.parse_labels(args.node_labels),
-                     node_taints=scheduling.parse_taints(args.node_taints), node_cpu=args.node_cpu,
-                     node_memory=args.node_memory, registry_addr=args.registry_addr,
-                     crash_backoff=args.crash_backoff, job_backoff=args.job_backoff)
+    ctl = Controller(
+        kubeconfig,
+        state,
+        args.podlogs_dir or state,
+        node_name=args.node_name,
+        node_gpus=args.node_gpus,
+        node_labels=scheduling.parse_labels(args.node_labels),
+        node_taints=scheduling.parse_taints(args.node_taints),
+        node_cpu=args.node_cpu,
+        node_memory=args.node_memory,
+        registry_addr=args.registry_addr,
+        crash_backoff=args.crash_backoff,
+        job_backoff=args.job_backoff,
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     ctl.start()
-    info = {"pid": os.getpid(), "node": args.node_name, "node_gpus": args.node_gpus,
-            "vllm_python": str(ctl.vllm_python), "vllm_installed": ctl.vllm_python.exists(),
-            "bwrap": bwrap_available(), "startup_seconds": round(time.monotonic() - t0, 3)}
+    info = {
+        "pid": os.getpid(),
+        "node": args.node_name,
+        "node_gpus": args.node_gpus,
+        "vllm_python": str(ctl.vllm_python),
+        "vllm_installed": ctl.vllm_python.exists(),
+        "bwrap": bwrap_available(),
+        "startup_seconds": round(time.monotonic() - t0, 3),
+    }
     if args.ready_file:
         tmp = args.ready_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(info))

@@ -40,6 +40,7 @@ def bwrap_base(hostname: str, mount_paths: list[str] = ()) -> list[str]:
     """The sandbox: this machine's /usr, /etc, /opt read-only, private /tmp, /run, /dev, /proc.
     A read-only system directory that holds a mount path (a configMap at /etc/app) becomes a
     tmpfs with the host's entries bound into it, so the mount point can be created."""
+
     def holds_mount(d: str) -> bool:
         return any(m == d or m.startswith(d + "/") for m in mount_paths)
 
@@ -60,8 +61,16 @@ def bwrap_base(hostname: str, mount_paths: list[str] = ()) -> list[str]:
                 out += ["--ro-bind", str(entry), target]
         return out
 
-    cmd = [BWRAP, "--die-with-parent", "--new-session", "--unshare-uts", "--unshare-ipc", "--unshare-pid",
-           "--hostname", hostname[:63]]
+    cmd = [
+        BWRAP,
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-uts",
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--hostname",
+        hostname[:63],
+    ]
     cmd += ro("/usr")
     for d in ("bin", "sbin", "lib", "lib64", "lib32"):
         p = Path("/") / d
@@ -94,34 +103,54 @@ class JobPodRun:
         self.unschedulable: str | None = None
         self.start_time: str | None = None
         self.finished = False
-        self.failures = 0             # container failures (OnFailure restarts count too)
+        self.failures = 0  # container failures (OnFailure restarts count too)
         self.reason: str | None = None
         self.message: str | None = None
         self._procs: dict[str, subprocess.Popen] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         for c in pod["spec"].get("containers") or []:
-            self.statuses[c["name"]] = {"name": c["name"], "image": c.get("image", ""), "imageID": "",
-                                        "ready": False, "restartCount": 0, "started": False,
-                                        "state": {"waiting": {"reason": "ContainerCreating"}}}
+            self.statuses[c["name"]] = {
+                "name": c["name"],
+                "image": c.get("image", ""),
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "started": False,
+                "state": {"waiting": {"reason": "ContainerCreating"}},
+            }
         for c in pod["spec"].get("initContainers") or []:
-            self.init_statuses[c["name"]] = {"name": c["name"], "image": c.get("image", ""), "imageID": "",
-                                             "ready": False, "restartCount": 0, "started": False,
-                                             "state": {"waiting": {"reason": "PodInitializing"}}}
+            self.init_statuses[c["name"]] = {
+                "name": c["name"],
+                "image": c.get("image", ""),
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "started": False,
+                "state": {"waiting": {"reason": "PodInitializing"}},
+            }
 
     def notify(self) -> None:
         self.ctl.enqueue(("job", self.namespace, self.job_name))
 
     def event(self, type_: str, reason: str, message: str, container: str | None = None) -> None:
-        self.ctl.recorder.event(self.pod, type_, reason, message, "kubelet",
-                                field_path=f"spec.containers{{{container}}}" if container else None)
+        self.ctl.recorder.event(
+            self.pod,
+            type_,
+            reason,
+            message,
+            "kubelet",
+            field_path=f"spec.containers{{{container}}}" if container else None,
+        )
 
     def start(self) -> None:
         with self.lock:
             self.scheduled = True
             self.unschedulable = None
             self.start_time = now()
-        self._thread = threading.Thread(target=self._main, name=f"job-{self.namespace}-{self.name}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._main, name=f"job-{self.namespace}-{self.name}", daemon=True
+        )
         self._thread.start()
 
     def kill(self, reason: str | None = None, message: str | None = None) -> None:
@@ -164,8 +193,12 @@ class JobPodRun:
             codes: dict[str, int] = {}
             threads = []
             for c in self.pod["spec"].get("containers") or []:
-                t = threading.Thread(target=lambda c=c: codes.__setitem__(
-                    c["name"], self._run_container(c, volumes, self.statuses[c["name"]])), daemon=True)
+                t = threading.Thread(
+                    target=lambda c=c: codes.__setitem__(
+                        c["name"], self._run_container(c, volumes, self.statuses[c["name"]])
+                    ),
+                    daemon=True,
+                )
                 t.start()
                 threads.append(t)
             for t in threads:
@@ -187,11 +220,20 @@ class JobPodRun:
                     with self.lock:
                         st["lastState"] = st["state"]
                         st["restartCount"] += 1
-                        st["state"] = {"waiting": {"reason": "CrashLoopBackOff",
-                                                   "message": f"back-off {int(delay)}s restarting failed "
-                                                              f"container={name} pod={self.name}_{self.namespace}"}}
-                    self.event("Warning", "BackOff", f"Back-off restarting failed container {name} in pod "
-                               f"{self.name}_{self.namespace}", name)
+                        st["state"] = {
+                            "waiting": {
+                                "reason": "CrashLoopBackOff",
+                                "message": f"back-off {int(delay)}s restarting failed "
+                                f"container={name} pod={self.name}_{self.namespace}",
+                            }
+                        }
+                    self.event(
+                        "Warning",
+                        "BackOff",
+                        f"Back-off restarting failed container {name} in pod "
+                        f"{self.name}_{self.namespace}",
+                        name,
+                    )
             self.notify()
             if self._stop.wait(delay):
                 return
@@ -215,11 +257,20 @@ class JobPodRun:
         if status.get("restartCount"):
             writer.rotate()
         if not command:
-            msg = (f"lab: container {name} has no command; the lab does not pull images, so their "
-                   "entrypoint is unknown: give the Job's container an explicit command")
+            msg = (
+                f"lab: container {name} has no command; the lab does not pull images, so their "
+                "entrypoint is unknown: give the Job's container an explicit command"
+            )
             with self.lock:
-                status["state"] = {"terminated": {"exitCode": 128, "reason": "StartError", "message": msg,
-                                                  "startedAt": now(), "finishedAt": now()}}
+                status["state"] = {
+                    "terminated": {
+                        "exitCode": 128,
+                        "reason": "StartError",
+                        "message": msg,
+                        "startedAt": now(),
+                        "finishedAt": now(),
+                    }
+                }
             writer.write_line(msg)
             writer.close()
             self.event("Warning", "Failed", f"Error: {msg}", name)
@@ -230,8 +281,15 @@ class JobPodRun:
             if src is None:
                 msg = f'lab: volumeMount {vm.get("mountPath")}: volume "{vm.get("name")}" not found'
                 with self.lock:
-                    status["state"] = {"terminated": {"exitCode": 128, "reason": "StartError", "message": msg,
-                                                      "startedAt": now(), "finishedAt": now()}}
+                    status["state"] = {
+                        "terminated": {
+                            "exitCode": 128,
+                            "reason": "StartError",
+                            "message": msg,
+                            "startedAt": now(),
+                            "finishedAt": now(),
+                        }
+                    }
                 writer.write_line(msg)
                 writer.close()
                 self.event("Warning", "Failed", f"Error: {msg}", name)
@@ -244,12 +302,22 @@ class JobPodRun:
         for k, v in env.items():
             cmd += ["--setenv", k, v]
         cmd += ["--", *argv]
-        self.event("Normal", "Pulled", f'Container image "{c.get("image", "")}" already present on machine '
-                   "(lab: images are not pulled; the command runs with this machine's programs)", name)
+        self.event(
+            "Normal",
+            "Pulled",
+            f'Container image "{c.get("image", "")}" already present on machine '
+            "(lab: images are not pulled; the command runs with this machine's programs)",
+            name,
+        )
         self.event("Normal", "Created", f"Created container: {name}", name)
         started = now()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self._procs[name] = proc
         with self.lock:
             status["state"] = {"running": {"startedAt": started}}
@@ -268,9 +336,15 @@ class JobPodRun:
         with self.lock:
             status["ready"] = False
             status["started"] = False
-            status["state"] = {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
-                                              "startedAt": started, "finishedAt": now(),
-                                              "containerID": f"lab://{proc.pid}"}}
+            status["state"] = {
+                "terminated": {
+                    "exitCode": code,
+                    "reason": "Completed" if code == 0 else "Error",
+                    "startedAt": started,
+                    "finishedAt": now(),
+                    "containerID": f"lab://{proc.pid}",
+                }
+            }
         return code
 
     # ---------------------------------------------------------------- volumes
@@ -296,7 +370,9 @@ class JobPodRun:
                     if src.get("optional"):
                         obj = {}
                     else:
-                        raise VolumeError(f'{"configmap" if kind == "configmap" else "secret"} "{obj_name}" not found')
+                        raise VolumeError(
+                            f'{"configmap" if kind == "configmap" else "secret"} "{obj_name}" not found'
+                        )
                 d = vroot / name
                 shutil.rmtree(d, ignore_errors=True)
                 d.mkdir(parents=True)
@@ -324,25 +400,42 @@ class JobPodRun:
             phase = self.phase
             containers = [dict(s) for s in self.statuses.values()]
             inits = [dict(s) for s in self.init_statuses.values()]
-        status: dict = {"phase": phase, "qosClass": (self.pod.get("status") or {}).get("qosClass", "BestEffort")}
+        status: dict = {
+            "phase": phase,
+            "qosClass": (self.pod.get("status") or {}).get("qosClass", "BestEffort"),
+        }
         if not self.scheduled:
-            status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                                     "message": self.unschedulable or ""}]
+            status["conditions"] = [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": self.unschedulable or "",
+                }
+            ]
             return status
         ready = phase == "Running" and all(c.get("ready") for c in containers)
-        done_reason = {} if ready else {"reason": "PodCompleted" if phase in ("Succeeded", "Failed")
-                                        else "ContainersNotReady"}
-        status.update({
-            "hostIP": "127.0.0.1", "podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}],
-            "startTime": self.start_time, "containerStatuses": containers,
-            "conditions": [
-                {"type": "PodReadyToStartContainers", "status": "True"},
-                {"type": "Initialized", "status": "True"},
-                {"type": "Ready", "status": "True" if ready else "False", **done_reason},
-                {"type": "ContainersReady", "status": "True" if ready else "False", **done_reason},
-                {"type": "PodScheduled", "status": "True"},
-            ],
-        })
+        done_reason = (
+            {}
+            if ready
+            else {"reason": "PodCompleted" if phase in ("Succeeded", "Failed") else "ContainersNotReady"}
+        )
+        status.update(
+            {
+                "hostIP": "127.0.0.1",
+                "podIP": "127.0.0.1",
+                "podIPs": [{"ip": "127.0.0.1"}],
+                "startTime": self.start_time,
+                "containerStatuses": containers,
+                "conditions": [
+                    {"type": "PodReadyToStartContainers", "status": "True"},
+                    {"type": "Initialized", "status": "True"},
+                    {"type": "Ready", "status": "True" if ready else "False", **done_reason},
+                    {"type": "ContainersReady", "status": "True" if ready else "False", **done_reason},
+                    {"type": "PodScheduled", "status": "True"},
+                ],
+            }
+        )
         if inits:
             status["initContainerStatuses"] = inits
         if self.reason:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import posixpath
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 GROUP = "serving.kserve.io"
 ISVC_VERSION = "v1beta1"
@@ -41,11 +41,37 @@ INVALID_STORAGE_URI_CONFIG = "Setting both StorageURI and StorageURIs is not sup
 # keys of predictor.model that are not corev1.Container fields
 _MODEL_ONLY_KEYS = {"modelFormat", "runtime", "storageUri", "runtimeVersion", "protocolVersion", "storage"}
 # keys of predictor that are not PodSpec fields
-_PREDICTOR_NON_POD = {"model", "storageUris", "storageContainerName", "workerSpec", "name", "minReplicas",
-                      "maxReplicas", "scaleTarget", "scaleMetric", "scaleMetricType", "autoScaling",
-                      "containerConcurrency", "timeout", "canaryTrafficPercent", "logger", "batcher",
-                      "labels", "annotations", "deploymentStrategy", "sklearn", "xgboost", "tensorflow",
-                      "pytorch", "triton", "onnx", "huggingface", "pmml", "lightgbm", "paddle"}
+_PREDICTOR_NON_POD = {
+    "model",
+    "storageUris",
+    "storageContainerName",
+    "workerSpec",
+    "name",
+    "minReplicas",
+    "maxReplicas",
+    "scaleTarget",
+    "scaleMetric",
+    "scaleMetricType",
+    "autoScaling",
+    "containerConcurrency",
+    "timeout",
+    "canaryTrafficPercent",
+    "logger",
+    "batcher",
+    "labels",
+    "annotations",
+    "deploymentStrategy",
+    "sklearn",
+    "xgboost",
+    "tensorflow",
+    "pytorch",
+    "triton",
+    "onnx",
+    "huggingface",
+    "pmml",
+    "lightgbm",
+    "paddle",
+}
 
 
 class SpecError(Exception):
@@ -55,8 +81,14 @@ class SpecError(Exception):
     transition: modelStatus.transitionStatus; webhook: True when a real cluster's admission
     webhook would have refused the request."""
 
-    def __init__(self, message: str, reason: str = "InvalidPredictorSpec", transition: str = "InvalidSpec",
-                 webhook: bool = False, status_message: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        reason: str = "InvalidPredictorSpec",
+        transition: str = "InvalidSpec",
+        webhook: bool = False,
+        status_message: str | None = None,
+    ):
         super().__init__(message)
         self.message = message
         self.reason = reason
@@ -113,8 +145,10 @@ def validate_storage_uris(entries: list[dict]) -> str | None:
     if len(pvc_paths) > 1 and len(set(pvc_paths)) != len(pvc_paths):
         return "PVC storage paths must be unique"
     if find_common_parent_path(paths) == "/":
-        return ("storage paths must have a common parent directory. "
-                f"Current paths: {_go_list(paths)} have no common parent beyond root")
+        return (
+            "storage paths must have a common parent directory. "
+            f"Current paths: {_go_list(paths)} have no common parent beyond root"
+        )
     return None
 
 
@@ -134,8 +168,13 @@ def validate_webhook(isvc: dict) -> None:
 
 
 def _reject(msg: str) -> None:
-    raise SpecError(msg, reason="InvalidPredictorSpec", transition="InvalidSpec", webhook=True,
-                    status_message=f'admission webhook "{WEBHOOK}" denied the request: {msg}')
+    raise SpecError(
+        msg,
+        reason="InvalidPredictorSpec",
+        transition="InvalidSpec",
+        webhook=True,
+        status_message=f'admission webhook "{WEBHOOK}" denied the request: {msg}',
+    )
 
 
 # ---------------------------------------------------------------- runtimes
@@ -152,7 +191,11 @@ def _supports(runtime: dict, model_format: dict, require_auto: bool) -> bool:
             continue
         if require_auto and not f.get("autoSelect"):
             continue
-        if want_version and f.get("version") and str(f["version"]).split(".")[0] != str(want_version).split(".")[0]:
+        if (
+            want_version
+            and f.get("version")
+            and str(f["version"]).split(".")[0] != str(want_version).split(".")[0]
+        ):
             continue
         return True
     return False
@@ -170,45 +213,64 @@ def select_runtime(isvc: dict, ns_runtimes: list[dict], cluster_runtimes: list[d
     """("ServingRuntime" | "ClusterServingRuntime", runtime object) for the predictor."""
     model = ((isvc.get("spec") or {}).get("predictor") or {}).get("model")
     if not isinstance(model, dict):
-        raise SpecError("the lab supports spec.predictor.model only (framework predictors need their images)",
-                        reason="InvalidPredictorSpec")
+        raise SpecError(
+            "the lab supports spec.predictor.model only (framework predictors need their images)",
+            reason="InvalidPredictorSpec",
+        )
     fmt = model.get("modelFormat") or {}
     name = model.get("runtime")
     if name:
         found = [("ServingRuntime", r) for r in ns_runtimes if r["metadata"]["name"] == name]
         found += [("ClusterServingRuntime", r) for r in cluster_runtimes if r["metadata"]["name"] == name]
         if not found:
-            raise SpecError(f"No ServingRuntimes or ClusterServingRuntimes with the name: {name}",
-                            reason="RuntimeNotRecognized",
-                            status_message=f"Waiting for runtime to become available: no ServingRuntime or "
-                                           f"ClusterServingRuntime named {name!r}")
+            raise SpecError(
+                f"No ServingRuntimes or ClusterServingRuntimes with the name: {name}",
+                reason="RuntimeNotRecognized",
+                status_message=f"Waiting for runtime to become available: no ServingRuntime or "
+                f"ClusterServingRuntime named {name!r}",
+            )
         kind, rt = found[0]
         if (rt.get("spec") or {}).get("disabled"):
-            raise SpecError(f"specified runtime {name} is disabled", reason="RuntimeDisabled",
-                            status_message="Specified runtime is disabled")
+            raise SpecError(
+                f"specified runtime {name} is disabled",
+                reason="RuntimeDisabled",
+                status_message="Specified runtime is disabled",
+            )
         if fmt and not _supports(rt, fmt, require_auto=False):
-            raise SpecError(f"specified runtime {name} does not support specified framework/version",
-                            reason="NoSupportingRuntime",
-                            status_message="Specified runtime does not support specified framework/version")
+            raise SpecError(
+                f"specified runtime {name} does not support specified framework/version",
+                reason="NoSupportingRuntime",
+                status_message="Specified runtime does not support specified framework/version",
+            )
         return kind, rt
     candidates = []
-    for order, (kind, items) in enumerate((("ServingRuntime", ns_runtimes),
-                                           ("ClusterServingRuntime", cluster_runtimes))):
+    for order, (kind, items) in enumerate(
+        (("ServingRuntime", ns_runtimes), ("ClusterServingRuntime", cluster_runtimes))
+    ):
         for rt in items:
             if _supports(rt, fmt, require_auto=True):
                 candidates.append((order, -_priority(rt, fmt), rt["metadata"]["name"], kind, rt))
     if not candidates:
-        fmt_go = "{" + f"{fmt.get('name', '')} {'<nil>' if fmt.get('version') is None else fmt['version']}" + "}"
-        raise SpecError(f"no runtime found to support predictor with model type: {fmt_go}",
-                        reason="NoSupportingRuntime",
-                        status_message="No runtime found to support specified framework/version")
+        fmt_go = (
+            "{" + f"{fmt.get('name', '')} {'<nil>' if fmt.get('version') is None else fmt['version']}" + "}"
+        )
+        raise SpecError(
+            f"no runtime found to support predictor with model type: {fmt_go}",
+            reason="NoSupportingRuntime",
+            status_message="No runtime found to support specified framework/version",
+        )
     candidates.sort(key=lambda c: c[:3])
     return candidates[0][3], candidates[0][4]
 
 
 # ---------------------------------------------------------------- merge
-_MERGE_KEYS = {"env": "name", "volumeMounts": "mountPath", "ports": "containerPort", "envFrom": None,
-               "volumeDevices": "devicePath"}
+_MERGE_KEYS = {
+    "env": "name",
+    "volumeMounts": "mountPath",
+    "ports": "containerPort",
+    "envFrom": None,
+    "volumeDevices": "devicePath",
+}
 
 
 def _merge_list(base: list, over: list, key: str | None) -> list:
@@ -273,6 +335,7 @@ def _substitute(text: str, meta: dict) -> str:
         if m.group(2):
             return str((meta.get("labels") or {}).get(m.group(2), "<no value>"))
         return str((meta.get("annotations") or {}).get(m.group(3), "<no value>"))
+
     return _PLACEHOLDER.sub(sub, text)
 
 
@@ -291,8 +354,15 @@ def merge_pod_spec(runtime_spec: dict, predictor: dict) -> dict:
     """Pod-level fields: the runtime's (volumes, nodeSelector, tolerations, affinity, ...)
     with the predictor's inline PodSpec merged over them."""
     out: dict = {}
-    for key in ("volumes", "nodeSelector", "tolerations", "affinity", "imagePullSecrets", "hostIPC",
-                "schedulerName"):
+    for key in (
+        "volumes",
+        "nodeSelector",
+        "tolerations",
+        "affinity",
+        "imagePullSecrets",
+        "hostIPC",
+        "schedulerName",
+    ):
         if key in runtime_spec:
             out[key] = copy.deepcopy(runtime_spec[key])
     for key, value in predictor.items():
@@ -311,19 +381,20 @@ def merge_pod_spec(runtime_spec: dict, predictor: dict) -> dict:
 @dataclass
 class Mount:
     """One model source as the predictor container sees it."""
-    kind: str                 # "pvc" | "oci" | scheme of anything else (s3, hf, ...)
+
+    kind: str  # "pvc" | "oci" | scheme of anything else (s3, hf, ...)
     uri: str
     mount_path: str
     claim: str = ""
     sub_path: str = ""
     read_only: bool = True
-    image: str = ""           # oci: the image reference (oci:// stripped)
+    image: str = ""  # oci: the image reference (oci:// stripped)
     index: int = 0
 
 
 def parse_pvc_uri(uri: str) -> tuple[str, str]:
     """pvc://claim[/sub/path] -> (claim, sub/path)."""
-    rest = uri[len("pvc://"):]
+    rest = uri[len("pvc://") :]
     claim, _, sub = rest.partition("/")
     return claim, sub.strip("/")
 
@@ -337,8 +408,15 @@ def resolve_storage(isvc: dict) -> list[Mount]:
     if uri:
         mounts.append(_mount(uri, DEFAULT_MOUNT, ro, honour_sub_path=True, index=0))
     for i, entry in enumerate(spec.get("storageUris") or []):
-        mounts.append(_mount(entry.get("uri", ""), entry.get("mountPath", DEFAULT_MOUNT), ro,
-                             honour_sub_path=False, index=i))
+        mounts.append(
+            _mount(
+                entry.get("uri", ""),
+                entry.get("mountPath", DEFAULT_MOUNT),
+                ro,
+                honour_sub_path=False,
+                index=i,
+            )
+        )
     oci = [m for m in mounts if m.kind == "oci"]
     for n, m in enumerate(oci):
         m.index = n
@@ -350,8 +428,15 @@ def _mount(uri: str, mount_path: str, ro: bool, honour_sub_path: bool, index: in
     if scheme == "pvc":
         claim, sub = parse_pvc_uri(uri)
         # storageUris entries mount the whole claim: KServe 0.20 discards the path part
-        return Mount("pvc", uri, mount_path, claim=claim, sub_path=sub if honour_sub_path else "", read_only=ro,
-                     index=index)
+        return Mount(
+            "pvc",
+            uri,
+            mount_path,
+            claim=claim,
+            sub_path=sub if honour_sub_path else "",
+            read_only=ro,
+            index=index,
+        )
     if scheme in ("oci", "oci+modelcar"):
         return Mount("oci", uri, mount_path, image=uri.split("://", 1)[1], index=index)
     return Mount(scheme or "file", uri, mount_path, index=index)
@@ -380,7 +465,9 @@ def pod_template(isvc: dict, runtime_kind: str, runtime: dict, container: dict, 
             if vol is None:
                 vol = "kserve-pvc-source" if not pvc_seen else f"kserve-pvc-source-{len(pvc_seen)}"
                 pvc_seen[m.claim] = vol
-                volumes.append({"name": vol, "persistentVolumeClaim": {"claimName": m.claim, "readOnly": m.read_only}})
+                volumes.append(
+                    {"name": vol, "persistentVolumeClaim": {"claimName": m.claim, "readOnly": m.read_only}}
+                )
             vm = {"name": vol, "mountPath": m.mount_path, "readOnly": m.read_only}
             if m.sub_path:
                 vm["subPath"] = m.sub_path
@@ -394,22 +481,38 @@ def pod_template(isvc: dict, runtime_kind: str, runtime: dict, container: dict, 
             link = f"ln -sf /proc/$$$$/root/models {m.mount_path}"
             if m.mount_path != DEFAULT_MOUNT:
                 link = f"mkdir -p {parent} && {link}"
-            sidecars.append({
-                "name": f"modelcar{sfx}", "image": m.image,
-                "args": ["sh", "-c", f"{link} && sleep infinity"],
-                "resources": {"limits": {"cpu": "10m", "memory": "15Mi"}, "requests": {"cpu": "10m", "memory": "15Mi"}},
-                "volumeMounts": [{"name": vol, "mountPath": parent, "readOnly": False}],
-                "terminationMessagePolicy": "FallbackToLogsOnError",
-            })
-            init_containers.append({
-                "name": f"modelcar-init{sfx}", "image": m.image,
-                "args": ["sh", "-c", "echo 'Pre-fetching modelcar " + m.image + ": ' && [ -d /models ] && "
-                         "[ \"$$(ls -A /models)\" ] && echo 'OK ... Prefetched and valid (/models exists)' || "
-                         "(echo 'NOK ... Prefetched but modelcar is invalid (/models does not exist or is empty)' "
-                         "&& exit 1)"],
-                "resources": {"limits": {"cpu": "10m", "memory": "15Mi"}, "requests": {"cpu": "10m", "memory": "15Mi"}},
-                "terminationMessagePolicy": "FallbackToLogsOnError",
-            })
+            sidecars.append(
+                {
+                    "name": f"modelcar{sfx}",
+                    "image": m.image,
+                    "args": ["sh", "-c", f"{link} && sleep infinity"],
+                    "resources": {
+                        "limits": {"cpu": "10m", "memory": "15Mi"},
+                        "requests": {"cpu": "10m", "memory": "15Mi"},
+                    },
+                    "volumeMounts": [{"name": vol, "mountPath": parent, "readOnly": False}],
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                }
+            )
+            init_containers.append(
+                {
+                    "name": f"modelcar-init{sfx}",
+                    "image": m.image,
+                    "args": [
+                        "sh",
+                        "-c",
+                        "echo 'Pre-fetching modelcar " + m.image + ": ' && [ -d /models ] && "
+                        "[ \"$$(ls -A /models)\" ] && echo 'OK ... Prefetched and valid (/models exists)' || "
+                        "(echo 'NOK ... Prefetched but modelcar is invalid (/models does not exist or is empty)' "
+                        "&& exit 1)",
+                    ],
+                    "resources": {
+                        "limits": {"cpu": "10m", "memory": "15Mi"},
+                        "requests": {"cpu": "10m", "memory": "15Mi"},
+                    },
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                }
+            )
             pod_spec["shareProcessNamespace"] = True
             env = container.setdefault("env", [])
             if not any(e.get("name") == "MODEL_INIT_MODE" for e in env):
@@ -418,10 +521,14 @@ def pod_template(isvc: dict, runtime_kind: str, runtime: dict, container: dict, 
             # s3/gs/hf/https...: KServe's storage-initializer would download into an emptyDir
             volumes.append({"name": "kserve-provision-location", "emptyDir": {}})
             vmounts.append({"name": "kserve-provision-location", "mountPath": m.mount_path, "readOnly": True})
-            init_containers.append({"name": "storage-initializer", "image": "kserve/storage-initializer:v0.20.0",
-                                    "args": [m.uri, m.mount_path],
-                                    "volumeMounts": [{"name": "kserve-provision-location",
-                                                      "mountPath": m.mount_path}]})
+            init_containers.append(
+                {
+                    "name": "storage-initializer",
+                    "image": "kserve/storage-initializer:v0.20.0",
+                    "args": [m.uri, m.mount_path],
+                    "volumeMounts": [{"name": "kserve-provision-location", "mountPath": m.mount_path}],
+                }
+            )
     if not volumes:
         pod_spec.pop("volumes")
     if not vmounts:
@@ -437,13 +544,27 @@ def pod_template(isvc: dict, runtime_kind: str, runtime: dict, container: dict, 
     labels.update((rspec.get("labels") or {}))
     labels.update(meta.get("labels") or {})
     labels.update(pred.get("labels") or {})
-    labels.update({ISVC_LABEL: name, COMPONENT_LABEL: "predictor", "app": f"isvc.{name}-predictor",
-                   "serving.kserve.io/servingruntime" if runtime_kind == "ServingRuntime"
-                   else "serving.kserve.io/clusterservingruntime": runtime["metadata"]["name"]})
+    labels.update(
+        {
+            ISVC_LABEL: name,
+            COMPONENT_LABEL: "predictor",
+            "app": f"isvc.{name}-predictor",
+            (
+                "serving.kserve.io/servingruntime"
+                if runtime_kind == "ServingRuntime"
+                else "serving.kserve.io/clusterservingruntime"
+            ): runtime["metadata"]["name"],
+        }
+    )
     annotations = {}
     annotations.update(rspec.get("annotations") or {})
-    annotations.update({k: v for k, v in (meta.get("annotations") or {}).items()
-                        if not k.startswith("kubectl.kubernetes.io/last-applied")})
+    annotations.update(
+        {
+            k: v
+            for k, v in (meta.get("annotations") or {}).items()
+            if not k.startswith("kubectl.kubernetes.io/last-applied")
+        }
+    )
     annotations.update(pred.get("annotations") or {})
     annotations["kubectl.kubernetes.io/default-container"] = CONTAINER
     return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec}
@@ -456,8 +577,10 @@ def _has_kserve(rspec: dict) -> bool:
 def runtime_container(runtime: dict) -> dict:
     containers = (runtime.get("spec") or {}).get("containers") or []
     if not containers:
-        raise SpecError("no container configuration found in selected serving runtime",
-                        status_message="No container configuration found in selected serving runtime")
+        raise SpecError(
+            "no container configuration found in selected serving runtime",
+            status_message="No container configuration found in selected serving runtime",
+        )
     for c in containers:
         if c.get("name") == CONTAINER:
             return c

@@ -135,26 +135,38 @@ class Kube:
 
     def replace(self, key: str, body: dict) -> dict:
         md = body["metadata"]
-        return self.dyn.replace(self.res(key), body=body, name=md["name"], namespace=md.get("namespace")).to_dict()
+        return self.dyn.replace(
+            self.res(key), body=body, name=md["name"], namespace=md.get("namespace")
+        ).to_dict()
 
     def patch(self, key: str, name: str, namespace: str | None, body: dict) -> dict | None:
         try:
-            return self.dyn.patch(self.res(key), body=body, name=name, namespace=namespace,
-                                  content_type=MERGE).to_dict()
+            return self.dyn.patch(
+                self.res(key), body=body, name=name, namespace=namespace, content_type=MERGE
+            ).to_dict()
         except NotFoundError:
             return None
 
     def patch_status(self, key: str, name: str, namespace: str | None, status: dict) -> dict | None:
         try:
-            return self.dyn.patch(self.res(key).status, body={"status": status}, name=name, namespace=namespace,
-                                  content_type=MERGE).to_dict()
+            return self.dyn.patch(
+                self.res(key).status,
+                body={"status": status},
+                name=name,
+                namespace=namespace,
+                content_type=MERGE,
+            ).to_dict()
         except NotFoundError:
             return None
 
     def bind_pod(self, name: str, namespace: str, node: str) -> None:
         """POST pods/NAME/binding, as a scheduler does (spec.nodeName is immutable otherwise)."""
-        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
         sub = self.res("pod").subresources["binding"]
         self.dyn.request("post", sub.path(name=name, namespace=namespace), body=body)
 
@@ -176,8 +188,9 @@ class Recorder:
         self._seen: dict[tuple, tuple[str, int]] = {}
         self._lock = threading.Lock()
 
-    def event(self, obj: dict, type_: str, reason: str, message: str, component: str,
-              field_path: str | None = None) -> None:
+    def event(
+        self, obj: dict, type_: str, reason: str, message: str, component: str, field_path: str | None = None
+    ) -> None:
         md = obj.get("metadata") or {}
         ns = md.get("namespace") or "default"
         key = (md.get("uid"), reason, message, component)
@@ -191,19 +204,32 @@ class Recorder:
                     with self._lock:
                         self._seen[key] = (name, count + 1)
                     return
-            involved = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": md.get("name"),
-                        "namespace": md.get("namespace"), "uid": md.get("uid"),
-                        "resourceVersion": md.get("resourceVersion")}
+            involved = {
+                "apiVersion": obj.get("apiVersion"),
+                "kind": obj.get("kind"),
+                "name": md.get("name"),
+                "namespace": md.get("namespace"),
+                "uid": md.get("uid"),
+                "resourceVersion": md.get("resourceVersion"),
+            }
             if field_path:
                 involved["fieldPath"] = field_path
             name = f"{md.get('name')}.{uuid.uuid4().hex[:16]}"
-            body = {"apiVersion": "v1", "kind": "Event",
-                    "metadata": {"name": name, "namespace": ns},
-                    "involvedObject": {k: v for k, v in involved.items() if v is not None},
-                    "reason": reason, "message": message, "type": type_,
-                    "source": {"component": component, **({"host": self.host} if component == "kubelet" else {})},
-                    "firstTimestamp": ts, "lastTimestamp": ts, "count": 1,
-                    "reportingComponent": component, "reportingInstance": self.host}
+            body = {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": name, "namespace": ns},
+                "involvedObject": {k: v for k, v in involved.items() if v is not None},
+                "reason": reason,
+                "message": message,
+                "type": type_,
+                "source": {"component": component, **({"host": self.host} if component == "kubelet" else {})},
+                "firstTimestamp": ts,
+                "lastTimestamp": ts,
+                "count": 1,
+                "reportingComponent": component,
+                "reportingInstance": self.host,
+            }
             self.kube.create("event", body, namespace=ns)
             with self._lock:
                 self._seen[key] = (name, 1)
@@ -280,8 +306,14 @@ class Informer(threading.Thread):
     """List, then watch (with timeoutSeconds), then list again: every object is handed to
     handler(event_type, obj) at least once per cycle, so a missed event heals itself."""
 
-    def __init__(self, kube: Kube, key: str, handler: Callable[[str, dict], None], stop: threading.Event,
-                 cycle_seconds: int = 30):
+    def __init__(
+        self,
+        kube: Kube,
+        key: str,
+        handler: Callable[[str, dict], None],
+        stop: threading.Event,
+        cycle_seconds: int = 30,
+    ):
         super().__init__(name=f"informer-{key}", daemon=True)
         self.kube = kube
         self.key = key
@@ -324,8 +356,14 @@ class Informer(threading.Thread):
 
 def owner_ref(obj: dict, controller: bool = True) -> dict:
     md = obj["metadata"]
-    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": md["name"], "uid": md["uid"],
-            "controller": controller, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": md["name"],
+        "uid": md["uid"],
+        "controller": controller,
+        "blockOwnerDeletion": True,
+    }
 
 
 def conditions_merge(old: Iterable[dict] | None, new: list[dict]) -> list[dict]:
@@ -340,8 +378,12 @@ def conditions_merge(old: Iterable[dict] | None, new: list[dict]) -> list[dict]:
             c["lastTransitionTime"] = p["lastTransitionTime"]
         else:
             c.setdefault("lastTransitionTime", ts)
-        if "lastUpdateTime" in c and p is not None and p.get("lastUpdateTime") and all(
-                p.get(k) == c.get(k) for k in ("status", "reason", "message")):
+        if (
+            "lastUpdateTime" in c
+            and p is not None
+            and p.get("lastUpdateTime")
+            and all(p.get(k) == c.get(k) for k in ("status", "reason", "message"))
+        ):
             c["lastUpdateTime"] = p["lastUpdateTime"]  # nothing new: no write, no event
         out.append(c)
     return out

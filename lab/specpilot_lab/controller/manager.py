@@ -26,8 +26,18 @@ from .. import registry
 from ..engine import vllm_python as default_vllm_python
 from . import kserve, scheduling
 from .jobs import JobPodRun, elapsed_since
-from .kube import (Informer, Kube, Recorder, WorkQueue, conditions_merge, now, owner_ref, parse_time,
-                   random_suffix, short_hash)
+from .kube import (
+    Informer,
+    Kube,
+    Recorder,
+    WorkQueue,
+    conditions_merge,
+    now,
+    owner_ref,
+    parse_time,
+    random_suffix,
+    short_hash,
+)
 from .podrun import PredictorRun
 from .proxy import ServiceProxy
 
@@ -40,11 +50,23 @@ REGISTRY_ALIASES = ("registry.lab", "lab-registry", "registry.lab.local")
 
 
 class Controller:
-    def __init__(self, kubeconfig: str | Path, state_dir: str | Path, podlogs_dir: str | Path | None = None, *,
-                 node_name: str = "lab-node", node_gpus: int = 1, node_labels: dict | None = None,
-                 node_taints: list | None = None, node_cpu: str = "32", node_memory: str = "256Gi",
-                 registry_addr: str | None = None, vllm_python: Path | None = None,
-                 crash_backoff: float = 10.0, job_backoff: float = 10.0):
+    def __init__(
+        self,
+        kubeconfig: str | Path,
+        state_dir: str | Path,
+        podlogs_dir: str | Path | None = None,
+        *,
+        node_name: str = "lab-node",
+        node_gpus: int = 1,
+        node_labels: dict | None = None,
+        node_taints: list | None = None,
+        node_cpu: str = "32",
+        node_memory: str = "256Gi",
+        registry_addr: str | None = None,
+        vllm_python: Path | None = None,
+        crash_backoff: float = 10.0,
+        job_backoff: float = 10.0,
+    ):
         self.state_dir = Path(state_dir).resolve()
         self.podlogs_dir = Path(podlogs_dir).resolve() if podlogs_dir else self.state_dir
         self.kube = Kube(kubeconfig, self.state_dir / "controller" / "cache")
@@ -52,8 +74,13 @@ class Controller:
         self.queue = WorkQueue()
         self.stop_event = threading.Event()
         self.node_name = node_name
-        self.node_config = dict(gpus=node_gpus, labels=node_labels or {}, taints=node_taints or [],
-                                cpu=node_cpu, memory=node_memory)
+        self.node_config = dict(
+            gpus=node_gpus,
+            labels=node_labels or {},
+            taints=node_taints or [],
+            cpu=node_cpu,
+            memory=node_memory,
+        )
         self._registry_addr = registry_addr
         self.vllm_python = Path(vllm_python) if vllm_python else default_vllm_python()
         self.crash_backoff = crash_backoff
@@ -71,14 +98,22 @@ class Controller:
     def start(self, sync_timeout: float = 15.0) -> "Controller":
         self.reap_stale_engines()
         self.ensure_node()
-        handlers = {"isvc": self._on_isvc, "sr": self._on_runtime, "csr": self._on_runtime,
-                    "pvc": self._on_pvc, "job": self._on_job, "pod": self._on_pod, "node": self._on_node}
+        handlers = {
+            "isvc": self._on_isvc,
+            "sr": self._on_runtime,
+            "csr": self._on_runtime,
+            "pvc": self._on_pvc,
+            "job": self._on_job,
+            "pod": self._on_pod,
+            "node": self._on_node,
+        }
         for key, handler in handlers.items():
             inf = Informer(self.kube, key, handler, self.stop_event)
             inf.start()
             self._informers.append(inf)
         for inf in self._informers:
             inf.synced.wait(sync_timeout)
+        self._collect_stale_state()
         self._worker = threading.Thread(target=self._work, name="reconciler", daemon=True)
         self._worker.start()
         return self
@@ -102,6 +137,18 @@ class Controller:
             t.join(timeout=40)
         for p in self.proxies.values():
             p.close()
+
+    def _collect_stale_state(self) -> None:
+        """Lab directories of objects the API no longer has (the emulator keeps its state in
+        memory, so after a lab restart they belong to nobody): PVC data, engine and job dirs."""
+        claims = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in self.kube.list("pvc")}
+        for d in (self.state_dir / "pvcs").glob("*/*"):
+            if (d.parent.name, d.name) not in claims:
+                shutil.rmtree(d, ignore_errors=True)
+        for sub in ("engines", "jobs"):
+            for d in (self.state_dir / sub).glob("*/*"):
+                if (d.parent.name, d.name) not in self.runs and (d.parent.name, d.name) not in self.job_pods:
+                    shutil.rmtree(d, ignore_errors=True)
 
     def reap_stale_engines(self) -> None:
         """Engines a killed controller left behind (their pids are in engines/*/*/engine.pid)."""
@@ -212,7 +259,9 @@ class Controller:
     # ================================================================ node and scheduling
     def ensure_node(self) -> dict:
         c = self.node_config
-        desired = scheduling.node_object(self.node_name, c["gpus"], c["labels"], c["taints"], c["cpu"], c["memory"])
+        desired = scheduling.node_object(
+            self.node_name, c["gpus"], c["labels"], c["taints"], c["cpu"], c["memory"]
+        )
         existing = self.kube.get("node", self.node_name)
         if existing is None:
             created = self.kube.create("node", {k: v for k, v in desired.items() if k != "status"})
@@ -226,11 +275,15 @@ class Controller:
         for claim in claims:
             pvc = self.kube.get("pvc", claim, ns)
             if pvc is None:
-                return (f'0/1 nodes are available: persistentvolumeclaim "{claim}" not found. preemption: 0/1 '
-                        "nodes are available: 1 Preemption is not helpful for scheduling.")
+                return (
+                    f'0/1 nodes are available: persistentvolumeclaim "{claim}" not found. preemption: 0/1 '
+                    "nodes are available: 1 Preemption is not helpful for scheduling."
+                )
             if (pvc.get("status") or {}).get("phase") != "Bound":
-                return ("0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: "
-                        "0/1 nodes are available: 1 Preemption is not helpful for scheduling.")
+                return (
+                    "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: "
+                    "0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+                )
         node = self.kube.get("node", self.node_name) or self.ensure_node()
         others = []
         for p in self.kube.list("pod"):
@@ -248,9 +301,13 @@ class Controller:
         md = pod["metadata"]
         self.kube.bind_pod(md["name"], md["namespace"], self.node_name)
         out = self.kube.get("pod", md["name"], md["namespace"]) or pod
-        self.recorder.event(pod, "Normal", "Scheduled",
-                            f"Successfully assigned {md['namespace']}/{md['name']} to {self.node_name}",
-                            "default-scheduler")
+        self.recorder.event(
+            pod,
+            "Normal",
+            "Scheduled",
+            f"Successfully assigned {md['namespace']}/{md['name']} to {self.node_name}",
+            "default-scheduler",
+        )
         return out
 
     # ================================================================ helpers for the pod runners
@@ -306,6 +363,7 @@ class Controller:
             name = e.get("name")
             if "value" in e or "valueFrom" not in e:
                 from .mapping import expand_vars
+
                 env[name] = expand_vars(str(e.get("value", "")), env)
                 continue
             vf = e["valueFrom"]
@@ -320,14 +378,19 @@ class Controller:
                 val = _b64(raw) if raw is not None else None
             elif "fieldRef" in vf:
                 path = vf["fieldRef"].get("fieldPath", "")
-                val = {"metadata.name": md.get("name"), "metadata.namespace": namespace,
-                       "metadata.uid": md.get("uid"), "spec.nodeName": self.node_name,
-                       "status.podIP": "127.0.0.1", "status.hostIP": "127.0.0.1",
-                       "spec.serviceAccountName": (pod.get("spec") or {}).get("serviceAccountName")}.get(path)
+                val = {
+                    "metadata.name": md.get("name"),
+                    "metadata.namespace": namespace,
+                    "metadata.uid": md.get("uid"),
+                    "spec.nodeName": self.node_name,
+                    "status.podIP": "127.0.0.1",
+                    "status.hostIP": "127.0.0.1",
+                    "spec.serviceAccountName": (pod.get("spec") or {}).get("serviceAccountName"),
+                }.get(path)
                 if path.startswith("metadata.labels['"):
-                    val = (md.get("labels") or {}).get(path[len("metadata.labels['"):-2])
+                    val = (md.get("labels") or {}).get(path[len("metadata.labels['") : -2])
                 elif path.startswith("metadata.annotations['"):
-                    val = (md.get("annotations") or {}).get(path[len("metadata.annotations['"):-2])
+                    val = (md.get("annotations") or {}).get(path[len("metadata.annotations['") : -2])
             elif "resourceFieldRef" in vf:
                 val = "1"
             else:
@@ -352,8 +415,13 @@ class Controller:
             mounts = kserve.resolve_storage(isvc)
             template = kserve.pod_template(isvc, kind, rt, container, mounts)
         except kserve.SpecError as exc:
-            self.recorder.event(isvc, "Warning", "InternalError", exc.status_message if exc.webhook else exc.message,
-                                KSERVE_COMPONENT)
+            self.recorder.event(
+                isvc,
+                "Warning",
+                "InternalError",
+                exc.status_message if exc.webhook else exc.message,
+                KSERVE_COMPONENT,
+            )
             self._isvc_failed_status(isvc, exc)
             return
         thash = short_hash(json.dumps(template, sort_keys=True))
@@ -368,8 +436,10 @@ class Controller:
             if (ns, pmd["name"]) not in self.runs and not pmd.get("deletionTimestamp"):
                 self.kube.delete("pod", pmd["name"], ns)
 
-        runs = sorted((r for r in self.runs.values() if r.namespace == ns and r.isvc == name),
-                      key=lambda r: r.pod["metadata"].get("creationTimestamp") or "")
+        runs = sorted(
+            (r for r in self.runs.values() if r.namespace == ns and r.isvc == name),
+            key=lambda r: r.pod["metadata"].get("creationTimestamp") or "",
+        )
         new = [r for r in runs if r.hash == thash]
         old = [r for r in runs if r.hash != thash]
         surge = _max_surge(deploy)
@@ -433,33 +503,47 @@ class Controller:
             "replicas": 1,
             "selector": {"matchLabels": {"app": f"isvc.{md['name']}-predictor"}},
             "template": copy.deepcopy(template),
-            "strategy": copy.deepcopy(pred.get("deploymentStrategy")) or {
-                "type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
+            "strategy": copy.deepcopy(pred.get("deploymentStrategy"))
+            or {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
             "progressDeadlineSeconds": 600,
             "revisionHistoryLimit": 10,
         }
         existing = self.kube.get("deployment", name, md["namespace"])
-        labels = {kserve.ISVC_LABEL: md["name"], kserve.COMPONENT_LABEL: "predictor",
-                  "app": f"isvc.{md['name']}-predictor"}
+        labels = {
+            kserve.ISVC_LABEL: md["name"],
+            kserve.COMPONENT_LABEL: "predictor",
+            "app": f"isvc.{md['name']}-predictor",
+        }
         if existing is None:
-            body = {"apiVersion": "apps/v1", "kind": "Deployment",
-                    "metadata": {"name": name, "namespace": md["namespace"], "labels": labels,
-                                 "annotations": {TEMPLATE_HASH_ANNOTATION: thash,
-                                                 "deployment.kubernetes.io/revision": "1"},
-                                 "ownerReferences": [owner_ref(isvc)]},
-                    "spec": spec}
+            body = {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {
+                    "name": name,
+                    "namespace": md["namespace"],
+                    "labels": labels,
+                    "annotations": {
+                        TEMPLATE_HASH_ANNOTATION: thash,
+                        "deployment.kubernetes.io/revision": "1",
+                    },
+                    "ownerReferences": [owner_ref(isvc)],
+                },
+                "spec": spec,
+            }
             return self.kube.create("deployment", body, namespace=md["namespace"])
         ann = existing["metadata"].get("annotations") or {}
         strategy_now = json.dumps(existing["spec"].get("strategy"), sort_keys=True)
         if ann.get(TEMPLATE_HASH_ANNOTATION) != thash or (
-                pred.get("deploymentStrategy") and strategy_now != json.dumps(spec["strategy"], sort_keys=True)):
+            pred.get("deploymentStrategy") and strategy_now != json.dumps(spec["strategy"], sort_keys=True)
+        ):
             body = copy.deepcopy(existing)
             body.pop("status", None)
             body["spec"].update(spec)
             anns = body["metadata"].setdefault("annotations", {})
             if ann.get(TEMPLATE_HASH_ANNOTATION) != thash:
-                anns["deployment.kubernetes.io/revision"] = str(int(ann.get("deployment.kubernetes.io/revision",
-                                                                            "1")) + 1)
+                anns["deployment.kubernetes.io/revision"] = str(
+                    int(ann.get("deployment.kubernetes.io/revision", "1")) + 1
+                )
             anns[TEMPLATE_HASH_ANNOTATION] = thash
             return self.kube.replace("deployment", body)
         return existing
@@ -469,12 +553,20 @@ class Controller:
         name = f"{md['name']}-predictor"
         if self.kube.get("service", name, md["namespace"]) is not None:
             return
-        body = {"apiVersion": "v1", "kind": "Service",
-                "metadata": {"name": name, "namespace": md["namespace"],
-                             "labels": {kserve.ISVC_LABEL: md["name"], kserve.COMPONENT_LABEL: "predictor"},
-                             "ownerReferences": [owner_ref(isvc)]},
-                "spec": {"selector": {"app": f"isvc.{md['name']}-predictor"},
-                         "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": name,
+                "namespace": md["namespace"],
+                "labels": {kserve.ISVC_LABEL: md["name"], kserve.COMPONENT_LABEL: "predictor"},
+                "ownerReferences": [owner_ref(isvc)],
+            },
+            "spec": {
+                "selector": {"app": f"isvc.{md['name']}-predictor"},
+                "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}],
+            },
+        }
         try:
             self.kube.create("service", body, namespace=md["namespace"])
         except ApiException as exc:
@@ -490,16 +582,24 @@ class Controller:
         tmpl = copy.deepcopy(template)
         tmpl["metadata"]["labels"]["pod-template-hash"] = thash
         sel = dict(deploy["spec"]["selector"]["matchLabels"], **{"pod-template-hash": thash})
-        body = {"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                "metadata": {"name": name, "namespace": md["namespace"],
-                             "labels": dict(tmpl["metadata"]["labels"]),
-                             "annotations": {"deployment.kubernetes.io/revision":
-                                             (md.get("annotations") or {}).get("deployment.kubernetes.io/revision",
-                                                                               "1"),
-                                             "deployment.kubernetes.io/desired-replicas": "1",
-                                             "deployment.kubernetes.io/max-replicas": "2"},
-                             "ownerReferences": [owner_ref(deploy)]},
-                "spec": {"replicas": 1, "selector": {"matchLabels": sel}, "template": tmpl}}
+        body = {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {
+                "name": name,
+                "namespace": md["namespace"],
+                "labels": dict(tmpl["metadata"]["labels"]),
+                "annotations": {
+                    "deployment.kubernetes.io/revision": (md.get("annotations") or {}).get(
+                        "deployment.kubernetes.io/revision", "1"
+                    ),
+                    "deployment.kubernetes.io/desired-replicas": "1",
+                    "deployment.kubernetes.io/max-replicas": "2",
+                },
+                "ownerReferences": [owner_ref(deploy)],
+            },
+            "spec": {"replicas": 1, "selector": {"matchLabels": sel}, "template": tmpl},
+        }
         return self.kube.create("replicaset", body, namespace=md["namespace"])
 
     def _create_pod(self, isvc: dict, rs: dict, template: dict, thash: str, mounts: list) -> PredictorRun:
@@ -507,23 +607,37 @@ class Controller:
         pod_name = f"{rs['metadata']['name']}-{random_suffix(5)}"
         meta = copy.deepcopy(template["metadata"])
         meta["labels"]["pod-template-hash"] = thash
-        body = {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": pod_name, "namespace": ns, "generateName": rs["metadata"]["name"] + "-",
-                             "labels": meta["labels"], "annotations": meta.get("annotations") or {},
-                             "ownerReferences": [owner_ref(rs)]},
-                "spec": copy.deepcopy(template["spec"])}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": pod_name,
+                "namespace": ns,
+                "generateName": rs["metadata"]["name"] + "-",
+                "labels": meta["labels"],
+                "annotations": meta.get("annotations") or {},
+                "ownerReferences": [owner_ref(rs)],
+            },
+            "spec": copy.deepcopy(template["spec"]),
+        }
         pod = self.kube.create("pod", body, namespace=ns)
         run = PredictorRun(self, ns, pod_name, isvc["metadata"]["name"], thash, pod, mounts)
         self.runs[(ns, pod_name)] = run
-        self.recorder.event(rs, "Normal", "SuccessfulCreate", f"Created pod: {pod_name}", "replicaset-controller")
+        self.recorder.event(
+            rs, "Normal", "SuccessfulCreate", f"Created pod: {pod_name}", "replicaset-controller"
+        )
         return run
 
     def _proxy(self, ns: str, name: str) -> ServiceProxy:
         proxy = self.proxies.get((ns, name))
         if proxy is None:
+
             def target(ns=ns, name=name) -> int | None:
-                ready = [r for r in list(self.runs.values()) if r.namespace == ns and r.isvc == name and r.ready]
+                ready = [
+                    r for r in list(self.runs.values()) if r.namespace == ns and r.isvc == name and r.ready
+                ]
                 return ready[-1].port if ready else None
+
             proxy = self.proxies[(ns, name)] = ServiceProxy(target)
         return proxy
 
@@ -533,9 +647,18 @@ class Controller:
         md = rs["metadata"]
         if not runs and (rs.get("spec") or {}).get("replicas", 1) != 0:
             self.kube.patch("replicaset", md["name"], md["namespace"], {"spec": {"replicas": 0}})
-        self.kube.patch_status("replicaset", md["name"], md["namespace"], {
-            "replicas": len(runs), "fullyLabeledReplicas": len(runs), "readyReplicas": ready,
-            "availableReplicas": ready, "observedGeneration": md.get("generation", 1)})
+        self.kube.patch_status(
+            "replicaset",
+            md["name"],
+            md["namespace"],
+            {
+                "replicas": len(runs),
+                "fullyLabeledReplicas": len(runs),
+                "readyReplicas": ready,
+                "availableReplicas": ready,
+                "observedGeneration": md.get("generation", 1),
+            },
+        )
 
     def _deployment_status(self, deploy: dict, old: list, new: list, thash: str) -> None:
         md = deploy["metadata"]
@@ -545,32 +668,63 @@ class Controller:
         gen = md.get("generation", 1)
         observed = gen if ready_new else prev.get("observedGeneration")
         rs_name = f"{md['name']}-{thash}"
-        started = self.rollout_started.get((md["namespace"], md["labels"].get(kserve.ISVC_LABEL, ""), thash),
-                                           time.time())
+        started = self.rollout_started.get(
+            (md["namespace"], md["labels"].get(kserve.ISVC_LABEL, ""), thash), time.time()
+        )
         deadline = (deploy.get("spec") or {}).get("progressDeadlineSeconds", 600)
         if ready_new:
-            progressing = {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
-                           "message": f'ReplicaSet "{rs_name}" has successfully progressed.'}
+            progressing = {
+                "type": "Progressing",
+                "status": "True",
+                "reason": "NewReplicaSetAvailable",
+                "message": f'ReplicaSet "{rs_name}" has successfully progressed.',
+            }
         elif time.time() - started > deadline:
-            progressing = {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
-                           "message": f'ReplicaSet "{rs_name}" has timed out progressing.'}
+            progressing = {
+                "type": "Progressing",
+                "status": "False",
+                "reason": "ProgressDeadlineExceeded",
+                "message": f'ReplicaSet "{rs_name}" has timed out progressing.',
+            }
         else:
-            progressing = {"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated",
-                           "message": f'ReplicaSet "{rs_name}" is progressing.'}
-            self.enqueue(("isvc", md["namespace"], md["labels"].get(kserve.ISVC_LABEL, "")),
-                         max(1.0, deadline - (time.time() - started) + 1))
+            progressing = {
+                "type": "Progressing",
+                "status": "True",
+                "reason": "ReplicaSetUpdated",
+                "message": f'ReplicaSet "{rs_name}" is progressing.',
+            }
+            self.enqueue(
+                ("isvc", md["namespace"], md["labels"].get(kserve.ISVC_LABEL, "")),
+                max(1.0, deadline - (time.time() - started) + 1),
+            )
         min_available = 1 - _max_unavailable(deploy)
-        available = {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
-                     "message": "Deployment has minimum availability."} \
-            if len(ready_all) >= max(min_available, 0) and (ready_all or min_available <= 0) else \
-            {"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable",
-             "message": "Deployment does not have minimum availability."}
+        available = (
+            {
+                "type": "Available",
+                "status": "True",
+                "reason": "MinimumReplicasAvailable",
+                "message": "Deployment has minimum availability.",
+            }
+            if len(ready_all) >= max(min_available, 0) and (ready_all or min_available <= 0)
+            else {
+                "type": "Available",
+                "status": "False",
+                "reason": "MinimumReplicasUnavailable",
+                "message": "Deployment does not have minimum availability.",
+            }
+        )
         ts = now()
-        conds = conditions_merge(prev.get("conditions"), [dict(available, lastUpdateTime=ts),
-                                                          dict(progressing, lastUpdateTime=ts)])
-        status = {"replicas": len(old) + len(new), "updatedReplicas": len(new), "readyReplicas": len(ready_all),
-                  "availableReplicas": len(ready_all),
-                  "unavailableReplicas": max(0, 1 - len(ready_all)), "conditions": conds}
+        conds = conditions_merge(
+            prev.get("conditions"), [dict(available, lastUpdateTime=ts), dict(progressing, lastUpdateTime=ts)]
+        )
+        status = {
+            "replicas": len(old) + len(new),
+            "updatedReplicas": len(new),
+            "readyReplicas": len(ready_all),
+            "availableReplicas": len(ready_all),
+            "unavailableReplicas": max(0, 1 - len(ready_all)),
+            "conditions": conds,
+        }
         if observed is not None:
             status["observedGeneration"] = observed
         if not ready_all:
@@ -578,8 +732,17 @@ class Controller:
         self.kube.patch_status("deployment", md["name"], md["namespace"], status)
         deploy["status"] = status
 
-    def _isvc_status(self, isvc: dict, kind: str, rt: dict, deploy: dict, old: list, new: list,
-                     proxy: ServiceProxy, thash: str) -> None:
+    def _isvc_status(
+        self,
+        isvc: dict,
+        kind: str,
+        rt: dict,
+        deploy: dict,
+        old: list,
+        new: list,
+        proxy: ServiceProxy,
+        thash: str,
+    ) -> None:
         prev = isvc.get("status") or {}
         dstatus = deploy.get("status") or {}
         serving = [r for r in old + new if r.ready]
@@ -594,21 +757,31 @@ class Controller:
             if progress.get("status") == "False":
                 reason, msg = progress["reason"], progress["message"]
             detail = _pod_detail(newest, snap)
-            pred = {"type": "PredictorReady", "status": "False", "reason": reason,
-                    "message": f"{msg} {detail}".strip()}
+            pred = {
+                "type": "PredictorReady",
+                "status": "False",
+                "reason": reason,
+                "message": f"{msg} {detail}".strip(),
+            }
         ingress = {"type": "IngressReady", "status": "True"}
-        top = {"type": "Ready", "status": "True"} if ready else \
-            {"type": "Ready", "status": "False", "reason": pred["reason"], "message": pred["message"]}
+        top = (
+            {"type": "Ready", "status": "True"}
+            if ready
+            else {"type": "Ready", "status": "False", "reason": pred["reason"], "message": pred["message"]}
+        )
         conds = conditions_merge(prev.get("conditions"), [ingress, pred, top])
         url = proxy.url
         status = {
-            "url": url, "address": {"url": url},
+            "url": url,
+            "address": {"url": url},
             "components": {"predictor": {"url": url, "address": {"url": url}}},
             "conditions": conds,
             "deploymentMode": "Standard",
             "modelStatus": _model_status(serving, newest, snap),
         }
-        status["servingRuntimeName" if kind == "ServingRuntime" else "clusterServingRuntimeName"] = rt["metadata"]["name"]
+        status["servingRuntimeName" if kind == "ServingRuntime" else "clusterServingRuntimeName"] = rt[
+            "metadata"
+        ]["name"]
         if dstatus.get("observedGeneration") is not None:
             status["observedGeneration"] = dstatus["observedGeneration"]
         drop = {"servingRuntimeName", "clusterServingRuntimeName"} - set(status)
@@ -616,25 +789,42 @@ class Controller:
         for k in drop:
             if k in prev:
                 patch[k] = None
-        if "lastFailureInfo" in (prev.get("modelStatus") or {}) and "lastFailureInfo" not in status["modelStatus"]:
+        if (
+            "lastFailureInfo" in (prev.get("modelStatus") or {})
+            and "lastFailureInfo" not in status["modelStatus"]
+        ):
             patch["modelStatus"] = dict(status["modelStatus"], lastFailureInfo=None)
         self.kube.patch_status("isvc", isvc["metadata"]["name"], isvc["metadata"]["namespace"], patch)
 
     def _isvc_failed_status(self, isvc: dict, exc: kserve.SpecError) -> None:
         prev = isvc.get("status") or {}
-        pred = {"type": "PredictorReady", "status": "False", "reason": exc.reason, "message": exc.status_message}
+        pred = {
+            "type": "PredictorReady",
+            "status": "False",
+            "reason": exc.reason,
+            "message": exc.status_message,
+        }
         top = {"type": "Ready", "status": "False", "reason": exc.reason, "message": exc.status_message}
-        conds = [c for c in prev.get("conditions") or [] if c.get("type") == "IngressReady"] or \
-            [{"type": "IngressReady", "status": "False", "reason": exc.reason}]
+        conds = [c for c in prev.get("conditions") or [] if c.get("type") == "IngressReady"] or [
+            {"type": "IngressReady", "status": "False", "reason": exc.reason}
+        ]
         states = dict((prev.get("modelStatus") or {}).get("states") or {"activeModelState": ""})
         states["targetModelState"] = "FailedToLoad"
         old_info = (prev.get("modelStatus") or {}).get("lastFailureInfo") or {}
         when = old_info.get("time") if old_info.get("message") == exc.status_message else None
-        status = {"conditions": conditions_merge(prev.get("conditions"), conds + [pred, top]),
-                  "modelStatus": {"transitionStatus": exc.transition, "states": states,
-                                  "lastFailureInfo": {"reason": exc.reason, "message": exc.status_message,
-                                                      "time": when or now()},
-                                  "copies": {"failedCopies": 0, "totalCopies": 0}}}
+        status = {
+            "conditions": conditions_merge(prev.get("conditions"), conds + [pred, top]),
+            "modelStatus": {
+                "transitionStatus": exc.transition,
+                "states": states,
+                "lastFailureInfo": {
+                    "reason": exc.reason,
+                    "message": exc.status_message,
+                    "time": when or now(),
+                },
+                "copies": {"failedCopies": 0, "totalCopies": 0},
+            },
+        }
         self.kube.patch_status("isvc", isvc["metadata"]["name"], isvc["metadata"]["namespace"], status)
 
     # ================================================================ PersistentVolumeClaim
@@ -652,15 +842,29 @@ class Controller:
         pv_name = spec.get("volumeName") or f"pvc-{pvc['metadata']['uid']}"
         modes = spec.get("accessModes") or ["ReadWriteOnce"]
         if self.kube.get("pv", pv_name) is None:
-            pv = {"apiVersion": "v1", "kind": "PersistentVolume",
-                  "metadata": {"name": pv_name, "labels": {"specpilot.io/lab": "true"},
-                               "annotations": {"pv.kubernetes.io/provisioned-by": "specpilot.io/lab-hostpath"}},
-                  "spec": {"capacity": {"storage": size}, "accessModes": modes,
-                           "persistentVolumeReclaimPolicy": "Delete",
-                           "storageClassName": spec.get("storageClassName") or "",
-                           "hostPath": {"path": str(d)},
-                           "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": ns,
-                                        "name": name, "uid": pvc["metadata"]["uid"]}}}
+            pv = {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {
+                    "name": pv_name,
+                    "labels": {"specpilot.io/lab": "true"},
+                    "annotations": {"pv.kubernetes.io/provisioned-by": "specpilot.io/lab-hostpath"},
+                },
+                "spec": {
+                    "capacity": {"storage": size},
+                    "accessModes": modes,
+                    "persistentVolumeReclaimPolicy": "Delete",
+                    "storageClassName": spec.get("storageClassName") or "",
+                    "hostPath": {"path": str(d)},
+                    "claimRef": {
+                        "apiVersion": "v1",
+                        "kind": "PersistentVolumeClaim",
+                        "namespace": ns,
+                        "name": name,
+                        "uid": pvc["metadata"]["uid"],
+                    },
+                },
+            }
             try:
                 self.kube.create("pv", pv)
             except ApiException as exc:
@@ -668,15 +872,31 @@ class Controller:
                     raise
             self.kube.patch_status("pv", pv_name, None, {"phase": "Bound"})
         if not spec.get("volumeName"):
-            self.kube.patch("pvc", name, ns, {
-                "spec": {"volumeName": pv_name},
-                "metadata": {"annotations": {"pv.kubernetes.io/bind-completed": "yes",
-                                             "pv.kubernetes.io/bound-by-controller": "yes",
-                                             LOCAL_URL_ANNOTATION: str(d)}}})
-        self.kube.patch_status("pvc", name, ns, {"phase": "Bound", "accessModes": modes,
-                                                 "capacity": {"storage": size}})
-        self.recorder.event(pvc, "Normal", "ProvisioningSucceeded",
-                            f"Successfully provisioned volume {pv_name} (lab: {d})", "specpilot.io/lab-hostpath")
+            self.kube.patch(
+                "pvc",
+                name,
+                ns,
+                {
+                    "spec": {"volumeName": pv_name},
+                    "metadata": {
+                        "annotations": {
+                            "pv.kubernetes.io/bind-completed": "yes",
+                            "pv.kubernetes.io/bound-by-controller": "yes",
+                            LOCAL_URL_ANNOTATION: str(d),
+                        }
+                    },
+                },
+            )
+        self.kube.patch_status(
+            "pvc", name, ns, {"phase": "Bound", "accessModes": modes, "capacity": {"storage": size}}
+        )
+        self.recorder.event(
+            pvc,
+            "Normal",
+            "ProvisioningSucceeded",
+            f"Successfully provisioned volume {pv_name} (lab: {d})",
+            "specpilot.io/lab-hostpath",
+        )
 
     def _forget_pvc(self, ns: str, name: str) -> None:
         """Reclaim policy Delete: the claim's data goes with it."""
@@ -734,42 +954,89 @@ class Controller:
         if not finished:
             deadline = spec.get("activeDeadlineSeconds")
             if succeeded >= completions:
-                new_conds = [{"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached",
-                              "message": "Reached expected number of succeeded pods"},
-                             {"type": "Complete", "status": "True", "reason": "CompletionsReached",
-                              "message": "Reached expected number of succeeded pods"}]
+                new_conds = [
+                    {
+                        "type": "SuccessCriteriaMet",
+                        "status": "True",
+                        "reason": "CompletionsReached",
+                        "message": "Reached expected number of succeeded pods",
+                    },
+                    {
+                        "type": "Complete",
+                        "status": "True",
+                        "reason": "CompletionsReached",
+                        "message": "Reached expected number of succeeded pods",
+                    },
+                ]
             elif failed > backoff_limit:
-                new_conds = [{"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded",
-                              "message": "Job has reached the specified backoff limit"},
-                             {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-                              "message": "Job has reached the specified backoff limit"}]
+                new_conds = [
+                    {
+                        "type": "FailureTarget",
+                        "status": "True",
+                        "reason": "BackoffLimitExceeded",
+                        "message": "Job has reached the specified backoff limit",
+                    },
+                    {
+                        "type": "Failed",
+                        "status": "True",
+                        "reason": "BackoffLimitExceeded",
+                        "message": "Job has reached the specified backoff limit",
+                    },
+                ]
             elif deadline is not None and start_time and elapsed_since(start_time) >= float(deadline):
                 for jr in active:
-                    jr.kill("DeadlineExceeded", "Pod was active on the node longer than the specified deadline")
+                    jr.kill(
+                        "DeadlineExceeded", "Pod was active on the node longer than the specified deadline"
+                    )
                     jr.counted = True
                     self.kube.patch_status("pod", jr.name, ns, jr.pod_status())
-                    self.recorder.event(job, "Normal", "SuccessfulDelete", f"Deleted pod: {jr.name}",
-                                        "job-controller")
+                    self.recorder.event(
+                        job, "Normal", "SuccessfulDelete", f"Deleted pod: {jr.name}", "job-controller"
+                    )
                     self.kube.delete("pod", jr.name, ns)
                     self.job_pods.pop((ns, jr.name), None)
                 active = []
-                new_conds = [{"type": "FailureTarget", "status": "True", "reason": "DeadlineExceeded",
-                              "message": "Job was active longer than specified deadline"},
-                             {"type": "Failed", "status": "True", "reason": "DeadlineExceeded",
-                              "message": "Job was active longer than specified deadline"}]
-                self.recorder.event(job, "Warning", "DeadlineExceeded",
-                                    "Job was active longer than specified deadline", "job-controller")
+                new_conds = [
+                    {
+                        "type": "FailureTarget",
+                        "status": "True",
+                        "reason": "DeadlineExceeded",
+                        "message": "Job was active longer than specified deadline",
+                    },
+                    {
+                        "type": "Failed",
+                        "status": "True",
+                        "reason": "DeadlineExceeded",
+                        "message": "Job was active longer than specified deadline",
+                    },
+                ]
+                self.recorder.event(
+                    job,
+                    "Warning",
+                    "DeadlineExceeded",
+                    "Job was active longer than specified deadline",
+                    "job-controller",
+                )
             elif not spec.get("suspend"):
                 want = min(parallelism, completions - succeeded) - len(active)
                 retry_wait = 0.0
                 if want > 0 and failed > 0:
-                    last_fail = max((parse_time(getattr(jr, "finished_at", None)) or 0) for jr in mine) if mine else 0
+                    last_fail = (
+                        max((parse_time(getattr(jr, "finished_at", None)) or 0) for jr in mine) if mine else 0
+                    )
                     retry_wait = self.job_backoff * 2 ** (failed - 1) - (time.time() - last_fail)
                 if want > 0 and retry_wait > 0:
                     self.enqueue(("job", ns, name), min(retry_wait, 360))
                 else:
-                    log.debug("job %s/%s: succeeded %s failed %s active %s -> %s new pod(s)", ns, name, succeeded,
-                              failed, len(active), max(0, want))
+                    log.debug(
+                        "job %s/%s: succeeded %s failed %s active %s -> %s new pod(s)",
+                        ns,
+                        name,
+                        succeeded,
+                        failed,
+                        len(active),
+                        max(0, want),
+                    )
                     for _ in range(max(0, want)):
                         jr = self._create_job_pod(job)
                         active.append(jr)
@@ -778,9 +1045,14 @@ class Controller:
                     start_time = ts
             for jr in active:
                 if not jr.scheduled:
-                    msg = self.schedule(jr.pod, [v["persistentVolumeClaim"]["claimName"]
-                                                 for v in jr.pod["spec"].get("volumes") or []
-                                                 if "persistentVolumeClaim" in v])
+                    msg = self.schedule(
+                        jr.pod,
+                        [
+                            v["persistentVolumeClaim"]["claimName"]
+                            for v in jr.pod["spec"].get("volumes") or []
+                            if "persistentVolumeClaim" in v
+                        ],
+                    )
                     if msg:
                         jr.unschedulable = msg
                         self.recorder.event(jr.pod, "Warning", "FailedScheduling", msg, "default-scheduler")
@@ -791,20 +1063,27 @@ class Controller:
                 self.kube.patch_status("pod", jr.name, ns, jr.pod_status())
             if deadline is not None and start_time and not new_conds:
                 self.enqueue(("job", ns, name), max(0.2, float(deadline) - elapsed_since(start_time) + 0.1))
-        new_status = {"active": len([jr for jr in active if not jr.finished]) or None,
-                      "succeeded": succeeded or None, "failed": failed or None,
-                      "ready": len([jr for jr in active if jr.phase == "Running"]),
-                      "terminating": 0, "uncountedTerminatedPods": {}}
+        new_status = {
+            "active": len([jr for jr in active if not jr.finished]) or None,
+            "succeeded": succeeded or None,
+            "failed": failed or None,
+            "ready": len([jr for jr in active if jr.phase == "Running"]),
+            "terminating": 0,
+            "uncountedTerminatedPods": {},
+        }
         if start_time:
             new_status["startTime"] = start_time
         if new_conds:
-            new_status["conditions"] = conds + [dict(c, lastProbeTime=ts, lastTransitionTime=ts) for c in new_conds]
+            new_status["conditions"] = conds + [
+                dict(c, lastProbeTime=ts, lastTransitionTime=ts) for c in new_conds
+            ]
             if any(c["type"] == "Complete" for c in new_conds):
                 new_status["completionTime"] = ts
                 self.recorder.event(job, "Normal", "Completed", "Job completed", "job-controller")
             else:
-                self.recorder.event(job, "Warning", new_conds[-1]["reason"], new_conds[-1]["message"],
-                                    "job-controller")
+                self.recorder.event(
+                    job, "Warning", new_conds[-1]["reason"], new_conds[-1]["message"], "job-controller"
+                )
             if spec.get("ttlSecondsAfterFinished") is not None:
                 self.enqueue(("job", ns, name), float(spec["ttlSecondsAfterFinished"]) + 0.1)
         elif finished and spec.get("ttlSecondsAfterFinished") is not None:
@@ -815,7 +1094,9 @@ class Controller:
                     self.kube.delete("pod", jr.name, ns)
                     self.job_pods.pop((ns, jr.name), None)
                 return
-            self.enqueue(("job", ns, name), float(spec["ttlSecondsAfterFinished"]) - (time.time() - done_at) + 0.1)
+            self.enqueue(
+                ("job", ns, name), float(spec["ttlSecondsAfterFinished"]) - (time.time() - done_at) + 0.1
+            )
         self.kube.patch_status("job", name, ns, new_status)
 
     def _create_job_pod(self, job: dict) -> JobPodRun:
@@ -824,15 +1105,29 @@ class Controller:
         tmpl = copy.deepcopy((job.get("spec") or {}).get("template") or {})
         labels = dict((tmpl.get("metadata") or {}).get("labels") or {})
         uid = md["uid"]
-        labels.update({"controller-uid": uid, "job-name": md["name"], "batch.kubernetes.io/controller-uid": uid,
-                       "batch.kubernetes.io/job-name": md["name"]})
+        labels.update(
+            {
+                "controller-uid": uid,
+                "job-name": md["name"],
+                "batch.kubernetes.io/controller-uid": uid,
+                "batch.kubernetes.io/job-name": md["name"],
+            }
+        )
         name = f"{md['name']}-{random_suffix(5)}"
         spec = tmpl.get("spec") or {}
-        body = {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "namespace": ns, "generateName": md["name"] + "-", "labels": labels,
-                             "annotations": (tmpl.get("metadata") or {}).get("annotations") or {},
-                             "ownerReferences": [owner_ref(job)]},
-                "spec": spec}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "generateName": md["name"] + "-",
+                "labels": labels,
+                "annotations": (tmpl.get("metadata") or {}).get("annotations") or {},
+                "ownerReferences": [owner_ref(job)],
+            },
+            "spec": spec,
+        }
         pod = self.kube.create("pod", body, namespace=ns)
         self.recorder.event(job, "Normal", "SuccessfulCreate", f"Created pod: {name}", "job-controller")
         jr = JobPodRun(self, job, pod)
@@ -855,6 +1150,7 @@ def _int_or_percent(value, total: int, round_up: bool) -> int:
     if s.endswith("%"):
         pct = float(s[:-1]) / 100 * total
         import math
+
         return int(math.ceil(pct) if round_up else math.floor(pct))
     return int(s)
 
@@ -886,8 +1182,10 @@ def _pod_detail(run: PredictorRun | None, snap: dict) -> str:
     if last:
         why = snap.get("error") or last.get("message") or "see the pod log"
         waiting = (state.get("waiting") or {}).get("reason")
-        return (f"Container {kserve.CONTAINER} in pod {run.name} exited with code {last.get('exitCode')}"
-                f"{' (' + waiting + ', restarts ' + str(snap.get('restart_count')) + ')' if waiting else ''}: {why}")
+        return (
+            f"Container {kserve.CONTAINER} in pod {run.name} exited with code {last.get('exitCode')}"
+            f"{' (' + waiting + ', restarts ' + str(snap.get('restart_count')) + ')' if waiting else ''}: {why}"
+        )
     if "waiting" in state:
         w = state["waiting"]
         return f"Pod {run.name}: {w.get('reason', '')}{': ' + w['message'] if w.get('message') else ''}"
@@ -900,19 +1198,33 @@ def _model_status(serving: list, newest: PredictorRun | None, snap: dict) -> dic
     active = "Loaded" if serving else "Pending"
     copies = {"failedCopies": 0, "totalCopies": 1}
     if newest is not None and snap.get("ready"):
-        return {"transitionStatus": "UpToDate", "states": {"activeModelState": "Loaded", "targetModelState": "Loaded"},
-                "copies": copies}
+        return {
+            "transitionStatus": "UpToDate",
+            "states": {"activeModelState": "Loaded", "targetModelState": "Loaded"},
+            "copies": copies,
+        }
     last = (snap.get("last_state") or {}).get("terminated") if snap else None
     if last:
-        info = {"reason": "ModelLoadFailed",
-                "message": snap.get("error") or last.get("message") or f"container exited with code {last['exitCode']}",
-                "exitCode": last.get("exitCode"), "time": last.get("finishedAt")}
-        return {"transitionStatus": "BlockedByFailedLoad",
-                "states": {"activeModelState": active, "targetModelState": "FailedToLoad"},
-                "lastFailureInfo": info, "copies": {"failedCopies": 1, "totalCopies": 1}}
+        info = {
+            "reason": "ModelLoadFailed",
+            "message": snap.get("error")
+            or last.get("message")
+            or f"container exited with code {last['exitCode']}",
+            "exitCode": last.get("exitCode"),
+            "time": last.get("finishedAt"),
+        }
+        return {
+            "transitionStatus": "BlockedByFailedLoad",
+            "states": {"activeModelState": active, "targetModelState": "FailedToLoad"},
+            "lastFailureInfo": info,
+            "copies": {"failedCopies": 1, "totalCopies": 1},
+        }
     target = "Loading" if snap and "running" in (snap.get("state") or {}) else "Pending"
-    return {"transitionStatus": "InProgress", "states": {"activeModelState": active, "targetModelState": target},
-            "copies": copies}
+    return {
+        "transitionStatus": "InProgress",
+        "states": {"activeModelState": active, "targetModelState": target},
+        "copies": copies,
+    }
 
 
 def lab_dir_default() -> Path:

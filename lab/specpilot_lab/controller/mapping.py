@@ -46,7 +46,7 @@ def expand_vars(text: str, env: dict[str, str]) -> str:
             i += 2
         elif text.startswith("$(", i):
             end = text.find(")", i + 2)
-            name = text[i + 2:end] if end > 0 else ""
+            name = text[i + 2 : end] if end > 0 else ""
             if end > 0 and name in env:
                 out.append(env[name])
                 i = end + 1
@@ -70,7 +70,7 @@ def engine_argv(container: dict, vllm_python: Path, env: dict[str, str]) -> tupl
     prefix = [str(vllm_python), "-m", SERVER_MODULE]
     if not command:
         if args[:1] == ["serve"] or args[:2] == ["vllm", "serve"]:
-            return prefix, _serve_args(args[args.index("serve") + 1:])
+            return prefix, _serve_args(args[args.index("serve") + 1 :])
         return prefix, args
     exe = os.path.basename(command[0])
     if _PY.match(exe) and command[1:3] == ["-m", SERVER_MODULE]:
@@ -83,7 +83,8 @@ def engine_argv(container: dict, vllm_python: Path, env: dict[str, str]) -> tupl
         return prefix, _serve_args(args[1:])
     raise CommandError(
         f"the lab runs only the vLLM OpenAI server; cannot run command {shlex.join(command)!r} "
-        "(expected python -m vllm.entrypoints.openai.api_server, vllm serve, or no command)")
+        "(expected python -m vllm.entrypoints.openai.api_server, vllm serve, or no command)"
+    )
 
 
 def _serve_args(rest: list[str]) -> list[str]:

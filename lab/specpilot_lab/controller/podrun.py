@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import shutil
 import threading
 import time
 from pathlib import Path
-from typing import Callable
 
 from .. import podlogs, registry
 from ..engine import Engine, error_summary
@@ -25,21 +23,29 @@ class PredictorRun:
     """State of one predictor pod's kserve-container. Written by its own thread, read by the
     reconciler (under self.lock)."""
 
-    def __init__(self, ctl, namespace: str, name: str, isvc: str, template_hash: str, pod: dict,
-                 mounts: list[kserve.Mount]):
+    def __init__(
+        self,
+        ctl,
+        namespace: str,
+        name: str,
+        isvc: str,
+        template_hash: str,
+        pod: dict,
+        mounts: list[kserve.Mount],
+    ):
         self.ctl = ctl
         self.namespace = namespace
         self.name = name
         self.isvc = isvc
         self.hash = template_hash
-        self.pod = pod                     # the Pod object as created (uid, spec)
+        self.pod = pod  # the Pod object as created (uid, spec)
         self.mounts = mounts
         self.container = next(c for c in pod["spec"]["containers"] if c["name"] == kserve.CONTAINER)
         self.run_dir = ctl.state_dir / "engines" / namespace / name
         self.port = 0
         self.lock = threading.RLock()
         self.scheduled = False
-        self.unschedulable: str | None = None    # FailedScheduling message while Pending
+        self.unschedulable: str | None = None  # FailedScheduling message while Pending
         self.phase = "Pending"
         self.state: dict = {"waiting": {"reason": "ContainerCreating"}}
         self.last_state: dict = {}
@@ -48,7 +54,7 @@ class PredictorRun:
         self.started_once = False
         self.start_time: str | None = None
         self.init_done = False
-        self.error: str = ""                      # the engine's own account of its last exit
+        self.error: str = ""  # the engine's own account of its last exit
         self.deleted = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -62,7 +68,9 @@ class PredictorRun:
             self.scheduled = True
             self.unschedulable = None
             self.start_time = self.start_time or now()
-        self._thread = threading.Thread(target=self._main, name=f"pod-{self.namespace}-{self.name}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._main, name=f"pod-{self.namespace}-{self.name}", daemon=True
+        )
         self._thread.start()
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -83,8 +91,9 @@ class PredictorRun:
         self.ctl.enqueue(("isvc", self.namespace, self.isvc))
 
     def event(self, type_: str, reason: str, message: str) -> None:
-        self.ctl.recorder.event(self.pod, type_, reason, message, "kubelet",
-                                field_path=f"spec.containers{{{kserve.CONTAINER}}}")
+        self.ctl.recorder.event(
+            self.pod, type_, reason, message, "kubelet", field_path=f"spec.containers{{{kserve.CONTAINER}}}"
+        )
 
     # ---------------------------------------------------------------- the kubelet's job
     def _main(self) -> None:
@@ -113,22 +122,31 @@ class PredictorRun:
                     t0 = time.monotonic()
                     try:
                         local[m.mount_path] = self.ctl.pull_modelcar(m.image)
-                        self.event("Normal", "Pulled", f'Successfully pulled image "{m.image}" in '
-                                   f"{time.monotonic() - t0:.3f}s")
+                        self.event(
+                            "Normal",
+                            "Pulled",
+                            f'Successfully pulled image "{m.image}" in ' f"{time.monotonic() - t0:.3f}s",
+                        )
                         break
                     except registry.RegistryError as exc:
                         attempt += 1
                         msg = f'Failed to pull image "{m.image}": {exc}'
                         self.event("Warning", "Failed", msg)
                         with self.lock:
-                            self.state = {"waiting": {"reason": "ErrImagePull" if attempt == 1 else "ImagePullBackOff",
-                                                      "message": msg}}
+                            self.state = {
+                                "waiting": {
+                                    "reason": "ErrImagePull" if attempt == 1 else "ImagePullBackOff",
+                                    "message": msg,
+                                }
+                            }
                         self.notify()
                         if self._stop.wait(min(10 * 2 ** (attempt - 1), 300)):
                             return None
             else:
-                msg = (f"lab: storage {m.uri!r} is not supported: the lab has no network; use pvc:// or oci:// "
-                       "from the lab registry")
+                msg = (
+                    f"lab: storage {m.uri!r} is not supported: the lab has no network; use pvc:// or oci:// "
+                    "from the lab registry"
+                )
                 with self.lock:
                     self.state = {"waiting": {"reason": "Init:Error", "message": msg}}
                 self.event("Warning", "Failed", msg)
@@ -166,6 +184,7 @@ class PredictorRun:
                     writer.rotate()
                 if not self.port:
                     from ..engine import free_port
+
                     self.port = free_port()
                 args = local_args(args, path_map, self.port)
                 self._tail.clear()
@@ -174,8 +193,15 @@ class PredictorRun:
                     self._tail.append(line)
                     w.write_line(line)
 
-                eng = Engine(args, self.run_dir, port=self.port, command=prefix, env=env, line_sink=sink,
-                             kv_cache_gib=int(env.get("VLLM_CPU_KVCACHE_SPACE", "1") or 1))
+                eng = Engine(
+                    args,
+                    self.run_dir,
+                    port=self.port,
+                    command=prefix,
+                    env=env,
+                    line_sink=sink,
+                    kv_cache_gib=int(env.get("VLLM_CPU_KVCACHE_SPACE", "1") or 1),
+                )
                 image = self.container.get("image", "")
                 if not self.started_once:
                     self.event("Normal", "Pulled", f'Container image "{image}" already present on machine')
@@ -206,10 +232,13 @@ class PredictorRun:
                 writer.flush_partial()
                 self.error = error_summary("\n".join(self._tail))
                 finished = now()
-                terminated = {"exitCode": code if code is not None else -1,
-                              "reason": "Completed" if code == 0 else "Error",
-                              "startedAt": started, "finishedAt": finished,
-                              "containerID": f"lab://{eng.proc.pid if eng.proc else 0}"}
+                terminated = {
+                    "exitCode": code if code is not None else -1,
+                    "reason": "Completed" if code == 0 else "Error",
+                    "startedAt": started,
+                    "finishedAt": finished,
+                    "containerID": f"lab://{eng.proc.pid if eng.proc else 0}",
+                }
                 if self.error:
                     terminated["message"] = self.error
                 # keep the crashed instance readable as --previous too, until the next start
@@ -218,17 +247,25 @@ class PredictorRun:
                     shutil.copyfile(cur, cur.with_name(podlogs.PREVIOUS))
                 except OSError:
                     pass
-                delay = min(self.ctl.crash_backoff * 2 ** self.restart_count, 300)
+                delay = min(self.ctl.crash_backoff * 2**self.restart_count, 300)
                 with self.lock:
                     self.ready = False
                     self.restart_count += 1
                     self.last_state = {"terminated": terminated}
                     uid = self.pod["metadata"].get("uid", "")
-                    self.state = {"waiting": {"reason": "CrashLoopBackOff",
-                                              "message": f"back-off {int(delay)}s restarting failed container="
-                                                         f"{kserve.CONTAINER} pod={self.name}_{self.namespace}({uid})"}}
-                self.event("Warning", "BackOff", f"Back-off restarting failed container {kserve.CONTAINER} in pod "
-                           f"{self.name}_{self.namespace}({self.pod['metadata'].get('uid', '')})")
+                    self.state = {
+                        "waiting": {
+                            "reason": "CrashLoopBackOff",
+                            "message": f"back-off {int(delay)}s restarting failed container="
+                            f"{kserve.CONTAINER} pod={self.name}_{self.namespace}({uid})",
+                        }
+                    }
+                self.event(
+                    "Warning",
+                    "BackOff",
+                    f"Back-off restarting failed container {kserve.CONTAINER} in pod "
+                    f"{self.name}_{self.namespace}({self.pod['metadata'].get('uid', '')})",
+                )
                 self.notify()
                 if self._stop.wait(delay):
                     return
@@ -239,19 +276,34 @@ class PredictorRun:
     # ---------------------------------------------------------------- status
     def snapshot(self) -> dict:
         with self.lock:
-            return {"ready": self.ready, "scheduled": self.scheduled, "unschedulable": self.unschedulable,
-                    "phase": self.phase, "state": dict(self.state), "last_state": dict(self.last_state),
-                    "restart_count": self.restart_count, "started_once": self.started_once,
-                    "start_time": self.start_time, "init_done": self.init_done, "error": self.error,
-                    "port": self.port}
+            return {
+                "ready": self.ready,
+                "scheduled": self.scheduled,
+                "unschedulable": self.unschedulable,
+                "phase": self.phase,
+                "state": dict(self.state),
+                "last_state": dict(self.last_state),
+                "restart_count": self.restart_count,
+                "started_once": self.started_once,
+                "start_time": self.start_time,
+                "init_done": self.init_done,
+                "error": self.error,
+                "port": self.port,
+            }
 
     def pod_status(self) -> dict:
         s = self.snapshot()
         ts = now()
         containers = []
-        main = {"name": kserve.CONTAINER, "image": self.container.get("image", ""), "imageID": "",
-                "ready": s["ready"], "restartCount": s["restart_count"],
-                "started": "running" in s["state"], "state": s["state"]}
+        main = {
+            "name": kserve.CONTAINER,
+            "image": self.container.get("image", ""),
+            "imageID": "",
+            "ready": s["ready"],
+            "restartCount": s["restart_count"],
+            "started": "running" in s["state"],
+            "state": s["state"],
+        }
         if s["last_state"]:
             main["lastState"] = s["last_state"]
         if "running" in s["state"]:
@@ -261,48 +313,100 @@ class PredictorRun:
             if c["name"] == kserve.CONTAINER:
                 continue
             running = s["init_done"] and s["scheduled"]
-            containers.append({"name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": running,
-                               "restartCount": 0, "started": running,
-                               "state": {"running": {"startedAt": s["start_time"] or ts}} if running
-                               else {"waiting": {"reason": "PodInitializing"}}})
-        status: dict = {"phase": s["phase"], "qosClass": (self.pod.get("status") or {}).get("qosClass", "BestEffort")}
+            containers.append(
+                {
+                    "name": c["name"],
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "ready": running,
+                    "restartCount": 0,
+                    "started": running,
+                    "state": (
+                        {"running": {"startedAt": s["start_time"] or ts}}
+                        if running
+                        else {"waiting": {"reason": "PodInitializing"}}
+                    ),
+                }
+            )
+        status: dict = {
+            "phase": s["phase"],
+            "qosClass": (self.pod.get("status") or {}).get("qosClass", "BestEffort"),
+        }
         if not s["scheduled"]:
-            status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                                     "message": s["unschedulable"] or "", "lastProbeTime": None}]
+            status["conditions"] = [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": s["unschedulable"] or "",
+                    "lastProbeTime": None,
+                }
+            ]
             return status
         inits = []
         for c in self.pod["spec"].get("initContainers") or []:
-            inits.append({"name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": s["init_done"],
-                          "restartCount": 0, "started": False,
-                          "state": {"terminated": {"exitCode": 0, "reason": "Completed",
-                                                   "startedAt": s["start_time"], "finishedAt": s["start_time"]}}
-                          if s["init_done"] else {"waiting": {"reason": "PodInitializing"}}})
+            inits.append(
+                {
+                    "name": c["name"],
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "ready": s["init_done"],
+                    "restartCount": 0,
+                    "started": False,
+                    "state": (
+                        {
+                            "terminated": {
+                                "exitCode": 0,
+                                "reason": "Completed",
+                                "startedAt": s["start_time"],
+                                "finishedAt": s["start_time"],
+                            }
+                        }
+                        if s["init_done"]
+                        else {"waiting": {"reason": "PodInitializing"}}
+                    ),
+                }
+            )
         all_ready = all(c["ready"] for c in containers)
-        status.update({
-            "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
-            "podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}],
-            "startTime": s["start_time"],
-            "containerStatuses": containers,
-            "conditions": [
-                {"type": "PodReadyToStartContainers", "status": "True"},
-                {"type": "Initialized", "status": "True" if s["init_done"] or not inits else "False"},
-                {"type": "Ready", "status": "True" if all_ready else "False",
-                 **({} if all_ready else {"reason": "ContainersNotReady",
-                                          "message": f"containers with unready status: [{kserve.CONTAINER}]"})},
-                {"type": "ContainersReady", "status": "True" if all_ready else "False",
-                 **({} if all_ready else {"reason": "ContainersNotReady",
-                                          "message": f"containers with unready status: [{kserve.CONTAINER}]"})},
-                {"type": "PodScheduled", "status": "True"},
-            ],
-        })
+        status.update(
+            {
+                "hostIP": "127.0.0.1",
+                "hostIPs": [{"ip": "127.0.0.1"}],
+                "podIP": "127.0.0.1",
+                "podIPs": [{"ip": "127.0.0.1"}],
+                "startTime": s["start_time"],
+                "containerStatuses": containers,
+                "conditions": [
+                    {"type": "PodReadyToStartContainers", "status": "True"},
+                    {"type": "Initialized", "status": "True" if s["init_done"] or not inits else "False"},
+                    {
+                        "type": "Ready",
+                        "status": "True" if all_ready else "False",
+                        **(
+                            {}
+                            if all_ready
+                            else {
+                                "reason": "ContainersNotReady",
+                                "message": f"containers with unready status: [{kserve.CONTAINER}]",
+                            }
+                        ),
+                    },
+                    {
+                        "type": "ContainersReady",
+                        "status": "True" if all_ready else "False",
+                        **(
+                            {}
+                            if all_ready
+                            else {
+                                "reason": "ContainersNotReady",
+                                "message": f"containers with unready status: [{kserve.CONTAINER}]",
+                            }
+                        ),
+                    },
+                    {"type": "PodScheduled", "status": "True"},
+                ],
+            }
+        )
         if inits:
             status["initContainerStatuses"] = inits
         return status
-
-
-def proc_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except OSError:
-        return False

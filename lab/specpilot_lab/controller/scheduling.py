@@ -14,12 +14,26 @@ import platform
 import re
 from decimal import Decimal
 
-
 GPU = "nvidia.com/gpu"
 
-_SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-           "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": 1,
-           "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+_SUFFIX = {
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+}
 
 
 def quantity(value) -> Decimal:
@@ -59,15 +73,26 @@ def parse_taints(text: str) -> list[dict]:
     return out
 
 
-def node_object(name: str, gpus: int, labels: dict[str, str], taints: list[dict], cpu: str, memory: str,
-                kubelet_version: str = "v1.31.4") -> dict:
+def node_object(
+    name: str,
+    gpus: int,
+    labels: dict[str, str],
+    taints: list[dict],
+    cpu: str,
+    memory: str,
+    kubelet_version: str = "v1.31.4",
+) -> dict:
     cap = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "100Gi", "hugepages-2Mi": "0"}
     if gpus:
         cap[GPU] = str(gpus)
     base_labels = {
-        "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-        "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64",
-        "node.kubernetes.io/instance-type": "specpilot-lab", "node-role.kubernetes.io/worker": "",
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/instance-type": "specpilot-lab",
+        "node-role.kubernetes.io/worker": "",
     }
     if gpus:
         base_labels["nvidia.com/gpu.present"] = "true"
@@ -76,36 +101,68 @@ def node_object(name: str, gpus: int, labels: dict[str, str], taints: list[dict]
     if taints:
         spec["taints"] = taints
     return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": base_labels,
-                     "annotations": {"specpilot.io/lab-node": "engines run on this machine's CPU; "
-                                     "nvidia.com/gpu is counted for scheduling only"}},
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": base_labels,
+            "annotations": {
+                "specpilot.io/lab-node": "engines run on this machine's CPU; "
+                "nvidia.com/gpu is counted for scheduling only"
+            },
+        },
         "spec": spec,
         "status": node_status(cap, kubelet_version),
     }
 
 
 def node_status(capacity: dict, kubelet_version: str = "v1.31.4") -> dict:
-    now_cond = {"status": "True", "type": "Ready", "reason": "KubeletReady",
-                "message": "kubelet is posting ready status"}
+    now_cond = {
+        "status": "True",
+        "type": "Ready",
+        "reason": "KubeletReady",
+        "message": "kubelet is posting ready status",
+    }
     return {
         "capacity": dict(capacity),
         "allocatable": dict(capacity),
         "conditions": [
-            {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory",
-             "message": "kubelet has sufficient memory available"},
-            {"type": "DiskPressure", "status": "False", "reason": "KubeletHasNoDiskPressure",
-             "message": "kubelet has no disk pressure"},
-            {"type": "PIDPressure", "status": "False", "reason": "KubeletHasSufficientPID",
-             "message": "kubelet has sufficient PID available"},
+            {
+                "type": "MemoryPressure",
+                "status": "False",
+                "reason": "KubeletHasSufficientMemory",
+                "message": "kubelet has sufficient memory available",
+            },
+            {
+                "type": "DiskPressure",
+                "status": "False",
+                "reason": "KubeletHasNoDiskPressure",
+                "message": "kubelet has no disk pressure",
+            },
+            {
+                "type": "PIDPressure",
+                "status": "False",
+                "reason": "KubeletHasSufficientPID",
+                "message": "kubelet has sufficient PID available",
+            },
             now_cond,
         ],
-        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
-                      {"type": "Hostname", "address": platform.node() or "localhost"}],
-        "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "osImage": "specpilot lab",
-                     "kernelVersion": platform.release(), "kubeletVersion": kubelet_version,
-                     "kubeProxyVersion": kubelet_version, "containerRuntimeVersion": "specpilot-lab://1",
-                     "machineID": "", "systemUUID": "", "bootID": ""},
+        "addresses": [
+            {"type": "InternalIP", "address": "127.0.0.1"},
+            {"type": "Hostname", "address": platform.node() or "localhost"},
+        ],
+        "nodeInfo": {
+            "architecture": "amd64",
+            "operatingSystem": "linux",
+            "osImage": "specpilot lab",
+            "kernelVersion": platform.release(),
+            "kubeletVersion": kubelet_version,
+            "kubeProxyVersion": kubelet_version,
+            "containerRuntimeVersion": "specpilot-lab://1",
+            "machineID": "",
+            "systemUUID": "",
+            "bootID": "",
+        },
     }
 
 
@@ -121,6 +178,7 @@ def default_memory() -> str:
 def pod_requests(spec: dict) -> dict[str, Decimal]:
     """Effective requests: max(sum over containers, max over init containers), per resource.
     Extended resources (GPUs) count their limits when no request is given."""
+
     def one(c: dict) -> dict[str, Decimal]:
         res = c.get("resources") or {}
         req = dict(res.get("requests") or {})
@@ -184,8 +242,9 @@ def _affinity_match(spec: dict, node: dict) -> bool:
     for k, v in (spec.get("nodeSelector") or {}).items():
         if labels.get(k) != v:
             return False
-    req = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-           .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    req = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
     terms = req.get("nodeSelectorTerms") or []
     if not terms:
         return True
@@ -205,9 +264,12 @@ def fit(pod_spec: dict, node: dict, other_pods: list[dict]) -> str | None:
     other_pods: the pods already bound to the node (this one excluded)."""
     reasons: list[str] = []
     preemption = "Preemption is not helpful for scheduling."
-    untolerated = [t for t in (node.get("spec") or {}).get("taints") or []
-                   if t.get("effect") in ("NoSchedule", "NoExecute")
-                   and not _tolerates(pod_spec.get("tolerations") or [], t)]
+    untolerated = [
+        t
+        for t in (node.get("spec") or {}).get("taints") or []
+        if t.get("effect") in ("NoSchedule", "NoExecute")
+        and not _tolerates(pod_spec.get("tolerations") or [], t)
+    ]
     if (node.get("spec") or {}).get("unschedulable"):
         reasons.append("1 node(s) were unschedulable")
     elif untolerated:
@@ -239,4 +301,6 @@ def fit(pod_spec: dict, node: dict, other_pods: list[dict]) -> str | None:
             preemption = "No preemption victims found for incoming pod."
     if not reasons:
         return None
-    return f"0/1 nodes are available: {', '.join(reasons)}. preemption: 0/1 nodes are available: 1 {preemption}"
+    return (
+        f"0/1 nodes are available: {', '.join(reasons)}. preemption: 0/1 nodes are available: 1 {preemption}"
+    )

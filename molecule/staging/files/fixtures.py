@@ -24,10 +24,20 @@ from pathlib import Path
 
 def make_model(path, weights, seed, layers):
     path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-                                                  "vocab_size": 2048, "hidden_size": 128,
-                                                  "num_hidden_layers": layers}))
-    (path / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "BPE", "vocab": {}}}))
+    (path / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "vocab_size": 2048,
+                "hidden_size": 128,
+                "num_hidden_layers": layers,
+            }
+        )
+    )
+    (path / "tokenizer.json").write_text(
+        json.dumps({"version": "1.0", "model": {"type": "BPE", "vocab": {}}})
+    )
     data = random.Random(seed).randbytes(weights)
     header = json.dumps({"w": {"dtype": "U8", "shape": [len(data)], "data_offsets": [0, len(data)]}}).encode()
     header += b" " * (-len(header) % 8)
@@ -39,7 +49,10 @@ def up(root, lab_dir):
     models = root / "models"
     make_model(models / "target", 2 * 1024 * 1024, 0, 2)
     make_model(models / "draft", 512 * 1024, 1, 1)
-    sums = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}" for p in sorted((models / "target").iterdir())]
+    sums = [
+        f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}"
+        for p in sorted((models / "target").iterdir())
+    ]
     (models / "target" / "SHA256SUMS").write_text("\n".join(sums) + "\n")
     with tarfile.open(models / "draft.tar.gz", "w:gz") as tf:
         for p in sorted((models / "draft").iterdir()):
@@ -67,8 +80,13 @@ def up(root, lab_dir):
     deadline = time.monotonic() + 10
     while not port_file.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    fixtures = {"http": f"http://127.0.0.1:{port_file.read_text()}", "registry": ready["addr"], "models": str(models),
-                "base": f"oci:{root / 'base'}:busybox", "lab": str(lab_dir)}
+    fixtures = {
+        "http": f"http://127.0.0.1:{port_file.read_text()}",
+        "registry": ready["addr"],
+        "models": str(models),
+        "base": f"oci:{root / 'base'}:busybox",
+        "lab": str(lab_dir),
+    }
     (root / "fixtures.json").write_text(json.dumps(fixtures, indent=1))
     print(json.dumps(fixtures))
 

@@ -94,8 +94,8 @@ def test_a_kserve_that_cannot_do_the_spec_fails_before_anything_is_written(emula
     mark = emu.control.mark()
     gate = run_deploy(emu, tmp_path, inv)  # detection: no storageUris in the CRD -> old KServe
     assert gate.rc != 0
-    assert "does not match the cluster, whose CRDs say KServe <= 0.13" in gate.out
-    assert "storageUris" in gate.out and "0.16" in gate.out
+    assert "specpilot_kserve_version 0.20 does not match the cluster" in gate.out
+    assert "spec.predictor.storageUris needs KServe >= 0.16 (cluster: 0.15.2)" in gate.out
 
     # told it is 0.20: the strict check against the cluster's own CRD schema stops it
     strict = run_deploy(emu, tmp_path, inv, "-e", "specpilot_deploy_kserve_version=0.20")
@@ -136,7 +136,7 @@ def test_one_failing_service_does_not_stop_the_others(emulator, tmp_path):
     assert recap["invalid"]["failed"] == 1 and recap["locked"]["failed"] == 1
     summary = run.out.split("TASK [Summary of every service]", 1)[1]
     assert "good-1: deployed, ready" in summary and "good-2: deployed, ready" in summary
-    assert "invalid: FAILED" in summary and "num_speculative_tokens" in summary
+    assert "invalid: FAILED" in summary and "num_speculative_tokens" in summary.split("locked:")[0]
     assert "locked: FAILED" in summary and "bob@laptop/pid/x1" in summary
     assert _isvc(emulator, ns, "good-1") and _isvc(emulator, ns, "good-2")
     assert _isvc(emulator, ns, "invalid") is None and _isvc(emulator, ns, "locked") is None
@@ -188,3 +188,26 @@ def test_deploy_converges_or_fails_cleanly_with_20_percent_api_faults(emulator, 
     assert any(rc == 0 for rc, _ in outcomes), outcomes  # retries make most runs converge
     args = _isvc(emulator, ns, "svc")["spec"]["predictor"]["model"]["args"]
     assert '"num_speculative_tokens":5' in [a for a in args if "speculative" in a][0]
+
+
+def test_the_runtime_is_put_back_when_the_inferenceservice_cannot_be_applied(emulator, tmp_path):
+    ns = "deploy-half"
+    create_namespace(emulator, ns)
+    inv = write_inventory(tmp_path / "inv", ns, {"svc": OPTION_C})
+    with FakeKServe(emulator, ns):
+        assert run_deploy(emulator, tmp_path, inv).rc == 0
+    before = _consistent(emulator, ns, "svc")
+    runtime_before = get(emulator, "serving.kserve.io/v1alpha1", "ServingRuntime", "svc-vllm", ns)["spec"]
+    write_inventory(tmp_path / "inv", ns, {"svc": dict(OPTION_C, specpilot_runtime={
+        "image": "specpilot-lab/vllm-cpu:0.32.9", "shm_size": "2Gi"})})
+    emulator.control.add_fault(verb="patch", resource="inferenceservices", namespace=ns, code=500, rate=1.0)
+    try:
+        run = run_deploy(emulator, tmp_path, inv, "-e", "specpilot_deploy_dry_run=false",
+                         "-e", "specpilot_deploy_api_retries=2")
+    finally:
+        emulator.control.clear_faults()
+    assert run.rc != 0
+    assert "Put the runtime back as it was" in run.out and "The service keeps its previous spec" in run.out
+    assert _consistent(emulator, ns, "svc") == before
+    assert get(emulator, "serving.kserve.io/v1alpha1", "ServingRuntime", "svc-vllm", ns)["spec"] == runtime_before
+    assert get(emulator, "coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", ns) is None

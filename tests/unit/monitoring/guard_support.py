@@ -88,7 +88,8 @@ class MetricsServer:
 
 
 def create_namespace(emu, ns: str) -> None:
-    resp = emu.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+    resp = emu.request("POST", "/api/v1/namespaces", body)
     assert resp.status in (201, 409), resp
 
 
@@ -228,7 +229,8 @@ class Prometheus:
     def query(self, expr: str) -> list:
         import urllib.parse
 
-        return json.loads(fetch(self.url + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})))["data"]["result"]
+        query = urllib.parse.urlencode({"query": expr})
+        return json.loads(fetch(self.url + "/api/v1/query?" + query))["data"]["result"]
 
     def close(self) -> None:
         if self.proc.poll() is None:

@@ -21,7 +21,8 @@ NS = "lab"
 MINUTES = 30  # length of the input series; figures are read at 15m, alerts at 25m
 SERVICE = vp.MODEL  # KServe sets the served model name to the InferenceService name
 
-pytestmark = pytest.mark.skipif(not PROMTOOL.exists(), reason="promtool missing: run `make` (Debian prometheus, unpacked)")
+pytestmark = pytest.mark.skipif(not PROMTOOL.exists(),
+                                reason="promtool missing: run `make` (Debian prometheus, unpacked)")
 
 
 def input_series(page: str, traffic: vp.Traffic, engines: dict | None = None) -> list[dict]:

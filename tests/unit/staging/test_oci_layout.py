@@ -45,8 +45,10 @@ def busybox_layer(applets=BASE_APPLETS) -> bytes:
 def models_at(root, seed=0, draft_seed=1):
     ss.make_model(root / "target", weight_bytes=256 * 1024, seed=seed)
     ss.make_model(root / "draft", weight_bytes=64 * 1024, layers=1, seed=draft_seed)
-    return [{"role": "target", "subdir": "target", "path": str(root / "target")},
-            {"role": "draft", "subdir": "draft", "path": str(root / "draft")}]
+    return [
+        {"role": "target", "subdir": "target", "path": str(root / "target")},
+        {"role": "draft", "subdir": "draft", "path": str(root / "draft")},
+    ]
 
 
 def build(layout, arts, **kw):
@@ -112,7 +114,9 @@ def test_layer_tar_is_sorted_with_fixed_metadata(tmp_path):
         names = [m.name for m in members]
         assert names[:2] == ["models", "models/target"]
         assert names == sorted(names, key=lambda n: n.split("/"))
-        assert all(m.mtime == 0 and m.uid == 0 and m.gid == 0 and m.uname == "" and m.gname == "" for m in members)
+        assert all(
+            m.mtime == 0 and m.uid == 0 and m.gid == 0 and m.uname == "" and m.gname == "" for m in members
+        )
         modes = {m.name: (m.type, m.mode) for m in members}
         assert modes["models/target/sub"] == (tarfile.DIRTYPE, 0o775)
         assert modes["models/target/config.json"] == (tarfile.REGTYPE, 0o644)
@@ -146,13 +150,21 @@ def gzip_base_layout(path, platforms=(("linux", "amd64"),)):
         raw = busybox_layer() if arch == "amd64" else busybox_layer(["sh"])
         gz = gzip.compress(raw, mtime=0)
         ldigest, lsize = layout.put_bytes(gz)
-        config = {"architecture": arch, "os": os_name, "config": {"Env": ["PATH=/bin"], "Cmd": ["sh"]},
-                  "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(raw).hexdigest()]},
-                  "history": [{"created": "2024-01-01T00:00:00Z", "created_by": "busybox"}],
-                  "created": "2024-01-01T00:00:00Z"}
+        config = {
+            "architecture": arch,
+            "os": os_name,
+            "config": {"Env": ["PATH=/bin"], "Cmd": ["sh"]},
+            "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(raw).hexdigest()]},
+            "history": [{"created": "2024-01-01T00:00:00Z", "created_by": "busybox"}],
+            "created": "2024-01-01T00:00:00Z",
+        }
         cdesc = layout.put_json(config, oci_layout.MT_CONFIG)
-        m = {"schemaVersion": 2, "mediaType": oci_layout.MT_MANIFEST, "config": cdesc,
-             "layers": [{"mediaType": oci_layout.MT_LAYER_GZIP, "digest": ldigest, "size": lsize}]}
+        m = {
+            "schemaVersion": 2,
+            "mediaType": oci_layout.MT_MANIFEST,
+            "config": cdesc,
+            "layers": [{"mediaType": oci_layout.MT_LAYER_GZIP, "digest": ldigest, "size": lsize}],
+        }
         mdesc = layout.put_json(m, oci_layout.MT_MANIFEST)
         mdesc["platform"] = {"os": os_name, "architecture": arch}
         manifests.append(mdesc)
@@ -178,15 +190,22 @@ def test_registry_style_base_with_gzip_layers(tmp_path, platforms):
     assert problems == [] and facts["base_has"] == BASE_APPLETS
     assert facts["models"]["target"]["files"] == 5 and facts["models"]["draft"]["bytes"] > 0
     with pytest.raises(oci_layout.LayoutError, match="platform"):
-        oci_layout.build_image(str(tmp_path / "l2"), "v1", arts, base_layout=str(base), base_tag="base",
-                               platform=("linux", "s390x"))
+        oci_layout.build_image(
+            str(tmp_path / "l2"),
+            "v1",
+            arts,
+            base_layout=str(base),
+            base_tag="base",
+            platform=("linux", "s390x"),
+        )
 
 
 def test_the_lab_busybox_base_has_what_kserve_runs(tmp_path):
     lab_registry.build_base_layout(tmp_path / "base", tag="busybox")
     arts = models_at(tmp_path / "m")
-    res = oci_layout.build_image(str(tmp_path / "layout"), "v1", arts, base_layout=str(tmp_path / "base"),
-                                 base_tag="busybox")
+    res = oci_layout.build_image(
+        str(tmp_path / "layout"), "v1", arts, base_layout=str(tmp_path / "base"), base_tag="busybox"
+    )
     problems, facts = oci_layout.check_image(str(tmp_path / "layout"), res["manifest"], arts)
     assert problems == [] and facts["base_has"] == BASE_APPLETS
     # the lab's own unpacker sees /models/target and /models/draft with the files
@@ -212,13 +231,26 @@ def test_content_checks_catch_a_bad_base_and_empty_models(tmp_path):
 def test_skopeo_reads_the_layout_and_keeps_its_digests(tmp_path):
     lab_registry.build_base_layout(tmp_path / "base", tag="busybox")
     arts = models_at(tmp_path / "m")
-    res = oci_layout.build_image(str(tmp_path / "layout"), "v1", arts, base_layout=str(tmp_path / "base"),
-                                 base_tag="busybox")
-    raw = subprocess.run(["skopeo", "inspect", "--raw", f"oci:{tmp_path / 'layout'}:v1"], check=True,
-                         capture_output=True).stdout
+    res = oci_layout.build_image(
+        str(tmp_path / "layout"), "v1", arts, base_layout=str(tmp_path / "base"), base_tag="busybox"
+    )
+    raw = subprocess.run(
+        ["skopeo", "inspect", "--raw", f"oci:{tmp_path / 'layout'}:v1"], check=True, capture_output=True
+    ).stdout
     assert "sha256:" + hashlib.sha256(raw).hexdigest() == res["digest"]
-    subprocess.run(["skopeo", "copy", "--quiet", "--preserve-digests", f"oci:{tmp_path / 'layout'}:v1",
-                    f"oci:{tmp_path / 'copy'}:v1"], check=True, capture_output=True)
-    raw2 = subprocess.run(["skopeo", "inspect", "--raw", f"oci:{tmp_path / 'copy'}:v1"], check=True,
-                          capture_output=True).stdout
+    subprocess.run(
+        [
+            "skopeo",
+            "copy",
+            "--quiet",
+            "--preserve-digests",
+            f"oci:{tmp_path / 'layout'}:v1",
+            f"oci:{tmp_path / 'copy'}:v1",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    raw2 = subprocess.run(
+        ["skopeo", "inspect", "--raw", f"oci:{tmp_path / 'copy'}:v1"], check=True, capture_output=True
+    ).stdout
     assert raw2 == raw

@@ -13,28 +13,68 @@ import pytest
 from ansible_collections.specpilot.core.plugins.module_utils import job_watch, pvc_staging, stager
 
 ARTIFACTS = [
-    {"role": "target", "uri": "https://models.example.com/llama/", "subdir": "target", "revision": None,
-     "include": ["*.json", "*.safetensors"], "exclude": None, "secret_name": None},
-    {"role": "draft", "uri": "s3://bucket/llama-draft", "subdir": "draft", "revision": None, "include": None,
-     "exclude": None, "secret_name": "s3-creds"},
+    {
+        "role": "target",
+        "uri": "https://models.example.com/llama/",
+        "subdir": "target",
+        "revision": None,
+        "include": ["*.json", "*.safetensors"],
+        "exclude": None,
+        "secret_name": None,
+    },
+    {
+        "role": "draft",
+        "uri": "s3://bucket/llama-draft",
+        "subdir": "draft",
+        "revision": None,
+        "include": None,
+        "exclude": None,
+        "secret_name": "s3-creds",
+    },
 ]
 
 
 def params(**kw):
-    p = {"name": "chat-llama", "namespace": "ml", "pvc": {"name": "models", "path": "chat"},
-         "pvc_object": {"metadata": {"uid": "uid-1"}}, "artifacts": copy.deepcopy(ARTIFACTS),
-         "speculative_method": "draft_model", "artifact_options": {}, "status_data": None, "force": False,
-         "recheck": False, "verify": "sha256", "layout_check": True, "progress_interval": 5.0,
-         "image": "python:3.12-slim", "command": ["python3"], "backoff_limit": 2, "ttl_seconds_after_finished": 60}
+    p = {
+        "name": "chat-llama",
+        "namespace": "ml",
+        "pvc": {"name": "models", "path": "chat"},
+        "pvc_object": {"metadata": {"uid": "uid-1"}},
+        "artifacts": copy.deepcopy(ARTIFACTS),
+        "speculative_method": "draft_model",
+        "artifact_options": {},
+        "status_data": None,
+        "force": False,
+        "recheck": False,
+        "verify": "sha256",
+        "layout_check": True,
+        "progress_interval": 5.0,
+        "image": "python:3.12-slim",
+        "command": ["python3"],
+        "backoff_limit": 2,
+        "ttl_seconds_after_finished": 60,
+    }
     p.update(kw)
     return p
 
 
 def recorded(plan, **override):
     """Status ConfigMap data as a successful Job of this plan would leave it."""
-    result = {"artifacts": [{"role": a["role"], "status": {"format": stager.FORMAT, "request_digest": a["request_digest"],
-                                                           "files": 3, "bytes": 10, "staged_at": "t"}}
-                            for a in plan["request"]["artifacts"]]}
+    result = {
+        "artifacts": [
+            {
+                "role": a["role"],
+                "status": {
+                    "format": stager.FORMAT,
+                    "request_digest": a["request_digest"],
+                    "files": 3,
+                    "bytes": 10,
+                    "staged_at": "t",
+                },
+            }
+            for a in plan["request"]["artifacts"]
+        ]
+    }
     data = pvc_staging.status_data(plan, result)
     for key, value in override.items():
         for k in data:
@@ -54,11 +94,14 @@ def test_first_run_needs_a_job_and_a_matching_status_skips_it():
     assert again["request"]["artifacts"] == []
 
 
-@pytest.mark.parametrize("change, reason", [
-    ({"pvc_object": {"metadata": {"uid": "uid-2"}}}, "the PVC was recreated"),
-    ({"force": True}, "force: true"),
-    ({"recheck": True}, "recheck: true"),
-])
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        ({"pvc_object": {"metadata": {"uid": "uid-2"}}}, "the PVC was recreated"),
+        ({"force": True}, "force: true"),
+        ({"recheck": True}, "recheck: true"),
+    ],
+)
 def test_what_starts_a_job_again(change, reason):
     first = pvc_staging.build_plan(params())
     plan = pvc_staging.build_plan(params(status_data=recorded(first), **change))
@@ -82,31 +125,53 @@ def test_digests_are_stable_and_cover_what_matters():
     b = pvc_staging.build_plan(params())
     assert a["job_name"] == b["job_name"] and a["artifacts"] == b["artifacts"]
     digests = {x["role"]: x["request_digest"] for x in a["artifacts"]}
-    for change in ({"include": ["*.safetensors"]}, {"exclude": ["x"]}, {"uri": "https://other/"}, {"subdir": "t2"}):
+    for change in (
+        {"include": ["*.safetensors"]},
+        {"exclude": ["x"]},
+        {"uri": "https://other/"},
+        {"subdir": "t2"},
+    ):
         arts = copy.deepcopy(ARTIFACTS)
         arts[0].update(change)
         c = pvc_staging.build_plan(params(artifacts=arts))
         assert c["artifacts"][0]["request_digest"] != digests["target"]
         assert c["artifacts"][1]["request_digest"] == digests["draft"]
-    opts = pvc_staging.build_plan(params(artifact_options={"target": {"checksums": {"config.json": "a" * 64}}}))
+    opts = pvc_staging.build_plan(
+        params(artifact_options={"target": {"checksums": {"config.json": "a" * 64}}})
+    )
     assert opts["artifacts"][0]["request_digest"] != digests["target"]
     moved = pvc_staging.build_plan(params(pvc={"name": "models", "path": "other"}))
-    assert moved["artifacts"][0]["dest"] == "other/target" and moved["artifacts"][0]["request_digest"] != digests["target"]
+    assert (
+        moved["artifacts"][0]["dest"] == "other/target"
+        and moved["artifacts"][0]["request_digest"] != digests["target"]
+    )
     # the secret name is not part of the request: rotating a Secret does not re-stage
     arts = copy.deepcopy(ARTIFACTS)
     arts[1]["secret_name"] = "s3-creds-v2"
-    assert pvc_staging.build_plan(params(artifacts=arts))["artifacts"][1]["request_digest"] == digests["draft"]
+    assert (
+        pvc_staging.build_plan(params(artifacts=arts))["artifacts"][1]["request_digest"] == digests["draft"]
+    )
 
 
 def test_job_manifest_reaches_secrets_only_through_env_from():
     plan = pvc_staging.build_plan(params())
     job = plan["manifests"]["job"]
-    assert re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", job["metadata"]["name"]) and len(job["metadata"]["name"]) <= 63
+    assert (
+        re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", job["metadata"]["name"])
+        and len(job["metadata"]["name"]) <= 63
+    )
     pod = job["spec"]["template"]["spec"]
     c = pod["containers"][0]
-    assert c["command"] == ["python3", "/specpilot/program/stager.py", "--request", "/specpilot/program/request.json"]
+    assert c["command"] == [
+        "python3",
+        "/specpilot/program/stager.py",
+        "--request",
+        "/specpilot/program/request.json",
+    ]
     assert "args" not in c
-    assert c["envFrom"] == [{"prefix": "SPECPILOT_SRC_DRAFT_", "secretRef": {"name": "s3-creds", "optional": False}}]
+    assert c["envFrom"] == [
+        {"prefix": "SPECPILOT_SRC_DRAFT_", "secretRef": {"name": "s3-creds", "optional": False}}
+    ]
     assert all("valueFrom" not in e for e in c["env"])
     assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is False
     assert job["spec"]["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"] == [stager.EXIT_PERMANENT]
@@ -116,18 +181,27 @@ def test_job_manifest_reaches_secrets_only_through_env_from():
     assert cm["data"]["stager.py"] == open(stager.__file__).read()
     req = json.loads(cm["data"]["request.json"])
     assert [a["dest"] for a in req["artifacts"]] == ["chat/target", "chat/draft"]
-    assert req["artifacts"][1]["env_prefix"] == "SPECPILOT_SRC_DRAFT_" and "env_prefix" not in req["artifacts"][0]
+    assert (
+        req["artifacts"][1]["env_prefix"] == "SPECPILOT_SRC_DRAFT_"
+        and "env_prefix" not in req["artifacts"][0]
+    )
     assert req["artifacts"][1]["kind"] == "model"
 
 
 def test_pvc_sources_mount_the_other_claim_read_only():
-    arts = [dict(ARTIFACTS[0], uri="pvc://shared-cache/llama/8b"), dict(ARTIFACTS[1], uri="pvc://models/cache/draft")]
+    arts = [
+        dict(ARTIFACTS[0], uri="pvc://shared-cache/llama/8b"),
+        dict(ARTIFACTS[1], uri="pvc://models/cache/draft"),
+    ]
     plan = pvc_staging.build_plan(params(artifacts=arts))
     pod = plan["manifests"]["job"]["spec"]["template"]["spec"]
     mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
     assert mounts["/specpilot/src/shared-cache"]["readOnly"] is True
-    assert any(v.get("persistentVolumeClaim", {}).get("claimName") == "shared-cache" and
-               v["persistentVolumeClaim"]["readOnly"] for v in pod["volumes"])
+    assert any(
+        v.get("persistentVolumeClaim", {}).get("claimName") == "shared-cache"
+        and v["persistentVolumeClaim"]["readOnly"]
+        for v in pod["volumes"]
+    )
     req = json.loads(plan["manifests"]["configmap"]["data"]["request.json"])
     assert req["artifacts"][0]["src_root"] == "/specpilot/src/shared-cache"
     assert req["artifacts"][1]["src_root"] == "/specpilot/dest"  # same claim: through the dest mount
@@ -155,10 +229,16 @@ def test_status_data_refuses_a_result_of_another_request():
 
 
 def test_pvc_manifest_defaults():
-    m = pvc_staging.pvc_manifest("svc", "ml", {"name": "models", "size": "20Gi", "storage_class": "fast",
-                                               "access_modes": ["ReadWriteMany"]})
-    assert m["spec"] == {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "20Gi"}},
-                         "storageClassName": "fast"}
+    m = pvc_staging.pvc_manifest(
+        "svc",
+        "ml",
+        {"name": "models", "size": "20Gi", "storage_class": "fast", "access_modes": ["ReadWriteMany"]},
+    )
+    assert m["spec"] == {
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": "20Gi"}},
+        "storageClassName": "fast",
+    }
 
 
 # ---------------------------------------------------------------- job_watch
@@ -170,39 +250,81 @@ def test_new_lines_of_successive_tails():
 
 
 def test_parse_log_and_displayable_lines():
-    log = "\n".join([
-        "specpilot-stage: target: listing https://x/",
-        "specpilot-stage: progress target 10/100 bytes (10.0%) files 0/2 1 MiB/s",
-        "specpilot-stage: progress target 50/100 bytes (50.0%) files 1/2 1 MiB/s",
-        "noise from python",
-        'SPECPILOT-RESULT {"ok": true, "artifacts": []}',
-    ])
+    log = "\n".join(
+        [
+            "specpilot-stage: target: listing https://x/",
+            "specpilot-stage: progress target 10/100 bytes (10.0%) files 0/2 1 MiB/s",
+            "specpilot-stage: progress target 50/100 bytes (50.0%) files 1/2 1 MiB/s",
+            "noise from python",
+            'SPECPILOT-RESULT {"ok": true, "artifacts": []}',
+        ]
+    )
     parsed = job_watch.parse_log(log)
     assert parsed["result"] == {"ok": True, "artifacts": []} and parsed["error"] is None
     assert parsed["progress"].endswith("files 1/2 1 MiB/s")
     shown = job_watch.displayable(log.splitlines())
-    assert shown == ["specpilot-stage: target: listing https://x/",
-                     "specpilot-stage: progress target 50/100 bytes (50.0%) files 1/2 1 MiB/s"]
-    err = job_watch.parse_log('SPECPILOT-ERROR {"message": "target: x is corrupt", "path": "x", "role": "target"}')
-    msg = job_watch.failure_message("j", "ml", "BackoffLimitExceeded", "Job has reached the specified backoff limit",
-                                    err["error"], ["l1", "l2"], {"exit_code": 2, "terminated_reason": "Error"})
-    assert "BackoffLimitExceeded" in msg and "exit code 2" in msg and "file: x (target)" in msg and "  l2" in msg
+    assert shown == [
+        "specpilot-stage: target: listing https://x/",
+        "specpilot-stage: progress target 50/100 bytes (50.0%) files 1/2 1 MiB/s",
+    ]
+    err = job_watch.parse_log(
+        'SPECPILOT-ERROR {"message": "target: x is corrupt", "path": "x", "role": "target"}'
+    )
+    msg = job_watch.failure_message(
+        "j",
+        "ml",
+        "BackoffLimitExceeded",
+        "Job has reached the specified backoff limit",
+        err["error"],
+        ["l1", "l2"],
+        {"exit_code": 2, "terminated_reason": "Error"},
+    )
+    assert (
+        "BackoffLimitExceeded" in msg and "exit code 2" in msg and "file: x (target)" in msg and "  l2" in msg
+    )
 
 
 def test_job_and_pod_states():
     assert job_watch.job_state(None)[0] == "missing"
     assert job_watch.job_state({"status": {"active": 1}})[0] == "running"
-    done = {"status": {"conditions": [{"type": "Complete", "status": "True", "reason": "CompletionsReached"}]}}
+    done = {
+        "status": {"conditions": [{"type": "Complete", "status": "True", "reason": "CompletionsReached"}]}
+    }
     assert job_watch.job_state(done) == ("complete", "CompletionsReached", None)
-    failed = {"status": {"conditions": [{"type": "FailureTarget", "status": "True"},
-                                        {"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]}}
+    failed = {
+        "status": {
+            "conditions": [
+                {"type": "FailureTarget", "status": "True"},
+                {"type": "Failed", "status": "True", "reason": "DeadlineExceeded"},
+            ]
+        }
+    }
     assert job_watch.job_state(failed)[:2] == ("failed", "DeadlineExceeded")
-    pod = {"metadata": {"name": "p"}, "status": {"phase": "Pending", "containerStatuses": [
-        {"state": {"waiting": {"reason": "CreateContainerConfigError", "message": 'secret "s3" not found'}}}]}}
+    pod = {
+        "metadata": {"name": "p"},
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [
+                {
+                    "state": {
+                        "waiting": {
+                            "reason": "CreateContainerConfigError",
+                            "message": 'secret "s3" not found',
+                        }
+                    }
+                }
+            ],
+        },
+    }
     s = job_watch.pod_summary(pod)
     assert s["waiting_reason"] in job_watch.FATAL_WAITING and not s["started"]
-    pending = {"metadata": {"name": "p"}, "status": {"phase": "Pending", "conditions": [
-        {"type": "PodScheduled", "status": "False", "message": "0/3 nodes are available"}]}}
+    pending = {
+        "metadata": {"name": "p"},
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "message": "0/3 nodes are available"}],
+        },
+    }
     assert job_watch.pod_summary(pending)["unschedulable"] == "0/3 nodes are available"
     older = {"metadata": {"name": "a", "creationTimestamp": "2026-01-01T00:00:00Z"}}
     newer = {"metadata": {"name": "b", "creationTimestamp": "2026-01-01T00:00:05Z"}}

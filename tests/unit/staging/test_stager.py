@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import shutil
 import tarfile
 
@@ -23,9 +22,13 @@ def request(dest_root, *artifacts, **kw):
         a = dict(a)
         a.setdefault("role", "target" if i == 0 else "draft")
         a.setdefault("dest", a["role"])
-        a.setdefault("request_digest", "sha256:" + hashlib.sha256(json.dumps(a, sort_keys=True).encode()).hexdigest())
+        a.setdefault(
+            "request_digest", "sha256:" + hashlib.sha256(json.dumps(a, sort_keys=True).encode()).hexdigest()
+        )
         arts.append(a)
-    return dict({"format": 1, "dest_root": str(dest_root), "artifacts": arts, "progress_interval": 0.05}, **kw)
+    return dict(
+        {"format": 1, "dest_root": str(dest_root), "artifacts": arts, "progress_interval": 0.05}, **kw
+    )
 
 
 @pytest.fixture
@@ -50,20 +53,31 @@ def test_https_directory_with_manifest_then_rerun_is_a_no_op(tmp_path, models):
         art = res["artifacts"][0]
         assert art["changed"] and art["files"] == 7 and art["bytes_downloaded"] == art["bytes"]
         marker = json.loads((tmp_path / "pvc" / "svc" / "target" / stager.MARKER).read_text())
-        assert marker["source"] == srv.files_url("target/") and marker["request_digest"] == art["status"]["request_digest"]
-        assert marker["files"]["model-00001-of-00002.safetensors"]["sha256"] == hashlib.sha256(
-            (models / "target" / "model-00001-of-00002.safetensors").read_bytes()).hexdigest()
+        assert (
+            marker["source"] == srv.files_url("target/")
+            and marker["request_digest"] == art["status"]["request_digest"]
+        )
+        assert (
+            marker["files"]["model-00001-of-00002.safetensors"]["sha256"]
+            == hashlib.sha256(
+                (models / "target" / "model-00001-of-00002.safetensors").read_bytes()
+            ).hexdigest()
+        )
         assert art["layout"]["tensors"] == 2 and art["layout"]["tokenizer"] == ["tokenizer.json"]
         sent = srv.bytes_sent
         code, out, res = ss.run_stager(req, tmp_path / "w")
         assert code == 0 and not res["artifacts"][0]["changed"], out
-        assert res["artifacts"][0]["bytes_downloaded"] == 0 and srv.bytes_sent == sent  # not even listed again
+        assert (
+            res["artifacts"][0]["bytes_downloaded"] == 0 and srv.bytes_sent == sent
+        )  # not even listed again
         assert "up to date" in out
 
 
 def test_progress_lines_carry_bytes_done_and_total(tmp_path, models):
     with ss.ModelHTTPServer(models, throttle_bps=20 * 1024 * 1024) as srv:
-        code, out, res = ss.run_stager(request(tmp_path / "pvc", {"uri": srv.files_url("target/")}), tmp_path / "w")
+        code, out, res = ss.run_stager(
+            request(tmp_path / "pvc", {"uri": srv.files_url("target/")}), tmp_path / "w"
+        )
     assert code == 0
     total = res["artifacts"][0]["bytes"]
     lines = [line for line in out.splitlines() if "progress target" in line]
@@ -75,8 +89,15 @@ def test_progress_lines_carry_bytes_done_and_total(tmp_path, models):
 def test_archive_is_unpacked_with_its_top_directory_stripped(tmp_path, models, archive):
     with ss.ModelHTTPServer(models) as srv:
         digest = hashlib.sha256((models / archive).read_bytes()).hexdigest()
-        req = request(tmp_path / "pvc", {"role": "draft", "uri": srv.files_url(archive), "archive_sha256": digest,
-                                         "exclude": ["generation_config.json"]})
+        req = request(
+            tmp_path / "pvc",
+            {
+                "role": "draft",
+                "uri": srv.files_url(archive),
+                "archive_sha256": digest,
+                "exclude": ["generation_config.json"],
+            },
+        )
         code, out, res = ss.run_stager(req, tmp_path / "w")
     assert code == 0, out
     got = ss.tree_digest(tmp_path / "pvc" / "draft")
@@ -87,15 +108,25 @@ def test_archive_is_unpacked_with_its_top_directory_stripped(tmp_path, models, a
 
 def test_archive_with_a_wrong_sha256_is_rejected(tmp_path, models):
     with ss.ModelHTTPServer(models) as srv:
-        req = request(tmp_path / "pvc", {"role": "draft", "uri": srv.files_url("draft.tar.gz"), "archive_sha256": "0" * 64})
+        req = request(
+            tmp_path / "pvc",
+            {"role": "draft", "uri": srv.files_url("draft.tar.gz"), "archive_sha256": "0" * 64},
+        )
         code, out, res = ss.run_stager(req, tmp_path / "w")
     assert code == 2 and "draft.tar.gz is corrupt" in res["message"] and res["path"] == "draft.tar.gz"
 
 
 def test_include_and_exclude_select_files(tmp_path, models):
     with ss.ModelHTTPServer(models) as srv:
-        req = request(tmp_path / "pvc", {"uri": srv.files_url("target/"), "include": ["*.json", "*.safetensors"],
-                                         "exclude": ["generation_config.json"]}, layout_check=True)
+        req = request(
+            tmp_path / "pvc",
+            {
+                "uri": srv.files_url("target/"),
+                "include": ["*.json", "*.safetensors"],
+                "exclude": ["generation_config.json"],
+            },
+            layout_check=True,
+        )
         code, out, res = ss.run_stager(req, tmp_path / "w")
     assert code == 0, out
     names = sorted(ss.tree_digest(tmp_path / "pvc" / "target"))
@@ -106,7 +137,9 @@ def test_include_and_exclude_select_files(tmp_path, models):
 def test_corruption_in_transit_is_detected_and_names_the_file(tmp_path, models):
     with ss.ModelHTTPServer(models) as srv:
         srv.corrupt = {"target/model-00002-of-00002.safetensors"}
-        code, out, res = ss.run_stager(request(tmp_path / "pvc", {"uri": srv.files_url("target/")}), tmp_path / "w")
+        code, out, res = ss.run_stager(
+            request(tmp_path / "pvc", {"uri": srv.files_url("target/")}), tmp_path / "w"
+        )
     assert code == 2, out
     assert res["path"] == "model-00002-of-00002.safetensors" and res["role"] == "target" and res["permanent"]
     assert "is corrupt: sha256" in res["message"]
@@ -136,7 +169,9 @@ def test_a_differing_file_on_the_pvc_fails_unless_force(tmp_path, models):
         assert (dest / "config.json").read_text() == '{"vocab_size": 1}'  # untouched
         code, out, res = ss.run_stager(dict(req, force=True), tmp_path / "w")
     assert code == 0, out
-    assert ss.tree_digest(dest) == {k: v for k, v in ss.tree_digest(models / "target").items() if k != "SHA256SUMS"}
+    assert ss.tree_digest(dest) == {
+        k: v for k, v in ss.tree_digest(models / "target").items() if k != "SHA256SUMS"
+    }
 
 
 def test_corruption_on_the_pvc_is_found_by_a_recheck(tmp_path, models):
@@ -153,8 +188,9 @@ def test_corruption_on_the_pvc_is_found_by_a_recheck(tmp_path, models):
         code, out, res = ss.run_stager(dict(req, force=True), tmp_path / "w")
     assert code == 0, out
     assert res["artifacts"][0]["bytes_downloaded"] == victim.stat().st_size  # only that file again
-    assert ss.tree_digest(tmp_path / "pvc" / "target") == {k: v for k, v in ss.tree_digest(models / "target").items()
-                                                           if k != "SHA256SUMS"}
+    assert ss.tree_digest(tmp_path / "pvc" / "target") == {
+        k: v for k, v in ss.tree_digest(models / "target").items() if k != "SHA256SUMS"
+    }
 
 
 @pytest.mark.parametrize("ranges", [True, False])
@@ -163,8 +199,11 @@ def test_an_interrupted_copy_resumes(tmp_path, models, ranges):
     ss.make_model(big, weight_bytes=4 * 1024 * 1024)
     with ss.ModelHTTPServer(models) as srv:
         srv.no_ranges = not ranges
-        req = request(tmp_path / "pvc", {"uri": srv.files_url("big/model.safetensors"), "dest": "big"},
-                      layout_check=False)
+        req = request(
+            tmp_path / "pvc",
+            {"uri": srv.files_url("big/model.safetensors"), "dest": "big"},
+            layout_check=False,
+        )
         code, out, _ = ss.run_stager(dict(req, _test_stop_after_bytes=2 * 1024 * 1024), tmp_path / "w")
         assert code == 1  # killed halfway
         part = tmp_path / "pvc" / "big" / stager.PARTIAL / "model.safetensors.part"
@@ -175,7 +214,9 @@ def test_an_interrupted_copy_resumes(tmp_path, models, ranges):
         art = res["artifacts"][0]
         again = srv.bytes_sent - sent
     size = (big / "model.safetensors").stat().st_size
-    assert (tmp_path / "pvc" / "big" / "model.safetensors").read_bytes() == (big / "model.safetensors").read_bytes()
+    assert (tmp_path / "pvc" / "big" / "model.safetensors").read_bytes() == (
+        big / "model.safetensors"
+    ).read_bytes()
     if ranges:
         assert art["bytes_resumed"] >= 2 * 1024 * 1024 and again <= size - 2 * 1024 * 1024
         assert "resuming at" in out
@@ -206,8 +247,11 @@ def test_a_draft_with_another_vocabulary_is_rejected(tmp_path):
     src = tmp_path / "src"
     ss.make_model(src / "target", vocab_size=2048)
     ss.make_model(src / "draft", vocab_size=4096, seed=2)
-    req = request(tmp_path / "pvc", {"uri": "pvc://models/target", "src_root": str(src)},
-                  {"uri": "pvc://models/draft", "src_root": str(src), "kind": "model"})
+    req = request(
+        tmp_path / "pvc",
+        {"uri": "pvc://models/target", "src_root": str(src)},
+        {"uri": "pvc://models/draft", "src_root": str(src), "kind": "model"},
+    )
     code, out, res = ss.run_stager(req, tmp_path / "w")
     assert code == 2 and "vocab_size 4096 differs from the target's 2048" in res["message"]
 
@@ -222,19 +266,25 @@ def test_pvc_source_copies_between_claims(tmp_path):
 
 
 # ---------------------------------------------------------------- S3 (moto)
-needs_moto = pytest.mark.skipif(not ss.MotoS3.available(), reason=".venv-staging (moto, boto3) missing: run make")
+needs_moto = pytest.mark.skipif(
+    not ss.MotoS3.available(), reason=".venv-staging (moto, boto3) missing: run make"
+)
 
 
 @needs_moto
 def test_s3_prefix_with_credentials_from_the_environment(tmp_path, models):
     with ss.MotoS3(tmp_path / "moto") as s3:
         s3.upload(models / "target", "models", "llama/target")
-        s3.upload(models / "draft", "models", "llama/draft", multipart_threshold=256 * 1024)  # multipart ETags
+        s3.upload(
+            models / "draft", "models", "llama/draft", multipart_threshold=256 * 1024
+        )  # multipart ETags
         env = {f"SPECPILOT_SRC_TARGET_{k}": v for k, v in s3.env.items()}
         env.update({f"SPECPILOT_SRC_DRAFT_{k}": v for k, v in s3.env.items()})
-        req = request(tmp_path / "pvc",
-                      {"uri": "s3://models/llama/target", "env_prefix": "SPECPILOT_SRC_TARGET_"},
-                      {"uri": "s3://models/llama/draft/", "env_prefix": "SPECPILOT_SRC_DRAFT_"})
+        req = request(
+            tmp_path / "pvc",
+            {"uri": "s3://models/llama/target", "env_prefix": "SPECPILOT_SRC_TARGET_"},
+            {"uri": "s3://models/llama/draft/", "env_prefix": "SPECPILOT_SRC_DRAFT_"},
+        )
         code, out, res = ss.run_stager(req, tmp_path / "w", env=env)
         assert code == 0, out
         assert ss.tree_digest(tmp_path / "pvc" / "target") == ss.tree_digest(models / "target")
@@ -243,7 +293,9 @@ def test_s3_prefix_with_credentials_from_the_environment(tmp_path, models):
         assert ss.S3_SECRET not in out and ss.S3_KEY not in out and ss.S3_SECRET not in marker
         # wrong credentials: a permanent error that does not print them
         bad = dict(env, SPECPILOT_SRC_TARGET_AWS_SECRET_ACCESS_KEY="wrong-secret-value-123")
-        req2 = request(tmp_path / "pvc2", {"uri": "s3://nosuchbucket/x", "env_prefix": "SPECPILOT_SRC_TARGET_"})
+        req2 = request(
+            tmp_path / "pvc2", {"uri": "s3://nosuchbucket/x", "env_prefix": "SPECPILOT_SRC_TARGET_"}
+        )
         code, out, res = ss.run_stager(req2, tmp_path / "w", env=bad)
     assert code == 2 and "NoSuchBucket" in res["message"]
     assert "wrong-secret-value-123" not in out and ss.S3_KEY not in out
@@ -255,7 +307,9 @@ def test_s3_resume_uses_a_range_request(tmp_path, models):
     with ss.MotoS3(tmp_path / "moto") as s3:
         s3.upload(models / "big", "models", "big")
         req = request(tmp_path / "pvc", {"uri": "s3://models/big"})
-        code, _out, _ = ss.run_stager(dict(req, _test_stop_after_bytes=1024 * 1024), tmp_path / "w", env=s3.env)
+        code, _out, _ = ss.run_stager(
+            dict(req, _test_stop_after_bytes=1024 * 1024), tmp_path / "w", env=s3.env
+        )
         assert code == 1
         code, out, res = ss.run_stager(req, tmp_path / "w", env=s3.env)
     assert code == 0, out
@@ -270,13 +324,18 @@ def test_hf_code_path_with_a_stub_api(tmp_path, models):
     class Sib:
         def __init__(self, rel, data):
             self.rfilename, self.size, self.blob_id = rel, len(data), hashlib.sha1(data).hexdigest()
-            self.lfs = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)} \
-                if rel.endswith(".safetensors") else None
+            self.lfs = (
+                {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+                if rel.endswith(".safetensors")
+                else None
+            )
 
     class Info:
         sha = "abc123" + "0" * 34
-        siblings = [Sib(p.relative_to(models / "draft").as_posix(), p.read_bytes())
-                    for p in sorted((models / "draft").iterdir())]
+        siblings = [
+            Sib(p.relative_to(models / "draft").as_posix(), p.read_bytes())
+            for p in sorted((models / "draft").iterdir())
+        ]
 
     class Api:
         calls = []
@@ -292,8 +351,9 @@ def test_hf_code_path_with_a_stub_api(tmp_path, models):
         api = Api()
         src = stager.HfSource(art, env, api=api)
         out = io.StringIO()
-        res = stager.run_request({"dest_root": str(tmp_path / "pvc"), "artifacts": [art]}, out=out,
-                                 sources={"draft": src})
+        res = stager.run_request(
+            {"dest_root": str(tmp_path / "pvc"), "artifacts": [art]}, out=out, sources={"draft": src}
+        )
     assert api.calls == [("org/draft", "v1.0", True)]
     assert res["artifacts"][0]["status"]["resolved_revision"] == Info.sha
     assert ss.tree_digest(tmp_path / "pvc" / "draft") == ss.tree_digest(models / "draft")
@@ -302,7 +362,9 @@ def test_hf_code_path_with_a_stub_api(tmp_path, models):
     assert "hf_testtoken" not in out.getvalue()
 
 
-@pytest.mark.skipif(not ss.STAGING_PYTHON.exists(), reason=".venv-staging (huggingface_hub) missing: run make")
+@pytest.mark.skipif(
+    not ss.STAGING_PYTHON.exists(), reason=".venv-staging (huggingface_hub) missing: run make"
+)
 def test_hf_with_the_real_client_against_a_fake_hub(tmp_path, models):
     with ss.ModelHTTPServer(models, token="hf_secret_token_42") as srv:
         srv.add_hf_repo("org/target", models / "target", sha="f" * 40)
@@ -316,11 +378,19 @@ def test_hf_with_the_real_client_against_a_fake_hub(tmp_path, models):
         assert "hf_secret_token_42" not in out
         # a corrupted LFS file is caught by the hub's sha256
         srv.corrupt = {"model-00001-of-00002.safetensors"}
-        code, out, res = ss.run_stager(request(tmp_path / "pvc2", {"uri": "hf://org/target"}), tmp_path / "w",
-                                       env=env, python=ss.STAGING_PYTHON)
+        code, out, res = ss.run_stager(
+            request(tmp_path / "pvc2", {"uri": "hf://org/target"}),
+            tmp_path / "w",
+            env=env,
+            python=ss.STAGING_PYTHON,
+        )
         assert code == 2 and res["path"] == "model-00001-of-00002.safetensors"
-        code, out, res = ss.run_stager(request(tmp_path / "pvc3", {"uri": "hf://org/nope"}), tmp_path / "w",
-                                       env=env, python=ss.STAGING_PYTHON)
+        code, out, res = ss.run_stager(
+            request(tmp_path / "pvc3", {"uri": "hf://org/nope"}),
+            tmp_path / "w",
+            env=env,
+            python=ss.STAGING_PYTHON,
+        )
     assert code == 2 and "hf://org/nope" in res["message"]
 
 
@@ -344,7 +414,10 @@ def test_boto3_missing_is_a_clear_permanent_error(tmp_path):
 
 # ---------------------------------------------------------------- helpers
 def test_redaction_and_safe_paths():
-    assert stager.redact_uri("https://u:p@h.example:8443/a/b?X-Amz-Signature=s#f") == "https://***@h.example:8443/a/b?***"
+    assert (
+        stager.redact_uri("https://u:p@h.example:8443/a/b?X-Amz-Signature=s#f")
+        == "https://***@h.example:8443/a/b?***"
+    )
     assert stager.redact_uri("s3://bucket/key") == "s3://bucket/key"
     for bad in ("../x", "/etc/passwd", "a/../../b", ".specpilot-partial/x"):
         with pytest.raises(stager.StageError):
@@ -353,7 +426,9 @@ def test_redaction_and_safe_paths():
     assert stager.selected("sub/model.safetensors", ["*.safetensors"], [])
     assert not stager.selected("x.bin", ["*.safetensors"], [])
     assert not stager.selected("original/x.pt", [], ["original/*"])
-    sums = stager.parse_checksum_manifest("# c\n" + "a" * 64 + "  dir/f\n" + "B" * 64 + " *g\nSHA256 (h) = " + "c" * 64)
+    sums = stager.parse_checksum_manifest(
+        "# c\n" + "a" * 64 + "  dir/f\n" + "B" * 64 + " *g\nSHA256 (h) = " + "c" * 64
+    )
     assert sums == {"dir/f": "a" * 64, "g": "b" * 64, "h": "c" * 64}
 
 
@@ -375,7 +450,9 @@ def test_archives_with_links_or_escaping_paths_are_refused(tmp_path):
     srv_root.mkdir()
     shutil.copy(escape, srv_root / "escape.tar")
     with ss.ModelHTTPServer(srv_root) as srv:
-        code, out, res = ss.run_stager(request(tmp_path / "pvc", {"uri": srv.files_url("escape.tar")}), tmp_path / "w")
+        code, out, res = ss.run_stager(
+            request(tmp_path / "pvc", {"uri": srv.files_url("escape.tar")}), tmp_path / "w"
+        )
     assert code == 2 and "unsafe path" in res["message"]
     assert not (tmp_path / "outside.json").exists()
 

@@ -65,8 +65,9 @@ class ActionModule(ActionBase):
             state, reason, message = job_watch.job_state(job)
             if state == "missing":
                 raise AnsibleActionFail("Job %s/%s does not exist" % (ns, name))
-            pods = self._list("k8s_info", api_version="v1", kind="Pod", namespace=ns,
-                              label_selectors=["job-name=%s" % name])
+            pods = self._list(
+                "k8s_info", api_version="v1", kind="Pod", namespace=ns, label_selectors=["job-name=%s" % name]
+            )
             pod = job_watch.newest_pod(pods)
             summary = job_watch.pod_summary(pod)
             done = state in ("complete", "failed")
@@ -85,36 +86,67 @@ class ActionModule(ActionBase):
                 return result
             if state == "failed":
                 parsed = job_watch.parse_log("\n".join(last_tail or shown))
-                tail = (last_tail or shown)[-args["log_tail_lines"]:]
+                tail = (last_tail or shown)[-args["log_tail_lines"] :]
                 result.update(self._out(job, summary, parsed, last_tail or shown, started, args))
                 result["failed"] = True
                 result["reason"] = reason
-                result["msg"] = job_watch.failure_message(name, ns, reason, message, parsed["error"], tail, summary)
+                result["msg"] = job_watch.failure_message(
+                    name, ns, reason, message, parsed["error"], tail, summary
+                )
                 return result
             now = time.monotonic()
             # a pod that cannot start never will without the user: say why instead of waiting for the timeout
             if summary["waiting_reason"] in job_watch.FATAL_WAITING:
-                return self._stuck(result, name, ns, summary, started, args,
-                                   "%s: %s" % (summary["waiting_reason"], summary["waiting_message"] or ""))
+                return self._stuck(
+                    result,
+                    name,
+                    ns,
+                    summary,
+                    started,
+                    args,
+                    "%s: %s" % (summary["waiting_reason"], summary["waiting_message"] or ""),
+                )
             if summary["waiting_reason"] in job_watch.PULL_WAITING:
                 pulling_since = pulling_since or now
                 if now - pulling_since > args["pull_timeout"]:
-                    return self._stuck(result, name, ns, summary, started, args,
-                                       "the image cannot be pulled (%s): %s" % (summary["waiting_reason"],
-                                                                               summary["waiting_message"] or ""))
+                    return self._stuck(
+                        result,
+                        name,
+                        ns,
+                        summary,
+                        started,
+                        args,
+                        "the image cannot be pulled (%s): %s"
+                        % (summary["waiting_reason"], summary["waiting_message"] or ""),
+                    )
             else:
                 pulling_since = None
             if summary["unschedulable"]:
                 pending_since = pending_since or now
                 if now - pending_since > args["pending_timeout"]:
-                    return self._stuck(result, name, ns, summary, started, args,
-                                       "the pod cannot be scheduled: %s" % summary["unschedulable"])
+                    return self._stuck(
+                        result,
+                        name,
+                        ns,
+                        summary,
+                        started,
+                        args,
+                        "the pod cannot be scheduled: %s" % summary["unschedulable"],
+                    )
             else:
                 pending_since = None
             if now - started > args["timeout"]:
-                return self._stuck(result, name, ns, summary, started, args,
-                                   "still running after %ds; it keeps running - run the play again to wait "
-                                   "for it (it is found by name)" % args["timeout"], timeout=True)
+                return self._stuck(
+                    result,
+                    name,
+                    ns,
+                    summary,
+                    started,
+                    args,
+                    "still running after %ds; it keeps running - run the play again to wait "
+                    "for it (it is found by name)" % args["timeout"],
+                    timeout=True,
+                )
             time.sleep(args["poll_interval"])
 
     # ------------------------------------------------------------ helpers
@@ -134,14 +166,15 @@ class ActionModule(ActionBase):
             "result": parsed["result"],
             "error": parsed["error"],
             "progress": parsed["progress"],
-            "log_tail": lines[-args["log_tail_lines"]:],
+            "log_tail": lines[-args["log_tail_lines"] :],
             "elapsed": round(time.monotonic() - started, 1),
         }
 
     def _module(self, module, **params):
         params.update(self._auth)
-        res = self._execute_module(module_name="kubernetes.core." + module, module_args=params,
-                                   task_vars=self._task_vars)
+        res = self._execute_module(
+            module_name="kubernetes.core." + module, module_args=params, task_vars=self._task_vars
+        )
         return res
 
     def _list(self, module, **params):

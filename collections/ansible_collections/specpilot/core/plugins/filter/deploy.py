@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 
@@ -92,6 +93,19 @@ def log_entry(result, pod, container="kserve-container"):
             "text": result.get("log") or ""}
 
 
+def failure_summary(message, limit=400):
+    """ansible_failed_result.msg | failure_summary: one line - the first line of the message, and the
+    first numbered problem when it is a validation report."""
+    lines = [line.strip() for line in str(message or "").splitlines() if line.strip()]
+    if not lines:
+        return "unknown error"
+    out = lines[0]
+    first = next((line for line in lines[1:] if re.match(r"^1\. ", line)), None)
+    if first:
+        out += " - " + first[3:]
+    return out[: int(limit)]
+
+
 def kserve_version(detection, declared=None, given=None):
     """detection | kserve_version(declared): the KServe release to validate against."""
     return deploy_kserve.effective_version(_mapping(detection, "kserve_version"), declared, given)
@@ -115,6 +129,7 @@ class FilterModule(object):
             "dry_run_pruned": dry_run_pruned,
             "runtime_manifest": runtime_manifest,
             "log_entry": log_entry,
+            "failure_summary": failure_summary,
             "kserve_version": kserve_version,
             "revision_history": revision_history,
         }

@@ -15,8 +15,21 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.specpilot.core.plugins.module_utils.pvc_staging import PlanError, status_data
 from ansible_collections.specpilot.core.plugins.module_utils.stager import human
 
-_SUFFIX = {"": 1, "k": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12, "P": 10 ** 15, "E": 10 ** 18,
-           "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
+_SUFFIX = {
+    "": 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
 
 
 def stage_status_data(plan, result):
@@ -29,15 +42,29 @@ def stage_status_data(plan, result):
 def stage_summary_line(decision, pvc=None):
     where = "pvc://%s/%s" % (pvc, decision.get("dest")) if pvc else decision.get("dest")
     state = "up to date" if decision.get("up_to_date") else "to stage"
-    return "%s: %s <- %s: %s (%s)" % (decision.get("role"), where, decision.get("uri"), state, decision.get("reason"))
+    return "%s: %s <- %s: %s (%s)" % (
+        decision.get("role"),
+        where,
+        decision.get("uri"),
+        state,
+        decision.get("reason"),
+    )
 
 
 def stage_result_line(art):
     secs = art.get("seconds") or 0
     rate = (" (%s/s)" % human(art.get("throughput_bps"))) if art.get("throughput_bps") else ""
     return "%s: %s files, %s in %s; downloaded %s, already there %s, resumed %s; %.1f s%s" % (
-        art.get("role"), art.get("files"), human(art.get("bytes")), art.get("dest"), human(art.get("bytes_downloaded")),
-        human(art.get("bytes_reused")), human(art.get("bytes_resumed")), secs, rate)
+        art.get("role"),
+        art.get("files"),
+        human(art.get("bytes")),
+        art.get("dest"),
+        human(art.get("bytes_downloaded")),
+        human(art.get("bytes_reused")),
+        human(art.get("bytes_resumed")),
+        secs,
+        rate,
+    )
 
 
 def k8s_quantity_bytes(value):
@@ -75,13 +102,23 @@ def modelcar_artifact(art, models_dir, spec):
 
 
 def modelcar_layer_line(layer):
-    return "%s: /models/%s layer %s (%s%s)" % (layer.get("role"), layer.get("subdir"), layer.get("digest"),
-                                                human(layer.get("size")), ", unchanged" if layer.get("cached") else "")
+    return "%s: /models/%s layer %s (%s%s)" % (
+        layer.get("role"),
+        layer.get("subdir"),
+        layer.get("digest"),
+        human(layer.get("size")),
+        ", unchanged" if layer.get("cached") else "",
+    )
 
 
 class FilterModule(object):
     def filters(self):
-        return {"stage_status_data": stage_status_data, "stage_summary_line": stage_summary_line,
-                "stage_result_line": stage_result_line, "k8s_quantity_bytes": k8s_quantity_bytes,
-                "secret_data": secret_data, "modelcar_artifact": modelcar_artifact,
-                "modelcar_layer_line": modelcar_layer_line}
+        return {
+            "stage_status_data": stage_status_data,
+            "stage_summary_line": stage_summary_line,
+            "stage_result_line": stage_result_line,
+            "k8s_quantity_bytes": k8s_quantity_bytes,
+            "secret_data": secret_data,
+            "modelcar_artifact": modelcar_artifact,
+            "modelcar_layer_line": modelcar_layer_line,
+        }

@@ -335,8 +335,9 @@ def lease_status(lease, holder, now):
         "transitions": int(spec.get("leaseTransitions") or 0),
     }
     if held and not mine:
-        out["message"] = "held by %s since %s, expires %s (in %ss)" % (
-            current, out["acquire_time"], out["expires_at"] or "never", out["expires_in"])
+        out["message"] = "held by %s%s, expires %s%s" % (
+            current, " since %s" % out["acquire_time"] if out["acquire_time"] else "", out["expires_at"] or "never",
+            " (in %ss)" % out["expires_in"] if out["expires_in"] is not None else "")
     elif expired:
         out["message"] = "expired (last holder %s, expired %s)" % (current, out["expires_at"])
     else:

@@ -13,8 +13,14 @@ __metaclass__ = type
 RESULT_PREFIX = "SPECPILOT-RESULT "
 ERROR_PREFIX = "SPECPILOT-ERROR "
 # waiting reasons that never fix themselves without a change by the user
-FATAL_WAITING = ("InvalidImageName", "CreateContainerConfigError", "ErrImageNeverPull", "CreateContainerError",
-                 "RunContainerError", "StartError")
+FATAL_WAITING = (
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "ErrImageNeverPull",
+    "CreateContainerError",
+    "RunContainerError",
+    "StartError",
+)
 PULL_WAITING = ("ErrImagePull", "ImagePullBackOff", "RegistryUnavailable")
 
 
@@ -34,17 +40,32 @@ def job_state(job):
 
 
 def newest_pod(pods):
-    pods = [p for p in pods or [] if not (p.get("metadata") or {}).get("deletionTimestamp")] or list(pods or [])
+    pods = [p for p in pods or [] if not (p.get("metadata") or {}).get("deletionTimestamp")] or list(
+        pods or []
+    )
     if not pods:
         return None
-    return sorted(pods, key=lambda p: ((p.get("metadata") or {}).get("creationTimestamp") or "",
-                                       (p.get("metadata") or {}).get("name") or ""))[-1]
+    return sorted(
+        pods,
+        key=lambda p: (
+            (p.get("metadata") or {}).get("creationTimestamp") or "",
+            (p.get("metadata") or {}).get("name") or "",
+        ),
+    )[-1]
 
 
 def pod_summary(pod):
     """{phase, waiting_reason, waiting_message, started, exit_code, terminated_reason, unschedulable}."""
-    out = {"phase": None, "waiting_reason": None, "waiting_message": None, "started": False, "exit_code": None,
-           "terminated_reason": None, "unschedulable": None, "name": None}
+    out = {
+        "phase": None,
+        "waiting_reason": None,
+        "waiting_message": None,
+        "started": False,
+        "exit_code": None,
+        "terminated_reason": None,
+        "unschedulable": None,
+        "name": None,
+    }
     if not pod:
         return out
     out["name"] = (pod.get("metadata") or {}).get("name")
@@ -55,7 +76,11 @@ def pod_summary(pod):
             out["unschedulable"] = cond.get("message") or cond.get("reason") or "unschedulable"
     for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
         state = cs.get("state") or {}
-        if "waiting" in state and state["waiting"].get("reason") not in (None, "ContainerCreating", "PodInitializing"):
+        if "waiting" in state and state["waiting"].get("reason") not in (
+            None,
+            "ContainerCreating",
+            "PodInitializing",
+        ):
             out["waiting_reason"] = state["waiting"].get("reason")
             out["waiting_message"] = state["waiting"].get("message")
         if "running" in state:
@@ -74,7 +99,7 @@ def new_lines(previous, current):
     for end in range(len(current), 0, -1):
         # previous' last lines (up to 5, the same line may repeat) end at current[end - 1]
         m = min(end, len(previous), 5)
-        if current[end - m:end] == previous[-m:]:
+        if current[end - m : end] == previous[-m:]:
             return list(current[end:])
     return list(current)
 
@@ -89,14 +114,14 @@ def parse_log(text):
             out["progress"] = line
         if line.startswith(RESULT_PREFIX):
             try:
-                out["result"] = json.loads(line[len(RESULT_PREFIX):])
+                out["result"] = json.loads(line[len(RESULT_PREFIX) :])
             except ValueError:
                 pass
         elif line.startswith(ERROR_PREFIX):
             try:
-                out["error"] = json.loads(line[len(ERROR_PREFIX):])
+                out["error"] = json.loads(line[len(ERROR_PREFIX) :])
             except ValueError:
-                out["error"] = {"message": line[len(ERROR_PREFIX):]}
+                out["error"] = {"message": line[len(ERROR_PREFIX) :]}
     return out
 
 
@@ -110,7 +135,7 @@ def displayable(lines, pattern_prefix="specpilot-stage: "):
             continue
         if pattern_prefix and not line.startswith(pattern_prefix):
             continue
-        if line[len(pattern_prefix):].startswith("progress "):
+        if line[len(pattern_prefix) :].startswith("progress "):
             progress = line
             continue
         shown.append(line)
@@ -124,12 +149,16 @@ def failure_message(name, namespace, reason, message, error, tail, pod=None):
     if reason:
         parts[0] += " (%s%s)" % (reason, (": " + message) if message else "")
     if pod and pod.get("exit_code") is not None:
-        parts.append("container exit code %s%s" % (pod["exit_code"], " (%s)" % pod["terminated_reason"]
-                                                   if pod.get("terminated_reason") else ""))
+        parts.append(
+            "container exit code %s%s"
+            % (pod["exit_code"], " (%s)" % pod["terminated_reason"] if pod.get("terminated_reason") else "")
+        )
     if error:
         parts.append("error: %s" % error.get("message"))
         if error.get("path"):
-            parts.append("file: %s%s" % (error["path"], (" (%s)" % error["role"]) if error.get("role") else ""))
+            parts.append(
+                "file: %s%s" % (error["path"], (" (%s)" % error["role"]) if error.get("role") else "")
+            )
     if tail:
         parts.append("log tail:\n" + "\n".join("  " + line for line in tail))
     else:

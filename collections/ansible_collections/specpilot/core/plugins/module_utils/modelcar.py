@@ -45,9 +45,11 @@ def split_image(image):
     """(repository, tag) of ``[docker://|oci://]registry/repo:tag``; a digest is refused."""
     for prefix in ("docker://", "oci://"):
         if image.startswith(prefix):
-            image = image[len(prefix):]
+            image = image[len(prefix) :]
     if "@" in image:
-        raise ModelcarError("image %r carries a digest: give registry/repo:tag (the digest is the result)" % image)
+        raise ModelcarError(
+            "image %r carries a digest: give registry/repo:tag (the digest is the result)" % image
+        )
     last = image.rsplit("/", 1)[-1]
     if ":" in last:
         repo, tag = image.rsplit(":", 1)
@@ -75,16 +77,25 @@ class Skopeo(object):
     def run(self, args, timeout=None, check=True):
         path = shutil.which(self.binary) if not os.path.isabs(self.binary) else self.binary
         if not path:
-            raise ModelcarError("%s not found: install skopeo (Debian/Ubuntu: apt-get install skopeo)" % self.binary)
+            raise ModelcarError(
+                "%s not found: install skopeo (Debian/Ubuntu: apt-get install skopeo)" % self.binary
+            )
         self.calls.append(list(args))
         try:
-            proc = subprocess.run([path] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  timeout=timeout or self.timeout, env=self.env)
+            proc = subprocess.run(
+                [path] + list(args),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                timeout=timeout or self.timeout,
+                env=self.env,
+            )
         except subprocess.TimeoutExpired:
             raise ModelcarError("skopeo %s timed out" % args[0])
         if check and proc.returncode != 0:
-            raise ModelcarError("skopeo %s failed (exit %d): %s" % (
-                args[0], proc.returncode, proc.stderr.decode("utf-8", "replace").strip()[-2000:]))
+            raise ModelcarError(
+                "skopeo %s failed (exit %d): %s"
+                % (args[0], proc.returncode, proc.stderr.decode("utf-8", "replace").strip()[-2000:])
+            )
         return proc
 
     @staticmethod
@@ -104,8 +115,17 @@ class Skopeo(object):
             raise ModelcarError("skopeo inspect docker://%s failed: %s" % (ref, err.strip()[-1500:]))
         return proc.stdout
 
-    def copy(self, src, dest, preserve_digests=True, src_tls_verify=None, dest_tls_verify=None, src_authfile=None,
-             dest_authfile=None, platform=None):
+    def copy(
+        self,
+        src,
+        dest,
+        preserve_digests=True,
+        src_tls_verify=None,
+        dest_tls_verify=None,
+        src_authfile=None,
+        dest_authfile=None,
+        platform=None,
+    ):
         args = ["copy", "--retry-times", "3"]
         if preserve_digests:
             args.append("--preserve-digests")
@@ -161,7 +181,7 @@ def parse_base(base):
     """("oci", path, tag) for ``oci:PATH[:TAG]``, ("docker", ref, None) for ``docker://REF`` or a bare
     reference."""
     if base.startswith("oci:"):
-        rest = base[len("oci:"):]
+        rest = base[len("oci:") :]
         if os.path.isdir(rest):
             return "oci", rest, None
         path, _, tag = rest.rpartition(":")
@@ -169,7 +189,7 @@ def parse_base(base):
             return "oci", path, tag
         raise ModelcarError("base %r: no OCI layout directory at %s" % (base, path or rest))
     if base.startswith("docker://"):
-        return "docker", base[len("docker://"):], None
+        return "docker", base[len("docker://") :], None
     if "://" in base:
         raise ModelcarError("base %r: use oci:PATH[:TAG] (a local OCI layout) or docker://REF" % base)
     return "docker", base, None
@@ -190,8 +210,14 @@ def prepare_base(skopeo, base, work_dir, tls_verify=True, authfile=None, platfor
                 return layout, "base", {"source": base, "pulled": False}
     if os.path.isdir(layout):
         shutil.rmtree(layout)
-    skopeo.copy("docker://" + where, "oci:%s:base" % layout, preserve_digests=False, src_tls_verify=tls_verify,
-                src_authfile=authfile, platform=platform)
+    skopeo.copy(
+        "docker://" + where,
+        "oci:%s:base" % layout,
+        preserve_digests=False,
+        src_tls_verify=tls_verify,
+        src_authfile=authfile,
+        platform=platform,
+    )
     with open(stamp, "w") as fh:
         fh.write(where)
     return layout, "base", {"source": base, "pulled": True, "pin": pin}
@@ -205,39 +231,63 @@ def build_push(p, check_mode=False):
     work = os.path.join(work, re.sub(r"[^A-Za-z0-9_.-]", "_", repo)[-120:])
     os.makedirs(work, exist_ok=True)
     platform = tuple((p.get("platform") or "linux/amd64").split("/"))
-    artifacts = [{"role": a.get("role"), "subdir": a["subdir"], "path": os.path.abspath(os.path.expanduser(a["path"]))}
-                 for a in p["artifacts"]]
+    artifacts = [
+        {"role": a.get("role"), "subdir": a["subdir"], "path": os.path.abspath(os.path.expanduser(a["path"]))}
+        for a in p["artifacts"]
+    ]
     for a in artifacts:
         if not os.path.isdir(a["path"]):
             raise ModelcarError("%s: %s is not a directory" % (a["role"] or a["subdir"], a["path"]))
         if not any(True for _ in os.scandir(a["path"])):
             raise ModelcarError("%s: %s is empty" % (a["role"] or a["subdir"], a["path"]))
     skopeo = Skopeo(p.get("skopeo_path") or "skopeo")
-    result = {"changed": False, "image": "%s:%s" % (repo, tag), "repository": repo, "tag": tag, "pushed": False}
+    result = {
+        "changed": False,
+        "image": "%s:%s" % (repo, tag),
+        "repository": repo,
+        "tag": tag,
+        "pushed": False,
+    }
     if (p.get("backend") or "skopeo") == "podman":
         return podman_build_push(p, repo, tag, artifacts, work, skopeo, check_mode, result, t0)
-    with Credentials(registry_host(repo), p.get("username"), p.get("password"), p.get("authfile")) as authfile:
+    with Credentials(
+        registry_host(repo), p.get("username"), p.get("password"), p.get("authfile")
+    ) as authfile:
         base_layout, base_tag, base_info = prepare_base(
-            skopeo, p.get("base") or DEFAULT_BASE, work, tls_verify=p.get("base_tls_verify", True),
-            authfile=p.get("base_authfile"), platform=platform)
+            skopeo,
+            p.get("base") or DEFAULT_BASE,
+            work,
+            tls_verify=p.get("base_tls_verify", True),
+            authfile=p.get("base_authfile"),
+            platform=platform,
+        )
         t_build = time.time()
-        built = oci_layout.build_image(os.path.join(work, "layout"), tag, artifacts, base_layout=base_layout,
-                                       base_tag=base_tag, platform=platform, labels=p.get("labels"),
-                                       layer_cache=p.get("layer_cache", True))
+        built = oci_layout.build_image(
+            os.path.join(work, "layout"),
+            tag,
+            artifacts,
+            base_layout=base_layout,
+            base_tag=base_tag,
+            platform=platform,
+            labels=p.get("labels"),
+            layer_cache=p.get("layer_cache", True),
+        )
         result["timings"] = {"base": round(t_build - t0, 3), "build": round(time.time() - t_build, 3)}
         digest = built["digest"]
-        result.update({
-            "digest": digest,
-            "image_ref": "%s@%s" % (repo, digest),
-            "storage_uri": "oci://%s@%s" % (repo, digest),
-            "config_digest": built["config_digest"],
-            "layers": built["layers"],
-            "base": dict(built["base"], **base_info),
-            "layout": built["layout"],
-            "bytes_uploaded": 0,
-            "blobs_uploaded": 0,
-            "blobs_skipped": 0,
-        })
+        result.update(
+            {
+                "digest": digest,
+                "image_ref": "%s@%s" % (repo, digest),
+                "storage_uri": "oci://%s@%s" % (repo, digest),
+                "config_digest": built["config_digest"],
+                "layers": built["layers"],
+                "base": dict(built["base"], **base_info),
+                "layout": built["layout"],
+                "bytes_uploaded": 0,
+                "blobs_uploaded": 0,
+                "blobs_skipped": 0,
+            }
+        )
         problems, facts = oci_layout.check_image(built["layout"], built["manifest"], artifacts)
         if problems:
             raise ModelcarError("the built image is not a valid Modelcar: " + "; ".join(problems))
@@ -258,17 +308,34 @@ def build_push(p, check_mode=False):
         else:
             blobs = {d["digest"]: d["size"] for d in built["manifest"]["layers"]}
             blobs[built["manifest"]["config"]["digest"]] = built["manifest"]["config"]["size"]
-            missing = oci_registry.missing_blobs(repo, registry_host(repo), list(blobs), tls_verify=tls,
-                                                 username=p.get("username"), password=p.get("password"),
-                                                 authfile=authfile)
-            skopeo.copy("oci:%s:%s" % (built["layout"], tag), "docker://%s:%s" % (repo, tag),
-                        preserve_digests=True, dest_tls_verify=tls, dest_authfile=authfile)
+            missing = oci_registry.missing_blobs(
+                repo,
+                registry_host(repo),
+                list(blobs),
+                tls_verify=tls,
+                username=p.get("username"),
+                password=p.get("password"),
+                authfile=authfile,
+            )
+            skopeo.copy(
+                "oci:%s:%s" % (built["layout"], tag),
+                "docker://%s:%s" % (repo, tag),
+                preserve_digests=True,
+                dest_tls_verify=tls,
+                dest_authfile=authfile,
+            )
             if missing is None:  # the registry could not be asked: count everything
                 missing = list(blobs)
                 result["upload_accounting"] = "unknown (registry API not reachable): every blob counted"
-            result.update({"pushed": True, "changed": True, "blobs_uploaded": len(missing),
-                           "blobs_skipped": len(blobs) - len(missing),
-                           "bytes_uploaded": sum(blobs[d] for d in missing) + built["manifest_size"]})
+            result.update(
+                {
+                    "pushed": True,
+                    "changed": True,
+                    "blobs_uploaded": len(missing),
+                    "blobs_skipped": len(blobs) - len(missing),
+                    "bytes_uploaded": sum(blobs[d] for d in missing) + built["manifest_size"],
+                }
+            )
             result["msg"] = "pushed %s:%s (%s)" % (repo, tag, digest)
         result["timings"]["push"] = round(time.time() - t_push, 3)
         if p.get("verify", True):
@@ -286,7 +353,9 @@ def verify_remote(skopeo, repo, tag, digest, manifest, tls_verify, authfile):
     if raw is None:
         raise ModelcarError("verify: the registry has no manifest %s@%s after the push" % (repo, digest))
     if manifest_digest(raw) != digest:
-        raise ModelcarError("verify: the registry's manifest %s@%s hashes to %s" % (repo, digest, manifest_digest(raw)))
+        raise ModelcarError(
+            "verify: the registry's manifest %s@%s hashes to %s" % (repo, digest, manifest_digest(raw))
+        )
     remote = json.loads(raw)
     local_layers = [(d["digest"], d["size"]) for d in manifest["layers"]]
     remote_layers = [(d.get("digest"), d.get("size")) for d in remote.get("layers") or []]
@@ -325,20 +394,41 @@ def podman_build_push(p, repo, tag, artifacts, work, skopeo, check_mode, result,
         lines.append("COPY %s /models/%s" % (sub, sub))
     with open(os.path.join(ctx, "Containerfile"), "w") as fh:
         fh.write("\n".join(lines) + "\n")
-    run_args = [podman, "build", "--timestamp", "0", "-f", os.path.join(ctx, "Containerfile"),
-                "-t", "%s:%s" % (repo, tag)]
+    run_args = [
+        podman,
+        "build",
+        "--timestamp",
+        "0",
+        "-f",
+        os.path.join(ctx, "Containerfile"),
+        "-t",
+        "%s:%s" % (repo, tag),
+    ]
     if p.get("podman_runtime"):
         run_args[2:2] = ["--runtime", p["podman_runtime"]]
     proc = subprocess.run(run_args + [ctx], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         raise ModelcarError("podman build failed: %s" % proc.stdout.decode("utf-8", "replace")[-2000:])
-    image_id = subprocess.run([podman, "image", "inspect", "--format", "{{.Id}}", "%s:%s" % (repo, tag)],
-                              stdout=subprocess.PIPE, check=True).stdout.decode().strip()
+    image_id = (
+        subprocess.run(
+            [podman, "image", "inspect", "--format", "{{.Id}}", "%s:%s" % (repo, tag)],
+            stdout=subprocess.PIPE,
+            check=True,
+        )
+        .stdout.decode()
+        .strip()
+    )
     tls = p.get("tls_verify", True)
-    with Credentials(registry_host(repo), p.get("username"), p.get("password"), p.get("authfile")) as authfile:
-        proc = skopeo.run(["inspect", "--config", "--raw"] + skopeo._tls("tls-verify", tls) +
-                          (["--authfile", authfile] if authfile else []) + ["docker://%s:%s" % (repo, tag)],
-                          check=False)
+    with Credentials(
+        registry_host(repo), p.get("username"), p.get("password"), p.get("authfile")
+    ) as authfile:
+        proc = skopeo.run(
+            ["inspect", "--config", "--raw"]
+            + skopeo._tls("tls-verify", tls)
+            + (["--authfile", authfile] if authfile else [])
+            + ["docker://%s:%s" % (repo, tag)],
+            check=False,
+        )
         remote_config = "sha256:" + hashlib.sha256(proc.stdout).hexdigest() if proc.returncode == 0 else None
         if remote_config and remote_config.split(":", 1)[1] == image_id and not p.get("force"):
             raw = skopeo.inspect_raw("%s:%s" % (repo, tag), tls_verify=tls, authfile=authfile)
@@ -348,23 +438,42 @@ def podman_build_push(p, repo, tag, artifacts, work, skopeo, check_mode, result,
             return result
         else:
             digestfile = os.path.join(work, "podman.digest")
-            push = [podman, "push", "--tls-verify=%s" % ("true" if tls else "false"), "--digestfile", digestfile]
+            push = [
+                podman,
+                "push",
+                "--tls-verify=%s" % ("true" if tls else "false"),
+                "--digestfile",
+                digestfile,
+            ]
             if authfile:
                 push += ["--authfile", authfile]
-            proc = subprocess.run(push + ["%s:%s" % (repo, tag)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            proc = subprocess.run(
+                push + ["%s:%s" % (repo, tag)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            )
             if proc.returncode != 0:
                 raise ModelcarError("podman push failed: %s" % proc.stdout.decode("utf-8", "replace")[-2000:])
             with open(digestfile) as fh:
                 digest = fh.read().strip()
             result.update({"pushed": True, "changed": True})
-        result.update({"digest": digest, "image_ref": "%s@%s" % (repo, digest),
-                       "storage_uri": "oci://%s@%s" % (repo, digest), "config_digest": "sha256:" + image_id,
-                       "timings": {"total": round(time.time() - t0, 3)}})
+        result.update(
+            {
+                "digest": digest,
+                "image_ref": "%s@%s" % (repo, digest),
+                "storage_uri": "oci://%s@%s" % (repo, digest),
+                "config_digest": "sha256:" + image_id,
+                "timings": {"total": round(time.time() - t0, 3)},
+            }
+        )
         if p.get("verify", True):
             tmp = tempfile.mkdtemp(dir=work)
             try:
-                skopeo.copy("docker://%s@%s" % (repo, digest), "oci:%s:verify" % tmp, preserve_digests=True,
-                            src_tls_verify=tls, src_authfile=authfile)
+                skopeo.copy(
+                    "docker://%s@%s" % (repo, digest),
+                    "oci:%s:verify" % tmp,
+                    preserve_digests=True,
+                    src_tls_verify=tls,
+                    src_authfile=authfile,
+                )
                 manifest, _desc = oci_layout.Layout(tmp).resolve("verify")
                 problems, facts = oci_layout.check_image(tmp, manifest, artifacts)
             finally:
@@ -372,6 +481,10 @@ def podman_build_push(p, repo, tag, artifacts, work, skopeo, check_mode, result,
             if problems:
                 raise ModelcarError("the pushed image is not a valid Modelcar: " + "; ".join(problems))
             result["content"] = facts
-            result["verify"] = {"ok": True, "manifest_digest": digest, "layers": len(manifest.get("layers") or []),
-                                "tag_pinned": True}
+            result["verify"] = {
+                "ok": True,
+                "manifest_digest": digest,
+                "layers": len(manifest.get("layers") or []),
+                "tag_pinned": True,
+            }
     return result

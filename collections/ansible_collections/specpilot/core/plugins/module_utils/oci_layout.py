@@ -174,8 +174,11 @@ def tree_signature(src, dest):
             h.update(("d|%s\n" % name).encode("utf-8", "surrogateescape"))
         else:
             st = os.stat(path)
-            h.update(("f|%s|%d|%d|%d|%d|%o\n" % (name, size, st.st_mtime_ns, st.st_ino, st.st_dev, mode))
-                     .encode("utf-8", "surrogateescape"))
+            h.update(
+                ("f|%s|%d|%d|%d|%d|%o\n" % (name, size, st.st_mtime_ns, st.st_ino, st.st_dev, mode)).encode(
+                    "utf-8", "surrogateescape"
+                )
+            )
     return h.hexdigest()
 
 
@@ -292,8 +295,14 @@ class Layout(object):
         if tag is not None:
             tagged = [d for d in descs if (d.get("annotations") or {}).get(REF_NAME) == tag]
             if not tagged and len(descs) > 1:
-                raise LayoutError("%s: no image tagged %r (tags: %s)" % (
-                    self.path, tag, ", ".join(sorted(str((d.get("annotations") or {}).get(REF_NAME)) for d in descs))))
+                raise LayoutError(
+                    "%s: no image tagged %r (tags: %s)"
+                    % (
+                        self.path,
+                        tag,
+                        ", ".join(sorted(str((d.get("annotations") or {}).get(REF_NAME)) for d in descs)),
+                    )
+                )
             descs = tagged or descs
         elif len(descs) > 1 and not all(d.get("platform") for d in descs):
             raise LayoutError("%s holds %d images: name the tag" % (self.path, len(descs)))
@@ -347,12 +356,24 @@ def _pick_platform(descs, platform, where):
     variant = platform[2] if len(platform) > 2 else None
     for d in descs:
         p = d.get("platform") or {}
-        if p.get("os") == want_os and p.get("architecture") == want_arch and (variant is None or
-                                                                             p.get("variant") == variant):
+        if (
+            p.get("os") == want_os
+            and p.get("architecture") == want_arch
+            and (variant is None or p.get("variant") == variant)
+        ):
             return d
-    raise LayoutError("%s: no image for platform %s/%s (has: %s)" % (
-        where, want_os, want_arch, ", ".join("%s/%s" % ((d.get("platform") or {}).get("os"),
-                                                       (d.get("platform") or {}).get("architecture")) for d in descs)))
+    raise LayoutError(
+        "%s: no image for platform %s/%s (has: %s)"
+        % (
+            where,
+            want_os,
+            want_arch,
+            ", ".join(
+                "%s/%s" % ((d.get("platform") or {}).get("os"), (d.get("platform") or {}).get("architecture"))
+                for d in descs
+            ),
+        )
+    )
 
 
 class LayerCache(object):
@@ -412,8 +433,14 @@ def build_layer(layout, src, dest, cache=None):
         raise
     if sig is not None:
         cache.put(sig, digest, size, keep=[v["digest"] for v in cache.data.values()])
-    return {"digest": digest, "size": size, "cached": False, "signature": sig, "files": len(files),
-            "bytes": sum(e[3] for e in files)}
+    return {
+        "digest": digest,
+        "size": size,
+        "cached": False,
+        "signature": sig,
+        "files": len(files),
+        "bytes": sum(e[3] for e in files),
+    }
 
 
 def layer_members(layout, digest, media_type=None):
@@ -430,8 +457,17 @@ def layer_members(layout, digest, media_type=None):
     return out
 
 
-def build_image(layout_dir, tag, artifacts, base_layout=None, base_tag=None, platform=("linux", "amd64"),
-                labels=None, layer_cache=True, base_layers=None):
+def build_image(
+    layout_dir,
+    tag,
+    artifacts,
+    base_layout=None,
+    base_tag=None,
+    platform=("linux", "amd64"),
+    labels=None,
+    layer_cache=True,
+    base_layers=None,
+):
     """Write the Modelcar image into layout_dir (created or updated in place).
 
     artifacts: [{role, subdir, path}] -> one layer each at models/<subdir>, in the given order.
@@ -448,7 +484,9 @@ def build_image(layout_dir, tag, artifacts, base_layout=None, base_tag=None, pla
         base_config = json.loads(base.read_blob(base_manifest["config"]["digest"]))
         have = (base_config.get("os"), base_config.get("architecture"))
         if all(have) and have != tuple(platform[:2]):
-            raise LayoutError("the base image is for platform %s/%s, not %s/%s" % (have + tuple(platform[:2])))
+            raise LayoutError(
+                "the base image is for platform %s/%s, not %s/%s" % (have + tuple(platform[:2]))
+            )
         base_diff_ids = list((base_config.get("rootfs") or {}).get("diff_ids") or [])
         for d in base_manifest.get("layers") or []:
             layout.add_blob_from(base, d["digest"])
@@ -457,8 +495,9 @@ def build_image(layout_dir, tag, artifacts, base_layout=None, base_tag=None, pla
                 mt = MT_LAYER_GZIP
             base_descs.append({"mediaType": mt, "digest": d["digest"], "size": d["size"]})
         if len(base_diff_ids) != len(base_descs):
-            raise LayoutError("base image: %d layers but %d diff_ids in its config" % (len(base_descs),
-                                                                                     len(base_diff_ids)))
+            raise LayoutError(
+                "base image: %d layers but %d diff_ids in its config" % (len(base_descs), len(base_diff_ids))
+            )
     elif base_layers:
         for data in base_layers:  # raw uncompressed tar bytes (tests)
             digest, size = layout.put_bytes(data)
@@ -484,9 +523,13 @@ def build_image(layout_dir, tag, artifacts, base_layout=None, base_tag=None, pla
     if not history and base_descs:
         history = [{"created_by": "base layer"} for _ in base_descs]
     for layer in layers:
-        history.append({"created_by": "specpilot modelcar: %s -> /models/%s" % (layer.get("role") or "model",
-                                                                                layer["subdir"]),
-                        "comment": "specpilot oci_layout v%d" % WRITER_VERSION})
+        history.append(
+            {
+                "created_by": "specpilot modelcar: %s -> /models/%s"
+                % (layer.get("role") or "model", layer["subdir"]),
+                "comment": "specpilot oci_layout v%d" % WRITER_VERSION,
+            }
+        )
     config = {
         "architecture": base_config.get("architecture") or platform[1],
         "os": base_config.get("os") or platform[0],
@@ -503,8 +546,8 @@ def build_image(layout_dir, tag, artifacts, base_layout=None, base_tag=None, pla
         "schemaVersion": 2,
         "mediaType": MT_MANIFEST,
         "config": config_desc,
-        "layers": base_descs + [{"mediaType": MT_LAYER, "digest": layer["digest"], "size": layer["size"]}
-                                for layer in layers],
+        "layers": base_descs
+        + [{"mediaType": MT_LAYER, "digest": layer["digest"], "size": layer["size"]} for layer in layers],
     }
     manifest_desc = layout.put_json(manifest, MT_MANIFEST)
     layout.write_index(manifest_desc, tag)
@@ -516,8 +559,10 @@ def build_image(layout_dir, tag, artifacts, base_layout=None, base_tag=None, pla
         "config": config,
         "config_digest": config_desc["digest"],
         "layers": [{k: v for k, v in layer.items() if k != "signature"} for layer in layers],
-        "base": {"manifest_digest": base_desc["digest"] if base_desc else None,
-                 "layers": [d["digest"] for d in base_descs]},
+        "base": {
+            "manifest_digest": base_desc["digest"] if base_desc else None,
+            "layers": [d["digest"] for d in base_descs],
+        },
         "layout": layout.path,
     }
 
@@ -536,20 +581,24 @@ def check_image(layout_dir, manifest, artifacts):
     nonempty = {}
     layers = manifest.get("layers") or []
     n_models = len(artifacts)
-    base_layers = layers[:len(layers) - n_models]
+    base_layers = layers[: len(layers) - n_models]
     for d in base_layers:
         for name, kind, size, _link in layer_members(layout, d["digest"]):
             names[name.rstrip("/")] = kind
     for applet in BASE_APPLETS:
         if not any(("%s/%s" % (b, applet)) in names for b in BIN_DIRS):
             problems.append("the base image has no %s (KServe's modelcar runs sh, ln and sleep)" % applet)
-    for art, d in zip(artifacts, layers[len(layers) - n_models:]):
+    for art, d in zip(artifacts, layers[len(layers) - n_models :]):
         prefix = "models/%s/" % art["subdir"].strip("/")
-        files = [(n, s) for n, k, s, _l in layer_members(layout, d["digest"])
-                 if n.startswith(prefix) and k in (tarfile.REGTYPE, tarfile.AREGTYPE)]
+        files = [
+            (n, s)
+            for n, k, s, _l in layer_members(layout, d["digest"])
+            if n.startswith(prefix) and k in (tarfile.REGTYPE, tarfile.AREGTYPE)
+        ]
         nonempty[art["subdir"]] = {"files": len(files), "bytes": sum(s for _n, s in files)}
         if not files or not any(s > 0 for _n, s in files):
             problems.append("/models/%s is empty in its layer %s" % (art["subdir"], d["digest"]))
-    return problems, {"base_has": [a for a in BASE_APPLETS
-                                   if any(("%s/%s" % (b, a)) in names for b in BIN_DIRS)],
-                      "models": nonempty}
+    return problems, {
+        "base_has": [a for a in BASE_APPLETS if any(("%s/%s" % (b, a)) in names for b in BIN_DIRS)],
+        "models": nonempty,
+    }

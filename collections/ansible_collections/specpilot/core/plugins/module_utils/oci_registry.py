@@ -41,8 +41,13 @@ def read_authfile(path, host):
     except (OSError, ValueError):
         return None
     auths = data.get("auths") or {}
-    for key in (host, "https://" + host, "http://" + host, host + "/v1/" if host == "docker.io" else None,
-                "https://index.docker.io/v1/" if host == "docker.io" else None):
+    for key in (
+        host,
+        "https://" + host,
+        "http://" + host,
+        host + "/v1/" if host == "docker.io" else None,
+        "https://index.docker.io/v1/" if host == "docker.io" else None,
+    ):
         if key and key in auths and auths[key].get("auth"):
             user, _, pw = base64.b64decode(auths[key]["auth"]).decode("utf-8").partition(":")
             return user, pw
@@ -53,8 +58,11 @@ class Registry(object):
     def __init__(self, host, tls_verify=True, username=None, password=None, authfile=None, timeout=60):
         self.host = "registry-1.docker.io" if host == "docker.io" else host
         self.tls_verify = tls_verify
-        self.creds = (username, password) if username and password is not None else (
-            read_authfile(authfile, host) if authfile else None)
+        self.creds = (
+            (username, password)
+            if username and password is not None
+            else (read_authfile(authfile, host) if authfile else None)
+        )
         self.timeout = timeout
         self.scheme = "https"
         self._auth_header = None
@@ -66,7 +74,9 @@ class Registry(object):
 
     def _open(self, method, url, headers=None):
         req = urlrequest.Request(url, method=method, headers=dict(headers or {}))
-        return urlrequest.urlopen(req, timeout=self.timeout, context=self._ctx if url.startswith("https") else None)
+        return urlrequest.urlopen(
+            req, timeout=self.timeout, context=self._ctx if url.startswith("https") else None
+        )
 
     def _request(self, method, path):
         url = "%s://%s%s" % (self.scheme, self.host, path)
@@ -101,7 +111,9 @@ class Registry(object):
                 with self._open("GET", url, {"Authorization": basic} if basic else {}) as resp:
                     data = json.loads(resp.read().decode("utf-8"))
             except (urlerror.URLError, ValueError) as exc:
-                raise RegistryError("token request to %s failed: %s" % (params["realm"], getattr(exc, "reason", exc)))
+                raise RegistryError(
+                    "token request to %s failed: %s" % (params["realm"], getattr(exc, "reason", exc))
+                )
             token = data.get("token") or data.get("access_token")
             if not token:
                 raise RegistryError("the token service of %s returned no token" % self.host)

@@ -107,8 +107,10 @@ def artifact_request(art, pvc_path, method, options):
     opts = (options or {}).get(role) or {}
     unknown = sorted(set(opts) - set(ARTIFACT_OPTION_KEYS))
     if unknown:
-        raise PlanError("artifact options of %s: unknown key(s) %s (known: %s)"
-                        % (role, ", ".join(unknown), ", ".join(ARTIFACT_OPTION_KEYS)))
+        raise PlanError(
+            "artifact options of %s: unknown key(s) %s (known: %s)"
+            % (role, ", ".join(unknown), ", ".join(ARTIFACT_OPTION_KEYS))
+        )
     for key in ARTIFACT_OPTION_KEYS:
         if opts.get(key) not in (None, "", [], {}):
             entry[key] = opts[key]
@@ -152,8 +154,11 @@ def decide(entry, recorded, pvc_uid, force, recheck):
         return False, "the PVC was recreated since it was staged"
     if recorded.get("request_digest") != entry["request_digest"]:
         return False, "the request changed (source, revision, include/exclude, checksums or destination)"
-    return True, "staged %s (%s files, %s bytes)" % (recorded.get("staged_at"), recorded.get("files"),
-                                                       recorded.get("bytes"))
+    return True, "staged %s (%s files, %s bytes)" % (
+        recorded.get("staged_at"),
+        recorded.get("files"),
+        recorded.get("bytes"),
+    )
 
 
 def build_plan(p):
@@ -166,8 +171,10 @@ def build_plan(p):
     pvc_obj = p.get("pvc_object") or {}
     pvc_uid = (pvc_obj.get("metadata") or {}).get("uid")
     artifacts = [a for a in (p.get("artifacts") or []) if a.get("uri")]
-    entries = [artifact_request(a, pvc.get("path"), p.get("speculative_method"), p.get("artifact_options"))
-               for a in artifacts]
+    entries = [
+        artifact_request(a, pvc.get("path"), p.get("speculative_method"), p.get("artifact_options"))
+        for a in artifacts
+    ]
     dests = [e["dest"] for e in entries]
     if len(set(dests)) != len(dests):
         raise PlanError("target and draft would be staged into the same directory %r" % dests[0])
@@ -176,9 +183,18 @@ def build_plan(p):
     for entry in entries:
         recorded = recorded_status(p.get("status_data"), entry)
         ok, reason = decide(entry, recorded, pvc_uid, p.get("force"), p.get("recheck"))
-        decisions.append({"role": entry["role"], "dest": entry["dest"], "uri": stager.redact_uri(entry["uri"]),
-                          "request_digest": entry["request_digest"], "up_to_date": ok, "reason": reason,
-                          "status_key": status_key(entry["dest"]), "recorded": recorded})
+        decisions.append(
+            {
+                "role": entry["role"],
+                "dest": entry["dest"],
+                "uri": stager.redact_uri(entry["uri"]),
+                "request_digest": entry["request_digest"],
+                "up_to_date": ok,
+                "reason": reason,
+                "status_key": status_key(entry["dest"]),
+                "recorded": recorded,
+            }
+        )
         if not ok:
             todo.append(entry)
     for entry in todo:
@@ -212,7 +228,9 @@ def build_plan(p):
     }
     out["manifests"]["pvc"] = pvc_manifest(name, namespace, pvc, p.get("labels"))
     if todo:
-        labels = dict(MANAGED_BY, **{"specpilot.io/service": dns_name(name), "specpilot.io/stage-request": job_digest})
+        labels = dict(
+            MANAGED_BY, **{"specpilot.io/service": dns_name(name), "specpilot.io/stage-request": job_digest}
+        )
         labels.update(p.get("labels") or {})
         out["manifests"]["configmap"] = {
             "apiVersion": "v1",
@@ -234,8 +252,12 @@ def pvc_manifest(name, namespace, pvc, labels=None):
     md_labels = dict(MANAGED_BY, **{"specpilot.io/service": dns_name(name)})
     md_labels["app.kubernetes.io/name"] = "specpilot-models"
     md_labels.update(labels or {})
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": pvc["name"], "namespace": namespace, "labels": md_labels}, "spec": spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": pvc["name"], "namespace": namespace, "labels": md_labels},
+        "spec": spec,
+    }
 
 
 def job_manifest(p, job_name, namespace, labels, pvc_name, todo):
@@ -288,26 +310,46 @@ def job_manifest(p, job_name, namespace, labels, pvc_name, todo):
         "containers": [container],
         "volumes": volumes + copy.deepcopy(p.get("extra_volumes") or []),
     }
-    for key, src in (("serviceAccountName", "service_account"), ("nodeSelector", "node_selector"),
-                     ("tolerations", "tolerations"), ("securityContext", "pod_security_context"),
-                     ("priorityClassName", "priority_class_name"), ("imagePullSecrets", "image_pull_secrets")):
+    for key, src in (
+        ("serviceAccountName", "service_account"),
+        ("nodeSelector", "node_selector"),
+        ("tolerations", "tolerations"),
+        ("securityContext", "pod_security_context"),
+        ("priorityClassName", "priority_class_name"),
+        ("imagePullSecrets", "image_pull_secrets"),
+    ):
         if p.get(src):
             pod_spec[key] = copy.deepcopy(p[src])
     if pod_spec.get("imagePullSecrets"):
-        pod_spec["imagePullSecrets"] = [s if isinstance(s, dict) else {"name": s} for s in pod_spec["imagePullSecrets"]]
+        pod_spec["imagePullSecrets"] = [
+            s if isinstance(s, dict) else {"name": s} for s in pod_spec["imagePullSecrets"]
+        ]
     spec = {
         "backoffLimit": int(p.get("backoff_limit", 2)),
-        "podFailurePolicy": {"rules": [{"action": "FailJob",
-                                        "onExitCodes": {"containerName": CONTAINER, "operator": "In",
-                                                        "values": [stager.EXIT_PERMANENT]}}]},
+        "podFailurePolicy": {
+            "rules": [
+                {
+                    "action": "FailJob",
+                    "onExitCodes": {
+                        "containerName": CONTAINER,
+                        "operator": "In",
+                        "values": [stager.EXIT_PERMANENT],
+                    },
+                }
+            ]
+        },
         "template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec},
     }
     if p.get("active_deadline_seconds"):
         spec["activeDeadlineSeconds"] = int(p["active_deadline_seconds"])
     if p.get("ttl_seconds_after_finished") is not None:
         spec["ttlSecondsAfterFinished"] = int(p["ttl_seconds_after_finished"])
-    return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": job_name, "namespace": namespace, "labels": dict(labels)}, "spec": spec}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job_name, "namespace": namespace, "labels": dict(labels)},
+        "spec": spec,
+    }
 
 
 def status_data(plan, result, job_name=None):
@@ -320,10 +362,18 @@ def status_data(plan, result, job_name=None):
         if decision is None:
             continue
         st = dict(art.get("status") or {})
-        st.update({"role": art.get("role"), "dest": decision["dest"], "pvc_uid": plan.get("pvc_uid"),
-                   "job": job_name or plan.get("job_name")})
+        st.update(
+            {
+                "role": art.get("role"),
+                "dest": decision["dest"],
+                "pvc_uid": plan.get("pvc_uid"),
+                "job": job_name or plan.get("job_name"),
+            }
+        )
         if st.get("request_digest") != decision["request_digest"]:
-            raise PlanError("the Job's result for %s carries request digest %s, the plan %s"
-                            % (art.get("role"), st.get("request_digest"), decision["request_digest"]))
+            raise PlanError(
+                "the Job's result for %s carries request digest %s, the plan %s"
+                % (art.get("role"), st.get("request_digest"), decision["request_digest"])
+            )
         out[decision["status_key"]] = json.dumps(st, sort_keys=True, separators=(",", ":"))
     return out

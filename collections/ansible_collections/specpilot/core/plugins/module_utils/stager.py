@@ -77,6 +77,7 @@ import re
 import shutil
 import socket
 import ssl
+import stat
 import struct
 import sys
 import tarfile
@@ -99,12 +100,22 @@ ERROR_PREFIX = "SPECPILOT-ERROR "
 LOG_PREFIX = "specpilot-stage: "
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".zip")
 MANIFEST_NAMES = ("SHA256SUMS", "sha256sums.txt", "SHA256SUMS.txt")
-TOKENIZER_SETS = (("tokenizer.json",), ("tokenizer.model",), ("vocab.json", "merges.txt"), ("tiktoken.model",),
-                  ("vocab.txt",))
+TOKENIZER_SETS = (
+    ("tokenizer.json",),
+    ("tokenizer.model",),
+    ("vocab.json", "merges.txt"),
+    ("tiktoken.model",),
+    ("vocab.txt",),
+)
 CHUNK = 4 * 1024 * 1024
 EXIT_OK, EXIT_RETRY, EXIT_PERMANENT = 0, 1, 2
-SECRET_ENV_NAMES = ("HF_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-                    "HTTP_AUTHORIZATION")
+SECRET_ENV_NAMES = (
+    "HF_TOKEN",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "HTTP_AUTHORIZATION",
+)
 
 
 class StageError(Exception):
@@ -266,8 +277,19 @@ class Progress(object):
         self.last = now
         elapsed = max(now - self.started, 1e-6)
         pct = (100.0 * self.done / self.total) if self.total else 100.0
-        log(self.out, "progress %s %d/%d bytes (%.1f%%) files %d/%d %s/s"
-            % (self.role, self.done, self.total or 0, pct, self.files_done, self.files, human(self.done / elapsed)))
+        log(
+            self.out,
+            "progress %s %d/%d bytes (%.1f%%) files %d/%d %s/s"
+            % (
+                self.role,
+                self.done,
+                self.total or 0,
+                pct,
+                self.files_done,
+                self.files,
+                human(self.done / elapsed),
+            ),
+        )
 
 
 def log(out, message):
@@ -336,11 +358,19 @@ class Http(object):
                 if exc.code in (401, 403, 404, 405, 410, 501):
                     raise StageError("%s %s: HTTP %d %s" % (method, redact_uri(url), exc.code, exc.reason))
                 if attempt >= self.retries or exc.code not in (408, 425, 429, 500, 502, 503, 504):
-                    raise TransientError("%s %s: HTTP %d %s" % (method, redact_uri(url), exc.code, exc.reason))
+                    raise TransientError(
+                        "%s %s: HTTP %d %s" % (method, redact_uri(url), exc.code, exc.reason)
+                    )
             except (urlerror.URLError, socket.timeout, ConnectionError, ssl.SSLError) as exc:
                 reason = getattr(exc, "reason", exc)
-                if isinstance(reason, ssl.SSLCertVerificationError if hasattr(ssl, "SSLCertVerificationError")
-                              else ssl.SSLError):
+                if isinstance(
+                    reason,
+                    (
+                        ssl.SSLCertVerificationError
+                        if hasattr(ssl, "SSLCertVerificationError")
+                        else ssl.SSLError
+                    ),
+                ):
                     raise StageError("%s %s: TLS verification failed: %s" % (method, redact_uri(url), reason))
                 if attempt >= self.retries:
                     raise TransientError("%s %s: %s" % (method, redact_uri(url), reason))
@@ -354,9 +384,12 @@ class Http(object):
         with resp:
             h = resp.headers
             size = h.get("Content-Length")
-            return (int(size) if size and size.isdigit() else None,
-                    (h.get("Accept-Ranges") or "").lower() == "bytes",
-                    h.get("ETag"), published_sha256(h))
+            return (
+                int(size) if size and size.isdigit() else None,
+                (h.get("Accept-Ranges") or "").lower() == "bytes",
+                h.get("ETag"),
+                published_sha256(h),
+            )
 
     def text(self, url):
         with self.request(url) as resp:
@@ -370,6 +403,7 @@ class Http(object):
             if offset and status != 206:
                 return resp, 0  # range ignored: the server sends everything
             return resp, offset
+
         return opener
 
 
@@ -399,8 +433,9 @@ class HttpSource(object):
     def __init__(self, art, env, http=None):
         self.art = art
         self.uri = art["uri"]
-        self.http = http or Http(authorization=env.get("HTTP_AUTHORIZATION"),
-                                 insecure=bool(art.get("insecure_tls")))
+        self.http = http or Http(
+            authorization=env.get("HTTP_AUTHORIZATION"), insecure=bool(art.get("insecure_tls"))
+        )
         self.revision = None
 
     def describe(self):
@@ -413,9 +448,14 @@ class HttpSource(object):
             if not re.search(r"HTTP (403|405|501)", str(exc)):  # servers (presigned URLs) that refuse HEAD
                 raise
             size, etag, published = None, None, None
-        return RemoteFile(rel, size=size, sha256=sha256 or published,
-                          identity={"url": redact_uri(url), "size": size, "etag": etag},
-                          opener=self.http.opener_for(url), url=url)
+        return RemoteFile(
+            rel,
+            size=size,
+            sha256=sha256 or published,
+            identity={"url": redact_uri(url), "size": size, "etag": etag},
+            opener=self.http.opener_for(url),
+            url=url,
+        )
 
     def files(self):
         path = urlparse.urlsplit(self.uri).path
@@ -436,10 +476,18 @@ class HttpSource(object):
             if not names:
                 names = sorted(sums)
             if not names:
-                raise StageError("%s is a directory URL: give the file list (files) or publish a checksum "
-                                 "manifest (%s) there" % (redact_uri(self.uri), " or ".join(MANIFEST_NAMES)))
-            return [self._file(urlparse.urljoin(self.uri, urlparse.quote(safe_rel(n))), safe_rel(n),
-                               sums.get(safe_rel(n))) for n in names]
+                raise StageError(
+                    "%s is a directory URL: give the file list (files) or publish a checksum "
+                    "manifest (%s) there" % (redact_uri(self.uri), " or ".join(MANIFEST_NAMES))
+                )
+            return [
+                self._file(
+                    urlparse.urljoin(self.uri, urlparse.quote(safe_rel(n))),
+                    safe_rel(n),
+                    sums.get(safe_rel(n)),
+                )
+                for n in names
+            ]
         name = posixpath.basename(path) or "download"
         return [self._file(self.uri, name)]
 
@@ -475,8 +523,14 @@ class PvcSource(object):
                     continue
                 rel = os.path.relpath(full, self.dir).replace(os.sep, "/")
                 st = os.stat(full)
-                out.append(RemoteFile(rel, size=st.st_size, identity={"size": st.st_size, "mtime": int(st.st_mtime)},
-                                      opener=_file_opener(full)))
+                out.append(
+                    RemoteFile(
+                        rel,
+                        size=st.st_size,
+                        identity={"size": st.st_size, "mtime": int(st.st_mtime)},
+                        opener=_file_opener(full),
+                    )
+                )
         return out
 
 
@@ -486,6 +540,7 @@ def _file_opener(path):
         if offset:
             fh.seek(offset)
         return fh, offset
+
     return opener
 
 
@@ -530,21 +585,33 @@ class S3Source(object):
                 import boto3  # noqa: F401  (only s3:// sources need it)
                 from botocore.config import Config
             except ImportError:
-                raise StageError("s3:// sources need boto3 in the staging image (python3 -c 'import boto3' "
-                                 "failed): use an image that has it")
+                raise StageError(
+                    "s3:// sources need boto3 in the staging image (python3 -c 'import boto3' "
+                    "failed): use an image that has it"
+                )
             env = self.env
             endpoint = env.get("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
             style = env.get("S3_ADDRESSING_STYLE") or ("path" if endpoint else "auto")
             verify = env.get("S3_VERIFY_SSL")
-            verify = False if verify and verify.lower() in ("0", "false", "no") else (env.get("AWS_CA_BUNDLE") or None)
+            verify = (
+                False
+                if verify and verify.lower() in ("0", "false", "no")
+                else (env.get("AWS_CA_BUNDLE") or None)
+            )
             session = boto3.session.Session(
                 aws_access_key_id=env.get("AWS_ACCESS_KEY_ID"),
                 aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY"),
                 aws_session_token=env.get("AWS_SESSION_TOKEN"),
-                region_name=env.get("AWS_DEFAULT_REGION", "AWS_REGION") or "us-east-1")
+                region_name=env.get("AWS_DEFAULT_REGION", "AWS_REGION") or "us-east-1",
+            )
             self._client = session.client(
-                "s3", endpoint_url=endpoint, verify=verify,
-                config=Config(s3={"addressing_style": style}, retries={"max_attempts": 5, "mode": "standard"}))
+                "s3",
+                endpoint_url=endpoint,
+                verify=verify,
+                config=Config(
+                    s3={"addressing_style": style}, retries={"max_attempts": 5, "mode": "standard"}
+                ),
+            )
         return self._client
 
     def _call(self, what, fn, **kw):
@@ -555,10 +622,22 @@ class S3Source(object):
             resp = getattr(exc, "response", None)
             if isinstance(resp, dict):
                 code = (resp.get("Error") or {}).get("Code", "")
-            msg = "s3://%s/%s: %s failed: %s%s" % (self.bucket, kw.get("Key", kw.get("Prefix", "")), what,
-                                                  type(exc).__name__, (" (%s)" % code) if code else "")
-            if code in ("NoSuchBucket", "NoSuchKey", "AccessDenied", "InvalidAccessKeyId",
-                        "SignatureDoesNotMatch", "403", "404"):
+            msg = "s3://%s/%s: %s failed: %s%s" % (
+                self.bucket,
+                kw.get("Key", kw.get("Prefix", "")),
+                what,
+                type(exc).__name__,
+                (" (%s)" % code) if code else "",
+            )
+            if code in (
+                "NoSuchBucket",
+                "NoSuchKey",
+                "AccessDenied",
+                "InvalidAccessKeyId",
+                "SignatureDoesNotMatch",
+                "403",
+                "404",
+            ):
                 raise StageError(msg)
             raise TransientError(msg + ": " + str(exc)[:300])
 
@@ -588,11 +667,18 @@ class S3Source(object):
             key = obj["Key"]
             if key.endswith("/"):
                 continue
-            rel = safe_rel(key[len(dir_prefix):])
+            rel = safe_rel(key[len(dir_prefix) :])
             etag = (obj.get("ETag") or "").strip('"')
             md5 = etag if re.match(r"^[0-9a-f]{32}$", etag) else None
-            out.append(RemoteFile(rel, size=obj.get("Size"), md5=md5, identity={"etag": etag, "size": obj.get("Size")},
-                                  opener=self._opener(key)))
+            out.append(
+                RemoteFile(
+                    rel,
+                    size=obj.get("Size"),
+                    md5=md5,
+                    identity={"etag": etag, "size": obj.get("Size")},
+                    opener=self._opener(key),
+                )
+            )
         return out
 
     def _opener(self, key):
@@ -603,11 +689,16 @@ class S3Source(object):
             resp = self._call("get", self.client.get_object, **kw)
             start = offset if (offset and resp.get("ContentRange")) else 0
             return _BodyStream(resp["Body"]), start
+
         return opener
 
     def read_text(self, rel):
-        resp = self._call("get", self.client.get_object, Bucket=self.bucket,
-                          Key=(self.prefix.rstrip("/") + "/" + rel) if self.prefix else rel)
+        resp = self._call(
+            "get",
+            self.client.get_object,
+            Bucket=self.bucket,
+            Key=(self.prefix.rstrip("/") + "/" + rel) if self.prefix else rel,
+        )
         return resp["Body"].read().decode("utf-8")
 
 
@@ -616,7 +707,7 @@ class HfSource(object):
 
     def __init__(self, art, env, api=None, http=None):
         self.art = art
-        spec = art["uri"][len("hf://"):]
+        spec = art["uri"][len("hf://") :]
         repo, _, rev = spec.partition("@")
         self.repo = repo.strip("/")
         self.requested = art.get("revision") or rev or "main"
@@ -635,8 +726,10 @@ class HfSource(object):
             try:
                 from huggingface_hub import HfApi
             except ImportError:
-                raise StageError("hf:// sources need huggingface_hub in the staging image "
-                                 "(python3 -c 'import huggingface_hub' failed): use an image that has it")
+                raise StageError(
+                    "hf:// sources need huggingface_hub in the staging image "
+                    "(python3 -c 'import huggingface_hub' failed): use an image that has it"
+                )
             self._api = HfApi(endpoint=self.endpoint, token=self.token or False)
         return self._api
 
@@ -659,12 +752,22 @@ class HfSource(object):
             if lfs is not None:
                 sha = lfs.get("sha256") if isinstance(lfs, dict) else getattr(lfs, "sha256", None)
                 size = (lfs.get("size") if isinstance(lfs, dict) else getattr(lfs, "size", None)) or size
-            url = "%s/%s/resolve/%s/%s" % (self.endpoint, self.repo, urlparse.quote(self.revision, safe=""),
-                                           urlparse.quote(rel))
-            out.append(RemoteFile(rel, size=size, sha256=sha,
-                                  identity={"revision": self.revision, "blob": getattr(sib, "blob_id", None),
-                                            "size": size},
-                                  opener=self.http.opener_for(url), url=url))
+            url = "%s/%s/resolve/%s/%s" % (
+                self.endpoint,
+                self.repo,
+                urlparse.quote(self.revision, safe=""),
+                urlparse.quote(rel),
+            )
+            out.append(
+                RemoteFile(
+                    rel,
+                    size=size,
+                    sha256=sha,
+                    identity={"revision": self.revision, "blob": getattr(sib, "blob_id", None), "size": size},
+                    opener=self.http.opener_for(url),
+                    url=url,
+                )
+            )
         if not out:
             raise StageError("hf://%s@%s: the repository has no files" % (self.repo, self.revision))
         return out
@@ -680,8 +783,10 @@ def make_source(art, env):
         return HfSource(art, env)
     if scheme == "pvc":
         return PvcSource(art, env)
-    raise StageError("unsupported source %r: staging copies from hf://, s3://, https://, pvc://"
-                     % redact_uri(art.get("uri")))
+    raise StageError(
+        "unsupported source %r: staging copies from hf://, s3://, https://, pvc://"
+        % redact_uri(art.get("uri"))
+    )
 
 
 # ---------------------------------------------------------------- copying
@@ -730,6 +835,15 @@ class _Hasher(object):
         return self.sha.hexdigest(), (self.md5.hexdigest() if self.md5 is not None else None)
 
 
+def _local_fd(stream):
+    """The file descriptor of a local regular file stream, else None."""
+    try:
+        fd = stream.fileno()
+        return fd if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return None
+
+
 def _read_into(stream, n):
     read = getattr(stream, "read1", None) or stream.read
     return read(n)
@@ -764,7 +878,12 @@ class Stager(object):
             layouts[art.get("role")] = res.get("layout") or {}
         if self.layout_check:
             self.cross_check(layouts)
-        return {"format": FORMAT, "ok": True, "changed": any(r["changed"] for r in results), "artifacts": results}
+        return {
+            "format": FORMAT,
+            "ok": True,
+            "changed": any(r["changed"] for r in results),
+            "artifacts": results,
+        }
 
     def cross_check(self, layouts):
         target = layouts.get("target") or {}
@@ -774,9 +893,12 @@ class Stager(object):
             draft = layouts.get(art.get("role")) or {}
             tv, dv = target.get("vocab_size"), draft.get("vocab_size")
             if tv and dv and tv != dv:
-                raise StageError("%s: vocab_size %s differs from the target's %s: a draft model must share the "
-                                 "target's tokenizer" % (art.get("role"), dv, tv), path="config.json",
-                                 role=art.get("role"))
+                raise StageError(
+                    "%s: vocab_size %s differs from the target's %s: a draft model must share the "
+                    "target's tokenizer" % (art.get("role"), dv, tv),
+                    path="config.json",
+                    role=art.get("role"),
+                )
 
     # ------------------------------------------------------------ one artifact
     def dest_dir(self, art):
@@ -794,13 +916,27 @@ class Stager(object):
         if marker and marker.get("request_digest") == art.get("request_digest") and not self.force:
             problem = verify_against_marker(dest, marker, full=self.recheck or self.verify == "sha256")
             if problem is None:
-                self.log("%s: up to date (marker %s matches; %d files verified)"
-                         % (role, MARKER, len(marker.get("files") or {})))
-                return self._result(art, dest, marker, changed=False, downloaded=0, reused=marker.get("bytes", 0),
-                                     started=started, layout=marker.get("layout"))
+                self.log(
+                    "%s: up to date (marker %s matches; %d files verified)"
+                    % (role, MARKER, len(marker.get("files") or {}))
+                )
+                return self._result(
+                    art,
+                    dest,
+                    marker,
+                    changed=False,
+                    downloaded=0,
+                    reused=marker.get("bytes", 0),
+                    started=started,
+                    layout=marker.get("layout"),
+                )
             if not self.force:
-                raise StageError("%s: %s on the PVC differs from what was staged (%s); set force: true to "
-                                 "fetch it again" % (role, problem[0], problem[1]), path=problem[0], role=role)
+                raise StageError(
+                    "%s: %s on the PVC differs from what was staged (%s); set force: true to "
+                    "fetch it again" % (role, problem[0], problem[1]),
+                    path=problem[0],
+                    role=role,
+                )
         env = Env(art.get("env_prefix"), self.environ, art.get("env"))
         source = self.sources.get(role) or make_source(art, env)
         self.log("%s: listing %s" % (role, redact_uri(art.get("uri"))))
@@ -813,21 +949,27 @@ class Stager(object):
         else:
             chosen = [f for f in files if selected(f.rel, include, exclude)]
             if not chosen:
-                raise StageError("%s: include/exclude select none of the %d source files" % (role, len(files)),
-                                 role=role)
+                raise StageError(
+                    "%s: include/exclude select none of the %d source files" % (role, len(files)), role=role
+                )
             for f in chosen:
                 f.sha256 = f.sha256 or manifest_sums.get(f.rel)
             stats, staged = self._stage_files(role, dest, chosen)
         layout = check_layout(dest, art.get("kind", "model"), list(staged)) if self.layout_check else {}
         if layout.get("errors"):
-            raise StageError("%s: layout check failed: %s" % (role, "; ".join(layout["errors"])),
-                             path=layout.get("error_path"), role=role)
+            raise StageError(
+                "%s: layout check failed: %s" % (role, "; ".join(layout["errors"])),
+                path=layout.get("error_path"),
+                role=role,
+            )
         for w in layout.get("warnings") or []:
             self.log("%s: warning: %s" % (role, w))
         extra = sorted(set(list_files(dest)) - set(staged))
         if extra:
-            self.log("%s: note: %d file(s) on the PVC are not in the source and were left alone: %s"
-                     % (role, len(extra), ", ".join(extra[:10]) + (" ..." if len(extra) > 10 else "")))
+            self.log(
+                "%s: note: %d file(s) on the PVC are not in the source and were left alone: %s"
+                % (role, len(extra), ", ".join(extra[:10]) + (" ..." if len(extra) > 10 else ""))
+            )
         desc = source.describe()
         new_marker = {
             "format": FORMAT,
@@ -847,9 +989,17 @@ class Stager(object):
         changed = stats["downloaded_files"] > 0 or marker_core(marker) != marker_core(new_marker)
         write_marker(dest, new_marker)
         shutil.rmtree(os.path.join(dest, PARTIAL), ignore_errors=True)
-        return self._result(art, dest, new_marker, changed=bool(changed), downloaded=stats["downloaded"],
-                             reused=stats["reused"], started=started, layout=new_marker["layout"],
-                             resumed=stats.get("resumed", 0))
+        return self._result(
+            art,
+            dest,
+            new_marker,
+            changed=bool(changed),
+            downloaded=stats["downloaded"],
+            reused=stats["reused"],
+            started=started,
+            layout=new_marker["layout"],
+            resumed=stats.get("resumed", 0),
+        )
 
     def _result(self, art, dest, marker, changed, downloaded, reused, started, layout=None, resumed=0):
         elapsed = max(time.time() - started, 1e-6)
@@ -949,8 +1099,12 @@ class Stager(object):
         if self.force:
             self.log("%s: %s %s: overwriting (force)" % (role, f.rel, problem))
             return None
-        raise StageError("%s: %s already exists on the PVC and %s; set force: true to overwrite it"
-                         % (role, f.rel, problem), path=f.rel, role=role)
+        raise StageError(
+            "%s: %s already exists on the PVC and %s; set force: true to overwrite it"
+            % (role, f.rel, problem),
+            path=f.rel,
+            role=role,
+        )
 
     def _same_bytes(self, target, f):
         stream, _ = f.open(0)
@@ -1010,8 +1164,14 @@ class Stager(object):
         hasher = _Hasher(md5=want_md5, initial=initial)
         written = offset
         try:
-            with open(part, "ab" if offset else "wb") as out:
-                while True:
+            with open(part, "r+b" if offset else "wb") as out:
+                out.seek(offset)
+                copied = None
+                if self.stop_after_bytes is None and _local_fd(stream) is not None:
+                    copied = self._copy_local(stream, out, offset, hasher, progress, stats)
+                if copied is not None:
+                    written = copied
+                while copied is None:
                     block = _read_into(stream, CHUNK)
                     if not block:
                         break
@@ -1030,8 +1190,12 @@ class Stager(object):
         except Exception as exc:  # noqa: BLE001 - socket, http.client, botocore read errors: resumable
             if isinstance(exc, OSError) and exc.errno in (28, 122):  # ENOSPC, EDQUOT
                 raise StageError("%s: %s: the PVC is full (%s)" % (role, f.rel, exc), path=f.rel, role=role)
-            raise TransientError("%s: %s: transfer interrupted at %s: %s; a new run resumes"
-                                 % (role, f.rel, human(written), exc), path=f.rel, role=role)
+            raise TransientError(
+                "%s: %s: transfer interrupted at %s: %s; a new run resumes"
+                % (role, f.rel, human(written), exc),
+                path=f.rel,
+                role=role,
+            )
         finally:
             sha_hex, md5_hex = hasher.finish()
             try:
@@ -1051,8 +1215,11 @@ class Stager(object):
                     os.remove(p)
                 except OSError:
                     pass
-            raise StageError("%s: %s is corrupt: %s (the partial download was removed)" % (role, f.rel, problem),
-                             path=f.rel, role=role)
+            raise StageError(
+                "%s: %s is corrupt: %s (the partial download was removed)" % (role, f.rel, problem),
+                path=f.rel,
+                role=role,
+            )
         target = os.path.join(dest, f.rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         os.replace(part, target)
@@ -1061,6 +1228,50 @@ class Stager(object):
         except OSError:
             pass
         return {"size": written, "sha256": sha_hex}
+
+    def _copy_local(self, stream, out, offset, hasher, progress, stats):
+        """A local source file (pvc://): copy in the kernel (copy_file_range, what cp does) while a
+        second thread reads the source for the sha256. Returns the bytes in the part file, or None
+        when the kernel cannot copy between these files (the caller then reads and writes)."""
+        in_fd = stream.fileno()
+        out.flush()
+        out_fd = out.fileno()
+        size = os.fstat(in_fd).st_size
+        pos = offset
+        feeder = None
+        done = threading.Event()
+        while pos < size:
+            try:
+                n = os.copy_file_range(in_fd, out_fd, min(64 * 1024 * 1024, size - pos), pos, pos)
+            except (OSError, AttributeError):
+                if feeder is None:
+                    stream.seek(pos)
+                    return None
+                raise
+            if n == 0:
+                break
+            if feeder is None:
+
+                def feed(start=pos):
+                    p = start
+                    while p < size and not done.is_set():
+                        block = os.pread(in_fd, CHUNK, p)
+                        if not block:
+                            break
+                        hasher.update(block)
+                        p += len(block)
+
+                feeder = threading.Thread(target=feed, name="stager-read")
+                feeder.daemon = True
+                feeder.start()
+            pos += n
+            stats["downloaded"] += n
+            progress.add(n)
+        if feeder is not None:
+            feeder.join()
+        done.set()
+        os.fsync(out_fd)
+        return pos
 
     # ------------------------------------------------------------ archives
     def _stage_archive(self, art, role, dest, f, include, exclude, sums):
@@ -1077,7 +1288,7 @@ class Stager(object):
         extracted = 0
         for rel, size, opener in members:
             if strip:
-                rel = rel[len(strip) + 1:]
+                rel = rel[len(strip) + 1 :]
             rel = safe_rel(rel)
             if not selected(rel, include, exclude):
                 continue
@@ -1104,8 +1315,12 @@ class Stager(object):
                     n += len(block)
             if sha_expected and h.hexdigest() != sha_expected:
                 os.remove(tmp)
-                raise StageError("%s: %s (from %s) is corrupt: sha256 %s, expected %s"
-                                 % (role, rel, f.rel, h.hexdigest(), sha_expected), path=rel, role=role)
+                raise StageError(
+                    "%s: %s (from %s) is corrupt: sha256 %s, expected %s"
+                    % (role, rel, f.rel, h.hexdigest(), sha_expected),
+                    path=rel,
+                    role=role,
+                )
             os.replace(tmp, target)
             staged[rel] = {"size": n, "sha256": h.hexdigest()}
             extracted += 1
@@ -1120,10 +1335,19 @@ class Stager(object):
         holder = os.path.join(dest, PARTIAL, "archive")
         os.makedirs(holder, exist_ok=True)
         final = os.path.join(holder, posixpath.basename(f.rel))
-        fake = RemoteFile(posixpath.basename(f.rel), size=f.size, sha256=f.sha256, md5=f.md5, identity=f.identity,
-                          opener=f.opener)
-        if os.path.exists(final) and os.path.exists(final + ".ok") and open(final + ".ok").read() == \
-                canonical_json(f.identity):
+        fake = RemoteFile(
+            posixpath.basename(f.rel),
+            size=f.size,
+            sha256=f.sha256,
+            md5=f.md5,
+            identity=f.identity,
+            opener=f.opener,
+        )
+        if (
+            os.path.exists(final)
+            and os.path.exists(final + ".ok")
+            and open(final + ".ok").read() == canonical_json(f.identity)
+        ):
             return {"path": final}
         info = self._download(role, holder, fake, progress, stats)
         progress.file_done()
@@ -1159,8 +1383,11 @@ def iter_archive(path):
         if ti.isreg():
             yield ti.name, ti.size, (lambda ti=ti: tf.extractfile(ti))
         elif ti.issym() or ti.islnk():
-            raise StageError("the archive %s holds a link (%s): refusing to unpack links"
-                             % (os.path.basename(path), ti.name), path=ti.name)
+            raise StageError(
+                "the archive %s holds a link (%s): refusing to unpack links"
+                % (os.path.basename(path), ti.name),
+                path=ti.name,
+            )
 
 
 def common_top_dir(names):
@@ -1240,8 +1467,10 @@ def safetensors_header(path):
     with open(path, "rb") as fh:
         (n,) = struct.unpack("<Q", fh.read(8))
         if n > min(size - 8, 100 * 1024 * 1024):
-            raise StageError("%s: safetensors header length %d does not fit the file (%d bytes)" % (name, n, size),
-                             path=name)
+            raise StageError(
+                "%s: safetensors header length %d does not fit the file (%d bytes)" % (name, n, size),
+                path=name,
+            )
         raw = fh.read(n)
     try:
         header = json.loads(raw.decode("utf-8"))
@@ -1256,12 +1485,16 @@ def safetensors_header(path):
             continue
         offs = (t or {}).get("data_offsets") if isinstance(t, dict) else None
         if not offs or len(offs) != 2 or not (0 <= offs[0] <= offs[1] <= data_len):
-            raise StageError("%s: tensor %s has data_offsets %r outside the %d data bytes"
-                             % (name, key, offs, data_len), path=name)
+            raise StageError(
+                "%s: tensor %s has data_offsets %r outside the %d data bytes" % (name, key, offs, data_len),
+                path=name,
+            )
         end = max(end, offs[1])
     if end != data_len:
-        raise StageError("%s: tensors end at byte %d of %d data bytes (truncated or padded file)"
-                         % (name, end, data_len), path=name)
+        raise StageError(
+            "%s: tensors end at byte %d of %d data bytes (truncated or padded file)" % (name, end, data_len),
+            path=name,
+        )
     return header
 
 
@@ -1344,18 +1577,34 @@ def main(argv=None):
             request["dest_root"] = args.dest_root
         if request.get("format", FORMAT) != FORMAT:
             raise StageError("request format %r, this program speaks %d" % (request.get("format"), FORMAT))
-        log(out, "python %s, %d artifact(s), dest %s%s%s" % (
-            sys.version.split()[0], len(request.get("artifacts") or []), request.get("dest_root"),
-            ", force" if request.get("force") else "", ", recheck" if request.get("recheck") else ""))
+        log(
+            out,
+            "python %s, %d artifact(s), dest %s%s%s"
+            % (
+                sys.version.split()[0],
+                len(request.get("artifacts") or []),
+                request.get("dest_root"),
+                ", force" if request.get("force") else "",
+                ", recheck" if request.get("recheck") else "",
+            ),
+        )
         result = run_request(request, out=out)
     except StageError as exc:
-        out.write(ERROR_PREFIX + canonical_json({"message": str(exc), "path": exc.path, "role": exc.role,
-                                                 "permanent": exc.permanent}) + "\n")
+        out.write(
+            ERROR_PREFIX
+            + canonical_json(
+                {"message": str(exc), "path": exc.path, "role": exc.role, "permanent": exc.permanent}
+            )
+            + "\n"
+        )
         out.flush()
         return EXIT_PERMANENT if exc.permanent else EXIT_RETRY
     except (OSError, ValueError) as exc:
-        out.write(ERROR_PREFIX + canonical_json({"message": "%s: %s" % (type(exc).__name__, exc),
-                                                 "permanent": False}) + "\n")
+        out.write(
+            ERROR_PREFIX
+            + canonical_json({"message": "%s: %s" % (type(exc).__name__, exc), "permanent": False})
+            + "\n"
+        )
         out.flush()
         return EXIT_RETRY
     out.write(RESULT_PREFIX + canonical_json(result) + "\n")

@@ -82,7 +82,7 @@ options:
     default: {}
 
 notes:
-  - Progress lines appear in the play's output as C([host] specpilot-stage: progress ...) while the task runs.
+  - "Progress lines appear in the play's output as C([host] specpilot-stage: progress ...) while the task runs."
 
 seealso:
   - module: specpilot.core.stage_pvc_plan

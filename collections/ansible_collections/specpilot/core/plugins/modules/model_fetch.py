@@ -128,9 +128,13 @@ def main():
             if not art.get("uri"):
                 continue
             if art["uri"].startswith("pvc://"):
-                module.fail_json(msg="%s: pvc:// sources cannot be fetched outside the cluster; give an hf://, "
-                                     "s3:// or https:// source, or a local_path" % art.get("role"))
-            entry = artifact_request(dict(art, secret_name=None), "", p["speculative_method"], p["artifact_options"])
+                module.fail_json(
+                    msg="%s: pvc:// sources cannot be fetched outside the cluster; give an hf://, "
+                    "s3:// or https:// source, or a local_path" % art.get("role")
+                )
+            entry = artifact_request(
+                dict(art, secret_name=None), "", p["speculative_method"], p["artifact_options"]
+            )
             env = (p["source_env"] or {}).get(art.get("role")) or {}
             entry["env"] = dict((k, str(v)) for k, v in env.items() if v is not None)
             entries.append(entry)
@@ -138,22 +142,45 @@ def main():
         module.fail_json(msg="model_fetch: %s" % exc)
     os.makedirs(p["dest"], exist_ok=True)
     out = io.StringIO()
-    request = {"format": stager.FORMAT, "dest_root": p["dest"], "force": p["force"], "verify": p["verify"],
-               "layout_check": p["layout_check"], "progress_interval": 10.0, "artifacts": entries}
+    request = {
+        "format": stager.FORMAT,
+        "dest_root": p["dest"],
+        "force": p["force"],
+        "verify": p["verify"],
+        "layout_check": p["layout_check"],
+        "progress_interval": 10.0,
+        "artifacts": entries,
+    }
     try:
         res = stager.run_request(request, out=out)
     except stager.StageError as exc:
-        module.fail_json(msg="model_fetch: %s" % exc, path=exc.path, role=exc.role, permanent=exc.permanent,
-                         log=out.getvalue().splitlines()[-40:])
+        module.fail_json(
+            msg="model_fetch: %s" % exc,
+            path=exc.path,
+            role=exc.role,
+            permanent=exc.permanent,
+            log=out.getvalue().splitlines()[-40:],
+        )
     arts = []
     for r, entry in zip(res["artifacts"], entries):
         st = r["status"]
-        arts.append({"role": r["role"], "subdir": entry["dest"], "path": os.path.join(p["dest"], entry["dest"]),
-                     "changed": r["changed"], "files": r["files"], "bytes": r["bytes"],
-                     "bytes_downloaded": r["bytes_downloaded"], "bytes_reused": r["bytes_reused"],
-                     "bytes_resumed": r["bytes_resumed"], "revision": st.get("revision"),
-                     "resolved_revision": st.get("resolved_revision"), "request_digest": st.get("request_digest"),
-                     "layout": r.get("layout")})
+        arts.append(
+            {
+                "role": r["role"],
+                "subdir": entry["dest"],
+                "path": os.path.join(p["dest"], entry["dest"]),
+                "changed": r["changed"],
+                "files": r["files"],
+                "bytes": r["bytes"],
+                "bytes_downloaded": r["bytes_downloaded"],
+                "bytes_reused": r["bytes_reused"],
+                "bytes_resumed": r["bytes_resumed"],
+                "revision": st.get("revision"),
+                "resolved_revision": st.get("resolved_revision"),
+                "request_digest": st.get("request_digest"),
+                "layout": r.get("layout"),
+            }
+        )
     module.exit_json(changed=res["changed"], artifacts=arts, log=out.getvalue().splitlines()[-100:])
 
 

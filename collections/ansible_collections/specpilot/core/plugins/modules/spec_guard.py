@@ -67,7 +67,7 @@ options:
     type: dict
   selector:
     description:
-      - Prometheus labels selecting the service's series; default C({namespace: <ns>, model_name: <name>}).
+      - "Prometheus labels selecting the service's series; default C({namespace: <ns>, model_name: <name>})."
     type: dict
   namespace:
     description:

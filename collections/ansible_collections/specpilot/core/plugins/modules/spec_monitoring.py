@@ -51,20 +51,20 @@ options:
   speculative:
     description:
       - The service's speculative config (C(specpilot_speculative)). Empty or null means speculative decoding
-        is not planned: only the latency panels are rendered and the rule has no alerts.
+        is not planned; then only the latency panels are rendered and the rule has no alerts.
     type: dict
   engine:
     description:
       - Metric family to use. C(auto) picks V1 counters from vLLM 0.8.3 and the V0 gauge before.
-      - Use C(v0) for a 0.8.3 to 0.9.2 service whose method still ran on the V0 engine.
+      - "Use C(v0) for a 0.8.3 to 0.9.2 service whose method still ran on the V0 engine."
     type: str
     choices: [auto, v0, v1]
     default: auto
   selector:
     description:
-      - Prometheus labels that select the service's series. The default
+      - "Prometheus labels that select the service's series. The default
         C({namespace: <namespace>, model_name: <name>}) fits a PodMonitor/ServiceMonitor that adds the
-        C(namespace) target label.
+        C(namespace) target label."
     type: dict
   window:
     description:
@@ -108,7 +108,7 @@ options:
     default: critical
   rule_labels:
     description:
-      - Extra labels on the PrometheusRule, e.g. the C(release) label the Prometheus operator's
+      - Extra labels on the PrometheusRule, for example the C(release) label that the Prometheus operator's
         C(ruleSelector) matches.
     type: dict
 
@@ -119,8 +119,8 @@ notes:
   - V0 exports no windowed acceptance counter (its C(_total) counters over-count); for V0 the low-acceptance
     alert reads the cumulative gauge C(vllm:spec_decode_draft_acceptance_rate) and uses generated tokens as
     the traffic condition.
-  - Alert annotations hold Prometheus templates (C({{ $value }})); ansible-core does not template module
-    results, so they reach the files and the cluster unchanged.
+  - "Alert annotations hold Prometheus templates (C({{ $value }})); ansible-core does not template module
+    results, so they reach the files and the cluster unchanged."
 """
 
 EXAMPLES = r"""

