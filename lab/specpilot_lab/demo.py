@@ -166,8 +166,14 @@ def show_engine_facts(paths: LabPaths, expect_on: bool) -> None:
             raise DemoFailed(f"no acceptance measured from /metrics: {derived}")
         info(f"/metrics: acceptance rate {rate:.1%}, mean acceptance length {mal:.2f}, "
              f"per position {[round(x, 2) for x in derived.get('per_position_acceptance') or []]}")
-        if spec_lines:
-            info("log: " + spec_lines[-1][spec_lines[-1].index("SpecDecoding metrics:"):][:200])
+        # vLLM logs "SpecDecoding metrics:" every 10 s for windows that had drafts.
+        deadline = time.monotonic() + 25
+        while not spec_lines and time.monotonic() < deadline:
+            time.sleep(2)
+            spec_lines = [ln for ln in pod_log(paths).splitlines() if "SpecDecoding metrics:" in ln]
+        if not spec_lines:
+            raise DemoFailed("the engine logged no 'SpecDecoding metrics:' line")
+        info("log: " + spec_lines[-1][spec_lines[-1].index("SpecDecoding metrics:"):][:240])
     else:
         if facts.get("spec_decode_enabled"):
             raise DemoFailed("vllm:spec_decode_* series still present after rollback")
