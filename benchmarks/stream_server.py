@@ -29,8 +29,15 @@ import os
 import sys
 import time
 
-STATE = {"in_flight": 0, "requests": 0, "drafts": 0, "draft_tokens": 0, "accepted": 0, "gen_tokens": 0,
-         "per_pos": []}
+STATE = {
+    "in_flight": 0,
+    "requests": 0,
+    "drafts": 0,
+    "draft_tokens": 0,
+    "accepted": 0,
+    "gen_tokens": 0,
+    "per_pos": [],
+}
 
 
 def parse_args(argv=None):
@@ -48,7 +55,9 @@ def parse_args(argv=None):
     p.add_argument("--tokens-per-step", type=float, default=None)
     p.add_argument("--spec-step-cost", type=float, default=1.0)
     p.add_argument("--contention", type=float, default=0.0)
-    p.add_argument("--ignore-stream", action="store_true", help="answer with one JSON body even when asked to stream")
+    p.add_argument(
+        "--ignore-stream", action="store_true", help="answer with one JSON body even when asked to stream"
+    )
     args, _unknown = p.parse_known_args(argv)
     args.spec = json.loads(args.speculative_config) if args.speculative_config else None
     if args.tokens_per_step is None:
@@ -67,27 +76,38 @@ def _sse(obj):
 def _response(code, body, ctype="application/json"):
     data = body if isinstance(body, bytes) else body.encode()
     reason = {200: "OK", 404: "Not Found", 400: "Bad Request"}.get(code, "OK")
-    return (b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n"
-            % (code, reason.encode(), ctype.encode(), len(data))) + data
+    return (
+        b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n"
+        % (code, reason.encode(), ctype.encode(), len(data))
+    ) + data
 
 
 def metrics_text(args):
     lbl = 'engine="0",model_name="%s"' % args.name
-    lines = ["# TYPE vllm:num_requests_running gauge",
-             "vllm:num_requests_running{%s} %d" % (lbl, STATE["in_flight"]),
-             "# TYPE vllm:generation_tokens_total counter",
-             "vllm:generation_tokens_total{%s} %d" % (lbl, STATE["gen_tokens"])]
+    lines = [
+        "# TYPE vllm:num_requests_running gauge",
+        "vllm:num_requests_running{%s} %d" % (lbl, STATE["in_flight"]),
+        "# TYPE vllm:generation_tokens_total counter",
+        "vllm:generation_tokens_total{%s} %d" % (lbl, STATE["gen_tokens"]),
+    ]
     if args.spec:
         k = int(args.spec.get("num_speculative_tokens", 3))
-        for name, key in (("num_drafts", "drafts"), ("num_draft_tokens", "draft_tokens"),
-                          ("num_accepted_tokens", "accepted")):
-            lines += ["# TYPE vllm:spec_decode_%s_total counter" % name,
-                      "vllm:spec_decode_%s_total{%s} %d" % (name, lbl, STATE[key])]
+        for name, key in (
+            ("num_drafts", "drafts"),
+            ("num_draft_tokens", "draft_tokens"),
+            ("num_accepted_tokens", "accepted"),
+        ):
+            lines += [
+                "# TYPE vllm:spec_decode_%s_total counter" % name,
+                "vllm:spec_decode_%s_total{%s} %d" % (name, lbl, STATE[key]),
+            ]
         lines.append("# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter")
         pos = STATE["per_pos"] or [0] * k
         for i in range(k):
-            lines.append('vllm:spec_decode_num_accepted_tokens_per_pos_total{%s,position="%d"} %d'
-                         % (lbl, i, pos[i] if i < len(pos) else 0))
+            lines.append(
+                'vllm:spec_decode_num_accepted_tokens_per_pos_total{%s,position="%d"} %d'
+                % (lbl, i, pos[i] if i < len(pos) else 0)
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -135,13 +155,26 @@ async def _stream(writer, args, body, chat):
             choice = {"index": 0, "delta": {"content": text}, "finish_reason": fin}
             obj = {"id": cid, "object": "chat.completion.chunk", "model": args.name, "choices": [choice]}
         else:
-            obj = {"id": cid, "object": "text_completion", "model": args.name,
-                   "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": fin}]}
+            obj = {
+                "id": cid,
+                "object": "text_completion",
+                "model": args.name,
+                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": fin}],
+            }
         writer.write(_sse(obj))
         await writer.drain()
     if usage:
-        writer.write(_sse({"id": cid, "object": "text_completion", "model": args.name, "choices": [],
-                           "usage": {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": n + 8}}))
+        writer.write(
+            _sse(
+                {
+                    "id": cid,
+                    "object": "text_completion",
+                    "model": args.name,
+                    "choices": [],
+                    "usage": {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": n + 8},
+                }
+            )
+        )
     writer.write(_sse(b"[DONE]") + b"0\r\n\r\n")
     await writer.drain()
 
@@ -167,8 +200,17 @@ async def handle(reader, writer, args):
                 elif path == "/version":
                     writer.write(_response(200, json.dumps({"version": args.version_string})))
                 elif path == "/v1/models":
-                    writer.write(_response(200, json.dumps({"object": "list", "data": [
-                        {"id": args.name, "object": "model", "max_model_len": 2048}]})))
+                    writer.write(
+                        _response(
+                            200,
+                            json.dumps(
+                                {
+                                    "object": "list",
+                                    "data": [{"id": args.name, "object": "model", "max_model_len": 2048}],
+                                }
+                            ),
+                        )
+                    )
                 elif path == "/metrics":
                     writer.write(_response(200, metrics_text(args), "text/plain; version=0.0.4"))
                 else:
@@ -189,11 +231,27 @@ async def handle(reader, writer, args):
                 else:
                     n = int(body.get("max_tokens") or args.tokens)
                     STATE["gen_tokens"] += n
-                    choice = ({"index": 0, "message": {"role": "assistant", "content": " tok" * n}} if chat
-                              else {"index": 0, "text": " tok" * n})
+                    choice = (
+                        {"index": 0, "message": {"role": "assistant", "content": " tok" * n}}
+                        if chat
+                        else {"index": 0, "text": " tok" * n}
+                    )
                     choice["finish_reason"] = "length"
-                    writer.write(_response(200, json.dumps({"choices": [choice], "usage": {
-                        "prompt_tokens": 8, "completion_tokens": n, "total_tokens": n + 8}})))
+                    writer.write(
+                        _response(
+                            200,
+                            json.dumps(
+                                {
+                                    "choices": [choice],
+                                    "usage": {
+                                        "prompt_tokens": 8,
+                                        "completion_tokens": n,
+                                        "total_tokens": n + 8,
+                                    },
+                                }
+                            ),
+                        )
+                    )
                     await writer.drain()
             finally:
                 STATE["in_flight"] -= 1
@@ -206,8 +264,11 @@ async def handle(reader, writer, args):
 async def serve(args):
     server = await asyncio.start_server(lambda r, w: handle(r, w, args), args.host, args.port, backlog=1024)
     port = server.sockets[0].getsockname()[1]
-    print("(APIServer pid=%d) INFO stream_server listening on http://%s:%d model=%s speculative_config=%s"
-          % (os.getpid(), args.host, port, args.name, json.dumps(args.spec)), flush=True)
+    print(
+        "(APIServer pid=%d) INFO stream_server listening on http://%s:%d model=%s speculative_config=%s"
+        % (os.getpid(), args.host, port, args.name, json.dumps(args.spec)),
+        flush=True,
+    )
     if args.ready_file:
         tmp = args.ready_file + ".tmp"
         with open(tmp, "w") as fh:
@@ -236,11 +297,13 @@ def start_subprocess(ready_dir, *extra, python=None, cpu=None):
     cmd += [str(a) for a in extra]
     preexec = None
     if cpu is not None and hasattr(os, "sched_setaffinity"):
+
         def preexec():  # noqa: E306 - runs in the child
             try:
                 os.sched_setaffinity(0, set(cpu))
             except OSError:
                 pass
+
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=preexec)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:

@@ -19,6 +19,7 @@ import sys
 import tarfile
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
@@ -587,3 +588,87 @@ def lab_staging_vars(site_packages: Path | None = None) -> dict:
         ]
         v["specpilot_stage_pvc_extra_env"] = [{"name": "PYTHONPATH", "value": "/opt/specpilot-staging"}]
     return v
+
+
+# ---------------------------------------------------------------- a registry that wants credentials
+REGISTRY_USER = "robot"
+REGISTRY_PASSWORD = "Reg1stry-Passw0rd-must-not-leak"
+
+
+def bcrypt_hash(password: str) -> str | None:
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            import crypt  # libxcrypt's bcrypt, what docker-registry's htpasswd wants
+        h = crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16))  # cost 4: fast tests
+        return h if h and h.startswith("$2") else None
+    except (ImportError, AttributeError, OSError):
+        return None
+
+
+class AuthRegistry:
+    """Debian's docker-registry on 127.0.0.1 with htpasswd (Basic) authentication."""
+
+    def __init__(self, work: Path):
+        self.work = Path(work)
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @staticmethod
+    def available() -> bool:
+        return bool(shutil.which("docker-registry") and shutil.which("skopeo") and bcrypt_hash("x"))
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> "AuthRegistry":
+        self.work.mkdir(parents=True, exist_ok=True)
+        (self.work / "htpasswd").write_text(f"{REGISTRY_USER}:{bcrypt_hash(REGISTRY_PASSWORD)}\n")
+        config = {
+            "version": 0.1,
+            "log": {"level": "warn", "accesslog": {"disabled": True}},
+            "storage": {"filesystem": {"rootdirectory": str(self.work / "data")}},
+            "http": {"addr": self.addr},
+            "auth": {"htpasswd": {"realm": "specpilot-test", "path": str(self.work / "htpasswd")}},
+        }
+        (self.work / "config.yml").write_text(json.dumps(config))
+        log = open(self.work / "registry.log", "ab")
+        self.proc = subprocess.Popen(
+            ["docker-registry", "serve", str(self.work / "config.yml")],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"http://{self.addr}/v2/", timeout=1)
+            except urllib.error.HTTPError as exc:
+                if exc.code == 401:
+                    return self
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(
+            "docker-registry with auth did not start: " + (self.work / "registry.log").read_text()[-1500:]
+        )
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.proc = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()

@@ -28,8 +28,19 @@ LEVELS = [{"qps": 1}, {"qps": 4}]
 
 
 def engine_args(models: Path, spec: dict | None) -> list[str]:
-    args = ["--model", str(models / "target"), "--served-model-name", "tiny", "--dtype", "float32",
-            "--max-model-len", "1024", "--max-num-seqs", "8", "--enforce-eager"]
+    args = [
+        "--model",
+        str(models / "target"),
+        "--served-model-name",
+        "tiny",
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "1024",
+        "--max-num-seqs",
+        "8",
+        "--enforce-eager",
+    ]
     return args + (["--speculative-config", json.dumps(spec)] if spec else [])
 
 
@@ -40,11 +51,27 @@ def measure(tmp_path: Path, models: Path, side: str, spec: dict | None) -> dict:
         eng.wait_ready(600)
         work = tmp_path / ("ansible-" + side)
         work.mkdir()
-        (result,), _ = run_tasks(work, [{"specpilot.core.vllm_load": {
-            "url": eng.url, "workload": str(WORKLOADS / "code-edit.jsonl"), "max_requests": 8,
-            "runs_per_prompt": 2, "warmup_requests": 3, "levels": LEVELS, "temperature": 0, "seed": 42,
-            "max_tokens": 32, "side": side, "progress_file": str(tmp_path / "progress.log"),
-            "progress_interval": 5}}])
+        (result,), _ = run_tasks(
+            work,
+            [
+                {
+                    "specpilot.core.vllm_load": {
+                        "url": eng.url,
+                        "workload": str(WORKLOADS / "code-edit.jsonl"),
+                        "max_requests": 8,
+                        "runs_per_prompt": 2,
+                        "warmup_requests": 3,
+                        "levels": LEVELS,
+                        "temperature": 0,
+                        "seed": 42,
+                        "max_tokens": 32,
+                        "side": side,
+                        "progress_file": str(tmp_path / "progress.log"),
+                        "progress_interval": 5,
+                    }
+                }
+            ],
+        )
     finally:
         eng.stop()
     assert not result.get("failed"), result
@@ -83,16 +110,33 @@ def test_benchmark_ngram_on_vs_off_in_the_lab(vllm_venv, tiny_models, tmp_path):
     out = tmp_path / "report"
     work = tmp_path / "ansible-report"
     work.mkdir()
-    (report,), _ = run_tasks(work, [{"specpilot.core.benchmark_report": {
-        "runs": base_res["runs"] + spec_res["runs"], "target_qps": 4, "service": "lab-ngram",
-        "node": node, "pod": {"spec": {"containers": [{"name": "kserve-container"}]}},
-        "model": {"target": "pvc://specpilot-lab-models/target (tiny Llama, random weights)",
-                  "speculative_config": NGRAM, "served_model_name": "tiny"},
-        "runtime": {"image": "specpilot-lab/vllm-cpu:0.32.0"},
-        "workload": {"name": "code-edit", "file": str(WORKLOADS / "code-edit.jsonl")},
-        "output_dir": str(out)}}])
+    (report,), _ = run_tasks(
+        work,
+        [
+            {
+                "specpilot.core.benchmark_report": {
+                    "runs": base_res["runs"] + spec_res["runs"],
+                    "target_qps": 4,
+                    "service": "lab-ngram",
+                    "node": node,
+                    "pod": {"spec": {"containers": [{"name": "kserve-container"}]}},
+                    "model": {
+                        "target": "pvc://specpilot-lab-models/target (tiny Llama, random weights)",
+                        "speculative_config": NGRAM,
+                        "served_model_name": "tiny",
+                    },
+                    "runtime": {"image": "specpilot-lab/vllm-cpu:0.32.0"},
+                    "workload": {"name": "code-edit", "file": str(WORKLOADS / "code-edit.jsonl")},
+                    "output_dir": str(out),
+                }
+            }
+        ],
+    )
     assert not report.get("failed"), report
-    print("\n[benchmark] %s at %s: %s" % (report["verdict"], report["target"]["level"]["key"], report["reasons"]))
+    print(
+        "\n[benchmark] %s at %s: %s"
+        % (report["verdict"], report["target"]["level"]["key"], report["reasons"])
+    )
 
     assert report["verdict"] in ("keep", "rollback")
     assert report["reasons"] and all(r.startswith("at qps=4: ") for r in report["reasons"])
@@ -115,8 +159,13 @@ def test_benchmark_ngram_on_vs_off_in_the_lab(vllm_venv, tiny_models, tmp_path):
             m = lv[side]["metrics"]
             assert m["ttft_ms"]["p50"] and m["tpot_ms"]["p50"] is not None and m["e2e_ms"]["p99"]
     md = (out / "report.md").read_text()
-    for row in ("| Hardware | CPU only", "| Model and draft | target pvc://", "| Runtime | vLLM 0.32.0",
-                "| Request parameters | ", "| Workload | code-edit; 6 prompts"):
+    for row in (
+        "| Hardware | CPU only",
+        "| Model and draft | target pvc://",
+        "| Runtime | vLLM 0.32.0",
+        "| Request parameters | ",
+        "| Workload | code-edit; 6 prompts",
+    ):
         assert row in md
     assert "## Verdict: " in md and "| qps=4 | speculative | 8/8 |" in md
     for png in ("latency.png", "throughput.png", "acceptance.png"):

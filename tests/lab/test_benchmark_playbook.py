@@ -34,11 +34,20 @@ ISVC_API = ("serving.kserve.io/v1beta1", "InferenceService")
 @pytest.fixture
 def stream_lab(tmp_path):
     exe = tmp_path / "python"
-    exe.write_text('#!/bin/sh\n[ "$1" = "-m" ] && shift 2\nexec %s %s --step-ms 4 "$@"\n' % (sys.executable, STREAM_SERVER))
+    exe.write_text(
+        '#!/bin/sh\n[ "$1" = "-m" ] && shift 2\nexec %s %s --step-ms 4 "$@"\n'
+        % (sys.executable, STREAM_SERVER)
+    )
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     emu = Emulator(tmp_path / "lab", [str(LAB_CRDS)]).start()
-    ctl = Controller(emu.kubeconfig, tmp_path / "lab", vllm_python=exe, crash_backoff=1.0, job_backoff=0.5,
-                     node_labels={"nvidia.com/gpu.product": "NVIDIA-LAB-FAKE"}).start()
+    ctl = Controller(
+        emu.kubeconfig,
+        tmp_path / "lab",
+        vllm_python=exe,
+        crash_backoff=1.0,
+        job_backoff=0.5,
+        node_labels={"nvidia.com/gpu.product": "NVIDIA-LAB-FAKE"},
+    ).start()
     try:
         yield emu
     finally:
@@ -49,7 +58,15 @@ def stream_lab(tmp_path):
 def playbook(tmp_path, emu, *args, playbook_file="playbooks/benchmark.yml", check=True):
     env = ansible_env(tmp_path)
     env["KUBECONFIG"] = str(emu.kubeconfig)
-    cmd = [str(BIN / "ansible-playbook"), "-i", "inventories/lab", playbook_file, "--limit", "lab-ngram", *args]
+    cmd = [
+        str(BIN / "ansible-playbook"),
+        "-i",
+        "inventories/lab",
+        playbook_file,
+        "--limit",
+        "lab-ngram",
+        *args,
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     if check:
         assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
@@ -59,9 +76,20 @@ def playbook(tmp_path, emu, *args, playbook_file="playbooks/benchmark.yml", chec
 def plan_of_lab_ngram(tmp_path, emu):
     out = tmp_path / "plan.json"
     play = tmp_path / "plan.yml"
-    play.write_text(yaml.safe_dump([{"hosts": "lab-ngram", "gather_facts": False, "tasks": [
-        {"specpilot.core.spec_validate": {"display_warnings": False}, "register": "v"},
-        {"ansible.builtin.copy": {"content": "{{ v.plan | to_json }}", "dest": str(out)}}]}]))
+    play.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "hosts": "lab-ngram",
+                    "gather_facts": False,
+                    "tasks": [
+                        {"specpilot.core.spec_validate": {"display_warnings": False}, "register": "v"},
+                        {"ansible.builtin.copy": {"content": "{{ v.plan | to_json }}", "dest": str(out)}},
+                    ],
+                }
+            ]
+        )
+    )
     playbook(tmp_path, emu, playbook_file=str(play))
     return json.loads(out.read_text())
 
@@ -94,9 +122,15 @@ def test_benchmark_playbook_side_by_side_in_the_lab(stream_lab, tmp_path):
             return None
 
     res("v1", "Namespace").create(body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    res("v1", "PersistentVolumeClaim").create(namespace=ns, body={
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": plan["delivery"]["pvc"]},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+    res("v1", "PersistentVolumeClaim").create(
+        namespace=ns,
+        body={
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": plan["delivery"]["pvc"]},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        },
+    )
     sr = plan["servingruntime"]
     res(sr["apiVersion"], sr["kind"]).create(body=sr, namespace=ns)
     res(*ISVC_API).create(body=plan["inferenceservice"], namespace=ns)
@@ -108,11 +142,16 @@ def test_benchmark_playbook_side_by_side_in_the_lab(stream_lab, tmp_path):
     wait(lambda: ready("lab-ngram"), 60, "lab-ngram Ready")
 
     reports = tmp_path / "reports"
-    extra = {"specpilot_benchmark_report_dir": str(reports), "specpilot_benchmark_qps_levels": [5, 20],
-             "specpilot_benchmark_target_qps": 20, "specpilot_benchmark_runs_per_prompt": 2,
-             "specpilot_benchmark_warmup_requests": 2, "specpilot_benchmark_max_tokens": 24,
-             "specpilot_benchmark_wait_timeout": 120,
-             "specpilot_benchmark_thresholds": {"ttft_min_gain": -0.9}}
+    extra = {
+        "specpilot_benchmark_report_dir": str(reports),
+        "specpilot_benchmark_qps_levels": [5, 20],
+        "specpilot_benchmark_target_qps": 20,
+        "specpilot_benchmark_runs_per_prompt": 2,
+        "specpilot_benchmark_warmup_requests": 2,
+        "specpilot_benchmark_max_tokens": 24,
+        "specpilot_benchmark_wait_timeout": 120,
+        "specpilot_benchmark_thresholds": {"ttft_min_gain": -0.9},
+    }
     proc = playbook(tmp_path, emu, "-e", json.dumps(extra))
     out = proc.stdout
     assert "lab-ngram: KEEP at qps=20" in out, out[-4000:]
@@ -138,8 +177,9 @@ def test_benchmark_playbook_side_by_side_in_the_lab(stream_lab, tmp_path):
         assert (d / f).exists(), f
 
     # a rollback verdict with auto rollback: the rollback role runs, or the run says it is missing
-    extra.update({"specpilot_benchmark_thresholds": {"tpot_min_gain": 100},
-                  "specpilot_benchmark_auto_rollback": True})
+    extra.update(
+        {"specpilot_benchmark_thresholds": {"tpot_min_gain": 100}, "specpilot_benchmark_auto_rollback": True}
+    )
     proc = playbook(tmp_path, emu, "-e", json.dumps(extra), check=False)
     assert "lab-ngram: ROLLBACK at qps=20" in proc.stdout
     if not (ROOT / "roles" / "specpilot_rollback").exists():

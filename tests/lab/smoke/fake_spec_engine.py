@@ -7,6 +7,8 @@ Behaviour comes from the environment (the InferenceService's env):
 FAKE_ACCEPTANCE   per-position acceptance, e.g. "0.9,0.8,0.7" (default 0.95 ... for k positions)
 FAKE_LOG_INTERVAL seconds between log windows (default 1)
 FAKE_NO_SPEC_METRICS=1  run with a speculative config but export no vllm:spec_decode_* series
+and at run time from ``POST /fake/config`` ({"acceptance": [...], "no_spec_metrics": bool}), so that
+a test can change them without a rollout.
 """
 
 import argparse
@@ -28,14 +30,22 @@ PID = os.getpid()
 NAME = args.served_model_name or args.model
 SPEC = json.loads(args.speculative_config) if args.speculative_config else None
 K = int((SPEC or {}).get("num_speculative_tokens") or 3)
-RATES = [float(x) for x in os.environ.get("FAKE_ACCEPTANCE", "").split(",") if x.strip()] or \
-    [max(0.0, 0.95 - 0.05 * i) for i in range(K)]
+RATES = [float(x) for x in os.environ.get("FAKE_ACCEPTANCE", "").split(",") if x.strip()] or [
+    max(0.0, 0.95 - 0.05 * i) for i in range(K)
+]
 RATES = (RATES + [RATES[-1]] * K)[:K]
 INTERVAL = float(os.environ.get("FAKE_LOG_INTERVAL", "1"))
 NO_SPEC_METRICS = os.environ.get("FAKE_NO_SPEC_METRICS") == "1"
 LOCK = threading.Lock()
-TOTAL = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0] * K, "gen": 0, "requests": 0,
-         "e2e_sum": 0.0}
+TOTAL = {
+    "drafts": 0,
+    "draft_tokens": 0,
+    "accepted": 0,
+    "per_pos": [0] * K,
+    "gen": 0,
+    "requests": 0,
+    "e2e_sum": 0.0,
+}
 WINDOW = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0] * K}
 CREATED = time.time()
 
@@ -53,18 +63,37 @@ if SPEC:
     nondefault["speculative_config"] = SPEC
 log("APIServer", "INFO", "api_utils.py:286", "non-default args: %r" % (nondefault,))
 if SPEC and SPEC.get("method") in ("ngram", "suffix"):
-    log("APIServer", "WARNING", "vllm.py:1605", "Async scheduling not supported with %s-based speculative decoding "
-        "and will be disabled." % SPEC["method"])
+    log(
+        "APIServer",
+        "WARNING",
+        "vllm.py:1605",
+        "Async scheduling not supported with %s-based speculative decoding "
+        "and will be disabled." % SPEC["method"],
+    )
 if SPEC:
-    spec_repr = "SpeculativeConfig(method=%r, model=%r, num_spec_tokens=%d)" % (SPEC.get("method"), SPEC.get("model"), K)
+    spec_repr = "SpeculativeConfig(method=%r, model=%r, num_spec_tokens=%d)" % (
+        SPEC.get("method"),
+        SPEC.get("model"),
+        K,
+    )
 else:
     spec_repr = "None"
-log("EngineCore", "INFO", "core.py:133", "Initializing a V1 LLM engine (v0.32.0) with config: model=%r, "
+log(
+    "EngineCore",
+    "INFO",
+    "core.py:133",
+    "Initializing a V1 LLM engine (v0.32.0) with config: model=%r, "
     "speculative_config=%s, tokenizer=%r, skip_tokenizer_init=False, dtype=torch.float32, max_seq_len=512, "
     "tensor_parallel_size=1, pipeline_parallel_size=1, data_parallel_size=1, seed=0, served_model_name=%s, "
-    "enable_prefix_caching=True" % (args.model, spec_repr, args.model, NAME))
+    "enable_prefix_caching=True" % (args.model, spec_repr, args.model, NAME),
+)
 if SPEC:
-    log("Worker", "WARNING", "__init__.py:211", "min_p and logit_bias parameters won't work with speculative decoding.")
+    log(
+        "Worker",
+        "WARNING",
+        "__init__.py:211",
+        "min_p and logit_bias parameters won't work with speculative decoding.",
+    )
 print("INFO:     Started server process [%d]" % PID, flush=True)
 print("INFO:     Waiting for application startup.", flush=True)
 print("INFO:     Application startup complete.", flush=True)
@@ -93,15 +122,32 @@ def logger_loop():
             WINDOW.update(drafts=0, draft_tokens=0, accepted=0, per_pos=[0] * K)
         if not w["drafts"]:
             continue
-        log("APIServer", "INFO", "loggers.py:335", "Engine 000: Avg prompt throughput: 10.0 tokens/s, Avg generation "
+        log(
+            "APIServer",
+            "INFO",
+            "loggers.py:335",
+            "Engine 000: Avg prompt throughput: 10.0 tokens/s, Avg generation "
             "throughput: 20.0 tokens/s, Running: 0 reqs, Waiting: 0 reqs, CPU KV cache usage: 0.0%, Prefix cache hit "
-            "rate: 0.0%")
+            "rate: 0.0%",
+        )
         pos = ", ".join("%.3f" % (a / w["drafts"]) for a in w["per_pos"])
-        log("APIServer", "INFO", "metrics.py:120", "SpecDecoding metrics: Mean acceptance length: %.2f, Accepted "
+        log(
+            "APIServer",
+            "INFO",
+            "metrics.py:120",
+            "SpecDecoding metrics: Mean acceptance length: %.2f, Accepted "
             "throughput: %.2f tokens/s, Drafted throughput: %.2f tokens/s, Accepted: %d tokens, Drafted: %d tokens, "
             "Per-position acceptance rate: %s, Avg Draft acceptance rate: %.1f%%"
-            % (1 + w["accepted"] / w["drafts"], w["accepted"] / INTERVAL, w["draft_tokens"] / INTERVAL, w["accepted"],
-               w["draft_tokens"], pos, 100.0 * w["accepted"] / w["draft_tokens"]))
+            % (
+                1 + w["accepted"] / w["drafts"],
+                w["accepted"] / INTERVAL,
+                w["draft_tokens"] / INTERVAL,
+                w["accepted"],
+                w["draft_tokens"],
+                pos,
+                100.0 * w["accepted"] / w["draft_tokens"],
+            ),
+        )
 
 
 def metrics_page():
@@ -128,10 +174,14 @@ def metrics_page():
         counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", t["drafts"])
         counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", t["draft_tokens"])
         counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", t["accepted"])
-        out.append("# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position.")
+        out.append(
+            "# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position."
+        )
         out.append("# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter")
         for i, v in enumerate(t["per_pos"]):
-            out.append('vllm:spec_decode_num_accepted_tokens_per_pos_total{%s,position="%d"} %s' % (lbl, i, float(v)))
+            out.append(
+                'vllm:spec_decode_num_accepted_tokens_per_pos_total{%s,position="%d"} %s' % (lbl, i, float(v))
+            )
     return "\n".join(out) + "\n"
 
 
@@ -155,10 +205,20 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, "{}")
 
     def do_POST(self):
+        global RATES, NO_SPEC_METRICS
         n = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(n) or b"{}")
+        if self.path == "/fake/config":
+            if "acceptance" in body:
+                RATES = ([float(x) for x in body["acceptance"]] + [float(body["acceptance"][-1])] * K)[:K]
+            if "no_spec_metrics" in body:
+                NO_SPEC_METRICS = bool(body["no_spec_metrics"])
+            self._send(200, json.dumps({"acceptance": RATES, "no_spec_metrics": NO_SPEC_METRICS}))
+            return
         if body.get("model") != NAME:
-            self._send(404, json.dumps({"error": {"message": "The model `%s` does not exist." % body.get("model")}}))
+            self._send(
+                404, json.dumps({"error": {"message": "The model `%s` does not exist." % body.get("model")}})
+            )
             return
         t0 = time.time()
         max_tokens = int(body.get("max_tokens") or 16)
@@ -169,14 +229,32 @@ class Handler(BaseHTTPRequestHandler):
             TOTAL["requests"] += 1
             TOTAL["e2e_sum"] += time.time() - t0
         text = " tok" * max_tokens
-        self._send(200, json.dumps({"object": "text_completion", "model": NAME,
-                                    "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
-                                    "usage": {"prompt_tokens": 8, "completion_tokens": max_tokens,
-                                              "total_tokens": 8 + max_tokens}}))
+        self._send(
+            200,
+            json.dumps(
+                {
+                    "object": "text_completion",
+                    "model": NAME,
+                    "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
+                    "usage": {
+                        "prompt_tokens": 8,
+                        "completion_tokens": max_tokens,
+                        "total_tokens": 8 + max_tokens,
+                    },
+                }
+            ),
+        )
 
     def log_message(self, fmt, *a):
-        print('INFO:     %s - "%s" %s' % (self.client_address[0] + ":" + str(self.client_address[1]),
-                                          self.requestline, a[1] if len(a) > 1 else ""), flush=True)
+        print(
+            'INFO:     %s - "%s" %s'
+            % (
+                self.client_address[0] + ":" + str(self.client_address[1]),
+                self.requestline,
+                a[1] if len(a) > 1 else "",
+            ),
+            flush=True,
+        )
 
 
 threading.Thread(target=logger_loop, daemon=True).start()

@@ -66,11 +66,16 @@ class SmokeLab:
 
     def delete_isvc(self, name: str, timeout: float = 60.0) -> None:
         self.res("serving.kserve.io/v1beta1", "InferenceService").delete(name=name, namespace=NAMESPACE)
-        self.wait(lambda: not [r for r in self.ctl.runs.values() if r.isvc == name], timeout, f"{name} engines gone")
+        self.wait(
+            lambda: not [r for r in self.ctl.runs.values() if r.isvc == name], timeout, f"{name} engines gone"
+        )
 
     def pods(self, name: str) -> list[dict]:
-        return self.res("v1", "Pod").get(namespace=NAMESPACE, label_selector=(
-            f"serving.kserve.io/inferenceservice={name}")).to_dict()["items"]
+        return (
+            self.res("v1", "Pod")
+            .get(namespace=NAMESPACE, label_selector=(f"serving.kserve.io/inferenceservice={name}"))
+            .to_dict()["items"]
+        )
 
     def wait(self, pred, timeout: float, what: str, interval: float = 0.5):
         deadline = time.monotonic() + timeout
@@ -88,21 +93,35 @@ class SmokeLab:
 
     def wait_single_ready_pod(self, name: str, timeout: float, not_pod: str | None = None) -> dict:
         """Ready, one pod left (an older one gone), and that pod is not ``not_pod``."""
+
         def done():
             pods = [p for p in self.pods(name) if not p["metadata"].get("deletionTimestamp")]
             if self.ready(name) and len(pods) == 1 and pods[0]["metadata"]["name"] != not_pod:
                 return pods[0]
             return None
+
         return self.wait(done, timeout, f"{name} Ready with a single new pod")
 
     def models_pvc(self, models: Path | None) -> Path:
         """The lab's models PVC, filled with ``models`` (a directory tree)."""
         self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-        self.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": PVC},
-                     "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}},
-                    NAMESPACE)
-        self.wait(lambda: ((self.get("v1", "PersistentVolumeClaim", PVC, NAMESPACE) or {}).get("status") or {})
-                  .get("phase") == "Bound", 20, "PVC Bound")
+        self.create(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": PVC},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+            },
+            NAMESPACE,
+        )
+        self.wait(
+            lambda: ((self.get("v1", "PersistentVolumeClaim", PVC, NAMESPACE) or {}).get("status") or {}).get(
+                "phase"
+            )
+            == "Bound",
+            20,
+            "PVC Bound",
+        )
         d = self.root / "lab" / "pvcs" / NAMESPACE / PVC
         if models is not None:
             shutil.copytree(models, d, dirs_exist_ok=True)
@@ -120,20 +139,39 @@ class SmokeLab:
     # ------------------------------------------------------------------ ansible
     def env(self) -> dict[str, str]:
         env = self.emu.env
-        env.update({"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
-                    "ANSIBLE_NOCOLOR": "1", "ANSIBLE_SHOW_CUSTOM_STATS": "1", "ANSIBLE_STDOUT_CALLBACK": "default",
-                    "ANSIBLE_LOCAL_TEMP": str(self.root / "ansible-tmp"), "PYTHONPATH": "",
-                    "MPLCONFIGDIR": str(self.root / "mpl")})
+        env.update(
+            {
+                "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+                "ANSIBLE_FORCE_COLOR": "0",
+                "ANSIBLE_NOCOLOR": "1",
+                "ANSIBLE_SHOW_CUSTOM_STATS": "1",
+                "ANSIBLE_STDOUT_CALLBACK": "default",
+                "ANSIBLE_LOCAL_TEMP": str(self.root / "ansible-tmp"),
+                "PYTHONPATH": "",
+                "MPLCONFIGDIR": str(self.root / "mpl"),
+            }
+        )
         env["PATH"] = str(VENV_BIN) + os.pathsep + env.get("PATH", "")
         return env
 
-    def playbook(self, playbook: Path, service: str, *args: str, extra: dict | None = None,
-                 timeout: float = 600) -> "Run":
-        cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(INVENTORY), str(playbook), "--limit", service, *args]
+    def playbook(
+        self, playbook: Path, service: str, *args: str, extra: dict | None = None, timeout: float = 600
+    ) -> "Run":
+        cmd = [
+            str(VENV_BIN / "ansible-playbook"),
+            "-i",
+            str(INVENTORY),
+            str(playbook),
+            "--limit",
+            service,
+            *args,
+        ]
         if extra:
             cmd += ["-e", json.dumps(extra)]
         t0 = time.monotonic()
-        proc = subprocess.run(cmd, cwd=str(ROOT), env=self.env(), capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            cmd, cwd=str(ROOT), env=self.env(), capture_output=True, text=True, timeout=timeout
+        )
         return Run(proc, time.monotonic() - t0)
 
     def deploy(self, service: str, extra: dict | None = None, without_speculative: bool = False) -> "Run":
@@ -163,8 +201,10 @@ class Run:
         self.seconds = seconds
 
     def recap(self) -> dict[str, dict[str, int]]:
-        return {m.group(1): {"ok": int(m.group(2)), "changed": int(m.group(3)), "failed": int(m.group(5))}
-                for m in RECAP.finditer(self.output)}
+        return {
+            m.group(1): {"ok": int(m.group(2)), "changed": int(m.group(3)), "failed": int(m.group(5))}
+            for m in RECAP.finditer(self.output)
+        }
 
 
 def report(report_dir: Path, service: str, basename: str = "smoke") -> dict:

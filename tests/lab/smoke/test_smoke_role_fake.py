@@ -6,6 +6,7 @@ real engine is in test_smoke_role_vllm.py."""
 from __future__ import annotations
 
 import json
+import urllib.request
 
 import pytest
 from smoke_lab import checks, report
@@ -20,6 +21,16 @@ def fake_env(**env) -> dict:
     items = [{"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"}]
     items += [{"name": k, "value": str(v)} for k, v in env.items()]
     return {"specpilot_env": items}
+
+
+def configure(lab, **config) -> None:
+    """Change the running fake engine's behaviour (no rollout)."""
+    url = lab.isvc(SERVICE)["status"]["url"] + "/fake/config"
+    req = urllib.request.Request(
+        url, data=json.dumps(config).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status == 200
 
 
 def redeploy(lab, extra: dict | None = None, without_speculative: bool = False) -> dict:
@@ -37,8 +48,10 @@ def test_pass_report_stats_and_check_mode(fake_smoke_lab, tmp_path):
     assert rep["verdict"] == "pass" and rep["expect"] == "on"
     c = checks(rep)
     assert c["isvc_args"]["status"] == "pass" and c["pod_args"]["status"] == "pass"
-    assert c["engine_config"]["message"] == "SpeculativeConfig(method='ngram', model=None, num_spec_tokens=3) " \
-                                            "matches the plan"
+    assert (
+        c["engine_config"]["message"] == "SpeculativeConfig(method='ngram', model=None, num_spec_tokens=3) "
+        "matches the plan"
+    )
     assert c["log_cross_check"]["status"] == "pass" and "exactly" in c["log_cross_check"]["message"]
     assert rep["access"]["mode"] == "url" and rep["access"]["url"].startswith("http://127.0.0.1:")
     assert rep["request"]["max_tokens"] == 64  # from the lab spec's smoke settings
@@ -57,7 +70,7 @@ def test_pass_report_stats_and_check_mode(fake_smoke_lab, tmp_path):
 
 def test_borderline_acceptance_warns_and_can_fail(fake_smoke_lab, tmp_path):
     lab = fake_smoke_lab
-    redeploy(lab, fake_env(FAKE_ACCEPTANCE="0.75,0.55,0.4"))
+    configure(lab, acceptance=[0.75, 0.55, 0.4])
     run = lab.smoke(SERVICE, tmp_path)
     assert run.rc == 0, run.output
     rep = report(tmp_path, SERVICE)
@@ -68,31 +81,38 @@ def test_borderline_acceptance_warns_and_can_fail(fake_smoke_lab, tmp_path):
 
 def test_low_acceptance_fails_with_the_acceptance_message(fake_smoke_lab, tmp_path):
     lab = fake_smoke_lab
-    redeploy(lab, fake_env(FAKE_ACCEPTANCE="0.2,0.02,0.0"))
+    configure(lab, acceptance=[0.2, 0.02, 0.0])
     run = lab.smoke(SERVICE, tmp_path)
     assert run.rc == 2, run.output
-    assert "lab-ngram: FAIL - Acceptance rate: draft acceptance rate 0.07 (from /metrics) is below the minimum " \
-           "0.50: speculative decoding adds latency on this workload" in run.output
+    assert (
+        "lab-ngram: FAIL - Acceptance rate: draft acceptance rate 0.07 (from /metrics) is below the minimum "
+        "0.50: speculative decoding adds latency on this workload" in run.output
+    )
     rep = report(tmp_path, SERVICE)  # written before the host failed
     assert rep["verdict"] == "fail"
     assert [c["id"] for c in rep["checks"] if c["status"] == "fail"] == ["acceptance"]
     assert checks(rep)["per_position"]["status"] == "warn"
     assert any("collapses to near zero by slot 2" in s for s in rep["interpretation"])
     # the spec's own threshold (smoke.min_acceptance_rate) is honoured
-    lenient = lab.smoke(SERVICE, tmp_path / "lenient", extra={"specpilot_smoke": {
-        "prompts": ["x y x y"], "max_tokens": 64, "min_acceptance_rate": 0.05}})
+    lenient = lab.smoke(
+        SERVICE,
+        tmp_path / "lenient",
+        extra={"specpilot_smoke": {"prompts": ["x y x y"], "max_tokens": 64, "min_acceptance_rate": 0.05}},
+    )
     assert lenient.rc == 0 and report(tmp_path / "lenient", SERVICE)["verdict"] == "warn"
 
 
 def test_planned_but_no_spec_metrics_fails(fake_smoke_lab, tmp_path):
     lab = fake_smoke_lab
-    redeploy(lab, fake_env(FAKE_NO_SPEC_METRICS=1))
+    configure(lab, no_spec_metrics=True)
     run = lab.smoke(SERVICE, tmp_path)
     assert run.rc == 2
     c = checks(report(tmp_path, SERVICE))
     assert c["spec_metrics"]["status"] == "fail"
-    assert "speculative decoding was planned (ngram) but /metrics has no vllm:spec_decode_* series" in \
-        c["spec_metrics"]["message"]
+    assert (
+        "speculative decoding was planned (ngram) but /metrics has no vllm:spec_decode_* series"
+        in c["spec_metrics"]["message"]
+    )
 
 
 def test_rollback_passes_only_in_off_mode(fake_smoke_lab, tmp_path):
@@ -117,7 +137,9 @@ def test_exec_route_without_exec_support_fails_clearly(fake_smoke_lab, tmp_path)
     assert run.rc == 2
     rep = report(tmp_path, SERVICE)
     assert rep["access"]["mode"] == "exec" and rep["access"]["url"] == "http://127.0.0.1:8080"
-    assert checks(rep)["probes"]["message"].startswith("the probe run failed: k8s_exec in pod lab-ngram-predictor")
+    assert checks(rep)["probes"]["message"].startswith(
+        "the probe run failed: k8s_exec in pod lab-ngram-predictor"
+    )
 
 
 def test_missing_service_fails_with_a_report(fake_smoke_lab, tmp_path):

@@ -40,15 +40,23 @@ def vllm_smoke_lab(vllm_venv, tiny_models, tmp_path_factory):
 
 def note(name: str, rep: dict) -> None:
     fig = rep["figures"]
-    FIGURES[name] = {"verdict": rep["verdict"], "acceptance": fig["acceptance_rate"],
-                     "acceptance_log": fig["log"]["acceptance_rate"],
-                     "mean_acceptance_length": fig["mean_acceptance_length"],
-                     "per_position": fig["per_position_acceptance"],
-                     "draft_tokens": fig["metrics"]["num_draft_tokens"]}
+    FIGURES[name] = {
+        "verdict": rep["verdict"],
+        "acceptance": fig["acceptance_rate"],
+        "acceptance_log": fig["log"]["acceptance_rate"],
+        "mean_acceptance_length": fig["mean_acceptance_length"],
+        "per_position": fig["per_position_acceptance"],
+        "draft_tokens": fig["metrics"]["num_draft_tokens"],
+    }
 
 
-def deploy(lab: SmokeLab, service: str, extra: dict | None = None, without_speculative: bool = False,
-           timeout: float = 420) -> dict:
+def deploy(
+    lab: SmokeLab,
+    service: str,
+    extra: dict | None = None,
+    without_speculative: bool = False,
+    timeout: float = 420,
+) -> dict:
     old = [p["metadata"]["name"] for p in lab.pods(service)]
     lab.deploy(service, extra=dict(RECREATE, **(extra or {})), without_speculative=without_speculative)
     return lab.wait_single_ready_pod(service, timeout, not_pod=old[0] if old else None)
@@ -63,8 +71,9 @@ def test_ngram_service_passes(vllm_smoke_lab, tmp_path):
     note("lab-ngram", rep)
     assert rep["verdict"] == "pass", rep["message"]
     c = checks(rep)
-    assert c["engine_config"]["message"] == ("SpeculativeConfig(method='ngram', model=None, num_spec_tokens=3) "
-                                             "matches the plan")
+    assert c["engine_config"]["message"] == (
+        "SpeculativeConfig(method='ngram', model=None, num_spec_tokens=3) " "matches the plan"
+    )
     assert c["engine_requested_config"]["status"] == "pass"
     assert "ASYNC_SCHEDULING_DISABLED" in c["engine_warnings"]["message"]
     assert rep["figures"]["acceptance_rate"] > 0.8  # repetitive probes at temperature 0: ~0.9
@@ -98,8 +107,10 @@ def test_draft_model_service_passes(vllm_smoke_lab, tmp_path):
     note("lab-draft", rep)
     assert rep["verdict"] in ("pass", "warn"), rep["message"]
     c = checks(rep)
-    assert c["engine_config"]["message"] == ("SpeculativeConfig(method='draft_model', model='/mnt/models/draft', "
-                                             "num_spec_tokens=3) matches the plan")
+    assert c["engine_config"]["message"] == (
+        "SpeculativeConfig(method='draft_model', model='/mnt/models/draft', "
+        "num_spec_tokens=3) matches the plan"
+    )
     assert c["acceptance"]["status"] in ("pass", "warn")
     assert rep["figures"]["acceptance_rate"] >= 0.5
 
@@ -117,8 +128,10 @@ def test_mismatched_draft_fails_with_the_acceptance_message(vllm_smoke_lab, tmp_
     assert c["engine_config"]["status"] == "pass" and "draft-mismatched" in c["engine_config"]["message"]
     assert c["probes"]["status"] == "pass"
     assert [x["id"] for x in rep["checks"] if x["status"] == "fail"] == ["acceptance"]
-    assert "is below the minimum 0.50: speculative decoding adds latency on this workload" in \
-        c["acceptance"]["message"]
+    assert (
+        "is below the minimum 0.50: speculative decoding adds latency on this workload"
+        in c["acceptance"]["message"]
+    )
     assert "lab-draft: FAIL - Acceptance rate: draft acceptance rate" in run.output
     assert rep["figures"]["acceptance_rate"] < 0.2
     lab.delete_isvc("lab-draft")

@@ -13,6 +13,7 @@ from ansible_collections.specpilot.core.plugins.module_utils import bench_analys
 
 # ------------------------------------------------------------------ statistics
 
+
 def test_percentiles_match_numpy_linear_interpolation():
     rng = random.Random(3)
     for n in (1, 2, 5, 10, 101):
@@ -47,6 +48,7 @@ def test_stats_and_summary_of_requests():
 
 
 # ------------------------------------------------------------------ the verdict
+
 
 def levels_low_good_high_bad():
     """Speculative decoding helps at 1 QPS and hurts at 16 QPS (the seed's failure mode)."""
@@ -114,7 +116,10 @@ def test_min_gain_thresholds_are_applied():
 
 
 def test_speculative_failures_mean_rollback_and_empty_side_is_inconclusive():
-    runs = [run("baseline", 2, ttft_ms=50, tpot_ms=20), run("speculative", 2, ttft_ms=40, tpot_ms=10, failed=3)]
+    runs = [
+        run("baseline", 2, ttft_ms=50, tpot_ms=20),
+        run("speculative", 2, ttft_ms=40, tpot_ms=10, failed=3),
+    ]
     res = ba.analyse(runs, target={"qps": 2})
     assert res["verdict"] == "rollback"
     assert any("speculative side failed 3 of 20 requests" in r for r in res["reasons"])
@@ -141,8 +146,10 @@ def test_headroom_converted_like_the_seed_example():
 
 
 def test_system_throughput_metric_and_statistic_options():
-    runs = [run("baseline", 2, ttft_ms=50, tpot_ms=20, duration_s=10),
-            run("speculative", 2, ttft_ms=40, tpot_ms=10, duration_s=10)]
+    runs = [
+        run("baseline", 2, ttft_ms=50, tpot_ms=20, duration_s=10),
+        run("speculative", 2, ttft_ms=40, tpot_ms=10, duration_s=10),
+    ]
     # same tokens in the same wall time: system throughput is flat, so it does not improve
     res = ba.analyse(runs, target={"qps": 2}, thresholds={"throughput_metric": "system"})
     assert res["verdict"] == "rollback"
@@ -160,7 +167,9 @@ def test_system_throughput_metric_and_statistic_options():
 def test_p99_guard_and_gap_widening_signal():
     base = run("baseline", 4, ttft_ms=50, tpot_ms=20, n=100, jitter=0.02)
     # p50 better, but the slowest 10% are 3x slower: the mixed-workload signal
-    spec = run("speculative", 4, ttft_ms=45, tpot_ms=12, n=100, jitter=0.02, tail=(0.1, 3.0), acceptance=ACCEPT)
+    spec = run(
+        "speculative", 4, ttft_ms=45, tpot_ms=12, n=100, jitter=0.02, tail=(0.1, 3.0), acceptance=ACCEPT
+    )
     res = ba.analyse([base, spec], target={"qps": 4})
     assert res["verdict"] == "keep"
     gaps = res["levels"][0]["comparison"]["gaps"]
@@ -172,10 +181,16 @@ def test_p99_guard_and_gap_widening_signal():
 
 
 def test_per_position_collapse_and_missing_spec_metrics_are_noted():
-    acc = dict(ACCEPT, per_position_acceptance=[0.16, 0.02, 0.01], mean_acceptance_length=1.19,
-               draft_acceptance_rate=0.06)
-    runs = [run("baseline", 1, ttft_ms=50, tpot_ms=20), run("speculative", 1, ttft_ms=51, tpot_ms=20.2,
-                                                            acceptance=acc)]
+    acc = dict(
+        ACCEPT,
+        per_position_acceptance=[0.16, 0.02, 0.01],
+        mean_acceptance_length=1.19,
+        draft_acceptance_rate=0.06,
+    )
+    runs = [
+        run("baseline", 1, ttft_ms=50, tpot_ms=20),
+        run("speculative", 1, ttft_ms=51, tpot_ms=20.2, acceptance=acc),
+    ]
     res = ba.analyse(runs, target={"qps": 1})
     assert res["verdict"] == "rollback"
     assert any("collapses by position 2" in n for n in res["notes"])
@@ -187,8 +202,12 @@ def test_per_position_collapse_and_missing_spec_metrics_are_noted():
 
 
 def test_concurrency_levels_and_per_prompt_speedups():
-    runs = [run("baseline", None, 50, 20, concurrency=4), run("speculative", None, 45, 10, concurrency=4),
-            run("baseline", None, 60, 22, concurrency=1), run("speculative", None, 55, 11, concurrency=1)]
+    runs = [
+        run("baseline", None, 50, 20, concurrency=4),
+        run("speculative", None, 45, 10, concurrency=4),
+        run("baseline", None, 60, 22, concurrency=1),
+        run("speculative", None, 55, 11, concurrency=1),
+    ]
     res = ba.analyse(runs, target={"concurrency": 4})
     assert [lv["level"]["key"] for lv in res["levels"]] == ["qps=inf,c=1", "qps=inf,c=4"]
     assert res["target"]["level"]["key"] == "qps=inf,c=4" and res["verdict"] == "keep"
@@ -198,6 +217,7 @@ def test_concurrency_levels_and_per_prompt_speedups():
 
 
 # ------------------------------------------------------------------ acceptance from /metrics
+
 
 def test_acceptance_from_two_scrapes_is_the_delta():
     before = metrics_page(10, 30, 20, [9, 7, 4], ttft=(1.0, 10))

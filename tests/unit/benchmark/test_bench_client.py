@@ -39,6 +39,7 @@ def metric(url, name):
 
 # ------------------------------------------------------------------ pure parts
 
+
 def test_arrivals_are_seeded_and_paced():
     a = bc.arrival_offsets(2000, 5.0, "poisson", seed=7)
     assert a == bc.arrival_offsets(2000, 5.0, "poisson", seed=7)
@@ -63,7 +64,9 @@ def test_bundled_workloads_load(tmp_path):
     assert len({p["id"] for p in code}) == len(code)
     assert all(p["category"] == "code-edit" and "```" in p["prompt"] or "SQL" in p["prompt"] for p in code)
     f = tmp_path / "w.jsonl"
-    f.write_text('# comment\n\n"plain text prompt"\n{"messages": [{"role": "user", "content": "hi"}], "id": "m"}\n')
+    f.write_text(
+        '# comment\n\n"plain text prompt"\n{"messages": [{"role": "user", "content": "hi"}], "id": "m"}\n'
+    )
     items = bc.load_workload(str(f))
     assert items[0] == {"prompt": "plain text prompt", "id": "p0"} and items[1]["id"] == "m"
     with pytest.raises(bc.RunConfigError, match="use api 'chat'"):
@@ -83,24 +86,52 @@ def test_config_validation():
     assert cfg["base_url"] == "http://x" and cfg["metrics_url"] == "http://x/metrics"
     assert bc.normalise_config(dict(base, qps=2, scrape_metrics=False))["metrics_url"] is None
     assert bc.normalise_config(dict(base, qps=0.5))["level"]["key"] == "qps=0.5"
-    for bad in ({"qps": -1}, {"concurrency": -1}, {"concurrency": "x"}, {"api": "embeddings"}, {"arrival": "burst"},
-                {"runs_per_prompt": 0}, {"prompts": []}, {"base_url": None}):
+    for bad in (
+        {"qps": -1},
+        {"concurrency": -1},
+        {"concurrency": "x"},
+        {"api": "embeddings"},
+        {"arrival": "burst"},
+        {"runs_per_prompt": 0},
+        {"prompts": []},
+        {"base_url": None},
+    ):
         with pytest.raises(bc.RunConfigError):
             bc.normalise_config(dict(base, **bad))
-    payload = bc.build_payload(bc.normalise_config(dict(base, sampling={"temperature": 0, "max_tokens": 9,
-                                                                         "extra": {"top_k": 1}})),
-                               {"id": "p0", "prompt": "a", "max_tokens": 5})
-    assert payload == {"stream": True, "prompt": "a", "temperature": 0, "max_tokens": 5, "seed": 42,
-                       "stream_options": {"include_usage": True}, "top_k": 1}
+    payload = bc.build_payload(
+        bc.normalise_config(dict(base, sampling={"temperature": 0, "max_tokens": 9, "extra": {"top_k": 1}})),
+        {"id": "p0", "prompt": "a", "max_tokens": 5},
+    )
+    assert payload == {
+        "stream": True,
+        "prompt": "a",
+        "temperature": 0,
+        "max_tokens": 5,
+        "seed": 42,
+        "stream_options": {"include_usage": True},
+        "top_k": 1,
+    }
 
 
 # ------------------------------------------------------------------ against a streaming server
 
+
 def test_paced_run_records_every_metric_and_discards_warmups(server):
-    s = server("--step-ms", "2", "--ttft-ms", "5", "--speculative-config", SPEC, "--served-model-name", "tiny")
-    res = bc.run_one({"base_url": s.url, "prompts": ["one", "two", "three"], "runs_per_prompt": 3,
-                      "warmup_requests": 3, "qps": 50, "arrival": "constant",
-                      "sampling": {"temperature": 0, "max_tokens": 20}, "progress_interval": 0})
+    s = server(
+        "--step-ms", "2", "--ttft-ms", "5", "--speculative-config", SPEC, "--served-model-name", "tiny"
+    )
+    res = bc.run_one(
+        {
+            "base_url": s.url,
+            "prompts": ["one", "two", "three"],
+            "runs_per_prompt": 3,
+            "warmup_requests": 3,
+            "qps": 50,
+            "arrival": "constant",
+            "sampling": {"temperature": 0, "max_tokens": 20},
+            "progress_interval": 0,
+        }
+    )
     assert res["server"]["version"] == "0.32.0" and res["server"]["models"] == ["tiny"]
     assert res["config"]["model"] == "tiny"  # taken from /v1/models
     assert res["warmup"] == {"requests": 3, "ok": 3, "errors": []}
@@ -131,8 +162,17 @@ def test_paced_run_records_every_metric_and_discards_warmups(server):
 
 def test_concurrency_limit_queues_requests(server):
     s = server("--step-ms", "5")
-    res = bc.run_one({"base_url": s.url, "prompts": ["a", "b"], "runs_per_prompt": 4, "warmup_requests": 0,
-                      "concurrency": 2, "sampling": {"max_tokens": 6}, "progress_interval": 0})
+    res = bc.run_one(
+        {
+            "base_url": s.url,
+            "prompts": ["a", "b"],
+            "runs_per_prompt": 4,
+            "warmup_requests": 0,
+            "concurrency": 2,
+            "sampling": {"max_tokens": 6},
+            "progress_interval": 0,
+        }
+    )
     reqs = res["requests"]
     assert len(reqs) == 8 and all(r["ok"] for r in reqs)
     # all 8 arrive at 0; at most 2 run at once, so later ones queue
@@ -147,9 +187,20 @@ def test_concurrency_limit_queues_requests(server):
 def test_chat_api_token_counting_fallbacks_and_progress(server):
     s = server("--step-ms", "1", "--tokens-per-step", "2")
     lines = []
-    res = bc.run_one({"base_url": s.url, "api": "chat", "prompts": [{"id": "c", "messages": [
-        {"role": "user", "content": "hi"}]}], "runs_per_prompt": 3, "warmup_requests": 1, "concurrency": 1,
-        "include_usage": False, "sampling": {"max_tokens": 9}, "progress_interval": 0.01}, progress=lines.append)
+    res = bc.run_one(
+        {
+            "base_url": s.url,
+            "api": "chat",
+            "prompts": [{"id": "c", "messages": [{"role": "user", "content": "hi"}]}],
+            "runs_per_prompt": 3,
+            "warmup_requests": 1,
+            "concurrency": 1,
+            "include_usage": False,
+            "sampling": {"max_tokens": 9},
+            "progress_interval": 0.01,
+        },
+        progress=lines.append,
+    )
     r = res["requests"][0]
     # no usage chunk: one token per chunk is the fallback (the server sent 2 tokens per chunk)
     assert r["token_source"] == "chunks" and r["output_tokens"] == r["chunks"] == 5
@@ -158,19 +209,45 @@ def test_chat_api_token_counting_fallbacks_and_progress(server):
 
 def test_server_ignoring_stream_and_http_errors_are_recorded(server):
     s = server("--ignore-stream")
-    res = bc.run_one({"base_url": s.url, "prompts": ["a"], "runs_per_prompt": 2, "warmup_requests": 0,
-                      "concurrency": 1, "sampling": {"max_tokens": 7}, "progress_interval": 0})
+    res = bc.run_one(
+        {
+            "base_url": s.url,
+            "prompts": ["a"],
+            "runs_per_prompt": 2,
+            "warmup_requests": 0,
+            "concurrency": 1,
+            "sampling": {"max_tokens": 7},
+            "progress_interval": 0,
+        }
+    )
     r = res["requests"][0]
     assert r["ok"] and r["output_tokens"] == 7 and r["ttft_s"] == r["e2e_s"] and r["itl_s"] == []
     # a wrong path: every request fails with the HTTP status, the run still completes
-    res = bc.run_one({"base_url": s.url + "/nope", "prompts": ["a"], "runs_per_prompt": 2, "warmup_requests": 1,
-                      "concurrency": 1, "progress_interval": 0, "scrape_metrics": False})
+    res = bc.run_one(
+        {
+            "base_url": s.url + "/nope",
+            "prompts": ["a"],
+            "runs_per_prompt": 2,
+            "warmup_requests": 1,
+            "concurrency": 1,
+            "progress_interval": 0,
+            "scrape_metrics": False,
+        }
+    )
     assert res["warmup"]["ok"] == 0 and "HTTP 404" in res["warmup"]["errors"][0]
     assert all(not r["ok"] and r["status"] == 404 for r in res["requests"])
     assert res["server"]["errors"]
     # nothing listening
-    res = bc.run_one({"base_url": "http://127.0.0.1:9", "prompts": ["a"], "runs_per_prompt": 1,
-                      "warmup_requests": 0, "concurrency": 1, "progress_interval": 0})
+    res = bc.run_one(
+        {
+            "base_url": "http://127.0.0.1:9",
+            "prompts": ["a"],
+            "runs_per_prompt": 1,
+            "warmup_requests": 0,
+            "concurrency": 1,
+            "progress_interval": 0,
+        }
+    )
     assert not res["requests"][0]["ok"] and "Connect" in res["requests"][0]["error"]
     assert res["metrics_errors"]
 
@@ -179,13 +256,39 @@ def test_script_mode_prints_the_result_between_markers(server, tmp_path):
     """The in-cluster Job runs the same file as a script; its log holds the result block."""
     s = server("--step-ms", "1")
     cfg = tmp_path / "runs.json"
-    cfg.write_text(json.dumps({"runs": [
-        {"base_url": s.url, "prompts": ["a", "b"], "runs_per_prompt": 2, "warmup_requests": 1, "qps": 40,
-         "sampling": {"max_tokens": 4}, "label": "baseline qps=40", "progress_interval": 0.05},
-        {"base_url": s.url, "prompts": ["a", "b"], "runs_per_prompt": 2, "warmup_requests": 1, "concurrency": 2,
-         "sampling": {"max_tokens": 4}}]}))
-    proc = subprocess.run([sys.executable, str(CLIENT), "--config", str(cfg)], capture_output=True, text=True,
-                          timeout=120, check=False)
+    cfg.write_text(
+        json.dumps(
+            {
+                "runs": [
+                    {
+                        "base_url": s.url,
+                        "prompts": ["a", "b"],
+                        "runs_per_prompt": 2,
+                        "warmup_requests": 1,
+                        "qps": 40,
+                        "sampling": {"max_tokens": 4},
+                        "label": "baseline qps=40",
+                        "progress_interval": 0.05,
+                    },
+                    {
+                        "base_url": s.url,
+                        "prompts": ["a", "b"],
+                        "runs_per_prompt": 2,
+                        "warmup_requests": 1,
+                        "concurrency": 2,
+                        "sampling": {"max_tokens": 4},
+                    },
+                ]
+            }
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, str(CLIENT), "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     log = proc.stderr + proc.stdout  # a pod log interleaves both
     doc = bc.extract_job_output(log)
@@ -196,6 +299,11 @@ def test_script_mode_prints_the_result_between_markers(server, tmp_path):
         bc.extract_job_output("no markers here")
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"prompts": ["a"]}))
-    proc = subprocess.run([sys.executable, str(CLIENT), "--config", str(bad)], capture_output=True, text=True,
-                          timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(CLIENT), "--config", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 2 and "base_url is required" in proc.stderr

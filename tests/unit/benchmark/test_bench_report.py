@@ -11,21 +11,37 @@ from ansible_collections.specpilot.core.plugins.module_utils import bench_analys
 from ansible_collections.specpilot.core.plugins.module_utils import bench_report as br
 
 GPU_NODE = {
-    "metadata": {"name": "gpu-a30-1", "labels": {"nvidia.com/gpu.product": "NVIDIA-A30", "nvidia.com/gpu.count": "4",
-                                                 "nvidia.com/gpu.memory": "24576",
-                                                 "node.kubernetes.io/instance-type": "a30x4"}},
-    "status": {"capacity": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "4"},
-               "nodeInfo": {"kubeletVersion": "v1.31.4"}},
+    "metadata": {
+        "name": "gpu-a30-1",
+        "labels": {
+            "nvidia.com/gpu.product": "NVIDIA-A30",
+            "nvidia.com/gpu.count": "4",
+            "nvidia.com/gpu.memory": "24576",
+            "node.kubernetes.io/instance-type": "a30x4",
+        },
+    },
+    "status": {
+        "capacity": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "4"},
+        "nodeInfo": {"kubeletVersion": "v1.31.4"},
+    },
 }
-POD = {"spec": {"containers": [{"name": "kserve-container", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
-CPU_NODE = {"metadata": {"name": "specpilot-lab", "labels": {"node.kubernetes.io/instance-type": "specpilot-lab"}},
-            "status": {"capacity": {"cpu": "2", "memory": "24Gi"}}}
+POD = {
+    "spec": {"containers": [{"name": "kserve-container", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+}
+CPU_NODE = {
+    "metadata": {"name": "specpilot-lab", "labels": {"node.kubernetes.io/instance-type": "specpilot-lab"}},
+    "status": {"capacity": {"cpu": "2", "memory": "24Gi"}},
+}
 
 
 def test_hardware_from_node_labels_and_capacity():
     hw = br.hardware_from_node(GPU_NODE, POD)
     assert (hw["gpu_product"], hw["gpu_count_node"], hw["gpu_count_pod"], hw["gpu_memory_mib"]) == (
-        "NVIDIA-A30", 4, 1, 24576)
+        "NVIDIA-A30",
+        4,
+        1,
+        24576,
+    )
     assert hw["summary"] == "NVIDIA-A30 x 1 per replica (node gpu-a30-1, 4 on the node)"
     no_label = {"metadata": {"name": "n"}, "status": {"capacity": {"nvidia.com/gpu": "8"}}}
     assert "8 x nvidia.com/gpu, product unknown" in br.hardware_from_node(no_label)["summary"]
@@ -35,10 +51,13 @@ def test_hardware_from_node_labels_and_capacity():
 
 
 def test_context_requires_all_five_fields():
-    ctx, missing = br.build_context(br.hardware_from_node(GPU_NODE, POD),
-                                    {"target": "hf://m", "speculative_config": {"method": "ngram"}},
-                                    {"vllm_version": "0.32.0", "image": "vllm/vllm-openai:v0.32.0"},
-                                    {"temperature": 0}, {"name": "code-edit"})
+    ctx, missing = br.build_context(
+        br.hardware_from_node(GPU_NODE, POD),
+        {"target": "hf://m", "speculative_config": {"method": "ngram"}},
+        {"vllm_version": "0.32.0", "image": "vllm/vllm-openai:v0.32.0"},
+        {"temperature": 0},
+        {"name": "code-edit"},
+    )
     assert missing == []
     assert ctx["model"]["summary"].startswith("target hf://m; draft ngram (no draft model)")
     assert ctx["runtime"]["summary"] == "vLLM 0.32.0 (vllm/vllm-openai:v0.32.0)"
@@ -47,19 +66,34 @@ def test_context_requires_all_five_fields():
 
 
 def _analysis():
-    runs = [run("baseline", 1, 52, 20, jitter=0.05), run("speculative", 1, 48, 11, jitter=0.05, acceptance=ACCEPT),
-            run("baseline", 16, 200, 22, jitter=0.05), run("speculative", 16, 420, 31, jitter=0.05, acceptance=ACCEPT)]
+    runs = [
+        run("baseline", 1, 52, 20, jitter=0.05),
+        run("speculative", 1, 48, 11, jitter=0.05, acceptance=ACCEPT),
+        run("baseline", 16, 200, 22, jitter=0.05),
+        run("speculative", 16, 420, 31, jitter=0.05, acceptance=ACCEPT),
+    ]
     return runs, ba.analyse(runs, target={"qps": 16})
 
 
 def test_report_files_markdown_and_plots(tmp_path):
     runs, analysis = _analysis()
-    wl = br.workload_context("code-edit", str(WORKLOADS / "code-edit.jsonl"), None, [r["summary"] for r in runs])
-    ctx, missing = br.build_context(br.hardware_from_node(GPU_NODE, POD), {"target": "hf://t", "draft": "hf://d"},
-                                    {"vllm_version": "0.32.0"}, {"temperature": 0, "seed": 42}, wl)
+    wl = br.workload_context(
+        "code-edit", str(WORKLOADS / "code-edit.jsonl"), None, [r["summary"] for r in runs]
+    )
+    ctx, missing = br.build_context(
+        br.hardware_from_node(GPU_NODE, POD),
+        {"target": "hf://t", "draft": "hf://d"},
+        {"vllm_version": "0.32.0"},
+        {"temperature": 0, "seed": 42},
+        wl,
+    )
     report = br.build_report(analysis, ctx, missing, service="chat")
     paths = br.write_report(report, str(tmp_path / "out"))
-    assert sorted(p.rsplit("/", 1)[1] for p in paths["plots"]) == ["acceptance.png", "latency.png", "throughput.png"]
+    assert sorted(p.rsplit("/", 1)[1] for p in paths["plots"]) == [
+        "acceptance.png",
+        "latency.png",
+        "throughput.png",
+    ]
     for p in paths["plots"]:
         with open(p, "rb") as fh:
             assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
@@ -69,9 +103,13 @@ def test_report_files_markdown_and_plots(tmp_path):
     assert data["levels"][0]["baseline"]["metrics"]["ttft_ms"]["p50"] == pytest.approx(52)
     md = open(paths["markdown"]).read()
     assert "## Verdict: ROLL BACK speculative decoding (at qps=16)" in md
-    for field in ("| Hardware | NVIDIA-A30 x 1 per replica", "| Model and draft | target hf://t; draft hf://d",
-                  "| Runtime | vLLM 0.32.0 |", "| Request parameters | seed=42, temperature=0 |",
-                  "| Workload | code-edit; 20 timed requests per run"):
+    for field in (
+        "| Hardware | NVIDIA-A30 x 1 per replica",
+        "| Model and draft | target hf://t; draft hf://d",
+        "| Runtime | vLLM 0.32.0 |",
+        "| Request parameters | seed=42, temperature=0 |",
+        "| Workload | code-edit; 20 timed requests per run",
+    ):
         assert field in md, field
     assert "| qps=1 | **keep** | 1.08x | 1.82x |" in md
     assert "| qps=16 | 100 | 300 | 154 | 0.513 | 2.54 | 0.80 / 0.50 / 0.24 | 0.5-0.65" in md
@@ -92,30 +130,60 @@ def test_incomplete_context_is_called_anecdotal(tmp_path):
 
 # ------------------------------------------------------------------ the modules, through ansible-playbook
 
+
 def test_modules_measure_and_report_end_to_end(tmp_path):
     spec = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
     base_srv = StreamServer(tmp_path, "--step-ms", "3", "--served-model-name", "tiny")
-    spec_srv = StreamServer(tmp_path, "--step-ms", "3", "--speculative-config", spec, "--served-model-name", "tiny")
+    spec_srv = StreamServer(
+        tmp_path, "--step-ms", "3", "--speculative-config", spec, "--served-model-name", "tiny"
+    )
     try:
-        common = {"workload": str(WORKLOADS / "code-edit.jsonl"), "runs_per_prompt": 2, "warmup_requests": 2,
-                  "levels": [{"qps": 20}, {"concurrency": 2}], "max_tokens": 12, "ignore_eos": True,
-                  "progress_file": str(tmp_path / "progress.log"), "progress_interval": 0.05}
+        common = {
+            "workload": str(WORKLOADS / "code-edit.jsonl"),
+            "runs_per_prompt": 2,
+            "warmup_requests": 2,
+            "levels": [{"qps": 20}, {"concurrency": 2}],
+            "max_tokens": 12,
+            "ignore_eos": True,
+            "progress_file": str(tmp_path / "progress.log"),
+            "progress_interval": 0.05,
+        }
         out = tmp_path / "report"
-        results, log = run_tasks(tmp_path, [
-            {"specpilot.core.vllm_load": dict(common, url=base_srv.url, side="baseline",
-                                              output_path=str(tmp_path / "raw.json"))},
-            {"specpilot.core.vllm_load": dict(common, url=spec_srv.url, side="speculative",
-                                              headers={"Authorization": "Bearer s3cr3t"})},
-            {"specpilot.core.benchmark_report": {
-                "runs": "{{ r0.runs + r1.runs }}", "target_qps": 20, "service": "lab-ngram",
-                "node": CPU_NODE, "model": {"target": "pvc://models/target",
-                                            "speculative_config": {"method": "ngram", "num_speculative_tokens": 3}},
-                "runtime": {"image": "specpilot-lab/vllm-cpu:0.32.0"},
-                "workload": {"name": "code-edit", "file": str(WORKLOADS / "code-edit.jsonl")},
-                "output_dir": str(out)}},
-            {"specpilot.core.vllm_load": {"job_output": "noise\n" + "x", "side": "baseline"}},
-            {"specpilot.core.vllm_load": {"url": "http://127.0.0.1:9", "prompts": ["a"], "levels": [{}]}},
-        ])
+        results, log = run_tasks(
+            tmp_path,
+            [
+                {
+                    "specpilot.core.vllm_load": dict(
+                        common, url=base_srv.url, side="baseline", output_path=str(tmp_path / "raw.json")
+                    )
+                },
+                {
+                    "specpilot.core.vllm_load": dict(
+                        common,
+                        url=spec_srv.url,
+                        side="speculative",
+                        headers={"Authorization": "Bearer s3cr3t"},
+                    )
+                },
+                {
+                    "specpilot.core.benchmark_report": {
+                        "runs": "{{ r0.runs + r1.runs }}",
+                        "target_qps": 20,
+                        "service": "lab-ngram",
+                        "node": CPU_NODE,
+                        "model": {
+                            "target": "pvc://models/target",
+                            "speculative_config": {"method": "ngram", "num_speculative_tokens": 3},
+                        },
+                        "runtime": {"image": "specpilot-lab/vllm-cpu:0.32.0"},
+                        "workload": {"name": "code-edit", "file": str(WORKLOADS / "code-edit.jsonl")},
+                        "output_dir": str(out),
+                    }
+                },
+                {"specpilot.core.vllm_load": {"job_output": "noise\n" + "x", "side": "baseline"}},
+                {"specpilot.core.vllm_load": {"url": "http://127.0.0.1:9", "prompts": ["a"], "levels": [{}]}},
+            ],
+        )
     finally:
         base_srv.close()
         spec_srv.close()

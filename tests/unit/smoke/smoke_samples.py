@@ -42,68 +42,138 @@ def isvc_for(plan: dict, ready: bool = True, args: list[str] | None = None, mess
     isvc = copy.deepcopy(plan["inferenceservice"])
     if args is not None:
         isvc["spec"]["predictor"]["model"]["args"] = list(args)
-    cond = {"type": "Ready", "status": "True"} if ready else \
-        {"type": "Ready", "status": "False", "reason": "MinimumReplicasUnavailable", "message": message}
-    isvc["status"] = {"url": "http://127.0.0.1:40000", "address": {"url": "http://127.0.0.1:40000"},
-                      "conditions": [{"type": "IngressReady", "status": "True"}, cond]}
+    cond = (
+        {"type": "Ready", "status": "True"}
+        if ready
+        else {"type": "Ready", "status": "False", "reason": "MinimumReplicasUnavailable", "message": message}
+    )
+    isvc["status"] = {
+        "url": "http://127.0.0.1:40000",
+        "address": {"url": "http://127.0.0.1:40000"},
+        "conditions": [{"type": "IngressReady", "status": "True"}, cond],
+    }
     return isvc
 
 
 RUNTIME_ARGS = ["--port=8080", "--served-model-name={{.Name}}"]
 
 
-def pod_for(plan: dict, ready: bool = True, args: list[str] | None = None, restarts: int = 0,
-            name: str = "svc-predictor-abc-xyz") -> dict:
+def pod_for(
+    plan: dict,
+    ready: bool = True,
+    args: list[str] | None = None,
+    restarts: int = 0,
+    name: str = "svc-predictor-abc-xyz",
+) -> dict:
     model_args = plan["args"] if args is None else list(args)
     runtime_args = [a.replace("{{.Name}}", plan["name"]) for a in RUNTIME_ARGS]
-    status = {"containerStatuses": [{"name": "kserve-container", "ready": ready, "restartCount": restarts,
-                                     "state": {"running": {}} if ready else {"waiting": {"reason": "CrashLoopBackOff"}}}],
-              "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
-    return {"metadata": {"name": name, "namespace": plan["namespace"], "creationTimestamp": "2026-11-21T06:00:00Z"},
-            "spec": {"containers": [{"name": "kserve-container",
-                                     "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
-                                     "args": runtime_args + model_args}]},
-            "status": status}
+    status = {
+        "containerStatuses": [
+            {
+                "name": "kserve-container",
+                "ready": ready,
+                "restartCount": restarts,
+                "state": {"running": {}} if ready else {"waiting": {"reason": "CrashLoopBackOff"}},
+            }
+        ],
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+    }
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": plan["namespace"],
+            "creationTimestamp": "2026-11-21T06:00:00Z",
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "kserve-container",
+                    "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
+                    "args": runtime_args + model_args,
+                }
+            ]
+        },
+        "status": status,
+    }
 
 
-def metrics_page(model: str = "lab-ngram", drafts: int = 0, draft_tokens: int = 0, accepted: int = 0,
-                 per_pos: list[int] | tuple = (), spec: bool = True, created: float = 1795237666.9) -> str:
+def metrics_page(
+    model: str = "lab-ngram",
+    drafts: int = 0,
+    draft_tokens: int = 0,
+    accepted: int = 0,
+    per_pos: list[int] | tuple = (),
+    spec: bool = True,
+    created: float = 1795237666.9,
+) -> str:
     """A vLLM 0.32 (V1) /metrics page with the spec-decode counters (when spec)."""
     lbl = f'engine="0",model_name="{model}"'
-    lines = ["# HELP vllm:num_requests_running Number of requests running.",
-             "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{lbl}}} 0.0"]
+    lines = [
+        "# HELP vllm:num_requests_running Number of requests running.",
+        "# TYPE vllm:num_requests_running gauge",
+        f"vllm:num_requests_running{{{lbl}}} 0.0",
+    ]
 
     def counter(name, value, extra=""):
-        lines.extend([f"# HELP {name}_total {name}", f"# TYPE {name}_total counter",
-                      f"{name}_total{{{lbl}{extra}}} {float(value)}",
-                      f"# HELP {name}_created {name}", f"# TYPE {name}_created gauge",
-                      f"{name}_created{{{lbl}{extra}}} {created}"])
+        lines.extend(
+            [
+                f"# HELP {name}_total {name}",
+                f"# TYPE {name}_total counter",
+                f"{name}_total{{{lbl}{extra}}} {float(value)}",
+                f"# HELP {name}_created {name}",
+                f"# TYPE {name}_created gauge",
+                f"{name}_created{{{lbl}{extra}}} {created}",
+            ]
+        )
 
     if spec:
         counter("vllm:spec_decode_num_drafts", drafts)
         counter("vllm:spec_decode_num_draft_tokens", draft_tokens)
         counter("vllm:spec_decode_num_accepted_tokens", accepted)
-        lines += ["# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total per position",
-                  "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter"]
+        lines += [
+            "# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total per position",
+            "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter",
+        ]
         for i, v in enumerate(per_pos):
-            lines.append(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lbl},position="{i}"}} {float(v)}')
+            lines.append(
+                f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lbl},position="{i}"}} {float(v)}'
+            )
     return "\n".join(lines) + "\n"
 
 
-def metrics_pair(model="lab-ngram", drafts=0, draft_tokens=0, accepted=0, per_pos=(), spec=True, base=(10, 30, 20)):
+def metrics_pair(
+    model="lab-ngram", drafts=0, draft_tokens=0, accepted=0, per_pos=(), spec=True, base=(10, 30, 20)
+):
     """(before, after) metrics facts whose deltas are the given counts."""
     k = len(per_pos) or 3
     b_drafts, b_tokens, b_acc = base
-    before = parse_metrics_text(metrics_page(model, b_drafts, b_tokens, b_acc, [b_acc // k] * k if spec else (),
-                                             spec), model_name=model)
-    after = parse_metrics_text(metrics_page(model, b_drafts + drafts, b_tokens + draft_tokens, b_acc + accepted,
-                                            [b_acc // k + v for v in per_pos] if spec else (), spec),
-                               model_name=model, previous=before)
+    before = parse_metrics_text(
+        metrics_page(model, b_drafts, b_tokens, b_acc, [b_acc // k] * k if spec else (), spec),
+        model_name=model,
+    )
+    after = parse_metrics_text(
+        metrics_page(
+            model,
+            b_drafts + drafts,
+            b_tokens + draft_tokens,
+            b_acc + accepted,
+            [b_acc // k + v for v in per_pos] if spec else (),
+            spec,
+        ),
+        model_name=model,
+        previous=before,
+    )
     return before, after
 
 
-def log_text(plan: dict | None, windows: list[dict] = (), ready: bool = True, extra: str = "",
-             served: str = "lab-ngram", version: str = "0.32.0") -> str:
+def log_text(
+    plan: dict | None,
+    windows: list[dict] = (),
+    ready: bool = True,
+    extra: str = "",
+    served: str = "lab-ngram",
+    version: str = "0.32.0",
+) -> str:
     """A vLLM 0.32 log: non-default args, engine-init line (the plan's config or None), startup,
     a marker access line, then one SpecDecoding line per window {accepted, drafted, per_pos}."""
     cfg = (plan or {}).get("speculative_config")
@@ -135,7 +205,8 @@ def log_text(plan: dict | None, windows: list[dict] = (), ready: bool = True, ex
             f"(APIServer pid=7) INFO 11-21 06:01:{10 + i:02d} [metrics.py:120] SpecDecoding metrics: Mean acceptance "
             f"length: {1 + w['accepted'] / drafts:.2f}, Accepted throughput: 1.00 tokens/s, Drafted throughput: 1.00 "
             f"tokens/s, Accepted: {w['accepted']} tokens, Drafted: {w['drafted']} tokens, Per-position acceptance "
-            f"rate: {pos}, Avg Draft acceptance rate: {100.0 * w['accepted'] / w['drafted']:.1f}%")
+            f"rate: {pos}, Avg Draft acceptance rate: {100.0 * w['accepted'] / w['drafted']:.1f}%"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -143,12 +214,36 @@ MARKER = 'INFO:     127.0.0.1:50000 - "GET /metrics HTTP/1.1" 200 OK'
 
 
 def probes_ok(n: int = 8, tokens: int = 64) -> dict:
-    results = [{"status": 200, "ok": True, "latency_s": 0.2, "completion_tokens": tokens, "prompt_tokens": 10,
-                "finish_reason": "length", "text": "x", "error": None} for _ in range(n)]
-    return {"format": 1, "url": "http://127.0.0.1:40000", "endpoint": "completions", "results": results,
-            "requests": n, "succeeded": n, "failed": 0, "ok": True, "completion_tokens": n * tokens,
-            "prompt_tokens": n * 10, "latency_mean_s": 0.2, "elapsed_s": 2.0, "metrics_before": "",
-            "metrics_after": "", "metrics_error": None}
+    results = [
+        {
+            "status": 200,
+            "ok": True,
+            "latency_s": 0.2,
+            "completion_tokens": tokens,
+            "prompt_tokens": 10,
+            "finish_reason": "length",
+            "text": "x",
+            "error": None,
+        }
+        for _ in range(n)
+    ]
+    return {
+        "format": 1,
+        "url": "http://127.0.0.1:40000",
+        "endpoint": "completions",
+        "results": results,
+        "requests": n,
+        "succeeded": n,
+        "failed": 0,
+        "ok": True,
+        "completion_tokens": n * tokens,
+        "prompt_tokens": n * 10,
+        "latency_mean_s": 0.2,
+        "elapsed_s": 2.0,
+        "metrics_before": "",
+        "metrics_after": "",
+        "metrics_error": None,
+    }
 
 
 def data_for(plan: dict, rate_counts=(27, 30, 10, (10, 9, 8)), windows=None, **over) -> dict:
@@ -157,8 +252,14 @@ def data_for(plan: dict, rate_counts=(27, 30, 10, (10, 9, 8)), windows=None, **o
     served = plan["name"]
     before, after = metrics_pair(served, drafts, drafted, accepted, per_pos)
     if windows is None:
-        windows = [{"accepted": accepted, "drafted": drafted, "drafts": drafts,
-                    "per_pos": [v / drafts for v in per_pos]}]
+        windows = [
+            {
+                "accepted": accepted,
+                "drafted": drafted,
+                "drafts": drafts,
+                "per_pos": [v / drafts for v in per_pos],
+            }
+        ]
     text = log_text(plan, windows, served=served)
     data = {
         "service": plan["name"],

@@ -14,8 +14,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.specpilot.core.plugins.filter.smoke import (smoke_exec_command, smoke_log_window,
-                                                                     smoke_pick_pod)
+from ansible_collections.specpilot.core.plugins.filter.smoke import (
+    smoke_exec_command,
+    smoke_log_window,
+    smoke_pick_pod,
+)
 from ansible_collections.specpilot.core.plugins.module_utils import smoke_probe
 
 
@@ -42,8 +45,12 @@ class Engine:
                 engine.headers.append(dict(self.headers))
                 if self.path == "/metrics":
                     engine.scrapes += 1
-                    self._send(200, "vllm:spec_decode_num_drafts_total{engine=\"0\",model_name=\"svc\"} %d.0\n"
-                               % (engine.scrapes * 10), "text/plain")
+                    self._send(
+                        200,
+                        'vllm:spec_decode_num_drafts_total{engine="0",model_name="svc"} %d.0\n'
+                        % (engine.scrapes * 10),
+                        "text/plain",
+                    )
                 else:
                     self._send(404, "{}")
 
@@ -51,16 +58,33 @@ class Engine:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 engine.bodies.append(body)
                 if body.get("model") != engine.model:
-                    self._send(404, json.dumps({"error": {"message": "The model `%s` does not exist." % body["model"]}}))
+                    self._send(
+                        404,
+                        json.dumps({"error": {"message": "The model `%s` does not exist." % body["model"]}}),
+                    )
                 elif body.get("prompt") == "not json":
                     self._send(200, "<html>", "text/html")
                 elif self.path == "/v1/chat/completions":
-                    self._send(200, json.dumps({"choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}],
-                                                "usage": {"completion_tokens": 1, "prompt_tokens": 3}}))
+                    self._send(
+                        200,
+                        json.dumps(
+                            {
+                                "choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}],
+                                "usage": {"completion_tokens": 1, "prompt_tokens": 3},
+                            }
+                        ),
+                    )
                 else:
                     n = int(body.get("max_tokens", 1))
-                    self._send(200, json.dumps({"choices": [{"text": " x" * n, "finish_reason": "length"}],
-                                                "usage": {"completion_tokens": n, "prompt_tokens": 3}}))
+                    self._send(
+                        200,
+                        json.dumps(
+                            {
+                                "choices": [{"text": " x" * n, "finish_reason": "length"}],
+                                "usage": {"completion_tokens": n, "prompt_tokens": 3},
+                            }
+                        ),
+                    )
 
             def log_message(self, *a):
                 pass
@@ -85,7 +109,13 @@ def engine():
 def test_build_requests_cycles_prompts_and_merges_params():
     bodies = smoke_probe.build_requests("m", ["a", "b"], 5, 32, 0, {"ignore_eos": True, "temperature": 0.7})
     assert [b["prompt"] for b in bodies] == ["a", "b", "a", "b", "a"]
-    assert bodies[0] == {"model": "m", "max_tokens": 32, "temperature": 0.7, "prompt": "a", "ignore_eos": True}
+    assert bodies[0] == {
+        "model": "m",
+        "max_tokens": 32,
+        "temperature": 0.7,
+        "prompt": "a",
+        "ignore_eos": True,
+    }
     chat = smoke_probe.build_requests("m", ["hello"], 1, 8, 0, endpoint="chat")
     assert chat[0]["messages"] == [{"role": "user", "content": "hello"}]
     for args in ((["a"], 0), ([], 1)):
@@ -94,8 +124,13 @@ def test_build_requests_cycles_prompts_and_merges_params():
 
 
 def test_run_scrapes_around_the_probes(engine):
-    out = smoke_probe.run({"url": engine.url, "requests": smoke_probe.build_requests("svc", ["p"], 3, 4, 0),
-                           "headers": {"Authorization": "Bearer t"}})
+    out = smoke_probe.run(
+        {
+            "url": engine.url,
+            "requests": smoke_probe.build_requests("svc", ["p"], 3, 4, 0),
+            "headers": {"Authorization": "Bearer t"},
+        }
+    )
     assert out["ok"] and out["requests"] == 3 and out["succeeded"] == 3 and out["completion_tokens"] == 12
     assert out["metrics_before"].endswith(" 10.0\n") and out["metrics_after"].endswith(" 20.0\n")
     assert [r["status"] for r in out["results"]] == [200, 200, 200]
@@ -103,7 +138,9 @@ def test_run_scrapes_around_the_probes(engine):
 
 
 def test_failures_are_reported_not_raised(engine):
-    bodies = smoke_probe.build_requests("other", ["p"], 1, 4, 0) + smoke_probe.build_requests("svc", ["not json"], 1, 4, 0)
+    bodies = smoke_probe.build_requests("other", ["p"], 1, 4, 0) + smoke_probe.build_requests(
+        "svc", ["not json"], 1, 4, 0
+    )
     out = smoke_probe.run({"url": engine.url, "requests": bodies, "metrics": False})
     assert not out["ok"] and out["failed"] == 2
     assert out["results"][0]["status"] == 404 and "does not exist" in out["results"][0]["error"]
@@ -112,13 +149,20 @@ def test_failures_are_reported_not_raised(engine):
     closed = Engine()
     url = closed.url
     closed.close()
-    out = smoke_probe.run({"url": url, "requests": smoke_probe.build_requests("svc", ["p"], 1, 4, 0), "timeout": 2})
+    out = smoke_probe.run(
+        {"url": url, "requests": smoke_probe.build_requests("svc", ["p"], 1, 4, 0), "timeout": 2}
+    )
     assert not out["ok"] and out["results"][0]["status"] is None and out["metrics_error"]
 
 
 def test_chat_endpoint(engine):
-    out = smoke_probe.run({"url": engine.url, "endpoint": "chat",
-                           "requests": smoke_probe.build_requests("svc", ["p"], 1, 4, 0, endpoint="chat")})
+    out = smoke_probe.run(
+        {
+            "url": engine.url,
+            "endpoint": "chat",
+            "requests": smoke_probe.build_requests("svc", ["p"], 1, 4, 0, endpoint="chat"),
+        }
+    )
     assert out["ok"] and out["results"][0]["text"] == "hi"
 
 
@@ -126,13 +170,23 @@ def run_in_pod(command: str) -> subprocess.CompletedProcess:
     """What kubernetes.core.k8s_exec does with the command (shlex.split), with this Python as the pod's."""
     argv = shlex.split(command)
     assert argv[0] == "python3"
-    return subprocess.run([sys.executable] + argv[1:], capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable] + argv[1:], capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"}
+    )
 
 
 def test_exec_command_runs_the_same_probes(engine):
-    settings = {"url": engine.url, "model": "svc", "prompts": ["one", "two"], "count": 3, "max_tokens": 5,
-                "temperature": 0, "request_params": {"seed": 1}, "endpoint": "completions", "timeout": 30}
+    settings = {
+        "url": engine.url,
+        "model": "svc",
+        "prompts": ["one", "two"],
+        "count": 3,
+        "max_tokens": 5,
+        "temperature": 0,
+        "request_params": {"seed": 1},
+        "endpoint": "completions",
+        "timeout": 30,
+    }
     cmd = smoke_exec_command(settings, "python3")
     assert cmd.startswith("python3 -c ")
     proc = run_in_pod(cmd)
@@ -148,39 +202,46 @@ def test_exec_command_runs_the_same_probes(engine):
 
 
 def test_exec_command_quoting_of_a_python_path_and_a_bad_job(tmp_path):
-    cmd = smoke_exec_command({"url": "http://127.0.0.1:1", "model": "m", "prompts": ["it's \"quoted\" $HOME"]},
-                             "/opt/my python/bin/python3")
+    cmd = smoke_exec_command(
+        {"url": "http://127.0.0.1:1", "model": "m", "prompts": ['it\'s "quoted" $HOME']},
+        "/opt/my python/bin/python3",
+    )
     argv = shlex.split(cmd)
     assert argv[0] == "/opt/my python/bin/python3"
     job = json.loads(base64.b64decode(argv[4]))
-    assert job["requests"][0]["prompt"] == "it's \"quoted\" $HOME"
+    assert job["requests"][0]["prompt"] == 'it\'s "quoted" $HOME'
     argv[0], argv[4] = sys.executable, "!!notbase64"
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2 and json.loads(proc.stdout)["error"].startswith("bad job")
 
 
-@pytest.mark.parametrize("settings,python,needle", [
-    ({"url": "u", "model": "m"}, "python3", "prompts is required"),
-    ({"url": "u", "model": "m", "prompts": ["p"], "bogus": 1}, "python3", "unknown setting"),
-    ({"url": "u", "model": "m", "prompts": ["p"], "endpoint": "x"}, "python3", "endpoint must be"),
-    ({"url": "u", "model": "m", "prompts": ["p"]}, " ", "python must name"),
-    ("not a dict", "python3", "expects a mapping"),
-])
+@pytest.mark.parametrize(
+    "settings,python,needle",
+    [
+        ({"url": "u", "model": "m"}, "python3", "prompts is required"),
+        ({"url": "u", "model": "m", "prompts": ["p"], "bogus": 1}, "python3", "unknown setting"),
+        ({"url": "u", "model": "m", "prompts": ["p"], "endpoint": "x"}, "python3", "endpoint must be"),
+        ({"url": "u", "model": "m", "prompts": ["p"]}, " ", "python must name"),
+        ("not a dict", "python3", "expects a mapping"),
+    ],
+)
 def test_exec_command_refuses_bad_settings(settings, python, needle):
     with pytest.raises(AnsibleFilterError, match=needle):
         smoke_exec_command(settings, python)
 
 
 def test_log_window_filter_counts_after_the_marker():
-    text = "\n".join([
-        "(APIServer pid=1) INFO 11-21 05:07:57 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 3.85, "
-        "Accepted throughput: 8.91 tokens/s, Drafted throughput: 9.39 tokens/s, Accepted: 94 tokens, Drafted: 99 "
-        "tokens, Per-position acceptance rate: 0.970, 0.939, 0.939, Avg Draft acceptance rate: 94.9%",
-        'INFO:     127.0.0.1:5 - "GET /metrics HTTP/1.1" 200 OK',
-        "(APIServer pid=1) INFO 11-21 05:08:07 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 2.00, "
-        "Accepted throughput: 1.00 tokens/s, Drafted throughput: 3.00 tokens/s, Accepted: 10 tokens, Drafted: 30 "
-        "tokens, Per-position acceptance rate: 0.500, 0.300, 0.200, Avg Draft acceptance rate: 33.3%",
-    ])
+    text = "\n".join(
+        [
+            "(APIServer pid=1) INFO 11-21 05:07:57 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 3.85, "
+            "Accepted throughput: 8.91 tokens/s, Drafted throughput: 9.39 tokens/s, Accepted: 94 tokens, Drafted: 99 "
+            "tokens, Per-position acceptance rate: 0.970, 0.939, 0.939, Avg Draft acceptance rate: 94.9%",
+            'INFO:     127.0.0.1:5 - "GET /metrics HTTP/1.1" 200 OK',
+            "(APIServer pid=1) INFO 11-21 05:08:07 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 2.00, "
+            "Accepted throughput: 1.00 tokens/s, Drafted throughput: 3.00 tokens/s, Accepted: 10 tokens, Drafted: 30 "
+            "tokens, Per-position acceptance rate: 0.500, 0.300, 0.200, Avg Draft acceptance rate: 33.3%",
+        ]
+    )
     after = smoke_log_window(text, 'INFO:     127.0.0.1:5 - "GET /metrics HTTP/1.1" 200 OK')
     assert after["since_found"] and after["windows"] == 1 and after["drafted_tokens"] == 30
     assert smoke_log_window(text, "")["drafted_tokens"] == 129
@@ -193,7 +254,10 @@ def _pod(name, ts, ready, deleting=False):
     md = {"name": name, "creationTimestamp": ts}
     if deleting:
         md["deletionTimestamp"] = ts
-    return {"metadata": md, "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+    return {
+        "metadata": md,
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
 
 
 def test_pick_pod_prefers_the_newest_ready_pod():
@@ -201,7 +265,9 @@ def test_pick_pod_prefers_the_newest_ready_pod():
     new_starting = _pod("b", "2026-11-21T06:05:00Z", False)
     leaving = _pod("c", "2026-11-21T06:06:00Z", True, deleting=True)
     assert smoke_pick_pod([new_starting, leaving, old_ready]) == {"pod": old_ready, "ready": True}
-    assert smoke_pick_pod([new_starting, _pod("z", "2026-11-21T05:00:00Z", False)]) == {"pod": new_starting,
-                                                                                         "ready": False}
+    assert smoke_pick_pod([new_starting, _pod("z", "2026-11-21T05:00:00Z", False)]) == {
+        "pod": new_starting,
+        "ready": False,
+    }
     assert smoke_pick_pod([]) == {"pod": None, "ready": False}
     assert smoke_pick_pod(None) == {"pod": None, "ready": False}

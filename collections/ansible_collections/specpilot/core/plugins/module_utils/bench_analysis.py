@@ -70,6 +70,7 @@ STATISTICS = ("p50", "p90", "p99", "mean")
 
 # --------------------------------------------------------------------------- statistics
 
+
 def percentile(values, q):
     """The q-th percentile (0..100) with linear interpolation between closest ranks
     (numpy's default, which ``vllm bench serve`` uses). None for no values."""
@@ -142,15 +143,17 @@ def summarise_requests(requests, duration_s):
     prompts = []
     for pid in order:
         rs = per_prompt[pid]
-        prompts.append({
-            "prompt_id": pid,
-            "runs": len(rs),
-            "ttft_ms": median([_ms(r.get("ttft_s")) for r in rs]),
-            "tpot_ms": median([_ms(r.get("tpot_s")) for r in rs]),
-            "e2e_ms": median([_ms(r.get("e2e_s")) for r in rs]),
-            "request_tok_s": median([_req_tok_s(r) for r in rs]),
-            "output_tokens": median([r.get("output_tokens") for r in rs]),
-        })
+        prompts.append(
+            {
+                "prompt_id": pid,
+                "runs": len(rs),
+                "ttft_ms": median([_ms(r.get("ttft_s")) for r in rs]),
+                "tpot_ms": median([_ms(r.get("tpot_s")) for r in rs]),
+                "e2e_ms": median([_ms(r.get("e2e_s")) for r in rs]),
+                "request_tok_s": median([_req_tok_s(r) for r in rs]),
+                "output_tokens": median([r.get("output_tokens") for r in rs]),
+            }
+        )
     errors = {}
     for r in failed:
         key = str(r.get("error") or "failed")[:200]
@@ -197,6 +200,7 @@ def summarise_run(run):
 
 # --------------------------------------------------------------------------- acceptance
 
+
 def acceptance_from_scrapes(before_text, after_text, model_name=None):
     """Speculative-decoding figures for the window between two raw ``/metrics`` pages, from
     specpilot.core's vllm_metrics parser (counter deltas). None when a page is missing."""
@@ -237,6 +241,7 @@ def acceptance_band(rate):
 
 # --------------------------------------------------------------------------- comparison
 
+
 def _num(value):
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
@@ -268,14 +273,22 @@ def thresholds_with_defaults(thresholds):
     out = dict(DEFAULT_THRESHOLDS)
     for key, value in (thresholds or {}).items():
         if key not in DEFAULT_THRESHOLDS:
-            raise ValueError("unknown threshold %r (known: %s)" % (key, ", ".join(sorted(DEFAULT_THRESHOLDS))))
+            raise ValueError(
+                "unknown threshold %r (known: %s)" % (key, ", ".join(sorted(DEFAULT_THRESHOLDS)))
+            )
         if value is not None or key == "p99_max_regression":
             out[key] = value
     if out["statistic"] not in STATISTICS:
         raise ValueError("statistic must be one of %s" % ", ".join(STATISTICS))
     if out["throughput_metric"] not in ("request", "system"):
         raise ValueError("throughput_metric must be 'request' or 'system'")
-    for key in ("ttft_min_gain", "tpot_min_gain", "throughput_min_gain", "max_error_rate", "gap_widening_warn"):
+    for key in (
+        "ttft_min_gain",
+        "tpot_min_gain",
+        "throughput_min_gain",
+        "max_error_rate",
+        "gap_widening_warn",
+    ):
         out[key] = float(out[key])
     if out["p99_max_regression"] is not None:
         out["p99_max_regression"] = float(out["p99_max_regression"])
@@ -289,10 +302,21 @@ def compare_level(baseline, speculative, acceptance=None, thresholds=None):
     th = thresholds_with_defaults(thresholds)
     st = th["statistic"]
     reasons, notes = [], []
-    out = {"statistic": st, "checks": [], "speedups": {}, "headroom": None, "per_prompt": [],
-           "gaps": {}, "acceptance": acceptance, "notes": notes, "reasons": reasons}
+    out = {
+        "statistic": st,
+        "checks": [],
+        "speedups": {},
+        "headroom": None,
+        "per_prompt": [],
+        "gaps": {},
+        "acceptance": acceptance,
+        "notes": notes,
+        "reasons": reasons,
+    }
     if not baseline or not speculative or not baseline.get("ok") or not speculative.get("ok"):
-        missing = [s for s, v in (("baseline", baseline), ("speculative", speculative)) if not v or not v.get("ok")]
+        missing = [
+            s for s, v in (("baseline", baseline), ("speculative", speculative)) if not v or not v.get("ok")
+        ]
         reasons.append("no successful requests on the %s side: nothing to compare" % " and ".join(missing))
         out["verdict"] = "inconclusive"
         return out
@@ -301,15 +325,31 @@ def compare_level(baseline, speculative, acceptance=None, thresholds=None):
     for metric, label, key in (("ttft_ms", "TTFT", "ttft_min_gain"), ("tpot_ms", "TPOT", "tpot_min_gain")):
         b, s = _stat(baseline, metric, st), _stat(speculative, metric, st)
         speedup = _ratio(b, s)
-        checks.append({"metric": metric, "label": label, "baseline": b, "speculative": s,
-                       "speedup": speedup, "min_gain": th[key], "unit": "ms"})
+        checks.append(
+            {
+                "metric": metric,
+                "label": label,
+                "baseline": b,
+                "speculative": s,
+                "speedup": speedup,
+                "min_gain": th[key],
+                "unit": "ms",
+            }
+        )
     how = th["throughput_metric"]
     b = _throughput(baseline, how, st)
     s = _throughput(speculative, how, st)
-    checks.append({"metric": "request_tok_s" if how == "request" else "output_throughput",
-                   "label": "throughput (%s tok/s)" % ("per-request" if how == "request" else "system"),
-                   "baseline": b, "speculative": s, "speedup": _ratio(s, b),
-                   "min_gain": th["throughput_min_gain"], "unit": " tok/s"})
+    checks.append(
+        {
+            "metric": "request_tok_s" if how == "request" else "output_throughput",
+            "label": "throughput (%s tok/s)" % ("per-request" if how == "request" else "system"),
+            "baseline": b,
+            "speculative": s,
+            "speedup": _ratio(s, b),
+            "min_gain": th["throughput_min_gain"],
+            "unit": " tok/s",
+        }
+    )
     for c in checks:
         if c["speedup"] is None:
             c["improved"] = None
@@ -319,9 +359,13 @@ def compare_level(baseline, speculative, acceptance=None, thresholds=None):
         c["gain"] = c["speedup"] - 1.0
         c["improved"] = c["gain"] > c["min_gain"]
         c["text"] = "%s %s: baseline %s, speculative %s (%sx%s)" % (
-            c["label"], st, _fmt(c["baseline"], c["unit"]), _fmt(c["speculative"], c["unit"]),
+            c["label"],
+            st,
+            _fmt(c["baseline"], c["unit"]),
+            _fmt(c["speculative"], c["unit"]),
             "%.2f" % c["speedup"],
-            "" if not c["min_gain"] else ", needs > %.2fx" % (1.0 + c["min_gain"]))
+            "" if not c["min_gain"] else ", needs > %.2fx" % (1.0 + c["min_gain"]),
+        )
     out["checks"] = checks
 
     # p99 guard (optional)
@@ -329,23 +373,32 @@ def compare_level(baseline, speculative, acceptance=None, thresholds=None):
         for metric, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
             b99, s99 = _stat(baseline, metric, "p99"), _stat(speculative, metric, "p99")
             if b99 and s99 is not None and s99 > b99 * (1.0 + th["p99_max_regression"]):
-                reasons.append("%s p99 regressed: %s vs %s baseline (allowed +%d%%)" % (
-                    label, _fmt(s99, " ms"), _fmt(b99, " ms"), round(th["p99_max_regression"] * 100)))
+                reasons.append(
+                    "%s p99 regressed: %s vs %s baseline (allowed +%d%%)"
+                    % (label, _fmt(s99, " ms"), _fmt(b99, " ms"), round(th["p99_max_regression"] * 100))
+                )
 
     # errors
     b_err, s_err = baseline.get("error_rate") or 0.0, speculative.get("error_rate") or 0.0
     if s_err > th["max_error_rate"] and s_err > b_err:
-        reasons.append("speculative side failed %d of %d requests (%.1f%%; baseline %.1f%%)" % (
-            speculative.get("failed", 0), speculative.get("requests", 0), 100 * s_err, 100 * b_err))
+        reasons.append(
+            "speculative side failed %d of %d requests (%.1f%%; baseline %.1f%%)"
+            % (speculative.get("failed", 0), speculative.get("requests", 0), 100 * s_err, 100 * b_err)
+        )
     elif b_err > th["max_error_rate"]:
-        notes.append("baseline side failed %.1f%% of its requests: the comparison is less reliable" % (100 * b_err))
+        notes.append(
+            "baseline side failed %.1f%% of its requests: the comparison is less reliable" % (100 * b_err)
+        )
 
     speedups = {
         "ttft": checks[0]["speedup"],
         "tpot": checks[1]["speedup"],
-        "request_tok_s": _ratio(_stat(speculative, "request_tok_s", st), _stat(baseline, "request_tok_s", st)),
-        "output_throughput": _ratio(_num(speculative.get("output_throughput")),
-                                    _num(baseline.get("output_throughput"))),
+        "request_tok_s": _ratio(
+            _stat(speculative, "request_tok_s", st), _stat(baseline, "request_tok_s", st)
+        ),
+        "output_throughput": _ratio(
+            _num(speculative.get("output_throughput")), _num(baseline.get("output_throughput"))
+        ),
         "e2e": _ratio(_stat(baseline, "e2e_ms", st), _stat(speculative, "e2e_ms", st)),
     }
     out["speedups"] = speedups
@@ -363,24 +416,37 @@ def compare_level(baseline, speculative, acceptance=None, thresholds=None):
         }
         pos = acceptance.get("per_position_acceptance") or []
         if len(pos) > 1 and pos[1] is not None and pos[1] < 0.05:
-            notes.append("per-position acceptance collapses by position 2 (%.3f): the workload is not a fit "
-                         "for this proposer" % pos[1])
+            notes.append(
+                "per-position acceptance collapses by position 2 (%.3f): the workload is not a fit "
+                "for this proposer" % pos[1]
+            )
     elif acceptance is not None and not acceptance.get("spec_decode_enabled"):
-        notes.append("the speculative side exported no vllm:spec_decode_* metrics: is speculative decoding on?")
+        notes.append(
+            "the speculative side exported no vllm:spec_decode_* metrics: is speculative decoding on?"
+        )
 
     # P50 vs P99 (the mixed-workload signal)
     for metric in ("ttft_ms", "tpot_ms", "e2e_ms"):
         bg = (baseline.get("gaps") or {}).get(metric) or gap((baseline.get("metrics") or {}).get(metric))
-        sg = (speculative.get("gaps") or {}).get(metric) or gap((speculative.get("metrics") or {}).get(metric))
+        sg = (speculative.get("gaps") or {}).get(metric) or gap(
+            (speculative.get("metrics") or {}).get(metric)
+        )
         entry = {"baseline": bg, "speculative": sg, "widened": None}
         if bg and sg and bg["gap"] is not None and sg["gap"] is not None:
             widened = sg["gap"] > max(bg["gap"], 0.0) * (1.0 + th["gap_widening_warn"]) and sg["gap"] > 0
             entry["widened"] = widened
             if widened and sg["p50"] <= bg["p50"]:
-                notes.append("%s: P50 improves (%s -> %s) but the P50-P99 gap widens (%s -> %s): "
-                             "a mixed-workload signal, check the tail" % (
-                                 metric.replace("_ms", "").upper(), _fmt(bg["p50"], " ms"), _fmt(sg["p50"], " ms"),
-                                 _fmt(bg["gap"], " ms"), _fmt(sg["gap"], " ms")))
+                notes.append(
+                    "%s: P50 improves (%s -> %s) but the P50-P99 gap widens (%s -> %s): "
+                    "a mixed-workload signal, check the tail"
+                    % (
+                        metric.replace("_ms", "").upper(),
+                        _fmt(bg["p50"], " ms"),
+                        _fmt(sg["p50"], " ms"),
+                        _fmt(bg["gap"], " ms"),
+                        _fmt(sg["gap"], " ms"),
+                    )
+                )
         out["gaps"][metric] = entry
 
     # per prompt
@@ -389,13 +455,15 @@ def compare_level(baseline, speculative, acceptance=None, thresholds=None):
         b = bp.get(p["prompt_id"])
         if not b:
             continue
-        out["per_prompt"].append({
-            "prompt_id": p["prompt_id"],
-            "runs": [b["runs"], p["runs"]],
-            "tpot_speedup": _ratio(b.get("tpot_ms"), p.get("tpot_ms")),
-            "tok_s_speedup": _ratio(p.get("request_tok_s"), b.get("request_tok_s")),
-            "ttft_speedup": _ratio(b.get("ttft_ms"), p.get("ttft_ms")),
-        })
+        out["per_prompt"].append(
+            {
+                "prompt_id": p["prompt_id"],
+                "runs": [b["runs"], p["runs"]],
+                "tpot_speedup": _ratio(b.get("tpot_ms"), p.get("tpot_ms")),
+                "tok_s_speedup": _ratio(p.get("request_tok_s"), b.get("request_tok_s")),
+                "ttft_speedup": _ratio(b.get("ttft_ms"), p.get("ttft_ms")),
+            }
+        )
 
     failed = [c for c in checks if c["improved"] is False]
     unknown = [c for c in checks if c["improved"] is None]
@@ -414,6 +482,7 @@ def compare_level(baseline, speculative, acceptance=None, thresholds=None):
 
 # --------------------------------------------------------------------------- whole benchmark
 
+
 def _level_sort_key(level):
     q = level.get("qps")
     c = level.get("concurrency")
@@ -421,8 +490,10 @@ def _level_sort_key(level):
 
 
 def _level_label(level):
-    return level.get("key") or "qps=%s%s" % ("inf" if level.get("qps") is None else "%g" % level["qps"],
-                                             "" if not level.get("concurrency") else ",c=%d" % level["concurrency"])
+    return level.get("key") or "qps=%s%s" % (
+        "inf" if level.get("qps") is None else "%g" % level["qps"],
+        "" if not level.get("concurrency") else ",c=%d" % level["concurrency"],
+    )
 
 
 def _same(a, b):
@@ -439,7 +510,8 @@ def pick_target(levels, target):
     ordered = sorted(levels, key=_level_sort_key)
     if not target or (target.get("qps") is None and target.get("concurrency") is None):
         return ordered[-1], "no target level given: the highest measured level (%s) stands in" % _level_label(
-            ordered[-1])
+            ordered[-1]
+        )
     tq, tc = target.get("qps"), target.get("concurrency")
     for lv in ordered:
         if (tq is None or _same(lv.get("qps"), tq)) and (tc is None or lv.get("concurrency") == tc):
@@ -468,8 +540,9 @@ def analyse(runs, target=None, thresholds=None):
         level.setdefault("qps", None)
         level.setdefault("concurrency", None)
         level["key"] = _level_label(level)
-        entry = by_level.setdefault(level["key"], {"level": level, "baseline": None, "speculative": None,
-                                                   "acceptance": None})
+        entry = by_level.setdefault(
+            level["key"], {"level": level, "baseline": None, "speculative": None, "acceptance": None}
+        )
         entry[side] = run.get("summary")
         if side == "speculative":
             entry["acceptance"] = run.get("acceptance")
@@ -477,15 +550,27 @@ def analyse(runs, target=None, thresholds=None):
     for key in sorted(by_level, key=lambda k: _level_sort_key(by_level[k]["level"])):
         e = by_level[key]
         cmp = compare_level(e["baseline"], e["speculative"], e["acceptance"], th)
-        levels.append({"level": e["level"], "baseline": e["baseline"], "speculative": e["speculative"],
-                       "acceptance": e["acceptance"], "comparison": cmp, "verdict": cmp["verdict"]})
+        levels.append(
+            {
+                "level": e["level"],
+                "baseline": e["baseline"],
+                "speculative": e["speculative"],
+                "acceptance": e["acceptance"],
+                "comparison": cmp,
+                "verdict": cmp["verdict"],
+            }
+        )
 
     notes = []
     chosen, note = pick_target([lv["level"] for lv in levels], target)
     if note:
         notes.append(note)
-    result = {"levels": levels, "thresholds": th, "target": {"requested": target, "level": chosen},
-              "notes": notes}
+    result = {
+        "levels": levels,
+        "thresholds": th,
+        "target": {"requested": target, "level": chosen},
+        "notes": notes,
+    }
     if chosen is None:
         result.update(verdict="inconclusive", reasons=["no benchmark level was measured"])
     else:
@@ -496,14 +581,16 @@ def analyse(runs, target=None, thresholds=None):
     keep = [lv["level"]["key"] for lv in levels if lv["verdict"] == "keep"]
     worse = [lv["level"]["key"] for lv in levels if lv["verdict"] == "rollback"]
     if keep and worse:
-        notes.append("speculative decoding helps at %s and hurts at %s: measure where you actually run"
-                     % (", ".join(keep), ", ".join(worse)))
+        notes.append(
+            "speculative decoding helps at %s and hurts at %s: measure where you actually run"
+            % (", ".join(keep), ", ".join(worse))
+        )
     result["per_level"] = {lv["level"]["key"]: lv["verdict"] for lv in levels}
     result["recommendation"] = {
         "keep": "keep speculative decoding on: TTFT, TPOT and throughput all improve at the target load",
         "rollback": "turn speculative decoding off (playbooks/rollback.yml, or run the benchmark with "
-                    "specpilot_benchmark_auto_rollback=true): it does not improve all of TTFT, TPOT and "
-                    "throughput at the target load",
+        "specpilot_benchmark_auto_rollback=true): it does not improve all of TTFT, TPOT and "
+        "throughput at the target load",
         "inconclusive": "no decision: re-run the benchmark (see the reasons)",
     }[result["verdict"]]
     return result

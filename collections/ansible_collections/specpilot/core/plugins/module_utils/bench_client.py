@@ -98,6 +98,7 @@ class RunConfigError(ValueError):
 
 # --------------------------------------------------------------------------- workloads
 
+
 def load_workload(path, api=None):
     """Prompts from a JSONL file: one JSON object per line with ``prompt`` (a string, for
     the completions API) or ``messages`` (a chat message list); optional ``id``,
@@ -141,6 +142,7 @@ def _check_prompts(prompts, api=None):
 
 
 # --------------------------------------------------------------------------- config
+
 
 def _float_or_none(value, name):
     if value is None or value == "" or (isinstance(value, str) and value.lower() in ("inf", "none")):
@@ -207,8 +209,11 @@ def normalise_config(config):
         cfg["metrics_url"] = cfg["base_url"] + "/metrics"
     if not cfg.get("scrape_metrics", True):
         cfg["metrics_url"] = None
-    cfg["level"] = {"qps": cfg["qps"], "concurrency": cfg["concurrency"],
-                    "key": level_key(cfg["qps"], cfg["concurrency"])}
+    cfg["level"] = {
+        "qps": cfg["qps"],
+        "concurrency": cfg["concurrency"],
+        "key": level_key(cfg["qps"], cfg["concurrency"]),
+    }
     return cfg
 
 
@@ -221,6 +226,7 @@ def public_config(cfg):
 
 
 # --------------------------------------------------------------------------- schedule
+
 
 def request_order(prompts, runs_per_prompt, max_requests=None):
     """Indices into prompts: the whole list in order, ``runs_per_prompt`` times."""
@@ -267,6 +273,7 @@ def build_payload(cfg, prompt):
 
 
 # --------------------------------------------------------------------------- one request
+
 
 def _chunk_output(choice, api):
     """(carries output, tokens by logprobs or None, finish_reason) for one streamed choice."""
@@ -327,7 +334,9 @@ async def _one_request(session, url, payload, headers, api, record, clock=time.p
                     obj = json.loads(data)
                     if obj.get("error"):
                         err = obj["error"]
-                        record["error"] = "stream error: %s" % (err.get("message") if isinstance(err, dict) else err)
+                        record["error"] = "stream error: %s" % (
+                            err.get("message") if isinstance(err, dict) else err
+                        )
                         return
                     choices = obj.get("choices")
                     if choices:
@@ -383,10 +392,12 @@ async def _one_request(session, url, payload, headers, api, record, clock=time.p
 
 # --------------------------------------------------------------------------- a run
 
+
 def _stderr_progress(info):
     sys.stderr.write(
         "[specpilot-bench] %(label)s: %(done)d/%(total)d done, %(failed)d failed, %(in_flight)d in flight, "
-        "%(elapsed).1fs\n" % info)
+        "%(elapsed).1fs\n" % info
+    )
     sys.stderr.flush()
 
 
@@ -401,11 +412,16 @@ async def _get_text(session, url, headers, timeout):
 async def _server_info(session, cfg, headers):
     info = {"version": None, "models": None, "max_model_len": None, "errors": []}
     try:
-        info["version"] = json.loads(await _get_text(session, cfg["base_url"] + "/version", headers, 30)).get("version")
+        info["version"] = json.loads(await _get_text(session, cfg["base_url"] + "/version", headers, 30)).get(
+            "version"
+        )
     except Exception as exc:  # noqa: BLE001 - not every server has /version
         info["errors"].append("/version: %s" % exc)
     try:
-        data = json.loads(await _get_text(session, cfg["base_url"] + "/v1/models", headers, 30)).get("data") or []
+        data = (
+            json.loads(await _get_text(session, cfg["base_url"] + "/v1/models", headers, 30)).get("data")
+            or []
+        )
         info["models"] = [m.get("id") for m in data]
         if data and data[0].get("max_model_len"):
             info["max_model_len"] = data[0]["max_model_len"]
@@ -457,8 +473,11 @@ async def _run(cfg, session, progress=None):
         rec = {"prompt_id": prompt["id"], "ok": False, "error": None, "arrival": 0.0}
         await _one_request(session, api_url, build_payload(cfg, prompt), headers, cfg["api"], rec)
         warm.append(rec)
-    result["warmup"] = {"requests": len(warm), "ok": sum(1 for r in warm if r["ok"]),
-                        "errors": sorted({r["error"] for r in warm if r.get("error")})[:5]}
+    result["warmup"] = {
+        "requests": len(warm),
+        "ok": sum(1 for r in warm if r["ok"]),
+        "errors": sorted({r["error"] for r in warm if r.get("error")})[:5],
+    }
 
     await _scrape(session, cfg, headers, result, "metrics_before")
 
@@ -501,8 +520,14 @@ async def _run(cfg, session, progress=None):
             if delay > 0:
                 await asyncio.sleep(delay)
             prompt = prompts[idx]
-            rec = {"index": n, "prompt_id": prompt["id"], "run": n // len(prompts), "ok": False, "error": None,
-                   "arrival": offset}
+            rec = {
+                "index": n,
+                "prompt_id": prompt["id"],
+                "run": n // len(prompts),
+                "ok": False,
+                "error": None,
+                "arrival": offset,
+            }
             records.append(rec)
             tasks.append(asyncio.ensure_future(fire(rec, build_payload(cfg, prompt))))
         if tasks:
@@ -525,8 +550,9 @@ async def _run_many_async(configs, progress=None):
     limit = max([c["concurrency"] or 0 for c in configs] + [0])
     ssl = all(bool(c.get("verify_ssl", True)) for c in configs)
     connector = aiohttp.TCPConnector(limit=limit or 0, ssl=ssl)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout),
-                                     auto_decompress=True) as session:
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=timeout), auto_decompress=True
+    ) as session:
         for cfg in configs:
             results.append(await _run(cfg, session, progress))
     return results
@@ -546,6 +572,7 @@ def run_one(config, progress=None):
 
 # --------------------------------------------------------------------------- job output
 
+
 def extract_job_output(text):
     """The result document a script run printed between the markers (e.g. a Job's pod log,
     where progress lines are interleaved)."""
@@ -553,14 +580,19 @@ def extract_job_output(text):
     end = text.rfind(END_MARKER)
     if start < 0 or end < start:
         raise RunConfigError("no %s ... %s block in the output" % (BEGIN_MARKER, END_MARKER))
-    return json.loads(text[start + len(BEGIN_MARKER):end])
+    return json.loads(text[start + len(BEGIN_MARKER) : end])
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description="specpilot streaming load generator for vLLM")
-    parser.add_argument("--config", required=True,
-                        help="JSON file ('-' for stdin): one run configuration, a list of them, or {runs: [...]}")
-    parser.add_argument("--output", default="-", help="where the result JSON goes ('-': stdout, between markers)")
+    parser.add_argument(
+        "--config",
+        required=True,
+        help="JSON file ('-' for stdin): one run configuration, a list of them, or {runs: [...]}",
+    )
+    parser.add_argument(
+        "--output", default="-", help="where the result JSON goes ('-': stdout, between markers)"
+    )
     args = parser.parse_args(argv)
     raw = sys.stdin.read() if args.config == "-" else open(args.config, "r", encoding="utf-8").read()
     doc = json.loads(raw)

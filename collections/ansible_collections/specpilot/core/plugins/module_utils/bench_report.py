@@ -53,6 +53,7 @@ GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915", "habana.
 
 # --------------------------------------------------------------------------- context
 
+
 def _get(obj, *path):
     for key in path:
         if not isinstance(obj, dict):
@@ -88,8 +89,12 @@ def hardware_from_node(node, pod=None):
     cap = _get(node, "status", "capacity") or {}
     resource = next((r for r in GPU_RESOURCES if _int(cap.get(r))), None)
     node_gpus = _int(cap.get(resource)) if resource else _int(labels.get("nvidia.com/gpu.count"))
-    product = (labels.get("nvidia.com/gpu.product") or labels.get("amd.com/gpu.product-name")
-               or labels.get("cloud.google.com/gke-accelerator") or labels.get("gpu.intel.com/product"))
+    product = (
+        labels.get("nvidia.com/gpu.product")
+        or labels.get("amd.com/gpu.product-name")
+        or labels.get("cloud.google.com/gke-accelerator")
+        or labels.get("gpu.intel.com/product")
+    )
     mem = _int(labels.get("nvidia.com/gpu.memory"))
     pod_req = pod_gpu_request(pod) if pod else {}
     per_replica = sum(pod_req.values()) if pod_req else (0 if pod else None)
@@ -109,15 +114,25 @@ def hardware_from_node(node, pod=None):
     }
     if product and (per_replica or node_gpus):
         hw["summary"] = "%s x %d%s (node %s%s)" % (
-            product, per_replica or node_gpus, " per replica" if per_replica else "",
-            hw["node"], ", %d on the node" % node_gpus if node_gpus else "")
+            product,
+            per_replica or node_gpus,
+            " per replica" if per_replica else "",
+            hw["node"],
+            ", %d on the node" % node_gpus if node_gpus else "",
+        )
     elif node_gpus:
         hw["summary"] = "%d x %s, product unknown (no nvidia.com/gpu.product label on node %s)" % (
-            node_gpus, resource, hw["node"])
+            node_gpus,
+            resource,
+            hw["node"],
+        )
     else:
         hw["summary"] = "CPU only: no GPU on node %s (%s CPUs, %s memory%s)" % (
-            hw["node"], hw["cpu"], hw["memory"],
-            ", instance type %s" % hw["instance_type"] if hw["instance_type"] else "")
+            hw["node"],
+            hw["cpu"],
+            hw["memory"],
+            ", instance type %s" % hw["instance_type"] if hw["instance_type"] else "",
+        )
     return hw
 
 
@@ -132,20 +147,31 @@ def _present(value):
 def build_context(hardware=None, model=None, runtime=None, request_params=None, workload=None):
     """(context, missing): the five fields and the names of those that are empty. Each
     field keeps what the caller gave; a ``summary`` line is added where one is missing."""
-    ctx = {"hardware": hardware or None, "model": model or None, "runtime": runtime or None,
-           "request_params": request_params or None, "workload": workload or None}
+    ctx = {
+        "hardware": hardware or None,
+        "model": model or None,
+        "runtime": runtime or None,
+        "request_params": request_params or None,
+        "workload": workload or None,
+    }
     missing = []
-    if not _present(ctx["hardware"]) or not (ctx["hardware"].get("summary") or ctx["hardware"].get("gpu_product")
-                                             or ctx["hardware"].get("node")):
+    if not _present(ctx["hardware"]) or not (
+        ctx["hardware"].get("summary") or ctx["hardware"].get("gpu_product") or ctx["hardware"].get("node")
+    ):
         missing.append("hardware")
     m = ctx["model"] or {}
     if not m.get("target"):
         missing.append("model")
     elif "summary" not in m:
         spec = m.get("speculative_config") or {}
-        draft = m.get("draft") or (("%s (no draft model)" % spec.get("method")) if spec.get("method") else None)
-        m["summary"] = "target %s; draft %s; speculative %s" % (m["target"], draft or "none",
-                                                               json.dumps(spec, sort_keys=True) if spec else "off")
+        draft = m.get("draft") or (
+            ("%s (no draft model)" % spec.get("method")) if spec.get("method") else None
+        )
+        m["summary"] = "target %s; draft %s; speculative %s" % (
+            m["target"],
+            draft or "none",
+            json.dumps(spec, sort_keys=True) if spec else "off",
+        )
     r = ctx["runtime"] or {}
     if not r.get("vllm_version"):
         missing.append("runtime")
@@ -170,10 +196,16 @@ def workload_context(name, path=None, prompts=None, summaries=None, description=
         cats = sorted({p.get("category") for p in prompts if p.get("category")})
         if cats:
             w["categories"] = cats
-    pt = [s["metrics"]["prompt_tokens"]["p50"] for s in summaries or []
-          if s and (s.get("metrics") or {}).get("prompt_tokens")]
-    ot = [s["metrics"]["output_tokens"]["p50"] for s in summaries or []
-          if s and (s.get("metrics") or {}).get("output_tokens")]
+    pt = [
+        s["metrics"]["prompt_tokens"]["p50"]
+        for s in summaries or []
+        if s and (s.get("metrics") or {}).get("prompt_tokens")
+    ]
+    ot = [
+        s["metrics"]["output_tokens"]["p50"]
+        for s in summaries or []
+        if s and (s.get("metrics") or {}).get("output_tokens")
+    ]
     if pt:
         w["prompt_tokens_median"] = sorted(pt)[len(pt) // 2]
     if ot:
@@ -186,12 +218,14 @@ def workload_context(name, path=None, prompts=None, summaries=None, description=
 
 # --------------------------------------------------------------------------- report
 
+
 def build_report(analysis, context, missing, service=None, generated_at=None, extra=None):
     report = {
         "format": REPORT_FORMAT,
         "kind": "specpilot-benchmark",
         "service": service,
-        "generated_at": generated_at or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "generated_at": generated_at
+        or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "verdict": analysis["verdict"],
         "recommendation": analysis["recommendation"],
         "reasons": analysis["reasons"],
@@ -205,8 +239,10 @@ def build_report(analysis, context, missing, service=None, generated_at=None, ex
         "plots": [],
     }
     if missing:
-        report["notes"].insert(0, "context incomplete (%s): treat these figures as anecdotal, not as evidence"
-                               % ", ".join(missing))
+        report["notes"].insert(
+            0,
+            "context incomplete (%s): treat these figures as anecdotal, not as evidence" % ", ".join(missing),
+        )
     if extra:
         report.update(extra)
     return report
@@ -234,8 +270,11 @@ def render_markdown(report):
     out = []
     name = report.get("service") or "service"
     verdict = report["verdict"]
-    badge = {"keep": "KEEP speculative decoding", "rollback": "ROLL BACK speculative decoding",
-             "inconclusive": "INCONCLUSIVE"}[verdict]
+    badge = {
+        "keep": "KEEP speculative decoding",
+        "rollback": "ROLL BACK speculative decoding",
+        "inconclusive": "INCONCLUSIVE",
+    }[verdict]
     out.append("# Speculative decoding benchmark: %s" % name)
     out.append("")
     out.append("Generated %s." % report["generated_at"])
@@ -249,7 +288,9 @@ def render_markdown(report):
         out.append("- " + _md_escape(r))
     if report.get("per_level"):
         out.append("")
-        out.append("Per level: " + ", ".join("%s **%s**" % (k, v) for k, v in report["per_level"].items()) + ".")
+        out.append(
+            "Per level: " + ", ".join("%s **%s**" % (k, v) for k, v in report["per_level"].items()) + "."
+        )
     if report.get("notes"):
         out.append("")
         out.append("Notes:")
@@ -262,7 +303,10 @@ def render_markdown(report):
     out.append("## Context")
     out.append("")
     if report.get("context_missing"):
-        out.append("**Missing: %s.** Figures without their context are anecdotal." % ", ".join(report["context_missing"]))
+        out.append(
+            "**Missing: %s.** Figures without their context are anecdotal."
+            % ", ".join(report["context_missing"])
+        )
         out.append("")
     hw = ctx.get("hardware") or {}
     model = ctx.get("model") or {}
@@ -274,8 +318,9 @@ def render_markdown(report):
     out.append("| Hardware | %s |" % _md_escape(hw.get("summary") or "unknown"))
     out.append("| Model and draft | %s |" % _md_escape(model.get("summary") or "unknown"))
     out.append("| Runtime | %s |" % _md_escape(rt.get("summary") or "unknown"))
-    rp_text = ", ".join("%s=%s" % (k, json.dumps(v, sort_keys=True)) for k, v in sorted(rp.items())
-                        if k not in ("levels",))
+    rp_text = ", ".join(
+        "%s=%s" % (k, json.dumps(v, sort_keys=True)) for k, v in sorted(rp.items()) if k not in ("levels",)
+    )
     out.append("| Request parameters | %s |" % _md_escape(rp_text or "unknown"))
     wl_bits = [wl.get("name") or "unknown"]
     if wl.get("num_prompts") is not None:
@@ -293,11 +338,15 @@ def render_markdown(report):
 
     out.append("## Results per level")
     out.append("")
-    out.append("Medians (p50) and tails (p99) over every timed request; latencies in ms, throughput in tok/s. "
-               "Speedup > 1 means speculative decoding is better.")
+    out.append(
+        "Medians (p50) and tails (p99) over every timed request; latencies in ms, throughput in tok/s. "
+        "Speedup > 1 means speculative decoding is better."
+    )
     out.append("")
-    out.append("| level | side | ok/sent | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | ITL p50 | E2E p50 | E2E p99 "
-               "| req tok/s p50 | output tok/s |")
+    out.append(
+        "| level | side | ok/sent | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | ITL p50 | E2E p50 | E2E p99 "
+        "| req tok/s p50 | output tok/s |"
+    )
     out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for lv in report["levels"]:
         for side in ("baseline", "speculative"):
@@ -305,44 +354,78 @@ def render_markdown(report):
             if not s:
                 out.append("| %s | %s | - | | | | | | | | | |" % (lv["level"]["key"], side))
                 continue
-            out.append("| %s | %s | %d/%d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-                lv["level"]["key"], side, s.get("ok", 0), s.get("requests", 0),
-                _f(_st(s, "ttft_ms", "p50")), _f(_st(s, "ttft_ms", "p99")),
-                _f(_st(s, "tpot_ms", "p50")), _f(_st(s, "tpot_ms", "p99")),
-                _f(_st(s, "itl_ms", "p50")), _f(_st(s, "e2e_ms", "p50")), _f(_st(s, "e2e_ms", "p99")),
-                _f(_st(s, "request_tok_s", "p50"), "%.1f"), _f(s.get("output_throughput"), "%.1f")))
+            out.append(
+                "| %s | %s | %d/%d | %s | %s | %s | %s | %s | %s | %s | %s | %s |"
+                % (
+                    lv["level"]["key"],
+                    side,
+                    s.get("ok", 0),
+                    s.get("requests", 0),
+                    _f(_st(s, "ttft_ms", "p50")),
+                    _f(_st(s, "ttft_ms", "p99")),
+                    _f(_st(s, "tpot_ms", "p50")),
+                    _f(_st(s, "tpot_ms", "p99")),
+                    _f(_st(s, "itl_ms", "p50")),
+                    _f(_st(s, "e2e_ms", "p50")),
+                    _f(_st(s, "e2e_ms", "p99")),
+                    _f(_st(s, "request_tok_s", "p50"), "%.1f"),
+                    _f(s.get("output_throughput"), "%.1f"),
+                )
+            )
     out.append("")
-    out.append("| level | verdict | TTFT speedup | TPOT speedup | tok/s speedup (per request) | system tok/s ratio "
-               "| acceptance rate | mean acceptance length (ceiling) | headroom converted |")
+    out.append(
+        "| level | verdict | TTFT speedup | TPOT speedup | tok/s speedup (per request) | system tok/s ratio "
+        "| acceptance rate | mean acceptance length (ceiling) | headroom converted |"
+    )
     out.append("|---|---|---|---|---|---|---|---|---|")
     for lv in report["levels"]:
         c = lv["comparison"]
         sp = c.get("speedups") or {}
         acc = lv.get("acceptance") or {}
         hr = c.get("headroom") or {}
-        out.append("| %s | **%s** | %s | %s | %s | %s | %s | %s | %s |" % (
-            lv["level"]["key"], lv["verdict"], _x(sp.get("ttft")), _x(sp.get("tpot")), _x(sp.get("request_tok_s")),
-            _x(sp.get("output_throughput")), _f(acc.get("draft_acceptance_rate"), "%.3f"),
-            _f(acc.get("mean_acceptance_length")),
-            "n/a" if hr.get("converted") is None else "%.0f%% (%s of %s)" % (
-                100 * hr["converted"], _x(hr.get("realised")), _x(hr.get("ceiling")))))
+        out.append(
+            "| %s | **%s** | %s | %s | %s | %s | %s | %s | %s |"
+            % (
+                lv["level"]["key"],
+                lv["verdict"],
+                _x(sp.get("ttft")),
+                _x(sp.get("tpot")),
+                _x(sp.get("request_tok_s")),
+                _x(sp.get("output_throughput")),
+                _f(acc.get("draft_acceptance_rate"), "%.3f"),
+                _f(acc.get("mean_acceptance_length")),
+                "n/a"
+                if hr.get("converted") is None
+                else "%.0f%% (%s of %s)"
+                % (100 * hr["converted"], _x(hr.get("realised")), _x(hr.get("ceiling"))),
+            )
+        )
     out.append("")
 
     out.append("## Acceptance (speculative side, /metrics deltas over the timed requests)")
     out.append("")
-    out.append("| level | drafts | draft tokens | accepted | acceptance rate | mean acceptance length "
-               "| per-position acceptance | reading |")
+    out.append(
+        "| level | drafts | draft tokens | accepted | acceptance rate | mean acceptance length "
+        "| per-position acceptance | reading |"
+    )
     out.append("|---|---|---|---|---|---|---|---|")
     for lv in report["levels"]:
         acc = lv.get("acceptance") or {}
         pos = acc.get("per_position_acceptance")
-        hr = (lv["comparison"].get("headroom") or {})
-        out.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            lv["level"]["key"], _f(acc.get("num_drafts"), "%d"), _f(acc.get("num_draft_tokens"), "%d"),
-            _f(acc.get("num_accepted_tokens"), "%d"), _f(acc.get("draft_acceptance_rate"), "%.3f"),
-            _f(acc.get("mean_acceptance_length")),
-            " / ".join("%.2f" % p for p in pos if p is not None) if pos else "n/a",
-            _md_escape(hr.get("acceptance_band") or "")))
+        hr = lv["comparison"].get("headroom") or {}
+        out.append(
+            "| %s | %s | %s | %s | %s | %s | %s | %s |"
+            % (
+                lv["level"]["key"],
+                _f(acc.get("num_drafts"), "%d"),
+                _f(acc.get("num_draft_tokens"), "%d"),
+                _f(acc.get("num_accepted_tokens"), "%d"),
+                _f(acc.get("draft_acceptance_rate"), "%.3f"),
+                _f(acc.get("mean_acceptance_length")),
+                " / ".join("%.2f" % p for p in pos if p is not None) if pos else "n/a",
+                _md_escape(hr.get("acceptance_band") or ""),
+            )
+        )
     out.append("")
 
     out.append("## P50 vs P99 (the mixed-workload signal)")
@@ -352,11 +435,20 @@ def render_markdown(report):
     for lv in report["levels"]:
         for metric, entry in sorted((lv["comparison"].get("gaps") or {}).items()):
             b, s = entry.get("baseline") or {}, entry.get("speculative") or {}
-            out.append("| %s | %s | %s -> %s (%s) | %s -> %s (%s) | %s |" % (
-                lv["level"]["key"], metric.replace("_ms", "").upper(),
-                _f(b.get("p50")), _f(b.get("p99")), _f(b.get("gap")),
-                _f(s.get("p50")), _f(s.get("p99")), _f(s.get("gap")),
-                {True: "yes", False: "no", None: "n/a"}[entry.get("widened")]))
+            out.append(
+                "| %s | %s | %s -> %s (%s) | %s -> %s (%s) | %s |"
+                % (
+                    lv["level"]["key"],
+                    metric.replace("_ms", "").upper(),
+                    _f(b.get("p50")),
+                    _f(b.get("p99")),
+                    _f(b.get("gap")),
+                    _f(s.get("p50")),
+                    _f(s.get("p99")),
+                    _f(s.get("gap")),
+                    {True: "yes", False: "no", None: "n/a"}[entry.get("widened")],
+                )
+            )
     out.append("")
 
     tl = next((lv for lv in report["levels"] if lv["level"]["key"] == tgt.get("key")), None)
@@ -366,9 +458,16 @@ def render_markdown(report):
         out.append("| prompt | runs (base/spec) | TTFT speedup | TPOT speedup | tok/s speedup |")
         out.append("|---|---|---|---|---|")
         for p in tl["comparison"]["per_prompt"]:
-            out.append("| %s | %s | %s | %s | %s |" % (_md_escape(p["prompt_id"]), "/".join(str(r) for r in p["runs"]),
-                                                      _x(p["ttft_speedup"]), _x(p["tpot_speedup"]),
-                                                      _x(p["tok_s_speedup"])))
+            out.append(
+                "| %s | %s | %s | %s | %s |"
+                % (
+                    _md_escape(p["prompt_id"]),
+                    "/".join(str(r) for r in p["runs"]),
+                    _x(p["ttft_speedup"]),
+                    _x(p["tpot_speedup"]),
+                    _x(p["tok_s_speedup"]),
+                )
+            )
         out.append("")
 
     if report.get("plots"):
@@ -386,6 +485,7 @@ def render_markdown(report):
 
 
 # --------------------------------------------------------------------------- plots
+
 
 def _series(levels, side, metric, key):
     return [(_st(lv.get(side), metric, key) if lv.get(side) else None) for lv in levels]
@@ -409,12 +509,21 @@ def render_plots(report, out_dir):
     made = []
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-    for ax, (metric, title) in zip(axes, (("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"),
-                                          ("e2e_ms", "End-to-end latency (ms)"))):
+    for ax, (metric, title) in zip(
+        axes, (("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"), ("e2e_ms", "End-to-end latency (ms)"))
+    ):
         for side in ("baseline", "speculative"):
-            _plot_lines(ax, xs, _series(levels, side, metric, "p50"), color=colours[side], label="%s p50" % side)
-            _plot_lines(ax, xs, _series(levels, side, metric, "p99"), color=colours[side], linestyle="--",
-                        label="%s p99" % side)
+            _plot_lines(
+                ax, xs, _series(levels, side, metric, "p50"), color=colours[side], label="%s p50" % side
+            )
+            _plot_lines(
+                ax,
+                xs,
+                _series(levels, side, metric, "p99"),
+                color=colours[side],
+                linestyle="--",
+                label="%s p99" % side,
+            )
         ax.set_title(title)
         ax.set_xticks(xs)
         ax.set_xticklabels(labels, rotation=20)
@@ -433,9 +542,16 @@ def render_plots(report, out_dir):
     for i, side in enumerate(("baseline", "speculative")):
         req = _series(levels, side, "request_tok_s", "p50")
         sysr = [(lv.get(side) or {}).get("output_throughput") for lv in levels]
-        axes[0].bar([x + (i - 0.5) * width for x in xs], [v or 0 for v in req], width, color=colours[side], label=side)
-        axes[1].bar([x + (i - 0.5) * width for x in xs], [v or 0 for v in sysr], width, color=colours[side],
-                    label=side)
+        axes[0].bar(
+            [x + (i - 0.5) * width for x in xs], [v or 0 for v in req], width, color=colours[side], label=side
+        )
+        axes[1].bar(
+            [x + (i - 0.5) * width for x in xs],
+            [v or 0 for v in sysr],
+            width,
+            color=colours[side],
+            label=side,
+        )
     axes[0].set_title("Per-request output tok/s (p50)")
     axes[1].set_title("System output tok/s (all requests / wall time)")
     for ax in axes:
@@ -457,7 +573,9 @@ def render_plots(report, out_dir):
         k = max(len(pos) for _, pos in acc)
         width = 0.8 / len(acc)
         for i, (key, pos) in enumerate(acc):
-            ax.bar([p + 1 + (i - (len(acc) - 1) / 2.0) * width for p in range(len(pos))], pos, width, label=key)
+            ax.bar(
+                [p + 1 + (i - (len(acc) - 1) / 2.0) * width for p in range(len(pos))], pos, width, label=key
+            )
         ax.set_xticks(list(range(1, k + 1)))
         ax.set_xlabel("draft position")
         ax.set_ylabel("acceptance (accepted at position / drafts)")
@@ -492,11 +610,20 @@ def write_report(report, out_dir, plots=True, basename="report"):
     report["plots"] = []
     if plots:
         if HAS_MATPLOTLIB:
-            report["plots"] = [{"file": p["file"], "title": p["title"]} for p in render_plots(report, out_dir)]
+            report["plots"] = [
+                {"file": p["file"], "title": p["title"]} for p in render_plots(report, out_dir)
+            ]
         else:
-            report["notes"].append("plots skipped: matplotlib is not installed (%s)" % MATPLOTLIB_IMPORT_ERROR)
-    paths = {"json": os.path.join(out_dir, basename + ".json"), "markdown": os.path.join(out_dir, basename + ".md"),
-             "plots": [os.path.join(out_dir, p["file"]) for p in report["plots"]]}
-    _write_if_changed(paths["json"], (json.dumps(report, indent=2, sort_keys=True, default=str) + "\n").encode())
+            report["notes"].append(
+                "plots skipped: matplotlib is not installed (%s)" % MATPLOTLIB_IMPORT_ERROR
+            )
+    paths = {
+        "json": os.path.join(out_dir, basename + ".json"),
+        "markdown": os.path.join(out_dir, basename + ".md"),
+        "plots": [os.path.join(out_dir, p["file"]) for p in report["plots"]],
+    }
+    _write_if_changed(
+        paths["json"], (json.dumps(report, indent=2, sort_keys=True, default=str) + "\n").encode()
+    )
     _write_if_changed(paths["markdown"], render_markdown(report).encode())
     return paths

@@ -65,8 +65,8 @@ ENGINE_HINTS = {
     ),
 }
 _GENERIC_ENGINE = (
-    "The engine failed to start: {message}. See the log lines above; run validate.yml with specpilot_vllm_version "
-    "set to the image's vLLM ({image_vllm})."
+    "The engine failed to start: {message}. See the log above; check the model paths, and that "
+    "specpilot_vllm_version is the image's vLLM {image_vllm}."
 )
 _SECONDARY = ("ENGINE_START_FAILED", "ENGINE_DEAD")
 
@@ -121,7 +121,8 @@ def engine_hints(errors, plan=None, image_vllm=None):
     for arg in plan.get("args") or []:
         if arg.startswith("--gpu-memory-utilization="):
             gmu = arg.split("=", 1)[1]
-    values = {"spec_vllm": plan.get("vllm_version") or "?", "image_vllm": image_vllm or "?", "gmu": gmu}
+    values = {"spec_vllm": plan.get("vllm_version") or "?", "image_vllm": image_vllm or "(release not in the log)",
+              "gmu": gmu}
     hints = []
     primary = [e for e in errors or [] if e.get("code") not in _SECONDARY] or list(errors or [])
     seen = set()
@@ -133,7 +134,7 @@ def engine_hints(errors, plan=None, image_vllm=None):
         template = ENGINE_HINTS.get(code, _GENERIC_ENGINE)
         hints.append(template.format(
             key=error.get("key") or "?", package=error.get("package") or "?",
-            message=(error.get("message") or code or "").strip(), **values))
+            message=(error.get("message") or code or "").strip().rstrip("."), **values))
     return hints
 
 
@@ -285,16 +286,16 @@ def diagnose(context):
         lines.append("  Events (last %d):" % min(len(events), 10))
         for event in events[-10:]:
             lines.append("    " + _event_line(event))
-    for log in context.get("logs") or []:
+    logs = [log for log in context.get("logs") or [] if _tail(log.get("text"), 1)]
+    previous = [log for log in logs if log.get("previous")]
+    for log in previous[:1] or logs[:1]:  # the crashed run when there is one, else the current one
         rows = _tail(log.get("text"), tail_lines)
-        if not rows:
-            continue
         lines.append("  %s log of %s (%s, last %d lines):" % (
             log.get("container") or CONTAINER, log.get("pod"), "previous run" if log.get("previous") else "current",
             len(rows)))
         lines.extend("    | " + row[:400] for row in rows)
     if errors:
-        lines.append("  Engine errors (vLLM %s):" % (image_vllm or "?"))
+        lines.append("  Engine errors%s:" % (" (vLLM %s)" % image_vllm if image_vllm else ""))
         for error in errors[:6]:
             lines.append("    %s%s: %s" % (error.get("code"), " [%s]" % error["key"] if error.get("key") else "",
                                            (error.get("message") or "")[:300]))

@@ -51,38 +51,53 @@ DEFAULT_THRESHOLDS = {
 }
 
 # Flags that carry speculative decoding, every era (vLLM 0.5.5 .. 0.33.0).
-SPEC_FLAGS = frozenset([
-    "--speculative-config", "-sc", "--spec-method", "--spec-model", "--spec-tokens",
-    "--speculative-model", "--speculative-model-quantization", "--num-speculative-tokens",
-    "--speculative-disable-mqa-scorer", "--speculative-draft-tensor-parallel-size", "-spec-draft-tp",
-    "--speculative-max-model-len", "--speculative-disable-by-batch-size", "--ngram-prompt-lookup-max",
-    "--ngram-prompt-lookup-min", "--spec-decoding-acceptance-method",
-    "--typical-acceptance-sampler-posterior-threshold", "--typical-acceptance-sampler-posterior-alpha",
-    "--disable-logprobs-during-spec-decoding",
-])
+SPEC_FLAGS = frozenset(
+    [
+        "--speculative-config",
+        "-sc",
+        "--spec-method",
+        "--spec-model",
+        "--spec-tokens",
+        "--speculative-model",
+        "--speculative-model-quantization",
+        "--num-speculative-tokens",
+        "--speculative-disable-mqa-scorer",
+        "--speculative-draft-tensor-parallel-size",
+        "-spec-draft-tp",
+        "--speculative-max-model-len",
+        "--speculative-disable-by-batch-size",
+        "--ngram-prompt-lookup-max",
+        "--ngram-prompt-lookup-min",
+        "--spec-decoding-acceptance-method",
+        "--typical-acceptance-sampler-posterior-threshold",
+        "--typical-acceptance-sampler-posterior-alpha",
+        "--disable-logprobs-during-spec-decoding",
+    ]
+)
 NO_DRAFT_METHODS = ("ngram", "ngram_gpu", "suffix")
 
 INTERPRET = {
     "fail": "Below about 0.5 acceptance speculative decoding adds latency instead of removing it: turn it off for "
-            "this workload, or fix the proposer (a draft that does not match the target starts up and serves "
-            "correctly but accepts almost nothing).",
+    "this workload, or fix the proposer (a draft that does not match the target starts up and serves "
+    "correctly but accepts almost nothing).",
     "warn": "Between 0.5 and 0.65 the service is near the break-even line: measure P99 latency under real load "
-            "(specpilot benchmark) before keeping it.",
+    "(specpilot benchmark) before keeping it.",
     "pass": "Above 0.65 speculative decoding likely helps: confirm with a baseline comparison at the QPS you "
-            "serve (specpilot benchmark).",
+    "serve (specpilot benchmark).",
     "mal": "Mean acceptance length {mal:.2f}: tokens delivered per decode step (1 without speculation). It is the "
-           "practical ceiling of the speedup ({mal:.2f}x) with zero proposer overhead; real gains are lower.",
+    "practical ceiling of the speedup ({mal:.2f}x) with zero proposer overhead; real gains are lower.",
     "collapse": "Per-position acceptance collapses to near zero by slot {pos} ({curve}): almost every step emits "
-                "only the verified token and the later drafted tokens are wasted; the workload is not a fit for "
-                "this proposer (or lower num_speculative_tokens).",
+    "only the verified token and the later drafted tokens are wasted; the workload is not a fit for "
+    "this proposer (or lower num_speculative_tokens).",
     "decay": "Per-position acceptance {curve}: a slowly decaying curve; even slot {k} pays off {last:.0%} of the "
-             "time.",
+    "time.",
     "temperature": "Probes sampled at temperature {t:g}: higher temperatures lower acceptance; compare with "
-                   "production sampling settings.",
+    "production sampling settings.",
 }
 
 
 # --------------------------------------------------------------------------- small helpers
+
 
 def _num(value):
     if value is None or isinstance(value, bool):
@@ -138,12 +153,16 @@ def thresholds(values=None):
             raise ValueError("%s must be a number between 0 and 1, got %r" % (key, out[key]))
         out[key] = val
     if out["warn_acceptance_rate"] < out["min_acceptance_rate"]:
-        raise ValueError("warn_acceptance_rate (%s) must not be below min_acceptance_rate (%s)"
-                         % (out["warn_acceptance_rate"], out["min_acceptance_rate"]))
+        raise ValueError(
+            "warn_acceptance_rate (%s) must not be below min_acceptance_rate (%s)"
+            % (out["warn_acceptance_rate"], out["min_acceptance_rate"])
+        )
     if out["min_mean_acceptance_length"] is not None:
         mal = _num(out["min_mean_acceptance_length"])
         if mal is None or mal < 1.0:
-            raise ValueError("min_mean_acceptance_length must be >= 1, got %r" % out["min_mean_acceptance_length"])
+            raise ValueError(
+                "min_mean_acceptance_length must be >= 1, got %r" % out["min_mean_acceptance_length"]
+            )
         out["min_mean_acceptance_length"] = mal
     pos = out["collapse_position"]
     if isinstance(pos, bool) or not isinstance(pos, int) or pos < 1:
@@ -152,6 +171,7 @@ def thresholds(values=None):
 
 
 # --------------------------------------------------------------------------- arguments
+
 
 def is_spec_flag(flag):
     """Whether a command-line flag (without its value) configures speculative decoding."""
@@ -206,7 +226,9 @@ def compare_args(planned, actual, expect="on", required=None):
     Returns {status, missing, unexpected, equivalent, found, missing_required}."""
     actual = [str(a) for a in (actual or [])]
     found = spec_args(actual)
-    planned_spec = [p for p in (planned or []) if is_spec_flag(str(p).split("=", 1)[0])] if expect == "on" else []
+    planned_spec = (
+        [p for p in (planned or []) if is_spec_flag(str(p).split("=", 1)[0])] if expect == "on" else []
+    )
     other_planned = [p for p in (planned or []) if p not in planned_spec] if expect == "on" else []
     missing = [p for p in planned_spec if p not in found]
     unexpected = [f for f in found if f not in planned_spec]
@@ -218,16 +240,25 @@ def compare_args(planned, actual, expect="on", required=None):
             missing.remove(m)
             unexpected.remove(twin)
     required = [r for r in (required or []) if not is_spec_flag(str(r).split("=", 1)[0])]
-    missing_required = [r for r in required + [o for o in other_planned if o not in required]
-                        if not _arg_present(str(r), actual)]
+    missing_required = [
+        r
+        for r in required + [o for o in other_planned if o not in required]
+        if not _arg_present(str(r), actual)
+    ]
     if missing or unexpected or missing_required:
         status = "fail"
     elif equivalent:
         status = "warn"
     else:
         status = "pass"
-    return {"status": status, "missing": missing, "unexpected": unexpected, "equivalent": equivalent,
-            "found": found, "missing_required": missing_required}
+    return {
+        "status": status,
+        "missing": missing,
+        "unexpected": unexpected,
+        "equivalent": equivalent,
+        "found": found,
+        "missing_required": missing_required,
+    }
 
 
 def isvc_args(isvc, container="kserve-container"):
@@ -273,8 +304,10 @@ def _args_message(what, cmp, expect):
     if cmp["missing"]:
         parts.append("missing %s" % ", ".join(cmp["missing"]))
     if cmp["unexpected"]:
-        parts.append("%s %s" % ("speculative flags present" if expect == "off" else "unexpected",
-                                ", ".join(cmp["unexpected"])))
+        parts.append(
+            "%s %s"
+            % ("speculative flags present" if expect == "off" else "unexpected", ", ".join(cmp["unexpected"]))
+        )
     if cmp["missing_required"]:
         parts.append("planned arguments missing: %s" % ", ".join(cmp["missing_required"]))
     if cmp["equivalent"]:
@@ -287,6 +320,7 @@ def _args_message(what, cmp, expect):
 
 
 # --------------------------------------------------------------------------- engine config
+
 
 def _method_matches(planned, logged):
     if planned == logged:
@@ -303,7 +337,11 @@ def compare_engine_config(plan_cfg, logged):
     plan_cfg = plan_cfg or {}
     logged = logged or {}
     method = plan_cfg.get("method")
-    if logged.get("method") is not None and method is not None and not _method_matches(method, logged["method"]):
+    if (
+        logged.get("method") is not None
+        and method is not None
+        and not _method_matches(method, logged["method"])
+    ):
         diffs.append("method %s (planned %s)" % (logged["method"], method))
     planned_model = plan_cfg.get("model")
     if planned_model is not None and method not in NO_DRAFT_METHODS:
@@ -311,12 +349,17 @@ def compare_engine_config(plan_cfg, logged):
         if got is None or str(got).rstrip("/") != str(planned_model).rstrip("/"):
             diffs.append("draft model %s (planned %s)" % (got, planned_model))
     k = plan_cfg.get("num_speculative_tokens")
-    if k is not None and logged.get("num_spec_tokens") is not None and int(logged["num_spec_tokens"]) != int(k):
+    if (
+        k is not None
+        and logged.get("num_spec_tokens") is not None
+        and int(logged["num_spec_tokens"]) != int(k)
+    ):
         diffs.append("num_spec_tokens %s (planned %s)" % (logged["num_spec_tokens"], k))
     return diffs
 
 
 # --------------------------------------------------------------------------- figures
+
 
 def figures(metrics_after, log_window, plan_cfg=None):
     """Acceptance figures: from the /metrics deltas (primary) and the log windows after the
@@ -344,25 +387,41 @@ def figures(metrics_after, log_window, plan_cfg=None):
         "source": derived.get("source"),
         "window": derived.get("window"),
     }
-    out = {"metrics": metrics, "log": log, "source": None, "acceptance_rate": None,
-           "mean_acceptance_length": None, "per_position_acceptance": [],
-           "num_spec_tokens": (plan_cfg or {}).get("num_speculative_tokens")}
+    out = {
+        "metrics": metrics,
+        "log": log,
+        "source": None,
+        "acceptance_rate": None,
+        "mean_acceptance_length": None,
+        "per_position_acceptance": [],
+        "num_spec_tokens": (plan_cfg or {}).get("num_speculative_tokens"),
+    }
     if metrics["acceptance_rate"] is not None:
-        out.update(source="metrics", acceptance_rate=metrics["acceptance_rate"],
-                   mean_acceptance_length=metrics["mean_acceptance_length"],
-                   per_position_acceptance=metrics["per_position_acceptance"])
+        out.update(
+            source="metrics",
+            acceptance_rate=metrics["acceptance_rate"],
+            mean_acceptance_length=metrics["mean_acceptance_length"],
+            per_position_acceptance=metrics["per_position_acceptance"],
+        )
         if out["mean_acceptance_length"] is None:
             out["mean_acceptance_length"] = log["mean_acceptance_length"]
         if not out["per_position_acceptance"]:
             out["per_position_acceptance"] = log["per_position_acceptance"]
     elif log["acceptance_rate"] is not None:
-        out.update(source="log", acceptance_rate=log["acceptance_rate"],
-                   mean_acceptance_length=log["mean_acceptance_length"],
-                   per_position_acceptance=log["per_position_acceptance"])
+        out.update(
+            source="log",
+            acceptance_rate=log["acceptance_rate"],
+            mean_acceptance_length=log["mean_acceptance_length"],
+            per_position_acceptance=log["per_position_acceptance"],
+        )
     latency = {}
     for key, lat in (_get(metrics_after, "latency") or {}).items():
         if isinstance(lat, dict) and lat.get("mean") is not None:
-            latency[key] = {"mean_s": lat["mean"], "count": lat.get("window_count"), "metric": lat.get("metric")}
+            latency[key] = {
+                "mean_s": lat["mean"],
+                "count": lat.get("window_count"),
+                "metric": lat.get("metric"),
+            }
     out["latency"] = latency
     return out
 
@@ -399,6 +458,7 @@ def interpretation(fig, th, temperature=None):
 
 # --------------------------------------------------------------------------- the verdict
 
+
 def evaluate(data):
     """The checks and the verdict for one service.
 
@@ -426,24 +486,48 @@ def evaluate(data):
     checks = []
 
     if expect == "on" and not plan_cfg:
-        checks.append(_check("plan", "fail", "Plan",
-                             "expect is 'on' but the plan has no speculative config: nothing to check"))
+        checks.append(
+            _check(
+                "plan",
+                "fail",
+                "Plan",
+                "expect is 'on' but the plan has no speculative config: nothing to check",
+            )
+        )
 
     # --- the InferenceService ---------------------------------------------------------
     if isvc is None:
-        checks.append(_check("inferenceservice", "fail", "InferenceService",
-                             "InferenceService %s/%s not found" % (plan.get("namespace"), plan.get("name"))))
+        checks.append(
+            _check(
+                "inferenceservice",
+                "fail",
+                "InferenceService",
+                "InferenceService %s/%s not found" % (plan.get("namespace"), plan.get("name")),
+            )
+        )
     else:
         ready = _condition(isvc, "Ready") or {}
         if ready.get("status") == "True":
             checks.append(_check("inferenceservice", "pass", "InferenceService", "Ready"))
         else:
-            checks.append(_check("inferenceservice", "fail", "InferenceService",
-                                 "not Ready: %s" % (ready.get("message") or ready.get("reason")
-                                                    or "no Ready condition")))
+            checks.append(
+                _check(
+                    "inferenceservice",
+                    "fail",
+                    "InferenceService",
+                    "not Ready: %s" % (ready.get("message") or ready.get("reason") or "no Ready condition"),
+                )
+            )
         cmp = compare_args(plan.get("speculative_args"), isvc_args(isvc, container), expect)
-        checks.append(_check("isvc_args", cmp["status"], "InferenceService arguments",
-                             _args_message("the InferenceService", cmp, expect), **_details(cmp)))
+        checks.append(
+            _check(
+                "isvc_args",
+                cmp["status"],
+                "InferenceService arguments",
+                _args_message("the InferenceService", cmp, expect),
+                **_details(cmp),
+            )
+        )
 
     # --- the predictor pod ------------------------------------------------------------
     pod_name = _get(pod, "metadata", "name")
@@ -456,17 +540,32 @@ def evaluate(data):
             status, msg = "pass", "%s: %s Ready" % (pod_name, container)
         else:
             state = cs.get("state") or {}
-            why = (state.get("waiting") or {}).get("reason") or ("running" in state and "not ready") or "not started"
+            why = (
+                (state.get("waiting") or {}).get("reason")
+                or ("running" in state and "not ready")
+                or "not started"
+            )
             status, msg = "fail", "%s: %s is not ready (%s)" % (pod_name, container, why)
         if restarts and status == "pass":
             status, msg = "warn", msg + ", but restarted %d time(s)" % restarts
         elif restarts:
             msg += ", restarted %d time(s)" % restarts
         checks.append(_check("pod", status, "Predictor pod", msg, pod=pod_name, restarts=restarts))
-        cmp = compare_args(plan.get("speculative_args"), pod_args(pod, container), expect,
-                           required=plan.get("args") if expect == "on" else None)
-        checks.append(_check("pod_args", cmp["status"], "Pod arguments",
-                             _args_message("pod %s" % pod_name, cmp, expect), **_details(cmp)))
+        cmp = compare_args(
+            plan.get("speculative_args"),
+            pod_args(pod, container),
+            expect,
+            required=plan.get("args") if expect == "on" else None,
+        )
+        checks.append(
+            _check(
+                "pod_args",
+                cmp["status"],
+                "Pod arguments",
+                _args_message("pod %s" % pod_name, cmp, expect),
+                **_details(cmp),
+            )
+        )
 
     # --- the engine log -----------------------------------------------------------------
     if log_facts is None:
@@ -474,218 +573,479 @@ def evaluate(data):
     else:
         errors = [e for e in log_facts.get("log_errors") or [] if not e.get("after_shutdown")]
         if errors:
-            checks.append(_check("engine_start", "fail", "Engine start", "start errors in the engine log: %s"
-                                 % "; ".join("%s: %s" % (e.get("code"), e.get("message")) for e in errors[:5]),
-                                 errors=errors))
+            checks.append(
+                _check(
+                    "engine_start",
+                    "fail",
+                    "Engine start",
+                    "start errors in the engine log: %s"
+                    % "; ".join("%s: %s" % (e.get("code"), e.get("message")) for e in errors[:5]),
+                    errors=errors,
+                )
+            )
         elif not log_facts.get("ready"):
-            checks.append(_check("engine_start", "fail", "Engine start",
-                                 "the engine log has no 'Application startup complete.' (not started yet?)"))
+            checks.append(
+                _check(
+                    "engine_start",
+                    "fail",
+                    "Engine start",
+                    "the engine log has no 'Application startup complete.' (not started yet?)",
+                )
+            )
         else:
-            checks.append(_check("engine_start", "pass", "Engine start",
-                                 "started (vLLM %s, engine %s), no start errors"
-                                 % (log_facts.get("vllm_version") or "?", log_facts.get("engine") or "?")))
+            checks.append(
+                _check(
+                    "engine_start",
+                    "pass",
+                    "Engine start",
+                    "started (vLLM %s, engine %s), no start errors"
+                    % (log_facts.get("vllm_version") or "?", log_facts.get("engine") or "?"),
+                )
+            )
         prev_errors = [e for e in (log_prev or {}).get("log_errors") or [] if not e.get("after_shutdown")]
         if prev_errors:
-            checks.append(_check("engine_previous", "warn", "Previous engine instance",
-                                 "the previous container instance failed: %s"
-                                 % "; ".join("%s: %s" % (e.get("code"), e.get("message")) for e in prev_errors[:3]),
-                                 errors=prev_errors))
+            checks.append(
+                _check(
+                    "engine_previous",
+                    "warn",
+                    "Previous engine instance",
+                    "the previous container instance failed: %s"
+                    % "; ".join("%s: %s" % (e.get("code"), e.get("message")) for e in prev_errors[:3]),
+                    errors=prev_errors,
+                )
+            )
 
         found = log_facts.get("speculative_config_found")
         logged = log_facts.get("speculative_config")
         if expect == "off":
             if found and logged is None:
-                checks.append(_check("engine_config", "pass", "Engine speculative_config",
-                                     "speculative_config=None: speculative decoding is off"))
+                checks.append(
+                    _check(
+                        "engine_config",
+                        "pass",
+                        "Engine speculative_config",
+                        "speculative_config=None: speculative decoding is off",
+                    )
+                )
             elif logged is not None:
-                checks.append(_check("engine_config", "fail", "Engine speculative_config",
-                                     "the engine still runs speculative decoding: %s" % logged.get("repr")))
+                checks.append(
+                    _check(
+                        "engine_config",
+                        "fail",
+                        "Engine speculative_config",
+                        "the engine still runs speculative decoding: %s" % logged.get("repr"),
+                    )
+                )
             else:
-                checks.append(_check("engine_config", "fail", "Engine speculative_config",
-                                     "no engine-init line in the log: cannot confirm speculative_config=None"))
+                checks.append(
+                    _check(
+                        "engine_config",
+                        "fail",
+                        "Engine speculative_config",
+                        "no engine-init line in the log: cannot confirm speculative_config=None",
+                    )
+                )
         elif plan_cfg:
             if logged is None:
-                checks.append(_check("engine_config", "fail", "Engine speculative_config",
-                                     "the engine logged speculative_config=None: speculative decoding is not "
-                                     "running" if found else
-                                     "no engine-init line with speculative_config in the log"))
+                checks.append(
+                    _check(
+                        "engine_config",
+                        "fail",
+                        "Engine speculative_config",
+                        (
+                            "the engine logged speculative_config=None: speculative decoding is not "
+                            "running"
+                            if found
+                            else "no engine-init line with speculative_config in the log"
+                        ),
+                    )
+                )
             else:
                 diffs = compare_engine_config(plan_cfg, logged)
-                checks.append(_check("engine_config", "fail" if diffs else "pass", "Engine speculative_config",
-                                     ("the engine resolved %s: %s" % (logged.get("repr"), "; ".join(diffs)))
-                                     if diffs else "%s matches the plan" % logged.get("repr"),
-                                     logged=logged))
+                checks.append(
+                    _check(
+                        "engine_config",
+                        "fail" if diffs else "pass",
+                        "Engine speculative_config",
+                        (
+                            ("the engine resolved %s: %s" % (logged.get("repr"), "; ".join(diffs)))
+                            if diffs
+                            else "%s matches the plan" % logged.get("repr")
+                        ),
+                        logged=logged,
+                    )
+                )
             requested = log_facts.get("requested_speculative_config")
             if requested is None:
-                checks.append(_check("engine_requested_config", "skip", "Requested config",
-                                     "no 'non-default args' line with speculative_config in the log"))
+                checks.append(
+                    _check(
+                        "engine_requested_config",
+                        "skip",
+                        "Requested config",
+                        "no 'non-default args' line with speculative_config in the log",
+                    )
+                )
             elif requested == plan_cfg:
-                checks.append(_check("engine_requested_config", "pass", "Requested config",
-                                     "the API server received exactly the planned config"))
+                checks.append(
+                    _check(
+                        "engine_requested_config",
+                        "pass",
+                        "Requested config",
+                        "the API server received exactly the planned config",
+                    )
+                )
             else:
-                keys = sorted(k for k in set(requested) | set(plan_cfg) if requested.get(k) != plan_cfg.get(k))
-                checks.append(_check("engine_requested_config", "fail", "Requested config",
-                                     "the API server received %s, planned %s (differs in %s)"
-                                     % (json.dumps(requested, sort_keys=True), json.dumps(plan_cfg, sort_keys=True),
-                                        ", ".join(keys)), requested=requested))
+                keys = sorted(
+                    k for k in set(requested) | set(plan_cfg) if requested.get(k) != plan_cfg.get(k)
+                )
+                checks.append(
+                    _check(
+                        "engine_requested_config",
+                        "fail",
+                        "Requested config",
+                        "the API server received %s, planned %s (differs in %s)"
+                        % (
+                            json.dumps(requested, sort_keys=True),
+                            json.dumps(plan_cfg, sort_keys=True),
+                            ", ".join(keys),
+                        ),
+                        requested=requested,
+                    )
+                )
         planned_version = plan.get("vllm_version")
         logged_version = log_facts.get("vllm_version")
         if planned_version and logged_version and str(planned_version) != str(logged_version):
-            checks.append(_check("engine_version", "warn", "vLLM version",
-                                 "the engine runs vLLM %s, the spec says %s: the config was validated for another "
-                                 "release" % (logged_version, planned_version)))
+            checks.append(
+                _check(
+                    "engine_version",
+                    "warn",
+                    "vLLM version",
+                    "the engine runs vLLM %s, the spec says %s: the config was validated for another "
+                    "release" % (logged_version, planned_version),
+                )
+            )
         warnings = log_facts.get("log_warnings") or []
         relevant = [w for w in warnings if not w.get("after_shutdown")]
-        checks.append(_check("engine_warnings", "info", "Engine warnings",
-                             "; ".join("%s: %s" % (w.get("code"), w.get("message")) for w in relevant)
-                             or "none", warnings=relevant))
+        checks.append(
+            _check(
+                "engine_warnings",
+                "info",
+                "Engine warnings",
+                "; ".join("%s: %s" % (w.get("code"), w.get("message")) for w in relevant) or "none",
+                warnings=relevant,
+            )
+        )
 
     # --- probes ---------------------------------------------------------------------------
     skip_reason = data.get("skip_reason")
     if probes is None:
-        checks.append(_check("probes", "fail", "Probe requests",
-                             "no probe requests were sent%s" % (": " + skip_reason if skip_reason else "")))
+        checks.append(
+            _check(
+                "probes",
+                "fail",
+                "Probe requests",
+                "no probe requests were sent%s" % (": " + skip_reason if skip_reason else ""),
+            )
+        )
     elif probes.get("error"):
-        checks.append(_check("probes", "fail", "Probe requests", "the probe run failed: %s" % probes["error"]))
+        checks.append(
+            _check("probes", "fail", "Probe requests", "the probe run failed: %s" % probes["error"])
+        )
     else:
         bad = [r for r in probes.get("results") or [] if not r.get("ok")]
         if probes.get("requests", 0) and not bad:
-            checks.append(_check("probes", "pass", "Probe requests",
-                                 "%d/%d succeeded (%d tokens generated, mean latency %s s) via %s"
-                                 % (probes["succeeded"], probes["requests"], probes.get("completion_tokens") or 0,
-                                    _fmt(probes.get("latency_mean_s")), probes.get("url"))))
+            checks.append(
+                _check(
+                    "probes",
+                    "pass",
+                    "Probe requests",
+                    "%d/%d succeeded (%d tokens generated, mean latency %s s) via %s"
+                    % (
+                        probes["succeeded"],
+                        probes["requests"],
+                        probes.get("completion_tokens") or 0,
+                        _fmt(probes.get("latency_mean_s")),
+                        probes.get("url"),
+                    ),
+                )
+            )
         else:
-            checks.append(_check("probes", "fail", "Probe requests",
-                                 "%d of %d failed: %s" % (len(bad), probes.get("requests", 0),
-                                                          bad[0].get("error") if bad else "no requests")))
+            checks.append(
+                _check(
+                    "probes",
+                    "fail",
+                    "Probe requests",
+                    "%d of %d failed: %s"
+                    % (len(bad), probes.get("requests", 0), bad[0].get("error") if bad else "no requests"),
+                )
+            )
 
     # --- spec metrics, acceptance -----------------------------------------------------------
     fig = figures(m_after, window, plan_cfg)
     if m_after is None:
-        checks.append(_check("spec_metrics", "fail", "/metrics",
-                             "/metrics could not be read%s" % (
-                                 ": " + str((probes or {}).get("metrics_error")) if (probes or {}).get("metrics_error")
-                                 else "")))
+        checks.append(
+            _check(
+                "spec_metrics",
+                "fail",
+                "/metrics",
+                "/metrics could not be read%s"
+                % (
+                    ": " + str((probes or {}).get("metrics_error"))
+                    if (probes or {}).get("metrics_error")
+                    else ""
+                ),
+            )
+        )
     elif expect == "off":
         if m_after.get("spec_decode_enabled"):
-            checks.append(_check("spec_metrics", "fail", "/metrics",
-                                 "vllm:spec_decode_* series are present (%s): speculative decoding is still on"
-                                 % ", ".join(m_after.get("spec_metric_names") or [])))
+            checks.append(
+                _check(
+                    "spec_metrics",
+                    "fail",
+                    "/metrics",
+                    "vllm:spec_decode_* series are present (%s): speculative decoding is still on"
+                    % ", ".join(m_after.get("spec_metric_names") or []),
+                )
+            )
         else:
             checks.append(_check("spec_metrics", "pass", "/metrics", "no vllm:spec_decode_* series"))
     else:
         if not m_after.get("spec_decode_enabled"):
-            checks.append(_check("spec_metrics", "fail", "/metrics",
-                                 "speculative decoding was planned (%s) but /metrics has no vllm:spec_decode_* "
-                                 "series: the engine runs without it" % ((plan_cfg or {}).get("method"))))
+            checks.append(
+                _check(
+                    "spec_metrics",
+                    "fail",
+                    "/metrics",
+                    "speculative decoding was planned (%s) but /metrics has no vllm:spec_decode_* "
+                    "series: the engine runs without it" % ((plan_cfg or {}).get("method")),
+                )
+            )
         elif not m_after.get("spec_decode_active") and fig["log"]["acceptance_rate"] is None:
-            checks.append(_check("spec_metrics", "fail", "/metrics",
-                                 "no drafts during the probe requests: acceptance cannot be measured (an n-gram "
-                                 "or suffix proposer found no match: use prompts whose output repeats them)"))
+            checks.append(
+                _check(
+                    "spec_metrics",
+                    "fail",
+                    "/metrics",
+                    "no drafts during the probe requests: acceptance cannot be measured (an n-gram "
+                    "or suffix proposer found no match: use prompts whose output repeats them)",
+                )
+            )
         else:
             note = ""
             if fig["metrics"]["window"] == "since_restart":
                 note = " (the engine restarted between the scrapes: figures cover the time since)"
-            checks.append(_check("spec_metrics", "warn" if note else "pass", "/metrics",
-                                 "%s drafts, %s draft tokens, %s accepted in the probe window%s"
-                                 % (fig["metrics"]["num_drafts"], fig["metrics"]["num_draft_tokens"],
-                                    fig["metrics"]["num_accepted_tokens"], note)))
+            checks.append(
+                _check(
+                    "spec_metrics",
+                    "warn" if note else "pass",
+                    "/metrics",
+                    "%s drafts, %s draft tokens, %s accepted in the probe window%s"
+                    % (
+                        fig["metrics"]["num_drafts"],
+                        fig["metrics"]["num_draft_tokens"],
+                        fig["metrics"]["num_accepted_tokens"],
+                        note,
+                    ),
+                )
+            )
 
     if expect == "on":
         rate = fig["acceptance_rate"]
         if rate is None:
-            checks.append(_check("acceptance", "fail", "Acceptance rate",
-                                 "no acceptance figure: neither /metrics nor the engine log measured any drafts"))
+            checks.append(
+                _check(
+                    "acceptance",
+                    "fail",
+                    "Acceptance rate",
+                    "no acceptance figure: neither /metrics nor the engine log measured any drafts",
+                )
+            )
         else:
             cls = _accept_class(rate, th)
             where = "from /metrics" if fig["source"] == "metrics" else "from the engine log"
             if cls == "fail":
-                msg = ("draft acceptance rate %s (%s) is below the minimum %s: speculative decoding adds latency "
-                       "on this workload" % (_fmt(rate), where, _fmt(th["min_acceptance_rate"])))
+                msg = (
+                    "draft acceptance rate %s (%s) is below the minimum %s: speculative decoding adds latency "
+                    "on this workload" % (_fmt(rate), where, _fmt(th["min_acceptance_rate"]))
+                )
             elif cls == "warn":
-                msg = ("draft acceptance rate %s (%s) is below %s: borderline, measure P99 latency before keeping "
-                       "it" % (_fmt(rate), where, _fmt(th["warn_acceptance_rate"])))
+                msg = (
+                    "draft acceptance rate %s (%s) is below %s: borderline, measure P99 latency before keeping "
+                    "it" % (_fmt(rate), where, _fmt(th["warn_acceptance_rate"]))
+                )
             else:
-                msg = "draft acceptance rate %s (%s), at or above %s" % (_fmt(rate), where,
-                                                                         _fmt(th["warn_acceptance_rate"]))
+                msg = "draft acceptance rate %s (%s), at or above %s" % (
+                    _fmt(rate),
+                    where,
+                    _fmt(th["warn_acceptance_rate"]),
+                )
             checks.append(_check("acceptance", cls, "Acceptance rate", msg, rate=rate))
         mal = fig["mean_acceptance_length"]
         if mal is not None:
             floor = th["min_mean_acceptance_length"]
             if floor is not None and mal < floor:
-                checks.append(_check("mean_acceptance_length", "fail", "Mean acceptance length",
-                                     "mean acceptance length %s is below the minimum %s" % (_fmt(mal), _fmt(floor))))
+                checks.append(
+                    _check(
+                        "mean_acceptance_length",
+                        "fail",
+                        "Mean acceptance length",
+                        "mean acceptance length %s is below the minimum %s" % (_fmt(mal), _fmt(floor)),
+                    )
+                )
             else:
-                checks.append(_check("mean_acceptance_length", "info", "Mean acceptance length",
-                                     "%s tokens per decode step (ceiling of the speedup)" % _fmt(mal)))
+                checks.append(
+                    _check(
+                        "mean_acceptance_length",
+                        "info",
+                        "Mean acceptance length",
+                        "%s tokens per decode step (ceiling of the speedup)" % _fmt(mal),
+                    )
+                )
         curve = [v for v in fig["per_position_acceptance"] if v is not None]
         pos = th["collapse_position"]
         if len(curve) >= pos and curve[pos - 1] < th["collapse_threshold"]:
-            checks.append(_check("per_position", "warn", "Per-position acceptance",
-                                 "collapses by slot %d: %s (position %d < %s)"
-                                 % (pos, _curve(curve), pos, _fmt(th["collapse_threshold"])), curve=curve))
+            checks.append(
+                _check(
+                    "per_position",
+                    "warn",
+                    "Per-position acceptance",
+                    "collapses by slot %d: %s (position %d < %s)"
+                    % (pos, _curve(curve), pos, _fmt(th["collapse_threshold"])),
+                    curve=curve,
+                )
+            )
         elif curve:
-            checks.append(_check("per_position", "info", "Per-position acceptance", _curve(curve), curve=curve))
+            checks.append(
+                _check("per_position", "info", "Per-position acceptance", _curve(curve), curve=curve)
+            )
 
         # cross-check with the log windows after the probes
         log = fig["log"]
         met = fig["metrics"]
         if window is None or log["acceptance_rate"] is None:
-            checks.append(_check("log_cross_check", "warn", "Log cross-check",
-                                 "no speculative metrics line in the engine log after the probes (stat logging off "
-                                 "with --disable-log-stats, or no log interval has passed): acceptance is taken "
-                                 "from /metrics only"))
+            checks.append(
+                _check(
+                    "log_cross_check",
+                    "warn",
+                    "Log cross-check",
+                    "no speculative metrics line in the engine log after the probes (stat logging off "
+                    "with --disable-log-stats, or no log interval has passed): acceptance is taken "
+                    "from /metrics only",
+                )
+            )
         elif met["acceptance_rate"] is None:
-            checks.append(_check("log_cross_check", "warn", "Log cross-check",
-                                 "only the engine log measured acceptance (%s); /metrics has no usable counters"
-                                 % _fmt(log["acceptance_rate"])))
+            checks.append(
+                _check(
+                    "log_cross_check",
+                    "warn",
+                    "Log cross-check",
+                    "only the engine log measured acceptance (%s); /metrics has no usable counters"
+                    % _fmt(log["acceptance_rate"]),
+                )
+            )
         else:
             diff = abs(log["acceptance_rate"] - met["acceptance_rate"])
-            same = (log["drafted_tokens"] == met["num_draft_tokens"]
-                    and log["accepted_tokens"] == met["num_accepted_tokens"] and log["format"] == "v1")
+            same = (
+                log["drafted_tokens"] == met["num_draft_tokens"]
+                and log["accepted_tokens"] == met["num_accepted_tokens"]
+                and log["format"] == "v1"
+            )
             cover = ""
             if log["format"] == "v1" and met["num_draft_tokens"]:
-                cover = ", the log windows cover %s of %s drafted tokens" % (log["drafted_tokens"],
-                                                                              met["num_draft_tokens"])
+                cover = ", the log windows cover %s of %s drafted tokens" % (
+                    log["drafted_tokens"],
+                    met["num_draft_tokens"],
+                )
             if same:
-                checks.append(_check("log_cross_check", "pass", "Log cross-check",
-                                     "the log windows match /metrics exactly (%s drafted, %s accepted)"
-                                     % (log["drafted_tokens"], log["accepted_tokens"])))
+                checks.append(
+                    _check(
+                        "log_cross_check",
+                        "pass",
+                        "Log cross-check",
+                        "the log windows match /metrics exactly (%s drafted, %s accepted)"
+                        % (log["drafted_tokens"], log["accepted_tokens"]),
+                    )
+                )
             elif diff <= th["cross_check_tolerance"]:
-                checks.append(_check("log_cross_check", "pass", "Log cross-check",
-                                     "log %s vs /metrics %s (within %s%s)"
-                                     % (_fmt(log["acceptance_rate"], 3), _fmt(met["acceptance_rate"], 3),
-                                        _fmt(th["cross_check_tolerance"]), cover)))
+                checks.append(
+                    _check(
+                        "log_cross_check",
+                        "pass",
+                        "Log cross-check",
+                        "log %s vs /metrics %s (within %s%s)"
+                        % (
+                            _fmt(log["acceptance_rate"], 3),
+                            _fmt(met["acceptance_rate"], 3),
+                            _fmt(th["cross_check_tolerance"]),
+                            cover,
+                        ),
+                    )
+                )
             else:
-                checks.append(_check("log_cross_check", "warn", "Log cross-check",
-                                     "log %s vs /metrics %s differ by more than %s%s: other traffic or partial "
-                                     "log windows" % (_fmt(log["acceptance_rate"], 3),
-                                                      _fmt(met["acceptance_rate"], 3),
-                                                      _fmt(th["cross_check_tolerance"]), cover)))
+                checks.append(
+                    _check(
+                        "log_cross_check",
+                        "warn",
+                        "Log cross-check",
+                        "log %s vs /metrics %s differ by more than %s%s: other traffic or partial "
+                        "log windows"
+                        % (
+                            _fmt(log["acceptance_rate"], 3),
+                            _fmt(met["acceptance_rate"], 3),
+                            _fmt(th["cross_check_tolerance"]),
+                            cover,
+                        ),
+                    )
+                )
         if window is not None and log["since_found"] is False:
-            checks.append(_check("log_window", "warn", "Log window",
-                                 "the marker line was not found again: the log figures cover the whole log"))
+            checks.append(
+                _check(
+                    "log_window",
+                    "warn",
+                    "Log window",
+                    "the marker line was not found again: the log figures cover the whole log",
+                )
+            )
     else:
         if window is not None and log_window_count(window):
-            checks.append(_check("log_cross_check", "fail", "Log cross-check",
-                                 "the engine log shows %d speculative metrics line(s) after the probes"
-                                 % log_window_count(window)))
+            checks.append(
+                _check(
+                    "log_cross_check",
+                    "fail",
+                    "Log cross-check",
+                    "the engine log shows %d speculative metrics line(s) after the probes"
+                    % log_window_count(window),
+                )
+            )
         elif window is not None:
-            checks.append(_check("log_cross_check", "pass", "Log cross-check",
-                                 "no speculative metrics line in the engine log after the probes"))
+            checks.append(
+                _check(
+                    "log_cross_check",
+                    "pass",
+                    "Log cross-check",
+                    "no speculative metrics line in the engine log after the probes",
+                )
+            )
 
     worst = max((STATUS_RANK[c["status"]] for c in checks), default=0)
     verdict = VERDICTS[worst]
     failing = [c for c in checks if c["status"] == verdict and verdict != "pass"]
     if verdict == "pass":
         if expect == "on":
-            message = "%s: PASS - speculative decoding runs as planned, acceptance %s, mean acceptance length %s" % (
-                svc, _fmt(fig["acceptance_rate"]), _fmt(fig["mean_acceptance_length"]))
+            message = (
+                "%s: PASS - speculative decoding runs as planned, acceptance %s, mean acceptance length %s"
+                % (svc, _fmt(fig["acceptance_rate"]), _fmt(fig["mean_acceptance_length"]))
+            )
         else:
-            message = "%s: PASS - speculative decoding is off (speculative_config=None, no spec metrics)" % svc
+            message = (
+                "%s: PASS - speculative decoding is off (speculative_config=None, no spec metrics)" % svc
+            )
     else:
-        message = "%s: %s - %s" % (svc, verdict.upper(), " | ".join("%s: %s" % (c["title"], c["message"])
-                                                                     for c in failing))
+        message = "%s: %s - %s" % (
+            svc,
+            verdict.upper(),
+            " | ".join("%s: %s" % (c["title"], c["message"]) for c in failing),
+        )
     return {
         "service": svc,
         "expect": expect,
@@ -705,6 +1065,7 @@ def log_window_count(window):
 
 
 # --------------------------------------------------------------------------- report
+
 
 def _now():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -748,10 +1109,27 @@ def build_report(result, data):
         },
         "access": data.get("access") or {},
         "request": request,
-        "probes": {k: probes.get(k) for k in ("url", "endpoint", "requests", "succeeded", "failed",
-                                              "completion_tokens", "prompt_tokens", "latency_mean_s", "elapsed_s")},
-        "probe_results": [{k: r.get(k) for k in ("status", "ok", "latency_s", "completion_tokens",
-                                                  "finish_reason", "error")} for r in probes.get("results") or []],
+        "probes": {
+            k: probes.get(k)
+            for k in (
+                "url",
+                "endpoint",
+                "requests",
+                "succeeded",
+                "failed",
+                "completion_tokens",
+                "prompt_tokens",
+                "latency_mean_s",
+                "elapsed_s",
+            )
+        },
+        "probe_results": [
+            {
+                k: r.get(k)
+                for k in ("status", "ok", "latency_s", "completion_tokens", "finish_reason", "error")
+            }
+            for r in probes.get("results") or []
+        ],
         "metrics": {
             "engine_era": m_after.get("engine_era"),
             "spec_decode_enabled": m_after.get("spec_decode_enabled"),
@@ -776,35 +1154,56 @@ def render_markdown(report):
     lines = ["# Smoke check: %s - %s" % (report["service"], report["verdict"].upper()), ""]
     lines.append("%s" % report["message"])
     lines.append("")
-    lines.append("- namespace: `%s`; expected speculative decoding: **%s**; generated %s"
-                 % (report.get("namespace"), report["expect"], report["generated_at"]))
+    lines.append(
+        "- namespace: `%s`; expected speculative decoding: **%s**; generated %s"
+        % (report.get("namespace"), report["expect"], report["generated_at"])
+    )
     plan_cfg = report["plan"].get("speculative_config")
     if plan_cfg:
         lines.append("- planned: `%s`" % json.dumps(plan_cfg, sort_keys=True))
     eng = report["engine"]
-    lines.append("- engine: pod `%s`, vLLM %s, %s" % (eng.get("pod"), eng.get("vllm_version") or "?",
-                                                      (eng.get("speculative_config") or {}).get("repr")
-                                                      or "speculative_config=None"))
+    lines.append(
+        "- engine: pod `%s`, vLLM %s, %s"
+        % (
+            eng.get("pod"),
+            eng.get("vllm_version") or "?",
+            (eng.get("speculative_config") or {}).get("repr") or "speculative_config=None",
+        )
+    )
     probes = report["probes"]
     if probes.get("requests"):
         req = report["request"]
-        lines.append("- probes: %s/%s ok via %s (%s), temperature %s, max_tokens %s"
-                     % (probes.get("succeeded"), probes.get("requests"), report["access"].get("mode", "?"),
-                        probes.get("url"), req.get("temperature"), req.get("max_tokens")))
+        lines.append(
+            "- probes: %s/%s ok via %s (%s), temperature %s, max_tokens %s"
+            % (
+                probes.get("succeeded"),
+                probes.get("requests"),
+                report["access"].get("mode", "?"),
+                probes.get("url"),
+                req.get("temperature"),
+                req.get("max_tokens"),
+            )
+        )
     lines += ["", "## Checks", "", "| check | status | detail |", "|---|---|---|"]
     for c in report["checks"]:
         lines.append("| %s | %s | %s |" % (c["title"], _status_mark(c["status"]), _md_escape(c["message"])))
     if report["expect"] == "on":
         met, log = fig["metrics"], fig["log"]
-        lines += ["", "## Acceptance", "", "| figure | /metrics (probe window) | engine log (after the probes) |",
-                  "|---|---|---|",
-                  "| draft acceptance rate | %s | %s |" % (_fmt(met["acceptance_rate"], 3), _fmt(log["acceptance_rate"], 3)),
-                  "| mean acceptance length | %s | %s |" % (_fmt(met["mean_acceptance_length"]),
-                                                            _fmt(log["mean_acceptance_length"])),
-                  "| drafted tokens | %s | %s |" % (met["num_draft_tokens"], log["drafted_tokens"]),
-                  "| accepted tokens | %s | %s |" % (met["num_accepted_tokens"], log["accepted_tokens"]),
-                  "| drafts | %s | |" % met["num_drafts"],
-                  "| log windows | | %s |" % log["windows"]]
+        lines += [
+            "",
+            "## Acceptance",
+            "",
+            "| figure | /metrics (probe window) | engine log (after the probes) |",
+            "|---|---|---|",
+            "| draft acceptance rate | %s | %s |"
+            % (_fmt(met["acceptance_rate"], 3), _fmt(log["acceptance_rate"], 3)),
+            "| mean acceptance length | %s | %s |"
+            % (_fmt(met["mean_acceptance_length"]), _fmt(log["mean_acceptance_length"])),
+            "| drafted tokens | %s | %s |" % (met["num_draft_tokens"], log["drafted_tokens"]),
+            "| accepted tokens | %s | %s |" % (met["num_accepted_tokens"], log["accepted_tokens"]),
+            "| drafts | %s | |" % met["num_drafts"],
+            "| log windows | | %s |" % log["windows"],
+        ]
         k = max(len(met["per_position_acceptance"]), len(log["per_position_acceptance"]))
         if k:
             lines += ["", "| position | /metrics | log |", "|---|---|---|"]
@@ -813,22 +1212,39 @@ def render_markdown(report):
                 lv = log["per_position_acceptance"][i] if i < len(log["per_position_acceptance"]) else None
                 lines.append("| %d | %s | %s |" % (i + 1, _fmt(mv, 3), _fmt(lv, 3)))
         th = report["thresholds"]
-        lines += ["", "Thresholds: fail below %s, warn below %s%s." % (
-            _fmt(th["min_acceptance_rate"]), _fmt(th["warn_acceptance_rate"]),
-            (", mean acceptance length at least %s" % _fmt(th["min_mean_acceptance_length"]))
-            if th.get("min_mean_acceptance_length") else "")]
+        lines += [
+            "",
+            "Thresholds: fail below %s, warn below %s%s."
+            % (
+                _fmt(th["min_acceptance_rate"]),
+                _fmt(th["warn_acceptance_rate"]),
+                (
+                    (", mean acceptance length at least %s" % _fmt(th["min_mean_acceptance_length"]))
+                    if th.get("min_mean_acceptance_length")
+                    else ""
+                ),
+            ),
+        ]
     if fig.get("latency"):
-        lines += ["", "## Latency in the probe window (/metrics)", "", "| histogram | mean (ms) | observations |",
-                  "|---|---|---|"]
+        lines += [
+            "",
+            "## Latency in the probe window (/metrics)",
+            "",
+            "| histogram | mean (ms) | observations |",
+            "|---|---|---|",
+        ]
         for key in sorted(fig["latency"]):
             lat = fig["latency"][key]
-            lines.append("| %s (`%s`) | %.1f | %s |" % (key, lat.get("metric"), lat["mean_s"] * 1000.0,
-                                                        lat.get("count")))
+            lines.append(
+                "| %s (`%s`) | %.1f | %s |"
+                % (key, lat.get("metric"), lat["mean_s"] * 1000.0, lat.get("count"))
+            )
     if report["interpretation"]:
         lines += ["", "## Reading", ""] + ["- %s" % s for s in report["interpretation"]]
     if eng.get("warnings"):
-        lines += ["", "## Engine warnings", ""] + ["- `%s` (line %s): %s" % (w.get("code"), w.get("line"),
-                                                                          w.get("message")) for w in eng["warnings"]]
+        lines += ["", "## Engine warnings", ""] + [
+            "- `%s` (line %s): %s" % (w.get("code"), w.get("line"), w.get("message")) for w in eng["warnings"]
+        ]
     for p in report.get("plots") or []:
         lines += ["", "![%s](%s)" % (p["title"], p["file"])]
     if report.get("notes"):
@@ -848,8 +1264,14 @@ def render_plot(report, path):
         return False
     th = report["thresholds"]
     k = max(len(met), len(log))
-    series = [(s, label, colour) for s, label, colour in ((met, "/metrics (probe window)", "#4c72b0"),
-                                                          (log, "engine log windows", "#dd8452")) if s]
+    series = [
+        (s, label, colour)
+        for s, label, colour in (
+            (met, "/metrics (probe window)", "#4c72b0"),
+            (log, "engine log windows", "#dd8452"),
+        )
+        if s
+    ]
     width = 0.8 / len(series)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for i, (values, label, colour) in enumerate(series):
@@ -860,19 +1282,37 @@ def render_plot(report, path):
     rate = fig_data.get("acceptance_rate")
     if rate is not None:
         ax.axhline(rate, color="#333333", linewidth=1.2, label="overall acceptance %.2f" % rate)
-    ax.axhline(th["min_acceptance_rate"], color="#c44e52", linestyle="--", linewidth=1,
-               label="fail below %.2f" % th["min_acceptance_rate"])
-    ax.axhline(th["warn_acceptance_rate"], color="#dd8452", linestyle=":", linewidth=1,
-               label="warn below %.2f" % th["warn_acceptance_rate"])
-    ax.axhline(th["collapse_threshold"], color="#8c8c8c", linestyle="-.", linewidth=1,
-               label="collapse %.2f" % th["collapse_threshold"])
+    ax.axhline(
+        th["min_acceptance_rate"],
+        color="#c44e52",
+        linestyle="--",
+        linewidth=1,
+        label="fail below %.2f" % th["min_acceptance_rate"],
+    )
+    ax.axhline(
+        th["warn_acceptance_rate"],
+        color="#dd8452",
+        linestyle=":",
+        linewidth=1,
+        label="warn below %.2f" % th["warn_acceptance_rate"],
+    )
+    ax.axhline(
+        th["collapse_threshold"],
+        color="#8c8c8c",
+        linestyle="-.",
+        linewidth=1,
+        label="collapse %.2f" % th["collapse_threshold"],
+    )
     ax.set_xticks(list(range(1, k + 1)))
     ax.set_xlabel("draft position (slot)")
     ax.set_ylabel("acceptance (accepted at position / drafts)")
     ax.set_ylim(0, 1.35)
     mal = fig_data.get("mean_acceptance_length")
-    ax.set_title("%s: %s - acceptance %s, mean acceptance length %s" % (
-        report["service"], report["verdict"].upper(), _fmt(rate), _fmt(mal)), fontsize=10)
+    ax.set_title(
+        "%s: %s - acceptance %s, mean acceptance length %s"
+        % (report["service"], report["verdict"].upper(), _fmt(rate), _fmt(mal)),
+        fontsize=10,
+    )
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=7, loc="upper center", ncol=3)
     fig.tight_layout()
@@ -908,16 +1348,25 @@ def write_report(report, out_dir, basename="smoke", plot=True):
         else:
             drawn = render_plot(report, plot_path + ".new")
             if drawn:
-                report["plots"].append({"file": os.path.basename(plot_path), "title": "Per-position acceptance"})
+                report["plots"].append(
+                    {"file": os.path.basename(plot_path), "title": "Per-position acceptance"}
+                )
     changed = False
     if drawn:
         with open(plot_path + ".new", "rb") as fh:
             changed = _write_if_changed(plot_path, fh.read()) or changed
         os.remove(plot_path + ".new")
-    paths = {"json": os.path.join(out_dir, basename + ".json"), "markdown": os.path.join(out_dir, basename + ".md"),
-             "plot": plot_path if drawn else None}
-    changed = _write_if_changed(paths["json"], (json.dumps(report, indent=2, sort_keys=True, default=str)
-                                                + "\n").encode("utf-8")) or changed
+    paths = {
+        "json": os.path.join(out_dir, basename + ".json"),
+        "markdown": os.path.join(out_dir, basename + ".md"),
+        "plot": plot_path if drawn else None,
+    }
+    changed = (
+        _write_if_changed(
+            paths["json"], (json.dumps(report, indent=2, sort_keys=True, default=str) + "\n").encode("utf-8")
+        )
+        or changed
+    )
     changed = _write_if_changed(paths["markdown"], render_markdown(report).encode("utf-8")) or changed
     paths["changed"] = changed
     return paths
@@ -940,5 +1389,9 @@ def stats(result, files=None):
         "warned_checks": [c["id"] for c in result["checks"] if c["status"] == "warn"],
     }
     if files:
-        out["report"] = {"json": files.get("json"), "markdown": files.get("markdown"), "plot": files.get("plot")}
+        out["report"] = {
+            "json": files.get("json"),
+            "markdown": files.get("markdown"),
+            "plot": files.get("plot"),
+        }
     return out

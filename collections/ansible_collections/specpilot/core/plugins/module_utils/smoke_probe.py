@@ -29,7 +29,9 @@ ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 MAX_TEXT = 200
 
 
-def build_requests(model, prompts, count, max_tokens, temperature, request_params=None, endpoint="completions"):
+def build_requests(
+    model, prompts, count, max_tokens, temperature, request_params=None, endpoint="completions"
+):
     """The request bodies: ``count`` requests cycling through ``prompts``.
 
     ``request_params`` are merged last (they may override max_tokens/temperature)."""
@@ -71,8 +73,11 @@ def http(method, url, body=None, headers=None, timeout=60.0, validate_certs=True
         hdrs["Content-Type"] = "application/json"
     req = Request(url, data=data, headers=hdrs, method=method)
     try:
-        resp = urlopen(req, timeout=timeout, context=_context(validate_certs)) if url.startswith("https") \
+        resp = (
+            urlopen(req, timeout=timeout, context=_context(validate_certs))
+            if url.startswith("https")
             else urlopen(req, timeout=timeout)
+        )
         try:
             return resp.status, resp.read().decode("utf-8", "replace"), None
         finally:
@@ -101,11 +106,20 @@ def _completion_text(answer, endpoint):
 def probe_one(base_url, body, endpoint="completions", headers=None, timeout=60.0, validate_certs=True):
     """Send one request; a dict describing what came back."""
     t0 = time.time()
-    status, text, error = http("POST", base_url.rstrip("/") + ENDPOINTS[endpoint], body, headers, timeout,
-                               validate_certs)
-    out = {"status": status, "ok": False, "latency_s": round(time.time() - t0, 4), "error": error,
-           "prompt": (body.get("prompt") if "prompt" in body else json.dumps(body.get("messages")))[:MAX_TEXT],
-           "completion_tokens": None, "prompt_tokens": None, "finish_reason": None, "text": None}
+    status, text, error = http(
+        "POST", base_url.rstrip("/") + ENDPOINTS[endpoint], body, headers, timeout, validate_certs
+    )
+    out = {
+        "status": status,
+        "ok": False,
+        "latency_s": round(time.time() - t0, 4),
+        "error": error,
+        "prompt": (body.get("prompt") if "prompt" in body else json.dumps(body.get("messages")))[:MAX_TEXT],
+        "completion_tokens": None,
+        "prompt_tokens": None,
+        "finish_reason": None,
+        "text": None,
+    }
     if status != 200:
         if error is None:
             error = "HTTP %s" % status
@@ -134,7 +148,9 @@ def probe_one(base_url, body, endpoint="completions", headers=None, timeout=60.0
 
 def scrape(base_url, headers=None, timeout=30.0, validate_certs=True):
     """(text, error) of GET /metrics."""
-    status, text, error = http("GET", base_url.rstrip("/") + "/metrics", None, headers, timeout, validate_certs)
+    status, text, error = http(
+        "GET", base_url.rstrip("/") + "/metrics", None, headers, timeout, validate_certs
+    )
     if status != 200:
         return None, error or ("HTTP %s" % status)
     return text, None
@@ -151,8 +167,14 @@ def run(job):
     timeout = float(job.get("timeout") or 60)
     certs = bool(job.get("validate_certs", True))
     want_metrics = bool(job.get("metrics", True))
-    out = {"format": RESULT_FORMAT, "url": url, "endpoint": endpoint, "metrics_before": None, "metrics_after": None,
-           "metrics_error": None}
+    out = {
+        "format": RESULT_FORMAT,
+        "url": url,
+        "endpoint": endpoint,
+        "metrics_before": None,
+        "metrics_after": None,
+        "metrics_error": None,
+    }
     t0 = time.time()
     if want_metrics:
         out["metrics_before"], out["metrics_error"] = scrape(url, headers, timeout, certs)
@@ -162,17 +184,19 @@ def run(job):
         out["metrics_error"] = out["metrics_error"] or err
     good = [r for r in results if r["ok"]]
     latencies = [r["latency_s"] for r in good]
-    out.update({
-        "results": results,
-        "requests": len(results),
-        "succeeded": len(good),
-        "failed": len(results) - len(good),
-        "ok": bool(results) and len(good) == len(results),
-        "completion_tokens": sum(int(r["completion_tokens"] or 0) for r in good),
-        "prompt_tokens": sum(int(r["prompt_tokens"] or 0) for r in good),
-        "latency_mean_s": round(sum(latencies) / len(latencies), 4) if latencies else None,
-        "elapsed_s": round(time.time() - t0, 3),
-    })
+    out.update(
+        {
+            "results": results,
+            "requests": len(results),
+            "succeeded": len(good),
+            "failed": len(results) - len(good),
+            "ok": bool(results) and len(good) == len(results),
+            "completion_tokens": sum(int(r["completion_tokens"] or 0) for r in good),
+            "prompt_tokens": sum(int(r["prompt_tokens"] or 0) for r in good),
+            "latency_mean_s": round(sum(latencies) / len(latencies), 4) if latencies else None,
+            "elapsed_s": round(time.time() - t0, 3),
+        }
+    )
     return out
 
 
@@ -184,7 +208,9 @@ def main(job_b64=None):
     try:
         job = json.loads(base64.b64decode(raw).decode("utf-8"))
     except (ValueError, TypeError) as exc:
-        sys.stdout.write(json.dumps({"format": RESULT_FORMAT, "ok": False, "error": "bad job: %s" % exc}) + "\n")
+        sys.stdout.write(
+            json.dumps({"format": RESULT_FORMAT, "ok": False, "error": "bad job: %s" % exc}) + "\n"
+        )
         return 2
     sys.stdout.write(json.dumps(run(job)) + "\n")
     sys.stdout.flush()

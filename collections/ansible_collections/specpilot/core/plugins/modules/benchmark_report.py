@@ -72,7 +72,8 @@ options:
   node:
     description:
       - The Node object the predictor runs on (from M(kubernetes.core.k8s_info)); GPU product from the
-        C(nvidia.com/gpu.product) label, count from C(nvidia.com/gpu) capacity or the C(nvidia.com/gpu.count) label.
+        C(nvidia.com/gpu.product) label, count from C(nvidia.com/gpu) capacity or the
+        C(nvidia.com/gpu.count) label.
     type: dict
   pod:
     description:
@@ -169,7 +170,8 @@ reasons:
   type: list
   elements: str
 notes:
-  description: Caveats (missing context, per-position collapse, P50 vs P99 gap widening, levels that disagree).
+  description: Caveats (missing context, per-position collapse, P50 vs P99 gap widening, levels
+    that disagree).
   returned: always
   type: list
   elements: str
@@ -183,7 +185,8 @@ target:
   returned: always
   type: dict
 levels:
-  description: Per level - C(level), C(verdict), C(speedups) (ttft, tpot, request_tok_s, output_throughput, e2e),
+  description: Per level - C(level), C(verdict), C(speedups) (ttft, tpot, request_tok_s,
+    output_throughput, e2e),
     C(headroom) (ceiling, realised, converted), C(acceptance).
   returned: always
   type: list
@@ -249,8 +252,11 @@ def request_params_from_runs(runs):
         "arrival_seed": c.get("seed"),
         "levels": levels,
     }
-    differs = [k for k in ("sampling", "api", "runs_per_prompt", "warmup_requests", "arrival", "seed", "prompt_ids")
-               if any(json.dumps(x.get(k), sort_keys=True) != json.dumps(c.get(k), sort_keys=True) for x in cfgs)]
+    differs = [
+        k
+        for k in ("sampling", "api", "runs_per_prompt", "warmup_requests", "arrival", "seed", "prompt_ids")
+        if any(json.dumps(x.get(k), sort_keys=True) != json.dumps(c.get(k), sort_keys=True) for x in cfgs)
+    ]
     if differs:
         out["differs_between_runs"] = differs
     return out
@@ -289,7 +295,9 @@ def main():
 
     hardware = p["hardware"] or hardware_from_node(p["node"], p["pod"])
     runtime = dict(p["runtime"] or {})
-    versions = sorted({(r.get("server") or {}).get("version") for r in runs if (r.get("server") or {}).get("version")})
+    versions = sorted(
+        {(r.get("server") or {}).get("version") for r in runs if (r.get("server") or {}).get("version")}
+    )
     if not runtime.get("vllm_version") and versions:
         runtime["vllm_version"] = versions[0] if len(versions) == 1 else ", ".join(versions)
     if len(versions) > 1:
@@ -304,25 +312,49 @@ def main():
             analysis["notes"].append("cannot read the workload file: %s" % exc)
     workload = None
     if wl_in.get("name"):
-        workload = workload_context(wl_in["name"], wl_in.get("file"), prompts, [r.get("summary") for r in runs],
-                                    wl_in.get("description"))
-    context, missing = build_context(hardware, p["model"], runtime or None,
-                                     p["request_params"] or request_params_from_runs(runs), workload)
+        workload = workload_context(
+            wl_in["name"],
+            wl_in.get("file"),
+            prompts,
+            [r.get("summary") for r in runs],
+            wl_in.get("description"),
+        )
+    context, missing = build_context(
+        hardware, p["model"], runtime or None, p["request_params"] or request_params_from_runs(runs), workload
+    )
     report = build_report(analysis, context, missing, service=p["service"])
     if missing and p["fail_on_incomplete_context"]:
         module.fail_json(msg="context incomplete: %s" % ", ".join(missing), context_missing=missing)
 
-    levels = [{"level": lv["level"], "verdict": lv["verdict"],
-               "speedups": lv["comparison"].get("speedups"), "headroom": lv["comparison"].get("headroom"),
-               "acceptance": lv.get("acceptance")} for lv in analysis["levels"]]
-    result = dict(changed=False, verdict=report["verdict"], recommendation=report["recommendation"],
-                  reasons=report["reasons"], notes=report["notes"], per_level=report["per_level"],
-                  target=report["target"], levels=levels, context=context, context_missing=missing,
-                  paths=None)
+    levels = [
+        {
+            "level": lv["level"],
+            "verdict": lv["verdict"],
+            "speedups": lv["comparison"].get("speedups"),
+            "headroom": lv["comparison"].get("headroom"),
+            "acceptance": lv.get("acceptance"),
+        }
+        for lv in analysis["levels"]
+    ]
+    result = dict(
+        changed=False,
+        verdict=report["verdict"],
+        recommendation=report["recommendation"],
+        reasons=report["reasons"],
+        notes=report["notes"],
+        per_level=report["per_level"],
+        target=report["target"],
+        levels=levels,
+        context=context,
+        context_missing=missing,
+        paths=None,
+    )
     if not module.check_mode:
         out_dir = p["output_dir"]
-        names = [os.path.join(out_dir, n) for n in ("report.json", "report.md", "latency.png", "throughput.png",
-                                                    "acceptance.png")]
+        names = [
+            os.path.join(out_dir, n)
+            for n in ("report.json", "report.md", "latency.png", "throughput.png", "acceptance.png")
+        ]
         before = _snapshot(names)
         try:
             paths = write_report(report, out_dir, plots=p["plots"])

@@ -214,12 +214,28 @@ def main():
     if p["temperature"] < 0:
         module.fail_json(msg="temperature must be >= 0")
     try:
-        bodies = build_requests(p["model"], p["prompts"], p["count"], p["max_tokens"], p["temperature"],
-                                p["request_params"], p["endpoint"])
+        bodies = build_requests(
+            p["model"],
+            p["prompts"],
+            p["count"],
+            p["max_tokens"],
+            p["temperature"],
+            p["request_params"],
+            p["endpoint"],
+        )
     except ValueError as exc:
         module.fail_json(msg=str(exc))
-    result = run({"url": p["url"], "requests": bodies, "endpoint": p["endpoint"], "headers": p["headers"],
-                  "timeout": p["timeout"], "validate_certs": p["validate_certs"], "metrics": p["metrics"]})
+    result = run(
+        {
+            "url": p["url"],
+            "requests": bodies,
+            "endpoint": p["endpoint"],
+            "headers": p["headers"],
+            "timeout": p["timeout"],
+            "validate_certs": p["validate_certs"],
+            "metrics": p["metrics"],
+        }
+    )
     module.exit_json(changed=False, **result)
 
 

@@ -244,14 +244,18 @@ def main():
             skip_reason=dict(type="str"),
             access=dict(type="dict", default={}),
             request=dict(type="dict", default={}),
-            thresholds=dict(type="dict", default={}, options=dict(
-                min_acceptance_rate=dict(type="float", default=0.5),
-                warn_acceptance_rate=dict(type="float", default=0.65),
-                min_mean_acceptance_length=dict(type="float"),
-                collapse_position=dict(type="int", default=2),
-                collapse_threshold=dict(type="float", default=0.05),
-                cross_check_tolerance=dict(type="float", default=0.05),
-            )),
+            thresholds=dict(
+                type="dict",
+                default={},
+                options=dict(
+                    min_acceptance_rate=dict(type="float", default=0.5),
+                    warn_acceptance_rate=dict(type="float", default=0.65),
+                    min_mean_acceptance_length=dict(type="float"),
+                    collapse_position=dict(type="int", default=2),
+                    collapse_threshold=dict(type="float", default=0.05),
+                    cross_check_tolerance=dict(type="float", default=0.05),
+                ),
+            ),
             report_dir=dict(type="path"),
             report_basename=dict(type="str", default="smoke"),
             plot=dict(type="bool", default=True),
@@ -260,9 +264,27 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    data = {k: p[k] for k in ("service", "expect", "plan", "inferenceservice", "pod", "container", "log_facts",
-                              "log_previous", "log_window", "metrics_before", "metrics_after", "probes",
-                              "skip_reason", "access", "request", "thresholds")}
+    data = {
+        k: p[k]
+        for k in (
+            "service",
+            "expect",
+            "plan",
+            "inferenceservice",
+            "pod",
+            "container",
+            "log_facts",
+            "log_previous",
+            "log_window",
+            "metrics_before",
+            "metrics_after",
+            "probes",
+            "skip_reason",
+            "access",
+            "request",
+            "thresholds",
+        )
+    }
     try:
         result = smoke.evaluate(data)
     except ValueError as exc:

@@ -264,7 +264,8 @@ runs:
       description:
         - Speculative-decoding figures of the timed requests from C(/metrics) deltas - C(spec_decode_enabled),
           C(num_drafts), C(num_draft_tokens), C(num_accepted_tokens), C(draft_acceptance_rate),
-          C(mean_acceptance_length), C(per_position_acceptance), C(server_latency_means); null without scrapes.
+          C(mean_acceptance_length), C(per_position_acceptance), C(server_latency_means); null without
+          scrapes.
       type: dict
     config:
       description: The run configuration without headers and prompt texts.
@@ -336,8 +337,14 @@ def _configs(p):
         q = cfg["qps"]
         if (q is None or str(q).lower() in ("inf", "none", "")) and not cfg["concurrency"]:
             raise RunConfigError("level %r: an unpaced level (no qps) needs a concurrency" % (level,))
-        label = "%s %s" % (p["label"] or p["side"] or "run", "qps=%s%s" % (
-            "inf" if q in (None, "") else q, "" if not cfg["concurrency"] else ",c=%s" % cfg["concurrency"]))
+        label = "%s %s" % (
+            p["label"] or p["side"] or "run",
+            "qps=%s%s"
+            % (
+                "inf" if q in (None, "") else q,
+                "" if not cfg["concurrency"] else ",c=%s" % cfg["concurrency"],
+            ),
+        )
         cfg["label"] = label
         out.append(cfg)
     return out
@@ -346,8 +353,11 @@ def _configs(p):
 def _progress_writer(path):
     def write(info):
         with open(path, "a") as fh:
-            fh.write("%(label)s: %(done)d/%(total)d done, %(failed)d failed, %(in_flight)d in flight, "
-                     "%(elapsed).1fs\n" % info)
+            fh.write(
+                "%(label)s: %(done)d/%(total)d done, %(failed)d failed, %(in_flight)d in flight, "
+                "%(elapsed).1fs\n" % info
+            )
+
     return write
 
 
@@ -356,7 +366,9 @@ def _finish(raw, p):
     for r in raw:
         model = (r.get("config") or {}).get("model")
         try:
-            acceptance = acceptance_from_scrapes(r.get("metrics_before"), r.get("metrics_after"), model_name=model)
+            acceptance = acceptance_from_scrapes(
+                r.get("metrics_before"), r.get("metrics_after"), model_name=model
+            )
         except ValueError as exc:  # a malformed page: keep the latency figures
             acceptance = {"error": str(exc)}
         run = {
@@ -415,7 +427,10 @@ def main():
     )
     p = module.params
     if not HAS_PROMETHEUS_CLIENT:
-        module.warn("prometheus-client is missing: no acceptance figures (%s)" % missing_required_lib("prometheus-client"))
+        module.warn(
+            "prometheus-client is missing: no acceptance figures (%s)"
+            % missing_required_lib("prometheus-client")
+        )
     if p["job_output"] is not None:
         try:
             raw = extract_job_output(p["job_output"])["runs"]

@@ -1,0 +1,41 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see galaxy.yml)
+"""Filters of the rollback role: the decision and the verification (module_utils/rollback)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.specpilot.core.plugins.module_utils import rollback
+
+
+def _mapping(value, what):
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise AnsibleFilterError("%s expects a mapping, got %s" % (what, type(value).__name__))
+    return dict(value)
+
+
+def rollback_decision(live, mode="off", options=None, now=None):
+    """live | rollback_decision(mode, options): what an off/restore rollback must write."""
+    if mode not in ("off", "restore"):
+        raise AnsibleFilterError("rollback_decision: mode must be off or restore, not %r" % (mode,))
+    return rollback.decide(_mapping(live, "rollback_decision") or {}, mode,
+                           float(now) if now is not None else time.time(), _mapping(options, "options") or {})
+
+
+def rollback_verify(live, decision):
+    """live | rollback_verify(decision): no speculative flags left, stored predictor as decided."""
+    return rollback.verify(_mapping(live, "rollback_verify") or {}, _mapping(decision, "decision") or {})
+
+
+class FilterModule(object):
+    """specpilot rollback filters."""
+
+    def filters(self):
+        return {"rollback_decision": rollback_decision, "rollback_verify": rollback_verify}

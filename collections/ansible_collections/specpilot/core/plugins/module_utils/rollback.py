@@ -1,0 +1,380 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see galaxy.yml)
+"""What a rollback of one service must write, decided from the LIVE InferenceService.
+
+* :func:`strip_speculative`: the engine args without ``--speculative-config`` (both the
+  ``--flag=value`` and the ``--flag value`` forms) or the V0 speculative flags; every other
+  argument is kept as it is, in its order;
+* :func:`decide`: for mode ``off`` (speculative decoding removed, ``--gpu-memory-utilization``
+  put back to its pre-speculative value when a recorded revision without speculative decoding
+  shows it) or ``restore`` (the predictor recorded by the deploy role in
+  ``specpilot.io/previous-revision``, exactly), the manifest to server-side apply, the revision
+  record to write with it (the deploy role's format: :mod:`deploy_state`), and what to wait for.
+
+Pure standard library (plus the deploy module_utils it reuses).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import posixpath
+import shlex
+
+from ansible_collections.specpilot.core.plugins.module_utils import deploy_rollout, deploy_state
+from ansible_collections.specpilot.core.plugins.module_utils.vllm_profiles import V0_FLAGS
+
+__all__ = ["SPEC_FLAGS", "speculative_args", "strip_speculative", "manifest_from_live", "predictor_args",
+           "draft_path", "decide"]
+
+# flags that take a value / that stand alone, dropped by an "off" rollback
+SPEC_FLAGS = ("--speculative-config", "--speculative_config") + tuple(
+    f for k, f in V0_FLAGS.items() if k not in ("disable_mqa_scorer", "disable_logprobs")) + (
+    "--speculative-disable-logprobs",)
+SPEC_SWITCHES = ("--speculative-disable-mqa-scorer", "--use-v2-block-manager")
+# --disable-logprobs-during-spec-decoding takes a value (True/False) in V0
+SPEC_FLAGS = SPEC_FLAGS + (V0_FLAGS["disable_logprobs"],)
+GMU_FLAG = "--gpu-memory-utilization"
+ANN_ROLLBACK = "specpilot.io/rollback"
+_SYSTEM_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
+
+
+def _flag(arg):
+    return arg.split("=", 1)[0] if isinstance(arg, str) else None
+
+
+def _is_spec(arg):
+    return _flag(arg) in SPEC_FLAGS or arg in SPEC_SWITCHES
+
+
+def speculative_args(args):
+    """The speculative arguments found in ``args`` (a list; shell commands inside one string too)."""
+    found = []
+    items = list(args or [])
+    for i, arg in enumerate(items):
+        if not isinstance(arg, str):
+            continue
+        if _is_spec(arg):
+            found.append(arg if "=" in arg or arg in SPEC_SWITCHES or i + 1 >= len(items)
+                         else "%s %s" % (arg, items[i + 1]))
+        elif " " in arg and any(f in arg for f in SPEC_FLAGS + SPEC_SWITCHES):
+            found.append(arg)
+    return found
+
+
+def _strip_shell(text):
+    """Remove the speculative flags from a shell command line kept in one argument."""
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        return text
+    out, skip = [], False
+    for i, word in enumerate(words):
+        if skip:
+            skip = False
+            continue
+        if _is_spec(word):
+            if "=" not in word and word not in SPEC_SWITCHES and i + 1 < len(words):
+                skip = True
+            continue
+        out.append(word)
+    return " ".join(shlex.quote(w) for w in out)
+
+
+def strip_speculative(args):
+    """``args`` without the speculative arguments; the rest untouched, in order."""
+    items = list(args or [])
+    out, skip = [], False
+    for i, arg in enumerate(items):
+        if skip:
+            skip = False
+            continue
+        if not isinstance(arg, str):
+            out.append(arg)
+            continue
+        if _is_spec(arg):
+            if "=" not in arg and arg not in SPEC_SWITCHES and i + 1 < len(items) \
+                    and not str(items[i + 1]).startswith("--"):
+                skip = True
+            continue
+        if " " in arg and any(f in arg for f in SPEC_FLAGS + SPEC_SWITCHES):
+            out.append(_strip_shell(arg))
+            continue
+        out.append(arg)
+    return out
+
+
+def _gmu(args):
+    for arg in args or []:
+        if isinstance(arg, str) and arg.startswith(GMU_FLAG + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _set_gmu(args, value):
+    out = [a for a in args if not (isinstance(a, str) and a.startswith(GMU_FLAG + "="))]
+    if value is None:
+        return out
+    index = next((i for i, a in enumerate(args) if isinstance(a, str) and a.startswith(GMU_FLAG + "=")), None)
+    if index is None:
+        index = 1 if out and str(out[0]).startswith("--model") else len(out)
+    out.insert(index, "%s=%s" % (GMU_FLAG, value))
+    return out
+
+
+def _model(predictor):
+    return (predictor or {}).get("model") or {}
+
+
+def predictor_args(predictor):
+    """The engine args of a predictor: ``model.args`` (or the first container's)."""
+    model = _model(predictor)
+    if "args" in model or model:
+        return list(model.get("args") or [])
+    containers = (predictor or {}).get("containers") or []
+    return list((containers[0] if containers else {}).get("args") or [])
+
+
+def _with_args(predictor, args):
+    out = copy.deepcopy(predictor or {})
+    if out.get("model") is not None:
+        out["model"]["args"] = list(args)
+    elif out.get("containers"):
+        out["containers"][0]["args"] = list(args)
+    return out
+
+
+def draft_path(args):
+    """The draft model path named in the speculative args (``model`` of the config or
+    ``--speculative-model``), or None (n-gram, suffix, MTP)."""
+    for arg in args or []:
+        if not isinstance(arg, str):
+            continue
+        flag, _, value = arg.partition("=")
+        if flag in ("--speculative-config", "--speculative_config"):
+            try:
+                cfg = json.loads(value)
+            except ValueError:
+                continue
+            if isinstance(cfg, dict) and isinstance(cfg.get("model"), str) and cfg["model"].startswith("/"):
+                return cfg["model"]
+        if flag == V0_FLAGS["model"] and value.startswith("/"):
+            return value
+    return None
+
+
+def manifest_from_live(isvc):
+    """The apply manifest of a live InferenceService: name, namespace, labels, annotations, spec."""
+    md = isvc.get("metadata") or {}
+    return {
+        "apiVersion": isvc.get("apiVersion") or "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {
+            "name": md.get("name"),
+            "namespace": md.get("namespace"),
+            "labels": dict(md.get("labels") or {}),
+            "annotations": {k: v for k, v in (md.get("annotations") or {}).items() if k not in _SYSTEM_ANNOTATIONS},
+        },
+        "spec": copy.deepcopy(isvc.get("spec") or {}),
+    }
+
+
+def _digest(data):
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _baseline_gmu(revisions):
+    """--gpu-memory-utilization of the newest recorded revision that ran without speculative decoding:
+    (found, value) - value None when that revision did not set it."""
+    for rev in reversed(revisions):
+        args = predictor_args(rev.get("predictor"))
+        if args and not speculative_args(args):
+            return True, _gmu(args)
+    return False, None
+
+
+def _storage_drop(predictor, path):
+    """Option A: the predictor without the storageUris entry that mounts the draft at ``path``."""
+    uris = list(predictor.get("storageUris") or [])
+    if not path or not uris:
+        return predictor, None
+    keep, dropped = [], None
+    for entry in uris:
+        mount = (entry or {}).get("mountPath") or ""
+        if dropped is None and mount and (path == mount or path.startswith(mount.rstrip("/") + "/")):
+            dropped = entry
+            continue
+        keep.append(entry)
+    if dropped is None or not keep:
+        return predictor, None
+    out = copy.deepcopy(predictor)
+    out["storageUris"] = keep
+    return out, dropped
+
+
+def _pvc_target(predictor, path, mount_root="/mnt/models"):
+    """Option C: ``{claim, subpath}`` of the draft directory on the PVC, or None."""
+    uri = _model(predictor).get("storageUri") or predictor.get("storageUri") or ""
+    if not uri.startswith("pvc://") or not path:
+        return None
+    rest = uri[len("pvc://"):]
+    claim, _, base = rest.partition("/")
+    root = mount_root.rstrip("/")
+    if not path.startswith(root + "/"):
+        return None
+    sub = posixpath.normpath(posixpath.join(base, path[len(root) + 1:]))
+    if not claim or sub in (".", "", "/") or sub.startswith(".."):
+        return None
+    return {"claim": claim, "subpath": sub.lstrip("/")}
+
+
+def decide(live, mode="off", now=None, options=None):
+    """Everything the rollback role needs before it writes anything.
+
+    ``live``: what ``specpilot.core.deploy_state`` read.  ``options``: ``gpu_memory_utilization``
+    (``auto``: from the history, ``keep``, or a value), ``reclaim_draft`` (bool), ``history_limit``.
+    """
+    opts = {"gpu_memory_utilization": "auto", "reclaim_draft": False, "history_limit": deploy_state.HISTORY_LIMIT}
+    opts.update({k: v for k, v in (options or {}).items() if v is not None})
+    isvc = (live or {}).get("inferenceservice")
+    if not isvc:
+        return {"present": False, "needs_apply": False, "mode": mode, "error": None,
+                "message": "InferenceService not found"}
+    md = isvc.get("metadata") or {}
+    annotations = md.get("annotations") or {}
+    deployment, pods = live.get("deployment"), live.get("pods") or []
+    live_status = deploy_rollout.rollout_status(deploy_rollout.expected_from_isvc(isvc), isvc, deployment, pods,
+                                                now=now)
+    predictor = (isvc.get("spec") or {}).get("predictor") or {}
+    before_args = predictor_args(predictor)
+    record_raw = annotations.get(deploy_state.ANN_PREVIOUS)
+    try:
+        record = json.loads(record_raw) if record_raw else None
+    except ValueError:
+        record = None
+    revisions = deploy_state.history_revisions(live.get("history"))
+    out = {
+        "present": True, "mode": mode, "error": None, "name": md.get("name"), "namespace": md.get("namespace"),
+        "live_digest": annotations.get(deploy_state.ANN_DIGEST), "live_ready": bool(live_status["done"]),
+        "live_rollout": live_status["message"], "before_args": before_args,
+        "speculative_before": speculative_args(before_args), "record_digest": (record or {}).get("digest"),
+        "reclaim": None, "runtime": None, "history": None,
+    }
+    manifest = manifest_from_live(isvc)
+    if mode == "restore":
+        if not record or not isinstance(record.get("predictor"), dict):
+            out.update(needs_apply=False, error="no revision recorded on %s/%s (annotation %s): nothing to restore"
+                       % (md.get("namespace"), md.get("name"), deploy_state.ANN_PREVIOUS))
+            return out
+        new_predictor = copy.deepcopy(record["predictor"])
+        manifest["metadata"]["labels"] = dict(record.get("labels") or {})
+        manifest["metadata"]["annotations"] = dict(record.get("annotations") or {})
+        # the record stays: a second restore finds the predictor restored and does nothing
+        manifest["metadata"]["annotations"][deploy_state.ANN_PREVIOUS] = record_raw
+        manifest["spec"]["predictor"] = new_predictor
+        digest = record.get("digest") or _digest(new_predictor)
+        changed = new_predictor != predictor or any(
+            annotations.get(k) != v for k, v in manifest["metadata"]["annotations"].items())
+        entry = deploy_state.revision_snapshot(isvc, None, bool(live_status["done"]), now) if changed else None
+        if record.get("runtime"):
+            out["runtime"] = deploy_state.runtime_manifest(record["runtime"])
+        out["gmu"] = None
+    else:
+        new_args = strip_speculative(before_args)
+        gmu_before = _gmu(before_args)
+        gmu_note = None
+        if out["speculative_before"]:
+            wanted = opts["gpu_memory_utilization"]
+            if wanted not in ("auto", "keep", ""):
+                new_args = _set_gmu(new_args, str(wanted))
+                gmu_note = "set to %s" % wanted
+            elif wanted == "auto":
+                found, value = _baseline_gmu(revisions + ([record] if record else []))
+                if found and value != gmu_before:
+                    new_args = _set_gmu(new_args, value)
+                    gmu_note = "restored to %s (recorded revision without speculative decoding)" % (
+                        value if value is not None else "the vLLM default")
+        out["gmu"] = {"before": gmu_before, "after": _gmu(new_args), "note": gmu_note}
+        new_predictor = _with_args(predictor, new_args)
+        reclaim = None
+        if opts["reclaim_draft"]:
+            path = draft_path(before_args)
+            for rev in reversed(revisions + ([record] if record else [])):
+                path = path or draft_path(predictor_args(rev.get("predictor")))
+            new_predictor, dropped = _storage_drop(new_predictor, path)
+            reclaim = {"draft_path": path, "storage_uri_dropped": dropped,
+                       "pvc": _pvc_target(predictor, path), "modelcar": (_model(predictor).get("storageUri") or "")
+                       .startswith("oci://")}
+        out["reclaim"] = reclaim
+        manifest["spec"]["predictor"] = new_predictor
+        changed = new_predictor != predictor
+        digest = annotations.get(deploy_state.ANN_DIGEST) if not changed else _digest(
+            {"rollback": "off", "predictor": new_predictor})
+        entry = None
+        if changed:
+            rec = deploy_state.record_for(digest, isvc, None, bool(live_status["done"]), now)
+            if rec["annotation"]:
+                manifest["metadata"]["annotations"][deploy_state.ANN_PREVIOUS] = rec["annotation"]
+            entry = rec["entry"]
+            manifest["metadata"]["annotations"][deploy_state.ANN_DIGEST] = digest
+            manifest["metadata"]["annotations"][ANN_ROLLBACK] = "off"
+    after_args = predictor_args(new_predictor)
+    if entry is not None:
+        data = deploy_state.history_data(live.get("history"), entry, digest, opts["history_limit"])
+        if data:
+            out["history"] = {"name": deploy_state.history_name(md.get("name")), "data": data}
+    out.update(
+        needs_apply=bool(changed),
+        manifest=manifest,
+        predictor=new_predictor,
+        after_args=after_args,
+        speculative_after=speculative_args(after_args),
+        removed_args=[a for a in before_args if a not in after_args],
+        added_args=[a for a in after_args if a not in before_args],
+        digest=digest,
+        # what rollout_wait needs (the same wait as deploy)
+        wait_plan={"name": md.get("name"), "namespace": md.get("namespace"), "spec_digest": digest or _digest(
+            new_predictor), "args": after_args, "deployment_mode": deploy_rollout.expected_from_isvc(isvc)["mode"],
+            "startup_timeout_seconds": 900},
+        baseline={"latest_created_revision": (((isvc.get("status") or {}).get("components") or {}).get(
+            "predictor") or {}).get("latestCreatedRevision"),
+            "deployment_generation": ((deployment or {}).get("metadata") or {}).get("generation"),
+            "rollout_expected": bool(changed)},
+        ready=bool(live_status["done"]) and not changed,
+    )
+    return out
+
+
+def verify(live, decision):
+    """After the rollout: stored spec, Deployment template and pods carry no speculative flags, and
+    the stored predictor is the decided one.  ``{ok, problems, checks}``."""
+    isvc = (live or {}).get("inferenceservice") or {}
+    predictor = (isvc.get("spec") or {}).get("predictor") or {}
+    problems, checks = [], {}
+    want_off = decision.get("mode") == "off"
+    stored = predictor_args(predictor)
+    checks["stored_predictor_exact"] = predictor == decision.get("predictor")
+    if not checks["stored_predictor_exact"]:
+        problems.append("the stored predictor differs from the one applied")
+    if want_off:
+        checks["stored_args_off"] = not speculative_args(stored)
+        if not checks["stored_args_off"]:
+            problems.append("the stored InferenceService still has %s" % speculative_args(stored))
+        container = deploy_rollout.template_container(live.get("deployment"))
+        if container is not None:
+            checks["template_args_off"] = not speculative_args(container.get("args"))
+            if not checks["template_args_off"]:
+                problems.append("the Deployment pod template still has %s" % speculative_args(container.get("args")))
+        pod_flags = []
+        for pod in live.get("pods") or []:
+            if (pod.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            for c in (pod.get("spec") or {}).get("containers") or []:
+                if c.get("name") == deploy_rollout.CONTAINER:
+                    pod_flags.extend(speculative_args(c.get("args")))
+        checks["pod_args_off"] = not pod_flags
+        if pod_flags:
+            problems.append("a predictor pod still runs with %s" % pod_flags)
+    return {"ok": not problems, "problems": problems, "checks": checks}

@@ -1,0 +1,181 @@
+"""playbooks/rollback.yml against the API emulator, the test playing KServe (deploy's FakeKServe).
+
+Checked on the stored objects: off removes the speculative args (server-side apply by deploy's
+field manager), records the live revision in deploy's format, waits for the new rollout, releases
+deploy's lock; a second run writes nothing (changed=0, no new pod); restore re-applies the recorded
+predictor byte-for-byte; check mode writes nothing; a missing service fails clearly or is skipped;
+20% injected API faults -> completes or fails clearly, and a re-run completes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
+from deploy_helpers import NGRAM, FakeKServe, Run, create_namespace, get, run_deploy, write_inventory  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+ISVC_API = "serving.kserve.io/v1beta1"
+PLAYBOOK = "playbooks/rollback.yml"
+GROUP = {"specpilot_rollback_smoke": False, "specpilot_rollback_wait_delay": 0.5,
+         "specpilot_rollback_wait_timeout": 60, "specpilot_rollback_api_retries": 8}
+
+
+def _rollback(emu, tmp, inv, *args, timeout=600) -> Run:
+    return Run(emu, tmp, inv, "-e", "specpilot_rollback_report_dir=%s" % (tmp / "reports"), *args,
+               playbook=PLAYBOOK).wait(timeout)
+
+
+def _ok(run: Run) -> None:
+    assert run.rc == 0, run.out[-6000:]
+
+
+def _isvc(emu, ns, name="svc"):
+    return get(emu, ISVC_API, "InferenceService", name, ns)
+
+
+def _pods(emu, ns, name="svc"):
+    return [p["metadata"]["name"] for p in emu.dynamic_client().resources.get(api_version="v1", kind="Pod").get(
+        namespace=ns, label_selector=f"serving.kserve.io/inferenceservice={name}").to_dict()["items"]]
+
+
+def _spec_args(args):
+    return [a for a in args if "speculative" in a or "ngram" in a]
+
+
+def _setup(emu, tmp, ns, group=None):
+    create_namespace(emu, ns)
+    inv = write_inventory(tmp / "inv", ns, {"svc": {"specpilot_speculative": NGRAM}}, dict(GROUP, **(group or {})))
+    with FakeKServe(emu, ns):
+        _ok(run_deploy(emu, tmp, inv))
+    return inv
+
+
+def test_off_then_rerun_then_restore(emulator, tmp_path):
+    ns = "rb-main"
+    inv = _setup(emulator, tmp_path, ns)
+    deployed = _isvc(emulator, ns)
+    on_predictor = deployed["spec"]["predictor"]
+    on_args = on_predictor["model"]["args"]
+    assert _spec_args(on_args)
+
+    with FakeKServe(emulator, ns):
+        first = _rollback(emulator, tmp_path, inv)
+        _ok(first)
+        assert "svc: off, rolled back, ready" in first.out, first.out[-3000:]
+        isvc = _isvc(emulator, ns)
+        args = isvc["spec"]["predictor"]["model"]["args"]
+        assert _spec_args(args) == []
+        assert args == [a for a in on_args if not _spec_args([a])]  # other args untouched, same order
+        anns = isvc["metadata"]["annotations"]
+        record = json.loads(anns["specpilot.io/previous-revision"])
+        assert record["predictor"] == on_predictor and record["digest"] == deployed["metadata"]["annotations"][
+            "specpilot.io/spec-digest"]
+        assert anns["specpilot.io/spec-digest"] != record["digest"]
+        assert any(m["manager"] == "specpilot" and m["operation"] == "Apply" for m in isvc["metadata"]["managedFields"])
+        history = json.loads(get(emulator, "v1", "ConfigMap", "svc-specpilot-history", ns)["data"]["revisions.json"])
+        assert history[-1]["predictor"] == on_predictor
+        assert get(emulator, "coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", ns) is None  # released
+        dep = get(emulator, "apps/v1", "Deployment", "svc-predictor", ns)
+        assert _spec_args(dep["spec"]["template"]["spec"]["containers"][0]["args"]) == []
+        report = json.loads((tmp_path / "reports" / "svc.json").read_text())
+        assert report["changed"] and report["before"]["speculative"] and report["after"]["speculative"] == []
+        assert report["verification"]["ok"] and report["rollout"]["done"]
+        assert "| speculative args |" in (tmp_path / "reports" / "svc.md").read_text()
+
+    # the same again (KServe paused, so that every write would be the rollback's): nothing written, no new pod
+    pods = _pods(emulator, ns)
+    mark = emulator.control.mark()
+    again = _rollback(emulator, tmp_path, inv)
+    _ok(again)
+    assert again.recap()["svc"]["changed"] == 0, again.changed_tasks()
+    assert emulator.control.writes(since=mark) == []
+    assert _pods(emulator, ns) == pods
+    assert "svc: off, unchanged, ready" in again.out
+
+    with FakeKServe(emulator, ns):
+        # restore: the recorded predictor, byte for byte
+        restored_run = _rollback(emulator, tmp_path, inv, "-e", "specpilot_rollback_mode=restore")
+        _ok(restored_run)
+        restored = _isvc(emulator, ns)
+        assert json.dumps(restored["spec"]["predictor"], sort_keys=True) == json.dumps(on_predictor, sort_keys=True)
+        assert restored["spec"]["predictor"] == record["predictor"]
+        assert restored["metadata"]["annotations"]["specpilot.io/spec-digest"] == record["digest"]
+        assert "specpilot.io/rollback" not in restored["metadata"]["annotations"]
+
+    mark = emulator.control.mark()
+    restore_again = _rollback(emulator, tmp_path, inv, "-e", "specpilot_rollback_mode=restore")
+    _ok(restore_again)
+    assert restore_again.recap()["svc"]["changed"] == 0, restore_again.changed_tasks()
+    assert emulator.control.writes(since=mark) == []
+
+    # deploy after restore: in sync, nothing to write
+    mark = emulator.control.mark()
+    redeploy = run_deploy(emulator, tmp_path, inv)
+    _ok(redeploy)
+    assert emulator.control.writes(since=mark) == [], redeploy.out[-3000:]
+
+
+def test_check_mode_shows_the_diff_and_writes_nothing(emulator, tmp_path):
+    ns = "rb-check"
+    inv = _setup(emulator, tmp_path, ns)
+    before = _isvc(emulator, ns)
+    mark = emulator.control.mark()
+    run = _rollback(emulator, tmp_path, inv, "--check", "--diff")
+    _ok(run)
+    assert [w for w in emulator.control.writes(since=mark) if not w.get("dry_run")] == [], \
+        emulator.control.writes(since=mark)
+    assert _isvc(emulator, ns)["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert "speculative-config" in run.out and "would change" in run.out
+
+
+def test_missing_service_fails_clearly_or_is_skipped(emulator, tmp_path):
+    ns = "rb-missing"
+    create_namespace(emulator, ns)
+    inv = write_inventory(tmp_path / "inv", ns, {"ghost": {"specpilot_speculative": NGRAM}}, GROUP)
+    run = _rollback(emulator, tmp_path, inv)
+    assert run.rc != 0
+    assert "InferenceService rb-missing/ghost not found" in run.out
+    ok = _rollback(emulator, tmp_path, inv, "-e", "specpilot_rollback_missing_ok=true")
+    _ok(ok)
+    assert "ghost: skipped (no InferenceService)" in ok.out
+    assert ok.recap()["ghost"]["changed"] == 0
+
+
+def test_lock_held_by_a_deploy_fails_fast(emulator, tmp_path):
+    ns = "rb-lock"
+    inv = _setup(emulator, tmp_path, ns)
+    emulator.dynamic_client().resources.get(api_version="coordination.k8s.io/v1", kind="Lease").create(
+        namespace=ns, body={"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                            "metadata": {"name": "specpilot-deploy-svc"},
+                            "spec": {"holderIdentity": "alice@ci/deploy", "leaseDurationSeconds": 3600,
+                                     "renewTime": "2099-01-01T00:00:00.000000Z",
+                                     "acquireTime": "2099-01-01T00:00:00.000000Z"}})
+    mark = emulator.control.mark()
+    run = _rollback(emulator, tmp_path, inv)
+    assert run.rc != 0 and "held by alice@ci/deploy" in run.out, run.out[-3000:]
+    assert emulator.control.writes(since=mark) == []
+    assert _spec_args(_isvc(emulator, ns)["spec"]["predictor"]["model"]["args"])
+
+
+def test_twenty_percent_api_faults_then_a_rerun_completes(emulator, tmp_path):
+    ns = "rb-faults"
+    inv = _setup(emulator, tmp_path, ns)
+    with FakeKServe(emulator, ns):
+        emulator.control.add_fault(verb="*", resource="*", namespace=ns, rate=0.2, code=500, seed=8)
+        emulator.control.add_fault(verb="patch", resource="*", namespace=ns, rate=0.2, code=409, seed=9)
+        try:
+            faulty = _rollback(emulator, tmp_path, inv)
+        finally:
+            emulator.control.clear_faults()
+        if faulty.rc != 0:  # a clear failure, not a traceback
+            assert "FAILED at" in faulty.out and "Traceback" not in faulty.out, faulty.out[-4000:]
+        again = _rollback(emulator, tmp_path, inv)
+        _ok(again)
+    assert _spec_args(_isvc(emulator, ns)["spec"]["predictor"]["model"]["args"]) == []
+    assert get(emulator, "coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", ns) is None
