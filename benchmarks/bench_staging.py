@@ -243,12 +243,13 @@ def run():
         # PVC copy throughput: the staging program (pvc:// source) against cp -r + sync
         src = tmp / "models"
 
-        def stage_copy():
+        def stage_copy(verify):
             dest = Path(tempfile.mkdtemp(dir=tmp, prefix="pvc-"))
             req = {
                 "format": 1,
                 "dest_root": str(dest),
                 "progress_interval": 60,
+                "verify": verify,
                 "artifacts": [
                     {
                         "role": "target",
@@ -280,18 +281,23 @@ def run():
             shutil.rmtree(dest)
             return took
 
-        t_cp = _best(cp_copy)
-        t_stage = _best(stage_copy)
-        tput = (target_bytes / t_stage) / (target_bytes / t_cp)
-        rows.append(
-            {
-                "name": f"PVC staging copy throughput / cp -r + sync, {label}",
-                "value": round(tput, 2),
-                "unit": f"x ({target_bytes / t_stage / 2**20:.0f} vs {target_bytes / t_cp / 2**20:.0f} MiB/s)",
-                "target": ">= 0.8",
-                "ok": tput >= 0.8,
-            }
-        )
+        # interleaved, best of REPEAT + 1 each: the machine is shared
+        t_cp = t_sha = t_size = float("inf")
+        for _ in range(REPEAT + 1):
+            t_cp = min(t_cp, cp_copy())
+            t_sha = min(t_sha, stage_copy("sha256"))
+            t_size = min(t_size, stage_copy("size"))
+        for verify, t_stage in (("sha256 of every byte", t_sha), ("verify: size, in-kernel copy", t_size)):
+            tput = t_cp / t_stage
+            rows.append(
+                {
+                    "name": f"PVC staging copy throughput / cp -r + sync, {label}, {verify}",
+                    "value": round(tput, 2),
+                    "unit": f"x ({target_bytes / t_stage / 2**20:.0f} vs {target_bytes / t_cp / 2**20:.0f} MiB/s)",
+                    "target": ">= 0.8",
+                    "ok": tput >= 0.8,
+                }
+            )
 
         rows.append(_resume(tmp, src, target_bytes))
     finally:

@@ -79,7 +79,7 @@ def test_pvc_staging_from_http_and_s3_then_nothing_to_do(fake_lab, sources, tmp_
         host = pvc_host(srv.files_url("target/"), "s3://models/llama/draft")
         host["specpilot_draft"]["secret_name"] = "s3-creds"
         inv = ss.write_inventory(tmp_path, {"svc": host}, ss.lab_staging_vars())
-        proc = ss.run_playbook(inv, lab.emu.env)
+        proc = ss.run_playbook(inv, lab.emu.env, "-vvv")  # the run that creates the Job, at -vvv
         out = proc.stdout + proc.stderr
         assert proc.returncode == 0, out[-6000:]
         assert ss.recap(out)["svc"]["changed"] >= 4

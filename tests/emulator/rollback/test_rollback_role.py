@@ -16,19 +16,32 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
-from deploy_helpers import NGRAM, FakeKServe, Run, create_namespace, get, run_deploy, write_inventory  # noqa: E402
+from deploy_helpers import (
+    NGRAM,
+    FakeKServe,
+    Run,
+    create_namespace,
+    get,
+    run_deploy,
+    write_inventory,
+)  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 ISVC_API = "serving.kserve.io/v1beta1"
 PLAYBOOK = "playbooks/rollback.yml"
-GROUP = {"specpilot_rollback_smoke": False, "specpilot_rollback_wait_delay": 0.5,
-         "specpilot_rollback_wait_timeout": 60, "specpilot_rollback_api_retries": 8}
+GROUP = {
+    "specpilot_rollback_smoke": False,
+    "specpilot_rollback_wait_delay": 0.5,
+    "specpilot_rollback_wait_timeout": 60,
+    "specpilot_rollback_api_retries": 8,
+}
 
 
 def _rollback(emu, tmp, inv, *args, timeout=600) -> Run:
-    return Run(emu, tmp, inv, "-e", "specpilot_rollback_report_dir=%s" % (tmp / "reports"), *args,
-               playbook=PLAYBOOK).wait(timeout)
+    return Run(
+        emu, tmp, inv, "-e", "specpilot_rollback_report_dir=%s" % (tmp / "reports"), *args, playbook=PLAYBOOK
+    ).wait(timeout)
 
 
 def _ok(run: Run) -> None:
@@ -40,8 +53,13 @@ def _isvc(emu, ns, name="svc"):
 
 
 def _pods(emu, ns, name="svc"):
-    return [p["metadata"]["name"] for p in emu.dynamic_client().resources.get(api_version="v1", kind="Pod").get(
-        namespace=ns, label_selector=f"serving.kserve.io/inferenceservice={name}").to_dict()["items"]]
+    return [
+        p["metadata"]["name"]
+        for p in emu.dynamic_client()
+        .resources.get(api_version="v1", kind="Pod")
+        .get(namespace=ns, label_selector=f"serving.kserve.io/inferenceservice={name}")
+        .to_dict()["items"]
+    ]
 
 
 def _spec_args(args):
@@ -50,7 +68,9 @@ def _spec_args(args):
 
 def _setup(emu, tmp, ns, group=None):
     create_namespace(emu, ns)
-    inv = write_inventory(tmp / "inv", ns, {"svc": {"specpilot_speculative": NGRAM}}, dict(GROUP, **(group or {})))
+    inv = write_inventory(
+        tmp / "inv", ns, {"svc": {"specpilot_speculative": NGRAM}}, dict(GROUP, **(group or {}))
+    )
     with FakeKServe(emu, ns):
         _ok(run_deploy(emu, tmp, inv))
     return inv
@@ -74,13 +94,22 @@ def test_off_then_rerun_then_restore(emulator, tmp_path):
         assert args == [a for a in on_args if not _spec_args([a])]  # other args untouched, same order
         anns = isvc["metadata"]["annotations"]
         record = json.loads(anns["specpilot.io/previous-revision"])
-        assert record["predictor"] == on_predictor and record["digest"] == deployed["metadata"]["annotations"][
-            "specpilot.io/spec-digest"]
+        assert (
+            record["predictor"] == on_predictor
+            and record["digest"] == deployed["metadata"]["annotations"]["specpilot.io/spec-digest"]
+        )
         assert anns["specpilot.io/spec-digest"] != record["digest"]
-        assert any(m["manager"] == "specpilot" and m["operation"] == "Apply" for m in isvc["metadata"]["managedFields"])
-        history = json.loads(get(emulator, "v1", "ConfigMap", "svc-specpilot-history", ns)["data"]["revisions.json"])
+        assert any(
+            m["manager"] == "specpilot" and m["operation"] == "Apply"
+            for m in isvc["metadata"]["managedFields"]
+        )
+        history = json.loads(
+            get(emulator, "v1", "ConfigMap", "svc-specpilot-history", ns)["data"]["revisions.json"]
+        )
         assert history[-1]["predictor"] == on_predictor
-        assert get(emulator, "coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", ns) is None  # released
+        assert (
+            get(emulator, "coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", ns) is None
+        )  # released
         dep = get(emulator, "apps/v1", "Deployment", "svc-predictor", ns)
         assert _spec_args(dep["spec"]["template"]["spec"]["containers"][0]["args"]) == []
         report = json.loads((tmp_path / "reports" / "svc.json").read_text())
@@ -103,7 +132,9 @@ def test_off_then_rerun_then_restore(emulator, tmp_path):
         restored_run = _rollback(emulator, tmp_path, inv, "-e", "specpilot_rollback_mode=restore")
         _ok(restored_run)
         restored = _isvc(emulator, ns)
-        assert json.dumps(restored["spec"]["predictor"], sort_keys=True) == json.dumps(on_predictor, sort_keys=True)
+        assert json.dumps(restored["spec"]["predictor"], sort_keys=True) == json.dumps(
+            on_predictor, sort_keys=True
+        )
         assert restored["spec"]["predictor"] == record["predictor"]
         assert restored["metadata"]["annotations"]["specpilot.io/spec-digest"] == record["digest"]
         assert "specpilot.io/rollback" not in restored["metadata"]["annotations"]
@@ -128,8 +159,9 @@ def test_check_mode_shows_the_diff_and_writes_nothing(emulator, tmp_path):
     mark = emulator.control.mark()
     run = _rollback(emulator, tmp_path, inv, "--check", "--diff")
     _ok(run)
-    assert [w for w in emulator.control.writes(since=mark) if not w.get("dry_run")] == [], \
-        emulator.control.writes(since=mark)
+    assert [
+        w for w in emulator.control.writes(since=mark) if not w.get("dry_run")
+    ] == [], emulator.control.writes(since=mark)
     assert _isvc(emulator, ns)["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     assert "speculative-config" in run.out and "would change" in run.out
 
@@ -151,11 +183,19 @@ def test_lock_held_by_a_deploy_fails_fast(emulator, tmp_path):
     ns = "rb-lock"
     inv = _setup(emulator, tmp_path, ns)
     emulator.dynamic_client().resources.get(api_version="coordination.k8s.io/v1", kind="Lease").create(
-        namespace=ns, body={"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                            "metadata": {"name": "specpilot-deploy-svc"},
-                            "spec": {"holderIdentity": "alice@ci/deploy", "leaseDurationSeconds": 3600,
-                                     "renewTime": "2099-01-01T00:00:00.000000Z",
-                                     "acquireTime": "2099-01-01T00:00:00.000000Z"}})
+        namespace=ns,
+        body={
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "specpilot-deploy-svc"},
+            "spec": {
+                "holderIdentity": "alice@ci/deploy",
+                "leaseDurationSeconds": 3600,
+                "renewTime": "2099-01-01T00:00:00.000000Z",
+                "acquireTime": "2099-01-01T00:00:00.000000Z",
+            },
+        },
+    )
     mark = emulator.control.mark()
     run = _rollback(emulator, tmp_path, inv)
     assert run.rc != 0 and "held by alice@ci/deploy" in run.out, run.out[-3000:]

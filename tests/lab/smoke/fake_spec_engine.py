@@ -126,17 +126,16 @@ def logger_loop():
             "APIServer",
             "INFO",
             "loggers.py:335",
-            "Engine 000: Avg prompt throughput: 10.0 tokens/s, Avg generation "
-            "throughput: 20.0 tokens/s, Running: 0 reqs, Waiting: 0 reqs, CPU KV cache usage: 0.0%, Prefix cache hit "
-            "rate: 0.0%",
+            "Engine 000: Avg prompt throughput: 10.0 tokens/s, Avg generation throughput: 20.0 tokens/s, "
+            "Running: 0 reqs, Waiting: 0 reqs, CPU KV cache usage: 0.0%, Prefix cache hit rate: 0.0%",
         )
         pos = ", ".join("%.3f" % (a / w["drafts"]) for a in w["per_pos"])
         log(
             "APIServer",
             "INFO",
             "metrics.py:120",
-            "SpecDecoding metrics: Mean acceptance length: %.2f, Accepted "
-            "throughput: %.2f tokens/s, Drafted throughput: %.2f tokens/s, Accepted: %d tokens, Drafted: %d tokens, "
+            "SpecDecoding metrics: Mean acceptance length: %.2f, Accepted throughput: %.2f tokens/s, "
+            "Drafted throughput: %.2f tokens/s, Accepted: %d tokens, Drafted: %d tokens, "
             "Per-position acceptance rate: %s, Avg Draft acceptance rate: %.1f%%"
             % (
                 1 + w["accepted"] / w["drafts"],

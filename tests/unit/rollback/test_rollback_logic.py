@@ -17,33 +17,61 @@ def _isvc(args, annotations=None, storage=None, uris=None):
     predictor = {"model": model, "minReplicas": 1}
     if uris:
         predictor["storageUris"] = uris
-    return {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
-            "metadata": {"name": "svc", "namespace": "ns", "resourceVersion": "7", "uid": "u", "generation": 2,
-                         "managedFields": [{"manager": "specpilot", "operation": "Apply"}],
-                         "labels": {"app.kubernetes.io/managed-by": "specpilot"},
-                         "annotations": dict({deploy_state.ANN_DIGEST: "a" * 64,
-                                              "kubectl.kubernetes.io/last-applied-configuration": "{}"},
-                                             **(annotations or {}))},
-            "spec": {"predictor": predictor}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    return {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {
+            "name": "svc",
+            "namespace": "ns",
+            "resourceVersion": "7",
+            "uid": "u",
+            "generation": 2,
+            "managedFields": [{"manager": "specpilot", "operation": "Apply"}],
+            "labels": {"app.kubernetes.io/managed-by": "specpilot"},
+            "annotations": dict(
+                {deploy_state.ANN_DIGEST: "a" * 64, "kubectl.kubernetes.io/last-applied-configuration": "{}"},
+                **(annotations or {}),
+            ),
+        },
+        "spec": {"predictor": predictor},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
 
 
 def test_strip_keeps_everything_else_in_order():
     args = ["--model=/mnt/models/target", "--max-model-len=512", NGRAM, "--dtype=float32", "--enforce-eager"]
-    assert rollback.strip_speculative(args) == ["--model=/mnt/models/target", "--max-model-len=512",
-                                                "--dtype=float32", "--enforce-eager"]
+    assert rollback.strip_speculative(args) == [
+        "--model=/mnt/models/target",
+        "--max-model-len=512",
+        "--dtype=float32",
+        "--enforce-eager",
+    ]
 
 
 def test_strip_space_separated_and_v0_flags():
-    args = ["--model=/m", "--speculative-config", '{"method":"ngram"}', "--speculative-model=[ngram]",
-            "--num-speculative-tokens=3", "--ngram-prompt-lookup-max=4", "--use-v2-block-manager", "--dtype=half"]
+    args = [
+        "--model=/m",
+        "--speculative-config",
+        '{"method":"ngram"}',
+        "--speculative-model=[ngram]",
+        "--num-speculative-tokens=3",
+        "--ngram-prompt-lookup-max=4",
+        "--use-v2-block-manager",
+        "--dtype=half",
+    ]
     assert rollback.strip_speculative(args) == ["--model=/m", "--dtype=half"]
     assert len(rollback.speculative_args(args)) == 5
 
 
 def test_strip_inside_a_shell_command():
-    cmd = "vllm serve /mnt/models --port 8080 --speculative-config '{\"method\": \"ngram\"}' --dtype half"
+    cmd = 'vllm serve /mnt/models --port 8080 --speculative-config \'{"method": "ngram"}\' --dtype half'
     out = rollback.strip_speculative(["-c", cmd])
-    assert out[0] == "-c" and "speculative" not in out[1] and "--dtype half" in out[1] and "--port 8080" in out[1]
+    assert (
+        out[0] == "-c"
+        and "speculative" not in out[1]
+        and "--dtype half" in out[1]
+        and "--port 8080" in out[1]
+    )
 
 
 def test_off_decision_records_the_live_revision_and_changes_the_digest():
@@ -69,20 +97,25 @@ def test_off_on_a_service_already_off_is_a_noop():
 def test_gpu_memory_utilization_restored_from_a_recorded_revision_without_speculation():
     before = _isvc(["--model=/m", "--gpu-memory-utilization=0.9"])
     record = deploy_state.revision_snapshot(before, ready=True, now=1)
-    live = _isvc(["--model=/m", "--gpu-memory-utilization=0.8", DRAFT],
-                 {deploy_state.ANN_PREVIOUS: json.dumps(record)})
+    live = _isvc(
+        ["--model=/m", "--gpu-memory-utilization=0.8", DRAFT], {deploy_state.ANN_PREVIOUS: json.dumps(record)}
+    )
     d = rollback.decide({"inferenceservice": live}, "off", now=1000)
     assert d["after_args"] == ["--model=/m", "--gpu-memory-utilization=0.9"]
     assert d["gmu"]["before"] == "0.8" and d["gmu"]["after"] == "0.9"
-    keep = rollback.decide({"inferenceservice": live}, "off", now=1000, options={"gpu_memory_utilization": "keep"})
+    keep = rollback.decide(
+        {"inferenceservice": live}, "off", now=1000, options={"gpu_memory_utilization": "keep"}
+    )
     assert keep["after_args"] == ["--model=/m", "--gpu-memory-utilization=0.8"]
 
 
 def test_restore_applies_the_record_exactly_and_is_then_a_noop():
     on = _isvc(["--model=/m", NGRAM])
     off = rollback.decide({"inferenceservice": on}, "off", now=1000)
-    live_off = _isvc(off["after_args"], {k: v for k, v in off["manifest"]["metadata"]["annotations"].items()
-                                         if k != deploy_state.ANN_DIGEST})
+    live_off = _isvc(
+        off["after_args"],
+        {k: v for k, v in off["manifest"]["metadata"]["annotations"].items() if k != deploy_state.ANN_DIGEST},
+    )
     live_off["metadata"]["annotations"] = off["manifest"]["metadata"]["annotations"]
     d = rollback.decide({"inferenceservice": live_off}, "restore", now=2000)
     assert d["needs_apply"] and d["manifest"]["spec"]["predictor"] == on["spec"]["predictor"]
@@ -100,8 +133,10 @@ def test_restore_without_a_record_fails_clearly():
 
 
 def test_reclaim_option_a_drops_the_draft_storage_uri():
-    uris = [{"uri": "hf://org/target", "mountPath": "/mnt/models/target"},
-            {"uri": "hf://org/draft", "mountPath": "/mnt/models/draft"}]
+    uris = [
+        {"uri": "hf://org/target", "mountPath": "/mnt/models/target"},
+        {"uri": "hf://org/draft", "mountPath": "/mnt/models/draft"},
+    ]
     live = {"inferenceservice": _isvc(["--model=/mnt/models/target", DRAFT], uris=uris)}
     d = rollback.decide(live, "off", now=1, options={"reclaim_draft": True})
     assert d["predictor"]["storageUris"] == uris[:1]
@@ -123,7 +158,10 @@ def test_verify_sees_leftover_flags_in_pods():
     on = _isvc(["--model=/m", NGRAM])
     d = rollback.decide({"inferenceservice": on}, "off", now=1)
     stored = _isvc(d["after_args"])
-    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "kserve-container", "args": ["--model=/m", NGRAM]}]}}
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "kserve-container", "args": ["--model=/m", NGRAM]}]},
+    }
     v = rollback.verify({"inferenceservice": stored, "pods": [pod]}, d)
     assert not v["ok"] and not v["checks"]["pod_args_off"] and v["checks"]["stored_args_off"]
     pod["spec"]["containers"][0]["args"] = ["--model=/m"]

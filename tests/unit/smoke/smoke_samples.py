@@ -180,15 +180,15 @@ def log_text(
     nondefault = {"model": "/mnt/models/target", "served_model_name": [served]}
     if cfg:
         nondefault["speculative_config"] = cfg
-    if cfg:
         k = cfg.get("num_speculative_tokens")
-        rep = f"SpeculativeConfig(method={cfg.get('method')!r}, model={cfg.get('model')!r}, num_spec_tokens={k})"
+        method, model = cfg.get("method"), cfg.get("model")
+        rep = f"SpeculativeConfig(method={method!r}, model={model!r}, num_spec_tokens={k})"
     else:
         rep = "None"
     lines = [
         f"(APIServer pid=7) INFO 11-21 06:00:00 [api_utils.py:286] non-default args: {nondefault!r}",
-        f"(EngineCore pid=9) INFO 11-21 06:00:05 [core.py:133] Initializing a V1 LLM engine (v{version}) with config: "
-        f"model='/mnt/models/target', speculative_config={rep}, tokenizer='/mnt/models/target', "
+        f"(EngineCore pid=9) INFO 11-21 06:00:05 [core.py:133] Initializing a V1 LLM engine (v{version}) "
+        f"with config: model='/mnt/models/target', speculative_config={rep}, tokenizer='/mnt/models/target', "
         f"served_model_name={served}, enable_prefix_caching=True",
         "INFO:     Started server process [7]",
         "INFO:     Waiting for application startup.",
@@ -202,10 +202,11 @@ def log_text(
         drafts = w.get("drafts") or 10
         pos = ", ".join("%.3f" % p for p in w["per_pos"])
         lines.append(
-            f"(APIServer pid=7) INFO 11-21 06:01:{10 + i:02d} [metrics.py:120] SpecDecoding metrics: Mean acceptance "
-            f"length: {1 + w['accepted'] / drafts:.2f}, Accepted throughput: 1.00 tokens/s, Drafted throughput: 1.00 "
-            f"tokens/s, Accepted: {w['accepted']} tokens, Drafted: {w['drafted']} tokens, Per-position acceptance "
-            f"rate: {pos}, Avg Draft acceptance rate: {100.0 * w['accepted'] / w['drafted']:.1f}%"
+            f"(APIServer pid=7) INFO 11-21 06:01:{10 + i:02d} [metrics.py:120] SpecDecoding metrics: "
+            f"Mean acceptance length: {1 + w['accepted'] / drafts:.2f}, Accepted throughput: 1.00 tokens/s, "
+            f"Drafted throughput: 1.00 tokens/s, Accepted: {w['accepted']} tokens, Drafted: {w['drafted']} "
+            f"tokens, Per-position acceptance rate: {pos}, "
+            f"Avg Draft acceptance rate: {100.0 * w['accepted'] / w['drafted']:.1f}%"
         )
     return "\n".join(lines) + "\n"
 

@@ -233,12 +233,14 @@ def test_exec_command_refuses_bad_settings(settings, python, needle):
 def test_log_window_filter_counts_after_the_marker():
     text = "\n".join(
         [
-            "(APIServer pid=1) INFO 11-21 05:07:57 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 3.85, "
-            "Accepted throughput: 8.91 tokens/s, Drafted throughput: 9.39 tokens/s, Accepted: 94 tokens, Drafted: 99 "
+            "(APIServer pid=1) INFO 11-21 05:07:57 [metrics.py:120] SpecDecoding metrics: "
+            "Mean acceptance length: 3.85, Accepted throughput: 8.91 tokens/s, "
+            "Drafted throughput: 9.39 tokens/s, Accepted: 94 tokens, Drafted: 99 "
             "tokens, Per-position acceptance rate: 0.970, 0.939, 0.939, Avg Draft acceptance rate: 94.9%",
             'INFO:     127.0.0.1:5 - "GET /metrics HTTP/1.1" 200 OK',
-            "(APIServer pid=1) INFO 11-21 05:08:07 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 2.00, "
-            "Accepted throughput: 1.00 tokens/s, Drafted throughput: 3.00 tokens/s, Accepted: 10 tokens, Drafted: 30 "
+            "(APIServer pid=1) INFO 11-21 05:08:07 [metrics.py:120] SpecDecoding metrics: "
+            "Mean acceptance length: 2.00, Accepted throughput: 1.00 tokens/s, "
+            "Drafted throughput: 3.00 tokens/s, Accepted: 10 tokens, Drafted: 30 "
             "tokens, Per-position acceptance rate: 0.500, 0.300, 0.200, Avg Draft acceptance rate: 33.3%",
         ]
     )

@@ -265,6 +265,29 @@ def test_pvc_source_copies_between_claims(tmp_path):
     assert ss.tree_digest(tmp_path / "pvc" / "target") == ss.tree_digest(src / "models" / "tiny")
 
 
+def test_pvc_copies_trust_a_source_marker_and_verify_size_skips_hashing(tmp_path):
+    src = tmp_path / "cache-pvc"
+    ss.make_model(src / "raw")
+    req = request(tmp_path / "a", {"uri": "pvc://cache/raw", "src_root": str(src)}, verify="size")
+    code, out, res = ss.run_stager(req, tmp_path / "w")
+    assert code == 0, out
+    marker = json.loads((tmp_path / "a" / "target" / stager.MARKER).read_text())
+    assert all(v["sha256"] is None for v in marker["files"].values())  # in-kernel copy, sizes only
+    # a directory specpilot staged carries its digests: a copy of it is verified against them
+    req = request(tmp_path / "b", {"uri": "pvc://cache/target", "src_root": str(tmp_path / "a")})
+    code, out, res = ss.run_stager(req, tmp_path / "w")
+    assert code == 0, out
+    staged = json.loads((tmp_path / "b" / "target" / stager.MARKER).read_text())["files"]
+    victim = tmp_path / "b" / "target" / "model.safetensors"
+    assert staged["model.safetensors"]["sha256"] == hashlib.sha256(victim.read_bytes()).hexdigest()
+    data = bytearray(victim.read_bytes())
+    data[100] ^= 0xFF
+    victim.write_bytes(bytes(data))  # the source PVC now differs from its own marker
+    req = request(tmp_path / "c", {"uri": "pvc://cache/target", "src_root": str(tmp_path / "b")}, verify="size")
+    code, out, res = ss.run_stager(req, tmp_path / "w")
+    assert code == 2 and res["path"] == "model.safetensors" and "is corrupt" in res["message"]
+
+
 # ---------------------------------------------------------------- S3 (moto)
 needs_moto = pytest.mark.skipif(
     not ss.MotoS3.available(), reason=".venv-staging (moto, boto3) missing: run make"

@@ -25,8 +25,12 @@ def rollback_decision(live, mode="off", options=None, now=None):
     """live | rollback_decision(mode, options): what an off/restore rollback must write."""
     if mode not in ("off", "restore"):
         raise AnsibleFilterError("rollback_decision: mode must be off or restore, not %r" % (mode,))
-    return rollback.decide(_mapping(live, "rollback_decision") or {}, mode,
-                           float(now) if now is not None else time.time(), _mapping(options, "options") or {})
+    return rollback.decide(
+        _mapping(live, "rollback_decision") or {},
+        mode,
+        float(now) if now is not None else time.time(),
+        _mapping(options, "options") or {},
+    )
 
 
 def rollback_verify(live, decision):

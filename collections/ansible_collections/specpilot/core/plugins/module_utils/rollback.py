@@ -26,13 +26,22 @@ import shlex
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_rollout, deploy_state
 from ansible_collections.specpilot.core.plugins.module_utils.vllm_profiles import V0_FLAGS
 
-__all__ = ["SPEC_FLAGS", "speculative_args", "strip_speculative", "manifest_from_live", "predictor_args",
-           "draft_path", "decide"]
+__all__ = [
+    "SPEC_FLAGS",
+    "speculative_args",
+    "strip_speculative",
+    "manifest_from_live",
+    "predictor_args",
+    "draft_path",
+    "decide",
+]
 
 # flags that take a value / that stand alone, dropped by an "off" rollback
-SPEC_FLAGS = ("--speculative-config", "--speculative_config") + tuple(
-    f for k, f in V0_FLAGS.items() if k not in ("disable_mqa_scorer", "disable_logprobs")) + (
-    "--speculative-disable-logprobs",)
+SPEC_FLAGS = (
+    ("--speculative-config", "--speculative_config")
+    + tuple(f for k, f in V0_FLAGS.items() if k not in ("disable_mqa_scorer", "disable_logprobs"))
+    + ("--speculative-disable-logprobs",)
+)
 SPEC_SWITCHES = ("--speculative-disable-mqa-scorer", "--use-v2-block-manager")
 # --disable-logprobs-during-spec-decoding takes a value (True/False) in V0
 SPEC_FLAGS = SPEC_FLAGS + (V0_FLAGS["disable_logprobs"],)
@@ -57,8 +66,11 @@ def speculative_args(args):
         if not isinstance(arg, str):
             continue
         if _is_spec(arg):
-            found.append(arg if "=" in arg or arg in SPEC_SWITCHES or i + 1 >= len(items)
-                         else "%s %s" % (arg, items[i + 1]))
+            found.append(
+                arg
+                if "=" in arg or arg in SPEC_SWITCHES or i + 1 >= len(items)
+                else "%s %s" % (arg, items[i + 1])
+            )
         elif " " in arg and any(f in arg for f in SPEC_FLAGS + SPEC_SWITCHES):
             found.append(arg)
     return found
@@ -95,8 +107,12 @@ def strip_speculative(args):
             out.append(arg)
             continue
         if _is_spec(arg):
-            if "=" not in arg and arg not in SPEC_SWITCHES and i + 1 < len(items) \
-                    and not str(items[i + 1]).startswith("--"):
+            if (
+                "=" not in arg
+                and arg not in SPEC_SWITCHES
+                and i + 1 < len(items)
+                and not str(items[i + 1]).startswith("--")
+            ):
                 skip = True
             continue
         if " " in arg and any(f in arg for f in SPEC_FLAGS + SPEC_SWITCHES):
@@ -175,7 +191,9 @@ def manifest_from_live(isvc):
             "name": md.get("name"),
             "namespace": md.get("namespace"),
             "labels": dict(md.get("labels") or {}),
-            "annotations": {k: v for k, v in (md.get("annotations") or {}).items() if k not in _SYSTEM_ANNOTATIONS},
+            "annotations": {
+                k: v for k, v in (md.get("annotations") or {}).items() if k not in _SYSTEM_ANNOTATIONS
+            },
         },
         "spec": copy.deepcopy(isvc.get("spec") or {}),
     }
@@ -219,12 +237,12 @@ def _pvc_target(predictor, path, mount_root="/mnt/models"):
     uri = _model(predictor).get("storageUri") or predictor.get("storageUri") or ""
     if not uri.startswith("pvc://") or not path:
         return None
-    rest = uri[len("pvc://"):]
+    rest = uri[len("pvc://") :]
     claim, _, base = rest.partition("/")
     root = mount_root.rstrip("/")
     if not path.startswith(root + "/"):
         return None
-    sub = posixpath.normpath(posixpath.join(base, path[len(root) + 1:]))
+    sub = posixpath.normpath(posixpath.join(base, path[len(root) + 1 :]))
     if not claim or sub in (".", "", "/") or sub.startswith(".."):
         return None
     return {"claim": claim, "subpath": sub.lstrip("/")}
@@ -236,17 +254,27 @@ def decide(live, mode="off", now=None, options=None):
     ``live``: what ``specpilot.core.deploy_state`` read.  ``options``: ``gpu_memory_utilization``
     (``auto``: from the history, ``keep``, or a value), ``reclaim_draft`` (bool), ``history_limit``.
     """
-    opts = {"gpu_memory_utilization": "auto", "reclaim_draft": False, "history_limit": deploy_state.HISTORY_LIMIT}
+    opts = {
+        "gpu_memory_utilization": "auto",
+        "reclaim_draft": False,
+        "history_limit": deploy_state.HISTORY_LIMIT,
+    }
     opts.update({k: v for k, v in (options or {}).items() if v is not None})
     isvc = (live or {}).get("inferenceservice")
     if not isvc:
-        return {"present": False, "needs_apply": False, "mode": mode, "error": None,
-                "message": "InferenceService not found"}
+        return {
+            "present": False,
+            "needs_apply": False,
+            "mode": mode,
+            "error": None,
+            "message": "InferenceService not found",
+        }
     md = isvc.get("metadata") or {}
     annotations = md.get("annotations") or {}
     deployment, pods = live.get("deployment"), live.get("pods") or []
-    live_status = deploy_rollout.rollout_status(deploy_rollout.expected_from_isvc(isvc), isvc, deployment, pods,
-                                                now=now)
+    live_status = deploy_rollout.rollout_status(
+        deploy_rollout.expected_from_isvc(isvc), isvc, deployment, pods, now=now
+    )
     predictor = (isvc.get("spec") or {}).get("predictor") or {}
     before_args = predictor_args(predictor)
     record_raw = annotations.get(deploy_state.ANN_PREVIOUS)
@@ -256,17 +284,29 @@ def decide(live, mode="off", now=None, options=None):
         record = None
     revisions = deploy_state.history_revisions(live.get("history"))
     out = {
-        "present": True, "mode": mode, "error": None, "name": md.get("name"), "namespace": md.get("namespace"),
-        "live_digest": annotations.get(deploy_state.ANN_DIGEST), "live_ready": bool(live_status["done"]),
-        "live_rollout": live_status["message"], "before_args": before_args,
-        "speculative_before": speculative_args(before_args), "record_digest": (record or {}).get("digest"),
-        "reclaim": None, "runtime": None, "history": None,
+        "present": True,
+        "mode": mode,
+        "error": None,
+        "name": md.get("name"),
+        "namespace": md.get("namespace"),
+        "live_digest": annotations.get(deploy_state.ANN_DIGEST),
+        "live_ready": bool(live_status["done"]),
+        "live_rollout": live_status["message"],
+        "before_args": before_args,
+        "speculative_before": speculative_args(before_args),
+        "record_digest": (record or {}).get("digest"),
+        "reclaim": None,
+        "runtime": None,
+        "history": None,
     }
     manifest = manifest_from_live(isvc)
     if mode == "restore":
         if not record or not isinstance(record.get("predictor"), dict):
-            out.update(needs_apply=False, error="no revision recorded on %s/%s (annotation %s): nothing to restore"
-                       % (md.get("namespace"), md.get("name"), deploy_state.ANN_PREVIOUS))
+            out.update(
+                needs_apply=False,
+                error="no revision recorded on %s/%s (annotation %s): nothing to restore"
+                % (md.get("namespace"), md.get("name"), deploy_state.ANN_PREVIOUS),
+            )
             return out
         new_predictor = copy.deepcopy(record["predictor"])
         manifest["metadata"]["labels"] = dict(record.get("labels") or {})
@@ -276,8 +316,11 @@ def decide(live, mode="off", now=None, options=None):
         manifest["spec"]["predictor"] = new_predictor
         digest = record.get("digest") or _digest(new_predictor)
         changed = new_predictor != predictor or any(
-            annotations.get(k) != v for k, v in manifest["metadata"]["annotations"].items())
-        entry = deploy_state.revision_snapshot(isvc, None, bool(live_status["done"]), now) if changed else None
+            annotations.get(k) != v for k, v in manifest["metadata"]["annotations"].items()
+        )
+        entry = (
+            deploy_state.revision_snapshot(isvc, None, bool(live_status["done"]), now) if changed else None
+        )
         if record.get("runtime"):
             out["runtime"] = deploy_state.runtime_manifest(record["runtime"])
         out["gmu"] = None
@@ -295,7 +338,8 @@ def decide(live, mode="off", now=None, options=None):
                 if found and value != gmu_before:
                     new_args = _set_gmu(new_args, value)
                     gmu_note = "restored to %s (recorded revision without speculative decoding)" % (
-                        value if value is not None else "the vLLM default")
+                        value if value is not None else "the vLLM default"
+                    )
         out["gmu"] = {"before": gmu_before, "after": _gmu(new_args), "note": gmu_note}
         new_predictor = _with_args(predictor, new_args)
         reclaim = None
@@ -304,14 +348,20 @@ def decide(live, mode="off", now=None, options=None):
             for rev in reversed(revisions + ([record] if record else [])):
                 path = path or draft_path(predictor_args(rev.get("predictor")))
             new_predictor, dropped = _storage_drop(new_predictor, path)
-            reclaim = {"draft_path": path, "storage_uri_dropped": dropped,
-                       "pvc": _pvc_target(predictor, path), "modelcar": (_model(predictor).get("storageUri") or "")
-                       .startswith("oci://")}
+            reclaim = {
+                "draft_path": path,
+                "storage_uri_dropped": dropped,
+                "pvc": _pvc_target(predictor, path),
+                "modelcar": (_model(predictor).get("storageUri") or "").startswith("oci://"),
+            }
         out["reclaim"] = reclaim
         manifest["spec"]["predictor"] = new_predictor
         changed = new_predictor != predictor
-        digest = annotations.get(deploy_state.ANN_DIGEST) if not changed else _digest(
-            {"rollback": "off", "predictor": new_predictor})
+        digest = (
+            annotations.get(deploy_state.ANN_DIGEST)
+            if not changed
+            else _digest({"rollback": "off", "predictor": new_predictor})
+        )
         entry = None
         if changed:
             rec = deploy_state.record_for(digest, isvc, None, bool(live_status["done"]), now)
@@ -335,13 +385,21 @@ def decide(live, mode="off", now=None, options=None):
         added_args=[a for a in after_args if a not in before_args],
         digest=digest,
         # what rollout_wait needs (the same wait as deploy)
-        wait_plan={"name": md.get("name"), "namespace": md.get("namespace"), "spec_digest": digest or _digest(
-            new_predictor), "args": after_args, "deployment_mode": deploy_rollout.expected_from_isvc(isvc)["mode"],
-            "startup_timeout_seconds": 900},
-        baseline={"latest_created_revision": (((isvc.get("status") or {}).get("components") or {}).get(
-            "predictor") or {}).get("latestCreatedRevision"),
+        wait_plan={
+            "name": md.get("name"),
+            "namespace": md.get("namespace"),
+            "spec_digest": digest or _digest(new_predictor),
+            "args": after_args,
+            "deployment_mode": deploy_rollout.expected_from_isvc(isvc)["mode"],
+            "startup_timeout_seconds": 900,
+        },
+        baseline={
+            "latest_created_revision": (
+                ((isvc.get("status") or {}).get("components") or {}).get("predictor") or {}
+            ).get("latestCreatedRevision"),
             "deployment_generation": ((deployment or {}).get("metadata") or {}).get("generation"),
-            "rollout_expected": bool(changed)},
+            "rollout_expected": bool(changed),
+        },
         ready=bool(live_status["done"]) and not changed,
     )
     return out
@@ -366,7 +424,9 @@ def verify(live, decision):
         if container is not None:
             checks["template_args_off"] = not speculative_args(container.get("args"))
             if not checks["template_args_off"]:
-                problems.append("the Deployment pod template still has %s" % speculative_args(container.get("args")))
+                problems.append(
+                    "the Deployment pod template still has %s" % speculative_args(container.get("args"))
+                )
         pod_flags = []
         for pod in live.get("pods") or []:
             if (pod.get("metadata") or {}).get("deletionTimestamp"):

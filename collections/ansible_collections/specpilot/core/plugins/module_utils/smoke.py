@@ -77,22 +77,37 @@ SPEC_FLAGS = frozenset(
 NO_DRAFT_METHODS = ("ngram", "ngram_gpu", "suffix")
 
 INTERPRET = {
-    "fail": "Below about 0.5 acceptance speculative decoding adds latency instead of removing it: turn it off for "
-    "this workload, or fix the proposer (a draft that does not match the target starts up and serves "
-    "correctly but accepts almost nothing).",
-    "warn": "Between 0.5 and 0.65 the service is near the break-even line: measure P99 latency under real load "
-    "(specpilot benchmark) before keeping it.",
-    "pass": "Above 0.65 speculative decoding likely helps: confirm with a baseline comparison at the QPS you "
-    "serve (specpilot benchmark).",
-    "mal": "Mean acceptance length {mal:.2f}: tokens delivered per decode step (1 without speculation). It is the "
-    "practical ceiling of the speedup ({mal:.2f}x) with zero proposer overhead; real gains are lower.",
-    "collapse": "Per-position acceptance collapses to near zero by slot {pos} ({curve}): almost every step emits "
-    "only the verified token and the later drafted tokens are wasted; the workload is not a fit for "
-    "this proposer (or lower num_speculative_tokens).",
-    "decay": "Per-position acceptance {curve}: a slowly decaying curve; even slot {k} pays off {last:.0%} of the "
-    "time.",
-    "temperature": "Probes sampled at temperature {t:g}: higher temperatures lower acceptance; compare with "
-    "production sampling settings.",
+    "fail": (
+        "Below about 0.5 acceptance speculative decoding adds latency instead of removing it: turn it off "
+        "for this workload, or fix the proposer (a draft that does not match the target starts up and "
+        "serves correctly but accepts almost nothing)."
+    ),
+    "warn": (
+        "Between 0.5 and 0.65 the service is near the break-even line: measure P99 latency under real "
+        "load (specpilot benchmark) before keeping it."
+    ),
+    "pass": (
+        "Above 0.65 speculative decoding likely helps: confirm with a baseline comparison at the QPS you "
+        "serve (specpilot benchmark)."
+    ),
+    "mal": (
+        "Mean acceptance length {mal:.2f}: tokens delivered per decode step (1 without speculation). It "
+        "is the practical ceiling of the speedup ({mal:.2f}x) with zero proposer overhead; real gains are "
+        "lower."
+    ),
+    "collapse": (
+        "Per-position acceptance collapses to near zero by slot {pos} ({curve}): almost every step emits "
+        "only the verified token and the later drafted tokens are wasted; the workload is not a fit for "
+        "this proposer (or lower num_speculative_tokens)."
+    ),
+    "decay": (
+        "Per-position acceptance {curve}: a slowly decaying curve; even slot {k} pays off {last:.0%} of "
+        "the time."
+    ),
+    "temperature": (
+        "Probes sampled at temperature {t:g}: higher temperatures lower acceptance; compare with "
+        "production sampling settings."
+    ),
 }
 
 
@@ -865,13 +880,13 @@ def evaluate(data):
             where = "from /metrics" if fig["source"] == "metrics" else "from the engine log"
             if cls == "fail":
                 msg = (
-                    "draft acceptance rate %s (%s) is below the minimum %s: speculative decoding adds latency "
-                    "on this workload" % (_fmt(rate), where, _fmt(th["min_acceptance_rate"]))
+                    "draft acceptance rate %s (%s) is below the minimum %s: speculative decoding adds "
+                    "latency on this workload" % (_fmt(rate), where, _fmt(th["min_acceptance_rate"]))
                 )
             elif cls == "warn":
                 msg = (
-                    "draft acceptance rate %s (%s) is below %s: borderline, measure P99 latency before keeping "
-                    "it" % (_fmt(rate), where, _fmt(th["warn_acceptance_rate"]))
+                    "draft acceptance rate %s (%s) is below %s: borderline, measure P99 latency before "
+                    "keeping it" % (_fmt(rate), where, _fmt(th["warn_acceptance_rate"]))
                 )
             else:
                 msg = "draft acceptance rate %s (%s), at or above %s" % (

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: smoke_verdict
-short_description: Decide whether speculative decoding runs as planned and pays off, and write the smoke report
+short_description: Decide whether speculative decoding runs as planned and pays off; write the report
 version_added: 0.1.0
 author:
   - specpilot maintainers
@@ -25,13 +25,15 @@ description:
   - "With I(expect=off) (after a rollback): no speculative flag in the InferenceService or the pod, the engine
     logged C(speculative_config=None), the probes succeeded, and neither C(/metrics) nor the log shows any
     speculative-decoding figure."
-  - The figures are read with the seed guide's decision framework (below about 0.5 acceptance speculative
-    decoding adds latency, 0.5 to 0.65 is borderline, above 0.65 it likely helps; the mean acceptance length is
-    the ceiling of the speedup; a per-position curve that collapses by the 2nd slot means the workload does not
-    fit the proposer) and returned as C(interpretation).
-  - With I(report_dir), writes C(<basename>.json), C(<basename>.md) and C(<basename>-acceptance.png) (per-position
-    acceptance against the thresholds; needs matplotlib) there on the host that runs the module.
-  - The task fails only when I(fail_on_verdict) is true and the verdict is C(fail), after the report is written.
+  - The figures are read with the seed guide's decision framework (below about 0.5 acceptance
+    speculative decoding adds latency, 0.5 to 0.65 is borderline, above 0.65 it likely helps; the mean
+    acceptance length is the ceiling of the speedup; a per-position curve that collapses by the 2nd slot
+    means the workload does not fit the proposer) and returned as C(interpretation).
+  - With I(report_dir), writes C(<basename>.json), C(<basename>.md) and C(<basename>-acceptance.png)
+    (per-position acceptance against the thresholds; needs matplotlib) there on the host that runs the
+    module.
+  - The task fails only when I(fail_on_verdict) is true and the verdict is C(fail), after the report is
+    written.
 options:
   service:
     description: Service name (the report title); default the plan's C(name).
@@ -63,8 +65,8 @@ options:
     description: M(specpilot.core.vllm_log_facts) of the previous container instance's log, when it restarted.
     type: dict
   log_window:
-    description: M(specpilot.core.vllm_log_facts) of the log lines after the probes started (its C(since) was the
-      last line read before them).
+    description: M(specpilot.core.vllm_log_facts) of the log lines after the probes started (its C(since)
+      was the last line read before them).
     type: dict
   metrics_before:
     description: M(specpilot.core.vllm_metrics_facts) before the probes.
@@ -83,7 +85,8 @@ options:
     type: dict
     default: {}
   request:
-    description: The probe settings (C({prompts, count, max_tokens, temperature, request_params})), for the report.
+    description: The probe settings (C({prompts, count, max_tokens, temperature, request_params})), for the
+      report.
     type: dict
     default: {}
   thresholds:
@@ -179,17 +182,17 @@ message:
   sample: "lab-draft: FAIL - Acceptance rate: draft acceptance rate 0.02 (from /metrics) is below the minimum
     0.50: speculative decoding adds latency on this workload"
 checks:
-  description: The checks in order, each C({id, status, title, message, details}); C(status) is C(pass), C(warn),
-    C(fail), C(info) or C(skip). Ids - C(plan), C(inferenceservice), C(isvc_args), C(pod), C(pod_args),
-    C(engine_start), C(engine_previous), C(engine_config), C(engine_requested_config), C(engine_version),
-    C(engine_warnings), C(probes), C(spec_metrics), C(acceptance), C(mean_acceptance_length), C(per_position),
-    C(log_cross_check), C(log_window).
+  description: The checks in order, each C({id, status, title, message, details}); C(status) is C(pass),
+    C(warn), C(fail), C(info) or C(skip). Ids - C(plan), C(inferenceservice), C(isvc_args), C(pod),
+    C(pod_args), C(engine_start), C(engine_previous), C(engine_config), C(engine_requested_config),
+    C(engine_version), C(engine_warnings), C(probes), C(spec_metrics), C(acceptance),
+    C(mean_acceptance_length), C(per_position), C(log_cross_check), C(log_window).
   returned: always
   type: list
   elements: dict
 figures:
-  description: Acceptance figures - C(acceptance_rate), C(mean_acceptance_length), C(per_position_acceptance) and
-    their C(source) (C(metrics) or C(log)), the C(metrics) and C(log) figures side by side, and the mean
+  description: Acceptance figures - C(acceptance_rate), C(mean_acceptance_length), C(per_position_acceptance)
+    and their C(source) (C(metrics) or C(log)), the C(metrics) and C(log) figures side by side, and the mean
     latencies of the probe window (C(latency)).
   returned: always
   type: dict
@@ -212,9 +215,9 @@ report:
   returned: always
   type: dict
 stats:
-  description: Compact figures for C(ansible.builtin.set_stats) (verdict, acceptance rate from /metrics and from
-    the log, mean acceptance length, per-position acceptance, token counts, failed and warned checks, report
-    paths).
+  description: Compact figures for C(ansible.builtin.set_stats) (verdict, acceptance rate from /metrics and
+    from the log, mean acceptance length, per-position acceptance, token counts, failed and warned checks,
+    report paths).
   returned: always
   type: dict
 """
