@@ -264,11 +264,26 @@ async def handle(reader, writer, args):
 async def serve(args):
     server = await asyncio.start_server(lambda r, w: handle(r, w, args), args.host, args.port, backlog=1024)
     port = server.sockets[0].getsockname()[1]
+    # the lines vLLM logs at startup, so log parsers see a familiar engine
+    spec = "None"
+    if args.spec:
+        spec = "SpeculativeConfig(method=%r, model=%r, num_spec_tokens=%d)" % (
+            args.spec.get("method"),
+            args.spec.get("model"),
+            int(args.spec.get("num_speculative_tokens", 3)),
+        )
     print(
-        "(APIServer pid=%d) INFO stream_server listening on http://%s:%d model=%s speculative_config=%s"
-        % (os.getpid(), args.host, port, args.name, json.dumps(args.spec)),
+        "(EngineCore pid=%d) INFO [core.py:133] Initializing a V1 LLM engine (v%s) with config: model=%r, "
+        "speculative_config=%s, tokenizer=%r"
+        % (os.getpid(), args.version_string, args.model, spec, args.model),
         flush=True,
     )
+    print(
+        "(APIServer pid=%d) INFO [entry.py:140] stream_server listening on http://%s:%d serving %s"
+        % (os.getpid(), args.host, port, args.name),
+        flush=True,
+    )
+    print("INFO:     Application startup complete.", flush=True)
     if args.ready_file:
         tmp = args.ready_file + ".tmp"
         with open(tmp, "w") as fh:

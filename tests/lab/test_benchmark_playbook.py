@@ -104,42 +104,53 @@ def wait(pred, timeout, what):
     raise AssertionError("timed out waiting for " + what)
 
 
-def test_benchmark_playbook_side_by_side_in_the_lab(stream_lab, tmp_path):
-    from kubernetes.dynamic.exceptions import NotFoundError
+class Deployed:
+    """The lab's ngram service applied from its validated plan (what the deploy role would apply)."""
 
-    emu = stream_lab
-    dyn = emu.dynamic_client()
-    plan = plan_of_lab_ngram(tmp_path, emu)
-    ns = plan["namespace"]
+    def __init__(self, tmp_path, emu):
+        self.dyn = emu.dynamic_client()
+        self.plan = plan_of_lab_ngram(tmp_path, emu)
+        self.ns = ns = self.plan["namespace"]
+        self.res("v1", "Namespace").create(
+            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+        )
+        self.res("v1", "PersistentVolumeClaim").create(
+            namespace=ns,
+            body={
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": self.plan["delivery"]["pvc"]},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+            },
+        )
+        sr = self.plan["servingruntime"]
+        self.res(sr["apiVersion"], sr["kind"]).create(body=sr, namespace=ns)
+        self.res(*ISVC_API).create(body=self.plan["inferenceservice"], namespace=ns)
+        wait(lambda: self.ready("lab-ngram"), 60, "lab-ngram Ready")
 
-    def res(api, kind):
-        return dyn.resources.get(api_version=api, kind=kind)
+    def res(self, api, kind):
+        return self.dyn.resources.get(api_version=api, kind=kind)
 
-    def isvc(name):
+    def isvc(self, name):
+        from kubernetes.dynamic.exceptions import NotFoundError
+
         try:
-            return res(*ISVC_API).get(name=name, namespace=ns).to_dict()
+            return self.res(*ISVC_API).get(name=name, namespace=self.ns).to_dict()
         except NotFoundError:
             return None
 
-    res("v1", "Namespace").create(body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    res("v1", "PersistentVolumeClaim").create(
-        namespace=ns,
-        body={
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": plan["delivery"]["pvc"]},
-            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
-        },
-    )
-    sr = plan["servingruntime"]
-    res(sr["apiVersion"], sr["kind"]).create(body=sr, namespace=ns)
-    res(*ISVC_API).create(body=plan["inferenceservice"], namespace=ns)
-
-    def ready(name):
-        st = (isvc(name) or {}).get("status") or {}
+    def ready(self, name):
+        st = (self.isvc(name) or {}).get("status") or {}
         return any(c["type"] == "Ready" and c["status"] == "True" for c in st.get("conditions") or [])
 
-    wait(lambda: ready("lab-ngram"), 60, "lab-ngram Ready")
+    def args(self):
+        return self.isvc("lab-ngram")["spec"]["predictor"]["model"]["args"]
+
+
+def test_benchmark_playbook_side_by_side_in_the_lab(stream_lab, tmp_path):
+    emu = stream_lab
+    lab = Deployed(tmp_path, emu)
+    plan, ns, res, isvc, ready = lab.plan, lab.ns, lab.res, lab.isvc, lab.ready
 
     reports = tmp_path / "reports"
     extra = {
@@ -186,6 +197,16 @@ def test_benchmark_playbook_side_by_side_in_the_lab(stream_lab, tmp_path):
         assert proc.returncode != 0
         assert "the rollback role (specpilot_rollback) is not installed" in proc.stdout
         assert "speculative decoding is still ON" in proc.stdout
+    else:
+        assert "specpilot_rollback : " in proc.stdout, proc.stdout[-4000:]
+        args = wait(
+            lambda: (lambda a: a if not any("--speculative-config" in x for x in a) else None)(
+                isvc("lab-ngram")["spec"]["predictor"]["model"]["args"]
+            ),
+            120,
+            "speculative decoding off",
+        )
+        assert args == plan["args_without_speculative"]
     assert isvc("lab-ngram-baseline") is None
 
     # a service whose arguments drifted from the plan is refused before anything is created
@@ -196,3 +217,34 @@ def test_benchmark_playbook_side_by_side_in_the_lab(stream_lab, tmp_path):
     assert proc.returncode != 0 and "its arguments differ from the validated plan" in proc.stdout
     assert isvc("lab-ngram-baseline") is None
     assert os.path.exists(d / "report.json")
+
+
+def test_benchmark_playbook_sequential_in_the_lab(stream_lab, tmp_path):
+    """Sequential mode: the service itself, measured on, rolled off (rollback role), measured off,
+    and deployed again (deploy role)."""
+    for role in ("specpilot_deploy", "specpilot_rollback"):
+        if not (ROOT / "roles" / role / "tasks" / "main.yml").exists():
+            pytest.skip("sequential mode needs the %s role" % role)
+    lab = Deployed(tmp_path, stream_lab)
+    reports = tmp_path / "reports"
+    extra = {
+        "specpilot_benchmark_mode": "sequential",
+        "specpilot_benchmark_report_dir": str(reports),
+        "specpilot_benchmark_qps_levels": [10],
+        "specpilot_benchmark_runs_per_prompt": 1,
+        "specpilot_benchmark_warmup_requests": 1,
+        "specpilot_benchmark_max_tokens": 16,
+        "specpilot_benchmark_thresholds": {"ttft_min_gain": -0.9},
+    }
+    proc = playbook(tmp_path, stream_lab, "-e", json.dumps(extra))
+    assert "lab-ngram: KEEP at qps=10" in proc.stdout, proc.stdout[-4000:]
+    assert lab.isvc("lab-ngram-baseline") is None  # no twin in sequential mode
+    data = json.loads((reports / "lab-ngram" / "report.json").read_text())
+    lv = data["levels"][0]
+    assert lv["baseline"]["ok"] == 6 and lv["speculative"]["ok"] == 6
+    assert lv["acceptance"]["spec_decode_enabled"]
+    # the baseline really ran without speculative decoding, and the service is back on afterwards
+    raw = json.loads((reports / "lab-ngram" / "raw-baseline-0.json").read_text())
+    assert "spec_decode" not in (raw["runs"][0]["metrics_after"] or "")
+    assert lab.args() == lab.plan["args"]
+    assert wait(lambda: lab.ready("lab-ngram"), 60, "lab-ngram Ready again")

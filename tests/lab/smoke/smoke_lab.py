@@ -102,6 +102,11 @@ class SmokeLab:
 
         return self.wait(done, timeout, f"{name} Ready with a single new pod")
 
+    @property
+    def pvc_dir(self) -> Path:
+        """The directory behind the lab's models PVC (what the lab's engines see as /mnt/models)."""
+        return self.root / "lab" / "pvcs" / NAMESPACE / PVC
+
     def models_pvc(self, models: Path | None) -> Path:
         """The lab's models PVC, filled with ``models`` (a directory tree)."""
         self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
@@ -122,7 +127,7 @@ class SmokeLab:
             20,
             "PVC Bound",
         )
-        d = self.root / "lab" / "pvcs" / NAMESPACE / PVC
+        d = self.pvc_dir
         if models is not None:
             shutil.copytree(models, d, dirs_exist_ok=True)
         return d

@@ -317,6 +317,26 @@ def test_wrong_draft_path_fails(draft_plan):
     )
 
 
+def test_path_aliases_map_the_engine_paths_back(draft_plan):
+    """The lab's engines see the PVC directory instead of /mnt/models: aliases map it back."""
+    local = "/srv/lab/pvcs/specpilot-lab/specpilot-lab-models"
+    facts = copy.deepcopy(parse_log_text(s.log_text(draft_plan, [])))
+    facts["speculative_config"]["model"] = local + "/draft"
+    facts["requested_speculative_config"]["model"] = local + "/draft"
+    plain = by_id(smoke.evaluate(s.data_for(draft_plan, log_facts=facts)))
+    assert plain["engine_config"]["status"] == "fail" and plain["engine_requested_config"]["status"] == "fail"
+    mapped = by_id(
+        smoke.evaluate(s.data_for(draft_plan, log_facts=facts, path_aliases={local + "/": "/mnt/models"}))
+    )
+    assert mapped["engine_config"]["status"] == "pass"
+    assert "(the engine sees /mnt/models/draft as %s/draft)" % local in mapped["engine_config"]["message"]
+    assert mapped["engine_requested_config"]["status"] == "pass"
+    assert (
+        smoke.unalias(local + "x/draft", {local: "/mnt/models"}) == local + "x/draft"
+    )  # prefixes, not strings
+    assert smoke.unalias(local, {local: "/mnt/models"}) == "/mnt/models"
+
+
 def test_deprecated_mtp_name_matches_mtp():
     assert (
         smoke.compare_engine_config(

@@ -387,7 +387,20 @@ def decide(plan, live, field_manager="specpilot", now=None, history_limit=HISTOR
         (isvc.get("spec") or {}).get("predictor"), ((live_isvc or {}).get("spec") or {}).get("predictor")
     ) != []
     components = (((live_isvc or {}).get("status") or {}).get("components") or {}).get("predictor") or {}
+    result = {
+        "name": plan["name"],
+        "namespace": plan["namespace"],
+        "spec_digest": plan["spec_digest"],
+        "previous_digest": record["previous_digest"],
+        "applied": not in_sync,
+        "in_sync_before": in_sync,
+        "record": record["reason"],
+        "rollout": {"done": bool(in_sync and plan_rollout["done"]), "elapsed": 0, "message": plan_rollout["message"]},
+        "url": ((live_isvc or {}).get("status") or {}).get("url"),
+        "failure": None,
+    }
     return {
+        "result": result,
         "name": plan["name"],
         "namespace": plan["namespace"],
         "plan_digest": plan["spec_digest"],

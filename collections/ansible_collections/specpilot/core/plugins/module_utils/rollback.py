@@ -34,17 +34,15 @@ __all__ = [
     "predictor_args",
     "draft_path",
     "decide",
+    "verify",
 ]
 
-# flags that take a value / that stand alone, dropped by an "off" rollback
-SPEC_FLAGS = (
-    ("--speculative-config", "--speculative_config")
-    + tuple(f for k, f in V0_FLAGS.items() if k not in ("disable_mqa_scorer", "disable_logprobs"))
-    + ("--speculative-disable-logprobs",)
+# flags that take a value / switches, dropped by an "off" rollback (--use-v2-block-manager: the
+# V0 engine needed it for speculative decoding only; deploy renders it with the V0 flags)
+SPEC_FLAGS = ("--speculative-config", "--speculative_config") + tuple(
+    flag for key, flag in V0_FLAGS.items() if key != "disable_mqa_scorer"
 )
-SPEC_SWITCHES = ("--speculative-disable-mqa-scorer", "--use-v2-block-manager")
-# --disable-logprobs-during-spec-decoding takes a value (True/False) in V0
-SPEC_FLAGS = SPEC_FLAGS + (V0_FLAGS["disable_logprobs"],)
+SPEC_SWITCHES = (V0_FLAGS["disable_mqa_scorer"], "--use-v2-block-manager")
 GMU_FLAG = "--gpu-memory-utilization"
 ANN_ROLLBACK = "specpilot.io/rollback"
 _SYSTEM_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)

@@ -345,12 +345,27 @@ def _method_matches(planned, logged):
     return False
 
 
-def compare_engine_config(plan_cfg, logged):
+def unalias(path, aliases=None):
+    """A path the engine printed, with a prefix it sees differently from the pod spec (``aliases``:
+    {seen prefix: path in the pod}) put back; other paths unchanged."""
+    if path is None or not aliases:
+        return path
+    text = str(path)
+    for seen in sorted(aliases, key=len, reverse=True):
+        base = seen.rstrip("/")
+        if base and (text == base or text.startswith(base + "/")):
+            return str(aliases[seen]).rstrip("/") + text[len(base) :]
+    return text
+
+
+def compare_engine_config(plan_cfg, logged, aliases=None):
     """Differences between the planned speculative config and the resolved one of the
-    engine-init line: list of strings (empty when they match)."""
+    engine-init line: list of strings (empty when they match). ``aliases`` maps path prefixes
+    the engine sees to the pod's (see :func:`unalias`)."""
     diffs = []
     plan_cfg = plan_cfg or {}
-    logged = logged or {}
+    logged = dict(logged or {})
+    logged["model"] = unalias(logged.get("model"), aliases)
     method = plan_cfg.get("method")
     if (
         logged.get("method") is not None
@@ -491,6 +506,7 @@ def evaluate(data):
     plan_cfg = plan.get("speculative_config") or None
     isvc = data.get("inferenceservice") or None
     pod = data.get("pod") or None
+    aliases = data.get("path_aliases") or {}
     log_facts = data.get("log_facts") or None
     log_prev = data.get("log_previous") or None
     window = data.get("log_window") or None
@@ -676,7 +692,11 @@ def evaluate(data):
                     )
                 )
             else:
-                diffs = compare_engine_config(plan_cfg, logged)
+                diffs = compare_engine_config(plan_cfg, logged, aliases)
+                seen = logged.get("model")
+                alias_note = ""
+                if seen is not None and unalias(seen, aliases) != seen:
+                    alias_note = " (the engine sees %s as %s)" % (unalias(seen, aliases), seen)
                 checks.append(
                     _check(
                         "engine_config",
@@ -685,12 +705,14 @@ def evaluate(data):
                         (
                             ("the engine resolved %s: %s" % (logged.get("repr"), "; ".join(diffs)))
                             if diffs
-                            else "%s matches the plan" % logged.get("repr")
+                            else "%s matches the plan%s" % (logged.get("repr"), alias_note)
                         ),
                         logged=logged,
                     )
                 )
             requested = log_facts.get("requested_speculative_config")
+            if isinstance(requested, dict) and "model" in requested:
+                requested = dict(requested, model=unalias(requested["model"], aliases))
             if requested is None:
                 checks.append(
                     _check(

@@ -80,6 +80,15 @@ options:
   skip_reason:
     description: Why no probes were sent (shown in the failed check).
     type: str
+  path_aliases:
+    description:
+      - Path prefixes the engine sees differently from the pod spec, as C({seen prefix: path in the pod}); the
+        draft path of the engine log is mapped back through them before it is compared with the plan.
+      - Empty on a real cluster, where the engine sees the pod's paths. The lab needs it while it runs engines
+        without mount namespaces (the engine sees the PVC's directory on the lab machine instead of
+        C(/mnt/models)).
+    type: dict
+    default: {}
   access:
     description: How the engine was reached (C({mode, url})), for the report.
     type: dict
@@ -245,6 +254,7 @@ def main():
             metrics_after=dict(type="dict"),
             probes=dict(type="dict"),
             skip_reason=dict(type="str"),
+            path_aliases=dict(type="dict", default={}),
             access=dict(type="dict", default={}),
             request=dict(type="dict", default={}),
             thresholds=dict(
@@ -283,6 +293,7 @@ def main():
             "metrics_after",
             "probes",
             "skip_reason",
+            "path_aliases",
             "access",
             "request",
             "thresholds",
