@@ -153,39 +153,30 @@ def test_a_corrupted_file_fails_the_job_naming_it(fake_lab, sources, tmp_path):
         assert lab.get("v1", "ConfigMap", "specpilot-stage-models", NS) is not None
 
 
-def test_the_pvc_is_created_only_when_asked_and_never_resized(fake_lab, sources, tmp_path):
-    lab = fake_lab()
-    lab.namespace(NS)
-    with ss.ModelHTTPServer(sources) as srv:
-        host = pvc_host(srv.files_url("target/"), srv.files_url("draft/"))
-        host["specpilot_pvc"] = {"name": "models", "path": "svc", "size": "5Gi"}  # no create
-        inv = ss.write_inventory(tmp_path, {"svc": host}, ss.lab_staging_vars())
-        proc = ss.run_playbook(inv, lab.emu.env)
-        out = proc.stdout + proc.stderr
-        assert proc.returncode != 0 and "PersistentVolumeClaim ml/models does not exist" in out
-        assert "specpilot_pvc.create: true" in out and not jobs(lab)
-        lab.pvc_with_models(NS, None, name="models")  # 1Gi, made by someone else
-        host["specpilot_pvc"]["create"] = True
-        inv = ss.write_inventory(tmp_path, {"svc": host}, ss.lab_staging_vars())
-        proc = ss.run_playbook(inv, lab.emu.env)
-        out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-5000:]
-    assert "PVC models requests 1Gi, the spec asks for 5Gi; it is left as it is" in out
-    pvc = lab.get("v1", "PersistentVolumeClaim", "models", NS)
-    assert pvc["spec"]["resources"]["requests"]["storage"] == "1Gi"
-
-
-def test_copy_between_pvcs_in_a_job(fake_lab, sources, tmp_path):
+def test_pvc_created_only_when_asked_never_resized_and_copies_between_pvcs(fake_lab, sources, tmp_path):
     lab = fake_lab()
     lab.namespace(NS)
     lab.pvc_with_models(NS, sources, name="cache")  # another claim: mounted read-only
-    incoming = lab.pvc_with_models(NS, None, name="models") / "incoming"  # the destination claim itself
-    shutil.copytree(sources / "draft", incoming / "draft")
     host = pvc_host("pvc://cache/target", "pvc://models/incoming/draft")
+    host["specpilot_pvc"] = {"name": "models", "path": "svc", "size": "5Gi"}  # no create
+    inv = ss.write_inventory(tmp_path, {"svc": host}, ss.lab_staging_vars())
+    proc = ss.run_playbook(inv, lab.emu.env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "PersistentVolumeClaim ml/models does not exist" in out
+    assert "specpilot_pvc.create: true" in out and not jobs(lab)
+    # made by someone else, 1Gi, holding the draft under incoming/ (a source on the destination claim)
+    incoming = lab.pvc_with_models(NS, None, name="models") / "incoming"
+    shutil.copytree(sources / "draft", incoming / "draft")
+    host["specpilot_pvc"]["create"] = True
     inv = ss.write_inventory(tmp_path, {"svc": host}, ss.lab_staging_vars())
     proc = ss.run_playbook(inv, lab.emu.env)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]
+    assert "PVC models requests 1Gi, the spec asks for 5Gi; it is left as it is" in out
+    assert (
+        lab.get("v1", "PersistentVolumeClaim", "models", NS)["spec"]["resources"]["requests"]["storage"]
+        == "1Gi"
+    )
     pvc = lab.state / "pvcs" / NS / "models" / "svc"
     assert ss.tree_digest(pvc / "target") == ss.tree_digest(sources / "target")
     assert ss.tree_digest(pvc / "draft") == ss.tree_digest(sources / "draft")

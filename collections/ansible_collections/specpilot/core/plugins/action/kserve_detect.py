@@ -51,4 +51,6 @@ class ActionModule(ActionBase):
             return result
         result["detection"] = detection
         result.update(deploy_kserve.effective_version(detection, params.get("declared")))
+        if result.get("note"):
+            result["warnings"] = [result["note"]]
         return result

@@ -32,7 +32,8 @@ options:
     elements: dict
   declared:
     description:
-      - The KServe release the service spec declares (C(specpilot_kserve_version)).
+      - The KServe release the service spec declares (C(specpilot_kserve_version)). When it does not match the
+        detected range, the C(note) is also returned as a warning.
     type: str
   given:
     description:
