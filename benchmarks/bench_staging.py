@@ -18,8 +18,9 @@ from blobs that an earlier one uploaded.
 
 Contract for ``python -m benchmarks``: ``run() -> list[dict(name, value, unit, target, ok)]``.
 Environment: ``SPECPILOT_BENCH_STAGING_MIB`` (target size in MiB, default 256 to keep ``make bench``
-short on 2 cores; 1024 is the issue's 1 GiB), ``SPECPILOT_BENCH_STAGING_REPEAT`` (runs per
-measurement, the best counts; default 2).
+short on 2 cores; 1024 is the issue's 1 GiB), ``SPECPILOT_BENCH_STAGING_COPY_MIB`` (data of the
+copy-throughput rows, default 1024: below that the program's start-up dominates),
+``SPECPILOT_BENCH_STAGING_REPEAT`` (runs per measurement, the best counts; default 2).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ for path in (ROOT / "collections", ROOT / "lab", ROOT / "tests"):
 from ansible_collections.specpilot.core.plugins.module_utils import modelcar, stager  # noqa: E402
 
 SIZE_MIB = int(os.environ.get("SPECPILOT_BENCH_STAGING_MIB", "256"))
+# the copy-throughput rows use at least 1 GiB: below that, the program's start-up dominates
+COPY_MIB = max(SIZE_MIB, int(os.environ.get("SPECPILOT_BENCH_STAGING_COPY_MIB", "1024")))
 REPEAT = max(1, int(os.environ.get("SPECPILOT_BENCH_STAGING_REPEAT", "2")))
 SYSTEM_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
@@ -70,10 +73,6 @@ def _make_model(path: Path, size: int, seed: int) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def _best(fn, repeat=REPEAT):
-    return min(fn() for _ in range(repeat))
-
-
 def _registry(tmp: Path):
     from specpilot_lab import registry
 
@@ -100,9 +99,11 @@ def run():
             {"role": "draft", "subdir": "draft", "path": str(tmp / "models" / "draft")},
         ]
 
+        layout = {}
+
         def ours():
             with _registry(tmp) as reg:
-                work = tempfile.mkdtemp(dir=tmp, prefix="work-")
+                work = tempfile.mkdtemp(dir=tmp, prefix="work-")  # cold: no layer cache
                 t0 = time.perf_counter()
                 res = modelcar.build_push(
                     {
@@ -115,16 +116,11 @@ def run():
                 )
                 took = time.perf_counter() - t0
                 assert res["pushed"] and res["verify"]["ok"]
-                ours.layout = res["layout"]
-                (
+                if "path" in layout:
                     shutil.rmtree(work, ignore_errors=True)
-                    if REPEAT > 1 and not getattr(ours, "keep", False)
-                    else None
-                )
+                else:
+                    layout["path"] = res["layout"]  # the baseline pushes this ready layout
                 return took
-
-        ours.keep = True
-        t_ours = _best(ours)
 
         def baseline():
             with _registry(tmp) as reg:
@@ -136,7 +132,7 @@ def run():
                         "--quiet",
                         "--preserve-digests",
                         "--dest-tls-verify=false",
-                        f"oci:{ours.layout}:v1",
+                        f"oci:{layout['path']}:v1",
                         f"docker://{reg.addr}/bench/baseline:v1",
                     ],
                     check=True,
@@ -144,7 +140,50 @@ def run():
                 subprocess.run(["sha256sum", *_files(tmp / "models")], check=True, stdout=subprocess.DEVNULL)
                 return time.perf_counter() - t0
 
-        t_base = _best(baseline)
+        podman_bin = shutil.which("podman")
+        if podman_bin:
+            ctx = tmp / "podman-ctx"
+            for a in arts:
+                shutil.copytree(a["path"], ctx / a["subdir"], copy_function=os.link)
+            (ctx / "Containerfile").write_text(
+                f"FROM oci:{tmp / 'base'}:busybox\n" "COPY target /models/target\nCOPY draft /models/draft\n"
+            )
+
+        def podman():
+            with _registry(tmp) as reg:
+                ref = f"{reg.addr}/bench/podman:v1"
+                t0 = time.perf_counter()
+                subprocess.run(
+                    [
+                        "podman",
+                        "build",
+                        "--runtime",
+                        "runc",
+                        "--no-cache",
+                        "-q",
+                        "-t",
+                        ref,
+                        "-f",
+                        str(ctx / "Containerfile"),
+                        str(ctx),
+                    ],
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                )
+                subprocess.run(["podman", "push", "-q", "--tls-verify=false", ref], check=True)
+                took = time.perf_counter() - t0
+                subprocess.run(
+                    ["podman", "rmi", "-f", ref], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                )
+                return took
+
+        # round robin, best of each: the three see the same load on a shared machine
+        t_ours = t_base = t_podman = float("inf")
+        for i in range(REPEAT + 1):
+            t_ours = min(t_ours, ours())
+            t_base = min(t_base, baseline())
+            if podman_bin and i < REPEAT:
+                t_podman = min(t_podman, podman())
         ratio = t_ours / t_base
         rows.append(
             {
@@ -155,44 +194,7 @@ def run():
                 "ok": ratio <= 1.5,
             }
         )
-
-        if shutil.which("podman"):
-            ctx = tmp / "podman-ctx"
-            for a in arts:
-                shutil.copytree(a["path"], ctx / a["subdir"], copy_function=os.link)
-            (ctx / "Containerfile").write_text(
-                f"FROM oci:{tmp / 'base'}:busybox\n" "COPY target /models/target\nCOPY draft /models/draft\n"
-            )
-
-            def podman():
-                with _registry(tmp) as reg:
-                    ref = f"{reg.addr}/bench/podman:v1"
-                    t0 = time.perf_counter()
-                    subprocess.run(
-                        [
-                            "podman",
-                            "build",
-                            "--runtime",
-                            "runc",
-                            "--no-cache",
-                            "-q",
-                            "-t",
-                            ref,
-                            "-f",
-                            str(ctx / "Containerfile"),
-                            str(ctx),
-                        ],
-                        check=True,
-                        stdout=subprocess.DEVNULL,
-                    )
-                    subprocess.run(["podman", "push", "-q", "--tls-verify=false", ref], check=True)
-                    took = time.perf_counter() - t0
-                    subprocess.run(
-                        ["podman", "rmi", "-f", ref], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-                    )
-                    return took
-
-            t_podman = _best(podman, 1)
+        if podman_bin:
             speedup = t_podman / t_ours
             rows.append(
                 {
@@ -242,6 +244,12 @@ def run():
 
         # PVC copy throughput: the staging program (pvc:// source) against cp -r + sync
         src = tmp / "models"
+        copy_src = tmp / "copy-src"
+        copy_bytes = target_bytes
+        if COPY_MIB > SIZE_MIB:
+            copy_bytes = _make_model(copy_src / "target", COPY_MIB << 20, 3)
+        else:
+            copy_src = src
 
         def stage_copy(verify):
             dest = Path(tempfile.mkdtemp(dir=tmp, prefix="pvc-"))
@@ -254,7 +262,7 @@ def run():
                     {
                         "role": "target",
                         "uri": "pvc://src/target",
-                        "src_root": str(src),
+                        "src_root": str(copy_src),
                         "dest": "target",
                         "request_digest": "sha256:bench",
                     }
@@ -275,7 +283,7 @@ def run():
         def cp_copy():
             dest = Path(tempfile.mkdtemp(dir=tmp, prefix="cp-"))
             t0 = time.perf_counter()
-            subprocess.run(["cp", "-r", str(src / "target"), str(dest / "target")], check=True)
+            subprocess.run(["cp", "-r", str(copy_src / "target"), str(dest / "target")], check=True)
             subprocess.run(["sync", "-f", str(dest / "target")], check=True)
             took = time.perf_counter() - t0
             shutil.rmtree(dest)
@@ -291,16 +299,24 @@ def run():
             tput = t_cp / t_stage
             rows.append(
                 {
-                    "name": f"PVC staging copy throughput / cp -r + sync, {label}, {verify}",
+                    "name": f"PVC staging copy throughput / cp -r + sync, {COPY_MIB} MiB, {verify}",
                     "value": round(tput, 2),
-                    "unit": f"x ({target_bytes / t_stage / 2**20:.0f} vs {target_bytes / t_cp / 2**20:.0f} MiB/s)",
+                    "unit": f"x ({copy_bytes / t_stage / 2**20:.0f} vs {copy_bytes / t_cp / 2**20:.0f} MiB/s)",
                     "target": ">= 0.8",
                     "ok": tput >= 0.8,
                 }
             )
 
+        shutil.rmtree(tmp / "copy-src", ignore_errors=True)
         rows.append(_resume(tmp, src, target_bytes))
     finally:
+        if shutil.which("podman"):  # podman keeps the base it took from oci:<tmp>/base as an image
+            names = subprocess.run(
+                ["podman", "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True
+            ).stdout.split()
+            for name in names:
+                if name.startswith(f"localhost{tmp}/"):
+                    subprocess.run(["podman", "rmi", "-f", name], capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)
     return rows
 

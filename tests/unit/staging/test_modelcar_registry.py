@@ -192,4 +192,6 @@ def test_the_podman_backend(models, tmp_path):
             second = modelcar.build_push(p)
             assert not second["pushed"] and second["digest"] == first["digest"]
         finally:
-            subprocess.run(["podman", "rmi", "-f", image], capture_output=True)
+            subprocess.run(
+                ["podman", "rmi", "-f", image, f"localhost{models / 'base'}:latest"], capture_output=True
+            )
