@@ -121,7 +121,7 @@ def test_check_mode_writes_nothing_and_shows_the_diff(emulator, tmp_path):
     assert emulator.control.writes(since=mark) == []  # dry-run requests are not writes
     assert emulator.control.writes(since=mark, include_dry_run=True)  # ... but they were made
     assert '"prompt_lookup_max":6' in run.out  # the diff shows the new argument
-    assert "InferenceService svc with the revision record" in run.out
+    assert "The InferenceService with the revision record, svc" in run.out
 
 
 def _lease(ns, holder, renew: datetime.datetime, duration=600):

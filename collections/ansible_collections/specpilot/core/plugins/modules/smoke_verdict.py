@@ -82,8 +82,8 @@ options:
     type: str
   path_aliases:
     description:
-      - Path prefixes the engine sees differently from the pod spec, as C({seen prefix: path in the pod}); the
-        draft path of the engine log is mapped back through them before it is compared with the plan.
+      - "Path prefixes the engine sees differently from the pod spec, as C({seen prefix: path in the pod}); the
+        draft path of the engine log is mapped back through them before it is compared with the plan."
       - Empty on a real cluster, where the engine sees the pod's paths. The lab needs it while it runs engines
         without mount namespaces (the engine sees the PVC's directory on the lab machine instead of
         C(/mnt/models)).
