@@ -101,15 +101,25 @@ models: $(STAMP_VLLM)
 
 # ---------------------------------------------------------------- tests
 test: install vllm
-	@echo "==> make test: pytest, lint, syntax checks, molecule"
-	$(MAKE) --no-print-directory test-pytest
+	@echo "==> make test: lint, syntax checks, pytest, molecule"
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory syntax-check
+	$(MAKE) --no-print-directory test-pytest
 	$(MAKE) --no-print-directory molecule
 	@echo "==> make test: all stages passed"
 
+# Unit and emulator tests are isolated (own emulator, port, tmp dirs) and run on two
+# workers; the lab tests start real vLLM engines and run one at a time.
+PYTEST_WORKERS ?= 2
 test-pytest: install vllm
+ifdef PYTEST_ARGS
 	$(VBIN)/python -m pytest $(PYTEST_ARGS)
+else
+	@echo "==> pytest: unit and emulator tests ($(PYTEST_WORKERS) workers)"
+	$(VBIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile tests/unit tests/emulator
+	@echo "==> pytest: lab tests (real engines, one at a time)"
+	$(VBIN)/python -m pytest tests/lab
+endif
 
 lint: install
 	$(VBIN)/yamllint --strict .

@@ -58,8 +58,10 @@ def run():
         emu = Emulator(tmp / "emulator").start()
         try:
             create_namespace(emu, NAMESPACE)
-            services = {"svc-%02d" % i: {"specpilot_speculative": dict(NGRAM, num_speculative_tokens=2 + i % 3)}
-                        for i in range(SERVICES)}
+            services = {
+                "svc-%02d" % i: {"specpilot_speculative": dict(NGRAM, num_speculative_tokens=2 + i % 3)}
+                for i in range(SERVICES)
+            }
             inv = write_inventory(tmp / "inv", NAMESPACE, services)
             started = time.perf_counter()
             _run(emu, tmp, inv, "-e", "specpilot_deploy_wait=false")
@@ -75,17 +77,34 @@ def run():
             emu.stop()
     ratio = many / one
     return [
-        {"name": "deploy.yml first run, %d services (no wait)" % SERVICES, "value": first_s, "unit": "s",
-         "target": "", "ok": True},
+        {
+            "name": "deploy.yml first run, %d services (no wait)" % SERVICES,
+            "value": first_s,
+            "unit": "s",
+            "target": "",
+            "ok": True,
+        },
         {"name": "deploy.yml no-op re-run, 1 service", "value": one, "unit": "s", "target": "", "ok": True},
-        {"name": "deploy.yml no-op re-run, %d services" % SERVICES, "value": many, "unit": "s", "target": "",
-         "ok": True},
-        {"name": "deploy.yml no-op re-run, %d services / 1 service" % SERVICES, "value": ratio, "unit": "x",
-         "target": "<= %g" % RATIO_TARGET, "ok": ratio <= RATIO_TARGET},
+        {
+            "name": "deploy.yml no-op re-run, %d services" % SERVICES,
+            "value": many,
+            "unit": "s",
+            "target": "",
+            "ok": True,
+        },
+        {
+            "name": "deploy.yml no-op re-run, %d services / 1 service" % SERVICES,
+            "value": ratio,
+            "unit": "x",
+            "target": "<= %g" % RATIO_TARGET,
+            "ok": ratio <= RATIO_TARGET,
+        },
     ]
 
 
 if __name__ == "__main__":
     for row in run():
-        print("%-55s %10.3g %-3s %-8s %s" % (row["name"], row["value"], row["unit"], row["target"],
-                                           "ok" if row["ok"] else "MISSED"))
+        print(
+            "%-55s %10.3g %-3s %-8s %s"
+            % (row["name"], row["value"], row["unit"], row["target"], "ok" if row["ok"] else "MISSED")
+        )

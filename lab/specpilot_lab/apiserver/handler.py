@@ -189,6 +189,7 @@ class Handler(BaseHTTPRequestHandler):
         self._query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         self._query_lists = parse_qs(url.query, keep_blank_values=True)
         self._method = method
+        self._recorded = False
         self._info: ReqInfo | None = None
         self._writes_before = self.server.cluster.store.writes_by_this_thread()
         try:
@@ -249,8 +250,17 @@ class Handler(BaseHTTPRequestHandler):
             dur,
             self.headers.get("User-Agent", ""),
         )
-        if self._path.startswith("/_lab"):
+        self._record_request()
+
+    def _record_request(self) -> None:
+        """Add this request to the control API's request log, once.
+
+        Called just before the response goes out (and again, as a no-op, when the handler
+        ends), so a client that has its answer always finds the request in the log.
+        """
+        if self._recorded or self._path.startswith("/_lab"):
             return
+        self._recorded = True
         info = self._info
         q = self._query
         self.server.requests.add(
@@ -289,6 +299,7 @@ class Handler(BaseHTTPRequestHandler):
         self, code: int, body: bytes, content_type: str = "application/json", headers: dict | None = None
     ) -> None:
         self._code = code
+        self._record_request()
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))

@@ -30,17 +30,34 @@ GROUP_VARS = {
     "specpilot_kserve_version": "0.20",
     "specpilot_deployment_mode": "Standard",
     "specpilot_vllm_version": "0.32.0",
-    "specpilot_runtime": {"image": "specpilot-lab/vllm-cpu:0.32.0", "image_pull_policy": "IfNotPresent",
-                          "shm_size": "1Gi"},
+    "specpilot_runtime": {
+        "image": "specpilot-lab/vllm-cpu:0.32.0",
+        "image_pull_policy": "IfNotPresent",
+        "shm_size": "1Gi",
+    },
     "specpilot_gpu": {"count": 0},
     "specpilot_resources": {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"memory": "6Gi"}},
-    "specpilot_vllm_args": {"max_model_len": 512, "max_num_seqs": 4, "dtype": "float32", "enforce_eager": True},
+    "specpilot_vllm_args": {
+        "max_model_len": 512,
+        "max_num_seqs": 4,
+        "dtype": "float32",
+        "enforce_eager": True,
+    },
     "specpilot_delivery": "pvc",
     "specpilot_pvc": {"name": "specpilot-lab-models"},
-    "specpilot_target": {"subdir": "target", "params_b": 0.000657, "dtype": "float32",
-                         "architecture": "LlamaForCausalLM", "model_type": "llama", "hidden_size": 128,
-                         "vocab_size": 2048, "num_hidden_layers": 2, "num_attention_heads": 4,
-                         "num_key_value_heads": 2, "tokenizer": "specpilot-lab/tiny-bpe-2048"},
+    "specpilot_target": {
+        "subdir": "target",
+        "params_b": 0.000657,
+        "dtype": "float32",
+        "architecture": "LlamaForCausalLM",
+        "model_type": "llama",
+        "hidden_size": 128,
+        "vocab_size": 2048,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "tokenizer": "specpilot-lab/tiny-bpe-2048",
+    },
     "specpilot_acknowledged_warnings": ["async-scheduling-disabled"],
     # fast polls and short grace periods for tests
     "specpilot_deploy_wait_delay": 0.5,
@@ -60,8 +77,9 @@ def write_inventory(path: Path, namespace: str, services: dict[str, dict], group
     (inv / "group_vars" / "specpilot_services.yml").write_text("---\n" + yaml.safe_dump(gv, sort_keys=False))
     for host, hv in services.items():
         (inv / "host_vars" / f"{host}.yml").write_text("---\n" + yaml.safe_dump(hv, sort_keys=False))
-    (inv / "hosts.yml").write_text("---\n" + yaml.safe_dump({"specpilot_services": {"hosts": {h: {} for h in
-                                                                                              services}}}))
+    (inv / "hosts.yml").write_text(
+        "---\n" + yaml.safe_dump({"specpilot_services": {"hosts": {h: {} for h in services}}})
+    )
     return inv
 
 
@@ -87,8 +105,9 @@ class Run:
         self.cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), str(ROOT / playbook), *args]
         self.log = tmp / f"run-{time.monotonic_ns()}.log"
         self.fh = open(self.log, "w")
-        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, env=ansible_env(emu, tmp), stdout=self.fh,
-                                     stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            self.cmd, cwd=ROOT, env=ansible_env(emu, tmp), stdout=self.fh, stderr=subprocess.STDOUT, text=True
+        )
         self.rc: int | None = None
         self.out = ""
         self.seconds = 0.0
@@ -183,20 +202,39 @@ class FakeKServe:
     def runtime_args(self, isvc: dict) -> list[str]:
         model = isvc["spec"]["predictor"]["model"]
         try:
-            rt = self.res("serving.kserve.io/v1alpha1", "ServingRuntime").get(
-                name=model.get("runtime"), namespace=self.ns).to_dict()
+            rt = (
+                self.res("serving.kserve.io/v1alpha1", "ServingRuntime")
+                .get(name=model.get("runtime"), namespace=self.ns)
+                .to_dict()
+            )
         except Exception:  # noqa: BLE001
             return []
-        return [a.replace("{{.Name}}", isvc["metadata"]["name"]) for a in rt["spec"]["containers"][0].get("args", [])]
+        return [
+            a.replace("{{.Name}}", isvc["metadata"]["name"])
+            for a in rt["spec"]["containers"][0].get("args", [])
+        ]
 
     def template(self, isvc: dict) -> dict:
         model = isvc["spec"]["predictor"]["model"]
         anns = {k: v for k, v in (isvc["metadata"].get("annotations") or {}).items()}
-        return {"metadata": {"labels": {"serving.kserve.io/inferenceservice": isvc["metadata"]["name"],
-                                        "app": "isvc.%s-predictor" % isvc["metadata"]["name"]},
-                             "annotations": anns},
-                "spec": {"containers": [{"name": "kserve-container", "image": "vllm",
-                                         "args": self.runtime_args(isvc) + list(model.get("args") or [])}]}}
+        return {
+            "metadata": {
+                "labels": {
+                    "serving.kserve.io/inferenceservice": isvc["metadata"]["name"],
+                    "app": "isvc.%s-predictor" % isvc["metadata"]["name"],
+                },
+                "annotations": anns,
+            },
+            "spec": {
+                "containers": [
+                    {
+                        "name": "kserve-container",
+                        "image": "vllm",
+                        "args": self.runtime_args(isvc) + list(model.get("args") or []),
+                    }
+                ]
+            },
+        }
 
     def reconcile(self, isvc: dict, action: str) -> None:
         if action == "hold":
@@ -210,11 +248,19 @@ class FakeKServe:
         except Exception:  # noqa: BLE001
             dep = None
         if dep is None:
-            dep = dep_api.create(namespace=self.ns, body={
-                "apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": {"name": dname, "labels": {"serving.kserve.io/inferenceservice": name}},
-                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": f"isvc.{name}-predictor"}},
-                         "template": tmpl}}).to_dict()
+            dep = dep_api.create(
+                namespace=self.ns,
+                body={
+                    "apiVersion": "apps/v1",
+                    "kind": "Deployment",
+                    "metadata": {"name": dname, "labels": {"serving.kserve.io/inferenceservice": name}},
+                    "spec": {
+                        "replicas": 1,
+                        "selector": {"matchLabels": {"app": f"isvc.{name}-predictor"}},
+                        "template": tmpl,
+                    },
+                },
+            ).to_dict()
         elif dep["spec"]["template"] != tmpl:
             dep["spec"]["template"] = tmpl
             dep.pop("status", None)
@@ -223,17 +269,38 @@ class FakeKServe:
         pod_name = f"{dname}-{gen}-abcde"
         self._pods(name, pod_name, tmpl, action)
         ready = action == "ready"
-        dstatus = {"observedGeneration": gen if ready else max(gen - 1, 1), "replicas": 1,
-                   "updatedReplicas": 1 if ready else 0, "availableReplicas": 1 if ready else 0,
-                   "readyReplicas": 1 if ready else 0}
+        dstatus = {
+            "observedGeneration": gen if ready else max(gen - 1, 1),
+            "replicas": 1,
+            "updatedReplicas": 1 if ready else 0,
+            "availableReplicas": 1 if ready else 0,
+            "readyReplicas": 1 if ready else 0,
+        }
         if any((dep.get("status") or {}).get(k) != v for k, v in dstatus.items()):
             self._status("apps/v1", "Deployment", dname, dstatus)
-        cond = {"type": "Ready", "status": "True"} if ready else \
-            {"type": "Ready", "status": "False", "reason": "MinimumReplicasUnavailable",
-             "message": "Deployment does not have minimum availability."}
-        self._status(*ISVC, name, {"conditions": [cond, dict(cond, type="PredictorReady"),
-                                                  {"type": "IngressReady", "status": "True"}],
-                                   "url": f"http://{name}.{self.ns}.example", "observedGeneration": gen})
+        cond = (
+            {"type": "Ready", "status": "True"}
+            if ready
+            else {
+                "type": "Ready",
+                "status": "False",
+                "reason": "MinimumReplicasUnavailable",
+                "message": "Deployment does not have minimum availability.",
+            }
+        )
+        self._status(
+            *ISVC,
+            name,
+            {
+                "conditions": [
+                    cond,
+                    dict(cond, type="PredictorReady"),
+                    {"type": "IngressReady", "status": "True"},
+                ],
+                "url": f"http://{name}.{self.ns}.example",
+                "observedGeneration": gen,
+            },
+        )
         if ready:
             self.rollouts[name] = gen
 
@@ -243,46 +310,103 @@ class FakeKServe:
         res = self.res(api_version, kind)
         path = res.path(name=name, namespace=self.ns) + "/status"
         body = json.dumps({"status": status}).encode()
-        req = urllib.request.Request(self.emu.url + path, data=body, method="PATCH",
-                                     headers={"Content-Type": "application/merge-patch+json"})
+        req = urllib.request.Request(
+            self.emu.url + path,
+            data=body,
+            method="PATCH",
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
         with urllib.request.urlopen(req, timeout=10) as resp:
             resp.read()
 
     def _pods(self, isvc_name: str, pod_name: str, tmpl: dict, action: str) -> None:
         pod_api = self.res("v1", "Pod")
-        existing = pod_api.get(namespace=self.ns, label_selector=f"serving.kserve.io/inferenceservice={isvc_name}")
+        existing = pod_api.get(
+            namespace=self.ns, label_selector=f"serving.kserve.io/inferenceservice={isvc_name}"
+        )
         for pod in existing.to_dict()["items"]:
             if pod["metadata"]["name"] != pod_name and action == "ready":
                 pod_api.delete(name=pod["metadata"]["name"], namespace=self.ns)
         names = {p["metadata"]["name"] for p in existing.to_dict()["items"]}
         if pod_name not in names:
-            body = {"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": pod_name, "labels": tmpl["metadata"]["labels"],
-                                 "annotations": tmpl["metadata"]["annotations"]},
-                    "spec": copy.deepcopy(tmpl["spec"])}
+            body = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": pod_name,
+                    "labels": tmpl["metadata"]["labels"],
+                    "annotations": tmpl["metadata"]["annotations"],
+                },
+                "spec": copy.deepcopy(tmpl["spec"]),
+            }
             pod_api.create(namespace=self.ns, body=body)
         if action == "ready":
-            status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"},
-                                                         {"type": "PodScheduled", "status": "True"}],
-                      "containerStatuses": [{"name": "kserve-container", "ready": True, "restartCount": 0,
-                                             "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}
+            status = {
+                "phase": "Running",
+                "conditions": [
+                    {"type": "Ready", "status": "True"},
+                    {"type": "PodScheduled", "status": "True"},
+                ],
+                "containerStatuses": [
+                    {
+                        "name": "kserve-container",
+                        "ready": True,
+                        "restartCount": 0,
+                        "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+                    }
+                ],
+            }
         elif action == "crash":
-            status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"},
-                                                         {"type": "PodScheduled", "status": "True"}],
-                      "containerStatuses": [{"name": "kserve-container", "ready": False, "restartCount": 3,
-                                             "state": {"waiting": {"reason": "CrashLoopBackOff",
-                                                                   "message": "back-off 40s restarting failed"}},
-                                             "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}
+            status = {
+                "phase": "Running",
+                "conditions": [
+                    {"type": "Ready", "status": "False"},
+                    {"type": "PodScheduled", "status": "True"},
+                ],
+                "containerStatuses": [
+                    {
+                        "name": "kserve-container",
+                        "ready": False,
+                        "restartCount": 3,
+                        "state": {
+                            "waiting": {
+                                "reason": "CrashLoopBackOff",
+                                "message": "back-off 40s restarting failed",
+                            }
+                        },
+                        "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
+                    }
+                ],
+            }
         elif action == "progress":
-            status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"},
-                                                         {"type": "PodScheduled", "status": "True"}],
-                      "containerStatuses": [{"name": "kserve-container", "ready": False, "restartCount": 0,
-                                             "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}
+            status = {
+                "phase": "Running",
+                "conditions": [
+                    {"type": "Ready", "status": "False"},
+                    {"type": "PodScheduled", "status": "True"},
+                ],
+                "containerStatuses": [
+                    {
+                        "name": "kserve-container",
+                        "ready": False,
+                        "restartCount": 0,
+                        "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+                    }
+                ],
+            }
         else:  # pending
-            status = {"phase": "Pending", "conditions": [{
-                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: 0/1 nodes are "
-                           "available: 1 No preemption victims found for incoming pod."}]}
+            status = {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: 0/1 nodes are "
+                        "available: 1 No preemption victims found for incoming pod.",
+                    }
+                ],
+            }
         self._status("v1", "Pod", pod_name, status)
 
 
@@ -290,15 +414,20 @@ def get(emu, api_version: str, kind: str, name: str, namespace: str | None = Non
     from kubernetes.dynamic.exceptions import NotFoundError
 
     try:
-        return emu.dynamic_client().resources.get(api_version=api_version, kind=kind).get(
-            name=name, namespace=namespace).to_dict()
+        return (
+            emu.dynamic_client()
+            .resources.get(api_version=api_version, kind=kind)
+            .get(name=name, namespace=namespace)
+            .to_dict()
+        )
     except NotFoundError:
         return None
 
 
 def create_namespace(emu, name: str) -> None:
     emu.dynamic_client().resources.get(api_version="v1", kind="Namespace").create(
-        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
 
 
 def wait_for(pred, timeout: float = 60.0, interval: float = 0.2, what: str = "condition"):
@@ -310,5 +439,3 @@ def wait_for(pred, timeout: float = 60.0, interval: float = 0.2, what: str = "co
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
-
-

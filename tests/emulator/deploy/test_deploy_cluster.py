@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from deploy_helpers import GROUP_VARS, NGRAM, FakeKServe, create_namespace, get, run_deploy, write_inventory
-
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_kserve
+from deploy_helpers import GROUP_VARS, NGRAM, FakeKServe, create_namespace, get, run_deploy, write_inventory
 
 pytestmark = pytest.mark.slow
 
@@ -20,18 +19,34 @@ LAB_CRDS = ROOT / "lab" / "crds"
 UPSTREAM = ROOT.parent / "shared" / "reference" / "kserve-crds" / "v0.20.0"
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-DRAFT = {"subdir": "draft", "params_b": 0.000461, "dtype": "float32", "architecture": "LlamaForCausalLM",
-         "model_type": "llama", "hidden_size": 128, "vocab_size": 2048, "num_hidden_layers": 1,
-         "num_attention_heads": 4, "num_key_value_heads": 2, "tokenizer": "specpilot-lab/tiny-bpe-2048"}
+DRAFT = {
+    "subdir": "draft",
+    "params_b": 0.000461,
+    "dtype": "float32",
+    "architecture": "LlamaForCausalLM",
+    "model_type": "llama",
+    "hidden_size": 128,
+    "vocab_size": 2048,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "tokenizer": "specpilot-lab/tiny-bpe-2048",
+}
 DRAFT_MODEL = {"method": "draft_model", "num_speculative_tokens": 3}
-OPTION_A = {"specpilot_delivery": "storage_uris", "specpilot_speculative": DRAFT_MODEL,
-            "specpilot_target": dict(GROUP_VARS["specpilot_target"], uri="pvc://lab-target"),
-            "specpilot_draft": dict(DRAFT, uri="pvc://lab-draft"),
-            "specpilot_acknowledged_warnings": ["draft-ratio"]}
-OPTION_B = {"specpilot_delivery": "modelcar", "specpilot_speculative": DRAFT_MODEL, "specpilot_draft": DRAFT,
-            "specpilot_modelcar": {"image": "registry.lab/models/tiny:v1",
-                                   "image_digest": "sha256:" + "ab" * 32},
-            "specpilot_acknowledged_warnings": ["draft-ratio"]}
+OPTION_A = {
+    "specpilot_delivery": "storage_uris",
+    "specpilot_speculative": DRAFT_MODEL,
+    "specpilot_target": dict(GROUP_VARS["specpilot_target"], uri="pvc://lab-target"),
+    "specpilot_draft": dict(DRAFT, uri="pvc://lab-draft"),
+    "specpilot_acknowledged_warnings": ["draft-ratio"],
+}
+OPTION_B = {
+    "specpilot_delivery": "modelcar",
+    "specpilot_speculative": DRAFT_MODEL,
+    "specpilot_draft": DRAFT,
+    "specpilot_modelcar": {"image": "registry.lab/models/tiny:v1", "image_digest": "sha256:" + "ab" * 32},
+    "specpilot_acknowledged_warnings": ["draft-ratio"],
+}
 OPTION_C = {"specpilot_speculative": NGRAM}
 
 
@@ -43,8 +58,12 @@ def test_options_a_b_c_against_the_upstream_020_crds(emulator_upstream, tmp_path
     emu = emulator_upstream
     ns = "deploy-upstream"
     create_namespace(emu, ns)
-    inv = write_inventory(tmp_path / "inv", ns, {"opt-a": OPTION_A, "opt-b": OPTION_B, "opt-c": OPTION_C},
-                          group={"specpilot_kserve_version": "0.20"})
+    inv = write_inventory(
+        tmp_path / "inv",
+        ns,
+        {"opt-a": OPTION_A, "opt-b": OPTION_B, "opt-c": OPTION_C},
+        group={"specpilot_kserve_version": "0.20"},
+    )
     with FakeKServe(emu, ns):
         run = run_deploy(emu, tmp_path, inv)
     assert run.rc == 0, run.out[-5000:]
@@ -55,17 +74,25 @@ def test_options_a_b_c_against_the_upstream_020_crds(emulator_upstream, tmp_path
         clean = {k: v for k, v in isvc.items() if k not in ("status",)}
         assert deploy_kserve.strict_errors(schema, clean) == [], name
     pred = stored["opt-a"]["spec"]["predictor"]
-    assert pred["storageUris"] == [{"uri": "pvc://lab-target", "mountPath": "/mnt/models/target"},
-                                   {"uri": "pvc://lab-draft", "mountPath": "/mnt/models/draft"}]
+    assert pred["storageUris"] == [
+        {"uri": "pvc://lab-target", "mountPath": "/mnt/models/target"},
+        {"uri": "pvc://lab-draft", "mountPath": "/mnt/models/draft"},
+    ]
     assert "storageUri" not in pred["model"]
-    assert stored["opt-b"]["spec"]["predictor"]["model"]["storageUri"] == \
-        "oci://registry.lab/models/tiny@sha256:" + "ab" * 32
+    assert (
+        stored["opt-b"]["spec"]["predictor"]["model"]["storageUri"]
+        == "oci://registry.lab/models/tiny@sha256:" + "ab" * 32
+    )
     # the Modelcar runtime waits for the model directory (symlink race) before starting vLLM
     runtime_b = get(emu, "serving.kserve.io/v1alpha1", "ServingRuntime", "opt-b-vllm", ns)
-    assert "until [ -e /mnt/models/target/config.json ]" in " ".join(runtime_b["spec"]["containers"][0]["command"])
+    assert "until [ -e /mnt/models/target/config.json ]" in " ".join(
+        runtime_b["spec"]["containers"][0]["command"]
+    )
     assert stored["opt-c"]["spec"]["predictor"]["model"]["storageUri"] == "pvc://specpilot-lab-models/"
-    spec_args = {n: [a for a in i["spec"]["predictor"]["model"]["args"] if a.startswith("--speculative-config=")]
-                 for n, i in stored.items()}
+    spec_args = {
+        n: [a for a in i["spec"]["predictor"]["model"]["args"] if a.startswith("--speculative-config=")]
+        for n, i in stored.items()
+    }
     assert json.loads(spec_args["opt-a"][0].split("=", 1)[1])["model"] == "/mnt/models/draft"
     assert "does not match the cluster, whose CRDs say" not in run.out  # detected 0.20, as declared
 
@@ -104,8 +131,15 @@ def test_a_kserve_that_cannot_do_the_spec_fails_before_anything_is_written(emula
     assert "'storageUris' was unexpected" in strict.out
 
     # without that check, the server-side dry run shows the API server dropping the field
-    pruned = run_deploy(emu, tmp_path, inv, "-e", "specpilot_deploy_kserve_version=0.20",
-                        "-e", "specpilot_deploy_validate_crd=false")
+    pruned = run_deploy(
+        emu,
+        tmp_path,
+        inv,
+        "-e",
+        "specpilot_deploy_kserve_version=0.20",
+        "-e",
+        "specpilot_deploy_validate_crd=false",
+    )
     assert pruned.rc != 0
     assert "the API server drops InferenceService/opt-a: spec.predictor.storageUris" in pruned.out
     writes = [w for w in emu.control.writes(since=mark) if "coordination" not in w["path"]]
@@ -117,10 +151,18 @@ def test_one_failing_service_does_not_stop_the_others(emulator, tmp_path):
     ns = "deploy-many"
     create_namespace(emulator, ns)
     emulator.dynamic_client().resources.get(api_version="coordination.k8s.io/v1", kind="Lease").create(
-        namespace=ns, body={"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                            "metadata": {"name": "specpilot-deploy-locked"},
-                            "spec": {"holderIdentity": "bob@laptop/pid/x1", "leaseDurationSeconds": 3600,
-                                     "renewTime": "2099-01-01T00:00:00.000000Z"}})
+        namespace=ns,
+        body={
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "specpilot-deploy-locked"},
+            "spec": {
+                "holderIdentity": "bob@laptop/pid/x1",
+                "leaseDurationSeconds": 3600,
+                "renewTime": "2099-01-01T00:00:00.000000Z",
+            },
+        },
+    )
     services = {
         "good-1": OPTION_C,
         "good-2": dict(OPTION_C, specpilot_speculative=dict(NGRAM, num_speculative_tokens=2)),
@@ -146,8 +188,9 @@ def _consistent(emu, ns, name):
     """The runtime and the InferenceService carry the same spec digest: no half-applied service."""
     isvc = _isvc(emu, ns, name)
     runtime = get(emu, "serving.kserve.io/v1alpha1", "ServingRuntime", f"{name}-vllm", ns)
-    return isvc["metadata"]["annotations"]["specpilot.io/spec-digest"], \
-        runtime["metadata"]["annotations"]["specpilot.io/spec-digest"]
+    return isvc["metadata"]["annotations"]["specpilot.io/spec-digest"], runtime["metadata"]["annotations"][
+        "specpilot.io/spec-digest"
+    ]
 
 
 def test_deploy_converges_or_fails_cleanly_with_20_percent_api_faults(emulator, tmp_path):
@@ -162,11 +205,24 @@ def test_deploy_converges_or_fails_cleanly_with_20_percent_api_faults(emulator, 
         try:
             for seed, tokens in ((11, 4), (23, 5)):
                 for code, offset in ((500, 0), (409, 1), (429, 2)):
-                    ctl.add_fault(verb="*", resource="*", namespace=None, rate=0.07, code=code, seed=seed + offset)
+                    ctl.add_fault(
+                        verb="*", resource="*", namespace=None, rate=0.07, code=code, seed=seed + offset
+                    )
                 # a new runtime image too: the runtime and the InferenceService must change together
-                write_inventory(tmp_path / "inv", ns, {"svc": dict(OPTION_C, specpilot_speculative=dict(
-                    NGRAM, num_speculative_tokens=tokens), specpilot_runtime={
-                        "image": f"specpilot-lab/vllm-cpu:0.32.{tokens}", "shm_size": "1Gi"})})
+                write_inventory(
+                    tmp_path / "inv",
+                    ns,
+                    {
+                        "svc": dict(
+                            OPTION_C,
+                            specpilot_speculative=dict(NGRAM, num_speculative_tokens=tokens),
+                            specpilot_runtime={
+                                "image": f"specpilot-lab/vllm-cpu:0.32.{tokens}",
+                                "shm_size": "1Gi",
+                            },
+                        )
+                    },
+                )
                 run = run_deploy(emulator, tmp_path, inv)
                 hits = sum(f["injected"] for f in ctl.faults())
                 ctl.clear_faults()
@@ -198,16 +254,33 @@ def test_the_runtime_is_put_back_when_the_inferenceservice_cannot_be_applied(emu
         assert run_deploy(emulator, tmp_path, inv).rc == 0
     before = _consistent(emulator, ns, "svc")
     runtime_before = get(emulator, "serving.kserve.io/v1alpha1", "ServingRuntime", "svc-vllm", ns)["spec"]
-    write_inventory(tmp_path / "inv", ns, {"svc": dict(OPTION_C, specpilot_runtime={
-        "image": "specpilot-lab/vllm-cpu:0.32.9", "shm_size": "2Gi"})})
+    write_inventory(
+        tmp_path / "inv",
+        ns,
+        {
+            "svc": dict(
+                OPTION_C, specpilot_runtime={"image": "specpilot-lab/vllm-cpu:0.32.9", "shm_size": "2Gi"}
+            )
+        },
+    )
     emulator.control.add_fault(verb="patch", resource="inferenceservices", namespace=ns, code=500, rate=1.0)
     try:
-        run = run_deploy(emulator, tmp_path, inv, "-e", "specpilot_deploy_dry_run=false",
-                         "-e", "specpilot_deploy_api_retries=2")
+        run = run_deploy(
+            emulator,
+            tmp_path,
+            inv,
+            "-e",
+            "specpilot_deploy_dry_run=false",
+            "-e",
+            "specpilot_deploy_api_retries=2",
+        )
     finally:
         emulator.control.clear_faults()
     assert run.rc != 0
     assert "Put the runtime back as it was" in run.out and "The service keeps its previous spec" in run.out
     assert _consistent(emulator, ns, "svc") == before
-    assert get(emulator, "serving.kserve.io/v1alpha1", "ServingRuntime", "svc-vllm", ns)["spec"] == runtime_before
+    assert (
+        get(emulator, "serving.kserve.io/v1alpha1", "ServingRuntime", "svc-vllm", ns)["spec"]
+        == runtime_before
+    )
     assert get(emulator, "coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", ns) is None

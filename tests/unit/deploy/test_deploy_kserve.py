@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_kserve as dk
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -31,27 +30,53 @@ def _isvc_crd(predictor: dict, spec_extra: dict | None = None, status: dict | No
     """A minimal InferenceService CRD with the given predictor properties."""
     spec = {"type": "object", "properties": {"predictor": {"type": "object", "properties": predictor}}}
     spec["properties"].update(spec_extra or {})
-    schema = {"type": "object", "properties": {"spec": spec, "status": {"type": "object", "properties": status or {}}}}
-    return {"metadata": {"name": dk.ISVC_CRD},
-            "spec": {"versions": [{"name": "v1beta1", "served": True, "storage": True,
-                                   "schema": {"openAPIV3Schema": schema}}]}}
+    schema = {
+        "type": "object",
+        "properties": {"spec": spec, "status": {"type": "object", "properties": status or {}}},
+    }
+    return {
+        "metadata": {"name": dk.ISVC_CRD},
+        "spec": {
+            "versions": [
+                {"name": "v1beta1", "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}
+            ]
+        },
+    }
 
 
 OBJ = {"type": "object"}
 MODEL_017 = {"type": "object", "properties": {"restartPolicyRules": {"type": "array"}}}
 
 
-@pytest.mark.parametrize("predictor, spec_extra, status, expected_range, minimum", [
-    ({}, None, None, "KServe <= 0.13", "0.13.0"),
-    ({"workerSpec": OBJ}, None, None, "KServe 0.14", "0.14.0"),
-    ({"workerSpec": OBJ, "autoScaling": OBJ}, None, {"deploymentMode": {"type": "string"}}, "KServe 0.15.2",
-     "0.15.2"),
-    ({"workerSpec": OBJ, "storageUris": {"type": "array"}}, None, None, "KServe 0.16", "0.16.0"),
-    ({"storageUris": {"type": "array"}, "hostnameOverride": {"type": "string"}, "model": MODEL_017}, None, None,
-     "KServe 0.17 to 0.19", "0.17.0"),
-    ({"storageUris": {"type": "array"}, "name": {"type": "string"}}, {"canary": {"type": "array"}}, None,
-     "KServe >= 0.20", "0.20.0"),
-])
+@pytest.mark.parametrize(
+    "predictor, spec_extra, status, expected_range, minimum",
+    [
+        ({}, None, None, "KServe <= 0.13", "0.13.0"),
+        ({"workerSpec": OBJ}, None, None, "KServe 0.14", "0.14.0"),
+        (
+            {"workerSpec": OBJ, "autoScaling": OBJ},
+            None,
+            {"deploymentMode": {"type": "string"}},
+            "KServe 0.15.2",
+            "0.15.2",
+        ),
+        ({"workerSpec": OBJ, "storageUris": {"type": "array"}}, None, None, "KServe 0.16", "0.16.0"),
+        (
+            {"storageUris": {"type": "array"}, "hostnameOverride": {"type": "string"}, "model": MODEL_017},
+            None,
+            None,
+            "KServe 0.17 to 0.19",
+            "0.17.0",
+        ),
+        (
+            {"storageUris": {"type": "array"}, "name": {"type": "string"}},
+            {"canary": {"type": "array"}},
+            None,
+            "KServe >= 0.20",
+            "0.20.0",
+        ),
+    ],
+)
 def test_detect_reads_the_release_markers(predictor, spec_extra, status, expected_range, minimum):
     found = dk.detect({dk.ISVC_CRD: _isvc_crd(predictor, spec_extra, status)})
     assert found["range"] == expected_range
@@ -62,16 +87,56 @@ def test_llminferenceservice_tells_017_018_019_apart():
     isvc = _isvc_crd({"storageUris": {"type": "array"}, "hostnameOverride": {"type": "string"}})
 
     def llm(section_name: bool, lora: bool) -> dict:
-        props = {"router": {"type": "object", "properties": {"gateway": {"type": "object", "properties": {
-            "refs": {"type": "array", "items": {"type": "object", "properties": (
-                {"sectionName": {"type": "string"}} if section_name else {"name": {"type": "string"}})}}}}}}}
+        props = {
+            "router": {
+                "type": "object",
+                "properties": {
+                    "gateway": {
+                        "type": "object",
+                        "properties": {
+                            "refs": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "properties": (
+                                        {"sectionName": {"type": "string"}}
+                                        if section_name
+                                        else {"name": {"type": "string"}}
+                                    ),
+                                },
+                            }
+                        },
+                    }
+                },
+            }
+        }
         if lora:
-            props["model"] = {"type": "object", "properties": {"lora": {"type": "object", "properties": {
-                "maxAdapters": {"type": "integer"}}}}}
+            props["model"] = {
+                "type": "object",
+                "properties": {
+                    "lora": {"type": "object", "properties": {"maxAdapters": {"type": "integer"}}}
+                },
+            }
         schema = {"type": "object", "properties": {"spec": {"type": "object", "properties": props}}}
-        return {"metadata": {"name": dk.LLMISVC_CRD}, "spec": {"versions": [
-            {"name": "v1alpha1", "served": True, "storage": False, "schema": {"openAPIV3Schema": schema}},
-            {"name": "v1alpha2", "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}]}}
+        return {
+            "metadata": {"name": dk.LLMISVC_CRD},
+            "spec": {
+                "versions": [
+                    {
+                        "name": "v1alpha1",
+                        "served": True,
+                        "storage": False,
+                        "schema": {"openAPIV3Schema": schema},
+                    },
+                    {
+                        "name": "v1alpha2",
+                        "served": True,
+                        "storage": True,
+                        "schema": {"openAPIV3Schema": schema},
+                    },
+                ]
+            },
+        }
 
     assert dk.detect({dk.ISVC_CRD: isvc, dk.LLMISVC_CRD: llm(False, False)})["range"] == "KServe 0.17"
     assert dk.detect({dk.ISVC_CRD: isvc, dk.LLMISVC_CRD: llm(True, False)})["range"] == "KServe 0.18"
@@ -114,9 +179,17 @@ def test_effective_version_prefers_a_consistent_declaration():
 
 def test_strict_errors_name_unknown_and_invalid_fields(upstream_020):
     schema = dk.crd_version_schema(upstream_020, "v1beta1")
-    good = {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService", "metadata": {"name": "x"},
-            "spec": {"predictor": {"storageUris": [{"uri": "s3://a", "mountPath": "/mnt/models/t"}],
-                                   "model": {"modelFormat": {"name": "vLLM"}, "args": ["--x"]}}}}
+    good = {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {"name": "x"},
+        "spec": {
+            "predictor": {
+                "storageUris": [{"uri": "s3://a", "mountPath": "/mnt/models/t"}],
+                "model": {"modelFormat": {"name": "vLLM"}, "args": ["--x"]},
+            }
+        },
+    }
     assert dk.strict_errors(schema, good) == []
     bad = copy.deepcopy(good)
     bad["spec"]["predictor"]["model"]["storageUris"] = [{"uri": "s3://a"}]

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import copy
 
-from deploy_unit_helpers import applied, deployment, plan, pod, ready_status
-
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_rollout as dr
+from deploy_unit_helpers import applied, deployment, plan, pod, ready_status
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 
 
 def _setup():
-    old, new = plan(), plan(speculative={"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4})
+    old, new = (
+        plan(),
+        plan(speculative={"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4}),
+    )
     old_isvc = applied(old["inferenceservice"], extra_status=ready_status())
     new_isvc = applied(new["inferenceservice"], extra_status=ready_status())  # Ready=True: stale
     return old, new, old_isvc, new_isvc
@@ -20,7 +22,9 @@ def _setup():
 
 def test_stale_ready_with_the_old_template_is_not_done():
     old, new, old_isvc, new_isvc = _setup()
-    status = dr.rollout_status(dr.expected_from_plan(new), new_isvc, deployment(old_isvc), [pod(old_isvc)], now=T0)
+    status = dr.rollout_status(
+        dr.expected_from_plan(new), new_isvc, deployment(old_isvc), [pod(old_isvc)], now=T0
+    )
     assert not status["done"] and not status["failed"]
     assert status["checks"]["isvc_ready"] and not status["checks"]["template_args"]
     assert "previous pod template" in status["message"]
@@ -28,11 +32,15 @@ def test_stale_ready_with_the_old_template_is_not_done():
 
 def test_new_template_not_observed_or_not_available_is_not_done():
     _old, new, _o, new_isvc = _setup()
-    for dep, what in ((deployment(new_isvc, generation=2, observed=1), "not observed"),
-                      (deployment(new_isvc, generation=2, observed=2, updated=0), "replicas updated"),
-                      (deployment(new_isvc, generation=2, observed=2, replicas=2, updated=1, available=1),
-                       "replicas updated"),
-                      (deployment(new_isvc, generation=2, observed=2, available=0), "available")):
+    for dep, what in (
+        (deployment(new_isvc, generation=2, observed=1), "not observed"),
+        (deployment(new_isvc, generation=2, observed=2, updated=0), "replicas updated"),
+        (
+            deployment(new_isvc, generation=2, observed=2, replicas=2, updated=1, available=1),
+            "replicas updated",
+        ),
+        (deployment(new_isvc, generation=2, observed=2, available=0), "available"),
+    ):
         status = dr.rollout_status(dr.expected_from_plan(new), new_isvc, dep, [], now=T0)
         assert not status["done"], what
         assert what in status["message"]
@@ -40,13 +48,19 @@ def test_new_template_not_observed_or_not_available_is_not_done():
 
 def test_the_new_generation_rolled_out_is_done():
     _old, new, _o, new_isvc = _setup()
-    status = dr.rollout_status(dr.expected_from_plan(new), new_isvc, deployment(new_isvc, generation=2, observed=2),
-                               [pod(new_isvc)], now=T0)
+    status = dr.rollout_status(
+        dr.expected_from_plan(new),
+        new_isvc,
+        deployment(new_isvc, generation=2, observed=2),
+        [pod(new_isvc)],
+        now=T0,
+    )
     assert status["done"] and status["phase"] == "ready"
     not_ready = copy.deepcopy(new_isvc)
     not_ready["status"] = ready_status(False)
-    assert not dr.rollout_status(dr.expected_from_plan(new), not_ready, deployment(new_isvc, generation=2,
-                                                                                   observed=2), [], now=T0)["done"]
+    assert not dr.rollout_status(
+        dr.expected_from_plan(new), not_ready, deployment(new_isvc, generation=2, observed=2), [], now=T0
+    )["done"]
 
 
 def test_digest_annotation_guards_changes_the_args_do_not_show():
@@ -59,7 +73,9 @@ def test_digest_annotation_guards_changes_the_args_do_not_show():
     # a KServe that does not copy annotations: the generation must have moved since before the apply
     bare = deployment(old_isvc, digest=None)
     base = {"deployment_generation": 1, "rollout_expected": True}
-    assert not dr.rollout_status(dr.expected_from_plan(new), new_isvc, bare, [], baseline=base, now=T0)["done"]
+    assert not dr.rollout_status(dr.expected_from_plan(new), new_isvc, bare, [], baseline=base, now=T0)[
+        "done"
+    ]
     bumped = deployment(old_isvc, digest=None, generation=2, observed=2)
     assert dr.rollout_status(dr.expected_from_plan(new), new_isvc, bumped, [], baseline=base, now=T0)["done"]
 
@@ -72,20 +88,37 @@ def test_knative_needs_a_new_ready_revision_with_all_traffic():
 
     def comp(created, ready, traffic):
         obj = copy.deepcopy(isvc)
-        obj["status"]["components"] = {"predictor": {"latestCreatedRevision": created, "latestReadyRevision": ready,
-                                                     "traffic": traffic}}
+        obj["status"]["components"] = {
+            "predictor": {"latestCreatedRevision": created, "latestReadyRevision": ready, "traffic": traffic}
+        }
         return obj
 
-    old = comp("svc-predictor-00001", "svc-predictor-00001", [{"revisionName": "svc-predictor-00001", "percent": 100}])
+    old = comp(
+        "svc-predictor-00001",
+        "svc-predictor-00001",
+        [{"revisionName": "svc-predictor-00001", "percent": 100}],
+    )
     assert not dr.rollout_status(expected, old, None, [], baseline=base, now=T0)["done"]  # stale
-    starting = comp("svc-predictor-00002", "svc-predictor-00001",
-                    [{"revisionName": "svc-predictor-00001", "percent": 100}])
+    starting = comp(
+        "svc-predictor-00002",
+        "svc-predictor-00001",
+        [{"revisionName": "svc-predictor-00001", "percent": 100}],
+    )
     assert "not ready" in dr.rollout_status(expected, starting, None, [], baseline=base, now=T0)["message"]
-    split = comp("svc-predictor-00002", "svc-predictor-00002", [
-        {"revisionName": "svc-predictor-00001", "percent": 50}, {"revisionName": "svc-predictor-00002", "percent": 50}])
+    split = comp(
+        "svc-predictor-00002",
+        "svc-predictor-00002",
+        [
+            {"revisionName": "svc-predictor-00001", "percent": 50},
+            {"revisionName": "svc-predictor-00002", "percent": 50},
+        ],
+    )
     assert "50%" in dr.rollout_status(expected, split, None, [], baseline=base, now=T0)["message"]
-    done = comp("svc-predictor-00002", "svc-predictor-00002", [{"revisionName": "svc-predictor-00002",
-                                                                "percent": 100, "latestRevision": True}])
+    done = comp(
+        "svc-predictor-00002",
+        "svc-predictor-00002",
+        [{"revisionName": "svc-predictor-00002", "percent": 100, "latestRevision": True}],
+    )
     assert dr.rollout_status(expected, done, None, [], baseline=base, now=T0)["done"]
 
 
@@ -93,12 +126,22 @@ def test_failures_end_the_wait_early():
     _old, new, old_isvc, new_isvc = _setup()
     dep = deployment(new_isvc, generation=2, observed=1, updated=0, available=0)
     expected = dr.expected_from_plan(new)
-    crash = pod(new_isvc, ready=False, restarts=2, state={"waiting": {"reason": "CrashLoopBackOff"}},
-                last={"exitCode": 1, "reason": "Error"})
+    crash = pod(
+        new_isvc,
+        ready=False,
+        restarts=2,
+        state={"waiting": {"reason": "CrashLoopBackOff"}},
+        last={"exitCode": 1, "reason": "Error"},
+    )
     status = dr.rollout_status(expected, new_isvc, dep, [crash], now=T0)
     assert status["failed"] and status["cause"] == "crashloop" and "exit code 1" in status["message"]
-    once = pod(new_isvc, ready=False, restarts=1, state={"waiting": {"reason": "CrashLoopBackOff"}},
-               last={"exitCode": 1, "reason": "Error"})
+    once = pod(
+        new_isvc,
+        ready=False,
+        restarts=1,
+        state={"waiting": {"reason": "CrashLoopBackOff"}},
+        last={"exitCode": 1, "reason": "Error"},
+    )
     assert not dr.rollout_status(expected, new_isvc, dep, [once], now=T0)["failed"]  # below the threshold
     oom = pod(new_isvc, ready=False, restarts=2, last={"exitCode": 137, "reason": "OOMKilled"})
     assert dr.rollout_status(expected, new_isvc, dep, [oom], now=T0)["cause"] == "oomkilled"
@@ -113,7 +156,9 @@ def test_unschedulable_after_the_grace_period():
     msg = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
     pending = pod(new_isvc, phase="Pending", ready=False, unschedulable=msg, created="2027-01-15T07:59:00Z")
     expected = dr.expected_from_plan(new)
-    assert not dr.rollout_status(expected, new_isvc, dep, [pending], now=T0, options={"pending_grace": 300})["failed"]
+    assert not dr.rollout_status(expected, new_isvc, dep, [pending], now=T0, options={"pending_grace": 300})[
+        "failed"
+    ]
     status = dr.rollout_status(expected, new_isvc, dep, [pending], now=T0, options={"pending_grace": 30})
     assert status["cause"] == "unschedulable" and "Insufficient nvidia.com/gpu" in status["message"]
 
@@ -122,14 +167,23 @@ def test_image_pull_and_invalid_spec():
     _old, new, _o, new_isvc = _setup()
     dep = deployment(new_isvc, generation=2, observed=1, updated=0, available=0)
     expected = dr.expected_from_plan(new)
-    bad_image = pod(new_isvc, ready=False, state={"waiting": {"reason": "InvalidImageName", "message": "bad ref"}})
+    bad_image = pod(
+        new_isvc, ready=False, state={"waiting": {"reason": "InvalidImageName", "message": "bad ref"}}
+    )
     assert dr.rollout_status(expected, new_isvc, dep, [bad_image], now=T0)["cause"] == "image"
     invalid = copy.deepcopy(new_isvc)
-    invalid["status"] = {"conditions": [{"type": "Ready", "status": "False", "reason": "RuntimeNotRecognized",
-                                         "message": "no runtime"}],
-                         "modelStatus": {"transitionStatus": "InvalidSpec",
-                                         "lastFailureInfo": {"message": "No ServingRuntimes with the name: x",
-                                                             "time": "2027-01-15T08:00:10Z"}}}
+    invalid["status"] = {
+        "conditions": [
+            {"type": "Ready", "status": "False", "reason": "RuntimeNotRecognized", "message": "no runtime"}
+        ],
+        "modelStatus": {
+            "transitionStatus": "InvalidSpec",
+            "lastFailureInfo": {
+                "message": "No ServingRuntimes with the name: x",
+                "time": "2027-01-15T08:00:10Z",
+            },
+        },
+    }
     early = dr.rollout_status(expected, invalid, None, [], now=T0 + 10, started=T0)
     assert not early["failed"]  # KServe may not have seen the new spec yet
     late = dr.rollout_status(expected, invalid, None, [], now=T0 + 20, started=T0)
@@ -139,8 +193,15 @@ def test_image_pull_and_invalid_spec():
 def test_pod_summary_reads_init_failures():
     _old, new, _o, new_isvc = _setup()
     p = pod(new_isvc, ready=False)
-    p["status"]["initContainerStatuses"] = [{"name": "modelcar-init", "restartCount": 2, "state": {
-        "terminated": {"exitCode": 1, "reason": "Error", "message": "NOK ... modelcar is invalid"}}}]
+    p["status"]["initContainerStatuses"] = [
+        {
+            "name": "modelcar-init",
+            "restartCount": 2,
+            "state": {
+                "terminated": {"exitCode": 1, "reason": "Error", "message": "NOK ... modelcar is invalid"}
+            },
+        }
+    ]
     summary = dr.pod_summary(p, dr.expected_from_plan(new), T0)
     assert summary["new"] and summary["init_failure"]["container"] == "modelcar-init"
     status = dr.rollout_status(dr.expected_from_plan(new), new_isvc, None, [p], now=T0)

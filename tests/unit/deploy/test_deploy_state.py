@@ -5,16 +5,17 @@ from __future__ import annotations
 import copy
 import json
 
-from deploy_unit_helpers import applied, deployment, plan, ready_status
-
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_state as ds
+from deploy_unit_helpers import applied, deployment, plan, ready_status
 
 NOW = 1_800_000_000.0
 
 
 def test_subset_diff_follows_apply_semantics():
     assert ds.subset_diff({"a": 1, "b": {"c": [1, 2]}}, {"a": 1, "b": {"c": [1, 2], "d": 0}, "e": 3}) == []
-    assert ds.subset_diff({"l": [{"x": 1}]}, {"l": [{"x": 1, "default": "y"}]}) == []  # defaulted keys are fine
+    assert (
+        ds.subset_diff({"l": [{"x": 1}]}, {"l": [{"x": 1, "default": "y"}]}) == []
+    )  # defaulted keys are fine
     assert ds.subset_diff({"l": [1, 2]}, {"l": [1, 2, 3]}) == ["l"]  # lists must match in length
     assert ds.subset_diff({"a": {"b": 1}}, {"a": {"b": 2}}) == ["a.b"]
     assert ds.subset_diff({"a": True}, {"a": 1}) == ["a"]
@@ -27,20 +28,29 @@ def test_sync_status_needs_the_field_manager():
     assert ds.sync_status(p["inferenceservice"], live, "specpilot") == {"in_sync": True, "reasons": []}
     other = applied(p["inferenceservice"], manager="kubectl")
     assert ds.sync_status(p["inferenceservice"], other, "specpilot")["reasons"] == [
-        "not applied by field manager specpilot"]
+        "not applied by field manager specpilot"
+    ]
     drift = copy.deepcopy(live)
     drift["spec"]["predictor"]["model"]["args"].append("--enforce-eager")
-    assert ds.sync_status(p["inferenceservice"], drift, "specpilot")["reasons"] == ["spec.predictor.model.args"]
+    assert ds.sync_status(p["inferenceservice"], drift, "specpilot")["reasons"] == [
+        "spec.predictor.model.args"
+    ]
     assert ds.sync_status(p["inferenceservice"], None, "specpilot")["reasons"] == ["absent"]
     assert ds.sync_status(None, live, "specpilot")["in_sync"]
 
 
 def _live(p, ready=True, runtime=True, history=None):
     isvc = applied(p["inferenceservice"], extra_status=ready_status(ready))
-    return {"inferenceservice": isvc, "servingruntime": applied(p["servingruntime"]) if runtime else None,
-            "deployment": deployment(isvc, available=1 if ready else 0, updated=1 if ready else 0,
-                                     observed=1 if ready else 0),
-            "pods": [], "lease": None, "history": history}
+    return {
+        "inferenceservice": isvc,
+        "servingruntime": applied(p["servingruntime"]) if runtime else None,
+        "deployment": deployment(
+            isvc, available=1 if ready else 0, updated=1 if ready else 0, observed=1 if ready else 0
+        ),
+        "pods": [],
+        "lease": None,
+        "history": history,
+    }
 
 
 def test_first_deploy_records_nothing():
@@ -81,14 +91,18 @@ def test_change_records_the_live_revision_atomically_with_the_new_spec():
     live2["history"] = {"data": d["history"]["data"]}
     d2 = ds.decide(new, live2, now=NOW + 100)
     assert d2["in_sync"] and d2["history"] is None
-    assert d2["inferenceservice"]["metadata"]["annotations"][ds.ANN_PREVIOUS] == \
-        d["inferenceservice"]["metadata"]["annotations"][ds.ANN_PREVIOUS]
+    assert (
+        d2["inferenceservice"]["metadata"]["annotations"][ds.ANN_PREVIOUS]
+        == d["inferenceservice"]["metadata"]["annotations"][ds.ANN_PREVIOUS]
+    )
 
 
 def test_a_revision_that_never_became_ready_does_not_replace_the_record():
-    good, bad, fixed = plan(), plan(speculative={"method": "ngram", "num_speculative_tokens": 9,
-                                                 "prompt_lookup_max": 4}), plan(
-        speculative={"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4})
+    good, bad, fixed = (
+        plan(),
+        plan(speculative={"method": "ngram", "num_speculative_tokens": 9, "prompt_lookup_max": 4}),
+        plan(speculative={"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}),
+    )
     to_bad = ds.decide(bad, _live(good), now=NOW)
     live_bad = _live(bad, ready=False)
     live_bad["inferenceservice"] = applied(to_bad["inferenceservice"], extra_status=ready_status(False))

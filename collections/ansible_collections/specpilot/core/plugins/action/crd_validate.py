@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, deploy_kserve
-from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import K8sReader, ReadError, auth_options
+from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
+    K8sReader,
+    ReadError,
+    auth_options,
+)
 
 PLURALS = {
     "InferenceService": "inferenceservices",
@@ -38,25 +41,33 @@ class ActionModule(ActionBase):
         if params.get("crds") is not None:
             crds = {(c.get("metadata") or {}).get("name"): c for c in params["crds"]}
         else:
-            reader = K8sReader(self._loader, self._templar, task_vars or {}, auth_options(params),
-                               attempts=params["retries"])
+            reader = K8sReader(
+                self._loader, self._templar, task_vars or {}, auth_options(params), attempts=params["retries"]
+            )
             try:
                 for name in sorted({crd_name(m) for m in manifests}):
                     crds[name] = reader.get("CustomResourceDefinition", "apiextensions.k8s.io/v1", name=name)
             except ReadError as exc:
-                raise AnsibleActionFail("cannot read the CRDs to validate against: %s" % exc)
+                raise AnsibleActionFail("cannot read the CRDs to validate against: %s" % exc) from exc
         errors, checked = [], []
         for manifest in manifests:
             ref = "%s/%s" % (manifest.get("kind"), (manifest.get("metadata") or {}).get("name"))
             crd = crds.get(crd_name(manifest))
             if crd is None:
-                errors.append({"object": ref, "path": "", "message": "the cluster has no CRD %s" % crd_name(manifest)})
+                errors.append(
+                    {"object": ref, "path": "", "message": "the cluster has no CRD %s" % crd_name(manifest)}
+                )
                 continue
             version = (manifest.get("apiVersion") or "").rpartition("/")[2]
             schema = deploy_kserve.crd_version_schema(crd, version)
             if schema is None:
-                errors.append({"object": ref, "path": "apiVersion",
-                               "message": "CRD %s does not serve version %s" % (crd_name(manifest), version)})
+                errors.append(
+                    {
+                        "object": ref,
+                        "path": "apiVersion",
+                        "message": "CRD %s does not serve version %s" % (crd_name(manifest), version),
+                    }
+                )
                 continue
             checked.append(ref)
             for error in deploy_kserve.strict_errors(schema, manifest):
@@ -64,6 +75,10 @@ class ActionModule(ActionBase):
         result.update(changed=False, ok=not errors, errors=errors, checked=checked)
         if errors and params["fail_on_error"]:
             result["failed"] = True
-            result["msg"] = "the manifests do not validate against the cluster's own CRD schema (strict):\n" + "\n".join(
-                "  %s %s: %s" % (e["object"], e["path"] or "(root)", e["message"]) for e in errors)
+            result["msg"] = (
+                "the manifests do not validate against the cluster's own CRD schema (strict):\n"
+                + "\n".join(
+                    "  %s %s: %s" % (e["object"], e["path"] or "(root)", e["message"]) for e in errors
+                )
+            )
         return result

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, deploy_kserve
-from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import K8sReader, ReadError, auth_options
+from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
+    K8sReader,
+    ReadError,
+    auth_options,
+)
 
 
 class ActionModule(ActionBase):
@@ -23,30 +26,38 @@ class ActionModule(ActionBase):
         _validation, params = self.validate_argument_spec(argument_spec=deploy_args.KSERVE_DETECT)
         result["changed"] = False
         if params.get("given"):
-            result.update(detection=None, **deploy_kserve.effective_version(None, params.get("declared"),
-                                                                           params["given"]))
+            result.update(
+                detection=None,
+                **deploy_kserve.effective_version(None, params.get("declared"), params["given"]),
+            )
             return result
         if params.get("crds") is not None:
             crds = {(c.get("metadata") or {}).get("name"): c for c in params["crds"]}
         else:
-            reader = K8sReader(self._loader, self._templar, task_vars or {}, auth_options(params),
-                               attempts=params["retries"])
+            reader = K8sReader(
+                self._loader, self._templar, task_vars or {}, auth_options(params), attempts=params["retries"]
+            )
             crds = {}
             try:
                 for name in (deploy_kserve.ISVC_CRD, deploy_kserve.LLMISVC_CRD):
                     crds[name] = reader.get("CustomResourceDefinition", "apiextensions.k8s.io/v1", name=name)
             except ReadError as exc:
                 if params["fail_on_error"]:
-                    raise AnsibleActionFail("cannot read the KServe CRDs to detect its version: %s "
-                                            "(set specpilot_deploy_kserve_version to skip detection)" % exc)
-                result.update(detection=None, error=str(exc),
-                              **deploy_kserve.effective_version(None, params.get("declared")))
+                    raise AnsibleActionFail(
+                        "cannot read the KServe CRDs to detect its version: %s "
+                        "(set specpilot_deploy_kserve_version to skip detection)" % exc
+                    ) from exc
+                result.update(
+                    detection=None,
+                    error=str(exc),
+                    **deploy_kserve.effective_version(None, params.get("declared")),
+                )
                 return result
         try:
             detection = deploy_kserve.detect(crds)
         except deploy_kserve.DetectError as exc:
             if params["fail_on_error"]:
-                raise AnsibleActionFail(str(exc))
+                raise AnsibleActionFail(str(exc)) from exc
             result.update(detection=None, error=str(exc), version=None, source=None, note=str(exc))
             return result
         result["detection"] = detection

@@ -10,9 +10,12 @@ import time
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, deploy_rollout
-from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import K8sReader, ReadError, auth_options
+from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
+    K8sReader,
+    ReadError,
+    auth_options,
+)
 
 display = Display()
 
@@ -29,13 +32,18 @@ class ActionModule(ActionBase):
         plan = params["plan"]
         for key in ("name", "namespace", "spec_digest"):
             if not plan.get(key):
-                raise AnsibleActionFail("plan.%s is required (pass the plan from specpilot.core.spec_validate)" % key)
+                raise AnsibleActionFail(
+                    "plan.%s is required (pass the plan from specpilot.core.spec_validate)" % key
+                )
         if self._task.check_mode:
-            result.update(changed=False, skipped=True, msg="check mode: nothing was applied, nothing to wait for")
+            result.update(
+                changed=False, skipped=True, msg="check mode: nothing was applied, nothing to wait for"
+            )
             return result
         timeout = params["timeout"] or int(plan.get("startup_timeout_seconds") or 900) + 300
-        reader = K8sReader(self._loader, self._templar, task_vars or {}, auth_options(params),
-                           attempts=params["retries"])
+        reader = K8sReader(
+            self._loader, self._templar, task_vars or {}, auth_options(params), attempts=params["retries"]
+        )
         host = (task_vars or {}).get("inventory_hostname") or plan["name"]
         out = wait(reader, plan, params, timeout, lambda line: display.display("[%s] %s" % (host, line)))
         result.update(out)
@@ -52,7 +60,9 @@ def read_workload(reader, plan):
     deployment = None
     if (plan.get("deployment_mode") or "Standard") == "Standard":
         deployment = reader.get("Deployment", "apps/v1", name="%s-predictor" % name, namespace=ns)
-    pods = reader.get("Pod", "v1", namespace=ns, label_selector="serving.kserve.io/inferenceservice=%s" % name)
+    pods = reader.get(
+        "Pod", "v1", namespace=ns, label_selector="serving.kserve.io/inferenceservice=%s" % name
+    )
     return isvc, deployment, pods
 
 
@@ -64,8 +74,10 @@ def wait(reader, plan, params, timeout, emit, clock=time.time, sleep=time.sleep)
     last_line, last_emit, polls, read_errors = None, 0.0, 0, 0
     status = isvc = deployment = None
     pods = []
-    emit("waiting for the rollout of %s/%s (timeout %ds): digest %s" % (
-        plan["namespace"], plan["name"], timeout, plan["spec_digest"][:12]))
+    emit(
+        "waiting for the rollout of %s/%s (timeout %ds): digest %s"
+        % (plan["namespace"], plan["name"], timeout, plan["spec_digest"][:12])
+    )
     while True:
         now = clock()
         polls += 1
@@ -74,17 +86,38 @@ def wait(reader, plan, params, timeout, emit, clock=time.time, sleep=time.sleep)
         except ReadError as exc:
             read_errors += 1
             if read_errors >= 5:
-                status = {"done": False, "failed": True, "cause": "api", "phase": "failed",
-                          "message": "cannot read the rollout state: %s" % exc, "checks": {}, "pods": [],
-                          "waiting_for": [], "progress": ""}
+                status = {
+                    "done": False,
+                    "failed": True,
+                    "cause": "api",
+                    "phase": "failed",
+                    "message": "cannot read the rollout state: %s" % exc,
+                    "checks": {},
+                    "pods": [],
+                    "waiting_for": [],
+                    "progress": "",
+                }
                 break
             sleep(params["delay"])
             continue
-        status = deploy_rollout.rollout_status(expected, isvc, deployment, pods, params.get("baseline") or {},
-                                               now=now, started=started, options=options)
+        status = deploy_rollout.rollout_status(
+            expected,
+            isvc,
+            deployment,
+            pods,
+            params.get("baseline") or {},
+            now=now,
+            started=started,
+            options=options,
+        )
         elapsed = int(now - started)
-        line = "%s [%ds/%ds] %s | %s" % (status["phase"], elapsed, timeout,
-                                         "; ".join(status["waiting_for"][:1]) or status["message"], status["progress"])
+        line = "%s [%ds/%ds] %s | %s" % (
+            status["phase"],
+            elapsed,
+            timeout,
+            "; ".join(status["waiting_for"][:1]) or status["message"],
+            status["progress"],
+        )
         if status["done"] or status["failed"]:
             emit("%s after %ds: %s" % (status["phase"], elapsed, status["message"]))
             break
@@ -97,8 +130,12 @@ def wait(reader, plan, params, timeout, emit, clock=time.time, sleep=time.sleep)
     elapsed = clock() - started
     timed_out = not status["done"] and not status["failed"]
     if timed_out:
-        status = dict(status, phase="timeout", message="timed out after %ds: %s" % (
-            int(elapsed), "; ".join(status["waiting_for"]) or status["message"]))
+        status = dict(
+            status,
+            phase="timeout",
+            message="timed out after %ds: %s"
+            % (int(elapsed), "; ".join(status["waiting_for"]) or status["message"]),
+        )
         emit(status["message"])
     return {
         "done": bool(status["done"]),

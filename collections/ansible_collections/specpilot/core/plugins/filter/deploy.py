@@ -10,7 +10,6 @@ import time
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
-
 from ansible_collections.specpilot.core.plugins.module_utils import (
     deploy_diagnose,
     deploy_kserve,
@@ -30,13 +29,16 @@ def _now(now):
     return float(now) if now is not None else time.time()
 
 
-def deploy_decision(plan, live, field_manager="specpilot", now=None, history_limit=deploy_state.HISTORY_LIMIT):
+def deploy_decision(
+    plan, live, field_manager="specpilot", now=None, history_limit=deploy_state.HISTORY_LIMIT
+):
     """plan | deploy_decision(live): what deploy must write (see module_utils/deploy_state.decide)."""
     plan = _mapping(plan, "deploy_decision")
     if not plan or not plan.get("spec_digest") or not plan.get("inferenceservice"):
         raise AnsibleFilterError("deploy_decision needs a validated plan (spec_validate's plan)")
-    return deploy_state.decide(plan, _mapping(live, "deploy_decision (live)") or {}, field_manager, _now(now),
-                               int(history_limit))
+    return deploy_state.decide(
+        plan, _mapping(live, "deploy_decision (live)") or {}, field_manager, _now(now), int(history_limit)
+    )
 
 
 def lease_status(lease, holder, now=None):
@@ -89,8 +91,12 @@ def log_entry(result, pod, container="kserve-container"):
 
     The loop item is the ``previous`` flag the log was read with."""
     result = _mapping(result, "log_entry") or {}
-    return {"pod": pod, "container": container, "previous": bool(result.get("item")),
-            "text": result.get("log") or ""}
+    return {
+        "pod": pod,
+        "container": container,
+        "previous": bool(result.get("item")),
+        "text": result.get("log") or "",
+    }
 
 
 def failure_summary(message, limit=400):

@@ -85,7 +85,7 @@ def _cond(obj, kind):
 def scheduling_hints(message, plan=None):
     """Hints for a FailedScheduling message (``0/3 nodes are available: ...``)."""
     plan = plan or {}
-    gpu = (plan.get("gpu") or {})
+    gpu = plan.get("gpu") or {}
     text = message or ""
     hints = []
     m = re.search(r"Insufficient ([\w./-]+)", text)
@@ -96,19 +96,25 @@ def scheduling_hints(message, plan=None):
                 "No node has %s free %s. Free GPUs (kubectl describe nodes), lower specpilot_gpu.count, or add "
                 "GPU capacity; a one-replica service needs the rollout strategy maxSurge 0 (specpilot_rollout auto "
                 "or recreate) so that its new pod does not wait for a second GPU."
-                % (gpu.get("count") or "the requested", resource))
+                % (gpu.get("count") or "the requested", resource)
+            )
         else:
-            hints.append("No node has enough free %s for the pod: lower specpilot_resources or free capacity."
-                         % resource)
+            hints.append(
+                "No node has enough free %s for the pod: lower specpilot_resources or free capacity."
+                % resource
+            )
     if "didn't match Pod's node affinity/selector" in text or "node affinity" in text:
         hints.append(
             "No node matches the pod's nodeSelector/affinity (specpilot_gpu.node_selector%s). Compare with the "
             "node labels (kubectl get nodes --show-labels)."
-            % (" = %s" % gpu.get("node_selector") if gpu.get("node_selector") else ""))
+            % (" = %s" % gpu.get("node_selector") if gpu.get("node_selector") else "")
+        )
     m = re.search(r"untolerated taint \{?([^}]*)\}?", text)
     if m:
-        hints.append("The nodes have a taint the pod does not tolerate (%s): add it to specpilot_gpu.tolerations."
-                     % m.group(1).strip())
+        hints.append(
+            "The nodes have a taint the pod does not tolerate (%s): add it to specpilot_gpu.tolerations."
+            % m.group(1).strip()
+        )
     if "unbound immediate PersistentVolumeClaims" in text or "persistentvolumeclaim" in text.lower():
         hints.append("The model PVC is missing or not bound: check specpilot_pvc.name (kubectl get pvc).")
     return hints
@@ -121,41 +127,65 @@ def engine_hints(errors, plan=None, image_vllm=None):
     for arg in plan.get("args") or []:
         if arg.startswith("--gpu-memory-utilization="):
             gmu = arg.split("=", 1)[1]
-    values = {"spec_vllm": plan.get("vllm_version") or "?", "image_vllm": image_vllm or "(release not in the log)",
-              "gmu": gmu}
+    values = {
+        "spec_vllm": plan.get("vllm_version") or "?",
+        "image_vllm": image_vllm or "(release not in the log)",
+        "gmu": gmu,
+    }
     hints = []
     primary = [e for e in errors or [] if e.get("code") not in _SECONDARY] or list(errors or [])
     seen = set()
     for error in primary:
         code = error.get("code")
         text = error.get("message") or ""
-        if code == "CONFIG_VALIDATION_ERROR" and error.get("key") and (
-                "unexpected_keyword_argument" in text or "extra_forbidden" in text):
+        if (
+            code == "CONFIG_VALIDATION_ERROR"
+            and error.get("key")
+            and ("unexpected_keyword_argument" in text or "extra_forbidden" in text)
+        ):
             code = "UNKNOWN_SPEC_KEY"  # pydantic's words for a key this vLLM does not have
         if code in seen:
             continue
         seen.add(code)
         template = ENGINE_HINTS.get(code, _GENERIC_ENGINE)
-        hints.append(template.format(
-            key=error.get("key") or "?", package=error.get("package") or "?",
-            message=(error.get("message") or code or "").strip().rstrip("."), **values))
+        hints.append(
+            template.format(
+                key=error.get("key") or "?",
+                package=error.get("package") or "?",
+                message=(error.get("message") or code or "").strip().rstrip("."),
+                **values,
+            )
+        )
     return hints
 
 
 def _event_line(event):
-    when = event.get("lastTimestamp") or event.get("eventTime") or (event.get("metadata") or {}).get(
-        "creationTimestamp") or ""
+    when = (
+        event.get("lastTimestamp")
+        or event.get("eventTime")
+        or (event.get("metadata") or {}).get("creationTimestamp")
+        or ""
+    )
     obj = event.get("involvedObject") or {}
     count = event.get("count")
     return "%s %s %s %s/%s: %s%s" % (
-        when[11:19] if len(when) >= 19 else when, event.get("type") or "", event.get("reason") or "",
-        (obj.get("kind") or "").lower(), obj.get("name") or "", (event.get("message") or "").strip(),
-        " (x%d)" % count if isinstance(count, int) and count > 1 else "")
+        when[11:19] if len(when) >= 19 else when,
+        event.get("type") or "",
+        event.get("reason") or "",
+        (obj.get("kind") or "").lower(),
+        obj.get("name") or "",
+        (event.get("message") or "").strip(),
+        " (x%d)" % count if isinstance(count, int) and count > 1 else "",
+    )
 
 
 def _event_key(event):
-    return event.get("lastTimestamp") or event.get("eventTime") or (event.get("metadata") or {}).get(
-        "creationTimestamp") or ""
+    return (
+        event.get("lastTimestamp")
+        or event.get("eventTime")
+        or (event.get("metadata") or {}).get("creationTimestamp")
+        or ""
+    )
 
 
 def _relevant_events(events, name, pod_names):
@@ -207,25 +237,40 @@ def diagnose(context):
             cause = cause or "oomkilled"
             hints.append(
                 "%s was OOMKilled: it hit its memory limit (specpilot_resources.limits.memory). Loading a draft next "
-                "to the target needs more host memory: raise the limit." % CONTAINER)
+                "to the target needs more host memory: raise the limit." % CONTAINER
+            )
         if p["waiting_reason"] in ("ErrImagePull", "ImagePullBackOff", "InvalidImageName"):
-            hints.append("The image cannot be pulled (%s): check specpilot_runtime.image, the modelcar digest and "
-                         "imagePullSecrets." % (p["waiting_message"] or p["waiting_reason"]))
+            hints.append(
+                "The image cannot be pulled (%s): check specpilot_runtime.image, the modelcar digest and "
+                "imagePullSecrets." % (p["waiting_message"] or p["waiting_reason"])
+            )
         if p["init_failure"]:
-            hints.append("Init container %s failed (%s): for a modelcar the image must hold a non-empty /models "
-                         "(run stage.yml again)." % (p["init_failure"]["container"],
-                                                     p["init_failure"]["message"] or p["init_failure"]["reason"]))
+            hints.append(
+                "Init container %s failed (%s): for a modelcar the image must hold a non-empty /models "
+                "(run stage.yml again)."
+                % (
+                    p["init_failure"]["container"],
+                    p["init_failure"]["message"] or p["init_failure"]["reason"],
+                )
+            )
     engine = engine_hints(errors, plan, image_vllm)
     hints.extend(engine)
-    if image_vllm and plan.get("vllm_version") and not str(image_vllm).startswith(
-            ".".join(str(plan["vllm_version"]).split(".")[:2])):
-        hints.append("The engine log says vLLM %s, the spec says specpilot_vllm_version %s: make them agree."
-                     % (image_vllm, plan["vllm_version"]))
+    if (
+        image_vllm
+        and plan.get("vllm_version")
+        and not str(image_vllm).startswith(".".join(str(plan["vllm_version"]).split(".")[:2]))
+    ):
+        hints.append(
+            "The engine log says vLLM %s, the spec says specpilot_vllm_version %s: make them agree."
+            % (image_vllm, plan["vllm_version"])
+        )
     ready = _cond(isvc, "Ready") or {}
     model_status = ((isvc or {}).get("status") or {}).get("modelStatus") or {}
     if cause == "invalid-spec" or ready.get("reason") in ("RuntimeNotRecognized", "NoSupportingRuntime"):
-        hints.append("KServe did not accept the InferenceService (%s): %s" % (
-            ready.get("reason") or "InvalidSpec", ready.get("message") or ""))
+        hints.append(
+            "KServe did not accept the InferenceService (%s): %s"
+            % (ready.get("reason") or "InvalidSpec", ready.get("message") or "")
+        )
     if not cause:
         if context.get("timed_out"):
             cause = "timeout"
@@ -235,10 +280,13 @@ def diagnose(context):
         hints.append(
             "The rollout did not finish within %ss. A cold start with a draft can take several minutes: raise "
             "specpilot_startup_timeout_seconds (startupProbe) and specpilot_deploy_wait_timeout, and check the "
-            "engine log above for progress." % context.get("timeout"))
+            "engine log above for progress." % context.get("timeout")
+        )
     if not hints:
-        hints.append("See the events and the log above; kubectl -n %s describe pod -l "
-                     "serving.kserve.io/inferenceservice=%s" % (namespace, name))
+        hints.append(
+            "See the events and the log above; kubectl -n %s describe pod -l "
+            "serving.kserve.io/inferenceservice=%s" % (namespace, name)
+        )
 
     # ------------------------------------------------------------ the block
     headline = {
@@ -256,20 +304,35 @@ def diagnose(context):
         lines.append("  rollout: %s" % status["message"])
     if context.get("elapsed") is not None:
         lines.append("  waited: %ss of %ss" % (int(context["elapsed"]), context.get("timeout")))
-    lines.append("  InferenceService: Ready=%s%s%s" % (
-        ready.get("status") or "Unknown", " (%s)" % ready["reason"] if ready.get("reason") else "",
-        ": %s" % ready["message"] if ready.get("message") else ""))
+    lines.append(
+        "  InferenceService: Ready=%s%s%s"
+        % (
+            ready.get("status") or "Unknown",
+            " (%s)" % ready["reason"] if ready.get("reason") else "",
+            ": %s" % ready["message"] if ready.get("message") else "",
+        )
+    )
     if model_status.get("lastFailureInfo"):
         info = model_status["lastFailureInfo"]
-        lines.append("  modelStatus: %s, %s: %s" % (model_status.get("transitionStatus"), info.get("reason"),
-                                                    info.get("message")))
+        lines.append(
+            "  modelStatus: %s, %s: %s"
+            % (model_status.get("transitionStatus"), info.get("reason"), info.get("message"))
+        )
     if deployment:
         dst = deployment.get("status") or {}
         prog = _cond(deployment, "Progressing") or {}
-        lines.append("  Deployment %s: generation %s, observed %s, replicas %s, updated %s, available %s%s" % (
-            _meta(deployment).get("name"), _meta(deployment).get("generation"), dst.get("observedGeneration"),
-            dst.get("replicas", 0), dst.get("updatedReplicas", 0), dst.get("availableReplicas", 0),
-            "; Progressing=%s %s" % (prog.get("status"), prog.get("reason") or "") if prog else ""))
+        lines.append(
+            "  Deployment %s: generation %s, observed %s, replicas %s, updated %s, available %s%s"
+            % (
+                _meta(deployment).get("name"),
+                _meta(deployment).get("generation"),
+                dst.get("observedGeneration"),
+                dst.get("replicas", 0),
+                dst.get("updatedReplicas", 0),
+                dst.get("availableReplicas", 0),
+                "; Progressing=%s %s" % (prog.get("status"), prog.get("reason") or "") if prog else "",
+            )
+        )
     if not pods:
         lines.append("  Pods: none")
     for p in pods:
@@ -284,8 +347,10 @@ def diagnose(context):
             detail += ", restarts %d" % p["restarts"]
         if p["last_exit_code"] is not None:
             detail += ", last exit code %s (%s)" % (p["last_exit_code"], p["last_reason"] or "?")
-        lines.append("  Pod %s%s: %s" % (p["name"], " (new)" if p["new"] else (" (previous)" if p["new"] is False
-                                                                               else ""), detail))
+        lines.append(
+            "  Pod %s%s: %s"
+            % (p["name"], " (new)" if p["new"] else (" (previous)" if p["new"] is False else ""), detail)
+        )
     if events:
         lines.append("  Events (last %d):" % min(len(events), 10))
         for event in events[-10:]:
@@ -294,15 +359,27 @@ def diagnose(context):
     previous = [log for log in logs if log.get("previous")]
     for log in previous[:1] or logs[:1]:  # the crashed run when there is one, else the current one
         rows = _tail(log.get("text"), tail_lines)
-        lines.append("  %s log of %s (%s, last %d lines):" % (
-            log.get("container") or CONTAINER, log.get("pod"), "previous run" if log.get("previous") else "current",
-            len(rows)))
+        lines.append(
+            "  %s log of %s (%s, last %d lines):"
+            % (
+                log.get("container") or CONTAINER,
+                log.get("pod"),
+                "previous run" if log.get("previous") else "current",
+                len(rows),
+            )
+        )
         lines.extend("    | " + row[:400] for row in rows)
     if errors:
         lines.append("  Engine errors%s:" % (" (vLLM %s)" % image_vllm if image_vllm else ""))
         for error in errors[:6]:
-            lines.append("    %s%s: %s" % (error.get("code"), " [%s]" % error["key"] if error.get("key") else "",
-                                           (error.get("message") or "")[:300]))
+            lines.append(
+                "    %s%s: %s"
+                % (
+                    error.get("code"),
+                    " [%s]" % error["key"] if error.get("key") else "",
+                    (error.get("message") or "")[:300],
+                )
+            )
     lines.append("  What to do:")
     for hint in hints:
         lines.append("    - " + hint)

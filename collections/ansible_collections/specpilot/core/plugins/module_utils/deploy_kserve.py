@@ -162,7 +162,13 @@ def detect(crds):
         else:
             present = any(schema_has_path(s, path) for s in schemas)
         evidence.append(
-            {"release": format_version(release), "crd": crd_name, "path": path, "what": what, "present": present}
+            {
+                "release": format_version(release),
+                "crd": crd_name,
+                "path": path,
+                "what": what,
+                "present": present,
+            }
         )
         present_by_release[release] = present_by_release.get(release, False) or present
     lower = max([r for r, p in present_by_release.items() if p] or [FLOOR])
@@ -226,7 +232,11 @@ def effective_version(detection=None, declared=None, given=None):
                 "note": "KServe version not detected from the cluster; using specpilot_kserve_version %s"
                 % declared,
             }
-        return {"version": None, "source": None, "note": "KServe version unknown: set specpilot_kserve_version"}
+        return {
+            "version": None,
+            "source": None,
+            "note": "KServe version unknown: set specpilot_kserve_version",
+        }
     lower = parse_version(detection["min"])[:3]
     upper = parse_version(detection["max"])[:3] if detection.get("max") else None
     if declared_v is not None and declared_v[:2] >= lower[:2] and (upper is None or declared_v < upper):

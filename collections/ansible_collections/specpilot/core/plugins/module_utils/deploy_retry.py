@@ -19,8 +19,15 @@ TRANSIENT = (409, 429, 500, 502, 503, 504)
 FINAL = (400, 401, 403, 404, 405, 410, 415, 422)
 _CODE = re.compile(r'"code"\s*:\s*(\d{3})')
 _REASON = {
-    "Conflict": 409, "Too Many Requests": 429, "Internal Server Error": 500, "Service Unavailable": 503,
-    "Not Found": 404, "Forbidden": 403, "Unauthorized": 401, "Unprocessable Entity": 422, "Bad Request": 400,
+    "Conflict": 409,
+    "Too Many Requests": 429,
+    "Internal Server Error": 500,
+    "Service Unavailable": 503,
+    "Not Found": 404,
+    "Forbidden": 403,
+    "Unauthorized": 401,
+    "Unprocessable Entity": 422,
+    "Bad Request": 400,
 }
 
 

@@ -47,8 +47,13 @@ DEFAULT_OPTIONS = {
     "spec_grace": 15,
     "image_grace": 300,
 }
-_INVALID_REASONS = ("InvalidPredictorSpec", "RuntimeNotRecognized", "NoSupportingRuntime", "RuntimeDisabled",
-                    "InvalidSpec")
+_INVALID_REASONS = (
+    "InvalidPredictorSpec",
+    "RuntimeNotRecognized",
+    "NoSupportingRuntime",
+    "RuntimeDisabled",
+    "InvalidSpec",
+)
 _IMAGE_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 
 
@@ -78,7 +83,11 @@ def _meta(obj):
 
 
 def _conditions(obj):
-    return {c.get("type"): c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if isinstance(c, dict)}
+    return {
+        c.get("type"): c
+        for c in ((obj or {}).get("status") or {}).get("conditions") or []
+        if isinstance(c, dict)
+    }
 
 
 def expected_from_plan(plan):
@@ -108,7 +117,8 @@ def expected_from_isvc(isvc):
 
 def template_container(deployment):
     containers = ((((deployment or {}).get("spec") or {}).get("template") or {}).get("spec") or {}).get(
-        "containers") or []
+        "containers"
+    ) or []
     for container in containers:
         if container.get("name") == CONTAINER:
             return container
@@ -120,7 +130,7 @@ def _args_match(args, expected):
     expected = list(expected or [])
     if not expected:
         return True
-    return len(args) >= len(expected) and args[len(args) - len(expected):] == expected
+    return len(args) >= len(expected) and args[len(args) - len(expected) :] == expected
 
 
 def _digest_ok(annotations, expected):
@@ -154,8 +164,11 @@ def pod_summary(pod, expected=None, now=None):
             main = c
     new = None
     if expected is not None:
-        new = bool(main is not None and _args_match(main.get("args"), expected.get("args"))
-                   and _digest_ok(md.get("annotations"), expected.get("digest")))
+        new = bool(
+            main is not None
+            and _args_match(main.get("args"), expected.get("args"))
+            and _digest_ok(md.get("annotations"), expected.get("digest"))
+        )
     cstatus = None
     for c in status.get("containerStatuses") or []:
         if c.get("name") == CONTAINER:
@@ -172,15 +185,25 @@ def pod_summary(pod, expected=None, now=None):
     for c in status.get("initContainerStatuses") or []:
         term = ((c.get("state") or {}).get("terminated")) or ((c.get("lastState") or {}).get("terminated"))
         waiting = (c.get("state") or {}).get("waiting") or {}
-        if (term and term.get("exitCode") not in (0, None)) or waiting.get("reason") in ("Init:Error",
-                                                                                        "Init:CrashLoopBackOff"):
-            init_failure = {"container": c.get("name"), "exit_code": (term or {}).get("exitCode"),
-                            "reason": (term or {}).get("reason") or waiting.get("reason"),
-                            "message": (term or {}).get("message") or waiting.get("message"),
-                            "restarts": c.get("restartCount", 0)}
+        if (term and term.get("exitCode") not in (0, None)) or waiting.get("reason") in (
+            "Init:Error",
+            "Init:CrashLoopBackOff",
+        ):
+            init_failure = {
+                "container": c.get("name"),
+                "exit_code": (term or {}).get("exitCode"),
+                "reason": (term or {}).get("reason") or waiting.get("reason"),
+                "message": (term or {}).get("message") or waiting.get("message"),
+                "restarts": c.get("restartCount", 0),
+            }
     if state.get("waiting", {}).get("reason") == "Init:Error" and init_failure is None:
-        init_failure = {"container": "init", "exit_code": None, "reason": "Init:Error",
-                        "message": state["waiting"].get("message"), "restarts": 0}
+        init_failure = {
+            "container": "init",
+            "exit_code": None,
+            "reason": "Init:Error",
+            "message": state["waiting"].get("message"),
+            "restarts": 0,
+        }
     return {
         "name": md.get("name"),
         "new": new,
@@ -209,40 +232,64 @@ def _failure(pods, expected, options, isvc, now, started):
         if not p["new"] or p["terminating"]:
             continue
         oom = p["last_reason"] == "OOMKilled" or ((p["terminated"] or {}).get("reason") == "OOMKilled")
-        crashed = p["waiting_reason"] == "CrashLoopBackOff" or p["last_exit_code"] not in (None, 0) or (
-            (p["terminated"] or {}).get("exitCode") not in (None, 0))
+        crashed = (
+            p["waiting_reason"] == "CrashLoopBackOff"
+            or p["last_exit_code"] not in (None, 0)
+            or ((p["terminated"] or {}).get("exitCode") not in (None, 0))
+        )
         if crashed and p["restarts"] >= threshold:
             cause = "oomkilled" if oom else "crashloop"
-            code = p["last_exit_code"] if p["last_exit_code"] is not None else (p["terminated"] or {}).get("exitCode")
+            code = (
+                p["last_exit_code"]
+                if p["last_exit_code"] is not None
+                else (p["terminated"] or {}).get("exitCode")
+            )
             return cause, "pod %s: %s keeps exiting (exit code %s%s, %d restarts)" % (
-                p["name"], CONTAINER, code, ", OOMKilled" if oom else "", p["restarts"])
+                p["name"],
+                CONTAINER,
+                code,
+                ", OOMKilled" if oom else "",
+                p["restarts"],
+            )
         if p["init_failure"] and (p["init_failure"]["restarts"] or 0) + 1 >= threshold:
             return "init", "pod %s: init container %s failed (%s)" % (
-                p["name"], p["init_failure"]["container"], p["init_failure"]["message"] or p["init_failure"]["reason"])
+                p["name"],
+                p["init_failure"]["container"],
+                p["init_failure"]["message"] or p["init_failure"]["reason"],
+            )
         if p["waiting_reason"] in _IMAGE_REASONS:
             if p["waiting_reason"] == "InvalidImageName" or (p["age"] or 0) >= float(options["image_grace"]):
                 return "image", "pod %s: image cannot be pulled (%s: %s)" % (
-                    p["name"], p["waiting_reason"], p["waiting_message"] or "")
+                    p["name"],
+                    p["waiting_reason"],
+                    p["waiting_message"] or "",
+                )
         if p["unschedulable"] and (p["age"] or 0) >= float(options["pending_grace"]):
             return "unschedulable", "pod %s cannot be scheduled for %ds: %s" % (
-                p["name"], int(p["age"]), p["unschedulable"])
+                p["name"],
+                int(p["age"]),
+                p["unschedulable"],
+            )
     status = (isvc or {}).get("status") or {}
     model = status.get("modelStatus") or {}
     ready = _conditions(isvc).get("Ready") or {}
     invalid = model.get("transitionStatus") == "InvalidSpec" or (
-        ready.get("status") == "False" and ready.get("reason") in _INVALID_REASONS)
+        ready.get("status") == "False" and ready.get("reason") in _INVALID_REASONS
+    )
     if invalid and not any(p["new"] for p in pods):
         info = model.get("lastFailureInfo") or {}
         when = _time(info.get("time"))
         fresh = started is None or when is None or when >= started - 5
         if fresh and (started is None or now is None or now - started >= float(options["spec_grace"])):
             return "invalid-spec", "KServe rejects the InferenceService: %s" % (
-                info.get("message") or ready.get("message") or ready.get("reason"))
+                info.get("message") or ready.get("message") or ready.get("reason")
+            )
     return None, None
 
 
-def rollout_status(expected, isvc, deployment=None, pods=None, baseline=None, now=None, started=None,
-                   options=None):
+def rollout_status(
+    expected, isvc, deployment=None, pods=None, baseline=None, now=None, started=None, options=None
+):
     """Where the rollout of ``expected`` stands.
 
     ``expected``: :func:`expected_from_plan` / :func:`expected_from_isvc`.  ``baseline``:
@@ -264,11 +311,15 @@ def rollout_status(expected, isvc, deployment=None, pods=None, baseline=None, no
         comp = (((isvc or {}).get("status") or {}).get("components") or {}).get("predictor") or {}
         created = comp.get("latestCreatedRevision")
         ready_rev = comp.get("latestReadyRevision")
-        traffic = sum(int(t.get("percent") or 0) for t in comp.get("traffic") or []
-                      if ready_rev and (t.get("revisionName") == ready_rev))
+        traffic = sum(
+            int(t.get("percent") or 0)
+            for t in comp.get("traffic") or []
+            if ready_rev and (t.get("revisionName") == ready_rev)
+        )
         checks["revision_created"] = bool(created)
         checks["revision_new"] = (not baseline.get("rollout_expected")) or (
-            bool(created) and created != baseline.get("latest_created_revision"))
+            bool(created) and created != baseline.get("latest_created_revision")
+        )
         checks["revision_ready"] = bool(created) and created == ready_rev
         checks["traffic_100"] = traffic == 100
         if not checks["revision_created"]:
@@ -291,17 +342,24 @@ def rollout_status(expected, isvc, deployment=None, pods=None, baseline=None, no
         updated = int(dstatus.get("updatedReplicas") or 0)
         available = int(dstatus.get("availableReplicas") or 0)
         checks["deployment_present"] = deployment is not None
-        checks["template_args"] = container is not None and _args_match(container.get("args"), expected.get("args"))
-        checks["template_digest"] = deployment is not None and _digest_ok(tmpl_meta.get("annotations"),
-                                                                         expected.get("digest"))
-        checks["generation_observed"] = generation is not None and observed is not None and observed >= generation
+        checks["template_args"] = container is not None and _args_match(
+            container.get("args"), expected.get("args")
+        )
+        checks["template_digest"] = deployment is not None and _digest_ok(
+            tmpl_meta.get("annotations"), expected.get("digest")
+        )
+        checks["generation_observed"] = (
+            generation is not None and observed is not None and observed >= generation
+        )
         # Without the digest annotation on the template (a KServe that does not copy the
         # InferenceService's annotations), a new rollout must at least have bumped the generation.
         base_gen = baseline.get("deployment_generation")
         checks["generation_advanced"] = (
-            not baseline.get("rollout_expected") or base_gen is None
+            not baseline.get("rollout_expected")
+            or base_gen is None
             or (tmpl_meta.get("annotations") or {}).get(ANN_DIGEST) is not None
-            or (generation is not None and generation > base_gen))
+            or (generation is not None and generation > base_gen)
+        )
         checks["replicas_updated"] = replicas >= 1 and updated == replicas
         checks["replicas_available"] = replicas >= 1 and available == replicas
         if not checks["deployment_present"]:
@@ -315,24 +373,40 @@ def rollout_status(expected, isvc, deployment=None, pods=None, baseline=None, no
         elif not checks["replicas_available"]:
             waiting.append("%d/%d replicas available" % (available, replicas))
         headline = "Deployment gen %s observed %s, updated %d/%d, available %d/%d" % (
-            generation if generation is not None else "-", observed if observed is not None else "-",
-            updated, replicas, available, replicas)
+            generation if generation is not None else "-",
+            observed if observed is not None else "-",
+            updated,
+            replicas,
+            available,
+            replicas,
+        )
     if not checks["isvc_present"]:
         waiting.insert(0, "InferenceService not found")
     elif not waiting and not checks["isvc_ready"]:
-        waiting.append("InferenceService Ready=%s%s" % (
-            ready.get("status") or "Unknown", " (%s)" % ready.get("reason") if ready.get("reason") else ""))
+        waiting.append(
+            "InferenceService Ready=%s%s"
+            % (ready.get("status") or "Unknown", " (%s)" % ready.get("reason") if ready.get("reason") else "")
+        )
     done = not waiting
     cause, why = (None, None)
     if not done:
         cause, why = _failure(summaries, expected, opts, isvc, now, started)
     new_pods = [p for p in summaries if p["new"] and not p["terminating"]]
-    pod_text = "; ".join(
-        "pod %s%s: %s%s%s" % (
-            p["name"], " (new)" if p["new"] else "", p["phase"],
-            ", " + ("ready" if p["ready"] else CONTAINER + " " + p["state"]),
-            ", %d restarts" % p["restarts"] if p["restarts"] else "")
-        for p in summaries if not p["terminating"]) or "no pods"
+    pod_text = (
+        "; ".join(
+            "pod %s%s: %s%s%s"
+            % (
+                p["name"],
+                " (new)" if p["new"] else "",
+                p["phase"],
+                ", " + ("ready" if p["ready"] else CONTAINER + " " + p["state"]),
+                ", %d restarts" % p["restarts"] if p["restarts"] else "",
+            )
+            for p in summaries
+            if not p["terminating"]
+        )
+        or "no pods"
+    )
     ready_text = "Ready=%s" % (ready.get("status") or "Unknown")
     if done:
         phase, message = "ready", "rolled out: %s; %s" % (headline, ready_text)

@@ -61,7 +61,9 @@ _SKIP_ANNOTATIONS = (ANN_PREVIOUS, "kubectl.kubernetes.io/last-applied-configura
 # ---------------------------------------------------------------- time
 def micro_time(epoch):
     """Kubernetes MicroTime (``2026-11-21T06:00:00.000000Z``) of an epoch second."""
-    return datetime.datetime.fromtimestamp(float(epoch), datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.datetime.fromtimestamp(float(epoch), datetime.timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%S.%fZ"
+    )
 
 
 def parse_time(text):
@@ -148,7 +150,9 @@ def sync_status(desired, live, field_manager):
             continue
         if key == "metadata":
             for sub in ("labels", "annotations"):
-                reasons.extend(subset_diff(value.get(sub) or {}, _meta(live).get(sub) or {}, "metadata." + sub))
+                reasons.extend(
+                    subset_diff(value.get(sub) or {}, _meta(live).get(sub) or {}, "metadata." + sub)
+                )
             continue
         reasons.extend(subset_diff(value, live.get(key), key))
     if not managed_by(live, field_manager):
@@ -176,12 +180,19 @@ def _runtime_snapshot(runtime):
 
 def runtime_manifest(snapshot):
     """The manifest that re-applies a runtime snapshot (:func:`revision_snapshot`'s ``runtime``)."""
-    metadata = {"name": snapshot["name"], "labels": dict(snapshot.get("labels") or {}),
-                "annotations": dict(snapshot.get("annotations") or {})}
+    metadata = {
+        "name": snapshot["name"],
+        "labels": dict(snapshot.get("labels") or {}),
+        "annotations": dict(snapshot.get("annotations") or {}),
+    }
     if snapshot.get("namespace"):
         metadata["namespace"] = snapshot["namespace"]
-    return {"apiVersion": snapshot.get("apiVersion") or "serving.kserve.io/v1alpha1", "kind": snapshot["kind"],
-            "metadata": metadata, "spec": copy.deepcopy(snapshot.get("spec") or {})}
+    return {
+        "apiVersion": snapshot.get("apiVersion") or "serving.kserve.io/v1alpha1",
+        "kind": snapshot["kind"],
+        "metadata": metadata,
+        "spec": copy.deepcopy(snapshot.get("spec") or {}),
+    }
 
 
 def revision_snapshot(isvc, runtime=None, ready=None, now=None):
@@ -281,7 +292,7 @@ def history_data(configmap, entry, new_digest, limit=HISTORY_LIMIT):
             return None
     item = dict(entry, replaced_by=new_digest)
     revisions.append(item)
-    revisions = revisions[-max(1, int(limit)):]
+    revisions = revisions[-max(1, int(limit)) :]
     return {HISTORY_KEY: _compact(revisions)}
 
 
@@ -308,9 +319,22 @@ def lease_status(lease, holder, now):
     expires_in, resource_version, transitions, message}``; ``free`` means ``holder`` may take it.
     """
     if not lease:
-        return {"present": False, "held": False, "mine": False, "expired": False, "free": True, "holder": None,
-                "acquire_time": None, "renew_time": None, "duration": None, "expires_at": None,
-                "expires_in": None, "resource_version": None, "transitions": 0, "message": "no lease"}
+        return {
+            "present": False,
+            "held": False,
+            "mine": False,
+            "expired": False,
+            "free": True,
+            "holder": None,
+            "acquire_time": None,
+            "renew_time": None,
+            "duration": None,
+            "expires_at": None,
+            "expires_in": None,
+            "resource_version": None,
+            "transitions": 0,
+            "message": "no lease",
+        }
     spec = lease.get("spec") or {}
     current = spec.get("holderIdentity") or None
     renew = parse_time(spec.get("renewTime") or spec.get("acquireTime"))
@@ -336,8 +360,11 @@ def lease_status(lease, holder, now):
     }
     if held and not mine:
         out["message"] = "held by %s%s, expires %s%s" % (
-            current, " since %s" % out["acquire_time"] if out["acquire_time"] else "", out["expires_at"] or "never",
-            " (in %ss)" % out["expires_in"] if out["expires_in"] is not None else "")
+            current,
+            " since %s" % out["acquire_time"] if out["acquire_time"] else "",
+            out["expires_at"] or "never",
+            " (in %ss)" % out["expires_in"] if out["expires_in"] is not None else "",
+        )
     elif expired:
         out["message"] = "expired (last holder %s, expired %s)" % (current, out["expires_at"])
     else:
@@ -383,9 +410,13 @@ def decide(plan, live, field_manager="specpilot", now=None, history_limit=HISTOR
     isvc_sync = sync_status(isvc, live_isvc, field_manager)
     history = history_data(live.get("history"), record["entry"], plan["spec_digest"], history_limit)
     in_sync = runtime_sync["in_sync"] and isvc_sync["in_sync"]
-    predictor_changed = not live_isvc or subset_diff(
-        (isvc.get("spec") or {}).get("predictor"), ((live_isvc or {}).get("spec") or {}).get("predictor")
-    ) != []
+    predictor_changed = (
+        not live_isvc
+        or subset_diff(
+            (isvc.get("spec") or {}).get("predictor"), ((live_isvc or {}).get("spec") or {}).get("predictor")
+        )
+        != []
+    )
     components = (((live_isvc or {}).get("status") or {}).get("components") or {}).get("predictor") or {}
     result = {
         "name": plan["name"],
@@ -395,7 +426,11 @@ def decide(plan, live, field_manager="specpilot", now=None, history_limit=HISTOR
         "applied": not in_sync,
         "in_sync_before": in_sync,
         "record": record["reason"],
-        "rollout": {"done": bool(in_sync and plan_rollout["done"]), "elapsed": 0, "message": plan_rollout["message"]},
+        "rollout": {
+            "done": bool(in_sync and plan_rollout["done"]),
+            "elapsed": 0,
+            "message": plan_rollout["message"],
+        },
         "url": ((live_isvc or {}).get("status") or {}).get("url"),
         "failure": None,
     }
@@ -408,8 +443,12 @@ def decide(plan, live, field_manager="specpilot", now=None, history_limit=HISTOR
         "first_deploy": not live_isvc,
         "in_sync": in_sync,
         "needs_apply": not in_sync,
-        "rollout_expected": (not in_sync) and (predictor_changed or runtime_sync["in_sync"] is False
-                                               or _annotations(live_isvc).get(ANN_DIGEST) != plan["spec_digest"]),
+        "rollout_expected": (not in_sync)
+        and (
+            predictor_changed
+            or runtime_sync["in_sync"] is False
+            or _annotations(live_isvc).get(ANN_DIGEST) != plan["spec_digest"]
+        ),
         "ready": bool(in_sync and plan_rollout["done"]),
         "servingruntime": runtime,
         "inferenceservice": isvc,

@@ -71,15 +71,20 @@ checked:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, deploy_kserve
 
 
 def _crd_name(manifest):
-    plurals = {"InferenceService": "inferenceservices", "ServingRuntime": "servingruntimes",
-               "ClusterServingRuntime": "clusterservingruntimes"}
+    plurals = {
+        "InferenceService": "inferenceservices",
+        "ServingRuntime": "servingruntimes",
+        "ClusterServingRuntime": "clusterservingruntimes",
+    }
     kind = manifest.get("kind") or ""
-    return "%s.%s" % (plurals.get(kind, kind.lower() + "s"), (manifest.get("apiVersion") or "").rpartition("/")[0])
+    return "%s.%s" % (
+        plurals.get(kind, kind.lower() + "s"),
+        (manifest.get("apiVersion") or "").rpartition("/")[0],
+    )
 
 
 def main():
@@ -91,16 +96,23 @@ def main():
     errors, checked = [], []
     for manifest in [m for m in p["manifests"] if m]:
         ref = "%s/%s" % (manifest.get("kind"), (manifest.get("metadata") or {}).get("name"))
-        schema = deploy_kserve.crd_version_schema(crds.get(_crd_name(manifest)),
-                                                  (manifest.get("apiVersion") or "").rpartition("/")[2])
+        schema = deploy_kserve.crd_version_schema(
+            crds.get(_crd_name(manifest)), (manifest.get("apiVersion") or "").rpartition("/")[2]
+        )
         if schema is None:
-            errors.append({"object": ref, "path": "", "message": "no CRD schema for %s" % _crd_name(manifest)})
+            errors.append(
+                {"object": ref, "path": "", "message": "no CRD schema for %s" % _crd_name(manifest)}
+            )
             continue
         checked.append(ref)
         errors.extend(dict(e, object=ref) for e in deploy_kserve.strict_errors(schema, manifest))
     if errors and p["fail_on_error"]:
-        module.fail_json(msg="the manifests do not validate against the CRD schema (strict)", ok=False,
-                         errors=errors, checked=checked)
+        module.fail_json(
+            msg="the manifests do not validate against the CRD schema (strict)",
+            ok=False,
+            errors=errors,
+            checked=checked,
+        )
     module.exit_json(changed=False, ok=not errors, errors=errors, checked=checked)
 
 

@@ -112,7 +112,6 @@ requests:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_args
 
 

@@ -114,7 +114,6 @@ detection:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, deploy_kserve
 
 
@@ -122,7 +121,9 @@ def main():
     module = AnsibleModule(argument_spec=deploy_args.KSERVE_DETECT, supports_check_mode=True)
     p = module.params
     if p["given"]:
-        module.exit_json(changed=False, detection=None, **deploy_kserve.effective_version(None, p["declared"], p["given"]))
+        module.exit_json(
+            changed=False, detection=None, **deploy_kserve.effective_version(None, p["declared"], p["given"])
+        )
     if p["crds"] is None:
         module.fail_json(msg="without crds, kserve_detect runs as an action plugin on the controller")
     try:
@@ -130,8 +131,12 @@ def main():
     except deploy_kserve.DetectError as exc:
         if p["fail_on_error"]:
             module.fail_json(msg=str(exc))
-        module.exit_json(changed=False, detection=None, error=str(exc), version=None, source=None, note=str(exc))
-    module.exit_json(changed=False, detection=detection, **deploy_kserve.effective_version(detection, p["declared"]))
+        module.exit_json(
+            changed=False, detection=None, error=str(exc), version=None, source=None, note=str(exc)
+        )
+    module.exit_json(
+        changed=False, detection=detection, **deploy_kserve.effective_version(detection, p["declared"])
+    )
 
 
 if __name__ == "__main__":

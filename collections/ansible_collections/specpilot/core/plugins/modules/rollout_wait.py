@@ -131,7 +131,6 @@ pods:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_args
 
 

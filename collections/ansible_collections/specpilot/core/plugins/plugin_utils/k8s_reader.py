@@ -21,9 +21,22 @@ from ansible.plugins.loader import lookup_loader
 
 # connection options of kubernetes.core (doc fragment k8s_auth_options) the lookup accepts
 AUTH_KEYS = (
-    "kubeconfig", "context", "host", "api_key", "username", "password", "validate_certs", "ca_cert",
-    "client_cert", "client_key", "proxy", "no_proxy", "proxy_headers", "persist_config",
-    "impersonate_user", "impersonate_groups",
+    "kubeconfig",
+    "context",
+    "host",
+    "api_key",
+    "username",
+    "password",
+    "validate_certs",
+    "ca_cert",
+    "client_cert",
+    "client_key",
+    "proxy",
+    "no_proxy",
+    "proxy_headers",
+    "persist_config",
+    "impersonate_user",
+    "impersonate_groups",
 )
 TRANSIENT_STATUS = (409, 429, 500, 502, 503, 504)
 
@@ -44,8 +57,13 @@ def is_transient(exc):
     name = type(exc).__name__
     text = str(exc)
     return status is None and (
-        "MaxRetryError" in name or "ProtocolError" in name or "Timeout" in name or "ConnectionError" in name
-        or "Connection refused" in text or "Connection reset" in text or "RemoteDisconnected" in text
+        "MaxRetryError" in name
+        or "ProtocolError" in name
+        or "Timeout" in name
+        or "ConnectionError" in name
+        or "Connection refused" in text
+        or "Connection reset" in text
+        or "RemoteDisconnected" in text
     )
 
 
@@ -80,10 +98,17 @@ class K8sReader(object):
             except Exception as exc:  # noqa: BLE001 - the kubernetes client raises many types
                 last = exc
                 if is_transient(exc) and attempt + 1 < self._attempts:
-                    self._sleep(min(self._delay * (2 ** attempt), 5.0))
+                    self._sleep(min(self._delay * (2**attempt), 5.0))
                     continue
-                raise ReadError("reading %s %s%s failed: %s" % (
-                    kind, (namespace + "/") if namespace else "", name or label_selector or "", _short(exc)))
+                raise ReadError(
+                    "reading %s %s%s failed: %s"
+                    % (
+                        kind,
+                        (namespace + "/") if namespace else "",
+                        name or label_selector or "",
+                        _short(exc),
+                    )
+                )
             if name:
                 return found[0] if found else None
             return list(found or [])

@@ -1,0 +1,51 @@
+"""The filter and test plugins of the deploy role (thin wrappers, their edge cases)."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from deploy_unit_helpers import plan
+
+from ansible_collections.specpilot.core.plugins.filter import deploy as filters
+from ansible_collections.specpilot.core.plugins.test import deploy as tests
+
+
+def test_failure_summary_takes_the_first_problem_of_a_report():
+    report = ("specpilot validate: x (namespace n): FAILED; 2 error(s), 0 warning(s)\nERRORS:\n"
+              "  1. specpilot_speculative.num_speculative_tokens: 0 is out of range\n     fix: use >= 1\n"
+              "  2. other")
+    assert filters.failure_summary(report) == (
+        "specpilot validate: x (namespace n): FAILED; 2 error(s), 0 warning(s) - "
+        "specpilot_speculative.num_speculative_tokens: 0 is out of range")
+    assert filters.failure_summary("one line\nmore") == "one line"
+    assert filters.failure_summary("") == "unknown error"
+
+
+def test_dry_run_pruned_reads_loop_results():
+    sent = {"kind": "InferenceService", "metadata": {"name": "a"}, "spec": {"predictor": {"storageUris": [1]}}}
+    results = [{"item": sent, "result": {"kind": "InferenceService", "metadata": {"name": "a"},
+                                         "spec": {"predictor": {}}}},
+               {"skipped": True, "item": sent}]
+    assert filters.dry_run_pruned(results) == ["InferenceService/a: spec.predictor.storageUris"]
+    assert filters.dry_run_pruned([]) == []
+
+
+def test_log_entry_and_lease_helpers():
+    assert filters.log_entry({"item": True, "log": "x"}, "pod-1") == {
+        "pod": "pod-1", "container": "kserve-container", "previous": True, "text": "x"}
+    spec = filters.lease_spec("me", 60, now=1_800_000_000)
+    assert filters.lease_status({"spec": spec}, "other", now=1_800_000_030)["held"]
+    assert filters.lease_status({"spec": spec}, "other", now=1_800_000_061)["expired"]
+
+
+def test_deploy_decision_needs_a_plan():
+    with pytest.raises(AnsibleFilterError, match="validated plan"):
+        filters.deploy_decision({}, {})
+    out = filters.deploy_decision(plan(), {}, now=1_800_000_000)
+    assert out["first_deploy"] and out["result"]["applied"]
+
+
+def test_k8s_retryable():
+    assert tests.k8s_retryable({"failed": True, "msg": '{"code":503}'})
+    assert not tests.k8s_retryable({"failed": True, "msg": '{"code":403}'})
+    assert not tests.k8s_retryable({"changed": False})
