@@ -20,6 +20,7 @@ import yaml
 
 from .. import podlogs
 from . import crds, errors, kinds, validation
+from .schema import OBJECT_META_FIELDS
 from .errors import ApiError, FieldErr
 from .resources import ResourceType, builtin_resources, version_priority
 from .selection import FieldSelector, LabelSelector
@@ -29,25 +30,6 @@ from .util import clone, deep_equal, new_uid, now_rfc3339, random_suffix
 log = logging.getLogger("specpilot_lab.apiserver")
 
 BOOT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-OBJECT_META_FIELDS = frozenset(
-    {
-        "name",
-        "generateName",
-        "namespace",
-        "selfLink",
-        "uid",
-        "resourceVersion",
-        "generation",
-        "creationTimestamp",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-        "labels",
-        "annotations",
-        "ownerReferences",
-        "finalizers",
-        "managedFields",
-    }
-)
 SYSTEM_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds")
 
 
