@@ -56,10 +56,11 @@ def test_isvc_becomes_ready_only_after_health(fake_lab, fake_models):
     lab.isvc(
         ns,
         "tiny",
-        ["--model=/mnt/models/target", "--fake-health-delay=2", NGRAM],
+        ["--model=/mnt/models/target", "--fake-health-gate=/mnt/models/healthy", NGRAM],
         model_extra={"env": [{"name": "CUSTOM_ENV", "value": "from-isvc"}]},
     )
-    # not ready while the engine runs but /health does not answer yet
+    # not ready while the engine runs but /health does not answer yet (it answers 503 until the
+    # gate file exists: no timing involved)
     lab.wait(
         lambda: any(
             "running" in (cs.get("state") or {})
@@ -70,6 +71,9 @@ def test_isvc_becomes_ready_only_after_health(fake_lab, fake_models):
         "engine running",
     )
     assert lab.conditions(ns, "tiny")["Ready"]["status"] == "False"
+    time.sleep(1.5)  # a few probe periods: still not ready
+    assert lab.conditions(ns, "tiny")["Ready"]["status"] == "False"
+    (lab.state / "pvcs" / ns / "models" / "healthy").write_text("")
     isvc = lab.wait_ready(ns, "tiny", 20)
     st = isvc["status"]
     conds = {c["type"]: c["status"] for c in st["conditions"]}
@@ -90,7 +94,7 @@ def test_isvc_becomes_ready_only_after_health(fake_lab, fake_models):
     assert c["name"] == "kserve-container"
     # runtime args first, the InferenceService's appended, {{.Name}} substituted, as stored
     assert c["args"][:3] == ["--port=8080", "--served-model-name=tiny", "--model=/mnt/models"]
-    assert c["args"][3:] == ["--model=/mnt/models/target", "--fake-health-delay=2", NGRAM]
+    assert c["args"][3:] == ["--model=/mnt/models/target", "--fake-health-gate=/mnt/models/healthy", NGRAM]
     assert {"name": "HF_HOME", "value": "/tmp/hf_home"} in c["env"]
     vm = next(v for v in c["volumeMounts"] if v["mountPath"] == "/mnt/models")
     assert vm["readOnly"] is True

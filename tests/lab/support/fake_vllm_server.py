@@ -3,7 +3,7 @@
 Logs the lines the real engine logs (non-default args, the engine-init line with
 ``speculative_config=SpeculativeConfig(method=...``), refuses what vLLM refuses
 (num_speculative_tokens < 1, a --model without config.json), serves /health (after
---fake-health-delay seconds), /v1/models, /v1/completions and /metrics (spec-decode
+--fake-health-delay seconds, and once the file --fake-health-gate names exists), /v1/models, /v1/completions and /metrics (spec-decode
 counters only with a speculative config). --fake-exit-code N --fake-exit-after S make it die.
 """
 
@@ -22,6 +22,7 @@ p.add_argument("--host", default="0.0.0.0")
 p.add_argument("--served-model-name", default=None)
 p.add_argument("--speculative-config", default=None)
 p.add_argument("--fake-health-delay", type=float, default=0.0)
+p.add_argument("--fake-health-gate", default=None)
 p.add_argument("--fake-exit-code", type=int, default=None)
 p.add_argument("--fake-exit-after", type=float, default=0.0)
 args, unknown = p.parse_known_args()
@@ -79,6 +80,7 @@ class H(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/health":
             ok = time.time() - started >= args.fake_health_delay
+            ok = ok and (args.fake_health_gate is None or os.path.exists(args.fake_health_gate))
             self._send(200 if ok else 503, "" if ok else "starting")
         elif self.path == "/v1/models":
             self._send(200, json.dumps({"object": "list", "data": [{"id": name, "object": "model"}]}))

@@ -1,9 +1,19 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see galaxy.yml)
-"""Action plugin of specpilot.core.deploy_state: read a service's live objects on the controller."""
+"""Action plugin of specpilot.core.deploy_state: read a service's live objects on the controller.
+
+Three uses: one service (``name``/``namespace``: read, then decide when ``plan`` is given); many
+services at once (``services``: one API client for all of them, ``states`` keyed
+``namespace/name``); or a decision from objects read before (``live``: nothing is read, so this
+worker never imports the kubernetes client - the deploy role reads every service of the play in one
+``run_once`` step and decides per service this way).
+"""
 
 from __future__ import annotations
+
+import concurrent.futures
+import time
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
@@ -27,16 +37,76 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
         _validation, params = self.validate_argument_spec(argument_spec=deploy_args.DEPLOY_STATE)
-        reader = K8sReader(
+        result["changed"] = False
+        if params.get("services") is not None:
+            reader = self._reader(params, task_vars)
+            result["states"] = read_many(reader, params)
+            result["requests"] = reader.requests
+            return result
+        if params.get("live") is not None:
+            live = dict(params["live"])
+            if live.get("error"):
+                raise AnsibleActionFail(live["error"])
+            result.update(live)
+            result["requests"] = 0
+        else:
+            if not params.get("name") or not params.get("namespace"):
+                raise AnsibleActionFail("name and namespace are required (or services, or live)")
+            reader = self._reader(params, task_vars)
+            try:
+                result.update(read_state(reader, params))
+            except ReadError as exc:
+                raise AnsibleActionFail(str(exc)) from exc
+            result["requests"] = reader.requests
+        if params.get("plan"):
+            # the decision in this process: passing the objects through Jinja to the
+            # deploy_decision filter costs far more than the comparison itself
+            result["decision"] = deploy_state.decide(
+                params["plan"], result, params["field_manager"], time.time(), params["history_limit"]
+            )
+            result["problem"] = deploy_state.problem(
+                params["plan"], result, params["lock_holder"], time.time(), params["create_namespace"]
+            )
+            if params.get("result_fact"):
+                exported = dict(result["decision"]["result"])
+                exported.update(params.get("result_extra") or {})
+                result["ansible_facts"] = {params["result_fact"]: exported}
+            if result["problem"] and params["fail_on_problem"]:
+                result["failed"] = True
+                result["msg"] = "%s: %s" % (params["plan"]["name"], result["problem"])
+        return result
+
+    def _reader(self, params, task_vars):
+        return K8sReader(
             self._loader, self._templar, task_vars or {}, auth_options(params), attempts=params["retries"]
         )
+
+
+def state_key(namespace, name):
+    return "%s/%s" % (namespace, name)
+
+
+def read_many(reader, params, threads=8):
+    """{namespace/name: what read_state returns, or {"error": ...}} for every service, read by a few
+    threads sharing one API client (the first service alone, which warms the client up)."""
+    jobs = []
+    for service in params["services"]:
+        one = dict(params)
+        one.update({k: v for k, v in service.items() if v is not None})
+        jobs.append((state_key(one.get("namespace"), one.get("name")), one))
+
+    def read(job):
+        key, one = job
         try:
-            result.update(read_state(reader, params))
+            return key, read_state(reader, one)
         except ReadError as exc:
-            raise AnsibleActionFail(str(exc)) from exc
-        result["changed"] = False
-        result["requests"] = reader.requests
-        return result
+            return key, {"error": str(exc)}
+
+    states = dict(read(job) for job in jobs[:1])
+    if len(jobs) > 1:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(threads, len(jobs) - 1)) as pool:
+            states.update(pool.map(read, jobs[1:]))
+    return states
 
 
 def read_state(reader, params):

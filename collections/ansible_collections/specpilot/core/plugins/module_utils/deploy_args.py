@@ -28,13 +28,23 @@ KSERVE_DETECT = dict(
 
 DEPLOY_STATE = dict(
     K8S_AUTH,
-    name={"type": "str", "required": True},
-    namespace={"type": "str", "required": True},
+    name={"type": "str"},
+    namespace={"type": "str"},
+    services={"type": "list", "elements": "dict"},
+    live={"type": "dict"},
     deployment_mode={"type": "str", "default": "Standard", "choices": ["Standard", "Knative"]},
     runtime={"type": "dict"},
     lease={"type": "bool", "default": True},
     history={"type": "bool", "default": True},
     workload={"type": "bool", "default": True},
+    plan={"type": "dict"},
+    field_manager={"type": "str", "default": "specpilot"},
+    history_limit={"type": "int", "default": 10},
+    lock_holder={"type": "str", "default": ""},
+    create_namespace={"type": "bool", "default": False},
+    fail_on_problem={"type": "bool", "default": False},
+    result_fact={"type": "str"},
+    result_extra={"type": "dict", "default": {}},
 )
 
 CRD_VALIDATE = dict(

@@ -47,6 +47,7 @@ __all__ = [
     "parse_time",
     "desired_objects",
     "decide",
+    "problem",
 ]
 
 ANN_DIGEST = "specpilot.io/spec-digest"
@@ -130,8 +131,8 @@ def subset_diff(desired, live, path=""):
         if not isinstance(live, list) or len(live) != len(desired):
             return [path or "."]
         out = []
-        for index, (want, have) in enumerate(zip(desired, live)):
-            out.extend(subset_diff(want, have, "%s[%d]" % (path, index)))
+        for index, want in enumerate(desired):
+            out.extend(subset_diff(want, live[index], "%s[%d]" % (path, index)))
         return out
     if isinstance(desired, bool) or isinstance(live, bool):
         return [] if desired is live else [path or "."]
@@ -464,6 +465,36 @@ def decide(plan, live, field_manager="specpilot", now=None, history_limit=HISTOR
         },
         "previous_runtime": _runtime_snapshot(live.get("servingruntime")) if live_runtime else None,
     }
+
+
+def problem(plan, live, holder="", now=None, create_namespace=False):
+    """Why the service cannot be deployed now ("" when it can): the namespace is missing (and is
+    not to be created), the existing runtime named in the spec is missing, or another deploy
+    holds the lock."""
+    live = live or {}
+    if not live.get("namespace_exists", True):
+        if not create_namespace:
+            return (
+                "namespace %s does not exist; create it, or set specpilot_deploy_create_namespace: true"
+                % (plan["namespace"])
+            )
+        return ""
+    runtime = plan.get("runtime") or {}
+    if not runtime.get("create", True) and live.get("servingruntime") is None:
+        return (
+            "the %s %s named in specpilot_runtime does not exist (runtime.create is false, so specpilot "
+            "does not create it)" % (runtime.get("kind"), runtime.get("name"))
+        )
+    lease = live.get("lease")
+    if lease is not None:
+        status = lease_status(lease, holder, now if now is not None else 0)
+        if not status["free"]:
+            return (
+                "another deploy of this service is running - lock %s/%s %s. Wait for it to finish; if it "
+                "died, the lock expires by itself, or delete the Lease."
+                % (plan["namespace"], _meta(lease).get("name"), status["message"])
+            )
+    return ""
 
 
 def _brief(status):

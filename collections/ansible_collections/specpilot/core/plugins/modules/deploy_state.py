@@ -21,15 +21,59 @@ description:
     exist.
   - A no-op re-run of deploy decides from this one read that nothing needs to be written, so it costs a few
     HTTP requests per service instead of a module run per object.
+  - "Three ways to call it: one service (I(name), I(namespace)); every service of a play at once (I(services), with
+    C(run_once): one API client, a few threads, C(states) keyed C(namespace/name)); or the decision alone from
+    objects read before (I(live): nothing is read, and the worker never imports the kubernetes client)."
+  - With I(plan) (the validated plan of C(specpilot.core.spec_validate)) it also compares the plan with the objects,
+    like the filter C(specpilot.core.deploy_decision), and says why the service cannot be deployed now (C(problem)).
 options:
   name:
-    description: InferenceService name.
+    description: InferenceService name (required unless I(services) is given).
     type: str
-    required: true
   namespace:
-    description: Its namespace.
+    description: Its namespace (required unless I(services) is given).
     type: str
-    required: true
+  services:
+    description:
+      - Read many services in one step - a list of C({name, namespace, runtime, deployment_mode}); the other options
+        apply to each. Returns C(states).
+    type: list
+    elements: dict
+  live:
+    description:
+      - The objects of one service as read before (an entry of C(states)); nothing is read. An entry that holds
+        C(error) fails the task with it.
+    type: dict
+  plan:
+    description: The validated plan; with it the result holds C(decision) and C(problem).
+    type: dict
+  field_manager:
+    description: The server-side apply field manager the decision checks ownership for.
+    type: str
+    default: specpilot
+  history_limit:
+    description: Revisions the history ConfigMap keeps (for the history entry of the decision).
+    type: int
+    default: 10
+  lock_holder:
+    description: The identity of this deploy; a lease it holds is not a problem.
+    type: str
+    default: ""
+  create_namespace:
+    description: A missing namespace is not a problem (the caller creates it).
+    type: bool
+    default: false
+  fail_on_problem:
+    description: Fail when the service cannot be deployed now (C(msg) says why).
+    type: bool
+    default: false
+  result_fact:
+    description: Also set this fact to the decision's C(result) (merged with I(result_extra)).
+    type: str
+  result_extra:
+    description: Keys merged into the fact named by I(result_fact).
+    type: dict
+    default: {}
   deployment_mode:
     description: KServe deployment mode; the Deployment is read in Standard mode only.
     type: str
@@ -73,6 +117,19 @@ EXAMPLES = r"""
 - name: Decide what to change
   ansible.builtin.set_fact:
     decision: "{{ plan | specpilot.core.deploy_decision(live) }}"
+
+- name: Read every service of the play at once
+  specpilot.core.deploy_state:
+    services: "{{ ansible_play_batch | map('extract', hostvars, 'service_ref') | list }}"
+  register: all_live
+  run_once: true
+
+- name: Decide per service from that read, and fail a service that cannot be deployed now
+  specpilot.core.deploy_state:
+    live: "{{ all_live.states[plan.namespace ~ '/' ~ plan.name] }}"
+    plan: "{{ plan }}"
+    fail_on_problem: true
+  register: this
 """
 
 RETURN = r"""
@@ -106,9 +163,23 @@ history:
   returned: always
   type: dict
 requests:
-  description: API requests made (retries included).
+  description: API requests made (retries included; 0 with I(live)).
   returned: always
   type: int
+states:
+  description: With I(services) - C({namespace/name - the keys above, or C({error})}) per service.
+  returned: with services
+  type: dict
+decision:
+  description: With I(plan) - what C(specpilot.core.deploy_decision) returns (C(needs_apply), C(ready), the objects to
+    apply with the revision record, the history entry, the rollout baseline, C(result)).
+  returned: with plan
+  type: dict
+problem:
+  description: With I(plan) - why the service cannot be deployed now (namespace or existing runtime missing, lock held
+    by another deploy), or an empty string.
+  returned: with plan
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule

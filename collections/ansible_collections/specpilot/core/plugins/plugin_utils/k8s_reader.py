@@ -80,7 +80,7 @@ class K8sReader(object):
         self._attempts = max(1, int(attempts))
         self._delay = float(delay)
         self._sleep = sleep
-        self.requests = 0
+        self.requests = 0  # approximate when several threads share the reader
 
     def get(self, kind, api_version, name=None, namespace=None, label_selector=None):
         kwargs = dict(self._auth, kind=kind, api_version=api_version)
@@ -108,7 +108,7 @@ class K8sReader(object):
                         name or label_selector or "",
                         _short(exc),
                     )
-                )
+                ) from exc
             if name:
                 return found[0] if found else None
             return list(found or [])
