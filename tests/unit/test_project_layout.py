@@ -15,6 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 COLLECTION = ROOT / "collections" / "ansible_collections" / "specpilot" / "core"
 MODULES = sorted(p.stem for p in (COLLECTION / "plugins" / "modules").glob("*.py") if p.stem != "__init__")
 ROLES = sorted(p for p in (ROOT / "roles").iterdir() if p.is_dir()) if (ROOT / "roles").is_dir() else []
+# Run-wide variables that are no role's own: specpilot.core.spec_validate applies them wherever a role validates the
+# spec, and the roles whose AWX surveys ask for them document them as arguments (unprefixed, on purpose).
+SHARED_ARGUMENTS = {"specpilot_override_method", "specpilot_override_num_speculative_tokens"}
 
 
 def test_top_level_layout():
@@ -60,10 +63,18 @@ def test_role_has_argument_specs_and_readme(role):
     readme = (role / "README.md").read_text()
     prefix = role.name + "_"
     for var in specs["argument_specs"]["main"].get("options", {}):
-        assert var.startswith(prefix), f"{role.name}: {var} lacks the role prefix"
+        assert var.startswith(prefix) or var in SHARED_ARGUMENTS, f"{role.name}: {var} lacks the role prefix"
         assert var in readme, f"{role.name}: {var} is not documented in README.md"
     defaults = role / "defaults" / "main.yml"
     if defaults.is_file():
         for var in (yaml.safe_load(defaults.read_text()) or {}):
             assert var.startswith(prefix), f"{role.name}: default {var} lacks the role prefix"
             assert var in specs["argument_specs"]["main"].get("options", {}), f"{role.name}: {var} not in argument_specs"
+
+
+def test_shared_arguments_are_the_collections_override_variables():
+    """The unprefixed role arguments are exactly the variables spec_validate reads (spec.OVERRIDE_VARS)."""
+    from ansible_collections.specpilot.core.plugins.module_utils.spec import CONTROL_VARS, OVERRIDE_VARS
+
+    assert SHARED_ARGUMENTS == set(OVERRIDE_VARS.values())
+    assert SHARED_ARGUMENTS <= set(CONTROL_VARS)  # never mistaken for (misspelt) spec keys

@@ -328,3 +328,55 @@ def test_definitions_pass_yamllint():
     proc = subprocess.run([str(Path(sys.executable).with_name("yamllint")), "--strict", str(DATA), str(CONFIGURE)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# ------------------------------------------------------------------ run-time spec overrides
+
+OVERRIDE_VARS = ("specpilot_override_method", "specpilot_override_num_speculative_tokens")
+
+
+def validates_the_spec(template: dict) -> bool:
+    """Whether the template's playbook runs a role that calls specpilot.core.spec_validate."""
+    for role in roles_of_playbook(ROOT / template["playbook"]):
+        for path in (ROOT / "roles" / role / "tasks").rglob("*.yml"):
+            if "specpilot.core.spec_validate" in path.read_text():
+                return True
+    return False
+
+
+def test_rollout_workflow_asks_the_overrides_once_for_every_node():
+    """The workflow's survey answers reach every node: each node that validates the spec (validate, deploy,
+    smoke) asks the same questions, so the override is a documented argument of its roles and the nodes see one
+    effective spec (specpilot.core.spec_validate applies it in each)."""
+    w = WORKFLOWS["specpilot rollout"]
+    asked = {q["variable"]: q for q in survey_questions(w)}
+    assert set(OVERRIDE_VARS) <= set(asked)
+    validating = set()
+    for node in w["simplified_workflow_nodes"]:
+        template = TEMPLATES[node["unified_job_template"]]
+        assert not set(OVERRIDE_VARS) & set(node.get("extra_data", {})), node  # the workflow's answer, not a fixed one
+        if not validates_the_spec(template):
+            continue
+        validating.add(node["identifier"])
+        theirs = {q["variable"]: q for q in survey_questions(template)}
+        for var in OVERRIDE_VARS:
+            assert var in theirs, f"{template['name']} validates the spec but does not ask {var}"
+            for key in ("type", "choices", "min", "max", "default"):
+                assert theirs[var].get(key) == asked[var].get(key), (template["name"], var, key)
+    assert validating == {"validate", "deploy", "smoke"}
+
+
+def test_override_questions_keep_by_default_and_offer_real_methods():
+    from ansible_collections.specpilot.core.plugins.module_utils import vllm_profiles as vp
+    from ansible_collections.specpilot.core.plugins.module_utils.spec_override import KEEP_METHOD
+
+    newest = vp.all_profiles()[-1]["x-specpilot"]["methods"]
+    for obj in list(TEMPLATES.values()) + list(WORKFLOWS.values()):
+        questions = {q["variable"]: q for q in survey_questions(obj)}
+        if "specpilot_override_method" not in questions:
+            continue
+        method = questions["specpilot_override_method"]
+        assert method["type"] == "multiplechoice" and method["default"] in KEEP_METHOD
+        assert set(method["choices"]) - set(KEEP_METHOD) <= set(newest), obj["name"]
+        nst = questions["specpilot_override_num_speculative_tokens"]
+        assert nst["type"] == "integer" and nst["default"] == 0 and nst["min"] == 0

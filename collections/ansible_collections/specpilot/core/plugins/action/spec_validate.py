@@ -7,6 +7,11 @@ Validation reads nothing from the managed host and changes nothing, so it runs i
 controller process (no module transfer, no remote Python): fifty services validate in
 one play without fifty interpreter start-ups.  The documented module in
 plugins/modules/spec_validate.py shares the argument spec and the code path.
+
+The run-time overrides specpilot_override_method / specpilot_override_num_speculative_tokens
+are read from the task variables here (unless the task passes override_* itself), whether the
+spec is assembled from the variables or passed in: every role that validates the spec of a
+host then sees the same effective spec.
 """
 
 from __future__ import annotations
@@ -15,7 +20,12 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.specpilot.core.plugins.module_utils import validator
-from ansible_collections.specpilot.core.plugins.module_utils.spec import CONTROL_VARS, SPEC_KEYS, VAR_PREFIX
+from ansible_collections.specpilot.core.plugins.module_utils.spec import (
+    CONTROL_VARS,
+    OVERRIDE_VARS,
+    SPEC_KEYS,
+    VAR_PREFIX,
+)
 
 
 class ActionModule(ActionBase):
@@ -33,6 +43,10 @@ class ActionModule(ActionBase):
             )
         if params.get("spec") is None:
             params["spec"], params["variable_names"] = self._spec_from_task_vars(task_vars or {}, params)
+        for key, variable in OVERRIDE_VARS.items():
+            option = "override_" + key
+            if params.get(option) is None and (task_vars or {}).get(variable) is not None:
+                params[option] = self._templar.template(task_vars[variable])
         out, failed = validator.module_result(params, check_mode=bool(self._task.check_mode))
         result.update(out)
         if failed:

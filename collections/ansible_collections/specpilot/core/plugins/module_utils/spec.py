@@ -21,6 +21,7 @@ __all__ = [
     "SPEC_KEYS",
     "VAR_PREFIX",
     "CONTROL_VARS",
+    "OVERRIDE_VARS",
     "MOUNT_ROOT",
     "assemble_from_vars",
     "plain",
@@ -31,8 +32,19 @@ __all__ = [
 VAR_PREFIX = "specpilot_"
 MOUNT_ROOT = "/mnt/models"
 
+# Run-time overrides of the spec's speculative section (operational, not spec content): every
+# role that validates the spec (validate, deploy, smoke, benchmark ...) applies them through
+# specpilot.core.spec_validate, so all of them see the same effective spec.  Speculative key ->
+# variable.  See module_utils/spec_override.py.
+OVERRIDE_VARS = {
+    "method": "specpilot_override_method",
+    "num_speculative_tokens": "specpilot_override_num_speculative_tokens",
+}
+
 # Variables that steer the playbooks and are not part of any service spec.
-CONTROL_VARS = ("specpilot_spec_file", "specpilot_render_dir", "specpilot_strict")
+CONTROL_VARS = ("specpilot_spec_file", "specpilot_render_dir", "specpilot_strict") + tuple(
+    OVERRIDE_VARS.values()
+)
 
 _DNS_LABEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _VERSION = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)*([.+-]?[0-9A-Za-z.+-]*)?$"

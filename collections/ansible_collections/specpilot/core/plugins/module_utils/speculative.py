@@ -27,7 +27,7 @@ except ImportError:  # pragma: no cover - reported by the module
     Draft202012Validator = None
     HAS_JSONSCHEMA = False
 
-__all__ = ["check", "render_args", "compact_json", "RENDERED_FLAGS"]
+__all__ = ["check", "render_args", "compact_json", "method_in_scope", "RENDERED_FLAGS"]
 
 # Engine flags that belong to the speculative config (rendered by specpilot only).
 RENDERED_FLAGS = tuple(
@@ -391,6 +391,15 @@ def _per_batch(cfg, ctx, findings, path):
             )
 
 
+def method_in_scope(method, scope):
+    """Whether a key whose effect is limited to ``scope`` (methods, x-methods) applies to ``method``."""
+    return (
+        method in scope
+        or ("mtp" in scope and vp.is_mtp_method(method))
+        or (method == "[ngram]" and "ngram" in scope)
+    )
+
+
 def _method_scoped_keys(cfg, ctx, findings, path):
     method = cfg.get("method")
     props = ctx["profile"]["properties"]
@@ -400,12 +409,7 @@ def _method_scoped_keys(cfg, ctx, findings, path):
         scope = props.get(key, {}).get("x-methods")
         if not scope or not isinstance(method, str):
             continue
-        applies = (
-            method in scope
-            or ("mtp" in scope and vp.is_mtp_method(method))
-            or (method == "[ngram]" and "ngram" in scope)
-        )
-        if not applies:
+        if not method_in_scope(method, scope):
             findings.warning(
                 path_join(path, key),
                 "'%s' has no effect with method '%s' (it applies to %s; vLLM %s)"

@@ -21,6 +21,7 @@ from ansible_collections.specpilot.core.plugins.module_utils import compat
 from ansible_collections.specpilot.core.plugins.module_utils import gpu_budget
 from ansible_collections.specpilot.core.plugins.module_utils import kserve_rules
 from ansible_collections.specpilot.core.plugins.module_utils import render
+from ansible_collections.specpilot.core.plugins.module_utils import spec_override
 from ansible_collections.specpilot.core.plugins.module_utils import speculative
 from ansible_collections.specpilot.core.plugins.module_utils import vllm_profiles as vp
 from ansible_collections.specpilot.core.plugins.module_utils.findings import Findings, path_join
@@ -466,6 +467,7 @@ def validate(spec, options=None):
         "notes": findings.notes,
         "plan": None,
         "spec": None,
+        "speculative_overrides": spec_override.empty_record(),
     }
     if not isinstance(raw, dict):
         findings.error(
@@ -503,6 +505,16 @@ def validate(spec, options=None):
             )
     if profile is not None:
         _profile_notes(vllm_version, info, profile, findings)
+    # The run's specpilot_override_* variables change the speculative section before any check,
+    # so that every role validating this spec sees the same effective spec and plan.
+    result["speculative_overrides"] = spec_override.apply(
+        raw,
+        options.get("override_method"),
+        options.get("override_num_speculative_tokens"),
+        profile,
+        findings,
+        format_version(vllm_version) if vllm_version is not None else None,
+    )
     kserve_version = None
     if isinstance(raw.get("kserve_version"), str):
         try:
@@ -897,6 +909,7 @@ def _staging(spec, delivery, draft_artifact):
 
 
 def _finish(result, options):
+    spec_override.annotate(result.get("speculative_overrides"), (result["errors"], result["warnings"]))
     strict = bool(options.get("strict"))
     result["ok"] = not result["errors"] and not (strict and result["warnings"])
     result["report"] = format_report(result, options.get("var_prefix") or VAR_PREFIX, strict)
@@ -966,6 +979,10 @@ ARGUMENT_SPEC = {
     "variable_names": {"type": "list", "elements": "str", "default": []},
     "render_dir": {"type": "path"},
     "display_warnings": {"type": "bool", "default": True},
+    # raw: the values come from extra variables and survey answers; spec_override checks them and
+    # names the variable in its errors.
+    "override_method": {"type": "raw"},
+    "override_num_speculative_tokens": {"type": "raw"},
 }
 
 
@@ -981,6 +998,8 @@ def run_options(params):
             "read_local_files",
             "var_prefix",
             "variable_names",
+            "override_method",
+            "override_num_speculative_tokens",
         )
     }
 
@@ -998,6 +1017,7 @@ def module_result(params, check_mode=False):
         "plan": result["plan"],
         "spec": result["spec"],
         "report": result["report"],
+        "speculative_overrides": result["speculative_overrides"],
     }
     failed = bool(params.get("fail_on_error")) and not result["ok"]
     if failed:
@@ -1005,6 +1025,15 @@ def module_result(params, check_mode=False):
         return {"changed": False, "ok": False, "msg": result["report"]}, True
     if params.get("display_warnings") and result["warnings"]:
         out["warnings"] = [result["report"]]
+    if result["speculative_overrides"]["applied"]:
+        # always shown: every role of the run works with the overridden spec, not the inventory's
+        out.setdefault("warnings", []).append(
+            "%s: %s"
+            % (
+                (result["spec"] or {}).get("name") or "service",
+                spec_override.describe(result["speculative_overrides"]),
+            )
+        )
     if params.get("render_dir") and result["ok"]:
         out["changed"], out["rendered_files"] = write_render_dir(
             result["plan"], params["render_dir"], check_mode

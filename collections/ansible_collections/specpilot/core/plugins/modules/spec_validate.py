@@ -26,6 +26,11 @@ description:
   - The plan holds the exact vLLM argument list (V0 flags up to vLLM 0.8.1, C(--speculative-config=<compact
     JSON>) from 0.8.2), the ServingRuntime and InferenceService manifests, mount paths, the spec digest, and a
     baseline argument list without speculative decoding.
+  - "Run-time overrides: the variables C(specpilot_override_method) and
+    C(specpilot_override_num_speculative_tokens) (extra variables of one run, e.g. AWX survey answers) replace
+    the method and C(num_speculative_tokens) of the spec's C(speculative) section before anything is checked.
+    Every role that needs the spec (validate, deploy, smoke, benchmark, staging) calls this module, so all of
+    them see the same effective spec and plan; the inventory is not changed. See I(override_method)."
   - The logic runs on the Ansible controller (an action plugin with the same name); nothing is executed on the
     managed host and no cluster is contacted. The version profiles ship inside the collection, so the module
     works wherever the collection is installed; I(schema_dir) can point it at exported schema files instead.
@@ -103,10 +108,46 @@ options:
     type: list
     elements: str
     default: []
+  override_method:
+    description:
+      - Speculative method for this run instead of the spec's C(speculative.method) (e.g. C(eagle3), C(ngram),
+        C(mtp)), checked against the vLLM release of the runtime like the spec's own.
+      - C("") or C(spec) keeps the spec's method (C(spec) is the keep choice of an AWX multiple-choice survey
+        question, which cannot be empty).
+      - When the method changes, the keys that belong only to the old method are dropped so that a valid spec
+        stays valid; which keys those are comes from the profile of the vLLM release (keys whose effect it
+        limits to some methods, such as C(prompt_lookup_min)/C(prompt_lookup_max) for ngram or
+        C(suffix_decoding_*) for suffix, and keys it allows only with some methods, such as
+        C(use_heterogeneous_vocab) for draft_model), plus C(speculative.model), which names the old method's
+        draft (it is filled in again from C(specpilot_draft)). Keys common to all methods stay. The dropped
+        keys are listed in the result (C(speculative_overrides.dropped_keys)).
+      - The spec's C(specpilot_draft) serves the new method when that method needs a separate draft (eagle,
+        eagle3, draft_model ...; the compatibility checks judge it) or when both methods take optional weights
+        of the same kind (MTP to MTP). Otherwise (ngram, suffix, or MTP after an EAGLE head or draft model) it
+        is dropped from the effective spec, neither loaded nor delivered
+        (C(speculative_overrides.dropped_draft)).
+      - A method that needs a draft model (eagle, eagle3, draft_model ...) needs C(specpilot_draft) in the
+        spec; a method that needs C(num_speculative_tokens) needs it in the spec or in
+        I(override_num_speculative_tokens). A service whose spec has speculative decoding off cannot be
+        overridden. Each of these is an error that names the variable, its value and the fix.
+      - When the option is not given, the action plugin takes the variable C(specpilot_override_method) of the
+        host (also when I(spec) is given), so that every role of a run applies the same override.
+    type: raw
+  override_num_speculative_tokens:
+    description:
+      - C(num_speculative_tokens) for this run instead of the spec's; C(0) (or empty) keeps the spec's value.
+      - Checked against the vLLM profile like the spec's own value (errors then end with the override in use).
+      - When the option is not given, the action plugin takes the variable
+        C(specpilot_override_num_speculative_tokens) of the host.
+    type: raw
 notes:
   - Supports check mode. The only thing it ever changes is the files under I(render_dir).
   - Ansible reserves the top-level C(warnings) result key for display strings, so the structured warnings are
     returned in C(findings.warnings).
+  - An applied override is always announced with an Ansible warning line (whatever I(display_warnings) says)
+    and a note in C(report); the errors and warnings about the speculative config then end with the override
+    in use. The plan's C(spec_digest) is computed from the rendered objects, so an override that changes the
+    deployment changes the digest, and deploy applies it.
 requirements:
   - jsonschema >= 4.18 on the controller
 seealso:
@@ -148,6 +189,12 @@ EXAMPLES = r"""
         prompt_lookup_max: 4
       acknowledged_warnings:
         - async-scheduling-disabled
+
+- name: Validate this service with another method and k for this run (the inventory is unchanged)
+  specpilot.core.spec_validate:
+    override_method: mtp
+    override_num_speculative_tokens: 1
+  register: validation
 
 - name: Apply exactly what was validated
   kubernetes.core.k8s:
@@ -201,8 +248,36 @@ rendered_files:
   returned: when I(render_dir) is set and the spec is valid
   type: list
   elements: str
+speculative_overrides:
+  description: What the run-time overrides (I(override_method), I(override_num_speculative_tokens)) did.
+  returned: unless the task fails (see I(fail_on_error))
+  type: dict
+  contains:
+    applied:
+      description: True when the effective speculative config differs from the spec's.
+      type: bool
+    method:
+      description: C({variable, value, spec}) of the method override (C(spec) is the spec's method), or null.
+      type: dict
+    num_speculative_tokens:
+      description: C({variable, value, spec}) of the num_speculative_tokens override, or null.
+      type: dict
+    dropped_keys:
+      description: Keys of the spec's speculative config dropped because they belong to its method only.
+      type: list
+      elements: str
+    dropped_draft:
+      description: True when the spec's draft is not used by the new method (and not delivered).
+      type: bool
+  sample:
+    applied: true
+    method: {variable: specpilot_override_method, value: suffix, spec: ngram}
+    num_speculative_tokens: null
+    dropped_keys: [prompt_lookup_max, prompt_lookup_min]
+    dropped_draft: false
 spec:
-  description: The normalised spec (defaults applied). Null when the spec does not match the schema.
+  description: The normalised spec (defaults applied), with the run-time overrides applied. Null when the spec
+    does not match the schema.
   returned: unless the task fails (see I(fail_on_error))
   type: dict
 plan:
