@@ -217,6 +217,16 @@ class FakeKServe:
     def template(self, isvc: dict) -> dict:
         model = isvc["spec"]["predictor"]["model"]
         anns = {k: v for k, v in (isvc["metadata"].get("annotations") or {}).items()}
+        containers = [
+            {
+                "name": "kserve-container",
+                "image": "vllm",
+                "args": self.runtime_args(isvc) + list(model.get("args") or []),
+            }
+        ]
+        uri = model.get("storageUri") or ""
+        if uri.startswith("oci://"):  # KServe's Modelcar: the image runs beside the engine
+            containers.append({"name": "modelcar", "image": uri[len("oci://") :]})
         return {
             "metadata": {
                 "labels": {
@@ -225,15 +235,7 @@ class FakeKServe:
                 },
                 "annotations": anns,
             },
-            "spec": {
-                "containers": [
-                    {
-                        "name": "kserve-container",
-                        "image": "vllm",
-                        "args": self.runtime_args(isvc) + list(model.get("args") or []),
-                    }
-                ]
-            },
+            "spec": {"containers": containers},
         }
 
     def reconcile(self, isvc: dict, action: str) -> None:

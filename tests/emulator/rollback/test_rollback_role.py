@@ -10,6 +10,7 @@ predictor byte-for-byte; check mode writes nothing; a missing service fails clea
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -219,3 +220,153 @@ def test_twenty_percent_api_faults_then_a_rerun_completes(emulator, tmp_path):
         _ok(again)
     assert _spec_args(_isvc(emulator, ns)["spec"]["predictor"]["model"]["args"]) == []
     assert get(emulator, "coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", ns) is None
+
+
+# ------------------------------------------------------------------ option B draft reclaim
+MODELCAR_DRAFT = {
+    "subdir": "draft",
+    "params_b": 0.000461,
+    "dtype": "float32",
+    "architecture": "LlamaForCausalLM",
+    "model_type": "llama",
+    "hidden_size": 128,
+    "vocab_size": 2048,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "tokenizer": "specpilot-lab/tiny-bpe-2048",
+}
+
+
+def _resolves(ref):
+    import subprocess
+
+    import staging_support as ss
+
+    creds = f"{ss.REGISTRY_USER}:{ss.REGISTRY_PASSWORD}"
+    proc = subprocess.run(
+        ["skopeo", "inspect", "--raw", "--tls-verify=false", "--creds", creds, f"docker://{ref}"],
+        capture_output=True,
+    )
+    return (proc.returncode == 0, proc.stdout)
+
+
+def _auth_registry_available():
+    import staging_support as ss
+
+    return ss.AuthRegistry.available()
+
+
+@pytest.mark.skipif(
+    not shutil.which("skopeo") or not shutil.which("docker-registry") or not _auth_registry_available(),
+    reason="skopeo, docker-registry and bcrypt are needed (make installs them)",
+)
+def test_option_b_repoints_to_the_modelcar_without_the_draft_in_the_same_apply(emulator, tmp_path):
+    """With registry credentials from the staging role's variables (never shown, even at -vvv)."""
+    import hashlib
+
+    import staging_support as ss
+    from ansible_collections.specpilot.core.plugins.module_utils import modelcar
+    from specpilot_lab import registry as lab_registry
+
+    ns = "rb-modelcar"
+    ss.make_model(tmp_path / "m" / "target", weight_bytes=256 * 1024)
+    ss.make_model(tmp_path / "m" / "draft", weight_bytes=64 * 1024, layers=1, seed=1)
+    lab_registry.build_base_layout(tmp_path / "base", tag="busybox")
+    with ss.AuthRegistry(tmp_path / "reg") as reg:
+        repo = f"{reg.addr}/models/svc"
+        built = modelcar.build_push(
+            {
+                "image": f"{repo}:v1",
+                "base": f"oci:{tmp_path / 'base'}:busybox",
+                "work_dir": str(tmp_path / "work"),
+                "tls_verify": False,
+                "username": ss.REGISTRY_USER,
+                "password": ss.REGISTRY_PASSWORD,
+                "artifacts": [
+                    {"role": "target", "subdir": "target", "path": str(tmp_path / "m" / "target")},
+                    {"role": "draft", "subdir": "draft", "path": str(tmp_path / "m" / "draft")},
+                ],
+            }
+        )
+        draft_layer = built["layers"][1]["digest"]
+        host = {
+            "specpilot_delivery": "modelcar",
+            "specpilot_speculative": {"method": "draft_model", "num_speculative_tokens": 3},
+            "specpilot_draft": MODELCAR_DRAFT,
+            "specpilot_modelcar": {
+                "image": f"{repo}:v1",
+                "image_digest": built["digest"],
+                "tls_verify": False,
+            },
+            "specpilot_acknowledged_warnings": ["draft-ratio"],
+        }
+        create_namespace(emulator, ns)
+        creds = {
+            "specpilot_stage_modelcar_registry_username": ss.REGISTRY_USER,
+            "specpilot_stage_modelcar_registry_password": ss.REGISTRY_PASSWORD,
+        }
+        inv = write_inventory(tmp_path / "inv", ns, {"svc": host}, dict(GROUP, **creds))
+        with FakeKServe(emulator, ns):
+            _ok(run_deploy(emulator, tmp_path, inv))
+        deployed = _isvc(emulator, ns)
+        assert deployed["spec"]["predictor"]["model"]["storageUri"] == f"oci://{repo}@{built['digest']}"
+        assert _spec_args(deployed["spec"]["predictor"]["model"]["args"])
+        reclaim = ("-e", "specpilot_rollback_reclaim_draft=true")
+
+        # check mode: the new digest is computed; nothing pushed, nothing written, the diff shows the repoint
+        mark = emulator.control.mark()
+        check = _rollback(emulator, tmp_path, inv, "--check", "--diff", *reclaim)
+        _ok(check)
+        assert [w for w in emulator.control.writes(since=mark) if not w.get("dry_run")] == []
+        assert not _resolves(f"{repo}:v1-nodraft")[0]
+        assert "check mode: would push" in check.out and "would change" in check.out
+        checked = json.loads((tmp_path / "reports" / "svc.json").read_text())["reclaim"]["modelcar"]
+        assert checked["new_digest"] and checked["digest"] == built["digest"]
+
+        with FakeKServe(emulator, ns):
+            mark = emulator.control.mark()
+            run = _rollback(emulator, tmp_path, inv, *reclaim, "-vvv")
+            _ok(run)
+        assert ss.REGISTRY_PASSWORD not in run.out and ss.REGISTRY_PASSWORD not in check.out
+        isvc = _isvc(emulator, ns)
+        model = isvc["spec"]["predictor"]["model"]
+        new_digest = checked["new_digest"]  # check mode computed the very image that was pushed
+        assert model["storageUri"] == f"oci://{repo}@{new_digest}"
+        assert _spec_args(model["args"]) == []
+        # one server-side apply of the InferenceService carried both changes: one rollout
+        isvc_writes = [
+            w
+            for w in emulator.control.writes(since=mark)
+            if w["resource"] == "inferenceservices"
+            and not w["subresource"]
+            and w["field_manager"] == "specpilot"
+        ]
+        assert len(isvc_writes) == 1, isvc_writes
+        dep = get(emulator, "apps/v1", "Deployment", "svc-predictor", ns)
+        runner = [c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "modelcar"]
+        assert runner[0]["image"] == f"{repo}@{new_digest}"
+        # the registry: the new image has no draft layer, the same target layer; the old image is still there
+        ok, raw = _resolves(f"{repo}:v1-nodraft")
+        assert ok and "sha256:" + hashlib.sha256(raw).hexdigest() == new_digest
+        layers = [d["digest"] for d in json.loads(raw)["layers"]]
+        assert draft_layer not in layers and built["layers"][0]["digest"] in layers
+        assert _resolves(f"{repo}@{built['digest']}")[0] and _resolves(f"{repo}:v1")[0]
+        report = json.loads((tmp_path / "reports" / "svc.json").read_text())
+        mc = report["reclaim"]["modelcar"]
+        assert (mc["digest"], mc["new_digest"]) == (built["digest"], new_digest)
+        assert (
+            mc["result"]["dropped_layer"]["digest"] == draft_layer and mc["result"]["bytes_uploaded"] < 8192
+        )
+        assert report["verification"]["checks"]["storage_uri_repointed"]
+        assert report["verification"]["checks"]["modelcar_image_repointed"]
+        md = (tmp_path / "reports" / "svc.md").read_text()
+        assert built["digest"] in md and new_digest in md
+
+        # again: the image has no draft layer any more, nothing written, nothing pushed
+        mark = emulator.control.mark()
+        again = _rollback(emulator, tmp_path, inv, *reclaim)
+        _ok(again)
+        assert again.recap()["svc"]["changed"] == 0, again.changed_tasks()
+        assert emulator.control.writes(since=mark) == []
+        assert "nothing to reclaim" in again.out

@@ -166,3 +166,117 @@ def test_verify_sees_leftover_flags_in_pods():
     assert not v["ok"] and not v["checks"]["pod_args_off"] and v["checks"]["stored_args_off"]
     pod["spec"]["containers"][0]["args"] = ["--model=/m"]
     assert rollback.verify({"inferenceservice": stored, "pods": [pod]}, d)["ok"]
+
+
+SRC_DIGEST = "sha256:" + "a" * 64
+NEW_DIGEST = "sha256:" + "b" * 64
+SRC_URI = "oci://reg.example/models/chat@" + SRC_DIGEST
+NEW_URI = "oci://reg.example/models/chat@" + NEW_DIGEST
+
+
+def _reclaimed(source=SRC_DIGEST, reclaimed=True):
+    """What specpilot.core.modelcar_reclaim returns (the keys the decision reads)."""
+    out = {
+        "changed": reclaimed,
+        "reclaimed": reclaimed,
+        "pushed": reclaimed,
+        "digest": NEW_DIGEST if reclaimed else source,
+        "storage_uri": NEW_URI if reclaimed else "oci://reg.example/models/chat@" + source,
+        "source": {"digest": source, "storage_uri": "oci://reg.example/models/chat@" + source},
+        "identified_by": "annotation",
+        "bytes_uploaded": 1500,
+        "msg": "pushed" if reclaimed else "no draft",
+        "invocation": {"module_args": {"password": "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"}},
+    }
+    if reclaimed:
+        out.update(tag="v1-nodraft", dropped_layer={"digest": "sha256:" + "d" * 64, "mount": "/models/draft"})
+    return out
+
+
+def test_reclaim_option_b_names_the_image_then_repoints_it_in_the_same_apply():
+    live = {"inferenceservice": _isvc(["--model=/mnt/models/target", DRAFT], storage=SRC_URI)}
+    opts = {"reclaim_draft": True, "modelcar_image": "reg.example/models/chat:v1"}
+    first = rollback.decide(live, "off", now=1, options=opts)
+    mc = first["reclaim"]["modelcar"]
+    assert mc["image"] == "reg.example/models/chat:v1@" + SRC_DIGEST  # the spec's tag names the new tag
+    assert (mc["draft_subdir"], mc["target_subdir"], mc["field"]) == (
+        "draft",
+        "target",
+        "spec.predictor.model.storageUri",
+    )
+    assert mc["new_storage_uri"] is None and mc["error"] is None
+    assert first["predictor"]["model"]["storageUri"] == SRC_URI  # no image yet: not repointed
+
+    d = rollback.decide(live, "off", now=1, options=dict(opts, modelcar_reclaimed=_reclaimed()))
+    model = d["manifest"]["spec"]["predictor"]["model"]
+    # one apply: the args without the speculative config AND the storageUri of the image without the draft
+    assert model["storageUri"] == NEW_URI and model["args"] == ["--model=/mnt/models/target"]
+    assert d["needs_apply"] and d["reclaim"]["modelcar"]["new_digest"] == NEW_DIGEST
+    assert d["reclaim"]["modelcar"]["digest"] == SRC_DIGEST
+    assert "invocation" not in d["reclaim"]["modelcar"]["result"]  # nothing but the summary is kept
+    assert d["digest"] != first["digest"]
+
+    # verify: the stored storageUri and KServe's modelcar container follow the new digest
+    stored = _isvc(d["after_args"], storage=NEW_URI)
+    dep = {
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "kserve-container", "args": d["after_args"]},
+                        {"name": "modelcar", "image": "reg.example/models/chat@" + NEW_DIGEST},
+                    ]
+                }
+            }
+        }
+    }
+    v = rollback.verify({"inferenceservice": stored, "deployment": dep}, d)
+    assert v["ok"] and v["checks"]["storage_uri_repointed"] and v["checks"]["modelcar_image_repointed"]
+    dep["spec"]["template"]["spec"]["containers"][1]["image"] = "reg.example/models/chat@" + SRC_DIGEST
+    stale = rollback.verify(
+        {"inferenceservice": _isvc(d["after_args"], storage=SRC_URI), "deployment": dep}, d
+    )
+    assert not stale["ok"] and not stale["checks"]["storage_uri_repointed"]
+    assert not stale["checks"]["modelcar_image_repointed"]
+
+
+def test_reclaim_option_b_after_an_earlier_off_and_when_there_is_nothing_left():
+    on = _isvc(["--model=/mnt/models/target", DRAFT], storage=SRC_URI)
+    off_decision = rollback.decide({"inferenceservice": on}, "off", now=1)  # off without reclaim
+    off = _isvc(off_decision["after_args"], storage=SRC_URI)
+    off["metadata"]["annotations"] = off_decision["manifest"]["metadata"]["annotations"]
+    opts = {"reclaim_draft": True}
+    plan = rollback.decide({"inferenceservice": off}, "off", now=2, options=opts)
+    assert not plan["needs_apply"]  # the draft path comes from the recorded revision
+    assert plan["reclaim"]["modelcar"]["draft_subdir"] == "draft"
+    assert plan["reclaim"]["modelcar"]["image"] == "reg.example/models/chat@" + SRC_DIGEST  # no tag known
+    later = rollback.decide(
+        {"inferenceservice": off}, "off", now=2, options=dict(opts, modelcar_reclaimed=_reclaimed())
+    )
+    assert (
+        later["needs_apply"]
+        and later["removed_args"] == []
+        and later["predictor"]["model"]["storageUri"] == NEW_URI
+    )
+    # the image has no draft layer (already reclaimed): nothing to apply
+    none_left = rollback.decide(
+        {"inferenceservice": off},
+        "off",
+        now=2,
+        options=dict(opts, modelcar_reclaimed=_reclaimed(reclaimed=False)),
+    )
+    assert not none_left["needs_apply"] and none_left["reclaim"]["modelcar"]["new_storage_uri"] is None
+    # a result for another image is refused, not applied
+    other = rollback.decide(
+        {"inferenceservice": off},
+        "off",
+        now=2,
+        options=dict(opts, modelcar_reclaimed=_reclaimed("sha256:" + "c" * 64)),
+    )
+    assert not other["needs_apply"] and "not on the service's image" in other["reclaim"]["modelcar"]["error"]
+    # not a Modelcar, or reclaim not asked for: no plan
+    pvc = _isvc(["--model=/mnt/models/target", DRAFT], storage="pvc://models/lab")
+    assert (
+        rollback.decide({"inferenceservice": pvc}, "off", now=1, options=opts)["reclaim"]["modelcar"] is None
+    )
+    assert rollback.decide({"inferenceservice": on}, "off", now=1)["reclaim"] is None

@@ -86,6 +86,13 @@ def test_one_uncompressed_layer_per_artifact_and_a_draft_only_change(tmp_path):
     assert [d["mediaType"] for d in manifest["layers"]] == [oci_layout.MT_LAYER] * 3
     assert manifest["config"]["mediaType"] == oci_layout.MT_CONFIG
     assert first["config"]["rootfs"]["diff_ids"] == [d["digest"] for d in manifest["layers"]]
+    # each artifact layer says what it holds (the base layer does not), in the manifest only
+    assert [d.get("annotations") for d in manifest["layers"]] == [
+        None,
+        {oci_layout.ANN_ARTIFACT_ROLE: "target", oci_layout.ANN_ARTIFACT_SUBDIR: "target"},
+        {oci_layout.ANN_ARTIFACT_ROLE: "draft", oci_layout.ANN_ARTIFACT_SUBDIR: "draft"},
+    ]
+    assert first["config"]["config"]["Labels"][oci_layout.LABEL_MODELS] == "/models/target,/models/draft"
     target_layer, draft_layer = first["layers"][0]["digest"], first["layers"][1]["digest"]
     shutil.rmtree(tmp_path / "m" / "draft")
     ss.make_model(tmp_path / "m" / "draft", weight_bytes=64 * 1024, layers=1, seed=7)

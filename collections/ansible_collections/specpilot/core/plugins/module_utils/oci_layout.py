@@ -11,6 +11,8 @@ Deterministic by construction, so that the same inputs give the same digests:
   file content is stored: Hugging Face cache snapshots are symlinks into a blob store);
   specpilot's staging marker and partial downloads are left out;
 * config and manifest serialised with sorted keys and no whitespace, no timestamps added;
+* each artifact layer's descriptor carries the annotations ``io.specpilot.modelcar.artifact.role``
+  and ``io.specpilot.modelcar.artifact.subdir`` (the manifest only: layer digests do not change);
 * the base image's layers are copied as they are (compressed or not) with their diff_ids.
 
 A draft-only change therefore leaves the target layer's digest untouched; a registry that has
@@ -45,6 +47,12 @@ MT_DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 MT_DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 MT_DOCKER_LAYER_GZIP = "application/vnd.docker.image.rootfs.diff.tar.gzip"
 REF_NAME = "org.opencontainers.image.ref.name"
+# on each artifact layer's descriptor in the manifest: which artifact the layer holds, so that a
+# layer can be told apart without reading it (modelcar_reclaim drops the draft's)
+ANN_ARTIFACT_ROLE = "io.specpilot.modelcar.artifact.role"
+ANN_ARTIFACT_SUBDIR = "io.specpilot.modelcar.artifact.subdir"
+# config label: the /models/<subdir> of the artifact layers, in layer order (the image's last layers)
+LABEL_MODELS = "io.specpilot.modelcar.models"
 WRITER_VERSION = 1
 CHUNK = 4 * 1024 * 1024
 SKIP_NAMES = (".specpilot-staged.json", ".specpilot-staged.json.tmp", ".specpilot-partial")
@@ -457,6 +465,19 @@ def layer_members(layout, digest, media_type=None):
     return out
 
 
+def artifact_descriptor(layer):
+    """The manifest descriptor of an artifact layer, annotated with its role and sub-directory."""
+    annotations = {ANN_ARTIFACT_SUBDIR: layer["subdir"]}
+    if layer.get("role"):
+        annotations[ANN_ARTIFACT_ROLE] = layer["role"]
+    return {
+        "mediaType": MT_LAYER,
+        "digest": layer["digest"],
+        "size": layer["size"],
+        "annotations": annotations,
+    }
+
+
 def build_image(
     layout_dir,
     tag,
@@ -516,7 +537,7 @@ def build_image(
     cfg_in = dict(base_config.get("config") or {})
     cfg_in.setdefault("Env", ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"])
     cfg_labels = dict(cfg_in.get("Labels") or {})
-    cfg_labels["io.specpilot.modelcar.models"] = ",".join("/models/" + s for s in subdirs)
+    cfg_labels[LABEL_MODELS] = ",".join("/models/" + s for s in subdirs)
     cfg_labels.update(labels or {})
     cfg_in["Labels"] = cfg_labels
     history = list(base_config.get("history") or [])
@@ -546,8 +567,7 @@ def build_image(
         "schemaVersion": 2,
         "mediaType": MT_MANIFEST,
         "config": config_desc,
-        "layers": base_descs
-        + [{"mediaType": MT_LAYER, "digest": layer["digest"], "size": layer["size"]} for layer in layers],
+        "layers": base_descs + [artifact_descriptor(layer) for layer in layers],
     }
     manifest_desc = layout.put_json(manifest, MT_MANIFEST)
     layout.write_index(manifest_desc, tag)

@@ -11,6 +11,10 @@
   shows it) or ``restore`` (the predictor recorded by the deploy role in
   ``specpilot.io/previous-revision``, exactly), the manifest to server-side apply, the revision
   record to write with it (the deploy role's format: :mod:`deploy_state`), and what to wait for.
+  Draft reclaim (``off``, opt-in): option A drops the draft's ``storageUris`` entry, option B
+  (Modelcar, ``oci://``) names the image and the draft's ``/models/<subdir>`` for
+  ``modelcar_reclaim`` and, given its result, repoints ``storageUri`` to the image without the
+  draft layer in the same apply; option C (PVC) names the sub-directory to delete.
 
 Pure standard library (plus the deploy module_utils it reuses).
 """
@@ -23,7 +27,11 @@ import json
 import posixpath
 import shlex
 
-from ansible_collections.specpilot.core.plugins.module_utils import deploy_rollout, deploy_state
+from ansible_collections.specpilot.core.plugins.module_utils import (
+    deploy_rollout,
+    deploy_state,
+    modelcar_reclaim,
+)
 from ansible_collections.specpilot.core.plugins.module_utils.vllm_profiles import V0_FLAGS
 
 __all__ = [
@@ -33,6 +41,8 @@ __all__ = [
     "manifest_from_live",
     "predictor_args",
     "draft_path",
+    "target_path",
+    "modelcar_reclaim_plan",
     "decide",
     "verify",
 ]
@@ -44,6 +54,9 @@ SPEC_FLAGS = ("--speculative-config", "--speculative_config") + tuple(
 )
 SPEC_SWITCHES = (V0_FLAGS["disable_mqa_scorer"], "--use-v2-block-manager")
 GMU_FLAG = "--gpu-memory-utilization"
+MOUNT_ROOT = "/mnt/models"
+# KServe's containers that run the Modelcar image (sidecar; init container since 0.14)
+MODELCAR_CONTAINERS = ("modelcar", "modelcar-init")
 ANN_ROLLBACK = "specpilot.io/rollback"
 _SYSTEM_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 
@@ -179,6 +192,124 @@ def draft_path(args):
     return None
 
 
+def target_path(args):
+    """The ``--model`` path of the engine args (``--model=X`` or ``--model X``), or None."""
+    items = list(args or [])
+    for i, arg in enumerate(items):
+        if not isinstance(arg, str):
+            continue
+        if arg.startswith("--model="):
+            return arg.split("=", 1)[1]
+        if arg == "--model" and i + 1 < len(items):
+            return str(items[i + 1])
+    return None
+
+
+def _mount_subdir(path, root=MOUNT_ROOT):
+    """``draft`` of ``/mnt/models/draft[/...]``: the /models/<subdir> of a Modelcar image; None
+    when the path is not below the mount root."""
+    if not path:
+        return None
+    norm = posixpath.normpath(path)
+    root = root.rstrip("/")
+    if not norm.startswith(root + "/"):
+        return None
+    return norm[len(root) + 1 :].split("/", 1)[0] or None
+
+
+def _storage_field(predictor):
+    """("model" | "predictor", storageUri) of a predictor, or (None, None)."""
+    if _model(predictor).get("storageUri"):
+        return "model", _model(predictor)["storageUri"]
+    if (predictor or {}).get("storageUri"):
+        return "predictor", predictor["storageUri"]
+    return None, None
+
+
+def _set_storage(predictor, field, uri):
+    out = copy.deepcopy(predictor)
+    if field == "model":
+        out["model"]["storageUri"] = uri
+    else:
+        out["storageUri"] = uri
+    return out
+
+
+def modelcar_reclaim_plan(predictor, draft, target, spec_image=None):
+    """Option B: what ``specpilot.core.modelcar_reclaim`` needs for the predictor's Modelcar
+    (``oci://`` storageUri), or None when it has none."""
+    field, uri = _storage_field(predictor)
+    if not uri or not uri.startswith("oci://"):
+        return None
+    out = {
+        "field": "spec.predictor.model.storageUri" if field == "model" else "spec.predictor.storageUri",
+        "storage_uri": uri,
+        "repository": None,
+        "tag": None,
+        "digest": None,
+        "image": None,
+        "draft_subdir": _mount_subdir(draft),
+        "target_subdir": _mount_subdir(target),
+        "new_storage_uri": None,
+        "new_digest": None,
+        "result": None,
+        "error": None,
+    }
+    try:
+        repo, tag, digest = modelcar_reclaim.parse_image(uri)
+    except modelcar_reclaim.ReclaimError as exc:
+        out["error"] = str(exc)
+        return out
+    if not tag and spec_image:
+        try:
+            s_repo, s_tag, _s_digest = modelcar_reclaim.parse_image(spec_image)
+        except modelcar_reclaim.ReclaimError:
+            s_repo, s_tag = None, None
+        if s_repo == repo:
+            tag = s_tag
+    out.update(repository=repo, tag=tag, digest=digest)
+    out["image"] = "%s%s%s" % (repo, (":" + tag) if tag else "", ("@" + digest) if digest else "")
+    return out
+
+
+_RESULT_KEYS = (
+    "changed",
+    "reclaimed",
+    "pushed",
+    "digest",
+    "tag",
+    "image",
+    "storage_uri",
+    "identified_by",
+    "dropped_layer",
+    "bytes_uploaded",
+    "bytes_reclaimed",
+    "registry_had_digest",
+    "already_without_draft",
+    "msg",
+)
+
+
+def _apply_modelcar_result(plan, result):
+    """The module's result on the plan; the new storageUri when it reclaimed the draft from this image."""
+    if not plan or not isinstance(result, dict) or not result:
+        return None
+    source = result.get("source") or {}
+    if plan.get("digest") and source.get("digest") and source["digest"] != plan["digest"]:
+        plan["error"] = "modelcar_reclaim ran on %s, not on the service's image %s" % (
+            source["digest"],
+            plan["digest"],
+        )
+        return None
+    plan["result"] = {k: result.get(k) for k in _RESULT_KEYS if k in result}
+    plan["digest"] = plan.get("digest") or source.get("digest")
+    if result.get("reclaimed") and result.get("storage_uri"):
+        plan["new_storage_uri"] = result["storage_uri"]
+        plan["new_digest"] = result.get("digest")
+        return result["storage_uri"]
+    return None
+
+
 def manifest_from_live(isvc):
     """The apply manifest of a live InferenceService: name, namespace, labels, annotations, spec."""
     md = isvc.get("metadata") or {}
@@ -250,7 +381,11 @@ def decide(live, mode="off", now=None, options=None):
     """Everything the rollback role needs before it writes anything.
 
     ``live``: what ``specpilot.core.deploy_state`` read.  ``options``: ``gpu_memory_utilization``
-    (``auto``: from the history, ``keep``, or a value), ``reclaim_draft`` (bool), ``history_limit``.
+    (``auto``: from the history, ``keep``, or a value), ``reclaim_draft`` (bool), ``history_limit``,
+    ``modelcar_image`` (the spec's ``registry/repo:tag``: names the default tag of the image without
+    the draft when the storageUri has a digest only), ``modelcar_reclaimed`` (the result of
+    ``specpilot.core.modelcar_reclaim`` on the service's image: its ``storage_uri`` replaces the
+    storageUri in the same apply).
     """
     opts = {
         "gpu_memory_utilization": "auto",
@@ -346,11 +481,17 @@ def decide(live, mode="off", now=None, options=None):
             for rev in reversed(revisions + ([record] if record else [])):
                 path = path or draft_path(predictor_args(rev.get("predictor")))
             new_predictor, dropped = _storage_drop(new_predictor, path)
+            plan = modelcar_reclaim_plan(
+                predictor, path, target_path(before_args), opts.get("modelcar_image")
+            )
+            new_uri = _apply_modelcar_result(plan, opts.get("modelcar_reclaimed"))
+            if new_uri and new_uri != _storage_field(new_predictor)[1]:
+                new_predictor = _set_storage(new_predictor, _storage_field(new_predictor)[0], new_uri)
             reclaim = {
                 "draft_path": path,
                 "storage_uri_dropped": dropped,
                 "pvc": _pvc_target(predictor, path),
-                "modelcar": (_model(predictor).get("storageUri") or "").startswith("oci://"),
+                "modelcar": plan,
             }
         out["reclaim"] = reclaim
         manifest["spec"]["predictor"] = new_predictor
@@ -414,6 +555,26 @@ def verify(live, decision):
     checks["stored_predictor_exact"] = predictor == decision.get("predictor")
     if not checks["stored_predictor_exact"]:
         problems.append("the stored predictor differs from the one applied")
+    modelcar = (decision.get("reclaim") or {}).get("modelcar") or {}
+    if modelcar.get("new_storage_uri"):
+        field, uri = _storage_field(predictor)
+        checks["storage_uri_repointed"] = uri == modelcar["new_storage_uri"]
+        if not checks["storage_uri_repointed"]:
+            problems.append("the stored storageUri is %s, not %s" % (uri, modelcar["new_storage_uri"]))
+        image = modelcar["new_storage_uri"][len("oci://") :]
+        spec = ((((live.get("deployment") or {}).get("spec") or {}).get("template") or {}).get("spec")) or {}
+        runners = [
+            c
+            for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])
+            if c.get("name") in MODELCAR_CONTAINERS
+        ]
+        if runners:
+            checks["modelcar_image_repointed"] = all(c.get("image") == image for c in runners)
+            if not checks["modelcar_image_repointed"]:
+                problems.append(
+                    "the Deployment's modelcar container runs %s, not %s"
+                    % (", ".join(sorted({str(c.get("image")) for c in runners})), image)
+                )
     if want_off:
         checks["stored_args_off"] = not speculative_args(stored)
         if not checks["stored_args_off"]:

@@ -25,6 +25,9 @@ description:
   - Deterministic - sorted tar entries, mtime 0, uid/gid 0, fixed modes, canonical JSON - so the same inputs
     give the same manifest digest, and a draft-only change leaves the target layer digest unchanged (the
     registry already has that blob, so about the draft's bytes are uploaded).
+  - Each artifact layer's descriptor in the manifest is annotated with C(io.specpilot.modelcar.artifact.role) and
+    C(io.specpilot.modelcar.artifact.subdir) (layer digests are not affected), so that
+    M(specpilot.core.modelcar_reclaim) can push the image without the draft layer, without reading any layer.
   - Skips the push when the tag already resolves to the built manifest digest (C(changed=false)).
   - After a push, reads the manifest back by digest and by tag and compares its layers with the built ones;
     checks that the base has C(sh)/C(ln)/C(sleep) and that every C(/models/<subdir>) holds non-empty files.
@@ -119,6 +122,7 @@ notes:
 
 seealso:
   - module: specpilot.core.model_fetch
+  - module: specpilot.core.modelcar_reclaim
 """
 
 EXAMPLES = r"""
