@@ -8,7 +8,7 @@ below as printed in the file.
 from __future__ import annotations
 
 import pytest
-from vllm_samples import CPU_RUN, draft_weighted, printed_v0, printed_v1, real, real_log, spec_lines
+from vllm_samples import CPU_RUN, LAB_RUNS, draft_weighted, printed_v0, printed_v1, real, real_log, spec_lines
 
 from ansible_collections.specpilot.core.plugins.module_utils.vllm_logs import parse_log_file, parse_log_lines
 
@@ -18,10 +18,12 @@ V1_FIELDS = ("mean_acceptance_length", "accepted_tokens", "drafted_tokens", "acc
 
 
 def _v1_files():
-    return ["L06", "L13", "cpu"]
+    return ["L06", "L13", "cpu", "lab-suffix", "lab-draft_model"]
 
 
 def _path(name):
+    if name.startswith("lab-"):
+        return LAB_RUNS / name[4:] / "engine.log"
     return real(CPU_RUN / "server.log") if name == "cpu" else real_log(name)
 
 
@@ -215,3 +217,23 @@ def test_line_by_line_and_chunked_reads_agree(name):
     with open(path, "rb") as fh:
         by_line = parse_log_lines(fh)
     assert parse_log_file(path) == by_line
+
+
+@pytest.mark.parametrize(
+    ("method", "model", "window"),
+    [
+        # values as printed in the SpecDecoding line of each engine.log
+        ("suffix", None, (102, 107, 3.49, [0.878, 0.878, 0.732])),
+        ("draft_model", "/models/draft", (126, 192, 2.97, [0.812, 0.656, 0.500])),
+    ],
+)
+def test_lab_engine_logs_of_suffix_and_draft_model(method, model, window):
+    result = parse_log_file(LAB_RUNS / method / "engine.log")
+    assert result["vllm_version"] == "0.32.0" and result["engine"] == "v1"
+    assert result["speculative_config"]["method"] == method
+    assert result["speculative_config"]["model"] == model
+    assert result["speculative_config"]["num_spec_tokens"] == 3
+    assert result["ready"] is True and result["log_errors"] == []
+    (w,) = result["windows"]
+    assert (w["accepted_tokens"], w["drafted_tokens"], w["mean_acceptance_length"]) == window[:3]
+    assert w["per_position_acceptance"] == window[3]

@@ -8,7 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
-from vllm_samples import CPU_RUN, DATA, printed_v1, real, spec_lines
+from vllm_samples import CPU_RUN, DATA, LAB_RUNS, printed_v1, real, spec_lines
 
 from ansible_collections.specpilot.core.plugins.module_utils.vllm_metrics import (
     MetricsParseError,
@@ -64,6 +64,35 @@ def test_real_page_model_filter():
     other = parse_metrics_text(text, model_name="other")
     assert other["spec_decode_enabled"] is False and other["counters"]["num_drafts"] is None
     assert any("other" in n and "tiny" in n for n in other["notes"])
+
+
+@pytest.mark.parametrize(
+    ("method", "drafts", "draft_tokens", "accepted", "per_position"),
+    [
+        # values as printed in tests/data/vllm/lab_0.32.0/<method>/metrics.txt; suffix proposes
+        # fewer than num_speculative_tokens when its tree has no longer match (107 tokens, 41 drafts)
+        ("suffix", 41, 107, 102, [36, 36, 30]),
+        ("draft_model", 64, 192, 126, [52, 42, 32]),
+    ],
+)
+def test_real_lab_pages_of_suffix_and_draft_model_exact(method, drafts, draft_tokens, accepted, per_position):
+    r = parse_metrics_file(LAB_RUNS / method / "metrics.txt")
+    assert r["counters"] == {
+        "num_drafts": drafts, "num_draft_tokens": draft_tokens, "num_accepted_tokens": accepted,
+        "num_emitted_tokens": None, "generation_tokens": 192, "prompt_tokens": 152, "request_success": 6,
+        "accepted_per_position": per_position,
+    }
+    assert r["spec_decode_enabled"] is True and r["spec_decode_active"] is True
+    assert r["engine_era"] == "v1" and r["model_names"] == ["tiny"]
+    d = r["derived"]
+    assert d["draft_acceptance_rate"] == pytest.approx(accepted / draft_tokens, **APPROX)
+    assert d["mean_acceptance_length"] == pytest.approx(1 + accepted / drafts, **APPROX)
+    assert d["per_position_acceptance"] == pytest.approx([n / drafts for n in per_position], **APPROX)
+    assert d["draft_tokens_per_draft"] == pytest.approx(draft_tokens / drafts, **APPROX)
+    # the same run's log window covers every request: its printed totals equal the counters
+    printed = [printed_v1(t) for _, t in spec_lines(LAB_RUNS / method / "engine.log", "SpecDecoding metrics:")]
+    assert sum(p["accepted_tokens"] for p in printed) == accepted
+    assert sum(p["drafted_tokens"] for p in printed) == draft_tokens
 
 
 # ------------------------------------------------------------------------- generated pages

