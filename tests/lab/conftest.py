@@ -239,3 +239,28 @@ def vllm_lab(vllm_venv, tmp_path):
         yield lab
     finally:
         lab.close()
+
+
+# ---------------------------------------------------------------- the smoke tests' lab, shared
+# Emulator + controller whose 'vLLM' is the smoke tests' stand-in spec-decoding engine
+# (smoke/fake_spec_engine.py: vLLM 0.32's log lines and /metrics, acceptance from FAKE_ACCEPTANCE),
+# with the lab inventory's models PVC; the helpers are in smoke/smoke_lab.py.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "smoke"))
+import smoke_lab  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def fake_spec_lab(tmp_path_factory):
+    """One per test module: used by the smoke, rollback and guard lab tests (deploy.yml and friends
+    against inventories/lab)."""
+    root = tmp_path_factory.mktemp("spec-fake")
+    lab = smoke_lab.SmokeLab(root, smoke_lab.fake_python(root))
+    try:
+        models = root / "fake-models"
+        for sub in ("target", "draft"):
+            (models / sub).mkdir(parents=True)
+            (models / sub / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+        lab.models_pvc(models)
+        yield lab
+    finally:
+        lab.close()

@@ -224,7 +224,12 @@ def test_crash_loop_reports_exit_code_events_and_previous_log(fake_lab, fake_mod
     ns = lab.namespace()
     lab.runtime()
     lab.pvc_with_models(ns, fake_models)
-    lab.isvc(ns, "tiny", ["--model=/mnt/models/target", "--fake-exit-code=3", "--fake-exit-after=0.3"])
+    # never healthy (the gate file never appears): Ready cannot flip to True between two crashes
+    lab.isvc(
+        ns,
+        "tiny",
+        ["--model=/mnt/models/target", "--fake-exit-code=3", "--fake-exit-after=0.3", "--fake-health-gate=/mnt/models/never"],
+    )
 
     def crashed():
         pods = lab.pods(ns, "tiny")
@@ -243,9 +248,15 @@ def test_crash_loop_reports_exit_code_events_and_previous_log(fake_lab, fake_mod
     )
     waiting = lab.pods(ns, "tiny")[0]["status"]["containerStatuses"][0]["state"]["waiting"]
     assert waiting["reason"] == "CrashLoopBackOff"
-    conds = lab.conditions(ns, "tiny")
+    # the InferenceService follows the pod one reconcile later, as KServe does
+    conds = lab.wait(
+        lambda: (lambda c: c if "exited with code 3" in (c["Ready"].get("message") or "") else None)(
+            lab.conditions(ns, "tiny")
+        ),
+        10,
+        "Ready=False with the exit code",
+    )
     assert conds["Ready"]["status"] == "False"
-    assert "exited with code 3" in conds["Ready"]["message"]
     assert "RuntimeError: fake engine failure (exit 3)" in conds["Ready"]["message"]
     st = lab.get_isvc(ns, "tiny")["status"]["modelStatus"]
     assert st["transitionStatus"] == "BlockedByFailedLoad"

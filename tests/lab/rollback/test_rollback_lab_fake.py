@@ -19,18 +19,6 @@ ROLLBACK = ROOT / "playbooks" / "rollback.yml"
 ENV = {"specpilot_env": [{"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"}]}
 
 
-def _live_pods(lab):
-    return [p["metadata"]["name"] for p in lab.pods(SERVICE) if not p["metadata"].get("deletionTimestamp")]
-
-
-def _log(lab, pod):
-    from kubernetes import client
-
-    return client.CoreV1Api(lab.emu.api_client()).read_namespaced_pod_log(
-        pod, "specpilot-lab", container="kserve-container"
-    )
-
-
 def _rollback(lab, tmp: Path, *args, **extra):
     e = dict(
         ENV,
@@ -47,13 +35,13 @@ def test_deploy_rollback_again_restore(fake_rollback_lab, tmp_path):
     lab.deploy(SERVICE, extra=ENV)
     on_pod = lab.wait_single_ready_pod(SERVICE, 120)["metadata"]["name"]
     on = lab.isvc(SERVICE)
-    assert "SpeculativeConfig(method='ngram'" in _log(lab, on_pod)
+    assert "SpeculativeConfig(method='ngram'" in lab.engine_log(on_pod)
 
     off = _rollback(lab, tmp_path / "1")
     assert off.rc == 0, off.output[-6000:]
-    pods = _live_pods(lab)
+    pods = lab.live_pods(SERVICE)
     assert len(pods) == 1 and pods[0] != on_pod  # the engine restarted
-    assert "speculative_config=None" in _log(lab, pods[0])
+    assert "speculative_config=None" in lab.engine_log(pods[0])
     rep = json.loads((tmp_path / "1" / "rollback" / f"{SERVICE}.json").read_text())
     assert rep["changed"] and rep["verification"]["ok"] and rep["smoke"]["verdict"] == "pass", rep
     smoke = report(tmp_path / "1" / "smoke", SERVICE, "rollback-smoke")
@@ -64,7 +52,7 @@ def test_deploy_rollback_again_restore(fake_rollback_lab, tmp_path):
     again = _rollback(lab, tmp_path / "2")
     assert again.rc == 0, again.output[-6000:]
     assert again.recap()[SERVICE]["changed"] == 0
-    assert _live_pods(lab) == pods  # no restart
+    assert lab.live_pods(SERVICE) == pods  # no restart
 
     restore = _rollback(lab, tmp_path / "3", specpilot_rollback_mode="restore")
     assert restore.rc == 0, restore.output[-6000:]
@@ -72,9 +60,9 @@ def test_deploy_rollback_again_restore(fake_rollback_lab, tmp_path):
     assert json.dumps(restored["spec"]["predictor"], sort_keys=True) == json.dumps(
         on["spec"]["predictor"], sort_keys=True
     )
-    new = _live_pods(lab)
+    new = lab.live_pods(SERVICE)
     assert len(new) == 1 and new[0] != pods[0]
-    assert "SpeculativeConfig(method='ngram'" in _log(lab, new[0])
+    assert "SpeculativeConfig(method='ngram'" in lab.engine_log(new[0])
     smoke_on = lab.smoke(SERVICE, tmp_path / "4", extra=ENV)
     assert smoke_on.rc == 0, smoke_on.output[-4000:]
 
@@ -108,9 +96,9 @@ def test_draft_service_off_then_reclaim_only_when_confirmed(fake_rollback_lab, t
     # off with reclaim but not confirmed: the engine restarts without the draft, the data stays
     off = run("off")
     assert off.rc == 0, off.output[-6000:]
-    pods = [p["metadata"]["name"] for p in lab.pods(svc) if not p["metadata"].get("deletionTimestamp")]
+    pods = lab.live_pods(svc)
     assert len(pods) == 1 and pods[0] != on_pod
-    assert "speculative_config=None" in _log(lab, pods[0])
+    assert "speculative_config=None" in lab.engine_log(pods[0])
     assert (pvc_dir / "draft" / "config.json").exists()
     assert "left untouched" in off.output
 

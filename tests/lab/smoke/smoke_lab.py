@@ -77,6 +77,18 @@ class SmokeLab:
             .to_dict()["items"]
         )
 
+    def live_pods(self, name: str) -> list[str]:
+        """Names of the service's pods that are not being deleted."""
+        return [p["metadata"]["name"] for p in self.pods(name) if not p["metadata"].get("deletionTimestamp")]
+
+    def engine_log(self, pod: str) -> str:
+        """The engine container's log of a predictor pod."""
+        from kubernetes import client
+
+        return client.CoreV1Api(self.emu.api_client()).read_namespaced_pod_log(
+            pod, NAMESPACE, container="kserve-container"
+        )
+
     def wait(self, pred, timeout: float, what: str, interval: float = 0.5):
         deadline = time.monotonic() + timeout
         last = None
@@ -179,13 +191,16 @@ class SmokeLab:
         )
         return Run(proc, time.monotonic() - t0)
 
-    def deploy(self, service: str, extra: dict | None = None, without_speculative: bool = False) -> "Run":
-        """playbooks/deploy.yml for one service; ``without_speculative`` deploys it with
-        ``specpilot_speculative: null`` (what a rollback leaves running)."""
+    def deploy(
+        self, service: str, *args: str, extra: dict | None = None, without_speculative: bool = False
+    ) -> "Run":
+        """playbooks/deploy.yml for one service (or a --limit pattern; ``args``: more
+        ansible-playbook options, e.g. ``-i`` another inventory); ``without_speculative`` deploys
+        it with ``specpilot_speculative: null`` (what a rollback leaves running)."""
         extra = dict(extra or {})
         if without_speculative:
             extra.update(specpilot_speculative=None, specpilot_acknowledged_warnings=[])
-        run = self.playbook(DEPLOY, service, extra=extra)
+        run = self.playbook(DEPLOY, service, *args, extra=extra)
         assert run.rc == 0, run.output
         return run
 
@@ -219,3 +234,11 @@ def report(report_dir: Path, service: str, basename: str = "smoke") -> dict:
 
 def checks(rep: dict) -> dict[str, dict]:
     return {c["id"]: c for c in rep["checks"]}
+
+
+def fake_env(**env) -> dict:
+    """specpilot_env for the fake engine (on top of the lab's KV cache setting), e.g.
+    ``fake_env(FAKE_ACCEPTANCE="0.2")``."""
+    items = [{"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"}]
+    items += [{"name": k, "value": str(v)} for k, v in env.items()]
+    return {"specpilot_env": items}

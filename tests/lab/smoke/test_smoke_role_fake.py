@@ -9,18 +9,11 @@ import json
 import urllib.request
 
 import pytest
-from smoke_lab import checks, report
+from smoke_lab import checks, fake_env, report
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 SERVICE = "lab-ngram"
-
-
-def fake_env(**env) -> dict:
-    """specpilot_env for the fake engine (on top of the lab's KV cache setting)."""
-    items = [{"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"}]
-    items += [{"name": k, "value": str(v)} for k, v in env.items()]
-    return {"specpilot_env": items}
 
 
 def configure(lab, **config) -> None:
