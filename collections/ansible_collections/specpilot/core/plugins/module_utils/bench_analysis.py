@@ -562,6 +562,19 @@ def analyse(runs, target=None, thresholds=None):
         )
 
     notes = []
+    unavailable = []
+    for run in runs:
+        for item in (run.get("summary") or {}).get("unavailable") or []:
+            if item not in unavailable:
+                unavailable.append(item)
+    if unavailable:
+        clients = sorted(
+            set((run.get("summary") or {}).get("client") or "the load generator" for run in runs)
+        )
+        notes.append(
+            "measured with %s, which does not report: %s (empty in this report)"
+            % (" and ".join(clients), "; ".join(unavailable))
+        )
     chosen, note = pick_target([lv["level"] for lv in levels], target)
     if note:
         notes.append(note)

@@ -177,6 +177,15 @@ options:
       - The output (e.g. the pod log) of C(bench_client.py) run as a script. The result block between
         its markers is analysed as if the runs had been made here; nothing is sent.
     type: str
+  vllm_bench_output:
+    description:
+      - The output (e.g. the pod log) of vLLM's own C(vllm bench serve), or its C(--save-result) JSON.
+        Its last C(Serving Benchmark Result) block becomes one run of O(side) at the single level of
+        O(levels) (the level that run was made at); nothing is sent.
+      - C(vllm bench serve) reports aggregates only; what it does not give (per-request tok/s, min/max,
+        per-prompt figures...) is null in RV(runs[].summary) and named in its C(unavailable) list.
+      - Mutually exclusive with O(url) and O(job_output).
+    type: str
 
 notes:
   - Runs on the host the task runs on (in specpilot's inventories, the controller with
@@ -225,6 +234,13 @@ EXAMPLES = r"""
   specpilot.core.vllm_load:
     job_output: "{{ job_log.log }}"
     side: baseline
+
+- name: Analyse what vllm bench serve printed in a Job (one run at 4 requests/s)
+  specpilot.core.vllm_load:
+    vllm_bench_output: "{{ bench_log.log }}"
+    side: speculative
+    levels:
+      - qps: 4
 """
 
 RETURN = r"""
@@ -288,6 +304,7 @@ import json
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.specpilot.core.plugins.module_utils import vllm_bench
 from ansible_collections.specpilot.core.plugins.module_utils.bench_analysis import (
     acceptance_from_scrapes,
     summarise_run,
@@ -297,6 +314,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.bench_client import
     HAS_AIOHTTP,
     RunConfigError,
     extract_job_output,
+    level_key,
     run_many,
 )
 from ansible_collections.specpilot.core.plugins.module_utils.vllm_metrics import HAS_PROMETHEUS_CLIENT
@@ -390,6 +408,46 @@ def _finish(raw, p):
     return runs
 
 
+def _vllm_bench_run(module, p):
+    levels = p["levels"] or []
+    if len(levels) != 1 or not isinstance(levels[0], dict):
+        module.fail_json(
+            msg="vllm_bench_output: give levels with exactly one level (the qps/concurrency it ran at)"
+        )
+    try:
+        qps, conc = levels[0].get("qps"), levels[0].get("concurrency")
+        qps = None if qps in (None, "", "inf", "none") else float(qps)
+        conc = int(conc) if conc not in (None, "", 0) else None
+    except (TypeError, ValueError):
+        module.fail_json(
+            msg="vllm_bench_output: levels[0] needs a numeric qps and/or concurrency, not %r" % levels[0]
+        )
+    level = {"qps": qps, "concurrency": conc}
+    level["key"] = level_key(level["qps"], level["concurrency"])
+    text = p["vllm_bench_output"]
+    try:
+        flat = (
+            vllm_bench.parse_result_json(text)
+            if text.lstrip().startswith("{")
+            else vllm_bench.parse_output(text)
+        )
+    except vllm_bench.BenchServeOutputError as exc:
+        module.fail_json(msg="cannot read the output of vllm bench serve: %s" % exc)
+    return {
+        "side": p["side"],
+        "level": level,
+        "label": "%s %s" % (p["label"] or p["side"] or "run", level["key"]),
+        "server": None,
+        "warmup": None,
+        "started_at": None,
+        "duration_s": flat.get("duration"),
+        "summary": vllm_bench.summarise(flat, level),
+        "acceptance": vllm_bench.acceptance_from_flat(flat),
+        "config": {"client": vllm_bench.CLIENT},
+        "metrics_errors": [],
+    }
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -420,9 +478,15 @@ def main():
             output_path=dict(type="path"),
             return_requests=dict(type="bool", default=False),
             job_output=dict(type="str"),
+            vllm_bench_output=dict(type="str"),
         ),
-        mutually_exclusive=[("workload", "prompts"), ("job_output", "url")],
-        required_one_of=[("url", "job_output")],
+        mutually_exclusive=[
+            ("workload", "prompts"),
+            ("job_output", "url"),
+            ("vllm_bench_output", "url"),
+            ("vllm_bench_output", "job_output"),
+        ],
+        required_one_of=[("url", "job_output", "vllm_bench_output")],
         supports_check_mode=True,
     )
     p = module.params
@@ -431,6 +495,8 @@ def main():
             "prometheus-client is missing: no acceptance figures (%s)"
             % missing_required_lib("prometheus-client")
         )
+    if p["vllm_bench_output"] is not None:
+        module.exit_json(changed=False, runs=[_vllm_bench_run(module, p)])
     if p["job_output"] is not None:
         try:
             raw = extract_job_output(p["job_output"])["runs"]
