@@ -237,7 +237,7 @@ def run():
             }
         )
 
-        rows.append(_resume(tmp, src, target_bytes))
+        rows.append(_resume(tmp, tmp / "models", target_bytes))
     finally:
         if shutil.which("podman"):  # podman keeps the base it took from oci:<tmp>/base as an image
             names = subprocess.run(
