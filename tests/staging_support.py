@@ -357,6 +357,8 @@ class ModelHTTPServer:
 
 
 # ---------------------------------------------------------------- S3 (moto server)
+# Made-up credentials of the throw-away moto server: the tests look for them in outputs and logs
+# to prove that no secret value leaks.
 S3_KEY = "AKIASPECPILOTTEST0001"
 S3_SECRET = "specpilot-test-secret-Zq8w1XvB3nM5"
 
@@ -494,6 +496,33 @@ def copy_tree(src: Path, dest: Path) -> None:
 # ---------------------------------------------------------------- ansible-playbook against a lab
 LAB_GROUP_VARS = ROOT / "inventories" / "lab" / "group_vars" / "specpilot_services.yml"
 LAB_DRAFT_VARS = ROOT / "inventories" / "lab" / "host_vars" / "lab-draft.yml"
+
+
+def modelcar_inputs(root: Path, target_bytes: int, draft_bytes: int) -> Path:
+    """A target and a draft model under <root>/m and the lab's busybox base layout under
+    <root>/base: what the Modelcar tests build from."""
+    from specpilot_lab import registry as lab_registry
+
+    make_model(root / "m" / "target", weight_bytes=target_bytes)
+    make_model(root / "m" / "draft", weight_bytes=draft_bytes, layers=1, seed=1)
+    lab_registry.build_base_layout(root / "base", tag="busybox")
+    return root
+
+
+def modelcar_params(root: Path, image: str, **kw) -> dict:
+    """modelcar.build_push parameters for the models of modelcar_inputs(root)."""
+    p = {
+        "image": image,
+        "base": f"oci:{root / 'base'}:busybox",
+        "work_dir": str(root / "work"),
+        "tls_verify": False,
+        "artifacts": [
+            {"role": "target", "subdir": "target", "path": str(root / "m" / "target")},
+            {"role": "draft", "subdir": "draft", "path": str(root / "m" / "draft")},
+        ],
+    }
+    p.update(kw)
+    return p
 
 
 def write_inventory(root: Path, hosts: dict[str, dict], group: dict | None = None) -> Path:

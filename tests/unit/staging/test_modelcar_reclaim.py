@@ -41,25 +41,10 @@ DRAFT_BYTES = 256 * 1024
 
 @pytest.fixture
 def models(tmp_path):
-    ss.make_model(tmp_path / "m" / "target", weight_bytes=TARGET_BYTES)
-    ss.make_model(tmp_path / "m" / "draft", weight_bytes=DRAFT_BYTES, layers=1, seed=1)
-    lab_registry.build_base_layout(tmp_path / "base", tag="busybox")
-    return tmp_path
+    return ss.modelcar_inputs(tmp_path, TARGET_BYTES, DRAFT_BYTES)
 
 
-def build_params(root, image, **kw):
-    p = {
-        "image": image,
-        "base": f"oci:{root / 'base'}:busybox",
-        "work_dir": str(root / "work"),
-        "tls_verify": False,
-        "artifacts": [
-            {"role": "target", "subdir": "target", "path": str(root / "m" / "target")},
-            {"role": "draft", "subdir": "draft", "path": str(root / "m" / "draft")},
-        ],
-    }
-    p.update(kw)
-    return p
+build_params = ss.modelcar_params
 
 
 def raw_manifest(ref: str) -> bytes:

@@ -26,25 +26,10 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 def models(tmp_path):
-    ss.make_model(tmp_path / "m" / "target", weight_bytes=512 * 1024)
-    ss.make_model(tmp_path / "m" / "draft", weight_bytes=128 * 1024, layers=1, seed=1)
-    lab_registry.build_base_layout(tmp_path / "base", tag="busybox")
-    return tmp_path
+    return ss.modelcar_inputs(tmp_path, 512 * 1024, 128 * 1024)
 
 
-def params(root, image, **kw):
-    p = {
-        "image": image,
-        "base": f"oci:{root / 'base'}:busybox",
-        "work_dir": str(root / "work"),
-        "tls_verify": False,
-        "artifacts": [
-            {"role": "target", "subdir": "target", "path": str(root / "m" / "target")},
-            {"role": "draft", "subdir": "draft", "path": str(root / "m" / "draft")},
-        ],
-    }
-    p.update(kw)
-    return p
+params = ss.modelcar_params
 
 
 @pytest.fixture

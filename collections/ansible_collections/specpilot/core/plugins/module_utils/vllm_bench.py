@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import re
 
+from ansible_collections.specpilot.core.plugins.module_utils import bench_analysis
+
 __all__ = [
     "BenchServeOutputError",
     "LAB_WRAPPER",
@@ -204,13 +206,6 @@ def _metric(flat, name):
     }
 
 
-def _gap(st):
-    if not st or st.get("p50") is None or st.get("p99") is None:
-        return None
-    p50, p99 = st["p50"], st["p99"]
-    return {"p50": p50, "p99": p99, "gap": p99 - p50, "ratio": (p99 / p50) if p50 else None}
-
-
 def acceptance_from_flat(flat):
     """The acceptance dict of bench_analysis (draft acceptance rate 0..1, mean acceptance
     length...) from the speculative-decoding figures vllm bench serve printed; None without."""
@@ -296,7 +291,7 @@ def summarise(flat, level=None):
         "request_throughput": req_tp,
         "token_sources": {"tokenizer": completed} if completed else {},
         "metrics": metrics,
-        "gaps": {m: _gap(metrics[m]) for m in ("ttft_ms", "tpot_ms", "e2e_ms")},
+        "gaps": {m: bench_analysis.gap(metrics[m]) for m in ("ttft_ms", "tpot_ms", "e2e_ms")},
         "per_prompt": [],
         "offered_qps": level.get("qps", flat.get("request_rate")),
         "concurrency": level.get("concurrency", flat.get("max_concurrency")),
