@@ -64,6 +64,20 @@ GROUP_VARS = {
     "specpilot_deploy_api_retries": 8,
 }
 
+# the lab's tiny draft model (inventories/lab group_vars), for services that need a draft
+DRAFT = {
+    "subdir": "draft",
+    "params_b": 0.000461,
+    "dtype": "float32",
+    "architecture": "LlamaForCausalLM",
+    "model_type": "llama",
+    "hidden_size": 128,
+    "vocab_size": 2048,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "tokenizer": "specpilot-lab/tiny-bpe-2048",
+}
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_kserve
-from deploy_helpers import GROUP_VARS, NGRAM, FakeKServe, create_namespace, get, run_deploy, write_inventory
+from deploy_helpers import DRAFT, GROUP_VARS, NGRAM, FakeKServe, create_namespace, get, run_deploy, write_inventory
 
 pytestmark = pytest.mark.slow
 
@@ -19,19 +19,6 @@ LAB_CRDS = ROOT / "lab" / "crds"
 UPSTREAM = ROOT.parent / "shared" / "reference" / "kserve-crds" / "v0.20.0"
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-DRAFT = {
-    "subdir": "draft",
-    "params_b": 0.000461,
-    "dtype": "float32",
-    "architecture": "LlamaForCausalLM",
-    "model_type": "llama",
-    "hidden_size": 128,
-    "vocab_size": 2048,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "tokenizer": "specpilot-lab/tiny-bpe-2048",
-}
 DRAFT_MODEL = {"method": "draft_model", "num_speculative_tokens": 3}
 OPTION_A = {
     "specpilot_delivery": "storage_uris",

@@ -18,6 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
 from deploy_helpers import (
+    DRAFT,
     NGRAM,
     FakeKServe,
     Run,
@@ -223,19 +224,6 @@ def test_twenty_percent_api_faults_then_a_rerun_completes(emulator, tmp_path):
 
 
 # ------------------------------------------------------------------ option B draft reclaim
-MODELCAR_DRAFT = {
-    "subdir": "draft",
-    "params_b": 0.000461,
-    "dtype": "float32",
-    "architecture": "LlamaForCausalLM",
-    "model_type": "llama",
-    "hidden_size": 128,
-    "vocab_size": 2048,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "tokenizer": "specpilot-lab/tiny-bpe-2048",
-}
 
 
 def _resolves(ref):
@@ -293,7 +281,7 @@ def test_option_b_repoints_to_the_modelcar_without_the_draft_in_the_same_apply(e
         host = {
             "specpilot_delivery": "modelcar",
             "specpilot_speculative": {"method": "draft_model", "num_speculative_tokens": 3},
-            "specpilot_draft": MODELCAR_DRAFT,
+            "specpilot_draft": DRAFT,
             "specpilot_modelcar": {
                 "image": f"{repo}:v1",
                 "image_digest": built["digest"],
