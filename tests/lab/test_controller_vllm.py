@@ -14,7 +14,7 @@ import pytest
 
 from specpilot_lab import engine
 
-pytestmark = [pytest.mark.lab, pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.lab, pytest.mark.vllm, pytest.mark.real_engine, pytest.mark.slow]
 
 ISVC = ("serving.kserve.io/v1beta1", "InferenceService")
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
@@ -42,6 +42,9 @@ def metrics(url: str) -> str:
 
 
 def test_ngram_service_rollout_rejection_and_delete(vllm_lab, tiny_models):
+    """The controller's pod lifecycle around the real engine: its start-up time to Ready, its
+    memory, a rollout that replaces it, and vLLM's own rejection of num_speculative_tokens 0
+    (exit code, error summary and Ready message), which no stand-in can vouch for."""
     lab = vllm_lab
     ns = lab.namespace()
     lab.runtime()
@@ -118,8 +121,11 @@ def test_ngram_service_rollout_rejection_and_delete(vllm_lab, tiny_models):
     cond = lab.conditions(ns, "tiny")["Ready"]
     assert cond["status"] == "False" and "num_speculative_tokens" in cond["message"]
     pod3 = lab.pods(ns, "tiny")[0]["metadata"]["name"]
-    assert "validation error for SpeculativeConfig" in lab.pod_log(ns, pod3)
+    log3 = lab.pod_log(ns, pod3)
+    assert "validation error for SpeculativeConfig" in log3
+    assert "num_speculative_tokens" in engine.error_summary(log3)
     ms = lab.get_isvc(ns, "tiny")["status"]["modelStatus"]
+    assert ms["lastFailureInfo"]["exitCode"] != 0  # the engine exited with an error
     assert ms["transitionStatus"] == "BlockedByFailedLoad"
     assert "validation error for SpeculativeConfig" in ms["lastFailureInfo"]["message"]
 

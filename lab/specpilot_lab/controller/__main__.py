@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+from .. import engine
 from . import scheduling
 from .jobs import bwrap_available
 from .manager import Controller, lab_dir_default
@@ -67,6 +68,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=float(env("SPECPILOT_LAB_JOB_BACKOFF_S", "10")),
         help="first retry back-off of a failed Job pod, doubling up to 360 s (job controller: 10)",
     )
+    p.add_argument(
+        "--engine",
+        choices=["vllm", "fake"],
+        default=env("SPECPILOT_LAB_ENGINE", "vllm"),
+        help="what predictor pods run: the real vLLM engine from .venv-vllm (default), or the lab's "
+        "stand-in (specpilot_lab/fake_engine.py: vLLM's log lines and /metrics, no model) for fast "
+        "runs where the engine is not under test; env SPECPILOT_LAB_ENGINE",
+    )
     p.add_argument("--log-level", default=env("SPECPILOT_LAB_LOG_LEVEL", "INFO"))
     return p.parse_args(argv)
 
@@ -100,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         registry_addr=args.registry_addr,
         crash_backoff=args.crash_backoff,
         job_backoff=args.job_backoff,
+        vllm_python=engine.fake_engine_python(state / "controller" / "fake-engine") if args.engine == "fake" else None,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -109,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         "pid": os.getpid(),
         "node": args.node_name,
         "node_gpus": args.node_gpus,
+        "engine": args.engine,
         "vllm_python": str(ctl.vllm_python),
         "vllm_installed": ctl.vllm_python.exists(),
         "bwrap": bwrap_available(),

@@ -8,18 +8,17 @@ import json
 import os
 import re
 import shutil
-import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from specpilot_lab import engine
 from specpilot_lab.controller import Controller
 from specpilot_lab.testing import LAB_CRDS, Emulator
 
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
-FAKE_ENGINE = HERE / "fake_spec_engine.py"
 DEPLOY = ROOT / "playbooks" / "deploy.yml"
 SMOKE = ROOT / "playbooks" / "smoke.yml"
 INVENTORY = ROOT / "inventories" / "lab"
@@ -32,12 +31,8 @@ RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s
 
 
 def fake_python(dirpath: Path) -> Path:
-    """An executable that, called as ``python -m vllm.entrypoints.openai.api_server ARGS``, runs the
-    fake engine with ARGS."""
-    exe = dirpath / "python"
-    exe.write_text(f'#!/bin/sh\n[ "$1" = "-m" ] && shift 2\nexec {sys.executable} {FAKE_ENGINE} "$@"\n')
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return exe
+    """The lab's stand-in engine (specpilot_lab/fake_engine.py) behind an interpreter path."""
+    return engine.fake_engine_python(dirpath)
 
 
 class SmokeLab:

@@ -16,7 +16,7 @@ from smoke_lab import INVENTORY, SmokeLab, checks, report
 from specpilot_lab import engine
 from specpilot_lab.models import make_models_subprocess
 
-pytestmark = [pytest.mark.lab, pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.lab, pytest.mark.vllm, pytest.mark.real_engine, pytest.mark.slow]
 
 RECREATE = {"specpilot_rollout": "recreate"}
 FIGURES: dict[str, dict] = {}
@@ -63,6 +63,8 @@ def deploy(
 
 
 def test_ngram_service_passes(vllm_smoke_lab, tmp_path):
+    """The smoke role reads what vLLM itself prints and counts: its engine-init line, its warnings,
+    log windows that must agree with /metrics, and n-gram acceptance from real proposals."""
     lab = vllm_smoke_lab
     deploy(lab, "lab-ngram")
     run = lab.smoke("lab-ngram", tmp_path)
@@ -84,6 +86,8 @@ def test_ngram_service_passes(vllm_smoke_lab, tmp_path):
 
 
 def test_ngram_rollback_passes_only_in_off_mode(vllm_smoke_lab, tmp_path):
+    """After a rollback vLLM exports no spec_decode series at all; only the real engine shows
+    which series disappear and which checks then fail in "on" mode."""
     lab = vllm_smoke_lab
     deploy(lab, "lab-ngram", without_speculative=True)
     off = lab.smoke("lab-ngram", tmp_path / "off", extra={"specpilot_smoke_expect": "off"})
@@ -99,6 +103,8 @@ def test_ngram_rollback_passes_only_in_off_mode(vllm_smoke_lab, tmp_path):
 
 
 def test_draft_model_service_passes(vllm_smoke_lab, tmp_path):
+    """vLLM resolves the draft's path itself (the engine-init line names it): the smoke role's
+    path aliasing and the draft's real acceptance are only seen with the real engine."""
     lab = vllm_smoke_lab
     deploy(lab, "lab-draft")
     run = lab.smoke("lab-draft", tmp_path, extra=lab_aliases(lab))
@@ -117,6 +123,8 @@ def test_draft_model_service_passes(vllm_smoke_lab, tmp_path):
 
 
 def test_mismatched_draft_fails_with_the_acceptance_message(vllm_smoke_lab, tmp_path):
+    """A draft of other weights starts and serves: only real proposals from the real engine show
+    the low acceptance that the smoke role must turn into its failure message."""
     lab = vllm_smoke_lab
     draft = dict(lab_draft_vars()["specpilot_draft"], subdir="draft-mismatched")
     deploy(lab, "lab-draft", extra={"specpilot_draft": draft})

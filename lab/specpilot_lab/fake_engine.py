@@ -1,4 +1,4 @@
-"""A stand-in for ``python -m vllm.entrypoints.openai.api_server`` (vLLM 0.32 V1) for fast smoke-role
+"""The lab's stand-in for ``python -m vllm.entrypoints.openai.api_server`` (vLLM 0.32 V1), for fast
 tests through the lab controller: the log lines the smoke role reads (non-default args, the
 engine-init line, ``Application startup complete.``, uvicorn access lines, ``SpecDecoding metrics:``
 windows) and a Prometheus /metrics page with the V1 spec-decode counters.
@@ -9,6 +9,12 @@ FAKE_LOG_INTERVAL seconds between log windows (default 1)
 FAKE_NO_SPEC_METRICS=1  run with a speculative config but export no vllm:spec_decode_* series
 and at run time from ``POST /fake/config`` ({"acceptance": [...], "no_spec_metrics": bool}), so that
 a test can change them without a rollout.
+
+The lab runs it instead of vLLM when the controller is started with ``--engine fake``
+(``SPECPILOT_LAB_ENGINE=fake``): the roles' runs through the lab in seconds where the engine
+itself is not under test (molecule's deploy and smoke scenarios). It is not vLLM: it loads no
+model and accepts any speculative config, so what only the real engine can prove (its errors, its
+acceptance) is proven with ``--engine vllm``, the default.
 """
 
 import argparse
@@ -57,6 +63,21 @@ def stamp():
 def log(proc, level, where, msg):
     print("(%s pid=%d) %s %s [%s] %s" % (proc, PID, level, stamp(), where, msg), flush=True)
 
+
+# What vLLM refuses before it serves, refused the same way (a client sees the exit code and the log):
+# a model directory without config.json (transformers' OSError), num_speculative_tokens < 1.
+for model_dir in [args.model] + ([SPEC["model"]] if SPEC and SPEC.get("model") else []):
+    if os.path.isabs(model_dir) and not os.path.isfile(os.path.join(model_dir, "config.json")):
+        print("OSError: %s does not appear to have a file named config.json." % model_dir, flush=True)
+        sys.exit(1)
+if SPEC and int(SPEC.get("num_speculative_tokens") or 1) < 1:
+    print(
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig\n"
+        "  Value error, Expected num_speculative_tokens to be greater than zero (%s)."
+        % SPEC["num_speculative_tokens"],
+        flush=True,
+    )
+    sys.exit(1)
 
 nondefault = {"model_tag": args.model, "port": args.port, "model": args.model, "served_model_name": [NAME]}
 if SPEC:
