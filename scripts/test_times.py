@@ -4,6 +4,10 @@
 Usage:
   test_times.py reset
   test_times.py run NAME -- COMMAND [ARG ...]   run COMMAND, record its wall time and exit code
+  test_times.py parallel NAME=COMMAND ...       run the COMMANDs (shell lines) side by side, each
+                                                 recorded as a stage; each one's output goes to
+                                                 logs/NAME.log and is printed whole when it ends,
+                                                 with a progress line a minute meanwhile
   test_times.py report [--slowest 15]           print the table (stages, molecule scenarios,
                                                  slowest tests from the pytest JUnit files)
 
@@ -41,20 +45,64 @@ def reset() -> int:
     return 0
 
 
-def run(name: str, command: list[str]) -> int:
-    """Run command, append {name, seconds, rc} to stages.jsonl, return its exit code."""
+def _record(name: str, start: float, rc: int) -> None:
+    """Append one stage (wall clock start, seconds, exit code) to stages.jsonl."""
     TIMES.mkdir(parents=True, exist_ok=True)
+    seconds = time.time() - start
+    with _stages_file().open("a") as fh:
+        fh.write(json.dumps({"name": name, "start": round(start, 1), "seconds": round(seconds, 1), "rc": rc}) + "\n")
+    print(f"==> {name}: {'ok' if rc == 0 else f'FAILED (exit {rc})'} in {_clock(seconds)}", flush=True)
+
+
+def run(name: str, command: list[str]) -> int:
+    """Run command, record it as a stage, return its exit code."""
     print(f"==> [{time.strftime('%H:%M:%S')}] {name}: {' '.join(command)}", flush=True)
-    t0 = time.monotonic()
+    start = time.time()
     try:
         rc = subprocess.call(command)
     except KeyboardInterrupt:
         rc = 130
-    seconds = time.monotonic() - t0
-    with _stages_file().open("a") as fh:
-        fh.write(json.dumps({"name": name, "seconds": round(seconds, 1), "rc": rc}) + "\n")
-    print(f"==> {name}: {'ok' if rc == 0 else f'FAILED (exit {rc})'} in {_clock(seconds)}", flush=True)
+    _record(name, start, rc)
     return rc
+
+
+def _last_line(path: Path) -> str:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(max(0, path.stat().st_size - 400))
+            tail = fh.read().decode(errors="replace").replace("\r", "\n").strip().splitlines()
+    except OSError:
+        return ""
+    return tail[-1][-100:] if tail else ""
+
+
+def parallel(stages: list[tuple[str, str]], heartbeat: float = 60.0) -> int:
+    """Run (name, shell line) stages side by side; 0 when all passed, else the first failure's code."""
+    logs = TIMES / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    running = {}
+    for name, line in stages:
+        print(f"==> [{time.strftime('%H:%M:%S')}] {name} (side by side; output in {logs / name}.log): {line}", flush=True)
+        fh = (logs / f"{name}.log").open("w")
+        proc = subprocess.Popen(line, shell=True, stdout=fh, stderr=subprocess.STDOUT)
+        running[name] = (proc, fh, time.time())
+    status, beat = 0, time.monotonic()
+    while running:
+        time.sleep(1)
+        for name, (proc, fh, start) in list(running.items()):
+            if proc.poll() is None:
+                continue
+            fh.close()
+            del running[name]
+            print(f"\n==> {name}: its output\n" + (logs / f"{name}.log").read_text(errors="replace"), flush=True)
+            _record(name, start, proc.returncode)
+            status = status or proc.returncode
+        if running and time.monotonic() - beat >= heartbeat:
+            beat = time.monotonic()
+            for name, (_, _, start) in running.items():
+                print(f"... [{time.strftime('%H:%M:%S')}] {name} running for {_clock(time.time() - start)}: "
+                      f"{_last_line(logs / f'{name}.log')}", flush=True)
+    return status
 
 
 def _clock(seconds: float) -> str:
@@ -69,8 +117,8 @@ def _records() -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def slowest_tests(junit_dir: Path, count: int) -> list[tuple[float, str, str]]:
-    """(seconds, test id, outcome) of the slowest test cases in every JUnit file of junit_dir."""
+def test_cases(junit_dir: Path) -> list[tuple[float, str, str]]:
+    """(seconds, test id, outcome) of every test case in the JUnit files of junit_dir."""
     cases = []
     for xml in sorted(junit_dir.glob("*.xml")):
         try:
@@ -84,8 +132,17 @@ def slowest_tests(junit_dir: Path, count: int) -> list[tuple[float, str, str]]:
                     outcome = {"failure": "FAILED", "error": "ERROR", "skipped": "skipped"}[tag]
             test_id = f"{case.get('classname', '')}::{case.get('name', '')}"
             cases.append((float(case.get("time") or 0.0), test_id, outcome))
-    cases.sort(reverse=True)
-    return cases[:count]
+    return cases
+
+
+def counts(cases: list[tuple[float, str, str]], scenarios: list[dict]) -> dict[str, int]:
+    """passed / failed / skipped over the pytest cases and the molecule scenarios."""
+    out = {"passed": 0, "failed": 0, "skipped": 0}
+    for _, _, outcome in cases:
+        out[{"passed": "passed", "skipped": "skipped"}.get(outcome, "failed")] += 1
+    for r in scenarios:
+        out["passed" if r["rc"] == 0 else "failed"] += 1
+    return out
 
 
 def _table(title: str, rows: list[tuple[str, str, str]]) -> list[str]:
@@ -102,17 +159,25 @@ def report(count: int) -> int:
     stages = [r for r in records if not r["name"].startswith("molecule:")]
     scenarios = [r for r in records if r["name"].startswith("molecule:")]
 
-    def row(r: dict) -> tuple[str, str, str]:
-        return (r["name"], _clock(r["seconds"]), "ok" if r["rc"] == 0 else f"FAILED (exit {r['rc']})")
+    t0 = min((r.get("start", 0.0) for r in stages), default=0.0)
 
-    total = sum(r["seconds"] for r in stages)
+    def row(r: dict) -> tuple[str, str, str]:
+        at = f"at {_clock(r['start'] - t0)}" if "start" in r else ""
+        return (f"{r['name']:<14} {at}", _clock(r["seconds"]), "ok" if r["rc"] == 0 else f"FAILED (exit {r['rc']})")
+
+    total = max((r.get("start", 0.0) + r["seconds"] for r in stages), default=0.0) - t0
+    if not all("start" in r for r in stages):
+        total = sum(r["seconds"] for r in stages)
     lines = ["", "=" * 78, "make test: where the time went", ""]
-    lines += _table("Stages", [row(r) for r in stages] + [("total", _clock(total), "")])
+    lines += _table("Stages (start offset; side-by-side stages share one)",
+                    [row(r) for r in stages] + [("total (wall clock)", _clock(total), "")])
     lines += _table(
         "Molecule scenarios (inside the molecule stage)",
-        [(r["name"].split(":", 1)[1], _clock(r["seconds"]), row(r)[2]) for r in scenarios],
+        [(r["name"].split(":", 1)[1], _clock(r["seconds"]), "ok" if r["rc"] == 0 else f"FAILED (exit {r['rc']})")
+         for r in scenarios],
     )
-    slow = slowest_tests(TIMES / "junit", count)
+    cases = test_cases(TIMES / "junit")
+    slow = sorted(cases, reverse=True)[:count]
     if slow:
         lines.append(f"The {len(slow)} slowest tests (pytest durations, setup included in the first test of a fixture)")
         lines += [f"  {s:7.1f}s  {outcome:7}  {test_id}" for s, test_id, outcome in slow]
@@ -123,6 +188,9 @@ def report(count: int) -> int:
         + (f", OVER by {_clock(over)}" if over > 0 else f", {_clock(-over)} to spare")
     )
     lines.append("=" * 78)
+    n = counts(cases, scenarios)
+    # the plain closing line CI reads: pytest cases and molecule scenarios together
+    lines.append(f"tests: {n['passed']} passed, {n['failed']} failed, {n['skipped']} skipped")
     print("\n".join(lines), flush=True)
     return 0
 
@@ -139,6 +207,12 @@ def main(argv: list[str]) -> int:
             print("usage: test_times.py run NAME -- COMMAND [ARG ...]", file=sys.stderr)
             return 2
         return run(rest[0], rest[2:])
+    if cmd == "parallel":
+        pairs = [arg.split("=", 1) for arg in rest]
+        if not pairs or any(len(p) != 2 or not p[0] for p in pairs):
+            print("usage: test_times.py parallel NAME=COMMAND ...", file=sys.stderr)
+            return 2
+        return parallel([(name, line) for name, line in pairs])
     if cmd == "report":
         count = int(rest[1]) if len(rest) == 2 and rest[0] == "--slowest" else 15
         return report(count)

@@ -101,6 +101,10 @@ def test_draft_service_off_then_reclaim_only_when_confirmed(fake_rollback_lab, t
     assert "speculative_config=None" in lab.engine_log(pods[0])
     assert (pvc_dir / "draft" / "config.json").exists()
     assert "left untouched" in off.output
+    rep_off = json.loads((tmp_path / "off" / f"{svc}.json").read_text())
+    assert rep_off["changed"] and rep_off["rollout"]["done"] and rep_off["verification"]["ok"]
+    assert len([a for a in rep_off["removed_args"] if a.startswith("--speculative-config")]) == 1
+    assert rep_off["reclaim"]["pvc"]["subpath"].endswith("draft") and rep_off["reclaim_job"] is None
 
     # confirmed: the Job deletes the draft sub-directory (found from the record), never the target or the PVC
     reclaim = run("reclaim", specpilot_rollback_confirm_reclaim=True)
@@ -109,6 +113,7 @@ def test_draft_service_off_then_reclaim_only_when_confirmed(fake_rollback_lab, t
     assert lab.get("v1", "PersistentVolumeClaim", "specpilot-lab-models", "specpilot-lab") is not None
     rep = json.loads((tmp_path / "reclaim" / f"{svc}.json").read_text())
     assert rep["reclaim"]["pvc"]["subpath"].endswith("draft") and not rep["changed"]
+    assert rep["reclaim_job"] is not None
 
     # a rollback of a service whose draft was reclaimed: nothing to do
     again = run("again", specpilot_rollback_confirm_reclaim=True)

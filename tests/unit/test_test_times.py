@@ -1,0 +1,78 @@
+"""scripts/test_times.py: the stage timings make test prints at the end."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "test_times.py"
+
+JUNIT = """<testsuites><testsuite>
+<testcase classname="tests.unit.test_a" name="test_fast" time="0.2"/>
+<testcase classname="tests.lab.test_b" name="test_slow" time="42.5"/>
+<testcase classname="tests.lab.test_b" name="test_skipped" time="0.0"><skipped message="no venv"/></testcase>
+<testcase classname="tests.lab.test_c" name="test_broken" time="7.0"><failure message="boom"/></testcase>
+</testsuite></testsuites>"""
+
+
+def times(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, SPECPILOT_TEST_TIMES=str(tmp_path / "times"))
+    return subprocess.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_run_keeps_the_exit_code_and_records_the_stage(tmp_path):
+    assert times(tmp_path, "reset").returncode == 0
+    ok = times(tmp_path, "run", "lint", "--", sys.executable, "-c", "pass")
+    bad = times(tmp_path, "run", "molecule:deploy", "--", sys.executable, "-c", "raise SystemExit(3)")
+    assert ok.returncode == 0 and "lint: ok in 0:0" in ok.stdout
+    assert bad.returncode == 3 and "molecule:deploy: FAILED (exit 3)" in bad.stdout
+    lines = (tmp_path / "times" / "stages.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and '"rc": 3' in lines[1]
+
+
+def test_report_shows_stages_scenarios_slowest_tests_and_the_closing_counts(tmp_path):
+    times(tmp_path, "reset")
+    times(tmp_path, "run", "test-lab", "--", sys.executable, "-c", "pass")
+    times(tmp_path, "run", "molecule:rollback", "--", sys.executable, "-c", "pass")
+    (tmp_path / "times" / "junit" / "test-lab.xml").write_text(JUNIT)
+    out = times(tmp_path, "report", "--slowest", "2").stdout
+    stages = out.split("Stages", 1)[1].split("Molecule scenarios", 1)[0]
+    assert "test-lab" in stages and "total" in stages and "rollback" not in stages
+    assert "rollback" in out.split("Molecule scenarios", 1)[1]
+    slowest = out.split("slowest tests", 1)[1].split("budget:", 1)[0]
+    assert slowest.index("test_slow") < slowest.index("test_broken") and "test_fast" not in slowest
+    assert "FAILED   tests.lab.test_c::test_broken" in slowest
+    assert "to spare" in out
+    # pytest cases and molecule scenarios, the last line, in the form CI reads
+    assert out.rstrip().splitlines()[-1] == "tests: 3 passed, 1 failed, 1 skipped"
+
+
+def test_usage_errors_are_exit_2(tmp_path):
+    assert times(tmp_path, "run", "lint").returncode == 2
+    assert times(tmp_path, "frobnicate").returncode == 2
+
+
+def test_parallel_stages_run_side_by_side_and_print_their_output_whole(tmp_path):
+    times(tmp_path, "reset")
+    py = sys.executable
+    res = times(
+        tmp_path,
+        "parallel",
+        f"slow={py} -c \"import time; print('slow line 1'); time.sleep(1.5); print('slow line 2')\"",
+        f"broken={py} -c \"import time; print('broken says why'); time.sleep(1.5); raise SystemExit(5)\"",
+    )
+    assert res.returncode == 5
+    out = res.stdout
+    # each stage's output comes out in one piece, after it ended, not interleaved
+    slow = out.split("==> slow: its output", 1)[1]
+    assert slow.index("slow line 1") < slow.index("slow line 2") < slow.index("==> slow: ok")
+    assert "broken says why" in out.split("==> broken: its output", 1)[1]
+    report = times(tmp_path, "report").stdout
+    stages = report.split("Stages", 1)[1].split("budget:", 1)[0]
+    assert "slow" in stages and "FAILED (exit 5)" in stages
+    # side by side: the wall clock total is about one stage's 1.5 s, not the sum of both (3 s)
+    total = re.search(r"total \(wall clock\)\s+(\d+):(\d\d)", stages)
+    assert total and int(total.group(1)) * 60 + int(total.group(2)) <= 2, stages
