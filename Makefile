@@ -107,9 +107,10 @@ models: $(STAMP_VLLM)
 # does not stop the later ones (one run shows every failure); the exit status says whether all
 # passed. Budget: 35 minutes on 2 cores from a clean clone (CONTRIBUTING.md, "The test budget").
 # The order keeps both cores busy without crowding them:
-#   1. install .venv, collections, Debian packages and the staging tools (make -j);
-#   2. the vLLM engine's install beside lint and the syntax checks (neither needs the engine);
-#   3. unit and emulator tests on two workers;
+#   1. the Debian packages (one apt-get: two at once would fight over dpkg's lock);
+#   2. the vLLM engine's install (mostly downloads) beside .venv, the collections and the staging
+#      tools (make -j), then lint and the syntax checks (neither needs the engine);
+#   3. unit and emulator tests on two workers (they keep both cores busy);
 #   4. lab tests beside the molecule scenarios: each runs one thing at a time and leaves a core
 #      idle while it waits on engines and rollouts; they share no port, directory or process.
 TIMES := $(PYTHON) scripts/test_times.py
@@ -119,9 +120,10 @@ SUBMAKE := $(MAKE) --no-print-directory
 
 test:
 	@$(TIMES) reset
-	@$(TIMES) run install -- $(SUBMAKE) -j$(INSTALL_JOBS) install || { $(TIMES) report; exit 1; }
+	@$(TIMES) run debian-packages -- $(SUBMAKE) system-packages || { $(TIMES) report; exit 1; }
 	@status=0; \
-	$(TIMES) parallel "vllm-install=$(SUBMAKE) vllm" "lint+syntax=$(SUBMAKE) lint syntax-check" || status=1; \
+	$(TIMES) parallel "vllm-install=$(SUBMAKE) vllm" \
+	  "install+lint=$(SUBMAKE) -j$(INSTALL_JOBS) install && $(SUBMAKE) lint syntax-check" || status=1; \
 	$(TIMES) run test-unit -- $(SUBMAKE) test-unit || status=1; \
 	$(TIMES) parallel "test-lab=$(SUBMAKE) test-lab" "molecule=$(SUBMAKE) molecule" || status=1; \
 	$(TIMES) report; \

@@ -70,11 +70,12 @@ for model_dir in [args.model] + ([SPEC["model"]] if SPEC and SPEC.get("model") e
     if os.path.isabs(model_dir) and not os.path.isfile(os.path.join(model_dir, "config.json")):
         print("OSError: %s does not appear to have a file named config.json." % model_dir, flush=True)
         sys.exit(1)
-if SPEC and int(SPEC.get("num_speculative_tokens") or 1) < 1:
+if SPEC and int(SPEC.get("num_speculative_tokens", 1)) < 1:
+    # vLLM 0.32's SpeculativeConfig declares num_speculative_tokens with gt=0 (pydantic's message)
     print(
         "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig\n"
-        "  Value error, Expected num_speculative_tokens to be greater than zero (%s)."
-        % SPEC["num_speculative_tokens"],
+        "num_speculative_tokens\n  Input should be greater than 0 [type=greater_than, input_value="
+        "%s, input_type=int]" % SPEC["num_speculative_tokens"],
         flush=True,
     )
     sys.exit(1)
