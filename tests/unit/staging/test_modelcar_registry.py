@@ -49,7 +49,11 @@ def calls(monkeypatch):
 @pytest.mark.skipif(
     not ss.AuthRegistry.available(), reason="docker-registry, skopeo or bcrypt (crypt) missing"
 )
-def test_push_with_credentials_then_nothing_to_push(models, calls, tmp_path):
+def test_push_with_credentials_then_nothing_to_push(models, calls, tmp_path, monkeypatch):
+    # a temp dir of this test's own: the machine's is shared with the other worker's registry tests
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))
     before = set(os.listdir(tempfile.gettempdir()))
     with ss.AuthRegistry(tmp_path / "reg") as reg:
         p = params(
