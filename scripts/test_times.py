@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,7 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMES = Path(os.environ.get("SPECPILOT_TEST_TIMES", ROOT / ".cache" / "test-times"))
-BUDGET_S = 35 * 60  # CONTRIBUTING.md: make test on 2 cores from a clean clone
+BUDGET_S = 35 * 60
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # colours in molecule's output  # CONTRIBUTING.md: make test on 2 cores from a clean clone
 
 
 def _stages_file() -> Path:
@@ -73,7 +75,9 @@ def _last_line(path: Path) -> str:
             tail = fh.read().decode(errors="replace").replace("\r", "\n").strip().splitlines()
     except OSError:
         return ""
-    return tail[-1][-100:] if tail else ""
+    lines = [ANSI.sub("", line).strip(" \u2502*") for line in tail]
+    lines = [line for line in lines if line]
+    return lines[-1][-100:] if lines else ""
 
 
 def parallel(stages: list[tuple[str, str]], heartbeat: float = 60.0) -> int:
