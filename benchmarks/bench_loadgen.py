@@ -345,22 +345,7 @@ def tpot_agreement(tmp, rounds=3):
     if not wait_for_no_engine():
         raise RuntimeError("another vLLM engine kept running on this machine for 10 minutes")
     spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
-    args = [
-        "--model",
-        str(models / "target"),
-        "--served-model-name",
-        "tiny",
-        "--dtype",
-        "float32",
-        "--max-model-len",
-        "1024",
-        "--max-num-seqs",
-        "8",
-        "--enforce-eager",
-        "--speculative-config",
-        json.dumps(spec),
-    ]
-    engine = eng_mod.Engine(args, Path(tmp) / "engine")
+    engine = eng_mod.Engine(eng_mod.tiny_target_args(models, spec), Path(tmp) / "engine")
     ours, theirs = [], []
     engine.start()
     try:

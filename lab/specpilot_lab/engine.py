@@ -47,6 +47,17 @@ def vllm_python(venv: Path | None = None) -> Path:
     return (venv or VLLM_VENV) / "bin" / "python"
 
 
+def tiny_target_args(models: Path, speculative_config: dict | None = None) -> list[str]:
+    """Server args for the lab's tiny target (``models/target`` from specpilot_lab.models) as the
+    tests and benchmarks serve it directly: float32, short context, eager; a speculative config
+    (JSON) when given."""
+    import json
+
+    args = ["--model", str(Path(models) / "target"), "--served-model-name", "tiny", "--dtype", "float32",
+            "--max-model-len", "1024", "--max-num-seqs", "8", "--enforce-eager"]
+    return args + (["--speculative-config", json.dumps(speculative_config)] if speculative_config else [])
+
+
 FAKE_ENGINE = Path(__file__).resolve().with_name("fake_engine.py")
 
 

@@ -30,20 +30,6 @@ def tiny_models(vllm_venv, tmp_path_factory) -> Path:
 
 
 # ---------------------------------------------------------------- real engines, shared
-# The args every direct-engine test serves the tiny target with (a speculative config is added).
-ENGINE_BASE_ARGS = [
-    "--served-model-name",
-    "tiny",
-    "--dtype",
-    "float32",
-    "--max-model-len",
-    "1024",
-    "--max-num-seqs",
-    "8",
-    "--enforce-eager",
-]
-
-
 class EnginePool:
     """Real vLLM engines serving the tiny target, one per speculative config (None: speculative
     decoding off), started on first use and kept for the session: an engine start costs tens of
@@ -56,9 +42,6 @@ class EnginePool:
         self.engines: dict[str, "engine.Engine"] = {}
         self.started: dict[str, float] = {}
 
-    def args(self, spec: dict | None) -> list[str]:
-        extra = ["--speculative-config", json.dumps(spec)] if spec else []
-        return ["--model", str(self.models / "target"), *ENGINE_BASE_ARGS, *extra]
 
     def get(self, spec: dict | None) -> "engine.Engine":
         key = json.dumps(spec, sort_keys=True)
@@ -68,7 +51,7 @@ class EnginePool:
         while len(self.engines) >= self.keep:
             oldest = next(iter(self.engines))
             self.engines.pop(oldest).stop()
-        eng = engine.Engine(self.args(spec), self.root / f"engine-{len(self.started)}")
+        eng = engine.Engine(engine.tiny_target_args(self.models, spec), self.root / f"engine-{len(self.started)}")
         eng.start()
         try:
             self.started[key] = eng.wait_ready(600)
