@@ -15,10 +15,13 @@ Everything the engine writes (caches, RPC sockets, temp files) stays under ``run
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
+import stat
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -51,8 +54,6 @@ def tiny_target_args(models: Path, speculative_config: dict | None = None) -> li
     """Server args for the lab's tiny target (``models/target`` from specpilot_lab.models) as the
     tests and benchmarks serve it directly: float32, short context, eager; a speculative config
     (JSON) when given."""
-    import json
-
     args = ["--model", str(Path(models) / "target"), "--served-model-name", "tiny", "--dtype", "float32",
             "--max-model-len", "1024", "--max-num-seqs", "8", "--enforce-eager"]
     return args + (["--speculative-config", json.dumps(speculative_config)] if speculative_config else [])
@@ -61,17 +62,14 @@ def tiny_target_args(models: Path, speculative_config: dict | None = None) -> li
 FAKE_ENGINE = Path(__file__).resolve().with_name("fake_engine.py")
 
 
-def fake_engine_python(dirpath: Path, python: str | None = None) -> Path:
+def fake_engine_python(dirpath: Path, server: Path = FAKE_ENGINE) -> Path:
     """An executable standing in for the engine's interpreter: called as ``python -m
-    vllm.entrypoints.openai.api_server ARGS`` it runs the stand-in engine (fake_engine.py, vLLM
-    0.32's log lines and /metrics, no model) with ARGS. For fast runs of the roles through the
-    lab where the engine itself is not under test (``--engine fake`` of the controller)."""
-    import stat
-    import sys
-
+    vllm.entrypoints.openai.api_server ARGS`` it runs ``server`` (by default the lab's stand-in
+    engine, fake_engine.py: vLLM 0.32's log lines and /metrics, no model) with ARGS. For fast runs
+    through the lab where the engine itself is not under test (``--engine fake`` of the controller)."""
     dirpath.mkdir(parents=True, exist_ok=True)
     exe = dirpath / "python"
-    exe.write_text(f'#!/bin/sh\n[ "$1" = "-m" ] && shift 2\nexec {python or sys.executable} {FAKE_ENGINE} "$@"\n')
+    exe.write_text(f'#!/bin/sh\n[ "$1" = "-m" ] && shift 2\nexec {sys.executable} {server} "$@"\n')
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return exe
 

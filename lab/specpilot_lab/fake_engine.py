@@ -12,9 +12,10 @@ a test can change them without a rollout.
 
 The lab runs it instead of vLLM when the controller is started with ``--engine fake``
 (``SPECPILOT_LAB_ENGINE=fake``): the roles' runs through the lab in seconds where the engine
-itself is not under test (molecule's deploy and smoke scenarios). It is not vLLM: it loads no
-model and accepts any speculative config, so what only the real engine can prove (its errors, its
-acceptance) is proven with ``--engine vllm``, the default.
+itself is not under test (molecule's deploy, smoke and rollback scenarios). It is not vLLM: it
+loads no model and refuses only what vLLM refuses before it serves (a model directory without
+config.json, num_speculative_tokens < 1), so what only the real engine can prove (its other errors,
+its acceptance) is proven with ``--engine vllm``, the default.
 """
 
 import argparse

@@ -82,7 +82,6 @@ def shared_engine(vllm_venv, tiny_models, tmp_path_factory):
 # ---------------------------------------------------------------- the lab controller, in-process
 import os  # noqa: E402
 import shutil  # noqa: E402
-import stat  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
@@ -109,15 +108,6 @@ VLLM_RUNTIME = {
         ],
     },
 }
-
-
-def fake_python(dirpath: Path) -> Path:
-    """An executable that, called as ``python -m vllm.entrypoints.openai.api_server ARGS``,
-    runs the fake server with ARGS."""
-    exe = dirpath / "python"
-    exe.write_text(f'#!/bin/sh\n[ "$1" = "-m" ] && shift 2\nexec {sys.executable} {FAKE_SERVER} "$@"\n')
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return exe
 
 
 class Lab:
@@ -267,7 +257,7 @@ def fake_lab(tmp_path):
     labs: list[Lab] = []
 
     def make(**kw) -> Lab:
-        lab = Lab(tmp_path / f"lab{len(labs)}", fake_python(tmp_path), **kw)
+        lab = Lab(tmp_path / f"lab{len(labs)}", engine.fake_engine_python(tmp_path, FAKE_SERVER), **kw)
         labs.append(lab)
         return lab
 
@@ -309,7 +299,7 @@ def fake_spec_lab(tmp_path_factory):
     """One per test module: used by the smoke, rollback and guard lab tests (deploy.yml and friends
     against inventories/lab)."""
     root = tmp_path_factory.mktemp("spec-fake")
-    lab = smoke_lab.SmokeLab(root, smoke_lab.fake_python(root))
+    lab = smoke_lab.SmokeLab(root, engine.fake_engine_python(root))
     try:
         models = root / "fake-models"
         for sub in ("target", "draft"):

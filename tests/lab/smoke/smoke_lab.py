@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-from specpilot_lab import engine
 from specpilot_lab.controller import Controller
 from specpilot_lab.testing import LAB_CRDS, Emulator
 
@@ -28,11 +27,6 @@ PVC = "specpilot-lab-models"
 # see tests/lab/conftest.py: a busy machine gets this many times the waits of a quiet one
 WAIT_SCALE = float(os.environ.get("SPECPILOT_TEST_WAIT_SCALE", "3"))
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
-
-
-def fake_python(dirpath: Path) -> Path:
-    """The lab's stand-in engine (specpilot_lab/fake_engine.py) behind an interpreter path."""
-    return engine.fake_engine_python(dirpath)
 
 
 class SmokeLab:
