@@ -62,9 +62,11 @@ def test_role_has_argument_specs_and_readme(role):
     assert "main" in specs["argument_specs"]
     readme = (role / "README.md").read_text()
     prefix = role.name + "_"
-    for var in specs["argument_specs"]["main"].get("options", {}):
-        assert var.startswith(prefix) or var in SHARED_ARGUMENTS, f"{role.name}: {var} lacks the role prefix"
-        assert var in readme, f"{role.name}: {var} is not documented in README.md"
+    for entry, spec in specs["argument_specs"].items():
+        assert entry == "main" or (role / "tasks" / f"{entry}.yml").is_file(), f"{role.name}: no tasks/{entry}.yml"
+        for var in spec.get("options", {}):
+            assert var.startswith(prefix) or var in SHARED_ARGUMENTS, f"{role.name}: {var} lacks the role prefix"
+            assert var in readme, f"{role.name}: {var} ({entry}) is not documented in README.md"
     defaults = role / "defaults" / "main.yml"
     if defaults.is_file():
         for var in (yaml.safe_load(defaults.read_text()) or {}):
@@ -78,3 +80,43 @@ def test_shared_arguments_are_the_collections_override_variables():
 
     assert SHARED_ARGUMENTS == set(OVERRIDE_VARS.values())
     assert SHARED_ARGUMENTS <= set(CONTROL_VARS)  # never mistaken for (misspelt) spec keys
+
+
+ROLE_FILES = [p for role in ROLES for p in sorted(role.rglob("*.yml"))]
+
+
+def test_no_role_touches_another_roles_private_variables():
+    """A role's `__<role>_` variables are its own: no other role reads or sets them."""
+    names = [role.name for role in ROLES]
+    found = []
+    for path in ROLE_FILES:
+        owner = path.relative_to(ROOT / "roles").parts[0]
+        text = path.read_text()
+        found += [f"{path.relative_to(ROOT)}: __{name}_" for name in names if name != owner and f"__{name}_" in text]
+    assert found == []
+
+
+def test_roles_call_each_other_only_through_declared_entry_points():
+    """include_role/import_role with tasks_from names an entry point of the called role's argument_specs."""
+    calls = []
+    for path in ROLE_FILES + sorted((ROOT / "playbooks").glob("*.yml")):
+        for task in _tasks(yaml.safe_load(path.read_text())):
+            for key in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
+                call = task.get(key) or {}
+                if call.get("tasks_from"):
+                    calls.append((path, call["name"], Path(call["tasks_from"]).stem))
+    assert calls, "no role calls another role's entry point: the test looks at nothing"
+    for path, name, entry in calls:
+        specs = yaml.safe_load((ROOT / "roles" / name / "meta" / "argument_specs.yml").read_text())
+        assert entry in specs["argument_specs"], f"{path.relative_to(ROOT)}: {name} has no entry point {entry}"
+
+
+def _tasks(node):
+    """Every task-like mapping in a parsed tasks file or playbook, blocks and plays included."""
+    if isinstance(node, list):
+        for item in node:
+            yield from _tasks(item)
+    elif isinstance(node, dict):
+        yield node
+        for key in ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks", "handlers"):
+            yield from _tasks(node.get(key))

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-__all__ = ["K8S_AUTH", "KSERVE_DETECT", "DEPLOY_STATE", "CRD_VALIDATE", "ROLLOUT_WAIT"]
+__all__ = ["K8S_AUTH", "KSERVE_DETECT", "DEPLOY_STATE", "CRD_VALIDATE", "ROLLOUT_WAIT", "SERVICE_LOCK"]
 
 # the connection options of kubernetes.core that the deploy modules pass to its k8s lookup
 K8S_AUTH = {
@@ -65,4 +65,16 @@ ROLLOUT_WAIT = dict(
     image_grace={"type": "int", "default": 300},
     progress_interval={"type": "int", "default": 30},
     fail_on_error={"type": "bool", "default": False},
+)
+
+SERVICE_LOCK = dict(
+    K8S_AUTH,
+    state={"type": "str", "default": "acquired", "choices": ["acquired", "renewed", "released"]},
+    name={"type": "str", "required": True},
+    namespace={"type": "str", "required": True},
+    purpose={"type": "str", "default": "deploy"},
+    holder={"type": "str"},
+    duration={"type": "int", "default": 1200},
+    resource_version={"type": "str"},
+    labels={"type": "dict", "default": {}},
 )

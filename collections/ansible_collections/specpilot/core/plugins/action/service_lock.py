@@ -1,0 +1,217 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see galaxy.yml)
+"""Action plugin of specpilot.core.service_lock: take, renew or release a service's lock.
+
+The decision is module_utils/service_lock.py's; this plugin reads the Lease through the
+kubernetes.core ``k8s`` lookup (plugin_utils/k8s_reader.py) and writes it through the
+kubernetes.core modules (``k8s`` to create and delete, ``k8s_json_patch`` for the
+compare-and-swap), so the connection options and ``K8S_AUTH_*`` variables are kubernetes.core's
+own.  Transient API errors are retried.  The lock is not managed state: the task never reports a
+change, and in check mode nothing is written.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import string
+import time
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, service_lock
+from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import retryable, status_code
+from ansible_collections.specpilot.core.plugins.module_utils.deploy_state import lease_name, lease_status
+from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
+    K8sReader,
+    ReadError,
+    auth_options,
+)
+
+MODULE_AUTH = ("kubeconfig", "context", "host", "api_key", "validate_certs", "ca_cert")
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        _validation, params = self.validate_argument_spec(argument_spec=deploy_args.SERVICE_LOCK)
+        self._vars = task_vars or {}
+        self._params = params
+        self._reader = K8sReader(
+            self._loader, self._templar, self._vars, auth_options(params), attempts=params["retries"]
+        )
+        holder = params.get("holder") or self._holder()
+        result.update(
+            changed=False,
+            holder=holder,
+            lease=lease_name(params["name"]),
+            namespace=params["namespace"],
+            resource_version=None,
+        )
+        try:
+            if params["state"] == "acquired":
+                result.update(self._acquire(holder))
+            elif params["state"] == "renewed":
+                result.update(self._renew(holder))
+            else:
+                result.update(self._release())
+        except ReadError as exc:
+            raise AnsibleActionFail("%s: the lock could not be read: %s" % (params["name"], exc)) from exc
+        return result
+
+    # ------------------------------------------------------------ the three operations
+    def _acquire(self, holder):
+        p = self._params
+        if self._task.check_mode:
+            status = lease_status(self._read(), holder, time.time())
+            return dict(
+                acquired=False,
+                status=status,
+                message="check mode: the lock is not taken (%s)" % status["message"],
+            )
+        lease = self._read()
+        step = service_lock.acquire_step(lease, holder, time.time(), p["duration"])
+        if step["do"] == "create":
+            created = self._module("kubernetes.core.k8s", state="present", definition=self._manifest())
+            if created.get("failed"):
+                return self._failed("creating the Lease failed", created)
+            step = service_lock.acquire_step(
+                created.get("result") or self._read(), holder, time.time(), p["duration"]
+            )
+        if step["do"] == "refuse":
+            return self._refused(step["status"])
+        patched = self._module(
+            "kubernetes.core.k8s_json_patch",
+            conditional=True,
+            api_version=service_lock.LEASE_API,
+            kind="Lease",
+            name=lease_name(p["name"]),
+            namespace=p["namespace"],
+            patch=step["patch"],
+        )
+        if not patched.get("failed"):
+            return self._held(patched["result"], step["status"], "taken")
+        # a lost race (422), or a patch whose answer was lost: the Lease says which
+        now = lease_status(self._read(), holder, time.time())
+        if now["mine"] and now["held"]:
+            return dict(
+                acquired=True,
+                resource_version=now["resource_version"],
+                status=step["status"],
+                message="taken",
+            )
+        refused = self._refused(now)
+        refused["msg"] += " (%s)" % str(patched.get("msg") or "")[:200]
+        return refused
+
+    def _renew(self, holder):
+        p = self._params
+        if not p.get("resource_version"):
+            raise AnsibleActionFail(
+                "state=renewed needs the resource_version the lock was taken (or renewed) at"
+            )
+        if self._task.check_mode:
+            return dict(
+                renewed=False, resource_version=p["resource_version"], message="check mode: not renewed"
+            )
+        patched = self._module(
+            "kubernetes.core.k8s_json_patch",
+            conditional=True,
+            api_version=service_lock.LEASE_API,
+            kind="Lease",
+            name=lease_name(p["name"]),
+            namespace=p["namespace"],
+            patch=service_lock.renew_patch(holder, p["resource_version"], time.time()),
+        )
+        if patched.get("failed"):
+            status = lease_status(self._read(), holder, time.time())
+            return dict(
+                failed=True,
+                renewed=False,
+                status=status,
+                msg="%s: the lock could not be renewed - it is no longer this run's (%s)"
+                % (p["name"], status["message"]),
+            )
+        return self._held(patched["result"], None, "renewed", key="renewed")
+
+    def _release(self):
+        p = self._params
+        if not p.get("resource_version"):
+            return dict(released=False, message="not held by this run: nothing to release")
+        if self._task.check_mode:
+            return dict(released=False, message="check mode: not released")
+        deleted = self._module(
+            "kubernetes.core.k8s",
+            conditional=True,
+            state="absent",
+            api_version=service_lock.LEASE_API,
+            kind="Lease",
+            name=lease_name(p["name"]),
+            namespace=p["namespace"],
+            delete_options={"preconditions": {"resourceVersion": p["resource_version"]}},
+        )
+        if deleted.get("failed"):
+            # a lock taken over after it expired stays with its new holder
+            return dict(released=False, message="not released: %s" % str(deleted.get("msg") or "")[:300])
+        return dict(released=True, message="released")
+
+    # ------------------------------------------------------------ helpers
+    def _holder(self):
+        job = self._vars.get("awx_job_id") or self._vars.get("tower_job_id")
+        nonce = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+        # the worker is forked from ansible-playbook: its parent is the run
+        return service_lock.holder_id(
+            self._params["purpose"], os.environ.get("USER"), socket.gethostname(), job, os.getppid(), nonce
+        )
+
+    def _manifest(self):
+        p = self._params
+        labels = {"app.kubernetes.io/managed-by": "specpilot", "specpilot.io/service": p["name"]}
+        labels.update(p["labels"])
+        return service_lock.lease_object(p["name"], p["namespace"], labels)
+
+    def _read(self):
+        p = self._params
+        return self._reader.get(
+            "Lease", service_lock.LEASE_API, name=lease_name(p["name"]), namespace=p["namespace"]
+        )
+
+    def _module(self, module, conditional=False, **args):
+        """Run a kubernetes.core module, again while it fails with a transient error.  For a conditional
+        write (a patch that tests the resourceVersion, a delete with a precondition) a conflict is the
+        answer, not a transient error."""
+        args.update({k: self._params[k] for k in MODULE_AUTH if self._params.get(k) is not None})
+        attempts = max(1, self._params["retries"])
+        for attempt in range(attempts):
+            out = self._execute_module(module_name=module, module_args=args, task_vars=self._vars)
+            final = conditional and status_code(out) in (409, 422)
+            if not out.get("failed") or final or not retryable(out) or attempt + 1 == attempts:
+                return out
+            time.sleep(min(0.5 * 2**attempt, 5.0))
+        return out
+
+    def _held(self, lease, status, how, key="acquired"):
+        version = ((lease or {}).get("metadata") or {}).get("resourceVersion")
+        return {key: True, "resource_version": version, "status": status, "message": how}
+
+    def _refused(self, status):
+        p = self._params
+        return dict(
+            failed=True,
+            acquired=False,
+            status=status,
+            msg=service_lock.held_message(p["name"], p["namespace"], status),
+        )
+
+    def _failed(self, what, out):
+        return dict(
+            failed=True,
+            acquired=False,
+            msg="%s: %s: %s" % (self._params["name"], what, str(out.get("msg") or "")[:300]),
+        )

@@ -1,0 +1,148 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see galaxy.yml)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: service_lock
+short_description: Take, renew or release the lock of one specpilot service
+version_added: 0.2.0
+author:
+  - specpilot maintainers
+description:
+  - Every run that writes a service - deploy, rollback (also the acceptance guard's), the benchmark's twin - holds
+    the service's lock while it writes, so two of them never interleave.
+  - The lock is the coordination.k8s.io Lease C(specpilot-deploy-<name>) in the service's namespace, with a holder,
+    C(acquireTime), C(renewTime) and C(leaseDurationSeconds), as Kubernetes leader election writes it.
+  - I(state=acquired) takes it by compare-and-swap - a JSON patch whose first operation tests the C(resourceVersion)
+    just read - so of two runs that race, one fails and is told who holds the lock. A lock whose holder died
+    expires (C(renewTime) + C(leaseDurationSeconds)) and is taken over. A lock this holder already holds is taken
+    again.
+  - I(state=renewed) moves C(renewTime) to now, only while this holder still holds the lock at I(resource_version).
+  - I(state=released) deletes the Lease with I(resource_version) as precondition, so a lock another run took over
+    after this one's expired is left alone (C(released=false), not a failure).
+  - Runs on the controller as an action plugin; it reads through the C(kubernetes.core.k8s) lookup and writes
+    through the C(kubernetes.core.k8s) and C(kubernetes.core.k8s_json_patch) modules.
+options:
+  state:
+    description: Take, renew or release the lock.
+    type: str
+    choices: [acquired, renewed, released]
+    default: acquired
+  name:
+    description: The service (InferenceService) name.
+    type: str
+    required: true
+  namespace:
+    description: Its namespace.
+    type: str
+    required: true
+  purpose:
+    description: What takes the lock (C(deploy), C(rollback), C(guard), C(benchmark)...), written into the holder id.
+    type: str
+    default: deploy
+  holder:
+    description:
+      - The holder identity. Default - one formula for every caller,
+        C(<USER>@<controller host>/<purpose>/<awx-job-N or pid-N>/<random 8>).
+      - Pass the C(holder) a previous I(state=acquired) returned to renew the lock.
+    type: str
+  duration:
+    description: Seconds the lock stays valid without renewal (its holder died, or forgot it).
+    type: int
+    default: 1200
+  resource_version:
+    description:
+      - The C(resource_version) the lock was taken or last renewed at (returned by I(state=acquired) and
+        I(state=renewed)). Required to renew; without it, I(state=released) releases nothing.
+    type: str
+  labels:
+    description: Labels of the Lease besides C(app.kubernetes.io/managed-by) and C(specpilot.io/service).
+    type: dict
+    default: {}
+extends_documentation_fragment:
+  - specpilot.core.k8s_read
+notes:
+  - The lock is not managed state - the task never reports C(changed). In check mode nothing is written and
+    I(state=acquired) reports what it found.
+  - I(retries) also applies to the writes (409, 429, 5xx and connection errors are retried).
+seealso:
+  - module: specpilot.core.deploy_state
+  - module: kubernetes.core.k8s_json_patch
+"""
+
+EXAMPLES = r"""
+- name: Take the lock of the service
+  specpilot.core.service_lock:
+    name: "{{ plan.name }}"
+    namespace: "{{ plan.namespace }}"
+    purpose: deploy
+    duration: 1800
+  register: lock
+
+- name: Write under the lock
+  block:
+    - name: Apply
+      kubernetes.core.k8s:
+        definition: "{{ manifest }}"
+        apply: true
+  always:
+    - name: Release the lock
+      specpilot.core.service_lock:
+        state: released
+        name: "{{ plan.name }}"
+        namespace: "{{ plan.namespace }}"
+        resource_version: "{{ lock.resource_version }}"
+      when: lock.acquired | default(false)
+"""
+
+RETURN = r"""
+acquired:
+  description: This run holds the lock now (I(state=acquired)).
+  returned: state is acquired
+  type: bool
+renewed:
+  description: The lock was renewed (I(state=renewed)).
+  returned: state is renewed
+  type: bool
+released:
+  description: The Lease was deleted (I(state=released)); false when it was not this run's any more.
+  returned: state is released
+  type: bool
+holder:
+  description: The holder identity written into the lock.
+  returned: always
+  type: str
+resource_version:
+  description: The Lease's C(resourceVersion) after this run wrote it - what renew and release need.
+  returned: always (null when this run does not hold the lock)
+  type: str
+lease:
+  description: The Lease name, C(specpilot-deploy-<name>).
+  returned: always
+  type: str
+status:
+  description:
+    - What the Lease said before (C(present, held, mine, expired, free, holder, expires_at, expires_in, message)...),
+      as the filter C(specpilot.core.lease_status) reads it.
+  returned: state is acquired
+  type: dict
+message:
+  description: What happened, in words.
+  returned: success
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specpilot.core.plugins.module_utils import deploy_args
+
+
+def main():
+    module = AnsibleModule(argument_spec=deploy_args.SERVICE_LOCK, supports_check_mode=True)
+    module.fail_json(msg="specpilot.core.service_lock runs as an action plugin on the controller")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""specpilot.core.service_lock through ansible-playbook against the API emulator.
+
+Two runs that take the lock of one service at the same moment: exactly one holds it, the other
+fails naming the holder, and nothing is left behind once the holder releases it.  Then: an expired
+lock is taken over, renew works only for the holder at its version, a release with a stale version
+leaves the new holder's lock alone, and check mode writes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+import yaml
+from deploy_helpers import Run, create_namespace, get
+
+pytestmark = pytest.mark.slow
+
+LEASE_API = "coordination.k8s.io/v1"
+
+
+def _inventory(path, namespace):
+    path.mkdir(parents=True, exist_ok=True)
+    hosts = {
+        "runner": {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+        }
+    }
+    (path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts, "vars": {"ns": namespace}}}))
+    return path
+
+
+def _playbook(path, tasks):
+    play = [{"name": "service lock", "hosts": "all", "gather_facts": False, "tasks": tasks}]
+    path.write_text(yaml.safe_dump(play, sort_keys=False))
+    return str(path)
+
+
+def _lock(**args):
+    return {"specpilot.core.service_lock": dict({"name": "svc", "namespace": "{{ ns }}"}, **args)}
+
+
+HOLD = [
+    dict(name="take", register="lock", **_lock(purpose="deploy", duration=60)),
+    {
+        "name": "show",
+        "ansible.builtin.debug": {"msg": "HOLDER={{ lock.holder }} VERSION={{ lock.resource_version }}"},
+    },
+    {"name": "hold it", "ansible.builtin.pause": {"seconds": 6}},
+    dict(
+        name="release",
+        register="freed",
+        **_lock(state="released", resource_version="{{ lock.resource_version }}"),
+    ),
+    {"name": "check", "ansible.builtin.assert": {"that": ["freed.released", "not lock.changed"]}},
+]
+
+
+def _lease(emu, ns):
+    return get(emu, LEASE_API, "Lease", "specpilot-deploy-svc", ns)
+
+
+def test_of_two_runs_at_once_one_holds_the_lock_and_the_other_is_told_who(emulator, tmp_path):
+    ns = "lock-race"
+    create_namespace(emulator, ns)
+    inv = _inventory(tmp_path / "inv", ns)
+    book = _playbook(tmp_path / "hold.yml", HOLD)
+    runs = [Run(emulator, tmp_path / f"run{i}", inv, playbook=book) for i in range(2)]
+    for run in runs:
+        run.wait(180)
+    won = [r for r in runs if r.rc == 0]
+    lost = [r for r in runs if r.rc != 0]
+    assert len(won) == 1 and len(lost) == 1, "\n\n".join(r.out[-3000:] for r in runs)
+    holder = won[0].out.split("HOLDER=", 1)[1].split()[0]
+    assert "/deploy/pid-" in holder
+    assert (
+        "svc: another deploy or rollback of this service is running - lock lock-race/specpilot-deploy-svc"
+        in (lost[0].out)
+    )
+    assert "held by " + holder in lost[0].out
+    assert _lease(emulator, ns) is None  # released: nothing left behind
+
+
+def test_expiry_renewal_stale_release_and_check_mode(emulator, tmp_path):
+    ns = "lock-life"
+    create_namespace(emulator, ns)
+    leases = emulator.dynamic_client().resources.get(api_version=LEASE_API, kind="Lease")
+    old = (datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)).strftime(
+        "%Y-%m-%dT%H:%M:%S.%fZ"
+    )
+    spec = {"holderIdentity": "dead@ci/deploy/pid-1/x", "leaseDurationSeconds": 60, "renewTime": old}
+    leases.create(
+        namespace=ns,
+        body={
+            "apiVersion": LEASE_API,
+            "kind": "Lease",
+            "metadata": {"name": "specpilot-deploy-svc"},
+            "spec": spec,
+        },
+    )
+    inv = _inventory(tmp_path / "inv", ns)
+
+    mark = emulator.control.mark()
+    checked = Run(
+        emulator, tmp_path / "check", inv, "--check", playbook=_playbook(tmp_path / "c.yml", HOLD[:2])
+    )
+    assert checked.wait(120).rc == 0, checked.out[-3000:]
+    assert "HOLDER=" in checked.out and emulator.control.writes(since=mark) == []
+
+    tasks = [
+        dict(name="take over", register="lock", **_lock(purpose="rollback", duration=120)),
+        dict(
+            name="renew",
+            register="renewed",
+            **_lock(
+                state="renewed", holder="{{ lock.holder }}", resource_version="{{ lock.resource_version }}"
+            ),
+        ),
+        dict(
+            name="renew as someone else",
+            register="stolen",
+            ignore_errors=True,
+            **_lock(state="renewed", holder="mallory", resource_version="{{ renewed.resource_version }}"),
+        ),
+        dict(
+            name="stale release",
+            register="stale",
+            **_lock(state="released", resource_version="{{ lock.resource_version }}"),
+        ),
+        {
+            "name": "check",
+            "ansible.builtin.assert": {
+                "that": [
+                    "lock.acquired",
+                    "lock.status.expired",
+                    "lock.status.holder == 'dead@ci/deploy/pid-1/x'",
+                    "'/rollback/' in lock.holder",
+                    "renewed.renewed",
+                    "renewed.resource_version != lock.resource_version",
+                    "stolen is failed",
+                    "'no longer this run' in stolen.msg",
+                    "not stale.released",
+                ]
+            },
+        },
+    ]
+    run = Run(emulator, tmp_path / "life", inv, playbook=_playbook(tmp_path / "life.yml", tasks))
+    assert run.wait(180).rc == 0, run.out[-4000:]
+    lease = _lease(emulator, ns)
+    assert (
+        lease["spec"]["holderIdentity"].split("/")[1] == "rollback"
+    )  # still held: the stale release did nothing
+    assert lease["spec"]["leaseTransitions"] == 1 and lease["spec"]["leaseDurationSeconds"] == 120
