@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+from ansible_collections.specpilot.core.plugins.module_utils.common import get_path, write_if_changed
 
 try:
     import matplotlib
@@ -54,14 +55,6 @@ GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915", "habana.
 # --------------------------------------------------------------------------- context
 
 
-def _get(obj, *path):
-    for key in path:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
 def _int(value):
     try:
         return int(str(value))
@@ -72,7 +65,7 @@ def _int(value):
 def pod_gpu_request(pod):
     """{resource: count} requested by the pod's containers (limits, else requests)."""
     out = {}
-    for c in _get(pod, "spec", "containers") or []:
+    for c in get_path(pod, "spec", "containers") or []:
         res = c.get("resources") or {}
         for name in GPU_RESOURCES:
             n = _int((res.get("limits") or {}).get(name) or (res.get("requests") or {}).get(name))
@@ -85,8 +78,8 @@ def hardware_from_node(node, pod=None):
     """The hardware context from a Node object (and the predictor Pod, for its GPU request)."""
     if not node:
         return None
-    labels = _get(node, "metadata", "labels") or {}
-    cap = _get(node, "status", "capacity") or {}
+    labels = get_path(node, "metadata", "labels") or {}
+    cap = get_path(node, "status", "capacity") or {}
     resource = next((r for r in GPU_RESOURCES if _int(cap.get(r))), None)
     node_gpus = _int(cap.get(resource)) if resource else _int(labels.get("nvidia.com/gpu.count"))
     product = (
@@ -98,9 +91,9 @@ def hardware_from_node(node, pod=None):
     mem = _int(labels.get("nvidia.com/gpu.memory"))
     pod_req = pod_gpu_request(pod) if pod else {}
     per_replica = sum(pod_req.values()) if pod_req else (0 if pod else None)
-    info = _get(node, "status", "nodeInfo") or {}
+    info = get_path(node, "status", "nodeInfo") or {}
     hw = {
-        "node": _get(node, "metadata", "name"),
+        "node": get_path(node, "metadata", "name"),
         "gpu_resource": resource,
         "gpu_product": product,
         "gpu_memory_mib": mem,
@@ -394,10 +387,12 @@ def render_markdown(report):
                 _x(sp.get("output_throughput")),
                 _f(acc.get("draft_acceptance_rate"), "%.3f"),
                 _f(acc.get("mean_acceptance_length")),
-                "n/a"
-                if hr.get("converted") is None
-                else "%.0f%% (%s of %s)"
-                % (100 * hr["converted"], _x(hr.get("realised")), _x(hr.get("ceiling"))),
+                (
+                    "n/a"
+                    if hr.get("converted") is None
+                    else "%.0f%% (%s of %s)"
+                    % (100 * hr["converted"], _x(hr.get("realised")), _x(hr.get("ceiling")))
+                ),
             )
         )
     out.append("")
@@ -591,18 +586,6 @@ def render_plots(report, out_dir):
     return made
 
 
-def _write_if_changed(path, data):
-    if os.path.exists(path):
-        with open(path, "rb") as fh:
-            if fh.read() == data:
-                return False
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
-    return True
-
-
 def write_report(report, out_dir, plots=True, basename="report"):
     """Write <basename>.json, <basename>.md and the plots under out_dir. Returns the paths."""
     if not os.path.isdir(out_dir):
@@ -622,8 +605,8 @@ def write_report(report, out_dir, plots=True, basename="report"):
         "markdown": os.path.join(out_dir, basename + ".md"),
         "plots": [os.path.join(out_dir, p["file"]) for p in report["plots"]],
     }
-    _write_if_changed(
+    write_if_changed(
         paths["json"], (json.dumps(report, indent=2, sort_keys=True, default=str) + "\n").encode()
     )
-    _write_if_changed(paths["markdown"], render_markdown(report).encode())
+    write_if_changed(paths["markdown"], render_markdown(report).encode())
     return paths

@@ -22,6 +22,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.deploy_rollout impo
     expected_from_plan,
     pod_summary,
 )
+from ansible_collections.specpilot.core.plugins.module_utils.common import k8s_meta
 
 __all__ = ["ENGINE_HINTS", "scheduling_hints", "engine_hints", "diagnose"]
 
@@ -69,10 +70,6 @@ _GENERIC_ENGINE = (
     "specpilot_vllm_version is the image's vLLM {image_vllm}."
 )
 _SECONDARY = ("ENGINE_START_FAILED", "ENGINE_DEAD")
-
-
-def _meta(obj):
-    return (obj or {}).get("metadata") or {}
 
 
 def _cond(obj, kind):
@@ -324,8 +321,8 @@ def diagnose(context):
         lines.append(
             "  Deployment %s: generation %s, observed %s, replicas %s, updated %s, available %s%s"
             % (
-                _meta(deployment).get("name"),
-                _meta(deployment).get("generation"),
+                k8s_meta(deployment).get("name"),
+                k8s_meta(deployment).get("generation"),
                 dst.get("observedGeneration"),
                 dst.get("replicas", 0),
                 dst.get("updatedReplicas", 0),

@@ -27,7 +27,7 @@ init container (modelcar-init) keeps failing, when a new pod stays unschedulable
 
 from __future__ import annotations
 
-import datetime
+from ansible_collections.specpilot.core.plugins.module_utils.common import k8s_meta, parse_time
 
 __all__ = [
     "CONTAINER",
@@ -57,31 +57,6 @@ _INVALID_REASONS = (
 _IMAGE_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 
 
-def _time(text):
-    if not isinstance(text, str) or not text:
-        return None
-    value = text.strip().replace("Z", "+00:00")
-    if "." in value:
-        head, _, rest = value.partition(".")
-        tz = ""
-        for i, ch in enumerate(rest):
-            if ch in "+-":
-                rest, tz = rest[:i], rest[i:]
-                break
-        value = "%s.%s%s" % (head, (rest + "000000")[:6], tz)
-    try:
-        parsed = datetime.datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=datetime.timezone.utc)
-    return parsed.timestamp()
-
-
-def _meta(obj):
-    return (obj or {}).get("metadata") or {}
-
-
 def _conditions(obj):
     return {
         c.get("type"): c
@@ -103,7 +78,7 @@ def expected_from_plan(plan):
 
 def expected_from_isvc(isvc):
     """What the rollout of a live InferenceService's own spec looks like (its args and digest)."""
-    md = _meta(isvc)
+    md = k8s_meta(isvc)
     model = ((isvc.get("spec") or {}).get("predictor") or {}).get("model") or {}
     mode = (md.get("annotations") or {}).get("serving.kserve.io/deploymentMode") or "Standard"
     return {
@@ -155,7 +130,7 @@ def _state_text(state):
 def pod_summary(pod, expected=None, now=None):
     """A short view of one predictor pod: phase, scheduling, kserve-container state, restarts,
     last termination, and whether it belongs to the expected (new) revision."""
-    md = _meta(pod)
+    md = k8s_meta(pod)
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
     main = None
@@ -178,7 +153,7 @@ def pod_summary(pod, expected=None, now=None):
     unschedulable = None
     if scheduled and scheduled.get("status") == "False":
         unschedulable = scheduled.get("message") or scheduled.get("reason") or "Unschedulable"
-    created = _time(md.get("creationTimestamp"))
+    created = parse_time(md.get("creationTimestamp"))
     last = ((cstatus or {}).get("lastState") or {}).get("terminated")
     state = (cstatus or {}).get("state") or {}
     init_failure = None
@@ -278,7 +253,7 @@ def _failure(pods, expected, options, isvc, now, started):
     )
     if invalid and not any(p["new"] for p in pods):
         info = model.get("lastFailureInfo") or {}
-        when = _time(info.get("time"))
+        when = parse_time(info.get("time"))
         fresh = started is None or when is None or when >= started - 5
         if fresh and (started is None or now is None or now - started >= float(options["spec_grace"])):
             return "invalid-spec", "KServe rejects the InferenceService: %s" % (
@@ -332,7 +307,7 @@ def rollout_status(
             waiting.append("revision %s has %d%% of the traffic" % (ready_rev, traffic))
         headline = "revision %s (ready %s), traffic %d%%" % (created or "-", ready_rev or "-", traffic)
     else:
-        dmd = _meta(deployment)
+        dmd = k8s_meta(deployment)
         dstatus = (deployment or {}).get("status") or {}
         container = template_container(deployment)
         tmpl_meta = (((deployment or {}).get("spec") or {}).get("template") or {}).get("metadata") or {}

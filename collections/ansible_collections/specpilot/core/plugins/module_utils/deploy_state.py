@@ -19,10 +19,10 @@ Pure standard library.  Times are epoch seconds (``now``) so that tests can pin 
 from __future__ import annotations
 
 import copy
-import datetime
 import json
 
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_rollout
+from ansible_collections.specpilot.core.plugins.module_utils.common import k8s_meta, micro_time, parse_time
 
 __all__ = [
     "ANN_DIGEST",
@@ -59,54 +59,18 @@ RECORD_VERSION = 1
 _SKIP_ANNOTATIONS = (ANN_PREVIOUS, "kubectl.kubernetes.io/last-applied-configuration")
 
 
-# ---------------------------------------------------------------- time
-def micro_time(epoch):
-    """Kubernetes MicroTime (``2026-11-21T06:00:00.000000Z``) of an epoch second."""
-    return datetime.datetime.fromtimestamp(float(epoch), datetime.timezone.utc).strftime(
-        "%Y-%m-%dT%H:%M:%S.%fZ"
-    )
-
-
-def parse_time(text):
-    """Epoch seconds of a Kubernetes Time/MicroTime string (None when unparsable)."""
-    if not isinstance(text, str) or not text:
-        return None
-    value = text.strip().replace("Z", "+00:00")
-    if "." in value:
-        head, _, rest = value.partition(".")
-        frac, sign, tz = "", "", ""
-        for i, ch in enumerate(rest):
-            if ch in "+-":
-                frac, sign, tz = rest[:i], ch, rest[i + 1 :]
-                break
-        else:
-            frac = rest
-        value = "%s.%s%s%s" % (head, (frac + "000000")[:6], sign, tz)
-    try:
-        parsed = datetime.datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=datetime.timezone.utc)
-    return parsed.timestamp()
-
-
 def _compact(data):
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
-def _meta(obj):
-    return (obj or {}).get("metadata") or {}
-
-
 def _annotations(obj):
-    return _meta(obj).get("annotations") or {}
+    return k8s_meta(obj).get("annotations") or {}
 
 
 # ---------------------------------------------------------------- sync
 def managed_by(obj, field_manager):
     """True when ``field_manager`` applied the object (server-side apply) at some point."""
-    for entry in _meta(obj).get("managedFields") or []:
+    for entry in k8s_meta(obj).get("managedFields") or []:
         if entry.get("manager") == field_manager and entry.get("operation") == "Apply":
             return True
     return False
@@ -152,7 +116,7 @@ def sync_status(desired, live, field_manager):
         if key == "metadata":
             for sub in ("labels", "annotations"):
                 reasons.extend(
-                    subset_diff(value.get(sub) or {}, _meta(live).get(sub) or {}, "metadata." + sub)
+                    subset_diff(value.get(sub) or {}, k8s_meta(live).get(sub) or {}, "metadata." + sub)
                 )
             continue
         reasons.extend(subset_diff(value, live.get(key), key))
@@ -165,7 +129,7 @@ def sync_status(desired, live, field_manager):
 def _runtime_snapshot(runtime):
     if not runtime:
         return None
-    md = _meta(runtime)
+    md = k8s_meta(runtime)
     out = {
         "apiVersion": runtime.get("apiVersion"),
         "kind": runtime.get("kind"),
@@ -201,7 +165,7 @@ def revision_snapshot(isvc, runtime=None, ready=None, now=None):
     ``{v, digest, recorded_at, ready, labels, annotations, predictor, runtime}``.  ``predictor``
     is the whole stored ``spec.predictor``; rollback re-applies it (and ``runtime``) as they were.
     """
-    md = _meta(isvc)
+    md = k8s_meta(isvc)
     return {
         "v": RECORD_VERSION,
         "digest": _annotations(isvc).get(ANN_DIGEST),
@@ -356,7 +320,7 @@ def lease_status(lease, holder, now):
         "duration": duration,
         "expires_at": micro_time(expires_at) if expires_at is not None else None,
         "expires_in": int(expires_at - now) if expires_at is not None else None,
-        "resource_version": _meta(lease).get("resourceVersion"),
+        "resource_version": k8s_meta(lease).get("resourceVersion"),
         "transitions": int(spec.get("leaseTransitions") or 0),
     }
     if held and not mine:
@@ -461,7 +425,7 @@ def decide(plan, live, field_manager="specpilot", now=None, history_limit=HISTOR
         "plan_rollout": _brief(plan_rollout),
         "baseline": {
             "latest_created_revision": components.get("latestCreatedRevision"),
-            "deployment_generation": _meta(deployment).get("generation") if deployment else None,
+            "deployment_generation": k8s_meta(deployment).get("generation") if deployment else None,
         },
         "previous_runtime": _runtime_snapshot(live.get("servingruntime")) if live_runtime else None,
     }
@@ -492,7 +456,7 @@ def problem(plan, live, holder="", now=None, create_namespace=False):
             return (
                 "another deploy of this service is running - lock %s/%s %s. Wait for it to finish; if it "
                 "died, the lock expires by itself, or delete the Lease."
-                % (plan["namespace"], _meta(lease).get("name"), status["message"])
+                % (plan["namespace"], k8s_meta(lease).get("name"), status["message"])
             )
     return ""
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import posixpath
 
 from ansible_collections.specpilot.core.plugins.module_utils.versions import format_version
+from ansible_collections.specpilot.core.plugins.module_utils.common import get_path
 
 __all__ = [
     "check_inferenceservice",
@@ -86,14 +87,6 @@ def _v(ctx):
 
 def _vl(ctx):
     return format_version(ctx["kserve_version"])
-
-
-def _get(obj, *keys):
-    for key in keys:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(key)
-    return obj
 
 
 def _check_storage_uris(entries, ctx, findings, where):
@@ -278,7 +271,7 @@ def check_inferenceservice(isvc, ctx, findings, where):
     ctx: kserve_version (tuple), deployment_mode ('Standard'|'Knative').
     where(manifest_path) -> finding path (tells rendered fields from user overrides).
     """
-    predictor = _get(isvc, "spec", "predictor")
+    predictor = get_path(isvc, "spec", "predictor")
     if not isinstance(predictor, dict):
         findings.error(
             where("spec.predictor"),
@@ -335,7 +328,7 @@ def check_inferenceservice(isvc, ctx, findings, where):
                     "set enableModelcar: true in the inferenceservice-config ConfigMap",
                     "modelcar-disabled-by-default",
                 )
-    annotations = _get(isvc, "metadata", "annotations") or {}
+    annotations = get_path(isvc, "metadata", "annotations") or {}
     mode_value = annotations.get("serving.kserve.io/deploymentMode")
     expected = {"Standard": ("Standard", "RawDeployment"), "Knative": ("Knative", "Serverless")}[mode]
     if mode_value not in expected:
@@ -384,7 +377,7 @@ def check_inferenceservice(isvc, ctx, findings, where):
             "use minReplicas >= 1, or Knative mode",
             "scale-to-zero-standard",
         )
-    canary = _get(isvc, "spec", "canary")
+    canary = get_path(isvc, "spec", "canary")
     if canary is not None:
         if version < (0, 20, 0):
             findings.error(
@@ -417,7 +410,7 @@ def check_inferenceservice(isvc, ctx, findings, where):
 
 
 def check_servingruntime(runtime, findings, where):
-    containers = _get(runtime, "spec", "containers")
+    containers = get_path(runtime, "spec", "containers")
     if not isinstance(containers, list) or not containers:
         findings.error(
             where("spec.containers"),

@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+from ansible_collections.specpilot.core.plugins.module_utils.common import get_path, write_if_changed
 
 try:
     import matplotlib
@@ -144,14 +145,6 @@ def _check(cid, status, title, message, **details):
 
 def _details(cmp):
     return {k: v for k, v in cmp.items() if k != "status"}
-
-
-def _get(obj, *path):
-    for key in path:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(key)
-    return obj
 
 
 def thresholds(values=None):
@@ -278,7 +271,7 @@ def compare_args(planned, actual, expect="on", required=None):
 
 def isvc_args(isvc, container="kserve-container"):
     """The vLLM arguments the InferenceService asks for (model args, or its container's)."""
-    pred = _get(isvc, "spec", "predictor") or {}
+    pred = get_path(isvc, "spec", "predictor") or {}
     model = pred.get("model")
     if isinstance(model, dict) and model.get("args") is not None:
         return [str(a) for a in model["args"]]
@@ -289,7 +282,7 @@ def isvc_args(isvc, container="kserve-container"):
 
 
 def pod_container(pod, container="kserve-container"):
-    for c in _get(pod, "spec", "containers") or []:
+    for c in get_path(pod, "spec", "containers") or []:
         if c.get("name") == container:
             return c
     return None
@@ -301,14 +294,14 @@ def pod_args(pod, container="kserve-container"):
 
 
 def _condition(obj, ctype):
-    for c in _get(obj, "status", "conditions") or []:
+    for c in get_path(obj, "status", "conditions") or []:
         if c.get("type") == ctype:
             return c
     return None
 
 
 def _container_status(pod, container):
-    for c in _get(pod, "status", "containerStatuses") or []:
+    for c in get_path(pod, "status", "containerStatuses") or []:
         if c.get("name") == container:
             return c
     return {}
@@ -394,8 +387,8 @@ def compare_engine_config(plan_cfg, logged, aliases=None):
 def figures(metrics_after, log_window, plan_cfg=None):
     """Acceptance figures: from the /metrics deltas (primary) and the log windows after the
     probes (cross-check)."""
-    derived = _get(metrics_after, "derived") or {}
-    summary = _get(log_window, "summary") or {}
+    derived = get_path(metrics_after, "derived") or {}
+    summary = get_path(log_window, "summary") or {}
     log = {
         "acceptance_rate": _num(summary.get("draft_acceptance_rate")),
         "mean_acceptance_length": _num(summary.get("mean_acceptance_length")),
@@ -404,7 +397,7 @@ def figures(metrics_after, log_window, plan_cfg=None):
         "accepted_tokens": summary.get("accepted_tokens"),
         "windows": summary.get("windows") or 0,
         "format": summary.get("format"),
-        "since_found": _get(log_window, "since_found"),
+        "since_found": get_path(log_window, "since_found"),
     }
     metrics = {
         "acceptance_rate": _num(derived.get("draft_acceptance_rate")),
@@ -445,7 +438,7 @@ def figures(metrics_after, log_window, plan_cfg=None):
             per_position_acceptance=log["per_position_acceptance"],
         )
     latency = {}
-    for key, lat in (_get(metrics_after, "latency") or {}).items():
+    for key, lat in (get_path(metrics_after, "latency") or {}).items():
         if isinstance(lat, dict) and lat.get("mean") is not None:
             latency[key] = {
                 "mean_s": lat["mean"],
@@ -561,7 +554,7 @@ def evaluate(data):
         )
 
     # --- the predictor pod ------------------------------------------------------------
-    pod_name = _get(pod, "metadata", "name")
+    pod_name = get_path(pod, "metadata", "name")
     if pod is None:
         checks.append(_check("pod", "fail", "Predictor pod", "no predictor pod found"))
     else:
@@ -1098,7 +1091,7 @@ def evaluate(data):
 
 
 def log_window_count(window):
-    return int(_get(window, "summary", "windows") or 0)
+    return int(get_path(window, "summary", "windows") or 0)
 
 
 # --------------------------------------------------------------------------- report
@@ -1358,18 +1351,6 @@ def render_plot(report, path):
     return True
 
 
-def _write_if_changed(path, data):
-    if os.path.exists(path):
-        with open(path, "rb") as fh:
-            if fh.read() == data:
-                return False
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
-    return True
-
-
 def write_report(report, out_dir, basename="smoke", plot=True):
     """Write <basename>.json, <basename>.md and (with per-position data) acceptance.png.
 
@@ -1391,7 +1372,7 @@ def write_report(report, out_dir, basename="smoke", plot=True):
     changed = False
     if drawn:
         with open(plot_path + ".new", "rb") as fh:
-            changed = _write_if_changed(plot_path, fh.read()) or changed
+            changed = write_if_changed(plot_path, fh.read()) or changed
         os.remove(plot_path + ".new")
     paths = {
         "json": os.path.join(out_dir, basename + ".json"),
@@ -1399,12 +1380,12 @@ def write_report(report, out_dir, basename="smoke", plot=True):
         "plot": plot_path if drawn else None,
     }
     changed = (
-        _write_if_changed(
+        write_if_changed(
             paths["json"], (json.dumps(report, indent=2, sort_keys=True, default=str) + "\n").encode("utf-8")
         )
         or changed
     )
-    changed = _write_if_changed(paths["markdown"], render_markdown(report).encode("utf-8")) or changed
+    changed = write_if_changed(paths["markdown"], render_markdown(report).encode("utf-8")) or changed
     paths["changed"] = changed
     return paths
 

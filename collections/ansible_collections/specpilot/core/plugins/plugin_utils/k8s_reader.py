@@ -18,6 +18,7 @@ import time
 
 from ansible.errors import AnsibleError
 from ansible.plugins.loader import lookup_loader
+from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import TRANSIENT
 
 # connection options of kubernetes.core (doc fragment k8s_auth_options) the lookup accepts
 AUTH_KEYS = (
@@ -38,7 +39,6 @@ AUTH_KEYS = (
     "impersonate_user",
     "impersonate_groups",
 )
-TRANSIENT_STATUS = (409, 429, 500, 502, 503, 504)
 
 
 class ReadError(AnsibleError):
@@ -52,7 +52,7 @@ def auth_options(params):
 
 def is_transient(exc):
     status = getattr(exc, "status", None)
-    if status in TRANSIENT_STATUS:
+    if status in TRANSIENT:
         return True
     name = type(exc).__name__
     text = str(exc)

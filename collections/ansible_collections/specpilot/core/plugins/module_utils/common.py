@@ -1,0 +1,70 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see galaxy.yml)
+"""Small helpers every part of the collection uses: nested lookups in API objects, Kubernetes
+timestamps, and files written only when their content changes.  Pure standard library."""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+__all__ = ["get_path", "k8s_meta", "micro_time", "parse_time", "write_if_changed"]
+
+
+def get_path(obj, *keys):
+    """``obj[k1][k2]...``, or None as soon as a level is missing or not a mapping."""
+    for key in keys:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def k8s_meta(obj):
+    """The ``metadata`` of an API object ({} when there is none)."""
+    return (obj or {}).get("metadata") or {}
+
+
+def micro_time(epoch):
+    """Kubernetes MicroTime (``2026-11-21T06:00:00.000000Z``) of an epoch second."""
+    return datetime.datetime.fromtimestamp(float(epoch), datetime.timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%S.%fZ"
+    )
+
+
+def parse_time(text):
+    """Epoch seconds of a Kubernetes Time/MicroTime string (None when unparsable)."""
+    if not isinstance(text, str) or not text:
+        return None
+    value = text.strip().replace("Z", "+00:00")
+    if "." in value:
+        head, _, rest = value.partition(".")
+        frac, sign, tz = "", "", ""
+        for i, ch in enumerate(rest):
+            if ch in "+-":
+                frac, sign, tz = rest[:i], ch, rest[i + 1 :]
+                break
+        else:
+            frac = rest
+        value = "%s.%s%s%s" % (head, (frac + "000000")[:6], sign, tz)
+    try:
+        parsed = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=datetime.timezone.utc)
+    return parsed.timestamp()
+
+
+def write_if_changed(path, data):
+    """Write ``data`` (bytes) to ``path`` atomically unless the file already holds it; True when written."""
+    if os.path.exists(path):
+        with open(path, "rb") as fh:
+            if fh.read() == data:
+                return False
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+    return True
