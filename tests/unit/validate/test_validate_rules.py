@@ -3,6 +3,8 @@ manifest, local model facts, the GPU budget, and the module entry point."""
 
 from __future__ import annotations
 
+import math
+
 import json
 import os
 import stat
@@ -374,8 +376,8 @@ def test_eagle_head_kind_must_match_the_method():
 # ------------------------------------------------------------------ GPU budget
 
 
-def test_gpu_budget_figures_and_suggestion():
-    spec = base_spec(
+def _budget_spec(gmu, memory=80, count=2, **vllm_args):
+    return base_spec(
         target=dict(
             base_spec()["target"],
             params_b=70.6,
@@ -391,18 +393,45 @@ def test_gpu_budget_figures_and_suggestion():
             "vocab_size": 128256,
         },
         speculative={"method": "draft_model", "num_speculative_tokens": 4},
-        gpu={"count": 2, "memory_gib": 80},
-        vllm_args={"gpu_memory_utilization": 0.95},
+        gpu={"count": count, "memory_gib": memory},
+        vllm_args=dict(vllm_args, gpu_memory_utilization=gmu),
     )
-    result = validate(spec)
+
+
+def test_gpu_budget_counts_the_draft_inside_gpu_memory_utilization():
+    """vLLM V1 (v1/worker/gpu_worker.py determine_available_memory): KV cache = gmu x memory - weights (target
+    AND draft) - activations.  A draft never calls for a lower gpu_memory_utilization."""
+    result = validate(_budget_spec(0.95))
     budget = result["plan"]["gpu_budget"]
-    assert budget["tensor_parallel_size"] == 2
+    assert budget["engine"] == "v1" and budget["tensor_parallel_size"] == 2
     assert 32 < budget["target_weights_gib_per_gpu"] < 33.5
     assert 7 < budget["draft_weights_gib_per_gpu"] < 8
-    warning = next(w for w in result["warnings"] if w["code"] == "draft-outside-budget")
-    # 80 GiB - 7.5 GiB draft - 0.5 GiB margin = 72 GiB -> 0.90
-    assert warning["hint"] == "lower gpu_memory_utilization to 0.90"
-    assert budget["suggested_gpu_memory_utilization"] == 0.9
+    # 0.95 x 80 = 76 GiB - 32.9 target - 7.5 draft - 1.0 activations
+    assert 34 < budget["kv_cache_available_gib_per_gpu"] < 35
+    assert not [f for f in result["errors"] + result["warnings"] if "gpu_memory_utilization" in f["path"]]
+
+
+def test_a_kv_cache_shortfall_names_the_smallest_fix():
+    # 0.5 x 80 = 40 GiB: 32.9 + 7.5 + 1.0 leave nothing for one 8192-token sequence (80 layers x 8 KV heads)
+    short = validate(_budget_spec(0.5, max_model_len=8192))
+    error = next(e for e in short["errors"] if e["code"] == "gpu-budget")
+    assert error["path"].endswith("vllm_args.gpu_memory_utilization")
+    assert "draft 7.5 GiB" in error["message"] and "KV cache" in error["message"]
+    needed = (32.87 + 7.48 + 1.0 + short["plan"]["gpu_budget"]["kv_cache_min_gib_per_gpu"]) / 80
+    assert error["hint"] == "raise gpu_memory_utilization to %.2f" % (math.ceil(needed * 100) / 100)
+    # no gmu can help on a 48 GiB GPU: the longest max_model_len that fits instead
+    tight = validate(_budget_spec(0.95, memory=48, max_model_len=131072))
+    error = next(e for e in tight["errors"] if e["code"] == "gpu-budget")
+    longest = tight["plan"]["gpu_budget"]["suggested_max_model_len"]
+    assert 0 < longest < 131072 and error["hint"].startswith("lower max_model_len to %d" % longest)
+
+
+def test_too_little_outside_the_budget_warns():
+    result = validate(_budget_spec(0.99))
+    warning = next(w for w in result["warnings"] if w["code"] == "budget-outside-tight")
+    assert warning["hint"].startswith("lower gpu_memory_utilization to 0.98")
+    eager = validate(_budget_spec(0.99, enforce_eager=True))  # no CUDA graphs: the context alone fits
+    assert not [w for w in eager["warnings"] if w["code"] == "budget-outside-tight"]
 
 
 def test_gpu_budget_skipped_without_facts():

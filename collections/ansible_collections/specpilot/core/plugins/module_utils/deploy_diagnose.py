@@ -52,9 +52,12 @@ ENGINE_HINTS = {
         "(pip install arctic-inference in the image); otherwise use method ngram."
     ),
     "CUDA_OOM": (
-        "The GPU ran out of memory while the engine started. The draft's weights and its KV cache sit outside "
-        "--gpu-memory-utilization: lower specpilot_vllm_args.gpu_memory_utilization by 0.05 to 0.10 (it is "
-        "{gmu}), reduce max_model_len / max_num_seqs, use a smaller draft, or give the service more GPUs."
+        "The GPU ran out of memory while the engine started. vLLM V1 keeps the weights (the draft's too), the "
+        "activations and the KV cache inside --gpu-memory-utilization (v1/worker/gpu_worker.py "
+        "determine_available_memory); what ran out is the memory outside it (CUDA context, captured CUDA "
+        "graphs) or the GPU itself: lower specpilot_vllm_args.gpu_memory_utilization by 0.02 to 0.05 (it is "
+        "{gmu}) or set enforce_eager, and if the weights alone do not fit, use a smaller draft or give the "
+        "service more GPUs."
     ),
     "CLI_ARGUMENT_ERROR": (
         "vLLM's argument parser rejected an argument ({message}). Check specpilot_vllm_args.extra_args against "

@@ -1,11 +1,25 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see galaxy.yml)
-"""GPU memory budget of one replica: target and draft weights, minimal KV cache.
+"""GPU memory budget of one replica, as vLLM's V1 engine counts it.
 
-vLLM sizes its KV cache inside ``gpu_memory_utilization`` x GPU memory; a draft artifact
-(EAGLE head, draft model, ...) is loaded outside that budget.  Weights are split over
-tensor parallel ranks.  All figures are per GPU, in GiB.
+vLLM V1 (``vllm/v1/worker/gpu_worker.py``, ``Worker.determine_available_memory``; 0.32.0 read)
+sizes the KV cache as
+
+    requested_memory - non_kv_cache_memory - cudagraph_memory_estimate_applied
+
+where ``requested_memory`` is ``gpu_memory_utilization`` x total GPU memory
+(``vllm/v1/worker/utils.py``, ``request_memory``) and ``non_kv_cache_memory`` is what the profile
+run measured: the weights (``GPUModelRunner.load_model`` loads the drafter - EAGLE head, draft
+model, MTP layers - inside the same memory profiler as the target, so ``model_memory_usage``
+holds both), the activation peak and non-torch memory.  CUDA-graph memory is outside the budget
+unless ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` is set.  The engine then refuses to start when
+the KV cache cannot hold one ``max_model_len`` sequence (``vllm/v1/core/kv_cache_utils.py``,
+``check_enough_kv_cache_memory``).  So a draft takes its weights (and its own KV layers) out of
+the KV cache: adding a draft calls for a HIGHER gpu_memory_utilization, never a lower one.
+
+Weights are split over tensor parallel ranks.  All figures are per GPU, in GiB; activations and
+CUDA graphs are estimates (the profile run measures them on the real GPU).
 """
 
 from __future__ import annotations
@@ -20,6 +34,8 @@ GIB = float(1 << 30)
 DEFAULT_GMU = 0.9
 ACTIVATION_RESERVE_GIB = 1.0  # activations and sampler buffers inside the budget
 CONTEXT_MARGIN_GIB = 0.5  # CUDA context and allocator slack outside the budget
+CUDAGRAPH_GIB = 1.0  # captured CUDA graphs, outside the budget (none with enforce_eager)
+V1_FROM = (0, 8)  # V1 is the default engine from vLLM 0.8.0
 KV_FALLBACK_GIB = 1.0  # minimal KV cache when the architecture facts are unknown
 TARGET_SHARE_WARN = 0.70
 DRAFT_SHARE_WARN = 0.15
@@ -79,16 +95,188 @@ def _kv_min_gib(facts, tokens, tp, kv_dtype):
     return per_token * tokens / GIB
 
 
-def _round_down(value, step=0.05):
-    return math.floor(value / step + 1e-9) * step
+def _round_up(value, step=0.01):
+    return math.ceil(value / step - 1e-9) * step
+
+
+def _engine_note(spec, findings):
+    try:
+        release = tuple(int(x) for x in str(spec.get("vllm_version") or "").split(".")[:2])
+    except ValueError:
+        release = None
+    if release and release < V1_FROM:
+        findings.note(
+            "vllm_version",
+            "the GPU memory budget follows the V1 engine's accounting (draft inside gpu_memory_utilization); "
+            "vLLM %s runs the V0 engine by default, whose accounting specpilot has not checked"
+            % spec["vllm_version"],
+            "treat the GPU figures as an estimate",
+            "budget-v0-unverified",
+        )
+
+
+def _draft_figures(draft, draft_tp, tp, tokens, kv_dtype, findings):
+    """(draft weights, draft KV for `tokens`) per GPU; zeros without a draft or its facts."""
+    if not draft:
+        return 0.0, 0.0
+    draft_w = _weights_gib(draft)
+    if draft_w is None:
+        findings.note(
+            "draft",
+            "the draft's size is unknown, so its memory is left out of the budget",
+            "give draft.params_b (or draft.local_path with weights)",
+            "budget-draft-unknown",
+        )
+        return 0.0, 0.0
+    dtp = max(1, draft_tp or tp)
+    return draft_w / dtp, _kv_min_gib(draft, tokens, dtp, kv_dtype) or 0.0
+
+
+def _figures(spec, memory, target_w, target, draft, draft_tp, findings):
+    va = spec["vllm_args"]
+    tp = va.get("tensor_parallel_size") or max(1, spec["gpu"]["count"])
+    gmu = va.get("gpu_memory_utilization") or DEFAULT_GMU
+    tokens = va.get("max_model_len") or target.get("max_position_embeddings")
+    kv_target = _kv_min_gib(target, tokens, tp, va.get("kv_cache_dtype"))
+    draft_w, kv_draft = _draft_figures(draft, draft_tp, tp, tokens, va.get("kv_cache_dtype"), findings)
+    kv_min = (kv_target if kv_target is not None else KV_FALLBACK_GIB) + kv_draft
+    budget = gmu * memory
+    fixed = target_w / tp + draft_w + ACTIVATION_RESERVE_GIB
+    return {
+        "engine": "v1",
+        "source": "vllm/v1/worker/gpu_worker.py Worker.determine_available_memory",
+        "gpu_memory_gib": memory,
+        "gpu_memory_utilization": gmu,
+        "tensor_parallel_size": tp,
+        "max_model_len": tokens,
+        "target_weights_gib_per_gpu": round(target_w / tp, 2),
+        "draft_weights_gib_per_gpu": round(draft_w, 2),
+        "activation_gib_per_gpu": ACTIVATION_RESERVE_GIB,
+        "kv_cache_min_gib_per_gpu": round(kv_min, 2),
+        "kv_cache_estimated": kv_target is not None,
+        "budget_gib": round(budget, 2),
+        "kv_cache_available_gib_per_gpu": round(budget - fixed, 2),
+        "outside_budget_gib": round(memory - budget, 2),
+        "outside_needed_gib": CONTEXT_MARGIN_GIB + (0.0 if va.get("enforce_eager") else CUDAGRAPH_GIB),
+        "_fixed": fixed,
+        "_kv_min": kv_min,
+    }
+
+
+def _weights_do_not_fit(f, findings):
+    if f["_fixed"] + f["outside_needed_gib"] <= f["gpu_memory_gib"]:
+        return False
+    findings.error(
+        "gpu.memory_gib",
+        "weights do not fit: target %.1f GiB%s + %.1f GiB activations + %.1f GiB CUDA context and graphs exceed "
+        "the %.0f GiB of one GPU (tensor_parallel_size=%d), before any KV cache"
+        % (
+            f["target_weights_gib_per_gpu"],
+            (" + draft %.1f GiB" % f["draft_weights_gib_per_gpu"]) if f["draft_weights_gib_per_gpu"] else "",
+            ACTIVATION_RESERVE_GIB,
+            f["outside_needed_gib"],
+            f["gpu_memory_gib"],
+            f["tensor_parallel_size"],
+        ),
+        "use more GPUs (gpu.count / tensor_parallel_size), a quantized target, or a smaller draft",
+        "gpu-oom",
+    )
+    return True
+
+
+def _tokens_text(f):
+    return ("one %d-token sequence" % f["max_model_len"]) if f["max_model_len"] else "an assumed minimum"
+
+
+def _smallest_fix(f):
+    """The smallest change that gives the KV cache what one max_model_len sequence needs."""
+    memory, outside = f["gpu_memory_gib"], f["outside_needed_gib"]
+    gmu = _round_up((f["_fixed"] + f["_kv_min"]) / memory)
+    if gmu * memory + outside <= memory:
+        f["suggested_gpu_memory_utilization"] = round(gmu, 2)
+        return "raise gpu_memory_utilization to %.2f" % gmu
+    # no gpu_memory_utilization holds it: the longest sequence the GPU can hold at the highest one
+    highest = math.floor((memory - outside) / memory * 100) / 100
+    room = highest * memory - f["_fixed"]
+    if room > 0 and f["max_model_len"] and f["_kv_min"] > 0:
+        longest = int(f["max_model_len"] * room / f["_kv_min"]) // 16 * 16
+        if longest >= 16:
+            f["suggested_gpu_memory_utilization"] = highest
+            f["suggested_max_model_len"] = longest
+            return (
+                "lower max_model_len to %d with gpu_memory_utilization %.2f, or use a quantized draft or more GPUs"
+                % (
+                    longest,
+                    highest,
+                )
+            )
+    return "use a quantized or smaller draft, a quantized target, or more GPUs"
+
+
+def _kv_shortfall(f, findings):
+    if f["_fixed"] + f["_kv_min"] <= f["budget_gib"]:
+        return
+    findings.error(
+        "vllm_args.gpu_memory_utilization",
+        "no room for the KV cache: the budget %.2f x %.0f GiB = %.1f GiB holds target %.1f GiB + draft %.1f GiB + "
+        "%.1f GiB activations (vLLM V1 counts the draft inside gpu_memory_utilization), which leaves %.1f GiB "
+        "for the KV cache; %s needs %.1f GiB - vLLM would refuse to start"
+        % (
+            f["gpu_memory_utilization"],
+            f["gpu_memory_gib"],
+            f["budget_gib"],
+            f["target_weights_gib_per_gpu"],
+            f["draft_weights_gib_per_gpu"],
+            ACTIVATION_RESERVE_GIB,
+            max(0.0, f["kv_cache_available_gib_per_gpu"]),
+            _tokens_text(f),
+            f["_kv_min"],
+        ),
+        _smallest_fix(f),
+        "gpu-budget",
+    )
+
+
+def _outside_budget(f, findings):
+    if f["outside_budget_gib"] >= f["outside_needed_gib"]:
+        return
+    findings.warning(
+        "vllm_args.gpu_memory_utilization",
+        "gpu_memory_utilization %.2f leaves %.1f GiB of the GPU outside its budget, less than the about %.1f GiB "
+        "the CUDA context and the captured CUDA graphs take there: the engine can run out of memory while "
+        "capturing graphs" % (f["gpu_memory_utilization"], f["outside_budget_gib"], f["outside_needed_gib"]),
+        "lower gpu_memory_utilization to %.2f, or set enforce_eager (no CUDA graphs, slower decoding)"
+        % (math.floor((f["gpu_memory_gib"] - f["outside_needed_gib"]) / f["gpu_memory_gib"] * 100) / 100),
+        "budget-outside-tight",
+    )
+
+
+def _share_warnings(f, findings):
+    memory = f["gpu_memory_gib"]
+    target, draft = f["target_weights_gib_per_gpu"], f["draft_weights_gib_per_gpu"]
+    if target / memory > TARGET_SHARE_WARN:
+        findings.warning(
+            path_join("target", "params_b"),
+            "the target's weights take %.0f%% of each GPU (%.1f of %.0f GiB), leaving little KV cache "
+            "for concurrent requests" % (100 * target / memory, target, memory),
+            "add GPUs or quantize the target",
+            "target-memory-share",
+        )
+    if draft / memory > DRAFT_SHARE_WARN:
+        findings.warning(
+            path_join("draft", "params_b"),
+            "the draft takes %.0f%% of each GPU (%.1f of %.0f GiB), memory the KV cache no longer has"
+            % (100 * draft / memory, draft, memory),
+            "use a smaller draft (EAGLE heads and MTP cost far less)",
+            "draft-memory-share",
+        )
 
 
 def check_budget(spec, target, draft, draft_tp, findings):
     """Returns the budget figures (dict) or None when it cannot be computed."""
-    gpu = spec["gpu"]
-    if gpu["count"] == 0:
+    if spec["gpu"]["count"] == 0:
         return None
-    memory = gpu.get("memory_gib")
+    memory = spec["gpu"].get("memory_gib")
     target_w = _weights_gib(target)
     if not memory or target_w is None:
         findings.note(
@@ -99,104 +287,10 @@ def check_budget(spec, target, draft, draft_tp, findings):
             "budget-skipped",
         )
         return None
-    va = spec["vllm_args"]
-    tp = va.get("tensor_parallel_size") or max(1, gpu["count"])
-    gmu = va.get("gpu_memory_utilization") or DEFAULT_GMU
-    target_per_gpu = target_w / tp
-    tokens = va.get("max_model_len") or target.get("max_position_embeddings")
-    kv_min = _kv_min_gib(target, tokens, tp, va.get("kv_cache_dtype"))
-    kv_known = kv_min is not None
-    if kv_min is None:
-        kv_min = KV_FALLBACK_GIB
-    draft_per_gpu = 0.0
-    if draft:
-        draft_w = _weights_gib(draft)
-        if draft_w is None:
-            findings.note(
-                "draft",
-                "the draft's size is unknown, so its memory is left out of the budget",
-                "give draft.params_b (or draft.local_path with weights)",
-                "budget-draft-unknown",
-            )
-        else:
-            draft_per_gpu = draft_w / max(1, draft_tp or tp)
-    budget = gmu * memory
-    need = target_per_gpu + kv_min + ACTIVATION_RESERVE_GIB
-    figures = {
-        "gpu_memory_gib": memory,
-        "gpu_memory_utilization": gmu,
-        "tensor_parallel_size": tp,
-        "target_weights_gib_per_gpu": round(target_per_gpu, 2),
-        "draft_weights_gib_per_gpu": round(draft_per_gpu, 2),
-        "kv_cache_min_gib_per_gpu": round(kv_min, 2),
-        "kv_cache_estimated": kv_known,
-        "budget_gib": round(budget, 2),
-        "outside_budget_gib": round(memory - budget, 2),
-    }
-    gmu_path = "vllm_args.gpu_memory_utilization"
-    tokens_text = ("%d tokens" % tokens) if tokens else "an assumed minimum"
-    if target_per_gpu + draft_per_gpu + kv_min + ACTIVATION_RESERVE_GIB + CONTEXT_MARGIN_GIB > memory:
-        findings.error(
-            "gpu.memory_gib",
-            "weights do not fit: target %.1f GiB%s + minimal KV cache %.1f GiB (%s) + %.1f GiB working "
-            "memory exceed the %.0f GiB of one GPU (tensor_parallel_size=%d)"
-            % (
-                target_per_gpu,
-                (" + draft %.1f GiB" % draft_per_gpu) if draft_per_gpu else "",
-                kv_min,
-                tokens_text,
-                ACTIVATION_RESERVE_GIB + CONTEXT_MARGIN_GIB,
-                memory,
-                tp,
-            ),
-            "use more GPUs (gpu.count / tensor_parallel_size), a quantized target, a smaller draft, or a "
-            "lower max_model_len",
-            "gpu-oom",
-        )
-        return figures
-    if need > budget:
-        findings.error(
-            gmu_path,
-            "target weights %.1f GiB + minimal KV cache %.1f GiB (%s) + %.1f GiB activations exceed the "
-            "gpu_memory_utilization budget %.2f x %.0f GiB = %.1f GiB"
-            % (target_per_gpu, kv_min, tokens_text, ACTIVATION_RESERVE_GIB, gmu, memory, budget),
-            "raise gpu_memory_utilization (if the draft leaves room), lower max_model_len, or add GPUs",
-            "gpu-budget",
-        )
-    if draft_per_gpu and draft_per_gpu + CONTEXT_MARGIN_GIB > memory - budget:
-        suggested = _round_down((memory - draft_per_gpu - CONTEXT_MARGIN_GIB) / memory)
-        figures["suggested_gpu_memory_utilization"] = round(suggested, 2)
-        if suggested * memory >= need:
-            findings.warning(
-                gmu_path,
-                "the draft (%.1f GiB per GPU) is loaded outside the gpu_memory_utilization budget, which "
-                "leaves only %.1f GiB: it can run out of memory at startup"
-                % (draft_per_gpu, memory - budget),
-                "lower gpu_memory_utilization to %.2f" % suggested,
-                "draft-outside-budget",
-            )
-        else:
-            findings.error(
-                gmu_path,
-                "the draft (%.1f GiB per GPU) needs gpu_memory_utilization <= %.2f, which leaves too little "
-                "for the target (%.1f GiB needed)" % (draft_per_gpu, suggested, need),
-                "use a smaller or quantized draft, or more GPUs",
-                "draft-budget",
-            )
-    if target_per_gpu / memory > TARGET_SHARE_WARN:
-        findings.warning(
-            path_join("target", "params_b"),
-            "the target's weights take %.0f%% of each GPU (%.1f of %.0f GiB), leaving little KV cache "
-            "for concurrent requests" % (100 * target_per_gpu / memory, target_per_gpu, memory),
-            "add GPUs or quantize the target",
-            "target-memory-share",
-        )
-    if draft_per_gpu / memory > DRAFT_SHARE_WARN:
-        findings.warning(
-            path_join("draft", "params_b"),
-            "the draft takes %.0f%% of each GPU (%.1f of %.0f GiB), memory the KV cache no longer has"
-            % (100 * draft_per_gpu / memory, draft_per_gpu, memory),
-            "use a smaller draft (EAGLE heads and MTP cost far less)",
-            "draft-memory-share",
-        )
-    return figures
+    _engine_note(spec, findings)
+    f = _figures(spec, memory, target_w, target, draft, draft_tp, findings)
+    if not _weights_do_not_fit(f, findings):
+        _kv_shortfall(f, findings)
+        _outside_budget(f, findings)
+        _share_warnings(f, findings)
+    return {k: v for k, v in f.items() if not k.startswith("_")}

@@ -330,8 +330,8 @@ SERVICE_SCHEMA = {
             additionalProperties=False,
             properties={
                 "gpu_memory_utilization": _s(
-                    "--gpu-memory-utilization (vLLM default 0.9).  The draft sits outside this "
-                    "budget: lower it when adding a draft.",
+                    "--gpu-memory-utilization (vLLM default 0.9).  On the V1 engine the draft's weights "
+                    "and KV cache sit inside this budget: a draft needs a higher value, not a lower one.",
                     type="number",
                     exclusiveMinimum=0,
                     maximum=1,
