@@ -6,8 +6,8 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, deploy_kserve
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
     K8sReader,
     ReadError,
@@ -27,15 +27,10 @@ def crd_name(manifest):
     return "%s.%s" % (PLURALS.get(kind, kind.lower() + "s"), group)
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _requires_connection = False
-    _supports_check_mode = True
+class ActionModule(ControllerAction):
+    ARGUMENT_SPEC = deploy_args.CRD_VALIDATE
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        _validation, params = self.validate_argument_spec(argument_spec=deploy_args.CRD_VALIDATE)
+    def act(self, params, task_vars, result):
         manifests = [m for m in params["manifests"] if m]
         crds = {}
         if params.get("crds") is not None:

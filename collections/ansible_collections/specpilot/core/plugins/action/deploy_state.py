@@ -16,8 +16,8 @@ import concurrent.futures
 import time
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, deploy_state
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
     K8sReader,
     ReadError,
@@ -28,15 +28,10 @@ ISVC = ("InferenceService", "serving.kserve.io/v1beta1")
 RUNTIME_API = "serving.kserve.io/v1alpha1"
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _requires_connection = False
-    _supports_check_mode = True
+class ActionModule(ControllerAction):
+    ARGUMENT_SPEC = deploy_args.DEPLOY_STATE
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        _validation, params = self.validate_argument_spec(argument_spec=deploy_args.DEPLOY_STATE)
+    def act(self, params, task_vars, result):
         result["changed"] = False
         if params.get("services") is not None:
             reader = self._reader(params, task_vars)

@@ -14,14 +14,14 @@ from __future__ import annotations
 import time
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.specpilot.core.plugins.module_utils import job_watch
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 
 display = Display()
 
-ARGUMENT_SPEC = dict(
+JOB_WAIT_SPEC = dict(
     name=dict(type="str", required=True),
     namespace=dict(type="str", required=True),
     container=dict(type="str"),
@@ -36,15 +36,10 @@ ARGUMENT_SPEC = dict(
 )
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _requires_connection = False
-    _supports_check_mode = True
+class ActionModule(ControllerAction):
+    ARGUMENT_SPEC = JOB_WAIT_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+    def act(self, args, task_vars, result):
         self._task_vars = task_vars or {}
         self._auth = {k: v for k, v in (args["auth"] or {}).items() if v is not None}
         host = self._task_vars.get("inventory_hostname", "localhost")

@@ -6,8 +6,8 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, deploy_kserve
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
     K8sReader,
     ReadError,
@@ -15,15 +15,10 @@ from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
 )
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _requires_connection = False
-    _supports_check_mode = True
+class ActionModule(ControllerAction):
+    ARGUMENT_SPEC = deploy_args.KSERVE_DETECT
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        _validation, params = self.validate_argument_spec(argument_spec=deploy_args.KSERVE_DETECT)
+    def act(self, params, task_vars, result):
         result["changed"] = False
         if params.get("given"):
             result.update(

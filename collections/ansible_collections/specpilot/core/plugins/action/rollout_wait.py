@@ -8,9 +8,9 @@ from __future__ import annotations
 import time
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, deploy_rollout
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
     K8sReader,
     ReadError,
@@ -20,15 +20,10 @@ from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
 display = Display()
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _requires_connection = False
-    _supports_check_mode = True
+class ActionModule(ControllerAction):
+    ARGUMENT_SPEC = deploy_args.ROLLOUT_WAIT
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        _validation, params = self.validate_argument_spec(argument_spec=deploy_args.ROLLOUT_WAIT)
+    def act(self, params, task_vars, result):
         plan = params["plan"]
         for key in ("name", "namespace", "spec_digest"):
             if not plan.get(key):

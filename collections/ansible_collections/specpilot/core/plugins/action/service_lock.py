@@ -20,10 +20,10 @@ import string
 import time
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, service_lock
 from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import retryable, status_code
 from ansible_collections.specpilot.core.plugins.module_utils.deploy_state import lease_name, lease_status
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
     K8sReader,
     ReadError,
@@ -33,14 +33,11 @@ from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
 MODULE_AUTH = ("kubeconfig", "context", "host", "api_key", "validate_certs", "ca_cert")
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _supports_check_mode = True
+class ActionModule(ControllerAction):
+    _requires_connection = True  # it runs kubernetes.core modules
+    ARGUMENT_SPEC = deploy_args.SERVICE_LOCK
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        _validation, params = self.validate_argument_spec(argument_spec=deploy_args.SERVICE_LOCK)
+    def act(self, params, task_vars, result):
         self._vars = task_vars or {}
         self._params = params
         self._reader = K8sReader(
@@ -68,14 +65,14 @@ class ActionModule(ActionBase):
     # ------------------------------------------------------------ the three operations
     def _acquire(self, holder):
         p = self._params
+        lease = self._read()
         if self._task.check_mode:
-            status = lease_status(self._read(), holder, time.time())
+            status = lease_status(lease, holder, time.time())
             return dict(
                 acquired=False,
                 status=status,
                 message="check mode: the lock is not taken (%s)" % status["message"],
             )
-        lease = self._read()
         step = service_lock.acquire_step(lease, holder, time.time(), p["duration"])
         if step["do"] == "create":
             created = self._module("kubernetes.core.k8s", state="present", definition=self._manifest())
@@ -86,25 +83,17 @@ class ActionModule(ActionBase):
             )
         if step["do"] == "refuse":
             return self._refused(step["status"])
-        patched = self._module(
-            "kubernetes.core.k8s_json_patch",
-            conditional=True,
-            api_version=service_lock.LEASE_API,
-            kind="Lease",
-            name=lease_name(p["name"]),
-            namespace=p["namespace"],
-            patch=step["patch"],
-        )
+        patched = self._patch(step["patch"])
         if not patched.get("failed"):
             return self._held(patched["result"], step["status"], "taken")
-        # a lost race (422), or a patch whose answer was lost: the Lease says which
+        return self._after_a_failed_take(holder, step["status"], patched)
+
+    def _after_a_failed_take(self, holder, before, patched):
+        """A lost race (422), or a patch whose answer was lost: the Lease says which."""
         now = lease_status(self._read(), holder, time.time())
         if now["mine"] and now["held"]:
             return dict(
-                acquired=True,
-                resource_version=now["resource_version"],
-                status=step["status"],
-                message="taken",
+                acquired=True, resource_version=now["resource_version"], status=before, message="taken"
             )
         refused = self._refused(now)
         refused["msg"] += " (%s)" % str(patched.get("msg") or "")[:200]
@@ -120,15 +109,7 @@ class ActionModule(ActionBase):
             return dict(
                 renewed=False, resource_version=p["resource_version"], message="check mode: not renewed"
             )
-        patched = self._module(
-            "kubernetes.core.k8s_json_patch",
-            conditional=True,
-            api_version=service_lock.LEASE_API,
-            kind="Lease",
-            name=lease_name(p["name"]),
-            namespace=p["namespace"],
-            patch=service_lock.renew_patch(holder, p["resource_version"], time.time()),
-        )
+        patched = self._patch(service_lock.renew_patch(holder, p["resource_version"], time.time()))
         if patched.get("failed"):
             status = lease_status(self._read(), holder, time.time())
             return dict(
@@ -150,11 +131,8 @@ class ActionModule(ActionBase):
             "kubernetes.core.k8s",
             conditional=True,
             state="absent",
-            api_version=service_lock.LEASE_API,
-            kind="Lease",
-            name=lease_name(p["name"]),
-            namespace=p["namespace"],
             delete_options={"preconditions": {"resourceVersion": p["resource_version"]}},
+            **self._lease_ref(),
         )
         if deleted.get("failed"):
             # a lock taken over after it expired stays with its new holder
@@ -175,6 +153,21 @@ class ActionModule(ActionBase):
         labels = {"app.kubernetes.io/managed-by": "specpilot", "specpilot.io/service": p["name"]}
         labels.update(p["labels"])
         return service_lock.lease_object(p["name"], p["namespace"], labels)
+
+    def _lease_ref(self):
+        p = self._params
+        return dict(
+            api_version=service_lock.LEASE_API,
+            kind="Lease",
+            name=lease_name(p["name"]),
+            namespace=p["namespace"],
+        )
+
+    def _patch(self, ops):
+        """The conditional JSON patch of the Lease (its test operations make it a compare-and-swap)."""
+        return self._module(
+            "kubernetes.core.k8s_json_patch", conditional=True, patch=ops, **self._lease_ref()
+        )
 
     def _read(self):
         p = self._params

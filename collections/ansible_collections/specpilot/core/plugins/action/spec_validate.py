@@ -17,7 +17,6 @@ host then sees the same effective spec.
 from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
 
 from ansible_collections.specpilot.core.plugins.module_utils import validator
 from ansible_collections.specpilot.core.plugins.module_utils.spec import (
@@ -26,17 +25,13 @@ from ansible_collections.specpilot.core.plugins.module_utils.spec import (
     SPEC_KEYS,
     VAR_PREFIX,
 )
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _requires_connection = False
-    _supports_check_mode = True
+class ActionModule(ControllerAction):
+    ARGUMENT_SPEC = validator.ARGUMENT_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        _validation, params = self.validate_argument_spec(argument_spec=validator.ARGUMENT_SPEC)
+    def act(self, params, task_vars, result):
         if not validator.HAS_JSONSCHEMA:
             raise AnsibleActionFail(
                 "specpilot.core.spec_validate needs the Python package jsonschema on the controller"
