@@ -48,6 +48,10 @@ _DTYPES = {
 }
 
 # Draft/target size ratio the seed guide recommends for draft models.
+TOKENS_LOW, TOKENS_HIGH = 2, 5  # num_speculative_tokens for model-based methods
+# the proposers that draft one token per forward pass (dflash drafts a whole block at once: k of 8 to
+# 16 is its normal range; MTP repeats its few layers: checked against num_nextn_predict_layers)
+TOKENS_METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator")
 RATIO_LOW, RATIO_HIGH = 8.0, 12.0
 
 
@@ -268,6 +272,34 @@ def check_compatibility(cfg, target, draft, x, version_label, findings):
             )
     if method == "draft_model" and draft:
         _draft_ratio(target, draft, findings)
+    if method in TOKENS_METHODS:
+        _token_count(method, cfg.get("num_speculative_tokens"), findings)
+
+
+def _token_count(method, k, findings):
+    """Model-based proposers pay off with 2 to 5 tokens per step (the decision framework): one token
+    barely amortises the draft's forward pass, and beyond five the acceptance of the last positions
+    is usually too low to pay for the verification of all of them."""
+    # below 1 is an error of its own (out-of-range)
+    if isinstance(k, int) and not isinstance(k, bool) and k >= 1 and not TOKENS_LOW <= k <= TOKENS_HIGH:
+        findings.warning(
+            "speculative.num_speculative_tokens",
+            "num_speculative_tokens=%d for method '%s': model-based proposers usually pay off with %d to %d "
+            "tokens per step (%s)"
+            % (
+                k,
+                method,
+                TOKENS_LOW,
+                TOKENS_HIGH,
+                (
+                    "one token barely amortises the draft's forward pass"
+                    if k < TOKENS_LOW
+                    else "the last positions are rarely accepted, yet every one is verified"
+                ),
+            ),
+            "start at 3, then read the per-position acceptance of the smoke report and measure with the benchmark",
+            "spec-tokens-range",
+        )
 
 
 def _tokenizer_and_vocab(method, cfg, target, draft, version_label, findings):
