@@ -482,33 +482,10 @@ def interpretation(fig, th, temperature=None):
 # --------------------------------------------------------------------------- the verdict
 
 
-def evaluate(data):
-    """The checks and the verdict for one service.
-
-    ``data`` keys: service, expect ('on'/'off'), plan, inferenceservice, pod, container,
-    log_facts, log_previous, log_window, metrics_before, metrics_after, probes, access,
-    thresholds, request ({prompts, count, max_tokens, temperature, request_params}),
-    skip_reason (why no probes were sent). Missing pieces fail the checks that need them.
-    """
-    expect = data.get("expect") or "on"
-    if expect not in EXPECT_MODES:
-        raise ValueError("expect must be 'on' or 'off', got %r" % expect)
-    th = thresholds(data.get("thresholds"))
-    container = data.get("container") or "kserve-container"
-    plan = data.get("plan") or {}
-    plan_cfg = plan.get("speculative_config") or None
-    isvc = data.get("inferenceservice") or None
-    pod = data.get("pod") or None
-    aliases = data.get("path_aliases") or {}
-    log_facts = data.get("log_facts") or None
-    log_prev = data.get("log_previous") or None
-    window = data.get("log_window") or None
-    m_after = data.get("metrics_after") or None
-    probes = data.get("probes") or None
-    request = data.get("request") or {}
-    svc = data.get("service") or plan.get("name") or "service"
+def _plan_checks(ctx):
+    """The plan itself: expect=on needs a speculative config."""
+    expect, plan_cfg = ctx["expect"], ctx["plan_cfg"]
     checks = []
-
     if expect == "on" and not plan_cfg:
         checks.append(
             _check(
@@ -519,7 +496,13 @@ def evaluate(data):
             )
         )
 
-    # --- the InferenceService ---------------------------------------------------------
+    return checks
+
+
+def _inferenceservice_checks(ctx):
+    """The InferenceService: Ready, and its args against the plan."""
+    expect, container, plan, isvc = ctx["expect"], ctx["container"], ctx["plan"], ctx["isvc"]
+    checks = []
     if isvc is None:
         checks.append(
             _check(
@@ -553,8 +536,19 @@ def evaluate(data):
             )
         )
 
-    # --- the predictor pod ------------------------------------------------------------
-    pod_name = get_path(pod, "metadata", "name")
+    return checks
+
+
+def _pod_checks(ctx):
+    """The predictor pod: ready, restarts, and its args against the plan."""
+    expect, container, plan, pod, pod_name = (
+        ctx["expect"],
+        ctx["container"],
+        ctx["plan"],
+        ctx["pod"],
+        ctx["pod_name"],
+    )
+    checks = []
     if pod is None:
         checks.append(_check("pod", "fail", "Predictor pod", "no predictor pod found"))
     else:
@@ -591,182 +585,208 @@ def evaluate(data):
             )
         )
 
-    # --- the engine log -----------------------------------------------------------------
+    return checks
+
+
+def _engine_start_checks(ctx):
+    """The engine log: start errors, readiness, a failed previous instance."""
+    log_facts, log_prev = ctx["log_facts"], ctx["log_prev"]
+    checks = []
     if log_facts is None:
-        checks.append(_check("engine_start", "fail", "Engine start", "the engine log could not be read"))
+        return [_check("engine_start", "fail", "Engine start", "the engine log could not be read")]
+    errors = [e for e in log_facts.get("log_errors") or [] if not e.get("after_shutdown")]
+    if errors:
+        checks.append(
+            _check(
+                "engine_start",
+                "fail",
+                "Engine start",
+                "start errors in the engine log: %s"
+                % "; ".join("%s: %s" % (e.get("code"), e.get("message")) for e in errors[:5]),
+                errors=errors,
+            )
+        )
+    elif not log_facts.get("ready"):
+        checks.append(
+            _check(
+                "engine_start",
+                "fail",
+                "Engine start",
+                "the engine log has no 'Application startup complete.' (not started yet?)",
+            )
+        )
     else:
-        errors = [e for e in log_facts.get("log_errors") or [] if not e.get("after_shutdown")]
-        if errors:
+        checks.append(
+            _check(
+                "engine_start",
+                "pass",
+                "Engine start",
+                "started (vLLM %s, engine %s), no start errors"
+                % (log_facts.get("vllm_version") or "?", log_facts.get("engine") or "?"),
+            )
+        )
+    prev_errors = [e for e in (log_prev or {}).get("log_errors") or [] if not e.get("after_shutdown")]
+    if prev_errors:
+        checks.append(
+            _check(
+                "engine_previous",
+                "warn",
+                "Previous engine instance",
+                "the previous container instance failed: %s"
+                % "; ".join("%s: %s" % (e.get("code"), e.get("message")) for e in prev_errors[:3]),
+                errors=prev_errors,
+            )
+        )
+
+    return checks
+
+
+def _engine_config_checks(ctx):
+    """The engine-init line: speculative_config as the engine resolved it, and as the API server received it."""
+    expect, plan_cfg, aliases, log_facts = ctx["expect"], ctx["plan_cfg"], ctx["aliases"], ctx["log_facts"]
+    checks = []
+    if log_facts is None:
+        return []
+    found = log_facts.get("speculative_config_found")
+    logged = log_facts.get("speculative_config")
+    if expect == "off":
+        if found and logged is None:
             checks.append(
                 _check(
-                    "engine_start",
-                    "fail",
-                    "Engine start",
-                    "start errors in the engine log: %s"
-                    % "; ".join("%s: %s" % (e.get("code"), e.get("message")) for e in errors[:5]),
-                    errors=errors,
+                    "engine_config",
+                    "pass",
+                    "Engine speculative_config",
+                    "speculative_config=None: speculative decoding is off",
                 )
             )
-        elif not log_facts.get("ready"):
+        elif logged is not None:
             checks.append(
                 _check(
-                    "engine_start",
+                    "engine_config",
                     "fail",
-                    "Engine start",
-                    "the engine log has no 'Application startup complete.' (not started yet?)",
+                    "Engine speculative_config",
+                    "the engine still runs speculative decoding: %s" % logged.get("repr"),
                 )
             )
         else:
             checks.append(
                 _check(
-                    "engine_start",
+                    "engine_config",
+                    "fail",
+                    "Engine speculative_config",
+                    "no engine-init line in the log: cannot confirm speculative_config=None",
+                )
+            )
+    elif plan_cfg:
+        if logged is None:
+            checks.append(
+                _check(
+                    "engine_config",
+                    "fail",
+                    "Engine speculative_config",
+                    (
+                        "the engine logged speculative_config=None: speculative decoding is not " "running"
+                        if found
+                        else "no engine-init line with speculative_config in the log"
+                    ),
+                )
+            )
+        else:
+            diffs = compare_engine_config(plan_cfg, logged, aliases)
+            seen = logged.get("model")
+            alias_note = ""
+            if seen is not None and unalias(seen, aliases) != seen:
+                alias_note = " (the engine sees %s as %s)" % (unalias(seen, aliases), seen)
+            checks.append(
+                _check(
+                    "engine_config",
+                    "fail" if diffs else "pass",
+                    "Engine speculative_config",
+                    (
+                        ("the engine resolved %s: %s" % (logged.get("repr"), "; ".join(diffs)))
+                        if diffs
+                        else "%s matches the plan%s" % (logged.get("repr"), alias_note)
+                    ),
+                    logged=logged,
+                )
+            )
+        requested = log_facts.get("requested_speculative_config")
+        if isinstance(requested, dict) and "model" in requested:
+            requested = dict(requested, model=unalias(requested["model"], aliases))
+        if requested is None:
+            checks.append(
+                _check(
+                    "engine_requested_config",
+                    "skip",
+                    "Requested config",
+                    "no 'non-default args' line with speculative_config in the log",
+                )
+            )
+        elif requested == plan_cfg:
+            checks.append(
+                _check(
+                    "engine_requested_config",
                     "pass",
-                    "Engine start",
-                    "started (vLLM %s, engine %s), no start errors"
-                    % (log_facts.get("vllm_version") or "?", log_facts.get("engine") or "?"),
+                    "Requested config",
+                    "the API server received exactly the planned config",
                 )
             )
-        prev_errors = [e for e in (log_prev or {}).get("log_errors") or [] if not e.get("after_shutdown")]
-        if prev_errors:
+        else:
+            keys = sorted(k for k in set(requested) | set(plan_cfg) if requested.get(k) != plan_cfg.get(k))
             checks.append(
                 _check(
-                    "engine_previous",
-                    "warn",
-                    "Previous engine instance",
-                    "the previous container instance failed: %s"
-                    % "; ".join("%s: %s" % (e.get("code"), e.get("message")) for e in prev_errors[:3]),
-                    errors=prev_errors,
+                    "engine_requested_config",
+                    "fail",
+                    "Requested config",
+                    "the API server received %s, planned %s (differs in %s)"
+                    % (
+                        json.dumps(requested, sort_keys=True),
+                        json.dumps(plan_cfg, sort_keys=True),
+                        ", ".join(keys),
+                    ),
+                    requested=requested,
                 )
             )
+    return checks
 
-        found = log_facts.get("speculative_config_found")
-        logged = log_facts.get("speculative_config")
-        if expect == "off":
-            if found and logged is None:
-                checks.append(
-                    _check(
-                        "engine_config",
-                        "pass",
-                        "Engine speculative_config",
-                        "speculative_config=None: speculative decoding is off",
-                    )
-                )
-            elif logged is not None:
-                checks.append(
-                    _check(
-                        "engine_config",
-                        "fail",
-                        "Engine speculative_config",
-                        "the engine still runs speculative decoding: %s" % logged.get("repr"),
-                    )
-                )
-            else:
-                checks.append(
-                    _check(
-                        "engine_config",
-                        "fail",
-                        "Engine speculative_config",
-                        "no engine-init line in the log: cannot confirm speculative_config=None",
-                    )
-                )
-        elif plan_cfg:
-            if logged is None:
-                checks.append(
-                    _check(
-                        "engine_config",
-                        "fail",
-                        "Engine speculative_config",
-                        (
-                            "the engine logged speculative_config=None: speculative decoding is not "
-                            "running"
-                            if found
-                            else "no engine-init line with speculative_config in the log"
-                        ),
-                    )
-                )
-            else:
-                diffs = compare_engine_config(plan_cfg, logged, aliases)
-                seen = logged.get("model")
-                alias_note = ""
-                if seen is not None and unalias(seen, aliases) != seen:
-                    alias_note = " (the engine sees %s as %s)" % (unalias(seen, aliases), seen)
-                checks.append(
-                    _check(
-                        "engine_config",
-                        "fail" if diffs else "pass",
-                        "Engine speculative_config",
-                        (
-                            ("the engine resolved %s: %s" % (logged.get("repr"), "; ".join(diffs)))
-                            if diffs
-                            else "%s matches the plan%s" % (logged.get("repr"), alias_note)
-                        ),
-                        logged=logged,
-                    )
-                )
-            requested = log_facts.get("requested_speculative_config")
-            if isinstance(requested, dict) and "model" in requested:
-                requested = dict(requested, model=unalias(requested["model"], aliases))
-            if requested is None:
-                checks.append(
-                    _check(
-                        "engine_requested_config",
-                        "skip",
-                        "Requested config",
-                        "no 'non-default args' line with speculative_config in the log",
-                    )
-                )
-            elif requested == plan_cfg:
-                checks.append(
-                    _check(
-                        "engine_requested_config",
-                        "pass",
-                        "Requested config",
-                        "the API server received exactly the planned config",
-                    )
-                )
-            else:
-                keys = sorted(
-                    k for k in set(requested) | set(plan_cfg) if requested.get(k) != plan_cfg.get(k)
-                )
-                checks.append(
-                    _check(
-                        "engine_requested_config",
-                        "fail",
-                        "Requested config",
-                        "the API server received %s, planned %s (differs in %s)"
-                        % (
-                            json.dumps(requested, sort_keys=True),
-                            json.dumps(plan_cfg, sort_keys=True),
-                            ", ".join(keys),
-                        ),
-                        requested=requested,
-                    )
-                )
-        planned_version = plan.get("vllm_version")
-        logged_version = log_facts.get("vllm_version")
-        if planned_version and logged_version and str(planned_version) != str(logged_version):
-            checks.append(
-                _check(
-                    "engine_version",
-                    "warn",
-                    "vLLM version",
-                    "the engine runs vLLM %s, the spec says %s: the config was validated for another "
-                    "release" % (logged_version, planned_version),
-                )
-            )
-        warnings = log_facts.get("log_warnings") or []
-        relevant = [w for w in warnings if not w.get("after_shutdown")]
+
+def _engine_version_checks(ctx):
+    """The vLLM release the engine runs, and the warnings it logged."""
+    plan, log_facts = ctx["plan"], ctx["log_facts"]
+    checks = []
+    if log_facts is None:
+        return []
+    planned_version = plan.get("vllm_version")
+    logged_version = log_facts.get("vllm_version")
+    if planned_version and logged_version and str(planned_version) != str(logged_version):
         checks.append(
             _check(
-                "engine_warnings",
-                "info",
-                "Engine warnings",
-                "; ".join("%s: %s" % (w.get("code"), w.get("message")) for w in relevant) or "none",
-                warnings=relevant,
+                "engine_version",
+                "warn",
+                "vLLM version",
+                "the engine runs vLLM %s, the spec says %s: the config was validated for another "
+                "release" % (logged_version, planned_version),
             )
         )
+    warnings = log_facts.get("log_warnings") or []
+    relevant = [w for w in warnings if not w.get("after_shutdown")]
+    checks.append(
+        _check(
+            "engine_warnings",
+            "info",
+            "Engine warnings",
+            "; ".join("%s: %s" % (w.get("code"), w.get("message")) for w in relevant) or "none",
+            warnings=relevant,
+        )
+    )
 
-    # --- probes ---------------------------------------------------------------------------
+    return checks
+
+
+def _probe_checks(ctx):
+    """The probe requests."""
+    probes, data = ctx["probes"], ctx["data"]
+    checks = []
     skip_reason = data.get("skip_reason")
     if probes is None:
         checks.append(
@@ -810,8 +830,19 @@ def evaluate(data):
                 )
             )
 
-    # --- spec metrics, acceptance -----------------------------------------------------------
-    fig = figures(m_after, window, plan_cfg)
+    return checks
+
+
+def _metrics_checks(ctx):
+    """/metrics: speculative decoding enabled and active (or not, for expect=off)."""
+    expect, plan_cfg, m_after, probes, fig = (
+        ctx["expect"],
+        ctx["plan_cfg"],
+        ctx["m_after"],
+        ctx["probes"],
+        ctx["fig"],
+    )
+    checks = []
     if m_after is None:
         checks.append(
             _check(
@@ -879,164 +910,99 @@ def evaluate(data):
                 )
             )
 
-    if expect == "on":
-        rate = fig["acceptance_rate"]
-        if rate is None:
-            checks.append(
-                _check(
-                    "acceptance",
-                    "fail",
-                    "Acceptance rate",
-                    "no acceptance figure: neither /metrics nor the engine log measured any drafts",
-                )
-            )
-        else:
-            cls = _accept_class(rate, th)
-            where = "from /metrics" if fig["source"] == "metrics" else "from the engine log"
-            if cls == "fail":
-                msg = (
-                    "draft acceptance rate %s (%s) is below the minimum %s: speculative decoding adds "
-                    "latency on this workload" % (_fmt(rate), where, _fmt(th["min_acceptance_rate"]))
-                )
-            elif cls == "warn":
-                msg = (
-                    "draft acceptance rate %s (%s) is below %s: borderline, measure P99 latency before "
-                    "keeping it" % (_fmt(rate), where, _fmt(th["warn_acceptance_rate"]))
-                )
-            else:
-                msg = "draft acceptance rate %s (%s), at or above %s" % (
-                    _fmt(rate),
-                    where,
-                    _fmt(th["warn_acceptance_rate"]),
-                )
-            checks.append(_check("acceptance", cls, "Acceptance rate", msg, rate=rate))
-        mal = fig["mean_acceptance_length"]
-        if mal is not None:
-            floor = th["min_mean_acceptance_length"]
-            if floor is not None and mal < floor:
-                checks.append(
-                    _check(
-                        "mean_acceptance_length",
-                        "fail",
-                        "Mean acceptance length",
-                        "mean acceptance length %s is below the minimum %s" % (_fmt(mal), _fmt(floor)),
-                    )
-                )
-            else:
-                checks.append(
-                    _check(
-                        "mean_acceptance_length",
-                        "info",
-                        "Mean acceptance length",
-                        "%s tokens per decode step (ceiling of the speedup)" % _fmt(mal),
-                    )
-                )
-        curve = [v for v in fig["per_position_acceptance"] if v is not None]
-        pos = th["collapse_position"]
-        if len(curve) >= pos and curve[pos - 1] < th["collapse_threshold"]:
-            checks.append(
-                _check(
-                    "per_position",
-                    "warn",
-                    "Per-position acceptance",
-                    "collapses by slot %d: %s (position %d < %s)"
-                    % (pos, _curve(curve), pos, _fmt(th["collapse_threshold"])),
-                    curve=curve,
-                )
-            )
-        elif curve:
-            checks.append(
-                _check("per_position", "info", "Per-position acceptance", _curve(curve), curve=curve)
-            )
+    return checks
 
-        # cross-check with the log windows after the probes
-        log = fig["log"]
-        met = fig["metrics"]
-        if window is None or log["acceptance_rate"] is None:
-            checks.append(
-                _check(
-                    "log_cross_check",
-                    "warn",
-                    "Log cross-check",
-                    "no speculative metrics line in the engine log after the probes (stat logging off "
-                    "with --disable-log-stats, or no log interval has passed): acceptance is taken "
-                    "from /metrics only",
-                )
+
+def _acceptance_checks(ctx):
+    """The acceptance rate against the thresholds."""
+    expect, th, fig = ctx["expect"], ctx["th"], ctx["fig"]
+    checks = []
+    if expect != "on":
+        return []
+    rate = fig["acceptance_rate"]
+    if rate is None:
+        checks.append(
+            _check(
+                "acceptance",
+                "fail",
+                "Acceptance rate",
+                "no acceptance figure: neither /metrics nor the engine log measured any drafts",
             )
-        elif met["acceptance_rate"] is None:
+        )
+    else:
+        cls = _accept_class(rate, th)
+        where = "from /metrics" if fig["source"] == "metrics" else "from the engine log"
+        if cls == "fail":
+            msg = (
+                "draft acceptance rate %s (%s) is below the minimum %s: speculative decoding adds "
+                "latency on this workload" % (_fmt(rate), where, _fmt(th["min_acceptance_rate"]))
+            )
+        elif cls == "warn":
+            msg = (
+                "draft acceptance rate %s (%s) is below %s: borderline, measure P99 latency before "
+                "keeping it" % (_fmt(rate), where, _fmt(th["warn_acceptance_rate"]))
+            )
+        else:
+            msg = "draft acceptance rate %s (%s), at or above %s" % (
+                _fmt(rate),
+                where,
+                _fmt(th["warn_acceptance_rate"]),
+            )
+        checks.append(_check("acceptance", cls, "Acceptance rate", msg, rate=rate))
+    return checks
+
+
+def _acceptance_shape_checks(ctx):
+    """The mean acceptance length and the per-position curve (a collapse)."""
+    expect, th, fig = ctx["expect"], ctx["th"], ctx["fig"]
+    checks = []
+    if expect != "on":
+        return []
+    mal = fig["mean_acceptance_length"]
+    if mal is not None:
+        floor = th["min_mean_acceptance_length"]
+        if floor is not None and mal < floor:
             checks.append(
                 _check(
-                    "log_cross_check",
-                    "warn",
-                    "Log cross-check",
-                    "only the engine log measured acceptance (%s); /metrics has no usable counters"
-                    % _fmt(log["acceptance_rate"]),
+                    "mean_acceptance_length",
+                    "fail",
+                    "Mean acceptance length",
+                    "mean acceptance length %s is below the minimum %s" % (_fmt(mal), _fmt(floor)),
                 )
             )
         else:
-            diff = abs(log["acceptance_rate"] - met["acceptance_rate"])
-            same = (
-                log["drafted_tokens"] == met["num_draft_tokens"]
-                and log["accepted_tokens"] == met["num_accepted_tokens"]
-                and log["format"] == "v1"
-            )
-            cover = ""
-            if log["format"] == "v1" and met["num_draft_tokens"]:
-                cover = ", the log windows cover %s of %s drafted tokens" % (
-                    log["drafted_tokens"],
-                    met["num_draft_tokens"],
-                )
-            if same:
-                checks.append(
-                    _check(
-                        "log_cross_check",
-                        "pass",
-                        "Log cross-check",
-                        "the log windows match /metrics exactly (%s drafted, %s accepted)"
-                        % (log["drafted_tokens"], log["accepted_tokens"]),
-                    )
-                )
-            elif diff <= th["cross_check_tolerance"]:
-                checks.append(
-                    _check(
-                        "log_cross_check",
-                        "pass",
-                        "Log cross-check",
-                        "log %s vs /metrics %s (within %s%s)"
-                        % (
-                            _fmt(log["acceptance_rate"], 3),
-                            _fmt(met["acceptance_rate"], 3),
-                            _fmt(th["cross_check_tolerance"]),
-                            cover,
-                        ),
-                    )
-                )
-            else:
-                checks.append(
-                    _check(
-                        "log_cross_check",
-                        "warn",
-                        "Log cross-check",
-                        "log %s vs /metrics %s differ by more than %s%s: other traffic or partial "
-                        "log windows"
-                        % (
-                            _fmt(log["acceptance_rate"], 3),
-                            _fmt(met["acceptance_rate"], 3),
-                            _fmt(th["cross_check_tolerance"]),
-                            cover,
-                        ),
-                    )
-                )
-        if window is not None and log["since_found"] is False:
             checks.append(
                 _check(
-                    "log_window",
-                    "warn",
-                    "Log window",
-                    "the marker line was not found again: the log figures cover the whole log",
+                    "mean_acceptance_length",
+                    "info",
+                    "Mean acceptance length",
+                    "%s tokens per decode step (ceiling of the speedup)" % _fmt(mal),
                 )
             )
-    else:
+    curve = [v for v in fig["per_position_acceptance"] if v is not None]
+    pos = th["collapse_position"]
+    if len(curve) >= pos and curve[pos - 1] < th["collapse_threshold"]:
+        checks.append(
+            _check(
+                "per_position",
+                "warn",
+                "Per-position acceptance",
+                "collapses by slot %d: %s (position %d < %s)"
+                % (pos, _curve(curve), pos, _fmt(th["collapse_threshold"])),
+                curve=curve,
+            )
+        )
+    elif curve:
+        checks.append(_check("per_position", "info", "Per-position acceptance", _curve(curve), curve=curve))
+
+    return checks
+
+
+def _log_window_checks(ctx):
+    """The engine log windows after the probes: cross-check the acceptance (on), no spec lines (off)."""
+    expect, th, window, fig = ctx["expect"], ctx["th"], ctx["window"], ctx["fig"]
+    checks = []
+    if expect != "on":
         if window is not None and log_window_count(window):
             checks.append(
                 _check(
@@ -1056,7 +1022,182 @@ def evaluate(data):
                     "no speculative metrics line in the engine log after the probes",
                 )
             )
+        return checks
+    # cross-check with the log windows after the probes
+    log = fig["log"]
+    met = fig["metrics"]
+    if window is None or log["acceptance_rate"] is None:
+        checks.append(
+            _check(
+                "log_cross_check",
+                "warn",
+                "Log cross-check",
+                "no speculative metrics line in the engine log after the probes (stat logging off "
+                "with --disable-log-stats, or no log interval has passed): acceptance is taken "
+                "from /metrics only",
+            )
+        )
+    elif met["acceptance_rate"] is None:
+        checks.append(
+            _check(
+                "log_cross_check",
+                "warn",
+                "Log cross-check",
+                "only the engine log measured acceptance (%s); /metrics has no usable counters"
+                % _fmt(log["acceptance_rate"]),
+            )
+        )
+    else:
+        diff = abs(log["acceptance_rate"] - met["acceptance_rate"])
+        same = (
+            log["drafted_tokens"] == met["num_draft_tokens"]
+            and log["accepted_tokens"] == met["num_accepted_tokens"]
+            and log["format"] == "v1"
+        )
+        cover = ""
+        if log["format"] == "v1" and met["num_draft_tokens"]:
+            cover = ", the log windows cover %s of %s drafted tokens" % (
+                log["drafted_tokens"],
+                met["num_draft_tokens"],
+            )
+        if same:
+            checks.append(
+                _check(
+                    "log_cross_check",
+                    "pass",
+                    "Log cross-check",
+                    "the log windows match /metrics exactly (%s drafted, %s accepted)"
+                    % (log["drafted_tokens"], log["accepted_tokens"]),
+                )
+            )
+        elif diff <= th["cross_check_tolerance"]:
+            checks.append(
+                _check(
+                    "log_cross_check",
+                    "pass",
+                    "Log cross-check",
+                    "log %s vs /metrics %s (within %s%s)"
+                    % (
+                        _fmt(log["acceptance_rate"], 3),
+                        _fmt(met["acceptance_rate"], 3),
+                        _fmt(th["cross_check_tolerance"]),
+                        cover,
+                    ),
+                )
+            )
+        else:
+            checks.append(
+                _check(
+                    "log_cross_check",
+                    "warn",
+                    "Log cross-check",
+                    "log %s vs /metrics %s differ by more than %s%s: other traffic or partial "
+                    "log windows"
+                    % (
+                        _fmt(log["acceptance_rate"], 3),
+                        _fmt(met["acceptance_rate"], 3),
+                        _fmt(th["cross_check_tolerance"]),
+                        cover,
+                    ),
+                )
+            )
+    if window is not None and log["since_found"] is False:
+        checks.append(
+            _check(
+                "log_window",
+                "warn",
+                "Log window",
+                "the marker line was not found again: the log figures cover the whole log",
+            )
+        )
+    return checks
 
+
+# The checks of one service, in the order the report lists them: one function per check (or per
+# group of checks on one source), each returning its _check() entries.
+CHECK_SECTIONS = (
+    _plan_checks,
+    _inferenceservice_checks,
+    _pod_checks,
+    _engine_start_checks,
+    _engine_config_checks,
+    _engine_version_checks,
+    _probe_checks,
+    _metrics_checks,
+    _acceptance_checks,
+    _acceptance_shape_checks,
+    _log_window_checks,
+)
+
+
+def evaluate(data):
+    """The checks and the verdict for one service.
+
+    ``data`` keys: service, expect ('on'/'off'), plan, inferenceservice, pod, container,
+    log_facts, log_previous, log_window, metrics_before, metrics_after, probes, access,
+    thresholds, request ({prompts, count, max_tokens, temperature, request_params}),
+    skip_reason (why no probes were sent). Missing pieces fail the checks that need them.
+    """
+    ctx = _inputs(data)
+    checks = []
+    for section in CHECK_SECTIONS:
+        checks.extend(section(ctx))
+    return _verdict(ctx, checks)
+
+
+def _inputs(data):
+    """What the checks read, from the data evaluate() was given (missing pieces are None)."""
+    expect = data.get("expect") or "on"
+    if expect not in EXPECT_MODES:
+        raise ValueError("expect must be 'on' or 'off', got %r" % expect)
+    th = thresholds(data.get("thresholds"))
+    container = data.get("container") or "kserve-container"
+    plan = data.get("plan") or {}
+    plan_cfg = plan.get("speculative_config") or None
+    isvc = data.get("inferenceservice") or None
+    pod = data.get("pod") or None
+    aliases = data.get("path_aliases") or {}
+    log_facts = data.get("log_facts") or None
+    log_prev = data.get("log_previous") or None
+    window = data.get("log_window") or None
+    m_after = data.get("metrics_after") or None
+    probes = data.get("probes") or None
+    request = data.get("request") or {}
+    svc = data.get("service") or plan.get("name") or "service"
+    pod_name = get_path(pod, "metadata", "name")
+    fig = figures(m_after, window, plan_cfg)
+    return dict(
+        expect=expect,
+        th=th,
+        container=container,
+        plan=plan,
+        plan_cfg=plan_cfg,
+        isvc=isvc,
+        pod=pod,
+        pod_name=pod_name,
+        aliases=aliases,
+        log_facts=log_facts,
+        log_prev=log_prev,
+        window=window,
+        m_after=m_after,
+        probes=probes,
+        request=request,
+        svc=svc,
+        fig=fig,
+        data=data,
+    )
+
+
+def _verdict(ctx, checks):
+    """The worst check decides; the result evaluate() returns."""
+    expect, th, pod_name, request, svc, fig = (
+        ctx["expect"],
+        ctx["th"],
+        ctx["pod_name"],
+        ctx["request"],
+        ctx["svc"],
+        ctx["fig"],
+    )
     worst = max((STATUS_RANK[c["status"]] for c in checks), default=0)
     verdict = VERDICTS[worst]
     failing = [c for c in checks if c["status"] == verdict and verdict != "pass"]
