@@ -486,25 +486,7 @@ def validate(spec, options=None):
     schema_ok = not findings.errors
     _variable_typos(options.get("variable_names") or (), findings)
 
-    # versions and the vLLM profile
-    vllm_version = profile = info = None
-    try:
-        if isinstance(raw.get("vllm_version"), str):
-            vllm_version = parse_version(raw["vllm_version"])[:3]
-    except VersionError as exc:
-        findings.error("vllm_version", str(exc), 'write it like "0.19.1"', "version")
-    if vllm_version is not None:
-        try:
-            profile, info = vp.profile_for(vllm_version, index=index, loader=loader)
-        except ValueError as exc:
-            findings.error(
-                "vllm_version",
-                "%s; specpilot knows vLLM 0.6 to 0.33" % exc,
-                "use a newer runtime image",
-                "vllm-too-old",
-            )
-    if profile is not None:
-        _profile_notes(vllm_version, info, profile, findings)
+    vllm_version, profile, info, kserve_version = _versions(raw, index, loader, findings)
     # The run's specpilot_override_* variables change the speculative section before any check,
     # so that every role validating this spec sees the same effective spec and plan.
     result["speculative_overrides"] = spec_override.apply(
@@ -515,28 +497,9 @@ def validate(spec, options=None):
         findings,
         format_version(vllm_version) if vllm_version is not None else None,
     )
-    kserve_version = None
-    if isinstance(raw.get("kserve_version"), str):
-        try:
-            kserve_version = parse_version(raw["kserve_version"])[:3]
-        except VersionError as exc:
-            findings.error("kserve_version", str(exc), 'write it like "0.20"', "version")
-    elif "kserve_version" not in raw:
-        findings.warning(
-            "kserve_version",
-            "kserve_version is not set; checking against KServe %s" % format_version(NEWEST_KSERVE),
-            "set specpilot_kserve_version (deploy detects it from the cluster)",
-            "kserve-version-assumed",
-        )
-        kserve_version = NEWEST_KSERVE
 
     if not schema_ok:
-        # The structure is wrong: still check the speculative config on its own.
-        if profile is not None and isinstance(raw.get("speculative"), dict) and raw["speculative"]:
-            cfg = {k: v for k, v in raw["speculative"].items() if v is not None}
-            if raw.get("draft") and "model" not in cfg:
-                cfg["model"] = "%s/draft" % MOUNT_ROOT  # stands for the draft, whose path is not resolved
-            speculative.check(cfg, _spec_ctx(raw, vllm_version, profile, {}, {}, None), findings)
+        _check_speculative_alone(raw, vllm_version, profile, findings)
         return _finish(result, options)
 
     spec = normalise(raw)
@@ -546,20 +509,7 @@ def validate(spec, options=None):
     x = profile["x-specpilot"]
     version_label = format_version(vllm_version)
 
-    raw_cfg = spec.get("speculative")
-    method = raw_cfg.get("method") if isinstance(raw_cfg, dict) else None
-    minfo = (x["methods"].get(method) if isinstance(method, str) else None) or vp.method_info(
-        method if isinstance(method, str) else ""
-    )
-    draft_artifact = bool(raw_cfg) and minfo["model"] != "none" and bool(spec.get("draft"))
-    if spec.get("draft") and not draft_artifact:
-        findings.warning(
-            "draft",
-            "specpilot_draft is given but %s"
-            % ("speculative decoding is off" if not raw_cfg else "method '%s' uses no draft" % method),
-            "remove specpilot_draft (it would be delivered for nothing)",
-            "draft-unused",
-        )
+    minfo, draft_artifact = _draft_artifact(spec, x, findings)
     if "delivery" not in spec:
         if spec.get("draft") and draft_artifact:
             findings.error(
@@ -571,14 +521,7 @@ def validate(spec, options=None):
             return _finish(result, options)
         spec["delivery"] = "storage_uri"
     delivery = _delivery(spec, draft_artifact, options, findings)
-    mounts = render.mount_paths(spec, draft_artifact)
-    if not draft_artifact:
-        mounts["draft"] = None
-    resolve_mounts = dict(mounts)
-    if draft_artifact and mounts["draft"] is None:
-        # delivery storage_uri cannot carry the draft (reported above): resolve the config as if it
-        # could, so that the error is not repeated as a missing model.
-        resolve_mounts["draft"] = "%s/%s" % (MOUNT_ROOT, spec["draft"]["subdir"])
+    mounts, resolve_mounts = _mounts(spec, draft_artifact)
     async_requested = _check_extra_args(spec, vllm_version, findings)
 
     target = compat.merge_facts("target", spec["target"], findings, options.get("read_local_files", True))
@@ -596,60 +539,102 @@ def validate(spec, options=None):
             compat.check_compatibility(
                 cfg, target, draft if draft_artifact else {}, x, version_label, findings
             )
-    if spec["runtime"]["create"] and not spec["runtime"].get("image"):
-        findings.error(
-            "runtime.image",
-            "runtime.image is required when specpilot creates the runtime",
-            "set specpilot_runtime.image (a vLLM OpenAI server image), or runtime.create: false with "
-            "the name of an existing runtime",
-            "runtime-image",
-        )
-    elif spec["runtime"].get("image") and not _image_pinned(spec["runtime"]["image"]):
-        findings.warning(
-            "runtime.image",
-            "runtime image %r is not pinned (no tag, or 'latest'): the vLLM version "
-            "inside can drift from vllm_version %s" % (spec["runtime"]["image"], spec["vllm_version"]),
-            "pin the image by tag or digest",
-            "runtime-image-unpinned",
-        )
+    _check_runtime_image(spec, findings)
     budget = gpu_budget.check_budget(
         spec, target, draft if draft_artifact else {}, (cfg or {}).get("draft_tensor_parallel_size"), findings
     )
     startup = render.startup_budget(spec, draft_artifact)
     deadline = _progress_deadline(spec, startup, findings)
-    if spec["min_replicas"] == 0 and spec["deployment_mode"] == "Standard":
-        findings.error(
-            "min_replicas",
-            "min_replicas 0 (scale to zero) is not supported in Standard mode",
-            "use 1, or Knative mode",
-            "scale-to-zero-standard",
-        )
-    if cfg and draft_artifact:
-        findings.note(
-            "startup_timeout_seconds",
-            "a draft makes cold starts longer (draft load, its compilation, "
-            "profiling): the startupProbe allows %d s" % startup,
-            "raise startup_timeout_seconds for large models",
-            "cold-start",
-        )
-    if not spec["runtime"]["create"]:
-        findings.note(
-            "runtime",
-            "using the existing %s %r: its probes and command are not managed by specpilot%s"
-            % (
-                spec["runtime"]["kind"],
-                spec["runtime"]["name"],
-                "; the Modelcar startup guard cannot be added" if delivery["type"] == "modelcar" else "",
-            ),
-            "make sure its startupProbe allows %d s" % startup,
-            "existing-runtime",
-        )
+    _lifecycle_checks(spec, bool(cfg) and draft_artifact, delivery, startup, findings)
 
-    spec_args = speculative.render_args(cfg, profile) if cfg else []
+    plan = _plan(
+        spec,
+        x=x,
+        info=info,
+        kserve_version=kserve_version,
+        delivery=delivery,
+        mounts=mounts,
+        cfg=cfg,
+        spec_args=speculative.render_args(cfg, profile) if cfg else [],
+        tp=tp,
+        startup=startup,
+        deadline=deadline,
+        budget=budget,
+        draft_artifact=draft_artifact,
+    )
+    runtime, isvc = _manifests(spec, plan, mounts, delivery, startup, kserve_version, findings)
+    plan["spec_digest"] = _deployment_digest(runtime, isvc, plan["staging"])
+    for manifest in (runtime, isvc):
+        if manifest is not None:
+            manifest.setdefault("metadata", {}).setdefault("annotations", {})[render.ANN_DIGEST] = plan[
+                "spec_digest"
+            ]
+    plan["servingruntime"] = runtime
+    plan["inferenceservice"] = isvc
+    result["plan"] = plan
+    return _finish(result, options)
+
+
+def _check_speculative_alone(raw, vllm_version, profile, findings):
+    """The structure is wrong: still check the speculative config on its own."""
+    if profile is not None and isinstance(raw.get("speculative"), dict) and raw["speculative"]:
+        cfg = {k: v for k, v in raw["speculative"].items() if v is not None}
+        if raw.get("draft") and "model" not in cfg:
+            cfg["model"] = "%s/draft" % MOUNT_ROOT  # stands for the draft, whose path is not resolved
+        speculative.check(cfg, _spec_ctx(raw, vllm_version, profile, {}, {}, None), findings)
+
+
+def _draft_artifact(spec, x, findings):
+    """(the method's profile entry, whether a draft artifact is delivered); warns about a draft no method uses."""
+    raw_cfg = spec.get("speculative")
+    method = raw_cfg.get("method") if isinstance(raw_cfg, dict) else None
+    minfo = (x["methods"].get(method) if isinstance(method, str) else None) or vp.method_info(
+        method if isinstance(method, str) else ""
+    )
+    draft_artifact = bool(raw_cfg) and minfo["model"] != "none" and bool(spec.get("draft"))
+    if spec.get("draft") and not draft_artifact:
+        findings.warning(
+            "draft",
+            "specpilot_draft is given but %s"
+            % ("speculative decoding is off" if not raw_cfg else "method '%s' uses no draft" % method),
+            "remove specpilot_draft (it would be delivered for nothing)",
+            "draft-unused",
+        )
+    return minfo, draft_artifact
+
+
+def _mounts(spec, draft_artifact):
+    """(the artifacts' mount paths, the paths the speculative config is resolved against)."""
+    mounts = render.mount_paths(spec, draft_artifact)
+    if not draft_artifact:
+        mounts["draft"] = None
+    resolve_mounts = dict(mounts)
+    if draft_artifact and mounts["draft"] is None:
+        # delivery storage_uri cannot carry the draft (reported above): resolve the config as if it
+        # could, so that the error is not repeated as a missing model.
+        resolve_mounts["draft"] = "%s/%s" % (MOUNT_ROOT, spec["draft"]["subdir"])
+    return mounts, resolve_mounts
+
+
+def _plan(
+    spec,
+    x,
+    info,
+    kserve_version,
+    delivery,
+    mounts,
+    cfg,
+    spec_args,
+    tp,
+    startup,
+    deadline,
+    budget,
+    draft_artifact,
+):
+    """The plan the roles act on (without the manifests, which _manifests renders from it)."""
     args = render.engine_args(spec, mounts, spec_args)
     baseline = render.engine_args(spec, mounts, [])
-    digest = ""  # filled in below, from the rendered objects
-    plan = {
+    return {
         "name": spec["name"],
         "namespace": spec["namespace"],
         "kserve_version": format_version(kserve_version),
@@ -681,10 +666,105 @@ def validate(spec, options=None):
         "progress_deadline_seconds": deadline,
         "rollout_strategy": render.rollout_strategy(spec) if spec["deployment_mode"] == "Standard" else None,
         "gpu_budget": budget,
-        "spec_digest": digest,
+        "spec_digest": "",  # filled in below, from the rendered objects
         "labels": {render.LABEL_MANAGED_BY: "specpilot", render.LABEL_SERVICE: spec["name"]},
         "staging": _staging(spec, delivery, draft_artifact),
     }
+
+
+def _versions(raw, index, loader, findings):
+    """The vLLM release and its profile, and the KServe release: (vllm_version, profile, info,
+    kserve_version), None where unknown (with the error that says why)."""
+    vllm_version = profile = info = None
+    try:
+        if isinstance(raw.get("vllm_version"), str):
+            vllm_version = parse_version(raw["vllm_version"])[:3]
+    except VersionError as exc:
+        findings.error("vllm_version", str(exc), 'write it like "0.19.1"', "version")
+    if vllm_version is not None:
+        try:
+            profile, info = vp.profile_for(vllm_version, index=index, loader=loader)
+        except ValueError as exc:
+            findings.error(
+                "vllm_version",
+                "%s; specpilot knows vLLM 0.6 to 0.33" % exc,
+                "use a newer runtime image",
+                "vllm-too-old",
+            )
+    if profile is not None:
+        _profile_notes(vllm_version, info, profile, findings)
+    kserve_version = None
+    if isinstance(raw.get("kserve_version"), str):
+        try:
+            kserve_version = parse_version(raw["kserve_version"])[:3]
+        except VersionError as exc:
+            findings.error("kserve_version", str(exc), 'write it like "0.20"', "version")
+    elif "kserve_version" not in raw:
+        findings.warning(
+            "kserve_version",
+            "kserve_version is not set; checking against KServe %s" % format_version(NEWEST_KSERVE),
+            "set specpilot_kserve_version (deploy detects it from the cluster)",
+            "kserve-version-assumed",
+        )
+        kserve_version = NEWEST_KSERVE
+    return vllm_version, profile, info, kserve_version
+
+
+def _check_runtime_image(spec, findings):
+    """The runtime image: required when specpilot creates the runtime, pinned by tag or digest."""
+    if spec["runtime"]["create"] and not spec["runtime"].get("image"):
+        findings.error(
+            "runtime.image",
+            "runtime.image is required when specpilot creates the runtime",
+            "set specpilot_runtime.image (a vLLM OpenAI server image), or runtime.create: false with "
+            "the name of an existing runtime",
+            "runtime-image",
+        )
+    elif spec["runtime"].get("image") and not _image_pinned(spec["runtime"]["image"]):
+        findings.warning(
+            "runtime.image",
+            "runtime image %r is not pinned (no tag, or 'latest'): the vLLM version "
+            "inside can drift from vllm_version %s" % (spec["runtime"]["image"], spec["vllm_version"]),
+            "pin the image by tag or digest",
+            "runtime-image-unpinned",
+        )
+
+
+def _lifecycle_checks(spec, with_draft, delivery, startup, findings):
+    """Scale to zero, cold starts with a draft, and an existing runtime whose probes specpilot does not manage."""
+    if spec["min_replicas"] == 0 and spec["deployment_mode"] == "Standard":
+        findings.error(
+            "min_replicas",
+            "min_replicas 0 (scale to zero) is not supported in Standard mode",
+            "use 1, or Knative mode",
+            "scale-to-zero-standard",
+        )
+    if with_draft:
+        findings.note(
+            "startup_timeout_seconds",
+            "a draft makes cold starts longer (draft load, its compilation, "
+            "profiling): the startupProbe allows %d s" % startup,
+            "raise startup_timeout_seconds for large models",
+            "cold-start",
+        )
+    if not spec["runtime"]["create"]:
+        findings.note(
+            "runtime",
+            "using the existing %s %r: its probes and command are not managed by specpilot%s"
+            % (
+                spec["runtime"]["kind"],
+                spec["runtime"]["name"],
+                "; the Modelcar startup guard cannot be added" if delivery["type"] == "modelcar" else "",
+            ),
+            "make sure its startupProbe allows %d s" % startup,
+            "existing-runtime",
+        )
+
+
+def _manifests(spec, plan, mounts, delivery, startup, kserve_version, findings):
+    """The ServingRuntime (None when specpilot does not create it) and the InferenceService, with the
+    spec's overrides merged in, checked against the KServe release's rules."""
+    digest = ""  # the caller annotates both objects with the digest of what they became
     runtime = render.servingruntime(spec, mounts, delivery["type"] == "modelcar", startup, digest)
     isvc = render.inferenceservice(spec, plan, kserve_version)
     overrides = spec.get("overrides") or {}
@@ -714,16 +794,7 @@ def validate(spec, options=None):
         kserve_rules.check_servingruntime(
             runtime, findings, _where_factory("servingruntime", overrides.get("servingruntime"), [])
         )
-    plan["spec_digest"] = _deployment_digest(runtime, isvc, plan["staging"])
-    for manifest in (runtime, isvc):
-        if manifest is not None:
-            manifest.setdefault("metadata", {}).setdefault("annotations", {})[render.ANN_DIGEST] = plan[
-                "spec_digest"
-            ]
-    plan["servingruntime"] = runtime
-    plan["inferenceservice"] = isvc
-    result["plan"] = plan
-    return _finish(result, options)
+    return runtime, isvc
 
 
 def _deployment_digest(runtime, isvc, staging):
