@@ -258,8 +258,8 @@ def _st(summary, metric, key):
     return st.get(key)
 
 
-def render_markdown(report):
-    """The report as Markdown (plots linked by their file names, next to the .md file)."""
+def _md_verdict(report):
+    """The title, the verdict and why."""
     out = []
     name = report.get("service") or "service"
     verdict = report["verdict"]
@@ -291,7 +291,12 @@ def render_markdown(report):
         for n in report["notes"]:
             out.append("- " + _md_escape(n))
     out.append("")
+    return out
 
+
+def _md_context(report):
+    """What was measured: hardware, model, runtime, request parameters, workload."""
+    out = []
     ctx = report.get("context") or {}
     out.append("## Context")
     out.append("")
@@ -328,7 +333,12 @@ def render_markdown(report):
         wl_bits.append("file %s" % wl["file"])
     out.append("| Workload | %s |" % _md_escape("; ".join(wl_bits)))
     out.append("")
+    return out
 
+
+def _md_results(report):
+    """Latency and throughput per level, both sides."""
+    out = []
     out.append("## Results per level")
     out.append("")
     out.append(
@@ -396,7 +406,12 @@ def render_markdown(report):
             )
         )
     out.append("")
+    return out
 
+
+def _md_acceptance(report):
+    """The speculative side's acceptance per level."""
+    out = []
     out.append("## Acceptance (speculative side, /metrics deltas over the timed requests)")
     out.append("")
     out.append(
@@ -422,7 +437,12 @@ def render_markdown(report):
             )
         )
     out.append("")
+    return out
 
+
+def _md_tails(report):
+    """P50 against P99 per level: the mixed-workload signal."""
+    out = []
     out.append("## P50 vs P99 (the mixed-workload signal)")
     out.append("")
     out.append("| level | metric | baseline p50 -> p99 (gap) | speculative p50 -> p99 (gap) | gap widened |")
@@ -445,7 +465,13 @@ def render_markdown(report):
                 )
             )
     out.append("")
+    return out
 
+
+def _md_per_prompt(report):
+    """Per-prompt speedups at the target level, and the plots."""
+    out = []
+    tgt = (report.get("target") or {}).get("level") or {}
     tl = next((lv for lv in report["levels"] if lv["level"]["key"] == tgt.get("key")), None)
     if tl and tl["comparison"].get("per_prompt"):
         out.append("## Per prompt at %s (medians over the runs of each prompt)" % tgt["key"])
@@ -471,12 +497,32 @@ def render_markdown(report):
         for p in report["plots"]:
             out.append("![%s](%s)" % (p["title"], p["file"]))
             out.append("")
+    return out
+
+
+def _md_thresholds(report):
+    """The thresholds the verdict used."""
+    out = []
     th = report.get("thresholds") or {}
     out.append("## Thresholds")
     out.append("")
     out.append(", ".join("%s=%s" % (k, json.dumps(v)) for k, v in sorted(th.items())))
     out.append("")
-    return "\n".join(out)
+    return out
+
+
+def render_markdown(report):
+    """The report as Markdown (plots linked by their file names, next to the .md file)."""
+    sections = (
+        _md_verdict,
+        _md_context,
+        _md_results,
+        _md_acceptance,
+        _md_tails,
+        _md_per_prompt,
+        _md_thresholds,
+    )
+    return "\n".join(line for section in sections for line in section(report))
 
 
 # --------------------------------------------------------------------------- plots
