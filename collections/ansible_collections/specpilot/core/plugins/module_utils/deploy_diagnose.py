@@ -204,34 +204,9 @@ def _tail(text, lines):
     return rows[-lines:] if lines else rows
 
 
-def diagnose(context):
-    """The diagnosis of one failed rollout; see the module docstring for ``context``."""
-    plan = context.get("plan") or {}
-    name = plan.get("name") or context.get("name") or "?"
-    namespace = plan.get("namespace") or context.get("namespace") or "?"
-    status = context.get("status") or {}
-    isvc = context.get("isvc")
-    deployment = context.get("deployment")
-    expected = expected_from_plan(plan) if plan.get("name") else None
-    pods = [pod_summary(p, expected, context.get("now")) for p in context.get("pods") or []]
-    log_facts = context.get("log_facts") or {}
-    tail_lines = int(context.get("tail_lines") or 20)
-    events = _relevant_events(context.get("events"), name, {p["name"] for p in pods})
-    image_vllm = log_facts.get("vllm_version")
-    errors = [e for e in log_facts.get("log_errors") or [] if not e.get("after_shutdown")]
-
-    hints, scheduling = [], []
-    for p in pods:
-        if p["unschedulable"]:
-            scheduling.append(p["unschedulable"])
-    for event in events:
-        if event.get("reason") == "FailedScheduling" and event.get("message") not in scheduling:
-            scheduling.append(event.get("message"))
-    for message in scheduling[-1:]:
-        hints.extend(scheduling_hints(message, plan))
-
-    new = [p for p in pods if p["new"] and not p["terminating"]] or [p for p in pods if not p["terminating"]]
-    cause = status.get("cause")
+def _pod_hints(new, cause):
+    """Hints from the new pods (OOMKilled, image pulls, init containers); the cause they point at."""
+    hints = []
     for p in new:
         if p["last_reason"] == "OOMKilled" or (p["terminated"] or {}).get("reason") == "OOMKilled":
             cause = cause or "oomkilled"
@@ -253,6 +228,34 @@ def diagnose(context):
                     p["init_failure"]["message"] or p["init_failure"]["reason"],
                 )
             )
+    return cause, hints
+
+
+def _scheduling_hints(d):
+    """FailedScheduling reasons (pods and events), the last one explained."""
+    plan, pods, events = d["plan"], d["pods"], d["events"]
+    hints, scheduling = [], []
+    for p in pods:
+        if p["unschedulable"]:
+            scheduling.append(p["unschedulable"])
+    for event in events:
+        if event.get("reason") == "FailedScheduling" and event.get("message") not in scheduling:
+            scheduling.append(event.get("message"))
+    for message in scheduling[-1:]:
+        hints.extend(scheduling_hints(message, plan))
+    return hints, scheduling
+
+
+def _hints(d):
+    """(cause, hints, engine hints, scheduling messages) of a rollout that did not become ready."""
+    context, plan, name, namespace, pods, status = (
+        d[k] for k in ("context", "plan", "name", "namespace", "pods", "status")
+    )
+    image_vllm, errors, ready = d["image_vllm"], d["errors"], d["ready"]
+    hints, scheduling = _scheduling_hints(d)
+    new = [p for p in pods if p["new"] and not p["terminating"]] or [p for p in pods if not p["terminating"]]
+    cause, pod_hints = _pod_hints(new, status.get("cause"))
+    hints.extend(pod_hints)
     engine = engine_hints(errors, plan, image_vllm)
     hints.extend(engine)
     if (
@@ -264,8 +267,6 @@ def diagnose(context):
             "The engine log says vLLM %s, the spec says specpilot_vllm_version %s: make them agree."
             % (image_vllm, plan["vllm_version"])
         )
-    ready = _cond(isvc, "Ready") or {}
-    model_status = ((isvc or {}).get("status") or {}).get("modelStatus") or {}
     if cause == "invalid-spec" or ready.get("reason") in ("RuntimeNotRecognized", "NoSupportingRuntime"):
         hints.append(
             "KServe did not accept the InferenceService (%s): %s"
@@ -287,8 +288,17 @@ def diagnose(context):
             "See the events and the log above; kubectl -n %s describe pod -l "
             "serving.kserve.io/inferenceservice=%s" % (namespace, name)
         )
+    return cause, hints, engine, scheduling
 
-    # ------------------------------------------------------------ the block
+
+def _diagnosis_lines(d, cause, hints, engine):
+    """The block printed for the on-call engineer: (summary, lines)."""
+    context, name, namespace, status, deployment, pods = (
+        d[k] for k in ("context", "name", "namespace", "status", "deployment", "pods")
+    )
+    tail_lines, events, image_vllm, errors, ready, model_status = (
+        d[k] for k in ("tail_lines", "events", "image_vllm", "errors", "ready", "model_status")
+    )
     headline = {
         "crashloop": "the engine keeps crashing",
         "oomkilled": "the container is OOMKilled",
@@ -384,6 +394,44 @@ def diagnose(context):
     for hint in hints:
         lines.append("    - " + hint)
     summary = "%s: %s" % (headline, (engine[0] if engine else hints[0]) if hints else headline)
+    return summary, lines
+
+
+def diagnose(context):
+    """The diagnosis of one failed rollout; see the module docstring for ``context``."""
+    plan = context.get("plan") or {}
+    name = plan.get("name") or context.get("name") or "?"
+    namespace = plan.get("namespace") or context.get("namespace") or "?"
+    status = context.get("status") or {}
+    isvc = context.get("isvc")
+    deployment = context.get("deployment")
+    expected = expected_from_plan(plan) if plan.get("name") else None
+    pods = [pod_summary(p, expected, context.get("now")) for p in context.get("pods") or []]
+    log_facts = context.get("log_facts") or {}
+    tail_lines = int(context.get("tail_lines") or 20)
+    events = _relevant_events(context.get("events"), name, {p["name"] for p in pods})
+    image_vllm = log_facts.get("vllm_version")
+    errors = [e for e in log_facts.get("log_errors") or [] if not e.get("after_shutdown")]
+    d = dict(
+        context=context,
+        plan=plan,
+        name=name,
+        namespace=namespace,
+        status=status,
+        isvc=isvc,
+        deployment=deployment,
+        expected=expected,
+        pods=pods,
+        log_facts=log_facts,
+        tail_lines=tail_lines,
+        events=events,
+        image_vllm=image_vllm,
+        errors=errors,
+        ready=_cond(isvc, "Ready") or {},
+        model_status=((isvc or {}).get("status") or {}).get("modelStatus") or {},
+    )
+    cause, hints, engine, scheduling = _hints(d)
+    summary, lines = _diagnosis_lines(d, cause, hints, engine)
     return {
         "summary": summary[:400],
         "cause": cause or "not-ready",
