@@ -242,18 +242,18 @@ def acceptance_band(rate):
 # --------------------------------------------------------------------------- comparison
 
 
-def _num(value):
+def _finite_or_none(value):
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
 def _stat(summary, metric, statistic):
     st = (summary.get("metrics") or {}).get(metric)
-    return _num(st.get(statistic)) if st else None
+    return _finite_or_none(st.get(statistic)) if st else None
 
 
 def _throughput(summary, how, statistic):
     if how == "system":
-        return _num(summary.get("output_throughput"))
+        return _finite_or_none(summary.get("output_throughput"))
     return _stat(summary, "request_tok_s", statistic)
 
 
@@ -397,7 +397,7 @@ def compare_level(baseline, speculative, acceptance=None, thresholds=None):
             _stat(speculative, "request_tok_s", st), _stat(baseline, "request_tok_s", st)
         ),
         "output_throughput": _ratio(
-            _num(speculative.get("output_throughput")), _num(baseline.get("output_throughput"))
+            _finite_or_none(speculative.get("output_throughput")), _finite_or_none(baseline.get("output_throughput"))
         ),
         "e2e": _ratio(_stat(baseline, "e2e_ms", st), _stat(speculative, "e2e_ms", st)),
     }

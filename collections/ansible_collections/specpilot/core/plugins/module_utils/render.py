@@ -102,7 +102,7 @@ def engine_args(spec, mounts, speculative_args):
     if tp > 1:
         args.append("--tensor-parallel-size=%d" % tp)
     if va.get("gpu_memory_utilization") is not None:
-        args.append("--gpu-memory-utilization=%s" % _num(va["gpu_memory_utilization"]))
+        args.append("--gpu-memory-utilization=%s" % _arg_number(va["gpu_memory_utilization"]))
     if va.get("max_model_len") is not None:
         args.append("--max-model-len=%d" % va["max_model_len"])
     if va.get("dtype"):
@@ -120,7 +120,7 @@ def engine_args(spec, mounts, speculative_args):
     return args
 
 
-def _num(value):
+def _arg_number(value):
     text = repr(float(value)) if isinstance(value, float) else str(value)
     return text
 

@@ -115,7 +115,7 @@ INTERPRET = {
 # --------------------------------------------------------------------------- small helpers
 
 
-def _num(value):
+def _number_or_none(value):
     if value is None or isinstance(value, bool):
         return None
     try:
@@ -128,7 +128,7 @@ def _num(value):
 
 
 def _fmt(value, digits=2):
-    value = _num(value)
+    value = _number_or_none(value)
     return "n/a" if value is None else ("%.*f" % (digits, value))
 
 
@@ -156,7 +156,7 @@ def thresholds(values=None):
         if value is not None:
             out[key] = value
     for key in ("min_acceptance_rate", "warn_acceptance_rate", "collapse_threshold", "cross_check_tolerance"):
-        val = _num(out[key])
+        val = _number_or_none(out[key])
         if val is None or not 0.0 <= val <= 1.0:
             raise ValueError("%s must be a number between 0 and 1, got %r" % (key, out[key]))
         out[key] = val
@@ -166,7 +166,7 @@ def thresholds(values=None):
             % (out["warn_acceptance_rate"], out["min_acceptance_rate"])
         )
     if out["min_mean_acceptance_length"] is not None:
-        mal = _num(out["min_mean_acceptance_length"])
+        mal = _number_or_none(out["min_mean_acceptance_length"])
         if mal is None or mal < 1.0:
             raise ValueError(
                 "min_mean_acceptance_length must be >= 1, got %r" % out["min_mean_acceptance_length"]
@@ -390,9 +390,9 @@ def figures(metrics_after, log_window, plan_cfg=None):
     derived = get_path(metrics_after, "derived") or {}
     summary = get_path(log_window, "summary") or {}
     log = {
-        "acceptance_rate": _num(summary.get("draft_acceptance_rate")),
-        "mean_acceptance_length": _num(summary.get("mean_acceptance_length")),
-        "per_position_acceptance": [_num(v) for v in summary.get("per_position_acceptance") or []],
+        "acceptance_rate": _number_or_none(summary.get("draft_acceptance_rate")),
+        "mean_acceptance_length": _number_or_none(summary.get("mean_acceptance_length")),
+        "per_position_acceptance": [_number_or_none(v) for v in summary.get("per_position_acceptance") or []],
         "drafted_tokens": summary.get("drafted_tokens"),
         "accepted_tokens": summary.get("accepted_tokens"),
         "windows": summary.get("windows") or 0,
@@ -400,9 +400,9 @@ def figures(metrics_after, log_window, plan_cfg=None):
         "since_found": get_path(log_window, "since_found"),
     }
     metrics = {
-        "acceptance_rate": _num(derived.get("draft_acceptance_rate")),
-        "mean_acceptance_length": _num(derived.get("mean_acceptance_length")),
-        "per_position_acceptance": [_num(v) for v in derived.get("per_position_acceptance") or []],
+        "acceptance_rate": _number_or_none(derived.get("draft_acceptance_rate")),
+        "mean_acceptance_length": _number_or_none(derived.get("mean_acceptance_length")),
+        "per_position_acceptance": [_number_or_none(v) for v in derived.get("per_position_acceptance") or []],
         "num_drafts": derived.get("num_drafts"),
         "num_draft_tokens": derived.get("num_draft_tokens"),
         "num_accepted_tokens": derived.get("num_accepted_tokens"),
@@ -473,7 +473,7 @@ def interpretation(fig, th, temperature=None):
             out.append(INTERPRET["collapse"].format(pos=pos, curve=_curve(curve)))
         else:
             out.append(INTERPRET["decay"].format(curve=_curve(curve), k=len(curve), last=curve[-1]))
-    t = _num(temperature)
+    t = _number_or_none(temperature)
     if t:
         out.append(INTERPRET["temperature"].format(t=t))
     return out

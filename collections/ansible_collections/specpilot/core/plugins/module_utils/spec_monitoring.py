@@ -185,7 +185,7 @@ def _settings(params):
     return s
 
 
-def _num(value):
+def _promql_number(value):
     """0.5 -> '0.5', 200 -> '200' (no float noise in PromQL)."""
     return repr(float(value)).rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
 
@@ -212,7 +212,7 @@ def prometheus_rule(name, namespace, vllm_version, planned=True, selector=None, 
     if planned:
         traffic = "%s >= %s" % (_paren(expr["drafted_in_window"]), s["min_draft_tokens"]) \
             if expr.get("drafted_in_window") else "%s > 0" % _paren(expr["generated_in_window"])
-        low = "%s < %s and on (%s) %s" % (_paren(expr["acceptance_rate"]), _num(s["min_acceptance_rate"]),
+        low = "%s < %s and on (%s) %s" % (_paren(expr["acceptance_rate"]), _promql_number(s["min_acceptance_rate"]),
                                             keys, traffic)
         window_words = "over %s" % s["window"] if profile["era"] == "v1" else \
             "since the engine started (V0 gauge)"
@@ -235,8 +235,8 @@ def prometheus_rule(name, namespace, vllm_version, planned=True, selector=None, 
         rules.append({
             "alert": "SpecDecodeBorderlineAcceptance",
             "expr": "%s < %s and %s >= %s and on (%s) %s" % (
-                _paren(expr["acceptance_rate"]), _num(s["warn_acceptance_rate"]),
-                _paren(expr["acceptance_rate"]), _num(s["min_acceptance_rate"]), keys, traffic),
+                _paren(expr["acceptance_rate"]), _promql_number(s["warn_acceptance_rate"]),
+                _paren(expr["acceptance_rate"]), _promql_number(s["min_acceptance_rate"]), keys, traffic),
             "for": s["for"],
             "labels": dict(labels_common, severity="info"),
             "annotations": {
@@ -293,7 +293,7 @@ def _collapse_expr(profile, selector, s, keys, traffic):
         by, profile["per_position"], base, s["window"])
     drafts = "sum by (%s) (rate(%s{%s}[%s]))" % (by, profile["drafts"], base, s["window"])
     return "(%s / ignoring (position) group_left %s) < %s and on (%s) %s" % (
-        per_pos, drafts, _num(s["collapse_threshold"]), keys, traffic)
+        per_pos, drafts, _promql_number(s["collapse_threshold"]), keys, traffic)
 
 
 def _paren(text):
