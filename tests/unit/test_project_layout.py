@@ -21,9 +21,22 @@ SHARED_ARGUMENTS = {"specpilot_override_method", "specpilot_override_num_specula
 
 
 def test_top_level_layout():
-    for name in ("playbooks", "roles", "inventories", "schemas", "collections", "molecule",
-                 "requirements.yml", "lab", "tests", "benchmarks", "Makefile", "ansible.cfg",
-                 "README.md", ".ci/run"):
+    for name in (
+        "playbooks",
+        "roles",
+        "inventories",
+        "schemas",
+        "collections",
+        "molecule",
+        "requirements.yml",
+        "lab",
+        "tests",
+        "benchmarks",
+        "Makefile",
+        "ansible.cfg",
+        "README.md",
+        ".ci/run",
+    ):
         assert (ROOT / name).exists(), name
 
 
@@ -35,7 +48,9 @@ def test_readme_quickstart_has_exactly_two_commands():
 
 
 def test_ci_runs_make_test():
-    lines = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    lines = [
+        ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln.strip() and not ln.startswith("#")
+    ]
     assert "make test" in lines
 
 
@@ -44,7 +59,11 @@ def test_module_documented_like_kubernetes_core(module):
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
     proc = subprocess.run(
         [str(Path(sys.executable).with_name("ansible-doc")), "-j", f"specpilot.core.{module}"],
-        capture_output=True, text=True, cwd=ROOT, env=env, check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)[f"specpilot.core.{module}"]
@@ -63,15 +82,21 @@ def test_role_has_argument_specs_and_readme(role):
     readme = (role / "README.md").read_text()
     prefix = role.name + "_"
     for entry, spec in specs["argument_specs"].items():
-        assert entry == "main" or (role / "tasks" / f"{entry}.yml").is_file(), f"{role.name}: no tasks/{entry}.yml"
+        assert (
+            entry == "main" or (role / "tasks" / f"{entry}.yml").is_file()
+        ), f"{role.name}: no tasks/{entry}.yml"
         for var in spec.get("options", {}):
-            assert var.startswith(prefix) or var in SHARED_ARGUMENTS, f"{role.name}: {var} lacks the role prefix"
+            assert (
+                var.startswith(prefix) or var in SHARED_ARGUMENTS
+            ), f"{role.name}: {var} lacks the role prefix"
             assert var in readme, f"{role.name}: {var} ({entry}) is not documented in README.md"
     defaults = role / "defaults" / "main.yml"
     if defaults.is_file():
-        for var in (yaml.safe_load(defaults.read_text()) or {}):
+        for var in yaml.safe_load(defaults.read_text()) or {}:
             assert var.startswith(prefix), f"{role.name}: default {var} lacks the role prefix"
-            assert var in specs["argument_specs"]["main"].get("options", {}), f"{role.name}: {var} not in argument_specs"
+            assert var in specs["argument_specs"]["main"].get(
+                "options", {}
+            ), f"{role.name}: {var} not in argument_specs"
 
 
 def test_shared_arguments_are_the_collections_override_variables():
@@ -92,7 +117,9 @@ def test_no_role_touches_another_roles_private_variables():
     for path in ROLE_FILES:
         owner = path.relative_to(ROOT / "roles").parts[0]
         text = path.read_text()
-        found += [f"{path.relative_to(ROOT)}: __{name}_" for name in names if name != owner and f"__{name}_" in text]
+        found += [
+            f"{path.relative_to(ROOT)}: __{name}_" for name in names if name != owner and f"__{name}_" in text
+        ]
     assert found == []
 
 
@@ -108,7 +135,9 @@ def test_roles_call_each_other_only_through_declared_entry_points():
     assert calls, "no role calls another role's entry point: the test looks at nothing"
     for path, name, entry in calls:
         specs = yaml.safe_load((ROOT / "roles" / name / "meta" / "argument_specs.yml").read_text())
-        assert entry in specs["argument_specs"], f"{path.relative_to(ROOT)}: {name} has no entry point {entry}"
+        assert (
+            entry in specs["argument_specs"]
+        ), f"{path.relative_to(ROOT)}: {name} has no entry point {entry}"
 
 
 def _tasks(node):
@@ -120,3 +149,58 @@ def _tasks(node):
         yield node
         for key in ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks", "handlers"):
             yield from _tasks(node.get(key))
+
+
+def test_renamed_modules_keep_their_old_names_for_one_release(tmp_path):
+    """meta/runtime.yml routes spec_monitoring (and spec_guard) to the new names with a deprecation warning."""
+    book = tmp_path / "old_name.yml"
+    book.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "hosts": "localhost",
+                    "gather_facts": False,
+                    "tasks": [
+                        {
+                            "name": "old name",
+                            "specpilot.core.spec_monitoring": {
+                                "name": "svc",
+                                "namespace": "ml",
+                                "vllm_version": "0.32.0",
+                            },
+                            "register": "rendered",
+                        },
+                        {
+                            "name": "check",
+                            "ansible.builtin.assert": {
+                                "that": ["rendered.prometheus_rule.kind == 'PrometheusRule'"]
+                            },
+                        },
+                    ],
+                }
+            ]
+        )
+    )
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    run = subprocess.run(
+        [
+            str(ROOT / ".venv" / "bin" / "ansible-playbook"),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            "ansible_python_interpreter=" + sys.executable,
+            str(book),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "specpilot.core.spec_monitoring is now specpilot.core.monitoring" in run.stdout + run.stderr
+    routing = yaml.safe_load((COLLECTION / "meta" / "runtime.yml").read_text())["plugin_routing"]
+    assert routing["modules"]["spec_guard"]["redirect"] == "specpilot.core.acceptance_guard"
+    assert (COLLECTION / "plugins" / "modules" / "acceptance_guard.py").is_file()

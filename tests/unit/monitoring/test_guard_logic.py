@@ -1,4 +1,4 @@
-"""The guard's decisions (module_utils/spec_guard.py): reading the InferenceService, statuses,
+"""The guard's decisions (module_utils/acceptance_guard.py): reading the InferenceService, statuses,
 streaks of low readings, history handling, and the Prometheus reading with a canned API."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import urllib.parse
 import pytest
 
 import vllm_pages as vp
-from ansible_collections.specpilot.core.plugins.module_utils import spec_guard as g
+from ansible_collections.specpilot.core.plugins.module_utils import acceptance_guard as g
 from ansible_collections.specpilot.core.plugins.module_utils.vllm_metrics import parse_metrics_text
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}

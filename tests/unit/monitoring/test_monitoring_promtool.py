@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import vllm_pages as vp
-from ansible_collections.specpilot.core.plugins.module_utils import spec_monitoring as sm
+from ansible_collections.specpilot.core.plugins.module_utils import monitoring as sm
 from ansible_collections.specpilot.core.plugins.module_utils.vllm_metrics import parse_metrics_text
 
 ROOT = vp.ROOT

@@ -37,7 +37,7 @@ import time
 import urllib.parse
 import urllib.request
 
-from ansible_collections.specpilot.core.plugins.module_utils import spec_monitoring as sm
+from ansible_collections.specpilot.core.plugins.module_utils import monitoring as sm
 
 HISTORY_ANNOTATION = "specpilot.io/guard-history"
 HISTORY_KEY = "history"

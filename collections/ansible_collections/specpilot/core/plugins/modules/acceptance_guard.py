@@ -9,7 +9,7 @@ __metaclass__ = type
 
 
 DOCUMENTATION = r"""
-module: spec_guard
+module: acceptance_guard
 
 short_description: Judge a speculative-decoding service from its latest acceptance reading and its history
 
@@ -22,7 +22,7 @@ description:
   - One step of the specpilot acceptance guard for one InferenceService. Takes the live InferenceService, a
     reading of the last window (O(metrics), the result of M(specpilot.core.vllm_metrics_facts) called with
     C(previous); or, with O(prometheus_url), the same PromQL as the PrometheusRule of
-    M(specpilot.core.spec_monitoring) over O(prometheus_window)) and the stored guard history.
+    M(specpilot.core.monitoring) over O(prometheus_window)) and the stored guard history.
   - "Returns the status of the reading: C(off) (no speculative flags on the InferenceService), C(absent),
     C(missing) (flags set but no C(vllm:spec_decode_*) series), C(idle) (fewer than O(min_draft_tokens)
     drafted), C(no-window) (V0 cumulative gauge only), C(low), C(borderline) or C(healthy); the new history
@@ -130,7 +130,7 @@ options:
 
 seealso:
   - module: specpilot.core.vllm_metrics_facts
-  - module: specpilot.core.spec_monitoring
+  - module: specpilot.core.monitoring
 """
 
 EXAMPLES = r"""
@@ -150,7 +150,7 @@ EXAMPLES = r"""
   register: second
 
 - name: Judge the window
-  specpilot.core.spec_guard:
+  specpilot.core.acceptance_guard:
     name: chat-eagle3
     isvc: "{{ isvc_info.resources[0] | default(omit) }}"
     metrics: "{{ second }}"
@@ -159,7 +159,7 @@ EXAMPLES = r"""
   register: verdict
 
 - name: Or read the window from Prometheus
-  specpilot.core.spec_guard:
+  specpilot.core.acceptance_guard:
     name: chat-eagle3
     namespace: llm-serving
     isvc: "{{ isvc_info.resources[0] }}"
@@ -238,8 +238,8 @@ settings:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
-from ansible_collections.specpilot.core.plugins.module_utils import spec_monitoring as sm
-from ansible_collections.specpilot.core.plugins.module_utils.spec_guard import (
+from ansible_collections.specpilot.core.plugins.module_utils import monitoring as sm
+from ansible_collections.specpilot.core.plugins.module_utils.acceptance_guard import (
     GuardError,
     evaluate,
     isvc_speculative,

@@ -9,7 +9,7 @@ __metaclass__ = type
 
 
 DOCUMENTATION = r"""
-module: spec_monitoring
+module: monitoring
 
 short_description: Render a PrometheusRule and a Grafana dashboard for a speculative-decoding service
 
@@ -125,7 +125,7 @@ notes:
 
 EXAMPLES = r"""
 - name: Render the monitoring artifacts of a service
-  specpilot.core.spec_monitoring:
+  specpilot.core.monitoring:
     name: "{{ specpilot_name | default(inventory_hostname) }}"
     namespace: "{{ specpilot_namespace }}"
     vllm_version: "{{ specpilot_vllm_version }}"
@@ -182,7 +182,7 @@ selector:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specpilot.core.plugins.module_utils.spec_monitoring import MonitoringError, render
+from ansible_collections.specpilot.core.plugins.module_utils.monitoring import MonitoringError, render
 from ansible_collections.specpilot.core.plugins.module_utils.versions import VersionError
 
 
