@@ -124,6 +124,87 @@ def _parse_nst(value, findings):
     return number or None  # 0 keeps the spec's
 
 
+def _speculative_is_off(method, nst, where, findings):
+    """An override of a spec whose speculative decoding is off: an error per variable set."""
+    for key, value in (("method", method), ("num_speculative_tokens", nst)):
+        if value is not None:
+            findings.error(
+                _PATH[key],
+                "%s=%s: speculative decoding is off in %s (specpilot_speculative is null or not "
+                "set), so there is no %s to override" % (OVERRIDE_VARS[key], value, where, key),
+                "turn it on in the inventory (specpilot_speculative), or leave %s at %s"
+                % (OVERRIDE_VARS[key], "spec" if key == "method" else "0"),
+                "override-speculative-off",
+            )
+
+
+def _switch_method(raw, cfg, new, method, nst, methods, profile, label, where, findings):
+    """Switch ``new`` (a copy of the spec's config) to ``method``: drop the keys the new method does not
+    take.  Returns (dropped keys, whether the spec's draft no longer serves), or None after an error."""
+    old_method = cfg.get("method")
+    dropped = []
+    if methods is not None and method not in methods:
+        close = difflib.get_close_matches(method, list(methods), n=1, cutoff=0.6)
+        findings.error(
+            _PATH["method"],
+            "%s=%r is not a speculative method of %s (the runtime of %s)"
+            % (METHOD_VAR, method, label, where),
+            "%suse spec to keep the spec's method (%s), or one of: %s"
+            % ("did you mean %s? " % close[0] if close else "", old_method, ", ".join(sorted(methods))),
+            "override-method-unknown",
+        )
+        return None
+    info = (methods or {}).get(method) or vp.method_info(method)
+    scopes = method_scopes(profile)
+    new["method"] = method
+    for key in list(new):
+        if key in ("method", "num_speculative_tokens") or new[key] is None:
+            continue
+        if key == "model" or (key in scopes and not method_in_scope(method, scopes[key])):
+            dropped.append(key)
+            del new[key]
+    # The spec's draft serves the new method only if it needs a separate draft too (the compatibility
+    # checks then judge it), or if both take optional weights of the same kind (MTP -> MTP); an MTP,
+    # ngram or suffix method must not load the old method's EAGLE head or draft model.
+    old_info = (methods or {}).get(old_method) or vp.method_info(
+        old_method if isinstance(old_method, str) else ""
+    )
+    drop_draft = bool(raw.get("draft")) and (
+        info["model"] == "none" or (info["model"] == "optional" and old_info["model"] != "optional")
+    )
+    if info["model"] == "required" and not raw.get("draft"):
+        findings.error(
+            _PATH["method"],
+            "%s=%s needs specpilot_draft (the method's %s, delivered with the target), and %s has "
+            "none%s"
+            % (
+                METHOD_VAR,
+                method,
+                "EAGLE head" if method.startswith("eagle") else "draft model",
+                where,
+                (
+                    " (speculative.model named the draft of method %s)" % old_method
+                    if "model" in dropped
+                    else ""
+                ),
+            ),
+            "describe the draft in specpilot_draft, choose a method that needs none (ngram, suffix, "
+            "mtp), or keep the spec's method (%s=spec)" % METHOD_VAR,
+            "override-needs-draft",
+        )
+        return None
+    if info["num_speculative_tokens_required"] and nst is None and new.get("num_speculative_tokens") is None:
+        findings.error(
+            _PATH["method"],
+            "%s=%s needs num_speculative_tokens, and the speculative config of %s (method %s) has none"
+            % (METHOD_VAR, method, where, old_method),
+            "set %s as well (3 to 5 is a usual start)" % NST_VAR,
+            "override-needs-num-speculative-tokens",
+        )
+        return None
+    return dropped, drop_draft
+
+
 def apply(raw, method_value, nst_value, profile, findings, version_label=None):
     """Apply the overrides to ``raw["speculative"]`` (in place).  Returns the record.
 
@@ -141,16 +222,7 @@ def apply(raw, method_value, nst_value, profile, findings, version_label=None):
     name = raw.get("name") if isinstance(raw.get("name"), str) else None
     where = "the spec%s" % (" of %s" % name if name else "")
     if cfg is None:
-        for key, value in (("method", method), ("num_speculative_tokens", nst)):
-            if value is not None:
-                findings.error(
-                    _PATH[key],
-                    "%s=%s: speculative decoding is off in %s (specpilot_speculative is null or not "
-                    "set), so there is no %s to override" % (OVERRIDE_VARS[key], value, where, key),
-                    "turn it on in the inventory (specpilot_speculative), or leave %s at %s"
-                    % (OVERRIDE_VARS[key], "spec" if key == "method" else "0"),
-                    "override-speculative-off",
-                )
+        _speculative_is_off(method, nst, where, findings)
         return record
     if not isinstance(cfg, dict) or not cfg:
         return record  # not a config (schema error) or an empty one (reported by the validator)
@@ -162,69 +234,10 @@ def apply(raw, method_value, nst_value, profile, findings, version_label=None):
     dropped = []
     drop_draft = False
     if method is not None and method != old_method:
-        if methods is not None and method not in methods:
-            close = difflib.get_close_matches(method, list(methods), n=1, cutoff=0.6)
-            findings.error(
-                _PATH["method"],
-                "%s=%r is not a speculative method of %s (the runtime of %s)"
-                % (METHOD_VAR, method, label, where),
-                "%suse spec to keep the spec's method (%s), or one of: %s"
-                % ("did you mean %s? " % close[0] if close else "", old_method, ", ".join(sorted(methods))),
-                "override-method-unknown",
-            )
+        switched = _switch_method(raw, cfg, new, method, nst, methods, profile, label, where, findings)
+        if switched is None:
             return record
-        info = (methods or {}).get(method) or vp.method_info(method)
-        scopes = method_scopes(profile)
-        new["method"] = method
-        for key in list(new):
-            if key in ("method", "num_speculative_tokens") or new[key] is None:
-                continue
-            if key == "model" or (key in scopes and not method_in_scope(method, scopes[key])):
-                dropped.append(key)
-                del new[key]
-        # The spec's draft serves the new method only if it needs a separate draft too (the compatibility
-        # checks then judge it), or if both take optional weights of the same kind (MTP -> MTP); an MTP,
-        # ngram or suffix method must not load the old method's EAGLE head or draft model.
-        old_info = (methods or {}).get(old_method) or vp.method_info(
-            old_method if isinstance(old_method, str) else ""
-        )
-        drop_draft = bool(raw.get("draft")) and (
-            info["model"] == "none" or (info["model"] == "optional" and old_info["model"] != "optional")
-        )
-        if info["model"] == "required" and not raw.get("draft"):
-            findings.error(
-                _PATH["method"],
-                "%s=%s needs specpilot_draft (the method's %s, delivered with the target), and %s has "
-                "none%s"
-                % (
-                    METHOD_VAR,
-                    method,
-                    "EAGLE head" if method.startswith("eagle") else "draft model",
-                    where,
-                    (
-                        " (speculative.model named the draft of method %s)" % old_method
-                        if "model" in dropped
-                        else ""
-                    ),
-                ),
-                "describe the draft in specpilot_draft, choose a method that needs none (ngram, suffix, "
-                "mtp), or keep the spec's method (%s=spec)" % METHOD_VAR,
-                "override-needs-draft",
-            )
-            return record
-        if (
-            info["num_speculative_tokens_required"]
-            and nst is None
-            and new.get("num_speculative_tokens") is None
-        ):
-            findings.error(
-                _PATH["method"],
-                "%s=%s needs num_speculative_tokens, and the speculative config of %s (method %s) has none"
-                % (METHOD_VAR, method, where, old_method),
-                "set %s as well (3 to 5 is a usual start)" % NST_VAR,
-                "override-needs-num-speculative-tokens",
-            )
-            return record
+        dropped, drop_draft = switched
     if method is not None:
         record["method"] = {"variable": METHOD_VAR, "value": method, "spec": old_method}
     if nst is not None:
