@@ -223,6 +223,57 @@ def prepare_base(skopeo, base, work_dir, tls_verify=True, authfile=None, platfor
     return layout, "base", {"source": base, "pulled": True, "pin": pin}
 
 
+def _checked_artifacts(given):
+    """The artifacts to layer, with absolute paths; each must be a non-empty directory."""
+    artifacts = [
+        {"role": a.get("role"), "subdir": a["subdir"], "path": os.path.abspath(os.path.expanduser(a["path"]))}
+        for a in given
+    ]
+    for a in artifacts:
+        if not os.path.isdir(a["path"]):
+            raise ModelcarError("%s: %s is not a directory" % (a["role"] or a["subdir"], a["path"]))
+        if not any(True for _ in os.scandir(a["path"])):
+            raise ModelcarError("%s: %s is empty" % (a["role"] or a["subdir"], a["path"]))
+    return artifacts
+
+
+def _skopeo_push(p, skopeo, built, repo, tag, authfile, result):
+    """Copy the built layout to the registry by digest; count what was uploaded (blobs the registry
+    already had are skipped)."""
+    tls = p.get("tls_verify", True)
+    blobs = {d["digest"]: d["size"] for d in built["manifest"]["layers"]}
+    blobs[built["manifest"]["config"]["digest"]] = built["manifest"]["config"]["size"]
+    missing = oci_registry.missing_blobs(
+        repo,
+        registry_host(repo),
+        list(blobs),
+        tls_verify=tls,
+        username=p.get("username"),
+        password=p.get("password"),
+        authfile=authfile,
+    )
+    skopeo.copy(
+        "oci:%s:%s" % (built["layout"], tag),
+        "docker://%s:%s" % (repo, tag),
+        preserve_digests=True,
+        dest_tls_verify=tls,
+        dest_authfile=authfile,
+    )
+    if missing is None:  # the registry could not be asked: count everything
+        missing = list(blobs)
+        result["upload_accounting"] = "unknown (registry API not reachable): every blob counted"
+    result.update(
+        {
+            "pushed": True,
+            "changed": True,
+            "blobs_uploaded": len(missing),
+            "blobs_skipped": len(blobs) - len(missing),
+            "bytes_uploaded": sum(blobs[d] for d in missing) + built["manifest_size"],
+        }
+    )
+    result["msg"] = "pushed %s:%s (%s)" % (repo, tag, built["digest"])
+
+
 def build_push(p, check_mode=False):
     """The whole Modelcar operation for the module; returns the module result dict."""
     t0 = time.time()
@@ -231,15 +282,7 @@ def build_push(p, check_mode=False):
     work = os.path.join(work, re.sub(r"[^A-Za-z0-9_.-]", "_", repo)[-120:])
     os.makedirs(work, exist_ok=True)
     platform = tuple((p.get("platform") or "linux/amd64").split("/"))
-    artifacts = [
-        {"role": a.get("role"), "subdir": a["subdir"], "path": os.path.abspath(os.path.expanduser(a["path"]))}
-        for a in p["artifacts"]
-    ]
-    for a in artifacts:
-        if not os.path.isdir(a["path"]):
-            raise ModelcarError("%s: %s is not a directory" % (a["role"] or a["subdir"], a["path"]))
-        if not any(True for _ in os.scandir(a["path"])):
-            raise ModelcarError("%s: %s is empty" % (a["role"] or a["subdir"], a["path"]))
+    artifacts = _checked_artifacts(p["artifacts"])
     skopeo = Skopeo(p.get("skopeo_path") or "skopeo")
     result = {
         "changed": False,
@@ -306,37 +349,7 @@ def build_push(p, check_mode=False):
             result["msg"] = "check mode: would push %s:%s (%s)" % (repo, tag, digest)
             return result
         else:
-            blobs = {d["digest"]: d["size"] for d in built["manifest"]["layers"]}
-            blobs[built["manifest"]["config"]["digest"]] = built["manifest"]["config"]["size"]
-            missing = oci_registry.missing_blobs(
-                repo,
-                registry_host(repo),
-                list(blobs),
-                tls_verify=tls,
-                username=p.get("username"),
-                password=p.get("password"),
-                authfile=authfile,
-            )
-            skopeo.copy(
-                "oci:%s:%s" % (built["layout"], tag),
-                "docker://%s:%s" % (repo, tag),
-                preserve_digests=True,
-                dest_tls_verify=tls,
-                dest_authfile=authfile,
-            )
-            if missing is None:  # the registry could not be asked: count everything
-                missing = list(blobs)
-                result["upload_accounting"] = "unknown (registry API not reachable): every blob counted"
-            result.update(
-                {
-                    "pushed": True,
-                    "changed": True,
-                    "blobs_uploaded": len(missing),
-                    "blobs_skipped": len(blobs) - len(missing),
-                    "bytes_uploaded": sum(blobs[d] for d in missing) + built["manifest_size"],
-                }
-            )
-            result["msg"] = "pushed %s:%s (%s)" % (repo, tag, digest)
+            _skopeo_push(p, skopeo, built, repo, tag, authfile, result)
         result["timings"]["push"] = round(time.time() - t_push, 3)
         if p.get("verify", True):
             t_verify = time.time()
