@@ -262,6 +262,106 @@ def _failure(pods, expected, options, isvc, now, started):
     return None, None
 
 
+def _knative_checks(isvc, baseline, checks, waiting):
+    """Knative mode: a new revision, ready, with all the traffic.  Fills ``checks`` and ``waiting``;
+    returns the progress headline."""
+    comp = (((isvc or {}).get("status") or {}).get("components") or {}).get("predictor") or {}
+    created = comp.get("latestCreatedRevision")
+    ready_rev = comp.get("latestReadyRevision")
+    traffic = sum(
+        int(t.get("percent") or 0)
+        for t in comp.get("traffic") or []
+        if ready_rev and (t.get("revisionName") == ready_rev)
+    )
+    checks["revision_created"] = bool(created)
+    checks["revision_new"] = (not baseline.get("rollout_expected")) or (
+        bool(created) and created != baseline.get("latest_created_revision")
+    )
+    checks["revision_ready"] = bool(created) and created == ready_rev
+    checks["traffic_100"] = traffic == 100
+    if not checks["revision_created"]:
+        waiting.append("no revision created yet")
+    elif not checks["revision_new"]:
+        waiting.append("KServe has not created a new revision yet (latest %s)" % created)
+    elif not checks["revision_ready"]:
+        waiting.append("revision %s not ready (latest ready %s)" % (created, ready_rev or "none"))
+    elif not checks["traffic_100"]:
+        waiting.append("revision %s has %d%% of the traffic" % (ready_rev, traffic))
+    headline = "revision %s (ready %s), traffic %d%%" % (created or "-", ready_rev or "-", traffic)
+    return headline
+
+
+def _standard_checks(expected, deployment, baseline, checks, waiting):
+    """Standard mode: the Deployment <name>-predictor has the plan's pod template (args, digest), a
+    newer generation observed, every replica updated and available.  Fills ``checks`` and
+    ``waiting``; returns the progress headline."""
+    dmd = k8s_meta(deployment)
+    dstatus = (deployment or {}).get("status") or {}
+    container = template_container(deployment)
+    tmpl_meta = (((deployment or {}).get("spec") or {}).get("template") or {}).get("metadata") or {}
+    generation = dmd.get("generation")
+    observed = dstatus.get("observedGeneration")
+    replicas = int(dstatus.get("replicas") or 0)
+    updated = int(dstatus.get("updatedReplicas") or 0)
+    available = int(dstatus.get("availableReplicas") or 0)
+    checks["deployment_present"] = deployment is not None
+    checks["template_args"] = container is not None and _args_match(
+        container.get("args"), expected.get("args")
+    )
+    checks["template_digest"] = deployment is not None and _digest_ok(
+        tmpl_meta.get("annotations"), expected.get("digest")
+    )
+    checks["generation_observed"] = generation is not None and observed is not None and observed >= generation
+    # Without the digest annotation on the template (a KServe that does not copy the
+    # InferenceService's annotations), a new rollout must at least have bumped the generation.
+    base_gen = baseline.get("deployment_generation")
+    checks["generation_advanced"] = (
+        not baseline.get("rollout_expected")
+        or base_gen is None
+        or (tmpl_meta.get("annotations") or {}).get(ANN_DIGEST) is not None
+        or (generation is not None and generation > base_gen)
+    )
+    checks["replicas_updated"] = replicas >= 1 and updated == replicas
+    checks["replicas_available"] = replicas >= 1 and available == replicas
+    if not checks["deployment_present"]:
+        waiting.append("Deployment %s-predictor not created yet" % expected.get("name"))
+    elif not (checks["template_args"] and checks["template_digest"] and checks["generation_advanced"]):
+        waiting.append("Deployment %s still has the previous pod template" % dmd.get("name"))
+    elif not checks["generation_observed"]:
+        waiting.append("Deployment generation %s not observed yet (observed %s)" % (generation, observed))
+    elif not checks["replicas_updated"]:
+        waiting.append("%d/%d replicas updated" % (updated, replicas))
+    elif not checks["replicas_available"]:
+        waiting.append("%d/%d replicas available" % (available, replicas))
+    headline = "Deployment gen %s observed %s, updated %d/%d, available %d/%d" % (
+        generation if generation is not None else "-",
+        observed if observed is not None else "-",
+        updated,
+        replicas,
+        available,
+        replicas,
+    )
+    return headline
+
+
+def _pods_text(summaries):
+    return (
+        "; ".join(
+            "pod %s%s: %s%s%s"
+            % (
+                p["name"],
+                " (new)" if p["new"] else "",
+                p["phase"],
+                ", " + ("ready" if p["ready"] else CONTAINER + " " + p["state"]),
+                ", %d restarts" % p["restarts"] if p["restarts"] else "",
+            )
+            for p in summaries
+            if not p["terminating"]
+        )
+        or "no pods"
+    )
+
+
 def rollout_status(
     expected, isvc, deployment=None, pods=None, baseline=None, now=None, started=None, options=None
 ):
@@ -283,78 +383,9 @@ def rollout_status(
     checks["isvc_present"] = isvc is not None
     checks["isvc_ready"] = ready.get("status") == "True"
     if mode == "Knative":
-        comp = (((isvc or {}).get("status") or {}).get("components") or {}).get("predictor") or {}
-        created = comp.get("latestCreatedRevision")
-        ready_rev = comp.get("latestReadyRevision")
-        traffic = sum(
-            int(t.get("percent") or 0)
-            for t in comp.get("traffic") or []
-            if ready_rev and (t.get("revisionName") == ready_rev)
-        )
-        checks["revision_created"] = bool(created)
-        checks["revision_new"] = (not baseline.get("rollout_expected")) or (
-            bool(created) and created != baseline.get("latest_created_revision")
-        )
-        checks["revision_ready"] = bool(created) and created == ready_rev
-        checks["traffic_100"] = traffic == 100
-        if not checks["revision_created"]:
-            waiting.append("no revision created yet")
-        elif not checks["revision_new"]:
-            waiting.append("KServe has not created a new revision yet (latest %s)" % created)
-        elif not checks["revision_ready"]:
-            waiting.append("revision %s not ready (latest ready %s)" % (created, ready_rev or "none"))
-        elif not checks["traffic_100"]:
-            waiting.append("revision %s has %d%% of the traffic" % (ready_rev, traffic))
-        headline = "revision %s (ready %s), traffic %d%%" % (created or "-", ready_rev or "-", traffic)
+        headline = _knative_checks(isvc, baseline, checks, waiting)
     else:
-        dmd = k8s_meta(deployment)
-        dstatus = (deployment or {}).get("status") or {}
-        container = template_container(deployment)
-        tmpl_meta = (((deployment or {}).get("spec") or {}).get("template") or {}).get("metadata") or {}
-        generation = dmd.get("generation")
-        observed = dstatus.get("observedGeneration")
-        replicas = int(dstatus.get("replicas") or 0)
-        updated = int(dstatus.get("updatedReplicas") or 0)
-        available = int(dstatus.get("availableReplicas") or 0)
-        checks["deployment_present"] = deployment is not None
-        checks["template_args"] = container is not None and _args_match(
-            container.get("args"), expected.get("args")
-        )
-        checks["template_digest"] = deployment is not None and _digest_ok(
-            tmpl_meta.get("annotations"), expected.get("digest")
-        )
-        checks["generation_observed"] = (
-            generation is not None and observed is not None and observed >= generation
-        )
-        # Without the digest annotation on the template (a KServe that does not copy the
-        # InferenceService's annotations), a new rollout must at least have bumped the generation.
-        base_gen = baseline.get("deployment_generation")
-        checks["generation_advanced"] = (
-            not baseline.get("rollout_expected")
-            or base_gen is None
-            or (tmpl_meta.get("annotations") or {}).get(ANN_DIGEST) is not None
-            or (generation is not None and generation > base_gen)
-        )
-        checks["replicas_updated"] = replicas >= 1 and updated == replicas
-        checks["replicas_available"] = replicas >= 1 and available == replicas
-        if not checks["deployment_present"]:
-            waiting.append("Deployment %s-predictor not created yet" % expected.get("name"))
-        elif not (checks["template_args"] and checks["template_digest"] and checks["generation_advanced"]):
-            waiting.append("Deployment %s still has the previous pod template" % dmd.get("name"))
-        elif not checks["generation_observed"]:
-            waiting.append("Deployment generation %s not observed yet (observed %s)" % (generation, observed))
-        elif not checks["replicas_updated"]:
-            waiting.append("%d/%d replicas updated" % (updated, replicas))
-        elif not checks["replicas_available"]:
-            waiting.append("%d/%d replicas available" % (available, replicas))
-        headline = "Deployment gen %s observed %s, updated %d/%d, available %d/%d" % (
-            generation if generation is not None else "-",
-            observed if observed is not None else "-",
-            updated,
-            replicas,
-            available,
-            replicas,
-        )
+        headline = _standard_checks(expected, deployment, baseline, checks, waiting)
     if not checks["isvc_present"]:
         waiting.insert(0, "InferenceService not found")
     elif not waiting and not checks["isvc_ready"]:
@@ -367,21 +398,7 @@ def rollout_status(
     if not done:
         cause, why = _failure(summaries, expected, opts, isvc, now, started)
     new_pods = [p for p in summaries if p["new"] and not p["terminating"]]
-    pod_text = (
-        "; ".join(
-            "pod %s%s: %s%s%s"
-            % (
-                p["name"],
-                " (new)" if p["new"] else "",
-                p["phase"],
-                ", " + ("ready" if p["ready"] else CONTAINER + " " + p["state"]),
-                ", %d restarts" % p["restarts"] if p["restarts"] else "",
-            )
-            for p in summaries
-            if not p["terminating"]
-        )
-        or "no pods"
-    )
+    pod_text = _pods_text(summaries)
     ready_text = "Ready=%s" % (ready.get("status") or "Unknown")
     if done:
         phase, message = "ready", "rolled out: %s; %s" % (headline, ready_text)
