@@ -377,6 +377,106 @@ def _pvc_target(predictor, path, mount_root="/mnt/models"):
     return {"claim": claim, "subpath": sub.lstrip("/")}
 
 
+def _off_args(out, before_args, revisions, record, opts):
+    """The args without speculative decoding, with gpu_memory_utilization as asked (``auto``: the
+    value of the recorded revision that ran without it); ``out["gmu"]`` says what happened."""
+    new_args = strip_speculative(before_args)
+    gmu_before = _gmu(before_args)
+    gmu_note = None
+    if out["speculative_before"]:
+        wanted = opts["gpu_memory_utilization"]
+        if wanted not in ("auto", "keep", ""):
+            new_args = _set_gmu(new_args, str(wanted))
+            gmu_note = "set to %s" % wanted
+        elif wanted == "auto":
+            found, value = _baseline_gmu(revisions + ([record] if record else []))
+            if found and value != gmu_before:
+                new_args = _set_gmu(new_args, value)
+                gmu_note = "restored to %s (recorded revision without speculative decoding)" % (
+                    value if value is not None else "the vLLM default"
+                )
+    out["gmu"] = {"before": gmu_before, "after": _gmu(new_args), "note": gmu_note}
+    return new_args
+
+
+def _reclaim_draft(predictor, new_predictor, before_args, revisions, record, opts):
+    """With reclaim_draft: the draft's storageUri entry dropped and the Modelcar image repointed.
+    Returns (new predictor, the reclaim plan or None)."""
+    reclaim = None
+    if opts["reclaim_draft"]:
+        path = draft_path(before_args)
+        for rev in reversed(revisions + ([record] if record else [])):
+            path = path or draft_path(predictor_args(rev.get("predictor")))
+        new_predictor, dropped = _storage_drop(new_predictor, path)
+        plan = modelcar_reclaim_plan(predictor, path, target_path(before_args), opts.get("modelcar_image"))
+        new_uri = _apply_modelcar_result(plan, opts.get("modelcar_reclaimed"))
+        if new_uri and new_uri != _storage_field(new_predictor)[1]:
+            new_predictor = _set_storage(new_predictor, _storage_field(new_predictor)[0], new_uri)
+        reclaim = {
+            "draft_path": path,
+            "storage_uri_dropped": dropped,
+            "pvc": _pvc_target(predictor, path),
+            "modelcar": plan,
+        }
+    return new_predictor, reclaim
+
+
+def _restore_branch(out, manifest, isvc, predictor, record, record_raw, live_status, now):
+    """mode=restore: the recorded predictor, labels and annotations (the record stays, so a second
+    restore changes nothing).  Returns (new predictor, changed, digest, history entry), or None when
+    nothing was recorded (``out`` then holds the error)."""
+    md = isvc.get("metadata") or {}
+    annotations = md.get("annotations") or {}
+    if not record or not isinstance(record.get("predictor"), dict):
+        out.update(
+            needs_apply=False,
+            error="no revision recorded on %s/%s (annotation %s): nothing to restore"
+            % (md.get("namespace"), md.get("name"), deploy_state.ANN_PREVIOUS),
+        )
+        return None
+    new_predictor = copy.deepcopy(record["predictor"])
+    manifest["metadata"]["labels"] = dict(record.get("labels") or {})
+    manifest["metadata"]["annotations"] = dict(record.get("annotations") or {})
+    # the record stays: a second restore finds the predictor restored and does nothing
+    manifest["metadata"]["annotations"][deploy_state.ANN_PREVIOUS] = record_raw
+    manifest["spec"]["predictor"] = new_predictor
+    digest = record.get("digest") or _digest(new_predictor)
+    changed = new_predictor != predictor or any(
+        annotations.get(k) != v for k, v in manifest["metadata"]["annotations"].items()
+    )
+    entry = deploy_state.revision_snapshot(isvc, None, bool(live_status["done"]), now) if changed else None
+    if record.get("runtime"):
+        out["runtime"] = deploy_state.runtime_manifest(record["runtime"])
+    out["gmu"] = None
+    return new_predictor, changed, digest, entry
+
+
+def _off_branch(out, manifest, isvc, predictor, before_args, record, revisions, live_status, opts, now):
+    """mode=off: the predictor without the speculative args (and the draft, with reclaim_draft), a new
+    revision record.  Returns (new predictor, changed, digest, history entry)."""
+    annotations = (isvc.get("metadata") or {}).get("annotations") or {}
+    new_args = _off_args(out, before_args, revisions, record, opts)
+    new_predictor = _with_args(predictor, new_args)
+    new_predictor, reclaim = _reclaim_draft(predictor, new_predictor, before_args, revisions, record, opts)
+    out["reclaim"] = reclaim
+    manifest["spec"]["predictor"] = new_predictor
+    changed = new_predictor != predictor
+    digest = (
+        annotations.get(deploy_state.ANN_DIGEST)
+        if not changed
+        else _digest({"rollback": "off", "predictor": new_predictor})
+    )
+    entry = None
+    if changed:
+        rec = deploy_state.record_for(digest, isvc, None, bool(live_status["done"]), now)
+        if rec["annotation"]:
+            manifest["metadata"]["annotations"][deploy_state.ANN_PREVIOUS] = rec["annotation"]
+        entry = rec["entry"]
+        manifest["metadata"]["annotations"][deploy_state.ANN_DIGEST] = digest
+        manifest["metadata"]["annotations"][ANN_ROLLBACK] = "off"
+    return new_predictor, changed, digest, entry
+
+
 def decide(live, mode="off", now=None, options=None):
     """Everything the rollback role needs before it writes anything.
 
@@ -434,81 +534,14 @@ def decide(live, mode="off", now=None, options=None):
     }
     manifest = manifest_from_live(isvc)
     if mode == "restore":
-        if not record or not isinstance(record.get("predictor"), dict):
-            out.update(
-                needs_apply=False,
-                error="no revision recorded on %s/%s (annotation %s): nothing to restore"
-                % (md.get("namespace"), md.get("name"), deploy_state.ANN_PREVIOUS),
-            )
+        branch = _restore_branch(out, manifest, isvc, predictor, record, record_raw, live_status, now)
+        if branch is None:
             return out
-        new_predictor = copy.deepcopy(record["predictor"])
-        manifest["metadata"]["labels"] = dict(record.get("labels") or {})
-        manifest["metadata"]["annotations"] = dict(record.get("annotations") or {})
-        # the record stays: a second restore finds the predictor restored and does nothing
-        manifest["metadata"]["annotations"][deploy_state.ANN_PREVIOUS] = record_raw
-        manifest["spec"]["predictor"] = new_predictor
-        digest = record.get("digest") or _digest(new_predictor)
-        changed = new_predictor != predictor or any(
-            annotations.get(k) != v for k, v in manifest["metadata"]["annotations"].items()
-        )
-        entry = (
-            deploy_state.revision_snapshot(isvc, None, bool(live_status["done"]), now) if changed else None
-        )
-        if record.get("runtime"):
-            out["runtime"] = deploy_state.runtime_manifest(record["runtime"])
-        out["gmu"] = None
     else:
-        new_args = strip_speculative(before_args)
-        gmu_before = _gmu(before_args)
-        gmu_note = None
-        if out["speculative_before"]:
-            wanted = opts["gpu_memory_utilization"]
-            if wanted not in ("auto", "keep", ""):
-                new_args = _set_gmu(new_args, str(wanted))
-                gmu_note = "set to %s" % wanted
-            elif wanted == "auto":
-                found, value = _baseline_gmu(revisions + ([record] if record else []))
-                if found and value != gmu_before:
-                    new_args = _set_gmu(new_args, value)
-                    gmu_note = "restored to %s (recorded revision without speculative decoding)" % (
-                        value if value is not None else "the vLLM default"
-                    )
-        out["gmu"] = {"before": gmu_before, "after": _gmu(new_args), "note": gmu_note}
-        new_predictor = _with_args(predictor, new_args)
-        reclaim = None
-        if opts["reclaim_draft"]:
-            path = draft_path(before_args)
-            for rev in reversed(revisions + ([record] if record else [])):
-                path = path or draft_path(predictor_args(rev.get("predictor")))
-            new_predictor, dropped = _storage_drop(new_predictor, path)
-            plan = modelcar_reclaim_plan(
-                predictor, path, target_path(before_args), opts.get("modelcar_image")
-            )
-            new_uri = _apply_modelcar_result(plan, opts.get("modelcar_reclaimed"))
-            if new_uri and new_uri != _storage_field(new_predictor)[1]:
-                new_predictor = _set_storage(new_predictor, _storage_field(new_predictor)[0], new_uri)
-            reclaim = {
-                "draft_path": path,
-                "storage_uri_dropped": dropped,
-                "pvc": _pvc_target(predictor, path),
-                "modelcar": plan,
-            }
-        out["reclaim"] = reclaim
-        manifest["spec"]["predictor"] = new_predictor
-        changed = new_predictor != predictor
-        digest = (
-            annotations.get(deploy_state.ANN_DIGEST)
-            if not changed
-            else _digest({"rollback": "off", "predictor": new_predictor})
+        branch = _off_branch(
+            out, manifest, isvc, predictor, before_args, record, revisions, live_status, opts, now
         )
-        entry = None
-        if changed:
-            rec = deploy_state.record_for(digest, isvc, None, bool(live_status["done"]), now)
-            if rec["annotation"]:
-                manifest["metadata"]["annotations"][deploy_state.ANN_PREVIOUS] = rec["annotation"]
-            entry = rec["entry"]
-            manifest["metadata"]["annotations"][deploy_state.ANN_DIGEST] = digest
-            manifest["metadata"]["annotations"][ANN_ROLLBACK] = "off"
+    new_predictor, changed, digest, entry = branch
     after_args = predictor_args(new_predictor)
     if entry is not None:
         data = deploy_state.history_data(live.get("history"), entry, digest, opts["history_limit"])
