@@ -495,3 +495,15 @@ def test_module_fails_with_every_error_in_msg(tmp_path):
     assert "specpilot_speculative.acceptance_method" in out["msg"]
     soft = _run_module(tmp_path, {"spec": spec, "fail_on_error": False})
     assert not soft.get("failed") and soft["ok"] is False and len(soft["errors"]) == 2
+
+
+def test_the_v0_note_follows_the_engine_that_runs_speculative_decoding():
+    """versions.speculative_engine is the one rule (monitoring's metric names use it too): V1 from 0.8.3."""
+    from ansible_collections.specpilot.core.plugins.module_utils.versions import speculative_engine
+
+    assert speculative_engine((0, 8, 2)) == "v0" and speculative_engine((0, 8, 3, 1)) == "v1"
+    codes = [n["code"] for n in validate(_budget_spec(0.95))["notes"]]
+    assert "budget-v0-unverified" not in codes
+    old = _budget_spec(0.95)
+    old["vllm_version"] = "0.8.2"
+    assert "budget-v0-unverified" in [n["code"] for n in validate(old)["notes"]]

@@ -27,6 +27,11 @@ from __future__ import annotations
 import math
 
 from ansible_collections.specpilot.core.plugins.module_utils.findings import path_join
+from ansible_collections.specpilot.core.plugins.module_utils.versions import (
+    VersionError,
+    parse_version,
+    speculative_engine,
+)
 
 __all__ = ["bytes_per_param", "check_budget"]
 
@@ -35,7 +40,6 @@ DEFAULT_GMU = 0.9
 ACTIVATION_RESERVE_GIB = 1.0  # activations and sampler buffers inside the budget
 CONTEXT_MARGIN_GIB = 0.5  # CUDA context and allocator slack outside the budget
 CUDAGRAPH_GIB = 1.0  # captured CUDA graphs, outside the budget (none with enforce_eager)
-V1_FROM = (0, 8)  # V1 is the default engine from vLLM 0.8.0
 KV_FALLBACK_GIB = 1.0  # minimal KV cache when the architecture facts are unknown
 TARGET_SHARE_WARN = 0.70
 DRAFT_SHARE_WARN = 0.15
@@ -101,14 +105,14 @@ def _round_up(value, step=0.01):
 
 def _engine_note(spec, findings):
     try:
-        release = tuple(int(x) for x in str(spec.get("vllm_version") or "").split(".")[:2])
-    except ValueError:
-        release = None
-    if release and release < V1_FROM:
+        engine = speculative_engine(parse_version(spec.get("vllm_version")))
+    except VersionError:
+        return  # the validator reports the version itself
+    if engine == "v0":
         findings.note(
             "vllm_version",
             "the GPU memory budget follows the V1 engine's accounting (draft inside gpu_memory_utilization); "
-            "vLLM %s runs the V0 engine by default, whose accounting specpilot has not checked"
+            "vLLM %s runs speculative decoding on the V0 engine, whose accounting specpilot has not checked"
             % spec["vllm_version"],
             "treat the GPU figures as an estimate",
             "budget-v0-unverified",

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import re
 
-from ansible_collections.specpilot.core.plugins.module_utils.versions import parse_version
+from ansible_collections.specpilot.core.plugins.module_utils.versions import parse_version, speculative_engine
 
 METRIC_PREFIX = "vllm:"
 
@@ -70,7 +70,7 @@ def metric_profile(vllm_version, engine="auto"):
         raise MonitoringError("engine must be auto, v0 or v1, not %r" % (engine,))
     era = engine
     if era == "auto":
-        era = "v1" if version >= (0, 8, 3) else "v0"
+        era = speculative_engine(version)
     profile = {
         "era": era,
         "version": vllm_version,

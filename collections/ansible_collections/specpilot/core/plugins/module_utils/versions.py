@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["parse_version", "format_version", "VersionError"]
+__all__ = ["parse_version", "format_version", "speculative_engine", "VersionError"]
 
 _VERSION_RE = re.compile(
     r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[.\-+]?(?:post|rc|a|b|dev|\+)[0-9A-Za-z.+\-]*)?\s*$"
@@ -43,6 +43,13 @@ def parse_version(value):
     while len(parts) < 3:
         parts.append(0)
     return tuple(parts)
+
+
+def speculative_engine(version):
+    """The engine generation that runs speculative decoding by default in a release: ``v1`` from
+    vLLM 0.8.3 (the first release whose V1 engine takes a speculative config and exports its
+    ``vllm:spec_decode_*`` counters), ``v0`` before.  ``version``: a tuple of parse_version."""
+    return "v1" if tuple(version) >= (0, 8, 3) else "v0"
 
 
 def format_version(version):
