@@ -22,7 +22,8 @@ import time
 from ansible.errors import AnsibleActionFail
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, service_lock
 from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import retryable, status_code
-from ansible_collections.specpilot.core.plugins.module_utils.deploy_state import lease_name, lease_status
+from ansible_collections.specpilot.core.plugins.module_utils.common import k8s_meta
+from ansible_collections.specpilot.core.plugins.module_utils.render import LABEL_MANAGED_BY, LABEL_SERVICE
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
     K8sReader,
@@ -47,7 +48,7 @@ class ActionModule(ControllerAction):
         result.update(
             changed=False,
             holder=holder,
-            lease=lease_name(params["name"]),
+            lease=service_lock.lease_name(params["name"]),
             namespace=params["namespace"],
             resource_version=None,
         )
@@ -67,7 +68,7 @@ class ActionModule(ControllerAction):
         p = self._params
         lease = self._read()
         if self._task.check_mode:
-            status = lease_status(lease, holder, time.time())
+            status = service_lock.lease_status(lease, holder, time.time())
             return dict(
                 acquired=False,
                 status=status,
@@ -90,7 +91,7 @@ class ActionModule(ControllerAction):
 
     def _after_a_failed_take(self, holder, before, patched):
         """A lost race (422), or a patch whose answer was lost: the Lease says which."""
-        now = lease_status(self._read(), holder, time.time())
+        now = service_lock.lease_status(self._read(), holder, time.time())
         if now["mine"] and now["held"]:
             return dict(
                 acquired=True, resource_version=now["resource_version"], status=before, message="taken"
@@ -111,7 +112,7 @@ class ActionModule(ControllerAction):
             )
         patched = self._patch(service_lock.renew_patch(holder, p["resource_version"], time.time()))
         if patched.get("failed"):
-            status = lease_status(self._read(), holder, time.time())
+            status = service_lock.lease_status(self._read(), holder, time.time())
             return dict(
                 failed=True,
                 renewed=False,
@@ -150,7 +151,7 @@ class ActionModule(ControllerAction):
 
     def _manifest(self):
         p = self._params
-        labels = {"app.kubernetes.io/managed-by": "specpilot", "specpilot.io/service": p["name"]}
+        labels = {LABEL_MANAGED_BY: "specpilot", LABEL_SERVICE: p["name"]}
         labels.update(p["labels"])
         return service_lock.lease_object(p["name"], p["namespace"], labels)
 
@@ -159,7 +160,7 @@ class ActionModule(ControllerAction):
         return dict(
             api_version=service_lock.LEASE_API,
             kind="Lease",
-            name=lease_name(p["name"]),
+            name=service_lock.lease_name(p["name"]),
             namespace=p["namespace"],
         )
 
@@ -170,10 +171,8 @@ class ActionModule(ControllerAction):
         )
 
     def _read(self):
-        p = self._params
-        return self._reader.get(
-            "Lease", service_lock.LEASE_API, name=lease_name(p["name"]), namespace=p["namespace"]
-        )
+        ref = self._lease_ref()
+        return self._reader.get(ref["kind"], ref["api_version"], name=ref["name"], namespace=ref["namespace"])
 
     def _module(self, module, conditional=False, **args):
         """Run a kubernetes.core module, again while it fails with a transient error.  For a conditional
@@ -190,7 +189,7 @@ class ActionModule(ControllerAction):
         return out
 
     def _held(self, lease, status, how, key="acquired"):
-        version = ((lease or {}).get("metadata") or {}).get("resourceVersion")
+        version = k8s_meta(lease).get("resourceVersion")
         return {key: True, "resource_version": version, "status": status, "message": how}
 
     def _refused(self, status):

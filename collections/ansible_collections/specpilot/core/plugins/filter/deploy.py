@@ -14,6 +14,7 @@ from ansible_collections.specpilot.core.plugins.module_utils import (
     deploy_diagnose,
     deploy_kserve,
     deploy_state,
+    service_lock,
 )
 
 
@@ -43,12 +44,12 @@ def deploy_decision(
 
 def lease_status(lease, holder, now=None):
     """lease | lease_status(holder): who holds a deploy Lease and until when."""
-    return deploy_state.lease_status(_mapping(lease, "lease_status"), holder, _now(now))
+    return service_lock.lease_status(_mapping(lease, "lease_status"), holder, _now(now))
 
 
 def lease_spec(holder, duration, now=None, transitions=0):
     """holder | lease_spec(duration): the spec of a Lease held by holder from now on."""
-    return deploy_state.lease_spec(holder, int(duration), _now(now), int(transitions or 0))
+    return service_lock.lease_spec(holder, int(duration), _now(now), int(transitions or 0))
 
 
 def deploy_diagnosis(context):

@@ -9,8 +9,8 @@
 * :func:`revision_snapshot`, :func:`record_for`: the revision record written with the change
   (annotation ``specpilot.io/previous-revision`` on the InferenceService, in the same apply);
 * :func:`history_data`: the bounded revision history (ConfigMap ``<name>-specpilot-history``);
-* :func:`lease_status`, :func:`lease_spec`: the per-service deploy lock (a coordination.k8s.io
-  Lease with a holder and an expiry);
+* :func:`lease_status`, :func:`lease_spec`: the per-service lock (a coordination.k8s.io Lease
+  with a holder and an expiry), from module_utils/service_lock.py;
 * :func:`decide`: all of it for one service, as the role uses it.
 
 Pure standard library.  Times are epoch seconds (``now``) so that tests can pin them.
@@ -23,6 +23,13 @@ import json
 
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_rollout
 from ansible_collections.specpilot.core.plugins.module_utils.common import k8s_meta, micro_time, parse_time
+
+# the lock's Lease helpers live with the lock; re-exported here, where the deploy decision uses them
+from ansible_collections.specpilot.core.plugins.module_utils.service_lock import (  # noqa: F401
+    lease_name,
+    lease_spec,
+    lease_status,
+)
 
 __all__ = [
     "ANN_DIGEST",
@@ -259,82 +266,6 @@ def history_data(configmap, entry, new_digest, limit=HISTORY_LIMIT):
     revisions.append(item)
     revisions = revisions[-max(1, int(limit)) :]
     return {HISTORY_KEY: _compact(revisions)}
-
-
-# ---------------------------------------------------------------- lock
-def lease_name(name):
-    return "specpilot-deploy-%s" % name
-
-
-def lease_spec(holder, duration, now, transitions=0):
-    stamp = micro_time(now)
-    return {
-        "holderIdentity": holder,
-        "leaseDurationSeconds": int(duration),
-        "acquireTime": stamp,
-        "renewTime": stamp,
-        "leaseTransitions": int(transitions),
-    }
-
-
-def lease_status(lease, holder, now):
-    """What a deploy Lease says to ``holder`` at ``now``.
-
-    ``{present, held, mine, expired, free, holder, acquire_time, renew_time, duration, expires_at,
-    expires_in, resource_version, transitions, message}``; ``free`` means ``holder`` may take it.
-    """
-    if not lease:
-        return {
-            "present": False,
-            "held": False,
-            "mine": False,
-            "expired": False,
-            "free": True,
-            "holder": None,
-            "acquire_time": None,
-            "renew_time": None,
-            "duration": None,
-            "expires_at": None,
-            "expires_in": None,
-            "resource_version": None,
-            "transitions": 0,
-            "message": "no lease",
-        }
-    spec = lease.get("spec") or {}
-    current = spec.get("holderIdentity") or None
-    renew = parse_time(spec.get("renewTime") or spec.get("acquireTime"))
-    duration = spec.get("leaseDurationSeconds")
-    expires_at = renew + float(duration) if renew is not None and duration is not None else None
-    expired = current is not None and expires_at is not None and now >= expires_at
-    mine = current is not None and current == holder
-    held = current is not None and not expired
-    out = {
-        "present": True,
-        "held": held,
-        "mine": mine,
-        "expired": expired,
-        "free": (not held) or mine,
-        "holder": current,
-        "acquire_time": spec.get("acquireTime"),
-        "renew_time": spec.get("renewTime"),
-        "duration": duration,
-        "expires_at": micro_time(expires_at) if expires_at is not None else None,
-        "expires_in": int(expires_at - now) if expires_at is not None else None,
-        "resource_version": k8s_meta(lease).get("resourceVersion"),
-        "transitions": int(spec.get("leaseTransitions") or 0),
-    }
-    if held and not mine:
-        out["message"] = "held by %s%s, expires %s%s" % (
-            current,
-            " since %s" % out["acquire_time"] if out["acquire_time"] else "",
-            out["expires_at"] or "never",
-            " (in %ss)" % out["expires_in"] if out["expires_in"] is not None else "",
-        )
-    elif expired:
-        out["message"] = "expired (last holder %s, expired %s)" % (current, out["expires_at"])
-    else:
-        out["message"] = "free" if not current else "held by this deploy"
-    return out
 
 
 # ---------------------------------------------------------------- the decision

@@ -5,7 +5,7 @@
 rollback, the benchmark's twin.
 
 The lock is the coordination.k8s.io Lease ``specpilot-deploy-<service>`` in the service's
-namespace (:func:`deploy_state.lease_name`), with a holder and an expiry (``renewTime`` +
+namespace (:func:`lease_name`), with a holder and an expiry (``renewTime`` +
 ``leaseDurationSeconds``), like Kubernetes' own leader election.  It is taken by compare-and-swap:
 a JSON patch whose first operation tests the ``resourceVersion`` just read, so of two runs that
 race one gets 422 and is told who won.  A lock whose holder died expires and is taken over.  It is
@@ -18,15 +18,13 @@ through kubernetes.core's modules.  Pure standard library; times are epoch secon
 
 from __future__ import annotations
 
-from ansible_collections.specpilot.core.plugins.module_utils.deploy_state import (
-    lease_name,
-    lease_spec,
-    lease_status,
-    micro_time,
-)
+from ansible_collections.specpilot.core.plugins.module_utils.common import k8s_meta, micro_time, parse_time
 
 __all__ = [
     "LEASE_API",
+    "lease_name",
+    "lease_spec",
+    "lease_status",
     "holder_id",
     "lease_object",
     "acquire_step",
@@ -35,6 +33,81 @@ __all__ = [
 ]
 
 LEASE_API = "coordination.k8s.io/v1"
+
+
+def lease_name(name):
+    return "specpilot-deploy-%s" % name
+
+
+def lease_spec(holder, duration, now, transitions=0):
+    stamp = micro_time(now)
+    return {
+        "holderIdentity": holder,
+        "leaseDurationSeconds": int(duration),
+        "acquireTime": stamp,
+        "renewTime": stamp,
+        "leaseTransitions": int(transitions),
+    }
+
+
+def lease_status(lease, holder, now):
+    """What a deploy Lease says to ``holder`` at ``now``.
+
+    ``{present, held, mine, expired, free, holder, acquire_time, renew_time, duration, expires_at,
+    expires_in, resource_version, transitions, message}``; ``free`` means ``holder`` may take it.
+    """
+    if not lease:
+        return {
+            "present": False,
+            "held": False,
+            "mine": False,
+            "expired": False,
+            "free": True,
+            "holder": None,
+            "acquire_time": None,
+            "renew_time": None,
+            "duration": None,
+            "expires_at": None,
+            "expires_in": None,
+            "resource_version": None,
+            "transitions": 0,
+            "message": "no lease",
+        }
+    spec = lease.get("spec") or {}
+    current = spec.get("holderIdentity") or None
+    renew = parse_time(spec.get("renewTime") or spec.get("acquireTime"))
+    duration = spec.get("leaseDurationSeconds")
+    expires_at = renew + float(duration) if renew is not None and duration is not None else None
+    expired = current is not None and expires_at is not None and now >= expires_at
+    mine = current is not None and current == holder
+    held = current is not None and not expired
+    out = {
+        "present": True,
+        "held": held,
+        "mine": mine,
+        "expired": expired,
+        "free": (not held) or mine,
+        "holder": current,
+        "acquire_time": spec.get("acquireTime"),
+        "renew_time": spec.get("renewTime"),
+        "duration": duration,
+        "expires_at": micro_time(expires_at) if expires_at is not None else None,
+        "expires_in": int(expires_at - now) if expires_at is not None else None,
+        "resource_version": k8s_meta(lease).get("resourceVersion"),
+        "transitions": int(spec.get("leaseTransitions") or 0),
+    }
+    if held and not mine:
+        out["message"] = "held by %s%s, expires %s%s" % (
+            current,
+            " since %s" % out["acquire_time"] if out["acquire_time"] else "",
+            out["expires_at"] or "never",
+            " (in %ss)" % out["expires_in"] if out["expires_in"] is not None else "",
+        )
+    elif expired:
+        out["message"] = "expired (last holder %s, expired %s)" % (current, out["expires_at"])
+    else:
+        out["message"] = "free" if not current else "held by this deploy"
+    return out
 
 
 def holder_id(purpose, user, host, job_id, pid, nonce):
