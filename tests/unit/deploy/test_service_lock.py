@@ -11,7 +11,7 @@ NOW = 1_800_000_000.0
 
 def _lease(holder, duration=600, renewed=NOW - 100, version="7", transitions=0):
     return {
-        "metadata": {"name": "specpilot-deploy-svc", "resourceVersion": version},
+        "metadata": {"name": "specpilot-deploy-svc", "namespace": "ns", "resourceVersion": version},
         "spec": ds.lease_spec(holder, duration, renewed, transitions) if holder else {},
     }
 
@@ -45,9 +45,9 @@ def test_an_empty_lease_is_taken_by_compare_and_swap():
 def test_a_lock_another_holder_has_is_refused_until_it_expires():
     held = sl.acquire_step(_lease("alice@ci/deploy/pid-1/x", duration=600), "me", NOW, 600)
     assert held["do"] == "refuse" and held["status"]["holder"] == "alice@ci/deploy/pid-1/x"
-    message = sl.held_message("svc", "ns", held["status"])
+    message = held["status"]["refusal"]  # lease_status carries the one refusal text (sl.held_message)
     assert message.startswith(
-        "svc: another deploy or rollback of this service is running - lock ns/specpilot-deploy-svc"
+        "another deploy or rollback of this service is running - lock ns/specpilot-deploy-svc"
     )
     assert "held by alice@ci/deploy/pid-1/x" in message and "expires by itself at" in message
 

@@ -198,7 +198,11 @@ class ActionModule(ControllerAction):
             failed=True,
             acquired=False,
             status=status,
-            msg=service_lock.held_message(p["name"], p["namespace"], status),
+            msg="%s: %s"
+            % (
+                p["name"],
+                service_lock.held_message(status, p["namespace"], service_lock.lease_name(p["name"])),
+            ),
         )
 
     def _failed(self, what, out):

@@ -26,6 +26,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.common import k8s_m
 
 # the lock's Lease helpers live with the lock; re-exported here, where the deploy decision uses them
 from ansible_collections.specpilot.core.plugins.module_utils.service_lock import (  # noqa: F401
+    held_message,
     lease_name,
     lease_spec,
     lease_status,
@@ -384,11 +385,7 @@ def problem(plan, live, holder="", now=None, create_namespace=False):
     if lease is not None:
         status = lease_status(lease, holder, now if now is not None else 0)
         if not status["free"]:
-            return (
-                "another deploy of this service is running - lock %s/%s %s. Wait for it to finish; if it "
-                "died, the lock expires by itself, or delete the Lease."
-                % (plan["namespace"], k8s_meta(lease).get("name"), status["message"])
-            )
+            return held_message(status, plan["namespace"], k8s_meta(lease).get("name"), running="deploy")
     return ""
 
 

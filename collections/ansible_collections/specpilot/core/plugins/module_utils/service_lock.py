@@ -54,7 +54,8 @@ def lease_status(lease, holder, now):
     """What a deploy Lease says to ``holder`` at ``now``.
 
     ``{present, held, mine, expired, free, holder, acquire_time, renew_time, duration, expires_at,
-    expires_in, resource_version, transitions, message}``; ``free`` means ``holder`` may take it.
+    expires_in, resource_version, transitions, message, refusal}``; ``free`` means ``holder`` may take it,
+    ``refusal`` is :func:`held_message` when another holder has it (None otherwise).
     """
     if not lease:
         return {
@@ -72,6 +73,7 @@ def lease_status(lease, holder, now):
             "resource_version": None,
             "transitions": 0,
             "message": "no lease",
+            "refusal": None,
         }
     spec = lease.get("spec") or {}
     current = spec.get("holderIdentity") or None
@@ -107,6 +109,8 @@ def lease_status(lease, holder, now):
         out["message"] = "expired (last holder %s, expired %s)" % (current, out["expires_at"])
     else:
         out["message"] = "free" if not current else "held by this deploy"
+    meta = k8s_meta(lease)
+    out["refusal"] = held_message(out, meta.get("namespace"), meta.get("name")) if held and not mine else None
     return out
 
 
@@ -166,15 +170,16 @@ def renew_patch(holder, resource_version, now):
     ]
 
 
-def held_message(name, namespace, status):
-    """Why a run may not write service ``name`` now, and what the user can do."""
+def held_message(status, namespace, lease, running="deploy or rollback"):
+    """Why a run may not write the service now (``status``: what lease_status said), and what the
+    user can do.  Every refusal of the lock says it this way."""
     return (
-        "%s: another deploy or rollback of this service is running - lock %s/%s %s. Wait for it to finish; "
+        "another %s of this service is running - lock %s/%s %s. Wait for it to finish; "
         "if it died, the lock expires by itself%s, or delete the Lease."
         % (
-            name,
+            running,
             namespace,
-            lease_name(name),
+            lease,
             status["message"],
             " at %s" % status["expires_at"] if status.get("expires_at") else "",
         )
