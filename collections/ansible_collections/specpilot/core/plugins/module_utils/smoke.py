@@ -785,9 +785,8 @@ def _engine_version_checks(ctx):
 
 def _probe_checks(ctx):
     """The probe requests."""
-    probes, data = ctx["probes"], ctx["data"]
+    probes, skip_reason = ctx["probes"], ctx["skip_reason"]
     checks = []
-    skip_reason = data.get("skip_reason")
     if probes is None:
         checks.append(
             _check(
@@ -1184,7 +1183,7 @@ def _inputs(data):
         request=request,
         svc=svc,
         fig=fig,
-        data=data,
+        skip_reason=data.get("skip_reason"),
     )
 
 
