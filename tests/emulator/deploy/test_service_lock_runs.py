@@ -152,3 +152,50 @@ def test_expiry_renewal_stale_release_and_check_mode(emulator, tmp_path):
         lease["spec"]["holderIdentity"].split("/")[1] == "rollback"
     )  # still held: the stale release did nothing
     assert lease["spec"]["leaseTransitions"] == 1 and lease["spec"]["leaseDurationSeconds"] == 120
+
+
+def test_a_conflict_that_was_no_race_is_read_again_not_taken_as_the_answer(emulator, tmp_path):
+    """A 409 on the take, the renewal or the release that no other run caused (a proxy's, or the
+    emulator's injected one): the Lease is read again, is still free or still this run's, and the
+    step is done.  Before, a release that met one kept the lock held until it expired, and every
+    later run of the service was refused for the lock's whole duration."""
+    ns = "lock-conflict"
+    create_namespace(emulator, ns)
+    ctl = emulator.control
+    for verb in ("patch", "delete"):
+        ctl.add_fault(verb=verb, resource="leases", namespace=ns, code=409, count=2)
+    tasks = [
+        dict(name="take", register="lock", **_lock(duration=60, retries=1)),
+        dict(
+            name="renew",
+            register="renewed",
+            **_lock(
+                state="renewed",
+                holder="{{ lock.holder }}",
+                resource_version="{{ lock.resource_version }}",
+                retries=1,
+            ),
+        ),
+        dict(
+            name="release",
+            register="freed",
+            **_lock(
+                state="released",
+                holder="{{ lock.holder }}",
+                resource_version="{{ renewed.resource_version }}",
+                retries=1,
+            ),
+        ),
+        {
+            "name": "check",
+            "ansible.builtin.assert": {"that": ["lock.acquired", "renewed.renewed", "freed.released"]},
+        },
+    ]
+    inv = _inventory(tmp_path / "inv", ns)
+    try:
+        run = Run(emulator, tmp_path / "run", inv, playbook=_playbook(tmp_path / "c.yml", tasks))
+        assert run.wait(180).rc == 0, run.out[-4000:]
+        assert sum(f["injected"] for f in ctl.faults()) == 4  # every fault met a write
+    finally:
+        ctl.clear_faults()
+    assert _lease(emulator, ns) is None

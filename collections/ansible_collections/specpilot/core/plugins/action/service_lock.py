@@ -32,6 +32,11 @@ from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
 )
 
 MODULE_AUTH = ("kubeconfig", "context", "host", "api_key", "validate_certs", "ca_cert")
+ROUNDS = 4  # reads and decisions again after a conflict
+
+
+def _conflict(out):
+    return bool(out.get("failed")) and status_code(out) in (409, 422)
 
 
 class ActionModule(ControllerAction):
@@ -64,81 +69,106 @@ class ActionModule(ControllerAction):
         return result
 
     # ------------------------------------------------------------ the three operations
+    # A conflict (409, 422) on a conditional write means the Lease is not as it was read: it is read
+    # again and the step decided again, at most ROUNDS times.  A real race then ends in a refusal
+    # naming the winner; a conflict that was not one (a lost answer, a proxy's 409) in a retry.
     def _acquire(self, holder):
         p = self._params
-        lease = self._read()
         if self._task.check_mode:
-            status = service_lock.lease_status(lease, holder, time.time())
+            status = service_lock.lease_status(self._read(), holder, time.time())
             return dict(
                 acquired=False,
                 status=status,
                 message="check mode: the lock is not taken (%s)" % status["message"],
             )
-        step = service_lock.acquire_step(lease, holder, time.time(), p["duration"])
-        if step["do"] == "create":
-            created = self._module("kubernetes.core.k8s", state="present", definition=self._manifest())
-            if created.get("failed"):
-                return self._failed("creating the Lease failed", created)
-            step = service_lock.acquire_step(
-                created.get("result") or self._read(), holder, time.time(), p["duration"]
-            )
-        if step["do"] == "refuse":
-            return self._refused(step["status"])
-        patched = self._patch(step["patch"])
-        if not patched.get("failed"):
-            return self._held(patched["result"], step["status"], "taken")
-        return self._after_a_failed_take(holder, step["status"], patched)
+        before = out = None
+        for _ in range(ROUNDS):
+            step = service_lock.acquire_step(self._read(), holder, time.time(), p["duration"])
+            before = before or step["status"]
+            if step["do"] == "refuse":
+                return self._refused(step["status"])
+            if step["do"] == "create":
+                out = self._module("kubernetes.core.k8s", state="present", definition=self._manifest())
+            else:
+                out = self._patch(step["patch"])
+                if not out.get("failed"):
+                    return self._held(out["result"], before, "taken")
+            if out.get("failed") and not _conflict(out):
+                break
+        return self._after_a_failed_take(holder, before, out)
 
-    def _after_a_failed_take(self, holder, before, patched):
-        """A lost race (422), or a patch whose answer was lost: the Lease says which."""
+    def _after_a_failed_take(self, holder, before, out):
+        """A write that failed for good, or whose answer was lost: the Lease says whose it is."""
         now = service_lock.lease_status(self._read(), holder, time.time())
         if now["mine"] and now["held"]:
             return dict(
                 acquired=True, resource_version=now["resource_version"], status=before, message="taken"
             )
+        if now["free"]:
+            return self._failed("the lock could not be taken", out)
         refused = self._refused(now)
-        refused["msg"] += " (%s)" % str(patched.get("msg") or "")[:200]
+        refused["msg"] += " (%s)" % str(out.get("msg") or "")[:200]
         return refused
 
     def _renew(self, holder):
         p = self._params
-        if not p.get("resource_version"):
+        version = p.get("resource_version")
+        if not version:
             raise AnsibleActionFail(
                 "state=renewed needs the resource_version the lock was taken (or renewed) at"
             )
         if self._task.check_mode:
-            return dict(
-                renewed=False, resource_version=p["resource_version"], message="check mode: not renewed"
-            )
-        patched = self._patch(service_lock.renew_patch(holder, p["resource_version"], time.time()))
-        if patched.get("failed"):
+            return dict(renewed=False, resource_version=version, message="check mode: not renewed")
+        for _ in range(ROUNDS):
+            out = self._patch(service_lock.renew_patch(holder, version, time.time()))
+            if not out.get("failed"):
+                return self._held(out["result"], None, "renewed", key="renewed")
             status = service_lock.lease_status(self._read(), holder, time.time())
-            return dict(
-                failed=True,
-                renewed=False,
-                status=status,
-                msg="%s: the lock could not be renewed - it is no longer this run's (%s)"
-                % (p["name"], status["message"]),
-            )
-        return self._held(patched["result"], None, "renewed", key="renewed")
+            if not (_conflict(out) and status["mine"] and status["held"]):
+                break
+            version = status["resource_version"]  # still this run's: its last answer was lost
+        return dict(
+            failed=True,
+            renewed=False,
+            status=status,
+            msg="%s: the lock could not be renewed - %s (%s)"
+            % (
+                p["name"],
+                "it is no longer this run's" if not status["mine"] else "the API refused",
+                status["message"],
+            ),
+        )
 
     def _release(self):
         p = self._params
-        if not p.get("resource_version"):
+        version = p.get("resource_version")
+        if not version:
             return dict(released=False, message="not held by this run: nothing to release")
         if self._task.check_mode:
             return dict(released=False, message="check mode: not released")
-        deleted = self._module(
-            "kubernetes.core.k8s",
-            conditional=True,
-            state="absent",
-            delete_options={"preconditions": {"resourceVersion": p["resource_version"]}},
-            **self._lease_ref(),
-        )
-        if deleted.get("failed"):
-            # a lock taken over after it expired stays with its new holder
-            return dict(released=False, message="not released: %s" % str(deleted.get("msg") or "")[:300])
-        return dict(released=True, message="released")
+        holder = p.get("holder")
+        for _ in range(ROUNDS):
+            out = self._module(
+                "kubernetes.core.k8s",
+                conditional=True,
+                state="absent",
+                delete_options={"preconditions": {"resourceVersion": version}},
+                **self._lease_ref(),
+            )
+            if not out.get("failed"):
+                return dict(released=True, message="released")
+            if not _conflict(out):
+                break
+            lease = self._read()
+            status = service_lock.lease_status(lease, holder, time.time())
+            if not lease:
+                return dict(released=True, message="released (the Lease was already gone)")
+            still_mine = status["mine"] if holder else status["resource_version"] == version
+            if not still_mine:
+                # a lock taken over after it expired stays with its new holder
+                return dict(released=False, message="not released: %s" % status["message"])
+            version = status["resource_version"]
+        return dict(released=False, message="not released: %s" % str(out.get("msg") or "")[:300])
 
     # ------------------------------------------------------------ helpers
     def _holder(self):

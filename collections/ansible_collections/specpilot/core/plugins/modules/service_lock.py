@@ -48,6 +48,8 @@ options:
       - The holder identity. Default - one formula for every caller,
         C(<USER>@<controller host>/<purpose>/<awx-job-N or pid-N>/<random 8>).
       - Pass the C(holder) a previous I(state=acquired) returned to renew the lock.
+      - Pass it to I(state=released) too - after a conflict the Lease is read again, and released only while it
+        is still this holder's. Without it, only a Lease still at I(resource_version) is released.
     type: str
   duration:
     description: Seconds the lock stays valid without renewal (its holder died, or forgot it).
@@ -67,7 +69,9 @@ extends_documentation_fragment:
 notes:
   - The lock is not managed state - the task never reports C(changed). In check mode nothing is written and
     I(state=acquired) reports what it found.
-  - I(retries) also applies to the writes (409, 429, 5xx and connection errors are retried).
+  - I(retries) also applies to the writes (409, 429, 5xx and connection errors are retried). A conflict (409, 422)
+    on a conditional write is not retried blindly - the Lease is read again and the step decided again
+    (at most 4 times) - so a real race ends in a refusal that names the winner.
 seealso:
   - module: specpilot.core.deploy_state
   - module: kubernetes.core.k8s_json_patch
