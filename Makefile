@@ -35,6 +35,7 @@ STAMP_COLL := $(VENV)/.stamp-collections
 STAMP_APT := $(VENV)/.stamp-apt
 
 .PHONY: install venv collections system-packages staging-tools vllm models test test-pytest test-unit test-lab lint syntax-check molecule \
+	test-lab-engines test-lab-stand-in lane-a lane-b molecule-models \
         demo bench lab-up lab-down lab-status clean distclean
 
 install: venv collections system-packages staging-tools
@@ -111,8 +112,13 @@ models: $(STAMP_VLLM)
 #   2. the vLLM engine's install (mostly downloads) beside .venv, the collections and the staging
 #      tools (make -j), then lint and the syntax checks (neither needs the engine);
 #   3. unit and emulator tests on two workers (they keep both cores busy);
-#   4. lab tests beside the molecule scenarios: each runs one thing at a time and leaves a core
-#      idle while it waits on engines and rollouts; they share no port, directory or process.
+#   4. two lanes side by side, each one process at a time, so that both end together (each lab
+#      test and scenario waits on engines and rollouts part of the time; they share no port,
+#      directory or process):
+#        lane-a: the lab tests that start real engines (-m real_engine), then the molecule
+#                scenarios of MOLECULE_LANE_A;
+#        lane-b: the lab tests on the stand-in engine, then every other molecule scenario.
+#      The table's CPU column says how busy each stage kept the cores, for the next re-balancing.
 TIMES := $(PYTHON) scripts/test_times.py
 JUNIT_DIR := .cache/test-times/junit
 INSTALL_JOBS ?= 4
@@ -125,7 +131,8 @@ test:
 	$(TIMES) parallel "vllm-install=$(SUBMAKE) vllm" \
 	  "install+lint=$(SUBMAKE) -j$(INSTALL_JOBS) install && $(SUBMAKE) lint syntax-check" || status=1; \
 	$(TIMES) run test-unit -- $(SUBMAKE) test-unit || status=1; \
-	$(TIMES) parallel "test-lab=$(SUBMAKE) test-lab" "molecule=$(SUBMAKE) molecule" || status=1; \
+	$(SUBMAKE) molecule-models || status=1; \
+	$(TIMES) parallel "lane-a=$(SUBMAKE) lane-a" "lane-b=$(SUBMAKE) lane-b" || status=1; \
 	$(TIMES) report; \
 	if [ "$$status" = 0 ]; then echo "==> make test: all stages passed"; \
 	else echo "==> make test: FAILED (the table above names the stage)"; fi; \
@@ -151,6 +158,25 @@ test-lab: install vllm
 	@echo "==> pytest: lab tests (real engines shared per module, one test at a time)"
 	$(VBIN)/python -m pytest $(PYTEST_REPORT) tests/lab
 
+# make test's two halves of test-lab, one per lane (their JUnit files are named after the target)
+test-lab-engines: install vllm
+	@echo "==> pytest: lab tests that start real vLLM engines"
+	$(VBIN)/python -m pytest -m real_engine $(PYTEST_REPORT) tests/lab
+
+test-lab-stand-in: install vllm
+	@echo "==> pytest: lab tests on the stand-in engine"
+	$(VBIN)/python -m pytest -m "not real_engine" $(PYTEST_REPORT) tests/lab
+
+# the lanes of make test's last stage (see above); a failure does not stop the lane's next step
+MOLECULE_LANE_A ?= deploy_failures rollback smoke
+lane-a: install vllm
+	@s=0; $(TIMES) run lab-engines -- $(SUBMAKE) test-lab-engines || s=1; \
+	$(SUBMAKE) molecule MOLECULE_ONLY="$(MOLECULE_LANE_A)" || s=1; exit $$s
+
+lane-b: install vllm
+	@s=0; $(TIMES) run lab-stand-in -- $(SUBMAKE) test-lab-stand-in || s=1; \
+	$(SUBMAKE) molecule MOLECULE_SKIP="$(MOLECULE_LANE_A)" || s=1; exit $$s
+
 lint: install
 	$(VBIN)/yamllint --strict .
 	$(VBIN)/ansible-lint --profile production --offline
@@ -160,10 +186,20 @@ syntax-check: install
 	  $(VBIN)/ansible-playbook --syntax-check -i inventories/lab "$$pb"; \
 	done
 
-molecule: install vllm
+# The tiny models every molecule scenario stages (molecule/deploy_shared/create.yml makes them
+# when missing); made once here, before two scenarios can start side by side.
+MOLECULE_MODELS := .cache/molecule-models
+molecule-models: $(MOLECULE_MODELS)/manifest.json
+$(MOLECULE_MODELS)/manifest.json: | $(STAMP_VLLM)
+	PYTHONPATH=lab $(VLLM_VENV)/bin/python -m specpilot_lab.models --out $(MOLECULE_MODELS)
+
+# every scenario, or those of MOLECULE_ONLY, less those of MOLECULE_SKIP (space-separated names)
+molecule: install vllm molecule-models
 	@status=0; \
 	for scenario in $$(ls molecule); do \
 	  test -f "molecule/$$scenario/molecule.yml" || continue; \
+	  case " $(MOLECULE_SKIP) " in *" $$scenario "*) continue;; esac; \
+	  if [ -n "$(MOLECULE_ONLY)" ]; then case " $(MOLECULE_ONLY) " in *" $$scenario "*) ;; *) continue;; esac; fi; \
 	  $(TIMES) run "molecule:$$scenario" -- $(VBIN)/molecule test -s "$$scenario" || status=1; \
 	done; \
 	exit "$$status"

@@ -3,7 +3,8 @@
 
 Usage:
   test_times.py reset
-  test_times.py run NAME -- COMMAND [ARG ...]   run COMMAND, record its wall time and exit code
+  test_times.py run NAME -- COMMAND [ARG ...]   run COMMAND, record its wall time, CPU time and
+                                                 exit code
   test_times.py parallel NAME=COMMAND ...       run the COMMANDs (shell lines) side by side, each
                                                  recorded as a stage; each one's output goes to
                                                  logs/NAME.log and is printed whole when it ends,
@@ -14,7 +15,9 @@ Usage:
 Records go to ``$SPECPILOT_TEST_TIMES`` (default ``.cache/test-times``): ``stages.jsonl`` (one
 line a timed command) and ``junit/*.xml`` (the pytest stages write there). A name of the form
 ``molecule:SCENARIO`` is a molecule scenario, shown under its own heading. The table is printed
-even when a stage failed, so a red run still says where its time went.
+even when a stage failed, so a red run still says where its time went. A stage's CPU time is
+its process tree's (user + system, from ``wait4``), and ``cores`` is CPU over wall time: how many
+of the cores the stage kept busy on average, which is what balancing side-by-side stages needs.
 
 Only the standard library: this runs before ``.venv`` exists (the install stage is timed too).
 """
@@ -47,24 +50,37 @@ def reset() -> int:
     return 0
 
 
-def _record(name: str, start: float, rc: int) -> None:
-    """Append one stage (wall clock start, seconds, exit code) to stages.jsonl."""
+def _record(name: str, start: float, rc: int, cpu: float | None = None) -> None:
+    """Append one stage (wall clock start, seconds, CPU seconds, exit code) to stages.jsonl."""
     TIMES.mkdir(parents=True, exist_ok=True)
     seconds = time.time() - start
+    rec = {"name": name, "start": round(start, 1), "seconds": round(seconds, 1), "rc": rc}
+    if cpu is not None:
+        rec["cpu"] = round(cpu, 1)
     with _stages_file().open("a") as fh:
-        fh.write(json.dumps({"name": name, "start": round(start, 1), "seconds": round(seconds, 1), "rc": rc}) + "\n")
+        fh.write(json.dumps(rec) + "\n")
     print(f"==> {name}: {'ok' if rc == 0 else f'FAILED (exit {rc})'} in {_clock(seconds)}", flush=True)
+
+
+def _reap(proc: subprocess.Popen, block: bool) -> tuple[int, float] | None:
+    """(exit code, CPU seconds of its whole tree) once proc ended; None while it runs (block=False)."""
+    pid, status, usage = os.wait4(proc.pid, 0 if block else os.WNOHANG)
+    if pid == 0:
+        return None
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_utime + usage.ru_stime
 
 
 def run(name: str, command: list[str]) -> int:
     """Run command, record it as a stage, return its exit code."""
     print(f"==> [{time.strftime('%H:%M:%S')}] {name}: {' '.join(command)}", flush=True)
     start = time.time()
+    proc = subprocess.Popen(command)
     try:
-        rc = subprocess.call(command)
+        rc, cpu = _reap(proc, block=True)
     except KeyboardInterrupt:
-        rc = 130
-    _record(name, start, rc)
+        rc, cpu = 130, None
+    _record(name, start, rc, cpu)
     return rc
 
 
@@ -94,13 +110,14 @@ def parallel(stages: list[tuple[str, str]], heartbeat: float = 60.0) -> int:
     while running:
         time.sleep(1)
         for name, (proc, fh, start) in list(running.items()):
-            if proc.poll() is None:
+            ended = _reap(proc, block=False)
+            if ended is None:
                 continue
             fh.close()
             del running[name]
             print(f"\n==> {name}: its output\n" + (logs / f"{name}.log").read_text(errors="replace"), flush=True)
-            _record(name, start, proc.returncode)
-            status = status or proc.returncode
+            _record(name, start, *ended)
+            status = status or ended[0]
         if running and time.monotonic() - beat >= heartbeat:
             beat = time.monotonic()
             for name, (_, _, start) in running.items():
@@ -149,13 +166,26 @@ def counts(cases: list[tuple[float, str, str]], scenarios: list[dict]) -> dict[s
     return out
 
 
-def _table(title: str, rows: list[tuple[str, str, str]]) -> list[str]:
+def _table(title: str, rows: list[tuple[str, str, str]], cpu: list[str] | None = None) -> list[str]:
     if not rows:
         return []
     width = max(len(r[0]) for r in rows)
-    lines = [f"{title}", f"  {'':{width}}  {'wall':>7}  result"]
-    lines += [f"  {name:{width}}  {wall:>7}  {result}" for name, wall, result in rows]
+    cpu = cpu or [""] * len(rows)
+    cw = max([len(c) for c in cpu] + [0])
+    head = f"  {'cpu (cores)':>{cw}}" if cw else ""
+    lines = [f"{title}", f"  {'':{width}}  {'wall':>7}{head}  result"]
+    lines += [
+        f"  {name:{width}}  {wall:>7}" + (f"  {c:>{cw}}" if cw else "") + f"  {result}"
+        for (name, wall, result), c in zip(rows, cpu)
+    ]
     return lines + [""]
+
+
+def _cpu(r: dict) -> str:
+    """``CPU (cores)`` of a record: its CPU time and the cores it kept busy on average."""
+    if r.get("cpu") is None:
+        return ""
+    return f"{_clock(r['cpu'])} ({r['cpu'] / max(r['seconds'], 0.1):.1f})"
 
 
 def report(count: int) -> int:
@@ -176,10 +206,12 @@ def report(count: int) -> int:
         "Stages (start offset; side-by-side stages share one)",
         [(f"{r['name']:<14} at {_clock(r['start'] - t0)}", _clock(r["seconds"]), result(r)) for r in stages]
         + [("total (wall clock)", _clock(total), "")],
+        [_cpu(r) for r in stages] + [""],
     )
     lines += _table(
-        "Molecule scenarios (inside the molecule stage)",
+        "Molecule scenarios (inside the lanes)",
         [(r["name"].split(":", 1)[1], _clock(r["seconds"]), result(r)) for r in scenarios],
+        [_cpu(r) for r in scenarios],
     )
     cases = test_cases(TIMES / "junit")
     slow = sorted(cases, reverse=True)[:count]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -76,3 +77,19 @@ def test_parallel_stages_run_side_by_side_and_print_their_output_whole(tmp_path)
     # side by side: the wall clock total is about one stage's 1.5 s, not the sum of both (3 s)
     total = re.search(r"total \(wall clock\)\s+(\d+):(\d\d)", stages)
     assert total and int(total.group(1)) * 60 + int(total.group(2)) <= 2, stages
+
+
+def test_a_stage_records_the_cpu_time_of_its_whole_process_tree(tmp_path):
+    """The CPU column is what balancing the lanes needs: a stage that idles shows about 0 cores, one
+    whose grandchild burns CPU shows it (wait4 counts the waited-for descendants)."""
+    times(tmp_path, "reset")
+    py = sys.executable
+    burn = "import time; t = time.process_time(); exec('while time.process_time() - t < 0.6: pass')"
+    child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}])"
+    times(tmp_path, "run", "burn", "--", py, "-c", child)
+    times(tmp_path, "parallel", f"idle={py} -c \"import time; time.sleep(1)\"")
+    recs = {r["name"]: r for r in map(json.loads, (tmp_path / "times" / "stages.jsonl").read_text().splitlines())}
+    assert recs["burn"]["cpu"] >= 0.6
+    assert recs["idle"]["cpu"] < 0.5 and recs["idle"]["seconds"] >= 1
+    stages = times(tmp_path, "report").stdout.split("Stages", 1)[1].split("budget:", 1)[0]
+    assert "cpu (cores)" in stages and re.search(r"idle .*\(0\.\d\)", stages), stages
