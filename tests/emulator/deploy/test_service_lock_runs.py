@@ -9,10 +9,14 @@ leaves the new holder's lock alone, and check mode writes nothing.
 from __future__ import annotations
 
 import datetime
+import os
+import signal
+import time
+from pathlib import Path
 
 import pytest
 import yaml
-from deploy_helpers import Run, create_namespace, get
+from deploy_helpers import NGRAM, FakeKServe, Run, create_namespace, get, run_deploy, write_inventory
 
 pytestmark = pytest.mark.slow
 
@@ -199,3 +203,91 @@ def test_a_conflict_that_was_no_race_is_read_again_not_taken_as_the_answer(emula
     finally:
         ctl.clear_faults()
     assert _lease(emulator, ns) is None
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _wait_for(pred, timeout, what):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError("timed out waiting for " + what)
+
+
+def test_a_killed_deploy_leaves_the_service_locked_for_minutes_at_most(emulator, tmp_path):
+    """SIGKILL of a deploy mid-rollout.  The lock is short (here 30 s) and renewed while the deploy
+    waits, so a killed run holds the service for at most that long: killed alone, ansible-playbook's
+    worker (which lives on) releases the lock at once; killed with its worker, the lock expires and
+    a re-run succeeds then.  Before, the lock lasted the whole startup budget (1,800 s)."""
+    ns = "lock-killed"
+    create_namespace(emulator, ns)
+    group = {
+        "specpilot_deploy_lock_duration": 30,
+        "specpilot_deploy_wait_delay": 1,
+        "specpilot_deploy_wait_timeout": 300,
+    }
+    inv = write_inventory(tmp_path / "inv", ns, {"svc": {"specpilot_speculative": NGRAM}}, group)
+
+    def held():
+        lease = _lease(emulator, ns)
+        return lease if lease and (lease.get("spec") or {}).get("holderIdentity") else None
+
+    # no KServe: the rollout never completes, the deploy waits under the lock
+    first = Run(emulator, tmp_path / "first", inv)
+    taken = _wait_for(held, 120, "the first deploy's lock")
+    renewed = _wait_for(
+        lambda: (held() or {}).get("spec", {}).get("renewTime") != taken["spec"]["renewTime"] and held(),
+        30,
+        "a renewal during the wait",
+    )
+    assert renewed["spec"]["holderIdentity"] == taken["spec"]["holderIdentity"]
+    assert renewed["spec"]["leaseDurationSeconds"] == 30
+    worker = _children(first.proc.pid)
+    os.kill(first.proc.pid, signal.SIGKILL)  # ansible-playbook alone: its worker lives on
+    first.wait(30)
+    _wait_for(lambda: _lease(emulator, ns) is None, 30, "the orphaned worker to release the lock")
+    for pid in worker:
+        _wait_for(lambda: not Path("/proc/%d" % pid).exists() or "Z" in _state(pid), 30, "the worker to end")
+
+    # killed with its worker (a changed spec, so that it writes under the lock): nobody releases
+    # the lock; a re-run is refused until it expires
+    spec = dict(NGRAM, num_speculative_tokens=NGRAM.get("num_speculative_tokens", 3) + 1)
+    inv = write_inventory(tmp_path / "inv", ns, {"svc": {"specpilot_speculative": spec}}, group)
+    second = Run(emulator, tmp_path / "second", inv)
+    _wait_for(held, 120, "the second deploy's lock")
+    for pid in _children(second.proc.pid) + [second.proc.pid]:
+        os.kill(pid, signal.SIGKILL)
+    second.wait(30)
+    killed_at = time.monotonic()
+    refused = run_deploy(emulator, tmp_path / "refused", inv)
+    assert refused.rc != 0 and "of this service is running - lock lock-killed/specpilot-deploy-svc" in refused.out
+    lease = _lease(emulator, ns)
+    expires = datetime.datetime.strptime(lease["spec"]["renewTime"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.timezone.utc
+    ) + datetime.timedelta(seconds=30)
+    time.sleep(max(0.0, (expires - datetime.datetime.now(datetime.timezone.utc)).total_seconds()) + 1)
+    with FakeKServe(emulator, ns):
+        rerun = run_deploy(emulator, tmp_path / "rerun", inv)
+    assert rerun.rc == 0, rerun.out[-4000:]
+    assert time.monotonic() - killed_at < 120  # well within minutes, not the 1,800 s of before
+    assert _lease(emulator, ns) is None
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"

@@ -147,11 +147,14 @@ def test_reclaim_option_a_drops_the_draft_storage_uri():
 def test_reclaim_option_c_finds_the_pvc_subdirectory_also_after_an_earlier_off():
     on = _isvc(["--model=/mnt/models/target", DRAFT], storage="pvc://models/lab")
     d = rollback.decide({"inferenceservice": on}, "off", now=1, options={"reclaim_draft": True})
-    assert d["reclaim"]["pvc"] == {"claim": "models", "subpath": "lab/draft"}
+    pvc = {k: d["reclaim"]["pvc"][k] for k in ("claim", "subpath", "protected")}
+    assert pvc == {"claim": "models", "subpath": "lab/draft", "protected": ["lab/target"]}
+    assert "refused" not in d["reclaim"]["pvc"] and d["reclaim"]["pvc"]["script"] == rollback.RECLAIM_SCRIPT
     off = _isvc(d["after_args"], storage="pvc://models/lab")
     off["metadata"]["annotations"] = d["manifest"]["metadata"]["annotations"]
     later = rollback.decide({"inferenceservice": off}, "off", now=2, options={"reclaim_draft": True})
-    assert not later["needs_apply"] and later["reclaim"]["pvc"] == {"claim": "models", "subpath": "lab/draft"}
+    assert not later["needs_apply"] and later["reclaim"]["pvc"]["subpath"] == "lab/draft"
+    assert "refused" not in later["reclaim"]["pvc"]
 
 
 def test_verify_sees_leftover_flags_in_pods():

@@ -132,7 +132,9 @@ def test_a_registry_base_pulled_with_skopeo(models, calls, tmp_path):
         assert a["digest"] == b["digest"] == by_tag["digest"]  # the same base bytes: the same image
 
 
-def test_verify_notices_a_moved_tag_and_check_mode_pushes_nothing(models, tmp_path):
+def test_a_tag_moves_only_with_force_verify_notices_a_moved_tag_and_check_mode_pushes_nothing(
+    models, tmp_path
+):
     with lab_registry.Registry(tmp_path / "reg") as reg:
         image = f"{reg.addr}/models/chat"
         check = modelcar.build_push(params(models, f"{image}:v1"), check_mode=True)
@@ -146,7 +148,12 @@ def test_verify_notices_a_moved_tag_and_check_mode_pushes_nothing(models, tmp_pa
         )
         a = modelcar.build_push(params(models, f"{image}:v1"))
         ss.make_model(models / "m" / "draft", weight_bytes=128 * 1024, layers=1, seed=5)
-        b = modelcar.build_push(params(models, f"{image}:v1"))  # the tag now names b
+        # another image for the same tag: refused, the tag stays on a, unless force moves it
+        with pytest.raises(modelcar.ModelcarError, match="already names another image .*force: true"):
+            modelcar.build_push(params(models, f"{image}:v1"))
+        raw_tag = modelcar.Skopeo().inspect_raw(f"{image}:v1", tls_verify=False)
+        assert modelcar.manifest_digest(raw_tag) == a["digest"]  # not moved
+        b = modelcar.build_push(dict(params(models, f"{image}:v1"), force=True))  # the tag now names b
         raw_a = subprocess.run(
             ["skopeo", "inspect", "--raw", "--tls-verify=false", f"docker://{image}@{a['digest']}"],
             capture_output=True,

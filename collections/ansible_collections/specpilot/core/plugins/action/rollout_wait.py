@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 from ansible.errors import AnsibleActionFail
@@ -16,11 +17,13 @@ from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
     ReadError,
     auth_options,
 )
+from ansible_collections.specpilot.core.plugins.plugin_utils.lease_client import LeaseClient
 
 display = Display()
 
 
 class ActionModule(ControllerAction):
+    _requires_connection = True  # it renews the lock through kubernetes.core modules
     ARGUMENT_SPEC = deploy_args.ROLLOUT_WAIT
 
     def act(self, params, task_vars, result):
@@ -40,7 +43,26 @@ class ActionModule(ControllerAction):
             self._loader, self._templar, task_vars or {}, auth_options(params), attempts=params["retries"]
         )
         host = (task_vars or {}).get("inventory_hostname") or plan["name"]
-        out = wait(reader, plan, params, timeout, lambda line: display.display("[%s] %s" % (host, line)))
+        renewer = None
+        if params.get("lock"):
+            client = LeaseClient(
+                lambda module, args: self._execute_module(
+                    module_name=module, module_args=args, task_vars=task_vars
+                ),
+                reader,
+                dict(params, name=plan["name"], namespace=plan["namespace"]),
+            )
+            renewer = Renewer(client, params["lock"])
+        out = wait(
+            reader,
+            plan,
+            params,
+            timeout,
+            lambda line: display.display("[%s] %s" % (host, line)),
+            keep=renewer,
+        )
+        if renewer:
+            out["lock"] = renewer.state()
         result.update(out)
         result["changed"] = False
         if not out["done"] and params["fail_on_error"]:
@@ -61,8 +83,61 @@ def read_workload(reader, plan):
     return isvc, deployment, pods
 
 
-def wait(reader, plan, params, timeout, emit, clock=time.time, sleep=time.sleep):
-    """Poll until the rollout is done, has failed for good, or ``timeout`` seconds passed."""
+class Renewer(object):
+    """Renews the lock a run holds every third of its duration (``keep(now)``: None, or why the
+    wait must stop).
+
+    The worker process that runs the wait is ansible-playbook's child: when ansible-playbook is
+    killed (SIGKILL, a lost controller) the worker lives on, re-parented.  It then releases the
+    lock at once and stops, rather than keep a service locked for a run that no longer exists."""
+
+    def __init__(self, client, lock, clock=time.time, parent=os.getppid):
+        self._client = client
+        self._holder = lock["holder"]
+        self._version = lock["resource_version"]
+        self._every = max(1.0, lock["duration"] / 3.0)
+        self._last = clock()
+        self._renewals = 0
+        self._parent = parent
+        self._run = parent()
+
+    def __call__(self, now):
+        if self._parent() != self._run:
+            out = self._client.release(self._holder, self._version)
+            return "ansible-playbook (pid %s) is gone; the lock was %s" % (
+                self._run,
+                "released" if out.get("released") else "left to expire (%s)" % out.get("message"),
+            )
+        if now - self._last < self._every:
+            return None
+        out = self._client.renew(self._holder, self._version)
+        if out.get("failed"):
+            return out.get("msg") or "the lock could not be renewed"
+        self._version, self._last = out["resource_version"], now
+        self._renewals += 1
+        return None
+
+    def state(self):
+        return {"holder": self._holder, "resource_version": self._version, "renewals": self._renewals}
+
+
+def _failed(cause, message):
+    return {
+        "done": False,
+        "failed": True,
+        "cause": cause,
+        "phase": "failed",
+        "message": message,
+        "checks": {},
+        "pods": [],
+        "waiting_for": [],
+        "progress": "",
+    }
+
+
+def wait(reader, plan, params, timeout, emit, clock=time.time, sleep=time.sleep, keep=None):
+    """Poll until the rollout is done, has failed for good, or ``timeout`` seconds passed.
+    ``keep(now)``, when given, runs every poll (the lock's renewal): a message stops the wait."""
     expected = deploy_rollout.expected_from_plan(plan)
     options = {k: params.get(k) for k in ("fail_fast_restarts", "pending_grace", "image_grace")}
     started = clock()
@@ -81,17 +156,7 @@ def wait(reader, plan, params, timeout, emit, clock=time.time, sleep=time.sleep)
         except ReadError as exc:
             read_errors += 1
             if read_errors >= 5:
-                status = {
-                    "done": False,
-                    "failed": True,
-                    "cause": "api",
-                    "phase": "failed",
-                    "message": "cannot read the rollout state: %s" % exc,
-                    "checks": {},
-                    "pods": [],
-                    "waiting_for": [],
-                    "progress": "",
-                }
+                status = _failed("api", "cannot read the rollout state: %s" % exc)
                 break
             sleep(params["delay"])
             continue
@@ -115,6 +180,11 @@ def wait(reader, plan, params, timeout, emit, clock=time.time, sleep=time.sleep)
         )
         if status["done"] or status["failed"]:
             emit("%s after %ds: %s" % (status["phase"], elapsed, status["message"]))
+            break
+        lost = keep(now) if keep else None
+        if lost:
+            status = _failed("lock", "stopped waiting, the service's lock: %s" % lost)
+            emit(status["message"])
             break
         if status["progress"] != last_line or now - last_emit >= params["progress_interval"]:
             emit(line)

@@ -65,6 +65,14 @@ ROLLOUT_WAIT = dict(
     image_grace={"type": "int", "default": 300},
     progress_interval={"type": "int", "default": 30},
     fail_on_error={"type": "bool", "default": False},
+    lock={
+        "type": "dict",
+        "options": {
+            "holder": {"type": "str", "required": True},
+            "resource_version": {"type": "str", "required": True},
+            "duration": {"type": "int", "required": True},
+        },
+    },
 )
 
 SERVICE_LOCK = dict(

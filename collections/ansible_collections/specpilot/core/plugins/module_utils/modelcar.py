@@ -274,6 +274,20 @@ def _skopeo_push(p, skopeo, built, repo, tag, authfile, result):
     result["msg"] = "pushed %s:%s (%s)" % (repo, tag, built["digest"])
 
 
+def _refuse_tag_move(repo, tag, had, new, p, what="digest"):
+    """A tag that names another image is moved only with ``force`` (issue: data safety): pods that
+    pull by tag would change under their services, and the old image, untagged, is left to the
+    registry's garbage collection."""
+    if p.get("force"):
+        return
+    raise ModelcarError(
+        "%s:%s already names another image (%s %s; this build's is %s): pushing would move the tag, "
+        "so that pods pulling it change under their services and the old image is left untagged for "
+        "the registry's garbage collection. Give this build another tag, or set force: true to move it."
+        % (repo, tag, what, had, new)
+    )
+
+
 def build_push(p, check_mode=False):
     """The whole Modelcar operation for the module; returns the module result dict."""
     t0 = time.time()
@@ -342,6 +356,8 @@ def build_push(p, check_mode=False):
         raw = skopeo.inspect_raw("%s:%s" % (repo, tag), tls_verify=tls, authfile=authfile)
         present = raw is not None and manifest_digest(raw) == digest
         result["registry_had_digest"] = present
+        if raw is not None and not present:
+            _refuse_tag_move(repo, tag, manifest_digest(raw), digest, p)
         if present and not p.get("force"):
             result["msg"] = "%s:%s already is %s: nothing pushed" % (repo, tag, digest)
         elif check_mode:
@@ -443,6 +459,8 @@ def podman_build_push(p, repo, tag, artifacts, work, skopeo, check_mode, result,
             check=False,
         )
         remote_config = "sha256:" + hashlib.sha256(proc.stdout).hexdigest() if proc.returncode == 0 else None
+        if remote_config and remote_config.split(":", 1)[1] != image_id:
+            _refuse_tag_move(repo, tag, remote_config, "sha256:" + image_id, p, what="config")
         if remote_config and remote_config.split(":", 1)[1] == image_id and not p.get("force"):
             raw = skopeo.inspect_raw("%s:%s" % (repo, tag), tls_verify=tls, authfile=authfile)
             digest = manifest_digest(raw)

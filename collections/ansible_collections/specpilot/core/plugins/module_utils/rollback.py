@@ -28,6 +28,7 @@ import posixpath
 import shlex
 
 from ansible_collections.specpilot.core.plugins.module_utils import (
+    data_safety,
     deploy_rollout,
     deploy_state,
     modelcar_reclaim,
@@ -55,6 +56,23 @@ SPEC_FLAGS = ("--speculative-config", "--speculative_config") + tuple(
 SPEC_SWITCHES = (V0_FLAGS["disable_mqa_scorer"], "--use-v2-block-manager")
 GMU_FLAG = "--gpu-memory-utilization"
 MOUNT_ROOT = "/mnt/models"
+# The PVC reclaim Job (roles/specpilot_rollback/tasks/reclaim.yml): the claim at RECLAIM_MOUNT, the
+# draft's sub-path in $DRAFT_SUBPATH, the served sub-paths in $SPECPILOT_PROTECTED (one a line).
+RECLAIM_MOUNT = "/data"
+
+
+def reclaim_script(mount):
+    """The reclaim Job's sh script: data_safety's guard after resolving symlinks, then ``rm -rf`` of
+    the draft only, and one ``SPECPILOT-RESULT`` JSON line."""
+    return (
+        "set -eu; "
+        + data_safety.shell_guard("DRAFT_SUBPATH", mount, "SPECPILOT_PROTECTED")
+        + 'if [ -e "$SPECPILOT_REAL" ]; then rm -rf -- "$SPECPILOT_REAL"; r=deleted; else r=absent; fi; '
+        + 'echo "SPECPILOT-RESULT {\\"path\\": \\"$DRAFT_SUBPATH\\", \\"result\\": \\"$r\\"}"'
+    )
+
+
+RECLAIM_SCRIPT = reclaim_script(RECLAIM_MOUNT)
 # KServe's containers that run the Modelcar image (sidecar; init container since 0.14)
 MODELCAR_CONTAINERS = ("modelcar", "modelcar-init")
 ANN_ROLLBACK = "specpilot.io/rollback"
@@ -361,20 +379,59 @@ def _storage_drop(predictor, path):
     return out, dropped
 
 
-def _pvc_target(predictor, path, mount_root="/mnt/models"):
-    """Option C: ``{claim, subpath}`` of the draft directory on the PVC, or None."""
+def _served_paths(args):
+    """``{flag: path}`` of the model files an engine's args serve: ``--model`` and ``--tokenizer``."""
+    out = {}
+    items = [a for a in (args or []) if isinstance(a, str)]
+    for i, arg in enumerate(items):
+        for flag in ("--model", "--tokenizer"):
+            if arg.startswith(flag + "="):
+                out[flag] = arg.split("=", 1)[1]
+            elif arg == flag and i + 1 < len(items):
+                out[flag] = items[i + 1]
+    return out
+
+
+def _claim_subpath(base, path, root=MOUNT_ROOT):
+    """The sub-path on the claim of ``path`` as the pod sees it (the claim's ``base`` mounted at
+    ``root``), or None when the path is not on the mount ("" is the claim's root)."""
+    rel = data_safety.relative(path, root)
+    if rel is None:
+        return None
+    return data_safety.relative(posixpath.join(base, rel) if rel else base or "", "/")
+
+
+def _pvc_target(predictor, path, served, mount_root=MOUNT_ROOT):
+    """Option C: ``{claim, subpath, protected, mount, script}`` of the draft directory on the PVC,
+    with ``refused`` when deleting it would lose what the service serves (``served``: ``{what:
+    path}`` of the live and the planned engine; data_safety.delete_refusal), or None when the draft
+    is not on the service's PVC."""
     uri = _model(predictor).get("storageUri") or predictor.get("storageUri") or ""
     if not uri.startswith("pvc://") or not path:
         return None
-    rest = uri[len("pvc://") :]
-    claim, _, base = rest.partition("/")
-    root = mount_root.rstrip("/")
-    if not path.startswith(root + "/"):
+    claim, _, base = uri[len("pvc://") :].partition("/")
+    sub = _claim_subpath(base, path, mount_root)
+    if not claim or sub is None:
         return None
-    sub = posixpath.normpath(posixpath.join(base, path[len(root) + 1 :]))
-    if not claim or sub in (".", "", "/") or sub.startswith(".."):
-        return None
-    return {"claim": claim, "subpath": sub.lstrip("/")}
+    protected = {}
+    for what, kept in served.items():
+        kept_sub = _claim_subpath(base, kept, mount_root)
+        if kept_sub is not None:
+            protected["%s %s" % (what, kept)] = kept_sub
+    out = {
+        "claim": claim,
+        "subpath": sub,
+        "protected": sorted(set(protected.values())),
+        "mount": RECLAIM_MOUNT,
+        "script": RECLAIM_SCRIPT,
+    }
+    why = data_safety.delete_refusal(sub, protected) if sub else "is the whole volume"
+    if why:
+        out["refused"] = (
+            "refusing to delete the draft %s (claim %s, sub-path %r): it %s. Nothing was deleted; "
+            "remove the files by hand once nothing serves them." % (path, claim, sub, why)
+        )
+    return out
 
 
 def _off_args(out, before_args, revisions, record, opts):
@@ -408,6 +465,14 @@ def _reclaim_draft(predictor, new_predictor, before_args, revisions, record, opt
         for rev in reversed(revisions + ([record] if record else [])):
             path = path or draft_path(predictor_args(rev.get("predictor")))
         new_predictor, dropped = _storage_drop(new_predictor, path)
+        served = {
+            "%s %s" % (which, flag): p
+            for which, args in (
+                ("the live engine's", before_args),
+                ("the new engine's", predictor_args(new_predictor)),
+            )
+            for flag, p in _served_paths(args).items()
+        }
         plan = modelcar_reclaim_plan(predictor, path, target_path(before_args), opts.get("modelcar_image"))
         new_uri = _apply_modelcar_result(plan, opts.get("modelcar_reclaimed"))
         if new_uri and new_uri != _storage_field(new_predictor)[1]:
@@ -415,7 +480,7 @@ def _reclaim_draft(predictor, new_predictor, before_args, revisions, record, opt
         reclaim = {
             "draft_path": path,
             "storage_uri_dropped": dropped,
-            "pvc": _pvc_target(predictor, path),
+            "pvc": _pvc_target(predictor, path, served),
             "modelcar": plan,
         }
     return new_predictor, reclaim

@@ -71,7 +71,11 @@ options:
     type: bool
     default: true
   force:
-    description: Push even when the tag already has the digest.
+    description:
+      - Push even when the tag already has the digest.
+      - Move a tag that names another image. Without it the build fails and says so - pods that pull
+        by tag would change under their services, and the old image, left untagged, would be exposed
+        to the registry's garbage collection.
     type: bool
     default: false
   verify:

@@ -1,0 +1,199 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see galaxy.yml)
+"""The service lock's writes, for the action plugins that hold it: ``specpilot.core.service_lock``
+(take, renew, release) and ``specpilot.core.rollout_wait`` (renews it while it waits).
+
+The decisions are module_utils/service_lock.py's; this class reads the Lease through the
+kubernetes.core ``k8s`` lookup (plugin_utils/k8s_reader.py) and writes it through the
+kubernetes.core modules (``k8s`` to create and delete, ``k8s_json_patch`` for the compare-and-swap),
+run by the calling action (``execute(module_name, module_args)``), so the connection options and
+``K8S_AUTH_*`` variables are kubernetes.core's own.  Transient API errors are retried.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ansible_collections.specpilot.core.plugins.module_utils import service_lock
+from ansible_collections.specpilot.core.plugins.module_utils.common import k8s_meta
+from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import retryable, status_code
+
+__all__ = ["LeaseClient", "MODULE_AUTH", "ROUNDS"]
+
+MODULE_AUTH = ("kubeconfig", "context", "host", "api_key", "validate_certs", "ca_cert")
+ROUNDS = 4  # reads and decisions again after a conflict
+
+
+def _conflict(out):
+    return bool(out.get("failed")) and status_code(out) in (409, 422)
+
+
+class LeaseClient(object):
+    """The lock of service ``params["name"]`` in ``params["namespace"]``.
+
+    ``params``: name, namespace, retries, the kubernetes.core auth options (MODULE_AUTH), and for
+    the operations that need them duration, labels.  ``execute(module, args)`` runs a module and
+    returns its result; ``reader`` is a K8sReader; ``check_mode`` writes nothing."""
+
+    def __init__(self, execute, reader, params, check_mode=False, sleep=time.sleep):
+        self._execute = execute
+        self._reader = reader
+        self._params = params
+        self._check_mode = check_mode
+        self._sleep = sleep
+
+    # ------------------------------------------------------------ the three operations
+    # A conflict (409, 422) on a conditional write means the Lease is not as it was read: it is read
+    # again and the step decided again, at most ROUNDS times.  A real race then ends in a refusal
+    # naming the winner; a conflict that was not one (a lost answer, a proxy's 409) in a retry.
+    def acquire(self, holder, manifest):
+        """Take the lock for ``holder`` (``manifest``: the Lease to create when there is none)."""
+        p = self._params
+        if self._check_mode:
+            status = service_lock.lease_status(self._read(), holder, time.time())
+            return dict(
+                acquired=False,
+                status=status,
+                message="check mode: the lock is not taken (%s)" % status["message"],
+            )
+        before = out = None
+        for _ in range(ROUNDS):
+            step = service_lock.acquire_step(self._read(), holder, time.time(), p["duration"])
+            before = before or step["status"]
+            if step["do"] == "refuse":
+                return self._refused(step["status"])
+            if step["do"] == "create":
+                out = self._module("kubernetes.core.k8s", state="present", definition=manifest)
+            else:
+                out = self._patch(step["patch"])
+                if not out.get("failed"):
+                    return self._held(out["result"], before, "taken")
+            if out.get("failed") and not _conflict(out):
+                break
+        return self._after_a_failed_take(holder, before, out)
+
+    def _after_a_failed_take(self, holder, before, out):
+        """A write that failed for good, or whose answer was lost: the Lease says whose it is."""
+        now = service_lock.lease_status(self._read(), holder, time.time())
+        if now["mine"] and now["held"]:
+            return dict(
+                acquired=True, resource_version=now["resource_version"], status=before, message="taken"
+            )
+        if now["free"]:
+            return self._failed("the lock could not be taken", out)
+        refused = self._refused(now)
+        refused["msg"] += " (%s)" % str(out.get("msg") or "")[:200]
+        return refused
+
+    def renew(self, holder, version):
+        """Move renewTime to now while ``holder`` holds the lock (taken or renewed at ``version``)."""
+        p = self._params
+        if self._check_mode:
+            return dict(renewed=False, resource_version=version, message="check mode: not renewed")
+        for _ in range(ROUNDS):
+            out = self._patch(service_lock.renew_patch(holder, version, time.time()))
+            if not out.get("failed"):
+                return self._held(out["result"], None, "renewed", key="renewed")
+            status = service_lock.lease_status(self._read(), holder, time.time())
+            if not (_conflict(out) and status["mine"] and status["held"]):
+                break
+            version = status["resource_version"]  # still this run's: its last answer was lost
+        return dict(
+            failed=True,
+            renewed=False,
+            status=status,
+            msg="%s: the lock could not be renewed - %s (%s)"
+            % (
+                p["name"],
+                "it is no longer this run's" if not status["mine"] else "the API refused",
+                status["message"],
+            ),
+        )
+
+    def release(self, holder, version):
+        """Delete the Lease while it is ``holder``'s (or, without a holder, still at ``version``)."""
+        if not version:
+            return dict(released=False, message="not held by this run: nothing to release")
+        if self._check_mode:
+            return dict(released=False, message="check mode: not released")
+        for _ in range(ROUNDS):
+            out = self._module(
+                "kubernetes.core.k8s",
+                conditional=True,
+                state="absent",
+                delete_options={"preconditions": {"resourceVersion": version}},
+                **self._lease_ref(),
+            )
+            if not out.get("failed"):
+                return dict(released=True, message="released")
+            if not _conflict(out):
+                break
+            lease = self._read()
+            status = service_lock.lease_status(lease, holder, time.time())
+            if not lease:
+                return dict(released=True, message="released (the Lease was already gone)")
+            still_mine = status["mine"] if holder else status["resource_version"] == version
+            if not still_mine:
+                # a lock taken over after it expired stays with its new holder
+                return dict(released=False, message="not released: %s" % status["message"])
+            version = status["resource_version"]
+        return dict(released=False, message="not released: %s" % str(out.get("msg") or "")[:300])
+
+    # ------------------------------------------------------------ helpers
+    def _lease_ref(self):
+        p = self._params
+        return dict(
+            api_version=service_lock.LEASE_API,
+            kind="Lease",
+            name=service_lock.lease_name(p["name"]),
+            namespace=p["namespace"],
+        )
+
+    def _patch(self, ops):
+        """The conditional JSON patch of the Lease (its test operations make it a compare-and-swap)."""
+        return self._module(
+            "kubernetes.core.k8s_json_patch", conditional=True, patch=ops, **self._lease_ref()
+        )
+
+    def _read(self):
+        ref = self._lease_ref()
+        return self._reader.get(ref["kind"], ref["api_version"], name=ref["name"], namespace=ref["namespace"])
+
+    def _module(self, module, conditional=False, **args):
+        """Run a kubernetes.core module, again while it fails with a transient error.  For a conditional
+        write (a patch that tests the resourceVersion, a delete with a precondition) a conflict is the
+        answer, not a transient error."""
+        args.update({k: self._params[k] for k in MODULE_AUTH if self._params.get(k) is not None})
+        attempts = max(1, self._params["retries"])
+        for attempt in range(attempts):
+            out = self._execute(module, args)
+            final = conditional and status_code(out) in (409, 422)
+            if not out.get("failed") or final or not retryable(out) or attempt + 1 == attempts:
+                return out
+            self._sleep(min(0.5 * 2**attempt, 5.0))
+        return out
+
+    def _held(self, lease, status, how, key="acquired"):
+        version = k8s_meta(lease).get("resourceVersion")
+        return {key: True, "resource_version": version, "status": status, "message": how}
+
+    def _refused(self, status):
+        p = self._params
+        return dict(
+            failed=True,
+            acquired=False,
+            status=status,
+            msg="%s: %s"
+            % (
+                p["name"],
+                service_lock.held_message(status, p["namespace"], service_lock.lease_name(p["name"])),
+            ),
+        )
+
+    def _failed(self, what, out):
+        return dict(
+            failed=True,
+            acquired=False,
+            msg="%s: %s: %s" % (self._params["name"], what, str(out.get("msg") or "")[:300]),
+        )
