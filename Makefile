@@ -35,7 +35,7 @@ STAMP_COLL := $(VENV)/.stamp-collections
 STAMP_APT := $(VENV)/.stamp-apt
 
 .PHONY: install venv collections system-packages staging-tools vllm models test test-pytest test-unit test-lab lint syntax-check molecule \
-	test-lab-engines test-lab-stand-in lane-a lane-b molecule-models \
+	test-lab-engines test-lab-stand-in lane-a lane-b molecule-models fuzz \
         demo bench lab-up lab-down lab-status clean distclean
 
 install: venv collections system-packages staging-tools
@@ -213,6 +213,13 @@ lab-down:
 
 lab-status:
 	$(VBIN)/python -m specpilot_lab status
+
+# The validator's fuzz test, longer than in make test (1,500 examples there, derandomized):
+# FUZZ_EXAMPLES random examples (a new seed each run; hypothesis prints the failing spec, shrunk).
+FUZZ_EXAMPLES ?= 50000
+fuzz: install
+	SPECPILOT_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) SPECPILOT_FUZZ_RANDOM=1 $(VBIN)/python -m pytest -q \
+	  tests/unit/validate/test_validate_malformed.py -k never_raises
 
 # ---------------------------------------------------------------- demo, bench
 demo: install vllm

@@ -32,7 +32,8 @@ class Findings(object):
         self.errors = []
         self.warnings = []
         self.notes = []
-        self._acknowledged = set(acknowledged or ())
+        # only codes (strings) acknowledge a warning; anything else is the schema's error to report
+        self._acknowledged = set(a for a in (acknowledged or ()) if isinstance(a, str))
         self._seen = set()
 
     def _add(self, bucket, path, message, hint, code):

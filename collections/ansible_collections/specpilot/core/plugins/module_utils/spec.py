@@ -47,6 +47,20 @@ CONTROL_VARS = ("specpilot_spec_file", "specpilot_render_dir", "specpilot_strict
 )
 
 _DNS_LABEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# Kubernetes label and annotation keys: an optional DNS-subdomain prefix and "/", then a name of at
+# most 63 characters; label values: at most 63, the same characters (k8s.io/apimachinery
+# pkg/util/validation/validation.go: IsQualifiedName, IsValidLabelValue).  The total size of the
+# annotations (at most 256 KiB, pkg/api/validation/objectmeta.go ValidateAnnotations) is checked by
+# validator.py.
+_QUALIFIED_NAME = (
+    "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    "[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_KEY = {"pattern": _QUALIFIED_NAME, "maxLength": 317}
+_LABEL_VALUE = {"type": "string", "maxLength": 63, "pattern": "^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"}
+# Bounds of every number a user types: beyond them a value is a typo, and some (a timeout of 10**12)
+# would make a wait, and the lock it holds, unbounded.
+DAY = 86400
 _VERSION = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)*([.+-]?[0-9A-Za-z.+-]*)?$"
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$"
 
@@ -338,7 +352,7 @@ SERVICE_SCHEMA = {
                 ),
                 "max_model_len": _s("--max-model-len.", type="integer", minimum=1),
                 "tensor_parallel_size": _s(
-                    "--tensor-parallel-size (default: gpu.count).", type="integer", minimum=1
+                    "--tensor-parallel-size (default: gpu.count).", type="integer", minimum=1, maximum=1024
                 ),
                 "dtype": _s(
                     "--dtype.",
@@ -365,7 +379,9 @@ SERVICE_SCHEMA = {
             type="object",
             additionalProperties=False,
             properties={
-                "count": _s("GPUs per replica (0: CPU-only, e.g. the lab).", type="integer", minimum=0),
+                "count": _s(
+                    "GPUs per replica (0: CPU-only, e.g. the lab).", type="integer", minimum=0, maximum=1024
+                ),
                 "memory_gib": _s(
                     "Memory of one GPU in GiB (e.g. 80 for an H100 80GB).  Enables the GPU "
                     "memory budget check.",
@@ -420,9 +436,17 @@ SERVICE_SCHEMA = {
             },
         ),
         "min_replicas": _s(
-            "spec.predictor.minReplicas (default 1; 0 only in Knative).", type="integer", minimum=0
+            "spec.predictor.minReplicas (default 1; 0 only in Knative).",
+            type="integer",
+            minimum=0,
+            maximum=10000,
         ),
-        "max_replicas": _s("spec.predictor.maxReplicas (default: min_replicas).", type="integer", minimum=1),
+        "max_replicas": _s(
+            "spec.predictor.maxReplicas (default: min_replicas; not below it).",
+            type="integer",
+            minimum=1,
+            maximum=10000,
+        ),
         "rollout": _s(
             "Rollout strategy in Standard mode.  auto (default): with GPUs and one replica, RollingUpdate "
             "with "
@@ -437,22 +461,28 @@ SERVICE_SCHEMA = {
             "draft artifact (loading and compiling a draft makes cold starts several minutes longer).",
             type="integer",
             minimum=60,
+            maximum=DAY,
         ),
         "progress_deadline_seconds": _s(
             "Knative only: serving.knative.dev/progress-deadline.  Default startup_timeout_seconds + 600. "
             "KServe ignores it in Standard mode, where it is an error.",
             type="integer",
             minimum=60,
+            maximum=DAY,
         ),
         "service_account_name": _s(
             "serviceAccountName of the predictor (storage credentials).", type="string", pattern=_DNS_LABEL
         ),
         "labels": _s(
-            "Extra labels on the InferenceService.", type="object", additionalProperties={"type": "string"}
+            "Extra labels on the InferenceService (Kubernetes label syntax).",
+            type="object",
+            propertyNames=_KEY,
+            additionalProperties=_LABEL_VALUE,
         ),
         "annotations": _s(
-            "Extra annotations on the InferenceService.",
+            "Extra annotations on the InferenceService (Kubernetes key syntax; 256 KiB in all).",
             type="object",
+            propertyNames=_KEY,
             additionalProperties={"type": "string"},
         ),
         "overrides": _s(
@@ -491,7 +521,9 @@ SERVICE_SCHEMA = {
                 "min_mean_acceptance_length": _s(
                     "Fail below this mean acceptance length (>= 1).", type="number", minimum=1
                 ),
-                "timeout_seconds": _s("Time budget of the smoke test.", type="integer", minimum=1),
+                "timeout_seconds": _s(
+                    "Time budget of the smoke test.", type="integer", minimum=1, maximum=DAY
+                ),
             },
         ),
         "benchmark": _s(

@@ -166,9 +166,8 @@ def _switch_method(raw, cfg, new, method, nst, methods, profile, label, where, f
     # The spec's draft serves the new method only if it needs a separate draft too (the compatibility
     # checks then judge it), or if both take optional weights of the same kind (MTP -> MTP); an MTP,
     # ngram or suffix method must not load the old method's EAGLE head or draft model.
-    old_info = (methods or {}).get(old_method) or vp.method_info(
-        old_method if isinstance(old_method, str) else ""
-    )
+    old_name = old_method if isinstance(old_method, str) else ""  # the schema reports any other type
+    old_info = (methods or {}).get(old_name) or vp.method_info(old_name)
     drop_draft = bool(raw.get("draft")) and (
         info["model"] == "none" or (info["model"] == "optional" and old_info["model"] != "optional")
     )

@@ -611,6 +611,9 @@ def check(cfg, ctx, findings, path="speculative"):
             _classify_extra_key(key, value, ctx, findings, path)
     for error in sorted(_validator(profile).iter_errors(known), key=lambda e: list(e.absolute_schema_path)):
         _translate(error, ctx, path, findings)
+        if error.absolute_path:
+            # reported: the checks below expect the types the schema promises
+            known.pop(error.absolute_path[0], None)
     _lookup_bounds(known, ctx, findings, path)
     _synthetic(known, ctx, findings, path)
     _draft_tp(known, ctx, findings, path)

@@ -16,12 +16,14 @@ import copy
 import difflib
 import json
 import os
+import traceback
 
 from ansible_collections.specpilot.core.plugins.module_utils import compat
 from ansible_collections.specpilot.core.plugins.module_utils import gpu_budget
 from ansible_collections.specpilot.core.plugins.module_utils import kserve_rules
 from ansible_collections.specpilot.core.plugins.module_utils import render
 from ansible_collections.specpilot.core.plugins.module_utils import spec_override
+from ansible_collections.specpilot.core.plugins.module_utils import spec_sanity
 from ansible_collections.specpilot.core.plugins.module_utils import speculative
 from ansible_collections.specpilot.core.plugins.module_utils import vllm_profiles as vp
 from ansible_collections.specpilot.core.plugins.module_utils.findings import Findings, path_join
@@ -455,7 +457,39 @@ def _resolve_speculative(spec, x, mounts, findings):
 
 
 def validate(spec, options=None):
-    """Validate one assembled spec.  Returns {ok, errors, warnings, notes, plan, spec}."""
+    """Validate one assembled spec.  Returns {ok, errors, warnings, notes, plan, spec}.
+
+    It never raises: a spec that makes a check fail in a way no finding foresaw (a bug) gets one
+    error, ``validator-internal``, that says where, instead of a traceback."""
+    try:
+        return _validate(spec, options)
+    except Exception as exc:  # pylint: disable=broad-except  # the promise above
+        return _internal_error(exc, options)
+
+
+def _internal_error(exc, options):
+    where = traceback.extract_tb(exc.__traceback__)[-1]
+    findings = Findings()
+    findings.error(
+        "",
+        "the validator could not check this spec (%s in %s, line %d): a bug of specpilot's, not of the spec"
+        % (type(exc).__name__, os.path.basename(where.filename), where.lineno),
+        "report it with the spec; meanwhile look for a value of an unexpected type",
+        "validator-internal",
+    )
+    result = {
+        "ok": False,
+        "errors": findings.errors,
+        "warnings": [],
+        "notes": [],
+        "plan": None,
+        "spec": None,
+        "speculative_overrides": spec_override.empty_record(),
+    }
+    return _finish(result, dict(options or {}))
+
+
+def _validate(spec, options):
     options = dict(options or {})
     raw = plain(spec)
     acknowledged = raw.get("acknowledged_warnings") if isinstance(raw, dict) else None
@@ -482,6 +516,7 @@ def validate(spec, options=None):
     schema, index, loader = SERVICE_SCHEMA, None, None
     if options.get("schema_dir"):
         schema, index, loader = load_schemas(options["schema_dir"])
+    spec_sanity.check(raw, findings)
     _schema_errors(raw, schema, findings)
     schema_ok = not findings.errors
     _variable_typos(options.get("variable_names") or (), findings)
@@ -576,8 +611,10 @@ def validate(spec, options=None):
 
 
 def _check_speculative_alone(raw, vllm_version, profile, findings):
-    """The structure is wrong: still check the speculative config on its own."""
-    if profile is not None and isinstance(raw.get("speculative"), dict) and raw["speculative"]:
+    """The structure is wrong: still check the speculative config on its own (unless the schema
+    already found it wrong: its checks expect the types the schema promises)."""
+    broken = any(e["path"].split(".")[0].split("[")[0] == "speculative" for e in findings.errors)
+    if profile is not None and isinstance(raw.get("speculative"), dict) and raw["speculative"] and not broken:
         cfg = {k: v for k, v in raw["speculative"].items() if v is not None}
         if raw.get("draft") and "model" not in cfg:
             cfg["model"] = "%s/draft" % MOUNT_ROOT  # stands for the draft, whose path is not resolved
@@ -848,8 +885,11 @@ def _spec_ctx(spec, version, profile, target, draft, async_requested):
     tp = None
     if isinstance(spec.get("vllm_args"), dict):
         tp = spec["vllm_args"].get("tensor_parallel_size")
-    if tp is None and isinstance(spec.get("gpu"), dict):
-        tp = max(1, spec["gpu"].get("count") or 1)
+    count = spec["gpu"].get("count") if isinstance(spec.get("gpu"), dict) else None
+    if tp is None and isinstance(count, int):
+        tp = max(1, count)
+    if not isinstance(tp, int) or isinstance(tp, bool):
+        tp = None
     return {
         "version": version,
         "version_label": format_version(version),

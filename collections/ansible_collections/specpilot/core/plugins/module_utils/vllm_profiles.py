@@ -210,8 +210,8 @@ KEYS = {
     },
     "num_speculative_tokens": {
         "since": "0.5.5",
-        "schema": dict(_INT, minimum=1),
-        "bound": ">= 1",
+        "schema": dict(_INT, minimum=1, maximum=64),
+        "bound": "1..64",
         "doc": "Tokens proposed per step (k).  Required except for suffix (defaults to the tree depth) "
         "and for drafts whose config carries n_predict (MTP, Medusa, MLP speculator).",
     },
@@ -697,9 +697,7 @@ def _x(version, keys, methods):
         "chunked_prefill": (
             "incompatible"
             if version < _V("0.6.6")
-            else "incompatible-for-medusa-mlp-eagle"
-            if era == ERA_V0_FLAGS
-            else "ok"
+            else "incompatible-for-medusa-mlp-eagle" if era == ERA_V0_FLAGS else "ok"
         ),
         "requires_v2_block_manager": version < _V("0.6.3"),
         "deepseek_v3_implicit_mtp": era == ERA_V0_FLAGS and version >= _V("0.7.3"),
