@@ -120,6 +120,9 @@ def _spec(**changes):
     return doc
 
 
+HF_TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"  # the shape, not a real token
+GH_TOKEN = "ghp_" + "0123456789abcdefghijABCDEFGHIJ0123456789"
+
 # the sites the audit's fuzzer crashed the validator at (TypeError, no field named), and values
 # without bounds that passed: each is now an error at its field
 CASES = {
@@ -149,7 +152,33 @@ CASES = {
     "label-value": (_spec(specpilot_labels={"team": "x" * 64}), "specpilot_labels.team"),
     "annotations-300k": (_spec(specpilot_annotations={"a": "x" * 300 * 1024}), "specpilot_annotations"),
     "startup-timeout": (_spec(specpilot_startup_timeout_seconds=10**12), "specpilot_startup_timeout_seconds"),
+    # secrets by reference only: a literal value of a secret-named variable, a credential's shape anywhere
+    "hf-token-literal": (
+        _spec(specpilot_env=[{"name": "HF_TOKEN", "value": HF_TOKEN}]),
+        "specpilot_env[0].value",
+    ),
+    "token-in-annotation": (
+        _spec(specpilot_annotations={"note": "pat " + GH_TOKEN}),
+        "specpilot_annotations.note",
+    ),
 }
+
+
+def test_secrets_come_by_reference_and_their_values_are_never_repeated():
+    for name in ("hf-token-literal", "token-in-annotation"):
+        spec, _unknown = assemble_from_vars(CASES[name][0])
+        result = validate(spec)
+        codes = {e["code"] for e in result["errors"]}
+        assert codes == {"secret-literal"}, result["errors"]
+        assert HF_TOKEN not in repr(result["errors"]) and GH_TOKEN not in repr(result["errors"])
+    ok = _spec(
+        specpilot_env=[
+            {"name": "TOKENIZERS_PARALLELISM", "value": "false"},  # a name that starts like TOKEN
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
+        ]
+    )
+    spec, _unknown = assemble_from_vars(ok)
+    assert validate(spec)["errors"] == []
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -191,5 +220,6 @@ def test_the_audit_cases_through_the_validate_playbook(tmp_path):
     for name, (_doc, field) in hosts.items():
         assert field + ":" in blocks.get(name, ""), (name, field, blocks.get(name, "")[-1500:])
     assert not PYTHON_TEXT.search(out), PYTHON_TEXT.search(out)
+    assert HF_TOKEN not in out and GH_TOKEN not in out  # refused without being repeated
     recap = dict(re.findall(r"^(\S+)\s*:\s*ok=\d+\s+changed=\d+\s+unreachable=\d+\s+failed=(\d+)", out, re.M))
     assert recap == {h: "1" for h in hosts}, recap

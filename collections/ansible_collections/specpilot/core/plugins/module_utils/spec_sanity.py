@@ -8,7 +8,12 @@
   float computation after the schema);
 - ``min_replicas`` above ``max_replicas``;
 - annotations over Kubernetes' 256 KiB in all (k8s.io/apimachinery pkg/api/validation/objectmeta.go,
-  ``ValidateAnnotations``: ``TotalAnnotationSizeLimitB``, keys and values counted).
+  ``ValidateAnnotations``: ``TotalAnnotationSizeLimitB``, keys and values counted);
+- secrets written in the spec: a literal ``value`` of an env variable named like a secret (TOKEN,
+  SECRET, PASSWORD, ...KEY), and any string shaped like a known credential (a Hugging Face, GitHub,
+  AWS or OpenAI-style key, a JWT, a private key).  The spec is rendered into the InferenceService,
+  its history ConfigMap and the previous-revision annotation, so a secret belongs in a Secret,
+  referenced (``valueFrom.secretKeyRef``).  The messages never repeat the value.
 
 Pure standard library.
 """
@@ -16,13 +21,30 @@ Pure standard library.
 from __future__ import annotations
 
 import math
+import re
 
 from ansible_collections.specpilot.core.plugins.module_utils.findings import path_join
 
-__all__ = ["check", "MAX_MAGNITUDE", "ANNOTATIONS_LIMIT"]
+__all__ = ["check", "MAX_MAGNITUDE", "ANNOTATIONS_LIMIT", "SECRET_NAME", "CREDENTIAL_SHAPES"]
 
 MAX_MAGNITUDE = 1e15
 ANNOTATIONS_LIMIT = 256 * 1024
+# a word of the name (HF_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASSWORD), not a prefix (TOKENIZERS_PARALLELISM)
+SECRET_NAME = re.compile(
+    r"(^|_)(TOKEN|SECRET|CREDENTIALS?|(API_?|ACCESS_|PRIVATE_)?KEY)(_|$)|PASSWORD|PASSWD", re.I
+)
+CREDENTIAL_SHAPES = (
+    ("a Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{30,}")),
+    ("an AWS access key id", re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("a GitHub token", re.compile(r"\b(gh[pousr]|github_pat)_[A-Za-z0-9_]{30,}")),
+    ("an OpenAI-style API key", re.compile(r"\bsk-[A-Za-z0-9_-]{20,}")),
+    ("a JSON Web Token", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
+    ("a private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
+)
+_SECRET_HINT = (
+    "keep it in a Secret and reference it: specpilot_env: [{name: ..., valueFrom: {secretKeyRef: "
+    "{name: <secret>, key: <key>}}}] (rotate the value if it was committed)"
+)
 
 
 def check(raw, findings):
@@ -30,6 +52,8 @@ def check(raw, findings):
     _numbers(raw, "", findings)
     _replicas(raw, findings)
     _annotations(raw.get("annotations"), findings)
+    _secret_env(raw.get("env"), findings)
+    _credentials(raw, "", findings)
 
 
 def _numbers(value, path, findings):
@@ -81,3 +105,37 @@ def _annotations(annotations, findings):
             "keep large data out of annotations (a ConfigMap, a volume)",
             "annotations-too-large",
         )
+
+
+def _secret_env(env, findings):
+    for i, entry in enumerate(env if isinstance(env, list) else []):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            continue
+        value = entry.get("value")
+        if isinstance(value, str) and value and SECRET_NAME.search(entry["name"]):
+            findings.error(
+                path_join("env", i, "value"),
+                "env %s carries a literal value (not shown): a secret would be written into the "
+                "InferenceService, its history and the run's output" % entry["name"],
+                _SECRET_HINT,
+                "secret-literal",
+            )
+
+
+def _credentials(value, path, findings):
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _credentials(item, path_join(path, str(key)), findings)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _credentials(item, path_join(path, i), findings)
+    elif isinstance(value, str):
+        for what, shape in CREDENTIAL_SHAPES:
+            if shape.search(value):
+                findings.error(
+                    path,
+                    "%s holds what looks like %s (not shown)" % (path, what),
+                    _SECRET_HINT,
+                    "secret-literal",
+                )
+                return
