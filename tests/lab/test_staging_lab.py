@@ -287,9 +287,13 @@ def test_modelcar_in_the_lab_registry_served_by_digest(fake_lab, sources, tmp_pa
         assert ss.recap(out2)["svc"]["changed"] == 0 and f"already in the registry: {image}@{digest}" in out2
         assert password not in out + out2
 
-        # a draft-only change: the target layer stays, about the draft's bytes go up
+        # a draft-only change to the same tag: refused (the tag would move under the pods that pull
+        # it, and the old image would be left untagged) ...
         ss.make_model(draft, weight_bytes=1024 * 1024, layers=1, seed=9)
-        third = ss.run_playbook(inv, None)
+        refused = ss.run_playbook(inv, None)
+        assert refused.returncode != 0 and "already names another image" in refused.stdout + refused.stderr
+        # ... unless forced: the target layer stays, about the draft's bytes go up
+        third = ss.run_playbook(inv, None, "-e", "specpilot_stage_modelcar_force=true")
         out3 = third.stdout + third.stderr
         assert third.returncode == 0, out3[-6000:]
         digest2 = out3.split(f"pushed: {image}@", 1)[1].split()[0].strip("'\"")
