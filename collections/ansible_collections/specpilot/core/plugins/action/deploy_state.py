@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Action plugin of specpilot.core.deploy_state: read a service's live objects on the controller.
 
 Three uses: one service (``name``/``namespace``: read, then decide when ``plan`` is given); many

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
-# Apache-2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Action plugin of specpilot.core.k8s_job_wait: wait for a batch/v1 Job and show its progress.
 
 It runs on the controller and polls the cluster through kubernetes.core's own modules

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Action plugin of specpilot.core.kserve_detect: read the KServe CRDs and date the release."""
 
 from __future__ import annotations

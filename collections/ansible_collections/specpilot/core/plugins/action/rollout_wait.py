@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Action plugin of specpilot.core.rollout_wait: wait for the new rollout, with progress output."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Action plugin of specpilot.core.service_lock: take, renew or release a service's lock.
 
 The decision is module_utils/service_lock.py's, the reads and writes plugin_utils/lease_client.py's

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Action plugin of specpilot.core.spec_validate: run the validation on the controller.
 
 Validation reads nothing from the managed host and changes nothing, so it runs in the

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Filters of the deploy role: the decision, the lock, the revision record, the diagnosis."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
-# Apache-2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Filter: is speculative decoding on in an InferenceService's engine arguments."""
 
 from __future__ import annotations

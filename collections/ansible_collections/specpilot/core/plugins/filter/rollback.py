@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Filters of the rollback role: the decision and the verification (module_utils/rollback)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
-# Apache License 2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Filters of the smoke role: the in-pod probe command, the speculative metrics lines of a log
 after a marker line, and the predictor pod to check."""
 

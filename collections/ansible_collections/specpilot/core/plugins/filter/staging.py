@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
-# Apache License 2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Filters of the staging roles: the status ConfigMap data after a staging Job, readable
 one-line summaries, and Kubernetes quantities in bytes."""
 
@@ -8,28 +8,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import re
+from decimal import ROUND_CEILING
 
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.specpilot.core.plugins.module_utils.pvc_staging import PlanError, status_data
 from ansible_collections.specpilot.core.plugins.module_utils.stager import human
-
-_SUFFIX = {
-    "": 1,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "E": 10**18,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
-}
 
 
 def stage_status_data(plan, result):
@@ -68,10 +52,17 @@ def stage_result_line(art):
 
 
 def k8s_quantity_bytes(value):
-    m = re.match(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kMGTPE]i?)?\s*$", str(value))
-    if not m:
-        raise AnsibleFilterError("not a Kubernetes storage quantity: %r" % (value,))
-    return int(float(m.group(1)) * _SUFFIX[m.group(2) or ""])
+    """A Kubernetes quantity in bytes, rounded up, by the Kubernetes client's own grammar
+    (kubernetes.utils.parse_quantity: Ki..Ei, k..E, m, e-notation, exact for large values)."""
+    try:
+        from kubernetes.utils import parse_quantity
+    except ImportError as exc:  # the kubernetes client comes with kubernetes.core's requirements
+        raise AnsibleFilterError("k8s_quantity_bytes needs the Python kubernetes client: %s" % exc)
+    try:
+        quantity = parse_quantity(value if isinstance(value, (int, float)) else str(value).strip())
+    except (ValueError, TypeError):
+        raise AnsibleFilterError("not a Kubernetes quantity: %r (e.g. 200Gi, 512Ki, 1e3, 500m)" % (value,))
+    return int(quantity.to_integral_value(rounding=ROUND_CEILING))
 
 
 def secret_data(secret):

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
-# Apache License 2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """The acceptance guard: is speculative decoding on, what did the last window show, and what to do.
 
 One guard run per service gives one *reading* (acceptance, drafted tokens, per-position acceptance)

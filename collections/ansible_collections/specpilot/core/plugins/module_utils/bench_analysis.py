@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
-# Apache License 2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Analysis of baseline vs speculative benchmark runs: statistics, ratios and the verdict.
 
 Pure functions over plain data (the results of ``bench_client`` runs, or summaries built

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
-# Apache License 2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Streaming load generator for OpenAI-compatible vLLM servers (the specpilot benchmark).
 
 Self-contained on purpose: it imports only the standard library and ``aiohttp``, so the same

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
-# Apache License 2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """The benchmark report: the five context fields, JSON, Markdown and PNG plots.
 
 Numbers without their context cannot be reproduced or trusted, so every report carries:

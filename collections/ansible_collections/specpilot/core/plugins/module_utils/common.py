@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Small helpers every part of the collection uses: nested lookups in API objects, Kubernetes
 timestamps, and files written only when their content changes.  Pure standard library."""
 

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Model facts (from the spec or a local directory) and draft/target compatibility.
 
 A mismatched draft rarely fails at startup: it serves, with a low acceptance rate.  These

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Argument specs of the deploy modules (shared by each module and its action plugin)."""
 
 from __future__ import annotations

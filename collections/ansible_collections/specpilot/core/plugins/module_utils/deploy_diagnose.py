@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """One readable block that says why a rollout did not become ready, and what to do.
 
 Input: what the deploy role gathered after the wait failed or timed out: the rollout status

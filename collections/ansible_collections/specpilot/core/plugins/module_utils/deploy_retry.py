@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Is a failed kubernetes.core task worth retrying?
 
 kubernetes.core puts the API server's Status in the failure message (``"code":500``) or in

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Findings: every problem the validator reports is one of these."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
-# Apache License 2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Reading a batch/v1 Job while it runs: its state, why its pod is stuck, which log lines are
 new, and the result or error line a specpilot program prints last."""
 

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
-# Apache License 2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Build, push and verify a Modelcar image: the OCI layout writer (oci_layout) plus skopeo.
 
 Default backend (no container engine): write the image as an OCI layout, then

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
-# Apache License 2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Option B draft reclaim: the Modelcar image without its draft layer, by manifest surgery.
 
 The image is never pulled and no layer is uploaded again. Through the registry's HTTP API

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
-# Apache License 2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """PromQL, a PrometheusRule and a Grafana dashboard for one speculative-decoding service.
 
 Metric names are the ones vLLM exports as scraped (``../shared/reference/vllm-facts.md`` section

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
-# Apache License 2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """A small writer of OCI image layouts for Modelcar images (standard library only).
 
 Deterministic by construction, so that the same inputs give the same digests:

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
-# Apache License 2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Plan of a PVC staging run (option C): what to stage, whether a Job is needed, and the
 manifests of that Job.
 

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Render the ServingRuntime and InferenceService of a validated spec.
 
 Rendering happens in Python so that KServe's Go template ``{{.Name}}`` in the runtime

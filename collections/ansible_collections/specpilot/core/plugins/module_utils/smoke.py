@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
-# Apache License 2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """The smoke verdict: is speculative decoding running as planned, and is it paying off?
 
 Inputs are what the smoke role gathered for one service (the plan of

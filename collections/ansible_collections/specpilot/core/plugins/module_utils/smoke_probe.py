@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
-# Apache License 2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Probe requests against a vLLM OpenAI server, with /metrics read before and after.
 
 One implementation for both ways the smoke role reaches an engine:

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """What JSON Schema cannot say about a spec, checked before it: every finding names its field.
 
 - NaN and infinity anywhere (JSON Schema's ``minimum``/``maximum`` let NaN through: every

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Check a speculative config against a vLLM profile, and render it as engine arguments.
 
 The profile (see vllm_profiles) is a JSON Schema with an ``x-specpilot`` block.  The

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
-# Apache License 2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Streaming parser for vLLM engine logs: speculative-decoding facts.
 
 Pure standard library. The parser reads a log line by line (constant memory, any size), so it

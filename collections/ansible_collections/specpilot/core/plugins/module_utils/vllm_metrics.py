@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
-# Apache License 2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """vLLM ``/metrics`` facts for speculative decoding.
 
 The Prometheus text is parsed with prometheus_client's public parser

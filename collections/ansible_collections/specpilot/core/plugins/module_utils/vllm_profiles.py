@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """What vLLM accepts as a speculative-decoding configuration, release by release.
 
 This module is the single source of the version profiles.  The facts below were read

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """The base of specpilot's action plugins.
 
 They run on the controller (in the Ansible worker process): nothing is transferred, check mode is

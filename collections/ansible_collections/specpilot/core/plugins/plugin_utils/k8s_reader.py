@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """Read Kubernetes objects from controller-side plugins through kubernetes.core's ``k8s`` lookup.
 
 The deploy action plugins (``deploy_state``, ``rollout_wait``, ``kserve_detect``,

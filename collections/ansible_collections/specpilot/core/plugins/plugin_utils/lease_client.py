@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see galaxy.yml)
+# Apache-2.0 (see LICENSE)
 """The service lock's writes, for the action plugins that hold it: ``specpilot.core.service_lock``
 (take, renew, release) and ``specpilot.core.rollout_wait`` (renews it while it waits).
 
