@@ -27,6 +27,20 @@ def test_valid_spec_file_renders_the_plan(tmp_path):
     """Render dir written on the first run (changed), left alone on the second (ok)."""
     spec_file = SPECS / "valid" / "eagle3_0.32_storage_uris_hf.yml"
     render = tmp_path / "render"
+    # check mode with --diff: what would be written, shown; nothing written
+    checked = run_playbook(
+        tmp_path,
+        PLAYBOOK,
+        "--check",
+        "--diff",
+        "-e",
+        "specpilot_spec_file=%s" % spec_file,
+        "-e",
+        "specpilot_render_dir=%s" % render,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "changed=1" in checked.stdout and not render.exists()
+    assert "+++ after: %s/" % render in checked.stdout and "inferenceservice.yaml" in checked.stdout
     proc = run_playbook(
         tmp_path,
         PLAYBOOK,
@@ -56,6 +70,20 @@ def test_valid_spec_file_renders_the_plan(tmp_path):
         "specpilot_render_dir=%s" % render,
     )
     assert again.returncode == 0 and "changed=0" in again.stdout
+    # and in check mode, with nothing to change: changed=0, no diff
+    rechecked = run_playbook(
+        tmp_path,
+        PLAYBOOK,
+        "--check",
+        "--diff",
+        "-e",
+        "specpilot_spec_file=%s" % spec_file,
+        "-e",
+        "specpilot_render_dir=%s" % render,
+    )
+    assert (
+        rechecked.returncode == 0 and "changed=0" in rechecked.stdout and "+++ after" not in rechecked.stdout
+    )
 
 
 def test_relative_paths_resolve_from_the_working_directory(tmp_path):

@@ -26,6 +26,7 @@ from ansible_collections.specpilot.core.plugins.module_utils import spec_overrid
 from ansible_collections.specpilot.core.plugins.module_utils import spec_sanity
 from ansible_collections.specpilot.core.plugins.module_utils import speculative
 from ansible_collections.specpilot.core.plugins.module_utils import vllm_profiles as vp
+from ansible_collections.specpilot.core.plugins.module_utils.common import write_if_changed
 from ansible_collections.specpilot.core.plugins.module_utils.findings import Findings, path_join
 from ansible_collections.specpilot.core.plugins.module_utils.spec import (
     MOUNT_ROOT,
@@ -1146,9 +1147,11 @@ def module_result(params, check_mode=False):
             )
         )
     if params.get("render_dir") and result["ok"]:
-        out["changed"], out["rendered_files"] = write_render_dir(
+        out["changed"], out["rendered_files"], diffs = write_render_dir(
             result["plan"], params["render_dir"], check_mode
         )
+        if diffs:
+            out["diff"] = diffs  # what --diff shows, in check mode too
     return out, failed
 
 
@@ -1169,8 +1172,9 @@ def _yaml_text(data):
 def write_render_dir(plan, render_dir, check_mode=False):
     """Write <render_dir>/<name>/{inferenceservice,servingruntime,plan}.yaml.
 
-    Returns (changed, files).  Files whose content is unchanged are left alone; nothing is
-    written in check mode.
+    Returns (changed, files, diffs): files whose content is unchanged are left alone; nothing is
+    written in check mode; ``diffs`` holds one Ansible diff (before/after) per file that changes
+    or would change.
     """
     out = os.path.join(render_dir, plan["name"])
     documents = [
@@ -1178,7 +1182,7 @@ def write_render_dir(plan, render_dir, check_mode=False):
         ("servingruntime.yaml", plan["servingruntime"]),
         ("plan.yaml", plan),
     ]
-    changed, files = False, []
+    files, diffs = [], []
     for name, data in documents:
         if data is None:
             continue
@@ -1187,17 +1191,21 @@ def write_render_dir(plan, render_dir, check_mode=False):
         text = _yaml_text(data)
         try:
             with open(path) as handle:
-                if handle.read() == text:
-                    continue
+                before = handle.read()
         except (IOError, OSError):
-            pass
-        changed = True
-        if check_mode:
+            before = None
+        if before == text:
             continue
-        if not os.path.isdir(out):
-            os.makedirs(out)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as handle:
-            handle.write(text)
-        os.rename(tmp, path)
-    return changed, files
+        diffs.append(
+            {
+                "before_header": path if before is not None else "%s (absent)" % path,
+                "after_header": path,
+                "before": before or "",
+                "after": text,
+            }
+        )
+        if not check_mode:
+            if not os.path.isdir(out):
+                os.makedirs(out)
+            write_if_changed(path, text.encode("utf-8"))
+    return bool(diffs), files, diffs
