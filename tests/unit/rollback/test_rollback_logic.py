@@ -283,3 +283,14 @@ def test_reclaim_option_b_after_an_earlier_off_and_when_there_is_nothing_left():
         rollback.decide({"inferenceservice": pvc}, "off", now=1, options=opts)["reclaim"]["modelcar"] is None
     )
     assert rollback.decide({"inferenceservice": on}, "off", now=1)["reclaim"] is None
+
+
+def test_a_config_changed_since_it_was_judged_is_not_rolled_back():
+    """The guard passes the digest it judged; a deploy in between changed the live digest."""
+    on = _isvc(["--model=/m", NGRAM])
+    judged = on["metadata"]["annotations"][deploy_state.ANN_DIGEST]
+    d = rollback.decide({"inferenceservice": on}, "off", now=1, options={"expect_digest": judged})
+    assert d["needs_apply"] and d["error"] is None
+    stale = rollback.decide({"inferenceservice": on}, "off", now=1, options={"expect_digest": "b" * 64})
+    assert not stale["needs_apply"] and "changed since it was judged" in stale["error"]
+    assert "manifest" not in stale  # nothing to write

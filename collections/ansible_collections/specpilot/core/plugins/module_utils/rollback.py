@@ -550,7 +550,8 @@ def decide(live, mode="off", now=None, options=None):
     ``modelcar_image`` (the spec's ``registry/repo:tag``: names the default tag of the image without
     the draft when the storageUri has a digest only), ``modelcar_reclaimed`` (the result of
     ``specpilot.core.modelcar_reclaim`` on the service's image: its ``storage_uri`` replaces the
-    storageUri in the same apply).
+    storageUri in the same apply), ``expect_digest`` (decide only while the live spec digest is this
+    one: ``error`` otherwise, and nothing to write).
     """
     opts = {
         "gpu_memory_utilization": "auto",
@@ -597,6 +598,15 @@ def decide(live, mode="off", now=None, options=None):
         "runtime": None,
         "history": None,
     }
+    expected = opts.get("expect_digest")
+    if expected and out["live_digest"] != expected:
+        out.update(
+            needs_apply=False,
+            error="the live InferenceService changed since it was judged (spec digest %s, judged %s): "
+            "nothing was written; the next run judges the config that runs now"
+            % ((out["live_digest"] or "none")[:12], expected[:12]),
+        )
+        return out
     manifest = manifest_from_live(isvc)
     if mode == "restore":
         branch = _restore_branch(out, manifest, isvc, predictor, record, record_raw, live_status, now)
