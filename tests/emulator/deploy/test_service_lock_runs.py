@@ -273,7 +273,10 @@ def test_a_killed_deploy_leaves_the_service_locked_for_minutes_at_most(emulator,
     second.wait(30)
     killed_at = time.monotonic()
     refused = run_deploy(emulator, tmp_path / "refused", inv)
-    assert refused.rc != 0 and "of this service is running - lock lock-killed/specpilot-deploy-svc" in refused.out
+    assert (
+        refused.rc != 0
+        and "of this service is running - lock lock-killed/specpilot-deploy-svc" in refused.out
+    )
     lease = _lease(emulator, ns)
     expires = datetime.datetime.strptime(lease["spec"]["renewTime"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
         tzinfo=datetime.timezone.utc
@@ -291,3 +294,53 @@ def _state(pid: int) -> str:
         return Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "Z"
+
+
+def test_break_lock_shows_the_holder_and_breaks_only_when_confirmed(emulator, tmp_path):
+    """playbooks/break_lock.yml, the operator's way out: without the confirmation (or in check mode)
+    it says who holds the lock, fails and writes nothing; confirmed, it deletes the Lease."""
+    ns = "lock-break"
+    create_namespace(emulator, ns)
+    leases = emulator.dynamic_client().resources.get(api_version=LEASE_API, kind="Lease")
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    spec = {
+        "holderIdentity": "ops@lost-host/deploy/awx-job-7/abc",
+        "leaseDurationSeconds": 3600,
+        "renewTime": now,
+    }
+    leases.create(
+        namespace=ns,
+        body={
+            "apiVersion": LEASE_API,
+            "kind": "Lease",
+            "metadata": {"name": "specpilot-deploy-svc"},
+            "spec": spec,
+        },
+    )
+    inv = write_inventory(tmp_path / "inv", ns, {"svc": {"specpilot_speculative": NGRAM}})
+    book = "playbooks/break_lock.yml"
+    mark = emulator.control.mark()
+    asked = Run(emulator, tmp_path / "asked", inv, playbook=book).wait(120)
+    checked = Run(
+        emulator,
+        tmp_path / "checked",
+        inv,
+        "--check",
+        "-e",
+        "specpilot_break_lock_confirm=true",
+        playbook=book,
+    )
+    checked.wait(120)
+    assert asked.rc != 0 and "held by ops@lost-host/deploy/awx-job-7/abc" in asked.out
+    assert "set confirm: true to break it" in asked.out
+    assert checked.rc == 0 and "check mode: not broken" in checked.out, checked.out[-3000:]
+    assert emulator.control.writes(since=mark) == [] and _lease(emulator, ns) is not None
+    broken = Run(
+        emulator, tmp_path / "broken", inv, "-e", "specpilot_break_lock_confirm=true", playbook=book
+    ).wait(120)
+    assert broken.rc == 0 and "broken (it was held by ops@lost-host" in broken.out, broken.out[-3000:]
+    assert _lease(emulator, ns) is None
+    again = Run(
+        emulator, tmp_path / "again", inv, "-e", "specpilot_break_lock_confirm=true", playbook=book
+    ).wait(120)
+    assert again.rc == 0 and "no lock to break" in again.out and again.recap()["svc"]["changed"] == 0

@@ -56,6 +56,8 @@ class ActionModule(ControllerAction):
                         "state=renewed needs the resource_version the lock was taken (or renewed) at"
                     )
                 result.update(client.renew(holder, version))
+            elif params["state"] == "broken":
+                result.update(client.break_lock(params["confirm"]))
             else:
                 result.update(client.release(params.get("holder"), version))
         except ReadError as exc:

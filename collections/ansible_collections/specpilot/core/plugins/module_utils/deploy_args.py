@@ -77,9 +77,10 @@ ROLLOUT_WAIT = dict(
 
 SERVICE_LOCK = dict(
     K8S_AUTH,
-    state={"type": "str", "default": "acquired", "choices": ["acquired", "renewed", "released"]},
+    state={"type": "str", "default": "acquired", "choices": ["acquired", "renewed", "released", "broken"]},
     name={"type": "str", "required": True},
     namespace={"type": "str", "required": True},
+    confirm={"type": "bool", "default": False},
     purpose={"type": "str", "default": "deploy"},
     holder={"type": "str"},
     duration={"type": "int", "default": 1200},

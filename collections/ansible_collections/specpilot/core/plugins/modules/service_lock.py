@@ -23,14 +23,21 @@ description:
   - I(state=renewed) moves C(renewTime) to now, only while this holder still holds the lock at I(resource_version).
   - I(state=released) deletes the Lease with I(resource_version) as precondition, so a lock another run took over
     after this one's expired is left alone (C(released=false), not a failure).
+  - I(state=broken) is the operator's way out when a holder is known to be gone and its lock has not expired yet -
+    it deletes the Lease whoever holds it, only with I(confirm=true), and returns the holder it broke
+    (C(playbooks/break_lock.yml)). In check mode, or without I(confirm), it only says who holds the lock.
   - Runs on the controller as an action plugin; it reads through the C(kubernetes.core.k8s) lookup and writes
     through the C(kubernetes.core.k8s) and C(kubernetes.core.k8s_json_patch) modules.
 options:
   state:
-    description: Take, renew or release the lock.
+    description: Take, renew, release or break the lock.
     type: str
-    choices: [acquired, renewed, released]
+    choices: [acquired, renewed, released, broken]
     default: acquired
+  confirm:
+    description: Required with I(state=broken) - the lock is deleted whoever holds it.
+    type: bool
+    default: false
   name:
     description: The service (InferenceService) name.
     type: str
@@ -67,8 +74,8 @@ options:
 extends_documentation_fragment:
   - specpilot.core.k8s_read
 notes:
-  - The lock is not managed state - the task never reports C(changed). In check mode nothing is written and
-    I(state=acquired) reports what it found.
+  - The lock is not managed state - the task never reports C(changed), except when I(state=broken) deletes it. In
+    check mode nothing is written and I(state=acquired) and I(state=broken) report what they found.
   - I(retries) also applies to the writes (409, 429, 5xx and connection errors are retried). A conflict (409, 422)
     on a conditional write is not retried blindly - the Lease is read again and the step decided again
     (at most 4 times) - so a real race ends in a refusal that names the winner.
@@ -115,6 +122,14 @@ released:
   description: The Lease was deleted (I(state=released)); false when it was not this run's any more.
   returned: state is released
   type: bool
+broken:
+  description: Whether I(state=broken) deleted the lock.
+  returned: state=broken
+  type: bool
+broken_holder:
+  description: Who held the lock I(state=broken) found (null when there was none).
+  returned: state=broken
+  type: str
 holder:
   description: The holder identity written into the lock.
   returned: always

@@ -140,6 +140,39 @@ class LeaseClient(object):
             version = status["resource_version"]
         return dict(released=False, message="not released: %s" % str(out.get("msg") or "")[:300])
 
+    def break_lock(self, confirm):
+        """Delete the Lease whoever holds it (the operator's way out), only when ``confirm``; the
+        delete has the resourceVersion just read as precondition, so what is broken is what was
+        shown."""
+        p = self._params
+        lease = self._read()
+        status = service_lock.lease_status(lease, None, time.time())
+        out = {"broken": False, "status": status, "broken_holder": status["holder"]}
+        if not lease:
+            return dict(out, message="no lock to break")
+        if self._check_mode or not confirm:
+            return dict(
+                out,
+                failed=not self._check_mode,
+                msg="%s: the lock is %s; set confirm: true to break it" % (p["name"], status["message"]),
+                message="check mode: not broken (%s)" % status["message"],
+            )
+        deleted = self._module(
+            "kubernetes.core.k8s",
+            conditional=True,
+            state="absent",
+            delete_options={"preconditions": {"resourceVersion": status["resource_version"]}},
+            **self._lease_ref(),
+        )
+        if deleted.get("failed"):
+            return dict(
+                out,
+                failed=True,
+                msg="%s: the lock changed while it was broken - read it again (%s)"
+                % (p["name"], str(deleted.get("msg") or "")[:200]),
+            )
+        return dict(out, broken=True, changed=True, message="broken (it was %s)" % status["message"])
+
     # ------------------------------------------------------------ helpers
     def _lease_ref(self):
         p = self._params
