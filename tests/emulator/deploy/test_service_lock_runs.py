@@ -16,7 +16,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from deploy_helpers import NGRAM, FakeKServe, Run, create_namespace, get, run_deploy, write_inventory
+from deploy_helpers import (
+    NGRAM,
+    FakeKServe,
+    Run,
+    create_namespace,
+    get,
+    run_deploy,
+    wait_for,
+    write_inventory,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -61,6 +70,18 @@ HOLD = [
 ]
 
 
+def _plant_lease(emu, ns, holder, duration, renew_time):
+    """A Lease another run holds (or held), written straight into the emulator."""
+    spec = {"holderIdentity": holder, "leaseDurationSeconds": duration, "renewTime": renew_time}
+    body = {
+        "apiVersion": LEASE_API,
+        "kind": "Lease",
+        "metadata": {"name": "specpilot-deploy-svc"},
+        "spec": spec,
+    }
+    emu.dynamic_client().resources.get(api_version=LEASE_API, kind="Lease").create(namespace=ns, body=body)
+
+
 def _lease(emu, ns):
     return get(emu, LEASE_API, "Lease", "specpilot-deploy-svc", ns)
 
@@ -89,20 +110,10 @@ def test_of_two_runs_at_once_one_holds_the_lock_and_the_other_is_told_who(emulat
 def test_expiry_renewal_stale_release_and_check_mode(emulator, tmp_path):
     ns = "lock-life"
     create_namespace(emulator, ns)
-    leases = emulator.dynamic_client().resources.get(api_version=LEASE_API, kind="Lease")
     old = (datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)).strftime(
         "%Y-%m-%dT%H:%M:%S.%fZ"
     )
-    spec = {"holderIdentity": "dead@ci/deploy/pid-1/x", "leaseDurationSeconds": 60, "renewTime": old}
-    leases.create(
-        namespace=ns,
-        body={
-            "apiVersion": LEASE_API,
-            "kind": "Lease",
-            "metadata": {"name": "specpilot-deploy-svc"},
-            "spec": spec,
-        },
-    )
+    _plant_lease(emulator, ns, "dead@ci/deploy/pid-1/x", 60, old)
     inv = _inventory(tmp_path / "inv", ns)
 
     mark = emulator.control.mark()
@@ -168,27 +179,18 @@ def test_a_conflict_that_was_no_race_is_read_again_not_taken_as_the_answer(emula
     ctl = emulator.control
     for verb in ("patch", "delete"):
         ctl.add_fault(verb=verb, resource="leases", namespace=ns, code=409, count=2)
+    held = {"holder": "{{ lock.holder }}", "retries": 1}
     tasks = [
         dict(name="take", register="lock", **_lock(duration=60, retries=1)),
         dict(
             name="renew",
             register="renewed",
-            **_lock(
-                state="renewed",
-                holder="{{ lock.holder }}",
-                resource_version="{{ lock.resource_version }}",
-                retries=1,
-            ),
+            **_lock(state="renewed", resource_version="{{ lock.resource_version }}", **held),
         ),
         dict(
             name="release",
             register="freed",
-            **_lock(
-                state="released",
-                holder="{{ lock.holder }}",
-                resource_version="{{ renewed.resource_version }}",
-                retries=1,
-            ),
+            **_lock(state="released", resource_version="{{ renewed.resource_version }}", **held),
         ),
         {
             "name": "check",
@@ -217,16 +219,6 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _wait_for(pred, timeout, what):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError("timed out waiting for " + what)
-
-
 def test_a_killed_deploy_leaves_the_service_locked_for_minutes_at_most(emulator, tmp_path):
     """SIGKILL of a deploy mid-rollout.  The lock is short (here 30 s) and renewed while the deploy
     waits, so a killed run holds the service for at most that long: killed alone, ansible-playbook's
@@ -247,27 +239,29 @@ def test_a_killed_deploy_leaves_the_service_locked_for_minutes_at_most(emulator,
 
     # no KServe: the rollout never completes, the deploy waits under the lock
     first = Run(emulator, tmp_path / "first", inv)
-    taken = _wait_for(held, 120, "the first deploy's lock")
-    renewed = _wait_for(
+    taken = wait_for(held, 120, what="the first deploy's lock")
+    renewed = wait_for(
         lambda: (held() or {}).get("spec", {}).get("renewTime") != taken["spec"]["renewTime"] and held(),
         30,
-        "a renewal during the wait",
+        what="a renewal during the wait",
     )
     assert renewed["spec"]["holderIdentity"] == taken["spec"]["holderIdentity"]
     assert renewed["spec"]["leaseDurationSeconds"] == 30
     worker = _children(first.proc.pid)
     os.kill(first.proc.pid, signal.SIGKILL)  # ansible-playbook alone: its worker lives on
     first.wait(30)
-    _wait_for(lambda: _lease(emulator, ns) is None, 30, "the orphaned worker to release the lock")
+    wait_for(lambda: _lease(emulator, ns) is None, 30, what="the orphaned worker to release the lock")
     for pid in worker:
-        _wait_for(lambda: not Path("/proc/%d" % pid).exists() or "Z" in _state(pid), 30, "the worker to end")
+        wait_for(
+            lambda: not Path("/proc/%d" % pid).exists() or "Z" in _state(pid), 30, what="the worker to end"
+        )
 
     # killed with its worker (a changed spec, so that it writes under the lock): nobody releases
     # the lock; a re-run is refused until it expires
     spec = dict(NGRAM, num_speculative_tokens=NGRAM.get("num_speculative_tokens", 3) + 1)
     inv = write_inventory(tmp_path / "inv", ns, {"svc": {"specpilot_speculative": spec}}, group)
     second = Run(emulator, tmp_path / "second", inv)
-    _wait_for(held, 120, "the second deploy's lock")
+    wait_for(held, 120, what="the second deploy's lock")
     for pid in _children(second.proc.pid) + [second.proc.pid]:
         os.kill(pid, signal.SIGKILL)
     second.wait(30)
@@ -301,22 +295,8 @@ def test_break_lock_shows_the_holder_and_breaks_only_when_confirmed(emulator, tm
     it says who holds the lock, fails and writes nothing; confirmed, it deletes the Lease."""
     ns = "lock-break"
     create_namespace(emulator, ns)
-    leases = emulator.dynamic_client().resources.get(api_version=LEASE_API, kind="Lease")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    spec = {
-        "holderIdentity": "ops@lost-host/deploy/awx-job-7/abc",
-        "leaseDurationSeconds": 3600,
-        "renewTime": now,
-    }
-    leases.create(
-        namespace=ns,
-        body={
-            "apiVersion": LEASE_API,
-            "kind": "Lease",
-            "metadata": {"name": "specpilot-deploy-svc"},
-            "spec": spec,
-        },
-    )
+    _plant_lease(emulator, ns, "ops@lost-host/deploy/awx-job-7/abc", 3600, now)
     inv = write_inventory(tmp_path / "inv", ns, {"svc": {"specpilot_speculative": NGRAM}})
     book = "playbooks/break_lock.yml"
     mark = emulator.control.mark()

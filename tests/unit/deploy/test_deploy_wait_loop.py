@@ -136,44 +136,41 @@ class LeaseScript:
         return {"renewed": True, "resource_version": str(int(version) + 1)}
 
 
-def test_the_lock_is_renewed_every_third_of_its_duration_while_it_waits():
-    new, stale, rolling, done = _states()
-    clock, client = Clock(), LeaseScript()
-    renewer = rollout_wait.Renewer(
-        client, {"holder": "me", "resource_version": "10", "duration": 30}, clock=clock
-    )
-    # 5 s a poll, 12 polls before done: 55 s of waiting -> a renewal at 10 s-intervals
+LOCK = {"holder": "me", "resource_version": "10", "duration": 30}
+
+
+def _wait_renewing(states, client, lines=None, **renewer_kw):
+    """The wait over ``states`` with a fake clock, renewing the lock through ``client``."""
+    new = _states()[0]
+    clock = Clock()
+    renewer = rollout_wait.Renewer(client, LOCK, clock=clock, **renewer_kw)
     out = rollout_wait.wait(
-        ScriptedReader([stale] * 6 + [rolling] * 5 + [done]),
+        ScriptedReader(states),
         new,
         PARAMS,
         600,
-        [].append,
+        (lines if lines is not None else []).append,
         clock=clock,
         sleep=clock.sleep,
         keep=renewer,
     )
+    return out, renewer
+
+
+def test_the_lock_is_renewed_every_third_of_its_duration_while_it_waits():
+    _new, stale, rolling, done = _states()
+    client = LeaseScript()
+    # 5 s a poll, 12 polls before done: 55 s of waiting -> a renewal at 10 s-intervals
+    out, renewer = _wait_renewing([stale] * 6 + [rolling] * 5 + [done], client)
     assert out["done"]
     assert [v for _, v in client.calls] == ["10", "11", "12", "13", "14"]  # each at the version it last got
     assert renewer.state() == {"holder": "me", "resource_version": "15", "renewals": 5}
 
 
 def test_a_lost_lock_stops_the_wait_with_cause_lock():
-    new, stale, rolling, done = _states()
-    clock, lines = Clock(), []
-    renewer = rollout_wait.Renewer(
-        LeaseScript(lose_at=2), {"holder": "me", "resource_version": "10", "duration": 30}, clock=clock
-    )
-    out = rollout_wait.wait(
-        ScriptedReader([stale] * 20 + [done]),
-        new,
-        PARAMS,
-        600,
-        lines.append,
-        clock=clock,
-        sleep=clock.sleep,
-        keep=renewer,
-    )
+    _new, stale, _rolling, done = _states()
+    lines = []
+    out, _renewer = _wait_renewing([stale] * 20 + [done], LeaseScript(lose_at=2), lines)
     assert not out["done"] and not out["timed_out"]
     assert out["status"]["cause"] == "lock" and "no longer this run's" in out["status"]["message"]
     assert out["elapsed"] == 20  # the second renewal, 2 x 10 s in: the wait stopped there
@@ -183,28 +180,12 @@ def test_a_lost_lock_stops_the_wait_with_cause_lock():
 def test_a_worker_whose_ansible_playbook_died_releases_the_lock_and_stops():
     """SIGKILL of ansible-playbook leaves its worker running the wait, re-parented: it must not keep
     renewing a lock for a run that no longer exists."""
-    new, stale, rolling, done = _states()
-    clock, parents, released = Clock(), iter([100, 100, 100, 1]), []
+    _new, stale, _rolling, done = _states()
+    parents, released = iter([100, 100, 100, 1]), []
     client = LeaseScript()
     client.release = lambda holder, version: released.append((holder, version)) or {"released": True}
-    renewer = rollout_wait.Renewer(
-        client,
-        {"holder": "me", "resource_version": "10", "duration": 30},
-        clock=clock,
-        parent=lambda: next(parents),
-    )
-    out = rollout_wait.wait(
-        ScriptedReader([stale] * 20 + [done]),
-        new,
-        PARAMS,
-        600,
-        [].append,
-        clock=clock,
-        sleep=clock.sleep,
-        keep=renewer,
-    )
-    assert (
-        out["status"]["cause"] == "lock" and "ansible-playbook (pid 100) is gone" in out["status"]["message"]
-    )
-    assert "the lock was released" in out["status"]["message"] and released == [("me", "10")]
+    out, _renewer = _wait_renewing([stale] * 20 + [done], client, parent=lambda: next(parents))
+    message = out["status"]["message"]
+    assert out["status"]["cause"] == "lock" and "ansible-playbook (pid 100) is gone" in message
+    assert "the lock was released" in message and released == [("me", "10")]
     assert out["polls"] == 3 and client.calls == []  # stopped at the poll that saw it, before any renewal

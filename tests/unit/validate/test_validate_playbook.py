@@ -24,32 +24,21 @@ def recap(output: str) -> dict:
 
 
 def test_valid_spec_file_renders_the_plan(tmp_path):
-    """Render dir written on the first run (changed), left alone on the second (ok)."""
+    """Check mode with --diff shows what it would write and writes nothing; the render dir is
+    written on the first run (changed), left alone on the second (ok), and a check then shows no diff."""
     spec_file = SPECS / "valid" / "eagle3_0.32_storage_uris_hf.yml"
     render = tmp_path / "render"
-    # check mode with --diff: what would be written, shown; nothing written
-    checked = run_playbook(
-        tmp_path,
-        PLAYBOOK,
-        "--check",
-        "--diff",
-        "-e",
-        "specpilot_spec_file=%s" % spec_file,
-        "-e",
-        "specpilot_render_dir=%s" % render,
-    )
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "changed=1" in checked.stdout and not render.exists()
-    assert "+++ after: %s/" % render in checked.stdout and "inferenceservice.yaml" in checked.stdout
-    proc = run_playbook(
-        tmp_path,
-        PLAYBOOK,
-        "-e",
-        "specpilot_spec_file=%s" % spec_file,
-        "-e",
-        "specpilot_render_dir=%s" % render,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    def render_run(*extra):
+        args = ["-e", "specpilot_spec_file=%s" % spec_file, "-e", "specpilot_render_dir=%s" % render]
+        proc = run_playbook(tmp_path, PLAYBOOK, *extra, *args)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout
+
+    checked = render_run("--check", "--diff")
+    assert "changed=1" in checked and not render.exists()
+    assert "+++ after: %s/" % render in checked and "inferenceservice.yaml" in checked
+    assert "changed=1" in render_run()
     expected = validate_file(spec_file)["plan"]
     name = expected["name"]
     with open(render / name / "inferenceservice.yaml") as handle:
@@ -60,30 +49,9 @@ def test_valid_spec_file_renders_the_plan(tmp_path):
     assert "--served-model-name={{.Name}}" in runtime["spec"]["containers"][0]["args"]
     with open(render / name / "plan.yaml") as handle:
         assert yaml.safe_load(handle)["args"] == expected["args"]
-    assert "changed=1" in proc.stdout
-    again = run_playbook(
-        tmp_path,
-        PLAYBOOK,
-        "-e",
-        "specpilot_spec_file=%s" % spec_file,
-        "-e",
-        "specpilot_render_dir=%s" % render,
-    )
-    assert again.returncode == 0 and "changed=0" in again.stdout
-    # and in check mode, with nothing to change: changed=0, no diff
-    rechecked = run_playbook(
-        tmp_path,
-        PLAYBOOK,
-        "--check",
-        "--diff",
-        "-e",
-        "specpilot_spec_file=%s" % spec_file,
-        "-e",
-        "specpilot_render_dir=%s" % render,
-    )
-    assert (
-        rechecked.returncode == 0 and "changed=0" in rechecked.stdout and "+++ after" not in rechecked.stdout
-    )
+    assert "changed=0" in render_run()
+    rechecked = render_run("--check", "--diff")  # nothing to change: changed=0, no diff
+    assert "changed=0" in rechecked and "+++ after" not in rechecked
 
 
 def test_relative_paths_resolve_from_the_working_directory(tmp_path):

@@ -49,33 +49,40 @@ _SECRET_HINT = (
 
 def check(raw, findings):
     """Add the errors of ``raw`` (the spec as given, a dict) to ``findings``."""
-    _numbers(raw, "", findings)
+    _numbers(raw, findings)
     _replicas(raw, findings)
     _annotations(raw.get("annotations"), findings)
     _secret_env(raw.get("env"), findings)
-    _credentials(raw, "", findings)
+    _credentials(raw, findings)
 
 
-def _numbers(value, path, findings):
+def _leaves(value, path=""):
+    """(path, value) of every scalar of a spec, depth first."""
     if isinstance(value, dict):
         for key, item in value.items():
-            _numbers(item, path_join(path, str(key)), findings)
+            yield from _leaves(item, path_join(path, str(key)))
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            _numbers(item, path_join(path, i), findings)
-    elif isinstance(value, bool) or not isinstance(value, (int, float)):
-        return
-    elif isinstance(value, float) and not math.isfinite(value):
-        findings.error(
-            path, "%s=%r is not a finite number" % (path, value), "write a number", "number-not-finite"
-        )
-    elif abs(value) > MAX_MAGNITUDE:
-        findings.error(
-            path,
-            "%s=%s is out of range (more than %g)" % (path, _short(value), MAX_MAGNITUDE),
-            "write the value meant (see schemas/service.schema.json for its bounds)",
-            "number-out-of-range",
-        )
+            yield from _leaves(item, path_join(path, i))
+    else:
+        yield path, value
+
+
+def _numbers(raw, findings):
+    for path, value in _leaves(raw):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            findings.error(
+                path, "%s=%r is not a finite number" % (path, value), "write a number", "number-not-finite"
+            )
+        elif abs(value) > MAX_MAGNITUDE:
+            findings.error(
+                path,
+                "%s=%s is out of range (more than %g)" % (path, _short(value), MAX_MAGNITUDE),
+                "write the value meant (see schemas/service.schema.json for its bounds)",
+                "number-out-of-range",
+            )
 
 
 def _short(value):
@@ -122,14 +129,10 @@ def _secret_env(env, findings):
             )
 
 
-def _credentials(value, path, findings):
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _credentials(item, path_join(path, str(key)), findings)
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            _credentials(item, path_join(path, i), findings)
-    elif isinstance(value, str):
+def _credentials(raw, findings):
+    for path, value in _leaves(raw):
+        if not isinstance(value, str):
+            continue
         for what, shape in CREDENTIAL_SHAPES:
             if shape.search(value):
                 findings.error(
@@ -138,4 +141,4 @@ def _credentials(value, path, findings):
                     _SECRET_HINT,
                     "secret-literal",
                 )
-                return
+                break
