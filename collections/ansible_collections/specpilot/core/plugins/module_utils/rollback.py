@@ -212,15 +212,7 @@ def draft_path(args):
 
 def target_path(args):
     """The ``--model`` path of the engine args (``--model=X`` or ``--model X``), or None."""
-    items = list(args or [])
-    for i, arg in enumerate(items):
-        if not isinstance(arg, str):
-            continue
-        if arg.startswith("--model="):
-            return arg.split("=", 1)[1]
-        if arg == "--model" and i + 1 < len(items):
-            return str(items[i + 1])
-    return None
+    return _served_paths(args).get("--model")
 
 
 def _mount_subdir(path, root=MOUNT_ROOT):
@@ -380,15 +372,18 @@ def _storage_drop(predictor, path):
 
 
 def _served_paths(args):
-    """``{flag: path}`` of the model files an engine's args serve: ``--model`` and ``--tokenizer``."""
+    """``{flag: path}`` of the model files an engine's args serve: the first ``--model`` and
+    ``--tokenizer`` (``--flag=X`` or ``--flag X``)."""
     out = {}
-    items = [a for a in (args or []) if isinstance(a, str)]
+    items = list(args or [])
     for i, arg in enumerate(items):
+        if not isinstance(arg, str):
+            continue
         for flag in ("--model", "--tokenizer"):
             if arg.startswith(flag + "="):
-                out[flag] = arg.split("=", 1)[1]
+                out.setdefault(flag, arg.split("=", 1)[1])
             elif arg == flag and i + 1 < len(items):
-                out[flag] = items[i + 1]
+                out.setdefault(flag, str(items[i + 1]))
     return out
 
 

@@ -118,13 +118,7 @@ class LeaseClient(object):
         if self._check_mode:
             return dict(released=False, message="check mode: not released")
         for _ in range(ROUNDS):
-            out = self._module(
-                "kubernetes.core.k8s",
-                conditional=True,
-                state="absent",
-                delete_options={"preconditions": {"resourceVersion": version}},
-                **self._lease_ref(),
-            )
+            out = self._delete(version)
             if not out.get("failed"):
                 return dict(released=True, message="released")
             if not _conflict(out):
@@ -157,13 +151,7 @@ class LeaseClient(object):
                 msg="%s: the lock is %s; set confirm: true to break it" % (p["name"], status["message"]),
                 message="check mode: not broken (%s)" % status["message"],
             )
-        deleted = self._module(
-            "kubernetes.core.k8s",
-            conditional=True,
-            state="absent",
-            delete_options={"preconditions": {"resourceVersion": status["resource_version"]}},
-            **self._lease_ref(),
-        )
+        deleted = self._delete(status["resource_version"])
         if deleted.get("failed"):
             return dict(
                 out,
@@ -181,6 +169,16 @@ class LeaseClient(object):
             kind="Lease",
             name=service_lock.lease_name(p["name"]),
             namespace=p["namespace"],
+        )
+
+    def _delete(self, version):
+        """Delete the Lease only while it is at ``version`` (a precondition: a conflict otherwise)."""
+        return self._module(
+            "kubernetes.core.k8s",
+            conditional=True,
+            state="absent",
+            delete_options={"preconditions": {"resourceVersion": version}},
+            **self._lease_ref(),
         )
 
     def _patch(self, ops):
