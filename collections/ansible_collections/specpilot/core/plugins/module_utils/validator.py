@@ -478,24 +478,12 @@ def _internal_error(exc, options):
         "report it with the spec; meanwhile look for a value of an unexpected type",
         "validator-internal",
     )
-    result = {
-        "ok": False,
-        "errors": findings.errors,
-        "warnings": [],
-        "notes": [],
-        "plan": None,
-        "spec": None,
-        "speculative_overrides": spec_override.empty_record(),
-    }
-    return _finish(result, dict(options or {}))
+    return _finish(_empty_result(findings), dict(options or {}))
 
 
-def _validate(spec, options):
-    options = dict(options or {})
-    raw = plain(spec)
-    acknowledged = raw.get("acknowledged_warnings") if isinstance(raw, dict) else None
-    findings = Findings(acknowledged if isinstance(acknowledged, list) else ())
-    result = {
+def _empty_result(findings):
+    """The result before any plan: not ok, the findings' lists."""
+    return {
         "ok": False,
         "errors": findings.errors,
         "warnings": findings.warnings,
@@ -504,6 +492,14 @@ def _validate(spec, options):
         "spec": None,
         "speculative_overrides": spec_override.empty_record(),
     }
+
+
+def _validate(spec, options):
+    options = dict(options or {})
+    raw = plain(spec)
+    acknowledged = raw.get("acknowledged_warnings") if isinstance(raw, dict) else None
+    findings = Findings(acknowledged if isinstance(acknowledged, list) else ())
+    result = _empty_result(findings)
     if not isinstance(raw, dict):
         findings.error(
             "", "the spec must be a mapping of keys to values", "see schemas/service.schema.json", "spec-type"
