@@ -204,3 +204,22 @@ def test_renamed_modules_keep_their_old_names_for_one_release(tmp_path):
     routing = yaml.safe_load((COLLECTION / "meta" / "runtime.yml").read_text())["plugin_routing"]
     assert routing["modules"]["spec_guard"]["redirect"] == "specpilot.core.acceptance_guard"
     assert (COLLECTION / "plugins" / "modules" / "acceptance_guard.py").is_file()
+
+
+MAX_FUNCTION_LINES = 120
+
+
+def test_no_collection_function_is_longer_than_a_reader_can_hold():
+    """Every Python function of the collection fits in MAX_FUNCTION_LINES lines (CONTRIBUTING.md)."""
+    import ast
+
+    plugins = COLLECTION / "plugins"
+    too_long = []
+    for path in sorted(plugins.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    where = "%s:%d" % (path.relative_to(ROOT), node.lineno)
+                    too_long.append("%s %s (%d lines)" % (where, node.name, lines))
+    assert not too_long, "split these functions:\n" + "\n".join(too_long)

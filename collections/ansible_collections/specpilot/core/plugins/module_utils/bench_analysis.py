@@ -295,50 +295,25 @@ def thresholds_with_defaults(thresholds):
     return out
 
 
-def compare_level(baseline, speculative, acceptance=None, thresholds=None):
-    """Compare the two sides of one level (summaries from summarise_requests).
-
-    Returns ``{speedups, checks, headroom, gaps, per_prompt, verdict, reasons, notes}``."""
-    th = thresholds_with_defaults(thresholds)
+def _checks(baseline, speculative, th):
+    """The three judged figures (TTFT, TPOT, throughput), each with its speedup and verdict."""
     st = th["statistic"]
-    reasons, notes = [], []
-    out = {
-        "statistic": st,
-        "checks": [],
-        "speedups": {},
-        "headroom": None,
-        "per_prompt": [],
-        "gaps": {},
-        "acceptance": acceptance,
-        "notes": notes,
-        "reasons": reasons,
-    }
-    if not baseline or not speculative or not baseline.get("ok") or not speculative.get("ok"):
-        missing = [
-            s for s, v in (("baseline", baseline), ("speculative", speculative)) if not v or not v.get("ok")
-        ]
-        reasons.append("no successful requests on the %s side: nothing to compare" % " and ".join(missing))
-        out["verdict"] = "inconclusive"
-        return out
-
     checks = []
     for metric, label, key in (("ttft_ms", "TTFT", "ttft_min_gain"), ("tpot_ms", "TPOT", "tpot_min_gain")):
         b, s = _stat(baseline, metric, st), _stat(speculative, metric, st)
-        speedup = _ratio(b, s)
         checks.append(
             {
                 "metric": metric,
                 "label": label,
                 "baseline": b,
                 "speculative": s,
-                "speedup": speedup,
+                "speedup": _ratio(b, s),
                 "min_gain": th[key],
                 "unit": "ms",
             }
         )
     how = th["throughput_metric"]
-    b = _throughput(baseline, how, st)
-    s = _throughput(speculative, how, st)
+    b, s = _throughput(baseline, how, st), _throughput(speculative, how, st)
     checks.append(
         {
             "metric": "request_tok_s" if how == "request" else "output_throughput",
@@ -351,24 +326,28 @@ def compare_level(baseline, speculative, acceptance=None, thresholds=None):
         }
     )
     for c in checks:
-        if c["speedup"] is None:
-            c["improved"] = None
-            c["gain"] = None
-            c["text"] = "%s: no data on one side" % c["label"]
-            continue
-        c["gain"] = c["speedup"] - 1.0
-        c["improved"] = c["gain"] > c["min_gain"]
-        c["text"] = "%s %s: baseline %s, speculative %s (%sx%s)" % (
-            c["label"],
-            st,
-            _fmt(c["baseline"], c["unit"]),
-            _fmt(c["speculative"], c["unit"]),
-            "%.2f" % c["speedup"],
-            "" if not c["min_gain"] else ", needs > %.2fx" % (1.0 + c["min_gain"]),
-        )
-    out["checks"] = checks
+        _judge_check(c, st)
+    return checks
 
-    # p99 guard (optional)
+
+def _judge_check(c, st):
+    if c["speedup"] is None:
+        c.update(improved=None, gain=None, text="%s: no data on one side" % c["label"])
+        return
+    c["gain"] = c["speedup"] - 1.0
+    c["improved"] = c["gain"] > c["min_gain"]
+    c["text"] = "%s %s: baseline %s, speculative %s (%sx%s)" % (
+        c["label"],
+        st,
+        _fmt(c["baseline"], c["unit"]),
+        _fmt(c["speculative"], c["unit"]),
+        "%.2f" % c["speedup"],
+        "" if not c["min_gain"] else ", needs > %.2fx" % (1.0 + c["min_gain"]),
+    )
+
+
+def _p99_and_error_findings(baseline, speculative, th, reasons, notes):
+    """The optional p99 guard and the error-rate rule."""
     if th["p99_max_regression"] is not None:
         for metric, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
             b99, s99 = _stat(baseline, metric, "p99"), _stat(speculative, metric, "p99")
@@ -377,8 +356,6 @@ def compare_level(baseline, speculative, acceptance=None, thresholds=None):
                     "%s p99 regressed: %s vs %s baseline (allowed +%d%%)"
                     % (label, _fmt(s99, " ms"), _fmt(b99, " ms"), round(th["p99_max_regression"] * 100))
                 )
-
-    # errors
     b_err, s_err = baseline.get("error_rate") or 0.0, speculative.get("error_rate") or 0.0
     if s_err > th["max_error_rate"] and s_err > b_err:
         reasons.append(
@@ -390,47 +367,56 @@ def compare_level(baseline, speculative, acceptance=None, thresholds=None):
             "baseline side failed %.1f%% of its requests: the comparison is less reliable" % (100 * b_err)
         )
 
-    speedups = {
+
+def _speedups(baseline, speculative, checks, st):
+    return {
         "ttft": checks[0]["speedup"],
         "tpot": checks[1]["speedup"],
         "request_tok_s": _ratio(
             _stat(speculative, "request_tok_s", st), _stat(baseline, "request_tok_s", st)
         ),
         "output_throughput": _ratio(
-            _finite_or_none(speculative.get("output_throughput")), _finite_or_none(baseline.get("output_throughput"))
+            _finite_or_none(speculative.get("output_throughput")),
+            _finite_or_none(baseline.get("output_throughput")),
         ),
         "e2e": _ratio(_stat(baseline, "e2e_ms", st), _stat(speculative, "e2e_ms", st)),
     }
-    out["speedups"] = speedups
 
-    # ceiling vs realised
+
+def _headroom(acceptance, speedups, notes):
+    """Ceiling (mean acceptance length) vs the realised speedup; None without acceptance figures."""
     if acceptance and acceptance.get("mean_acceptance_length"):
         ceiling = acceptance["mean_acceptance_length"]
         realised = speedups["request_tok_s"] if speedups["request_tok_s"] is not None else speedups["tpot"]
-        out["headroom"] = {
-            "ceiling": ceiling,
-            "realised": realised,
-            "converted": _ratio(realised, ceiling),
-            "draft_acceptance_rate": acceptance.get("draft_acceptance_rate"),
-            "acceptance_band": acceptance_band(acceptance.get("draft_acceptance_rate")),
-        }
         pos = acceptance.get("per_position_acceptance") or []
         if len(pos) > 1 and pos[1] is not None and pos[1] < 0.05:
             notes.append(
                 "per-position acceptance collapses by position 2 (%.3f): the workload is not a fit "
                 "for this proposer" % pos[1]
             )
-    elif acceptance is not None and not acceptance.get("spec_decode_enabled"):
+        return {
+            "ceiling": ceiling,
+            "realised": realised,
+            "converted": _ratio(realised, ceiling),
+            "draft_acceptance_rate": acceptance.get("draft_acceptance_rate"),
+            "acceptance_band": acceptance_band(acceptance.get("draft_acceptance_rate")),
+        }
+    if acceptance is not None and not acceptance.get("spec_decode_enabled"):
         notes.append(
             "the speculative side exported no vllm:spec_decode_* metrics: is speculative decoding on?"
         )
+    return None
 
-    # P50 vs P99 (the mixed-workload signal)
+
+def _side_gap(side, metric):
+    return (side.get("gaps") or {}).get(metric) or gap((side.get("metrics") or {}).get(metric))
+
+
+def _gaps(baseline, speculative, th, notes):
+    """P50 vs P99 per metric (the mixed-workload signal)."""
+    gaps = {}
     for metric in ("ttft_ms", "tpot_ms", "e2e_ms"):
-        bg = (baseline.get("gaps") or {}).get(metric) or gap((baseline.get("metrics") or {}).get(metric))
-        sg = (speculative.get("gaps") or {}).get(metric) or gap(
-            (speculative.get("metrics") or {}).get(metric)
-        )
+        bg, sg = _side_gap(baseline, metric), _side_gap(speculative, metric)
         entry = {"baseline": bg, "speculative": sg, "widened": None}
         if bg and sg and bg["gap"] is not None and sg["gap"] is not None:
             widened = sg["gap"] > max(bg["gap"], 0.0) * (1.0 + th["gap_widening_warn"]) and sg["gap"] > 0
@@ -447,36 +433,74 @@ def compare_level(baseline, speculative, acceptance=None, thresholds=None):
                         _fmt(sg["gap"], " ms"),
                     )
                 )
-        out["gaps"][metric] = entry
+        gaps[metric] = entry
+    return gaps
 
-    # per prompt
+
+def _per_prompt(baseline, speculative):
     bp = {p["prompt_id"]: p for p in baseline.get("per_prompt") or []}
+    rows = []
     for p in speculative.get("per_prompt") or []:
         b = bp.get(p["prompt_id"])
-        if not b:
-            continue
-        out["per_prompt"].append(
-            {
-                "prompt_id": p["prompt_id"],
-                "runs": [b["runs"], p["runs"]],
-                "tpot_speedup": _ratio(b.get("tpot_ms"), p.get("tpot_ms")),
-                "tok_s_speedup": _ratio(p.get("request_tok_s"), b.get("request_tok_s")),
-                "ttft_speedup": _ratio(b.get("ttft_ms"), p.get("ttft_ms")),
-            }
-        )
+        if b:
+            rows.append(
+                {
+                    "prompt_id": p["prompt_id"],
+                    "runs": [b["runs"], p["runs"]],
+                    "tpot_speedup": _ratio(b.get("tpot_ms"), p.get("tpot_ms")),
+                    "tok_s_speedup": _ratio(p.get("request_tok_s"), b.get("request_tok_s")),
+                    "ttft_speedup": _ratio(b.get("ttft_ms"), p.get("ttft_ms")),
+                }
+            )
+    return rows
 
+
+def _verdict(checks, reasons):
+    """keep when every check improves and nothing else failed; inconclusive when a check has no data."""
     failed = [c for c in checks if c["improved"] is False]
     unknown = [c for c in checks if c["improved"] is None]
     for c in failed:
         reasons.append("%s does not improve: %s" % (c["label"], c["text"].split(": ", 1)[1]))
     if unknown and not failed and not reasons:
-        out["verdict"] = "inconclusive"
         reasons.extend(c["text"] for c in unknown)
-    elif failed or reasons:
-        out["verdict"] = "rollback"
-    else:
-        out["verdict"] = "keep"
-        reasons.extend("%s improves: %s" % (c["label"], c["text"].split(": ", 1)[1]) for c in checks)
+        return "inconclusive"
+    if failed or reasons:
+        return "rollback"
+    reasons.extend("%s improves: %s" % (c["label"], c["text"].split(": ", 1)[1]) for c in checks)
+    return "keep"
+
+
+def compare_level(baseline, speculative, acceptance=None, thresholds=None):
+    """Compare the two sides of one level (summaries from summarise_requests).
+
+    Returns ``{speedups, checks, headroom, gaps, per_prompt, verdict, reasons, notes}``."""
+    th = thresholds_with_defaults(thresholds)
+    reasons, notes = [], []
+    out = {
+        "statistic": th["statistic"],
+        "checks": [],
+        "speedups": {},
+        "headroom": None,
+        "per_prompt": [],
+        "gaps": {},
+        "acceptance": acceptance,
+        "notes": notes,
+        "reasons": reasons,
+    }
+    if not baseline or not speculative or not baseline.get("ok") or not speculative.get("ok"):
+        missing = [
+            s for s, v in (("baseline", baseline), ("speculative", speculative)) if not v or not v.get("ok")
+        ]
+        reasons.append("no successful requests on the %s side: nothing to compare" % " and ".join(missing))
+        out["verdict"] = "inconclusive"
+        return out
+    out["checks"] = checks = _checks(baseline, speculative, th)
+    _p99_and_error_findings(baseline, speculative, th, reasons, notes)
+    out["speedups"] = _speedups(baseline, speculative, checks, th["statistic"])
+    out["headroom"] = _headroom(acceptance, out["speedups"], notes)
+    out["gaps"] = _gaps(baseline, speculative, th, notes)
+    out["per_prompt"] = _per_prompt(baseline, speculative)
+    out["verdict"] = _verdict(checks, reasons)
     return out
 
 

@@ -90,8 +90,7 @@ def _vl(ctx):
 
 
 def _check_storage_uris(entries, ctx, findings, where):
-    version = _v(ctx)
-    if version < (0, 16, 0):
+    if _v(ctx) < (0, 16, 0):
         findings.error(
             where("spec.predictor.storageUris"),
             "spec.predictor.storageUris needs KServe >= 0.16 (cluster: %s)" % _vl(ctx),
@@ -107,99 +106,137 @@ def _check_storage_uris(entries, ctx, findings, where):
             "storageuris-empty",
         )
         return
-    oci, non_pvc, pvc_paths = [], [], []
+    kinds = {"oci": [], "non_pvc": [], "pvc": []}
     for i, entry in enumerate(entries):
-        base = "spec.predictor.storageUris[%d]" % i
-        if not isinstance(entry, dict):
-            findings.error(
-                where(base),
-                "each storageUris entry must be {uri, mountPath}",
-                "fix the entry",
-                "storageuris-entry",
-            )
-            continue
-        uri = entry.get("uri")
-        mount = entry.get("mountPath", "/mnt/models")
-        if not isinstance(uri, str) or not uri:
+        _check_storage_uri_entry(i, entry, ctx, findings, where, kinds)
+    _check_oci_sources(kinds["oci"], len(entries), ctx, findings, where)
+    _check_mount_parents(kinds, findings, where)
+    if ctx["deployment_mode"] == "Knative":
+        findings.warning(
+            where("spec.predictor.storageUris"),
+            "Knative renders storageUris into the Knative Service: the Knative feature flag "
+            "kubernetes.podspec-init-containers must be on%s"
+            % (
+                " (and kubernetes.podspec-persistent-volume-claim for the PVC entries)"
+                if kinds["pvc"]
+                else ""
+            ),
+            "check the config-features ConfigMap of Knative Serving",
+            "knative-storageuris-flags",
+        )
+
+
+def _storage_uri_entry_fields(i, entry, ctx, findings, where):
+    """The entry's uri and mountPath, or None when the entry cannot be read further."""
+    base = "spec.predictor.storageUris[%d]" % i
+    if not isinstance(entry, dict):
+        findings.error(
+            where(base),
+            "each storageUris entry must be {uri, mountPath}",
+            "fix the entry",
+            "storageuris-entry",
+        )
+        return None
+    uri = entry.get("uri")
+    if not isinstance(uri, str) or not uri:
+        findings.error(
+            where(base + ".uri"),
+            "storageUris[%d].uri must be a non-empty URI" % i,
+            "set the artifact's uri",
+            "storageuris-uri",
+        )
+        return None
+    if uri_scheme(uri) not in KSERVE_STORAGE_SCHEMES:
+        findings.error(
+            where(base + ".uri"),
+            "storageUris[%d].uri %r has no storage scheme KServe %s knows" % (i, uri, _vl(ctx)),
+            "use one of: %s://" % ", ".join(KSERVE_STORAGE_SCHEMES),
+            "storage-scheme",
+        )
+    extra = set(entry) - {"uri", "mountPath"}
+    if extra:
+        findings.error(
+            where(base),
+            "storageUris[%d] has unknown field(s) %s; the API server would drop them"
+            % (i, ", ".join(sorted(extra))),
+            "an entry has only uri and mountPath (older docs called it 'path')",
+            "storageuris-field",
+        )
+    mount = entry.get("mountPath", "/mnt/models")
+    return (uri, mount) if _mount_path_ok(i, mount, findings, where) else None
+
+
+def _mount_path_ok(i, mount, findings, where):
+    path = where("spec.predictor.storageUris[%d].mountPath" % i)
+    if not isinstance(mount, str) or not mount.startswith("/"):
+        findings.error(
+            path,
+            "storageUris[%d].mountPath %r must be an absolute path" % (i, mount),
+            "start it with / (e.g. /mnt/models/target)",
+            "mountpath-relative",
+        )
+        return False
+    if posixpath.normpath(mount) == "/":
+        findings.error(
+            path,
+            "storageUris[%d].mountPath must not be '/'" % i,
+            "mount under a directory such as /mnt/models/<name>",
+            "mountpath-root",
+        )
+        return False
+    if ".." in mount.split("/"):
+        findings.error(
+            path,
+            "storageUris[%d].mountPath %r must not contain '..'" % (i, mount),
+            "write the normalised absolute path",
+            "mountpath-dotdot",
+        )
+        return False
+    return True
+
+
+def _check_storage_uri_entry(i, entry, ctx, findings, where, kinds):
+    """One entry's own rules; files it under kinds (pvc, non_pvc, oci) for the rules across entries."""
+    fields = _storage_uri_entry_fields(i, entry, ctx, findings, where)
+    if fields is None:
+        return
+    uri, mount = fields
+    base = "spec.predictor.storageUris[%d]" % i
+    if _is_pvc(uri):
+        sub = pvc_sub_path(uri)
+        if sub:
             findings.error(
                 where(base + ".uri"),
-                "storageUris[%d].uri must be a non-empty URI" % i,
-                "set the artifact's uri",
-                "storageuris-uri",
+                "storageUris[%d].uri %r: KServe %s ignores the sub-path '%s' inside storageUris and "
+                "mounts the whole PVC at %s" % (i, uri, _vl(ctx), sub, mount),
+                "use pvc://<claim> here and address the sub-directory in the engine paths, or use "
+                "delivery pvc (storageUri: pvc://<claim>/<dir>/)",
+                "pvc-subpath-in-storageuris",
             )
-            continue
-        scheme = uri_scheme(uri)
-        if scheme not in KSERVE_STORAGE_SCHEMES:
+        kinds["pvc"].append((i, mount))
+    else:
+        kinds["non_pvc"].append((i, mount))
+        if _v(ctx) < (0, 17, 0):
             findings.error(
                 where(base + ".uri"),
-                "storageUris[%d].uri %r has no storage scheme KServe %s knows" % (i, uri, _vl(ctx)),
-                "use one of: %s://" % ", ".join(KSERVE_STORAGE_SCHEMES),
-                "storage-scheme",
+                "non-PVC storageUris entries (%s://) fail in KServe %s (fixed in 0.17)"
+                % (uri_scheme(uri), _vl(ctx)),
+                "upgrade KServe to >= 0.17, or use delivery modelcar or pvc",
+                "kserve-storageuris-nonpvc",
             )
-        extra = set(entry) - {"uri", "mountPath"}
-        if extra:
-            findings.error(
-                where(base),
-                "storageUris[%d] has unknown field(s) %s; the API server would drop them"
-                % (i, ", ".join(sorted(extra))),
-                "an entry has only uri and mountPath (older docs called it 'path')",
-                "storageuris-field",
+    if _is_oci(uri):
+        kinds["oci"].append((i, uri, mount))
+        if "@sha256:" not in uri:
+            findings.warning(
+                where(base + ".uri"),
+                "OCI source %r is not pinned by digest" % uri,
+                "reference the image as oci://repo@sha256:<digest>",
+                "oci-not-pinned",
             )
-        if not isinstance(mount, str) or not mount.startswith("/"):
-            findings.error(
-                where(base + ".mountPath"),
-                "storageUris[%d].mountPath %r must be an absolute path" % (i, mount),
-                "start it with / (e.g. /mnt/models/target)",
-                "mountpath-relative",
-            )
-            continue
-        if posixpath.normpath(mount) == "/":
-            findings.error(
-                where(base + ".mountPath"),
-                "storageUris[%d].mountPath must not be '/'" % i,
-                "mount under a directory such as /mnt/models/<name>",
-                "mountpath-root",
-            )
-            continue
-        if ".." in mount.split("/"):
-            findings.error(
-                where(base + ".mountPath"),
-                "storageUris[%d].mountPath %r must not contain '..'" % (i, mount),
-                "write the normalised absolute path",
-                "mountpath-dotdot",
-            )
-            continue
-        if _is_pvc(uri):
-            sub = pvc_sub_path(uri)
-            if sub:
-                findings.error(
-                    where(base + ".uri"),
-                    "storageUris[%d].uri %r: KServe %s ignores the sub-path '%s' inside storageUris and "
-                    "mounts the whole PVC at %s" % (i, uri, _vl(ctx), sub, mount),
-                    "use pvc://<claim> here and address the sub-directory in the engine paths, or use "
-                    "delivery pvc (storageUri: pvc://<claim>/<dir>/)",
-                    "pvc-subpath-in-storageuris",
-                )
-            pvc_paths.append((i, mount))
-        else:
-            non_pvc.append((i, mount))
-            if version < (0, 17, 0):
-                findings.error(
-                    where(base + ".uri"),
-                    "non-PVC storageUris entries (%s://) fail in KServe %s (fixed in 0.17)"
-                    % (scheme, _vl(ctx)),
-                    "upgrade KServe to >= 0.17, or use delivery modelcar or pvc",
-                    "kserve-storageuris-nonpvc",
-                )
-        if _is_oci(uri):
-            oci.append((i, uri, mount))
-            if "@sha256:" not in uri:
-                findings.warning(
-                    where(base + ".uri"),
-                    "OCI source %r is not pinned by digest" % uri,
-                    "reference the image as oci://repo@sha256:<digest>",
-                    "oci-not-pinned",
-                )
+
+
+def _check_oci_sources(oci, n_entries, ctx, findings, where):
+    version = _v(ctx)
     if oci and version < (0, 19, 0):
         findings.error(
             where("spec.predictor.storageUris[%d].uri" % oci[0][0]),
@@ -207,7 +244,7 @@ def _check_storage_uris(entries, ctx, findings, where):
             "use delivery modelcar (one image with both artifacts) or upgrade KServe",
             "kserve-oci-storageuris",
         )
-    elif oci and (len(oci) > 1 or len(oci) < len(entries)) and version < (0, 20, 0):
+    elif oci and (len(oci) > 1 or len(oci) < n_entries) and version < (0, 20, 0):
         findings.error(
             where("spec.predictor.storageUris"),
             "several oci:// entries, or oci:// mixed with other entries, need KServe >= 0.20 (cluster: %s)"
@@ -234,35 +271,30 @@ def _check_storage_uris(entries, ctx, findings, where):
                 "oci-shared-parent",
             )
         parents.setdefault(parent, i)
-    if len(non_pvc) > 1:
-        parent = common_parent([m for _i, m in non_pvc])
-        if parent == "/":
-            findings.error(
-                where("spec.predictor.storageUris"),
-                "the mountPaths of non-PVC entries (%s) must share a parent directory other than '/'"
-                % ", ".join(m for _i, m in non_pvc),
-                "mount them under one directory, e.g. /mnt/models/target and /mnt/models/draft",
-                "mountpath-no-common-parent",
-            )
-        seen = {}
-        for i, mount in pvc_paths:
-            if mount in seen:
-                findings.error(
-                    where("spec.predictor.storageUris[%d].mountPath" % i),
-                    "PVC entries %d and %d use the same mountPath %s" % (seen[mount], i, mount),
-                    "give each PVC entry its own mountPath",
-                    "pvc-mountpath-duplicate",
-                )
-            seen.setdefault(mount, i)
-    if ctx["deployment_mode"] == "Knative":
-        findings.warning(
+
+
+def _check_mount_parents(kinds, findings, where):
+    non_pvc = kinds["non_pvc"]
+    if len(non_pvc) <= 1:
+        return
+    if common_parent([m for _i, m in non_pvc]) == "/":
+        findings.error(
             where("spec.predictor.storageUris"),
-            "Knative renders storageUris into the Knative Service: the Knative feature flag "
-            "kubernetes.podspec-init-containers must be on%s"
-            % (" (and kubernetes.podspec-persistent-volume-claim for the PVC entries)" if pvc_paths else ""),
-            "check the config-features ConfigMap of Knative Serving",
-            "knative-storageuris-flags",
+            "the mountPaths of non-PVC entries (%s) must share a parent directory other than '/'"
+            % ", ".join(m for _i, m in non_pvc),
+            "mount them under one directory, e.g. /mnt/models/target and /mnt/models/draft",
+            "mountpath-no-common-parent",
         )
+    seen = {}
+    for i, mount in kinds["pvc"]:
+        if mount in seen:
+            findings.error(
+                where("spec.predictor.storageUris[%d].mountPath" % i),
+                "PVC entries %d and %d use the same mountPath %s" % (seen[mount], i, mount),
+                "give each PVC entry its own mountPath",
+                "pvc-mountpath-duplicate",
+            )
+        seen.setdefault(mount, i)
 
 
 def check_inferenceservice(isvc, ctx, findings, where):
@@ -280,9 +312,15 @@ def check_inferenceservice(isvc, ctx, findings, where):
             "isvc-no-predictor",
         )
         return
+    _check_isvc_storage(predictor, ctx, findings, where)
+    _check_isvc_annotations(isvc, ctx, findings, where)
+    _check_isvc_mode_fields(predictor, ctx, findings, where)
+    _check_isvc_version_gates(isvc, predictor, ctx, findings, where)
+
+
+def _check_isvc_storage(predictor, ctx, findings, where):
+    """storageUri / storageUris: where they sit, one or the other, schemes, Modelcar pinning."""
     model = predictor.get("model") or {}
-    version = _v(ctx)
-    mode = ctx["deployment_mode"]
     if isinstance(model, dict) and "storageUris" in model:
         findings.error(
             where("spec.predictor.model.storageUris"),
@@ -320,7 +358,7 @@ def check_inferenceservice(isvc, ctx, findings, where):
                     "reference it as oci://repo@sha256:<digest>",
                     "oci-not-pinned",
                 )
-            if version < (0, 15, 2):
+            if _v(ctx) < (0, 15, 2):
                 findings.warning(
                     where("spec.predictor.model.storageUri"),
                     "KServe %s ships storageInitializer.enableModelcar=false: oci:// needs it turned on"
@@ -328,6 +366,12 @@ def check_inferenceservice(isvc, ctx, findings, where):
                     "set enableModelcar: true in the inferenceservice-config ConfigMap",
                     "modelcar-disabled-by-default",
                 )
+
+
+def _check_isvc_annotations(isvc, ctx, findings, where):
+    """The deploymentMode annotation, explicit and named for the version; no Knative annotation in
+    Standard mode."""
+    mode = ctx["deployment_mode"]
     annotations = get_path(isvc, "metadata", "annotations") or {}
     mode_value = annotations.get("serving.kserve.io/deploymentMode")
     expected = {"Standard": ("Standard", "RawDeployment"), "Knative": ("Knative", "Serverless")}[mode]
@@ -339,7 +383,7 @@ def check_inferenceservice(isvc, ctx, findings, where):
             "do not override it: set specpilot_deployment_mode",
             "deployment-mode-annotation",
         )
-    elif version < (0, 16, 0) and mode_value in ("Standard", "Knative"):
+    elif _v(ctx) < (0, 16, 0) and mode_value in ("Standard", "Knative"):
         findings.error(
             where("metadata.annotations"),
             "KServe %s does not know deploymentMode %r (the names Standard/Knative arrived in 0.16)"
@@ -356,6 +400,11 @@ def check_inferenceservice(isvc, ctx, findings, where):
             "(startup_timeout_seconds sizes the startupProbe)",
             "progress-deadline-standard",
         )
+
+
+def _check_isvc_mode_fields(predictor, ctx, findings, where):
+    """Fields that only one deployment mode honours."""
+    mode = ctx["deployment_mode"]
     if mode == "Knative" and predictor.get("deploymentStrategy") is not None:
         findings.error(
             where("spec.predictor.deploymentStrategy"),
@@ -377,6 +426,12 @@ def check_inferenceservice(isvc, ctx, findings, where):
             "use minReplicas >= 1, or Knative mode",
             "scale-to-zero-standard",
         )
+
+
+def _check_isvc_version_gates(isvc, predictor, ctx, findings, where):
+    """Fields that need KServe >= 0.20."""
+    version = _v(ctx)
+    mode = ctx["deployment_mode"]
     canary = get_path(isvc, "spec", "canary")
     if canary is not None:
         if version < (0, 20, 0):

@@ -401,6 +401,87 @@ def podman_build_push(p, repo, tag, artifacts, work, skopeo, check_mode, result,
     podman = shutil.which(p.get("podman_path") or "podman")
     if not podman:
         raise ModelcarError("backend podman: podman not found")
+    image_id = _podman_build(p, podman, repo, tag, artifacts, work)
+    tls = p.get("tls_verify", True)
+    with Credentials(
+        registry_host(repo), p.get("username"), p.get("password"), p.get("authfile")
+    ) as authfile:
+        proc = skopeo.run(
+            ["inspect", "--config", "--raw"]
+            + skopeo._tls("tls-verify", tls)
+            + (["--authfile", authfile] if authfile else [])
+            + ["docker://%s:%s" % (repo, tag)],
+            check=False,
+        )
+        remote_config = "sha256:" + hashlib.sha256(proc.stdout).hexdigest() if proc.returncode == 0 else None
+        if remote_config and remote_config.split(":", 1)[1] != image_id:
+            _refuse_tag_move(repo, tag, remote_config, "sha256:" + image_id, p, what="config")
+        if remote_config and remote_config.split(":", 1)[1] == image_id and not p.get("force"):
+            raw = skopeo.inspect_raw("%s:%s" % (repo, tag), tls_verify=tls, authfile=authfile)
+            digest = manifest_digest(raw)
+        elif check_mode:
+            result.update({"changed": True, "msg": "check mode: would push %s:%s" % (repo, tag)})
+            return result
+        else:
+            digest = _podman_push(podman, repo, tag, work, tls, authfile)
+            result.update({"pushed": True, "changed": True})
+        result.update(
+            {
+                "digest": digest,
+                "image_ref": "%s@%s" % (repo, digest),
+                "storage_uri": "oci://%s@%s" % (repo, digest),
+                "config_digest": "sha256:" + image_id,
+                "timings": {"total": round(time.time() - t0, 3)},
+            }
+        )
+        if p.get("verify", True):
+            _podman_verify(skopeo, repo, digest, artifacts, work, tls, authfile, result)
+    return result
+
+
+def _podman_push(podman, repo, tag, work, tls, authfile):
+    """podman push; returns the pushed manifest's digest."""
+    digestfile = os.path.join(work, "podman.digest")
+    push = [podman, "push", "--tls-verify=%s" % ("true" if tls else "false"), "--digestfile", digestfile]
+    if authfile:
+        push += ["--authfile", authfile]
+    proc = subprocess.run(
+        push + ["%s:%s" % (repo, tag)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False
+    )
+    if proc.returncode != 0:
+        raise ModelcarError("podman push failed: %s" % proc.stdout.decode("utf-8", "replace")[-2000:])
+    with open(digestfile) as fh:
+        return fh.read().strip()
+
+
+def _podman_verify(skopeo, repo, digest, artifacts, work, tls, authfile, result):
+    """Copy the pushed image back by digest and check it is a valid Modelcar holding the artifacts."""
+    tmp = tempfile.mkdtemp(dir=work)
+    try:
+        skopeo.copy(
+            "docker://%s@%s" % (repo, digest),
+            "oci:%s:verify" % tmp,
+            preserve_digests=True,
+            src_tls_verify=tls,
+            src_authfile=authfile,
+        )
+        manifest, _desc = oci_layout.Layout(tmp).resolve("verify")
+        problems, facts = oci_layout.check_image(tmp, manifest, artifacts)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if problems:
+        raise ModelcarError("the pushed image is not a valid Modelcar: " + "; ".join(problems))
+    result["content"] = facts
+    result["verify"] = {
+        "ok": True,
+        "manifest_digest": digest,
+        "layers": len(manifest.get("layers") or []),
+        "tag_pinned": True,
+    }
+
+
+def _podman_build(p, podman, repo, tag, artifacts, work):
+    """podman build of the Containerfile FROM the base with one COPY per artifact; returns the image id."""
     base = p.get("base") or DEFAULT_BASE
     kind, where, base_tag = parse_base(base)
     from_ref = where if kind == "docker" else "oci:%s%s" % (where, (":" + base_tag) if base_tag else "")
@@ -435,10 +516,10 @@ def podman_build_push(p, repo, tag, artifacts, work, skopeo, check_mode, result,
     ]
     if p.get("podman_runtime"):
         run_args[2:2] = ["--runtime", p["podman_runtime"]]
-    proc = subprocess.run(run_args + [ctx], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.run(run_args + [ctx], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
     if proc.returncode != 0:
         raise ModelcarError("podman build failed: %s" % proc.stdout.decode("utf-8", "replace")[-2000:])
-    image_id = (
+    return (
         subprocess.run(
             [podman, "image", "inspect", "--format", "{{.Id}}", "%s:%s" % (repo, tag)],
             stdout=subprocess.PIPE,
@@ -447,75 +528,3 @@ def podman_build_push(p, repo, tag, artifacts, work, skopeo, check_mode, result,
         .stdout.decode()
         .strip()
     )
-    tls = p.get("tls_verify", True)
-    with Credentials(
-        registry_host(repo), p.get("username"), p.get("password"), p.get("authfile")
-    ) as authfile:
-        proc = skopeo.run(
-            ["inspect", "--config", "--raw"]
-            + skopeo._tls("tls-verify", tls)
-            + (["--authfile", authfile] if authfile else [])
-            + ["docker://%s:%s" % (repo, tag)],
-            check=False,
-        )
-        remote_config = "sha256:" + hashlib.sha256(proc.stdout).hexdigest() if proc.returncode == 0 else None
-        if remote_config and remote_config.split(":", 1)[1] != image_id:
-            _refuse_tag_move(repo, tag, remote_config, "sha256:" + image_id, p, what="config")
-        if remote_config and remote_config.split(":", 1)[1] == image_id and not p.get("force"):
-            raw = skopeo.inspect_raw("%s:%s" % (repo, tag), tls_verify=tls, authfile=authfile)
-            digest = manifest_digest(raw)
-        elif check_mode:
-            result.update({"changed": True, "msg": "check mode: would push %s:%s" % (repo, tag)})
-            return result
-        else:
-            digestfile = os.path.join(work, "podman.digest")
-            push = [
-                podman,
-                "push",
-                "--tls-verify=%s" % ("true" if tls else "false"),
-                "--digestfile",
-                digestfile,
-            ]
-            if authfile:
-                push += ["--authfile", authfile]
-            proc = subprocess.run(
-                push + ["%s:%s" % (repo, tag)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-            )
-            if proc.returncode != 0:
-                raise ModelcarError("podman push failed: %s" % proc.stdout.decode("utf-8", "replace")[-2000:])
-            with open(digestfile) as fh:
-                digest = fh.read().strip()
-            result.update({"pushed": True, "changed": True})
-        result.update(
-            {
-                "digest": digest,
-                "image_ref": "%s@%s" % (repo, digest),
-                "storage_uri": "oci://%s@%s" % (repo, digest),
-                "config_digest": "sha256:" + image_id,
-                "timings": {"total": round(time.time() - t0, 3)},
-            }
-        )
-        if p.get("verify", True):
-            tmp = tempfile.mkdtemp(dir=work)
-            try:
-                skopeo.copy(
-                    "docker://%s@%s" % (repo, digest),
-                    "oci:%s:verify" % tmp,
-                    preserve_digests=True,
-                    src_tls_verify=tls,
-                    src_authfile=authfile,
-                )
-                manifest, _desc = oci_layout.Layout(tmp).resolve("verify")
-                problems, facts = oci_layout.check_image(tmp, manifest, artifacts)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-            if problems:
-                raise ModelcarError("the pushed image is not a valid Modelcar: " + "; ".join(problems))
-            result["content"] = facts
-            result["verify"] = {
-                "ok": True,
-                "manifest_digest": digest,
-                "layers": len(manifest.get("layers") or []),
-                "tag_pinned": True,
-            }
-    return result

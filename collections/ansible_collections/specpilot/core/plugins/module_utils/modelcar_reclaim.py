@@ -262,12 +262,8 @@ def _layer_view(index, desc, artifacts):
 
 
 # ---------------------------------------------------------------- the operation
-def reclaim(p, check_mode=False, warn=None):
-    """The whole reclaim for the module; returns the module result dict."""
-    warn = warn or (lambda msg: None)
-    repo, src_tag, src_digest = parse_image(p["image"])
+def _registry(p, repo):
     host = modelcar.registry_host(repo)
-    name = oci_registry.repository_name(repo, host)
     reg = oci_registry.Registry(
         host,
         tls_verify=p.get("tls_verify", True),
@@ -276,6 +272,12 @@ def reclaim(p, check_mode=False, warn=None):
         authfile=p.get("authfile"),
         timeout=p.get("timeout") or 60,
     )
+    return reg, oci_registry.repository_name(repo, host)
+
+
+def _read_source(reg, name, repo, src_tag, src_digest):
+    """The source image's digest, manifest, media type and config; refuses an index or an
+    unsupported manifest type."""
     if src_digest is None:
         src_digest = reg.resolve(name, src_tag or "latest")
         if src_digest is None:
@@ -292,9 +294,11 @@ def reclaim(p, check_mode=False, warn=None):
         )
     if media_type not in IMAGE_MANIFESTS or not isinstance(manifest.get("config"), dict):
         raise ReclaimError("%s@%s: unsupported manifest type %r" % (repo, src_digest, media_type))
-    config_raw = reg.get_blob(name, manifest["config"]["digest"])
-    config = json.loads(config_raw.decode("utf-8"))
-    layers = manifest.get("layers") or []
+    config = json.loads(reg.get_blob(name, manifest["config"]["digest"]).decode("utf-8"))
+    return src_digest, manifest, media_type, config
+
+
+def _initial_result(repo, src_tag, src_digest, manifest):
     source = {
         "repository": repo,
         "tag": src_tag,
@@ -302,9 +306,9 @@ def reclaim(p, check_mode=False, warn=None):
         "image_ref": "%s@%s" % (repo, src_digest),
         "storage_uri": "oci://%s@%s" % (repo, src_digest),
         "config_digest": manifest["config"]["digest"],
-        "layers": len(layers),
+        "layers": len(manifest.get("layers") or []),
     }
-    result = {
+    return {
         "changed": False,
         "reclaimed": False,
         "pushed": False,
@@ -318,34 +322,25 @@ def reclaim(p, check_mode=False, warn=None):
         "bytes_reclaimed": 0,
     }
 
-    peek = None
-    if p.get("identify_by_content", True):
-        nbytes = int(p.get("peek_bytes") or PEEK_BYTES)
 
-        def peek(desc):
-            return peek_layer_subdir(reg, name, desc, nbytes)
-
-    draft_subdir = (p.get("draft_subdir") or "").strip("/") or None
-    target_subdir = (p.get("target_subdir") or "").strip("/") or None
-    draft_role = p.get("draft_role") or "draft"
+def _draft_hits(p, where, layers, artifacts, method):
+    """The indexes of the layers that hold the draft (explicit draft_layer, sub-directory or role)."""
     draft_layer = p.get("draft_layer")
-    artifacts, method = artifact_layers(manifest, config, peek if not draft_layer else None)
-    result["identified_by"] = "explicit" if draft_layer else method
-    result["artifacts"] = [_layer_view(i, layers[i], artifacts) for i in sorted(artifacts)]
-
+    draft_subdir = (p.get("draft_subdir") or "").strip("/") or None
+    draft_role = p.get("draft_role") or "draft"
     if draft_layer:
         hits = [i for i, d in enumerate(layers) if d.get("digest") == draft_layer]
         if not hits:
-            raise ReclaimError("%s@%s has no layer %s (draft_layer)" % (repo, src_digest, draft_layer))
+            raise ReclaimError("%s has no layer %s (draft_layer)" % (where, draft_layer))
         if hits[0] == 0:
             raise ReclaimError("draft_layer %s is the image's first layer (the base): refused" % draft_layer)
     elif method is None:
         raise ReclaimError(
-            "cannot tell which layer of %s@%s holds the draft: its layers carry no %s annotations, "
+            "cannot tell which layer of %s holds the draft: its layers carry no %s annotations, "
             "its config no %s label, and no layer begins with /models/<subdir>. Rebuild the image with "
             "specpilot.core.modelcar_build (specpilot_stage_modelcar) from the target alone, or name "
             "the draft layer's digest in draft_layer (specpilot_rollback_modelcar_draft_layer)"
-            % (repo, src_digest, oci_layout.ANN_ARTIFACT_SUBDIR, oci_layout.LABEL_MODELS)
+            % (where, oci_layout.ANN_ARTIFACT_SUBDIR, oci_layout.LABEL_MODELS)
         )
     elif draft_subdir:
         hits = [i for i, a in artifacts.items() if a["subdir"] == draft_subdir]
@@ -353,38 +348,35 @@ def reclaim(p, check_mode=False, warn=None):
         hits = [i for i, a in artifacts.items() if a.get("role") == draft_role]
         if not hits and method == "layer-content":
             raise ReclaimError(
-                "the layers of %s@%s were told apart by their content, which names no role: give draft_subdir"
-                % (repo, src_digest)
+                "the layers of %s were told apart by their content, which names no role: give draft_subdir"
+                % where
             )
     if len(hits) > 1:
         raise ReclaimError(
-            "%d layers of %s@%s match the draft (%s): name the one to drop in draft_layer"
-            % (len(hits), repo, src_digest, ", ".join(layers[i]["digest"] for i in hits))
+            "%d layers of %s match the draft (%s): name the one to drop in draft_layer"
+            % (len(hits), where, ", ".join(layers[i]["digest"] for i in hits))
         )
     what = ("/models/" + draft_subdir) if draft_subdir else ("the %s layer" % draft_role)
-    if not hits:
-        reclaimed_before = ((config.get("config") or {}).get("Labels") or {}).get(LABEL_RECLAIMED)
-        result["msg"] = "%s@%s has no %s: nothing to reclaim%s" % (
-            repo,
-            src_digest,
-            what,
-            (
-                " (it was reclaimed from %s before)"
-                % ((config.get("config") or {}).get("Labels") or {}).get(LABEL_RECLAIMED_FROM)
-                if reclaimed_before
-                else ""
-            ),
-        )
-        result["already_without_draft"] = True
-        if method == "layer-content":
-            warn(
-                "no layer of %s@%s begins with %s; only the first bytes of each layer were read"
-                % (repo, src_digest, what)
-            )
-        return result
-    index = hits[0]
-    subdir = (artifacts.get(index) or {}).get("subdir") or draft_subdir
-    path = ("/models/" + subdir) if subdir else "layer " + layers[index]["digest"]
+    return hits, what
+
+
+def _nothing_to_reclaim(result, where, what, config, method, warn):
+    labels = (config.get("config") or {}).get("Labels") or {}
+    before = (
+        " (it was reclaimed from %s before)" % labels.get(LABEL_RECLAIMED_FROM)
+        if labels.get(LABEL_RECLAIMED)
+        else ""
+    )
+    result["msg"] = "%s has no %s: nothing to reclaim%s" % (where, what, before)
+    result["already_without_draft"] = True
+    if method == "layer-content":
+        warn("no layer of %s begins with %s; only the first bytes of each layer were read" % (where, what))
+    return result
+
+
+def _check_target_kept(p, where, index, subdir, artifacts, method):
+    """The target must lie in another layer than the one dropped."""
+    target_subdir = (p.get("target_subdir") or "").strip("/") or None
     if target_subdir:
         if target_subdir == subdir:
             raise ReclaimError("the target and the draft have the same sub-directory %r" % target_subdir)
@@ -392,14 +384,103 @@ def reclaim(p, check_mode=False, warn=None):
             a["subdir"] == target_subdir for i, a in artifacts.items() if i != index
         ):
             raise ReclaimError(
-                "no other layer of %s@%s holds /models/%s (the target): the draft layer is not dropped"
-                % (repo, src_digest, target_subdir)
+                "no other layer of %s holds /models/%s (the target): the draft layer is not dropped"
+                % (where, target_subdir)
             )
     elif method == "layer-content":
         raise ReclaimError(
-            "the layers of %s@%s were told apart from their first bytes only: give target_subdir, so "
-            "that the target is known to lie in another layer" % (repo, src_digest)
+            "the layers of %s were told apart from their first bytes only: give target_subdir, so "
+            "that the target is known to lie in another layer" % where
         )
+
+
+def _new_tag(p, src_tag, src_digest):
+    tag = p.get("tag") or default_tag(src_tag, src_digest, p.get("tag_suffix", DEFAULT_TAG_SUFFIX))
+    if not TAG_RE.match(tag):
+        raise ReclaimError("bad tag %r" % tag)
+    if src_tag and tag == src_tag:
+        raise ReclaimError(
+            "tag %r is the source image's own tag: the source stays tagged (restore needs it), "
+            "pick another tag" % tag
+        )
+    return tag
+
+
+def _push(reg, name, result, new, media_type, src_digest, path, check_mode):
+    """Push the new config and manifest unless the tag already is the new digest; returns False
+    in check mode (nothing to verify)."""
+    repo, tag, digest = result["repository"], result["tag"], result["digest"]
+    config_bytes, manifest_bytes = new["config_bytes"], new["manifest_bytes"]
+    had = reg.resolve(name, tag)
+    result["registry_had_digest"] = had == digest
+    if had == digest:
+        result["msg"] = "%s:%s already is %s (%s without %s): nothing pushed" % (
+            repo,
+            tag,
+            digest,
+            src_digest,
+            path,
+        )
+        return True
+    if check_mode:
+        result["changed"] = True
+        result["msg"] = "check mode: would push %s:%s (%s: %s without %s, %d bytes)" % (
+            repo,
+            tag,
+            digest,
+            src_digest,
+            path,
+            result["upload_size"],
+        )
+        return False
+    if had:
+        result["tag_moved_from"] = had
+    blobs = 0
+    if not reg.has_blob(name, result["config_digest"]):
+        reg.upload_blob(name, config_bytes, result["config_digest"])
+        blobs = 1
+    reg.put_manifest(name, tag, manifest_bytes, media_type)
+    result.update(
+        {
+            "changed": True,
+            "pushed": True,
+            "blobs_uploaded": blobs,
+            "bytes_uploaded": reg.bytes_sent,
+            "msg": "pushed %s:%s (%s: %s without %s, %d bytes uploaded, %d bytes of draft layer "
+            "no longer referenced)"
+            % (repo, tag, digest, src_digest, path, reg.bytes_sent, result["bytes_reclaimed"]),
+        }
+    )
+    return True
+
+
+def _peek_function(p, reg, name):
+    if not p.get("identify_by_content", True) or p.get("draft_layer"):
+        return None
+    nbytes = int(p.get("peek_bytes") or PEEK_BYTES)
+    return lambda desc: peek_layer_subdir(reg, name, desc, nbytes)
+
+
+def reclaim(p, check_mode=False, warn=None):
+    """The whole reclaim for the module; returns the module result dict."""
+    warn = warn or (lambda msg: None)
+    repo, src_tag, src_digest = parse_image(p["image"])
+    reg, name = _registry(p, repo)
+    src_digest, manifest, media_type, config = _read_source(reg, name, repo, src_tag, src_digest)
+    where = "%s@%s" % (repo, src_digest)
+    layers = manifest.get("layers") or []
+    result = _initial_result(repo, src_tag, src_digest, manifest)
+    artifacts, method = artifact_layers(manifest, config, _peek_function(p, reg, name))
+    result["identified_by"] = "explicit" if p.get("draft_layer") else method
+    result["artifacts"] = [_layer_view(i, layers[i], artifacts) for i in sorted(artifacts)]
+
+    hits, what = _draft_hits(p, where, layers, artifacts, method)
+    if not hits:
+        return _nothing_to_reclaim(result, where, what, config, method, warn)
+    index = hits[0]
+    subdir = (artifacts.get(index) or {}).get("subdir") or (p.get("draft_subdir") or "").strip("/") or None
+    path = ("/models/" + subdir) if subdir else "layer " + layers[index]["digest"]
+    _check_target_kept(p, where, index, subdir, artifacts, method)
 
     new_manifest, new_config, dropped, notes = without_layer(manifest, config, index, src_digest, path)
     for note in notes:
@@ -409,15 +490,7 @@ def reclaim(p, check_mode=False, warn=None):
     new_manifest["config"] = dict(manifest["config"], digest=config_digest, size=len(config_bytes))
     manifest_bytes = oci_layout.canonical(new_manifest)
     digest = oci_registry.sha256_digest(manifest_bytes)
-    tag = p.get("tag") or default_tag(src_tag, src_digest, p.get("tag_suffix", DEFAULT_TAG_SUFFIX))
-    if not TAG_RE.match(tag):
-        raise ReclaimError("bad tag %r" % tag)
-    if src_tag and tag == src_tag:
-        raise ReclaimError(
-            "tag %r is the source image's own tag: the source stays tagged (restore needs it), "
-            "pick another tag" % tag
-        )
-    kept = [_layer_view(i, d, artifacts) for i, d in enumerate(layers) if i != index]
+    tag = _new_tag(p, src_tag, src_digest)
     result.update(
         {
             "reclaimed": True,
@@ -433,51 +506,14 @@ def reclaim(p, check_mode=False, warn=None):
                 subdir=subdir,
                 mount=("/models/" + subdir) if subdir else None,
             ),
-            "kept_layers": kept,
+            "kept_layers": [_layer_view(i, d, artifacts) for i, d in enumerate(layers) if i != index],
             "bytes_reclaimed": int(dropped.get("size") or 0),
             "upload_size": len(config_bytes) + len(manifest_bytes),
         }
     )
-    had = reg.resolve(name, tag)
-    result["registry_had_digest"] = had == digest
-    if had == digest:
-        result["msg"] = "%s:%s already is %s (%s without %s): nothing pushed" % (
-            repo,
-            tag,
-            digest,
-            src_digest,
-            path,
-        )
-    elif check_mode:
-        result["changed"] = True
-        result["msg"] = "check mode: would push %s:%s (%s: %s without %s, %d bytes)" % (
-            repo,
-            tag,
-            digest,
-            src_digest,
-            path,
-            result["upload_size"],
-        )
+    new = {"config_bytes": config_bytes, "manifest_bytes": manifest_bytes}
+    if not _push(reg, name, result, new, media_type, src_digest, path, check_mode):
         return result
-    else:
-        if had:
-            result["tag_moved_from"] = had
-        blobs = 0
-        if not reg.has_blob(name, config_digest):
-            reg.upload_blob(name, config_bytes, config_digest)
-            blobs = 1
-        reg.put_manifest(name, tag, manifest_bytes, media_type)
-        result.update(
-            {
-                "changed": True,
-                "pushed": True,
-                "blobs_uploaded": blobs,
-                "bytes_uploaded": reg.bytes_sent,
-                "msg": "pushed %s:%s (%s: %s without %s, %d bytes uploaded, %d bytes of draft layer "
-                "no longer referenced)"
-                % (repo, tag, digest, src_digest, path, reg.bytes_sent, result["bytes_reclaimed"]),
-            }
-        )
     if p.get("verify", True):
         result["verify"] = verify_remote(
             reg, name, repo, tag, digest, new_manifest, src_digest, dropped["digest"]

@@ -179,8 +179,8 @@ def _previous_parts(previous):
     return previous
 
 
-def _build(col, previous, source, now):
-    notes = []
+def _current(col, notes):
+    """The page's counters, per-position counts, creation times and V0 gauges."""
     counters = {key: _clean(col.counters.get(key)) for key in _ALL_COUNTER_KEYS}
     positions = sorted(col.per_pos)
     per_pos = None
@@ -190,62 +190,65 @@ def _build(col, previous, source, now):
             per_pos[idx] = _clean(col.per_pos[idx])
     counters["accepted_per_position"] = per_pos
     created = {COUNTERS.get(k, "accepted_per_position"): v for k, v in sorted(col.created.items())}
-
     gauges = {}
     for key in V0_GAUGES.values():
         values = [v for v in col.gauges.get(key, ()) if v is not None and not math.isnan(v)]
         gauges[key] = sum(values) / len(values) if values else None
         if len(values) > 1:
             notes.append("%d series of the V0 gauge %s; their mean is reported" % (len(values), key))
+    return counters, created, gauges
 
-    spec_enabled = col.spec_series > 0
-    has_v1 = (counters["num_drafts"] is not None or per_pos is not None
-              or bool(col.engines and spec_enabled))
+
+def _engine_era(col, counters, gauges):
+    has_v1 = (
+        counters["num_drafts"] is not None
+        or counters["accepted_per_position"] is not None
+        or bool(col.engines and col.spec_series > 0)
+    )
     has_v0 = any(v is not None for v in gauges.values()) or counters["num_emitted_tokens"] is not None
-    era = "v1" if has_v1 and not has_v0 else ("v0" if has_v0 else None)
     if has_v1 and has_v0:
-        era = "mixed"
+        return "mixed"
+    return "v1" if has_v1 else ("v0" if has_v0 else None)
 
-    # ------------------------------------------------------------ window (deltas)
-    prev = _previous_parts(previous)
-    window = "cumulative"
-    reset = False
-    interval = None
+
+def _was_reset(prev, counters, created):
+    """True when a counter went down or a series was re-created since the previous scrape."""
+    pc = prev["counters"]
+    for key, cur in counters.items():
+        old = pc.get(key) if key != "accepted_per_position" else None
+        if cur is not None and old is not None and cur < old:
+            return True
+    per_pos, base_pos = counters["accepted_per_position"], pc.get("accepted_per_position")
+    if per_pos and base_pos:
+        for i, v in enumerate(per_pos):
+            if v is not None and i < len(base_pos) and base_pos[i] is not None and v < base_pos[i]:
+                return True
+    pcreated = prev.get("created") or {}
+    return any(
+        pcreated.get(key) is not None and ts is not None and ts > pcreated[key] + 1e-6
+        for key, ts in created.items()
+    )
+
+
+def _window(previous, prev, counters, created, now, notes):
+    """(window, interval_seconds, base counters, base per-position) of the figures' window."""
     if previous is not None and prev is None:
         notes.append("previous has no 'counters'; figures are cumulative since the engine started")
-    base = {}
-    base_pos = None
-    if prev is not None:
-        pc = prev["counters"]
-        base = {k: pc.get(k) for k in _ALL_COUNTER_KEYS}
-        base_pos = pc.get("accepted_per_position")
-        pcreated = prev.get("created") or {}
-        for key, cur in counters.items():
-            if key == "accepted_per_position":
-                continue
-            old = base.get(key)
-            if cur is not None and old is not None and cur < old:
-                reset = True
-        if per_pos and base_pos:
-            for i, v in enumerate(per_pos):
-                if v is not None and i < len(base_pos) and base_pos[i] is not None and v < base_pos[i]:
-                    reset = True
-        for key, ts in created.items():
-            old = pcreated.get(key)
-            if old is not None and ts is not None and ts > old + 1e-6:
-                reset = True
-        if reset:
-            window = "since_restart"
-            base = {}
-            base_pos = None
-            notes.append("counters were reset (engine restart) since the previous scrape; "
-                         "figures cover the time since the restart")
-        else:
-            window = "delta"
-        prev_epoch = prev.get("scraped_at_epoch")
-        if isinstance(prev_epoch, (int, float)):
-            interval = round(now - prev_epoch, 3)
+    if prev is None:
+        return "cumulative", None, {}, None
+    prev_epoch = prev.get("scraped_at_epoch")
+    interval = round(now - prev_epoch, 3) if isinstance(prev_epoch, (int, float)) else None
+    if _was_reset(prev, counters, created):
+        notes.append(
+            "counters were reset (engine restart) since the previous scrape; "
+            "figures cover the time since the restart"
+        )
+        return "since_restart", interval, {}, None
+    pc = prev["counters"]
+    return "delta", interval, {k: pc.get(k) for k in _ALL_COUNTER_KEYS}, pc.get("accepted_per_position")
 
+
+def _deltas(counters, base, base_pos):
     def delta(key):
         cur = counters.get(key)
         if cur is None:
@@ -255,15 +258,17 @@ def _build(col, previous, source, now):
 
     d = {key: delta(key) for key in _SPEC_COUNTER_KEYS}
     d_pos = None
-    if per_pos is not None:
+    if counters["accepted_per_position"] is not None:
         d_pos = []
-        for i, v in enumerate(per_pos):
+        for i, v in enumerate(counters["accepted_per_position"]):
             old = base_pos[i] if base_pos and i < len(base_pos) else None
             d_pos.append(_clean(v - old) if v is not None and old is not None else v)
+    return d, d_pos
 
+
+def _derived(era, spec_enabled, counters, gauges, d, d_pos, notes):
+    """Acceptance rate, mean acceptance length and per-position acceptance of the window."""
     derived = {
-        "window": window,
-        "interval_seconds": interval,
         "num_drafts": d["num_drafts"],
         "num_draft_tokens": d["num_draft_tokens"],
         "num_accepted_tokens": d["num_accepted_tokens"],
@@ -277,32 +282,35 @@ def _build(col, previous, source, now):
     if era == "v0":
         derived["source"] = "v0_gauges"
         derived["draft_acceptance_rate"] = gauges["draft_acceptance_rate"]
-        notes.append("V0 engine: the vllm:spec_decode_*_total counters over-count (each interval adds the "
-                     "cumulative total since startup); draft_acceptance_rate is the V0 gauge "
-                     "(cumulative since startup), not a counter ratio")
-    elif spec_enabled:
-        derived["source"] = "counters"
-        derived["draft_acceptance_rate"] = _ratio(d["num_accepted_tokens"], d["num_draft_tokens"])
-        drafts = d["num_drafts"]
-        if drafts:
-            if d["num_accepted_tokens"] is not None:
-                derived["mean_acceptance_length"] = 1.0 + d["num_accepted_tokens"] / drafts
-            derived["draft_tokens_per_draft"] = _ratio(d["num_draft_tokens"], drafts)
-            if d_pos is not None:
-                derived["per_position_acceptance"] = [_ratio(v, drafts) if v is not None else None
-                                                      for v in d_pos]
-        elif counters["num_drafts"] is None and counters["num_draft_tokens"] is not None:
-            notes.append("no vllm:spec_decode_num_drafts counter (vLLM 0.8.3-0.8.4): mean acceptance "
-                         "length and per-position acceptance cannot be derived")
-        if d["num_draft_tokens"] == 0 or (drafts == 0):
-            notes.append("no drafts in this window: acceptance figures are null")
+        notes.append(
+            "V0 engine: the vllm:spec_decode_*_total counters over-count (each interval adds the "
+            "cumulative total since startup); draft_acceptance_rate is the V0 gauge "
+            "(cumulative since startup), not a counter ratio"
+        )
+        return derived
+    if not spec_enabled:
+        return derived
+    derived["source"] = "counters"
+    derived["draft_acceptance_rate"] = _ratio(d["num_accepted_tokens"], d["num_draft_tokens"])
+    drafts = d["num_drafts"]
+    if drafts:
+        if d["num_accepted_tokens"] is not None:
+            derived["mean_acceptance_length"] = 1.0 + d["num_accepted_tokens"] / drafts
+        derived["draft_tokens_per_draft"] = _ratio(d["num_draft_tokens"], drafts)
+        if d_pos is not None:
+            derived["per_position_acceptance"] = [_ratio(v, drafts) if v is not None else None for v in d_pos]
+    elif counters["num_drafts"] is None and counters["num_draft_tokens"] is not None:
+        notes.append(
+            "no vllm:spec_decode_num_drafts counter (vLLM 0.8.3-0.8.4): mean acceptance "
+            "length and per-position acceptance cannot be derived"
+        )
+    if d["num_draft_tokens"] == 0 or (drafts == 0):
+        notes.append("no drafts in this window: acceptance figures are null")
+    return derived
 
-    active = None
-    if spec_enabled:
-        probe = d["num_drafts"] if d["num_drafts"] is not None else d["num_draft_tokens"]
-        active = bool(probe) if probe is not None else None
 
-    # ------------------------------------------------------------ latency
+def _latency(col, prev, window):
+    """Each latency histogram's totals and the window's count, sum and mean."""
     latency = {}
     prev_lat = (prev or {}).get("latency") or {}
     for key, metric in HISTOGRAMS.items():
@@ -324,11 +332,29 @@ def _build(col, previous, source, now):
             "window_sum": _clean(win_sum),
             "mean": win_sum / win_count if win_count > 0 else None,
         }
+    return latency
 
+
+def _build(col, previous, source, now):
+    notes = []
+    counters, created, gauges = _current(col, notes)
+    spec_enabled = col.spec_series > 0
+    era = _engine_era(col, counters, gauges)
+    prev = _previous_parts(previous)
+    window, interval, base, base_pos = _window(previous, prev, counters, created, now, notes)
+    d, d_pos = _deltas(counters, base, base_pos)
+    derived = {"window": window, "interval_seconds": interval}
+    derived.update(_derived(era, spec_enabled, counters, gauges, d, d_pos, notes))
+    active = None
+    if spec_enabled:
+        probe = d["num_drafts"] if d["num_drafts"] is not None else d["num_draft_tokens"]
+        active = bool(probe) if probe is not None else None
+    latency = _latency(col, prev, window)
     if col.model_name is not None and col.model_name not in col.model_names and col.model_names:
-        notes.append("no series for model_name %r; models on this page: %s"
-                     % (col.model_name, ", ".join(sorted(col.model_names))))
-
+        notes.append(
+            "no series for model_name %r; models on this page: %s"
+            % (col.model_name, ", ".join(sorted(col.model_names)))
+        )
     return {
         "source": source,
         "scraped_at": _iso_utc(now),

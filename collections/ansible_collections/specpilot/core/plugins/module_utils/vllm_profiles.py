@@ -727,6 +727,16 @@ def _key_set(key, value=None):
 
 
 def _rules(version, keys, methods):
+    """The profile's conditional rules (if/then schemas), for the version's keys and methods."""
+    return (
+        _method_rules(version, keys, methods)
+        + _synthetic_rules(keys)
+        + _option_method_rules(version, keys)
+    )
+
+
+def _method_rules(version, keys, methods):
+    """What each method needs in this version, and the versions where a method cannot start."""
     rules = []
     era = _era(version)
     needs_model = sorted(set(methods) & NEEDS_MODEL)
@@ -760,6 +770,24 @@ def _rules(version, keys, methods):
                 "set speculative.prompt_lookup_max (e.g. 4)",
             )
         )
+    if _V("0.10.0") <= version < _V("0.16.0") and "draft_model" in methods:
+        rules.append(
+            _rule(
+                _method_in(["draft_model"]),
+                {"not": {}},
+                "method 'draft_model' raises NotImplementedError in vLLM {version} (draft models are "
+                "unsupported "
+                "in the V1 engine from 0.10.0 until 0.16.0)",
+                "use vLLM >= 0.16.0 (or <= 0.9.2), or a method such as ngram, eagle/eagle3 or mtp",
+                "method",
+            )
+        )
+    return rules
+
+
+def _synthetic_rules(keys):
+    """The synthetic rejection sampler's options (only with rejection_sample_method synthetic)."""
+    rules = []
     if "synthetic_acceptance_rates" in keys:
         rules.append(
             _rule(
@@ -801,6 +829,12 @@ def _rules(version, keys, methods):
                 "remove it, or set rejection_sample_method: synthetic",
             )
         )
+    return rules
+
+
+def _option_method_rules(version, keys):
+    """Options that only some methods or settings honour."""
+    rules = []
     if "use_heterogeneous_vocab" in keys:
         rules.append(
             _rule(
@@ -870,18 +904,6 @@ def _rules(version, keys, methods):
                 "rejection_sample_method 'fly' needs num_speculative_tokens >= 2 (vLLM {version})",
                 "set num_speculative_tokens to 2 or more",
                 "num_speculative_tokens",
-            )
-        )
-    if _V("0.10.0") <= version < _V("0.16.0") and "draft_model" in methods:
-        rules.append(
-            _rule(
-                _method_in(["draft_model"]),
-                {"not": {}},
-                "method 'draft_model' raises NotImplementedError in vLLM {version} (draft models are "
-                "unsupported "
-                "in the V1 engine from 0.10.0 until 0.16.0)",
-                "use vLLM >= 0.16.0 (or <= 0.9.2), or a method such as ngram, eagle/eagle3 or mtp",
-                "method",
             )
         )
     return rules
