@@ -32,6 +32,13 @@ from typing import Callable
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VLLM_VENV = Path(os.environ.get("SPECPILOT_VLLM_VENV", REPO_ROOT / ".venv-vllm"))
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+# vLLM inspects the model class in a subprocess (a whole vLLM import: about 15 s of CPU on 2 cores)
+# unless VLLM_CACHE_ROOT/modelinfos holds the result, keyed by the hash of the model's module file
+# (vllm/model_executor/models/registry.py, _LazyRegisteredModel.inspect_model_cls). Every engine's
+# cache root is its own, but this one sub-directory is shared, as ~/.cache/vllm is on one machine.
+MODELINFO_CACHE = Path(
+    os.environ.get("SPECPILOT_VLLM_MODELINFO_CACHE", REPO_ROOT / ".cache" / "vllm-modelinfos")
+)
 SUFFIX_MARKER = ".suffix-unavailable"
 
 
@@ -147,12 +154,25 @@ def rpc_dir(run_dir: Path) -> Path:
     return link
 
 
+def _share_modelinfos(cache_root: Path) -> None:
+    """cache_root/modelinfos -> MODELINFO_CACHE (see there), unless it is there already."""
+    link = cache_root / "modelinfos"
+    if link.is_symlink() or link.exists():
+        return
+    MODELINFO_CACHE.mkdir(parents=True, exist_ok=True)
+    try:
+        link.symlink_to(MODELINFO_CACHE, target_is_directory=True)
+    except FileExistsError:
+        pass
+
+
 def engine_env(run_dir: Path, extra: dict[str, str] | None = None, kv_cache_gib: int = 1) -> dict[str, str]:
     """The engine's environment: CPU KV cache size, every cache and temp path under run_dir,
     offline Hugging Face, no usage stats."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     for sub in ("cache", "rpc", "tmp", "hf"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
+    _share_modelinfos(run_dir / "cache")
     env.update(
         {
             "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),

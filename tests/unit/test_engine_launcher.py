@@ -65,6 +65,19 @@ def test_set_and_get_arg():
     assert engine.set_arg(args, "--port", None) == ["--model", "/m", "--x"]
 
 
+def test_engines_share_only_the_model_class_inspection_cache(tmp_path, monkeypatch):
+    shared = tmp_path / "shared-modelinfos"
+    monkeypatch.setattr(engine, "MODELINFO_CACHE", shared)
+    roots = [Path(engine.engine_env(tmp_path / name)["VLLM_CACHE_ROOT"]) for name in ("a", "b")]
+    assert roots[0] != roots[1]
+    name = "vllm-model_executor-models-llama-LlamaForCausalLM.json"
+    (roots[0] / "modelinfos" / name).write_text("{}")
+    assert (roots[1] / "modelinfos" / name).read_text() == "{}"
+    assert sorted(p.name for p in shared.iterdir()) == [name]
+    engine.engine_env(tmp_path / "a")  # again: the link stays as it is
+    assert (roots[0] / "modelinfos").resolve() == shared.resolve()
+
+
 def test_env_keeps_state_under_run_dir(tmp_path):
     env = engine.engine_env(tmp_path, {"EXTRA": "1"})
     for key in ("VLLM_CACHE_ROOT", "VLLM_RPC_BASE_PATH", "TMPDIR", "HF_HOME"):
