@@ -1,7 +1,9 @@
 """``python -m specpilot_lab up|down|status``: manage the local lab's processes.
 
-``up`` is idempotent (what runs already is left alone), ``down`` succeeds when nothing runs,
-``status`` says what runs, where the kubeconfig is, and how to use it.
+``up`` is idempotent (what runs already is left alone) and leaves the lab ready for
+``inventories/lab``: its namespace and its models PVC with the tiny models (seed.py; skipped with
+``--only`` or ``--no-seed``). ``down`` succeeds when nothing runs, ``status`` says what runs, what
+the lab inventory finds, where the kubeconfig is, and how to use it.
 Options: ``--state-dir DIR`` (the lab directory), ``--only NAME`` (one managed process).
 Environment: ``SPECPILOT_LAB_DIR`` (default ``.lab`` in the repository), ``SPECPILOT_LAB_CRDS``
 (CRD files/directories to load instead of ``lab/crds``, separated by ':' or ','),
@@ -14,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import processes
+from . import processes, seed
 from .processes import LabPaths
 
 
@@ -31,10 +33,17 @@ def _selected(only: list[str] | None) -> list[processes.ProcessSpec]:
     return specs
 
 
-def cmd_up(paths: LabPaths, only: list[str] | None = None) -> int:
+def cmd_up(paths: LabPaths, only: list[str] | None = None, no_seed: bool = False) -> int:
     try:
         for spec in _selected(only):
             processes.start(paths, spec)
+        if not (only or no_seed):
+            created = seed.seed(paths)
+            print(
+                "seeded: " + ", ".join(created)
+                if created
+                else "seed: the lab inventory's namespace, PVC and models are there"
+            )
     except RuntimeError as exc:
         print(f"lab up failed: {exc}", file=sys.stderr)
         return 1
@@ -43,13 +52,13 @@ def cmd_up(paths: LabPaths, only: list[str] | None = None) -> int:
     return 0
 
 
-def cmd_down(paths: LabPaths, only: list[str] | None = None) -> int:
+def cmd_down(paths: LabPaths, only: list[str] | None = None, no_seed: bool = False) -> int:
     for spec in reversed(_selected(only)):
         processes.stop(paths, spec)
     return 0
 
 
-def cmd_status(paths: LabPaths, only: list[str] | None = None) -> int:
+def cmd_status(paths: LabPaths, only: list[str] | None = None, no_seed: bool = False) -> int:
     all_up = True
     for spec in _selected(only):
         pid = processes.running_pid(paths, spec)
@@ -62,6 +71,8 @@ def cmd_status(paths: LabPaths, only: list[str] | None = None) -> int:
             all_up = False
             print(f"{spec.name}: stopped")
     if all_up:
+        for line in seed.describe(paths):
+            print(line)
         print(f"kubeconfig: {paths.kubeconfig}")
         print(f"export KUBECONFIG={paths.kubeconfig}")
     else:
@@ -81,9 +92,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME",
         help="act on this managed process only (repeatable), e.g. --only apiserver",
     )
+    p.add_argument("--no-seed", action="store_true", help="up: start the processes only")
     args = p.parse_args(argv)
     paths = LabPaths(Path(args.state_dir).resolve()) if args.state_dir else LabPaths.default()
-    return {"up": cmd_up, "down": cmd_down, "status": cmd_status}[args.command](paths, args.only)
+    return {"up": cmd_up, "down": cmd_down, "status": cmd_status}[args.command](
+        paths, args.only, args.no_seed
+    )
 
 
 if __name__ == "__main__":

@@ -23,14 +23,12 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
-from . import processes
+from . import processes, seed
 from .processes import REPO_ROOT, LabPaths
 
 SERVICE = "lab-ngram"
-NAMESPACE = "specpilot-lab"
-PVC = "specpilot-lab-models"
+NAMESPACE = seed.lab_targets()[0]
 INVENTORY = REPO_ROOT / "inventories" / "lab"
 VENV_BIN = REPO_ROOT / ".venv" / "bin"
 
@@ -108,41 +106,6 @@ def pod_log(paths: LabPaths) -> str:
     return core.read_namespaced_pod_log(running[0].metadata.name, NAMESPACE, container="kserve-container")
 
 
-def prepare_models(paths: LabPaths) -> None:
-    """The lab PVC, filled with the tiny models (the lab's storage backend is a directory)."""
-    from kubernetes import client
-
-    from .models import make_models_subprocess
-
-    core = core_api(paths)
-    try:
-        core.create_namespace({"metadata": {"name": NAMESPACE}})
-    except client.ApiException as exc:
-        if exc.status != 409:
-            raise
-    try:
-        core.create_namespaced_persistent_volume_claim(NAMESPACE, {
-            "metadata": {"name": PVC},
-            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
-        })
-    except client.ApiException as exc:
-        if exc.status != 409:
-            raise
-    deadline = time.monotonic() + 30
-    while core.read_namespaced_persistent_volume_claim(PVC, NAMESPACE).status.phase != "Bound":
-        if time.monotonic() > deadline:
-            raise DemoFailed(f"PVC {PVC} not Bound after 30 s")
-        time.sleep(0.5)
-    backing = paths.root / "pvcs" / NAMESPACE / PVC
-    if not (backing / "target" / "config.json").exists():
-        t0 = time.monotonic()
-        manifest = make_models_subprocess(backing)
-        info(f"tiny models written to the PVC in {time.monotonic() - t0:.1f}s "
-             f"({len(manifest.get('files', manifest))} files)")
-    else:
-        info("tiny models already on the PVC")
-
-
 def show_engine_facts(paths: LabPaths, expect_on: bool) -> None:
     isvc = get_isvc(paths)
     url = isvc.get("status", {}).get("address", {}).get("url") or isvc.get("status", {}).get("url")
@@ -196,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         info(f"export KUBECONFIG={paths.kubeconfig}")
 
         step(2, total, "tiny models onto the lab PVC")
-        prepare_models(paths)
+        seed.seed(paths, say=info)
 
         step(3, total, f"validate {SERVICE}")
         run_playbook(paths, "validate.yml")

@@ -46,11 +46,11 @@ def test_up_status_down_are_idempotent(lab_dir, tmp_path):
     crd.write_text(yaml.safe_dump(WIDGET_CRD))
     down = lab(lab_dir, "down")
     assert down.returncode == 0 and "not running" in down.stdout
-    up = lab(lab_dir, "up", crds=str(crd))
+    up = lab(lab_dir, "up", "--no-seed", crds=str(crd))
     assert up.returncode == 0, up.stderr
     kubeconfig = lab_dir / "lab" / "kubeconfig"
     assert f"export KUBECONFIG={kubeconfig}" in up.stdout
-    again = lab(lab_dir, "up", crds=str(crd))
+    again = lab(lab_dir, "up", "--no-seed", crds=str(crd))
     assert again.returncode == 0 and "already running" in again.stdout
     status = lab(lab_dir, "status")
     assert status.returncode == 0 and "apiserver: running" in status.stdout
