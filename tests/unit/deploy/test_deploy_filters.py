@@ -49,3 +49,68 @@ def test_k8s_retryable():
     assert tests.k8s_retryable({"failed": True, "msg": '{"code":503}'})
     assert not tests.k8s_retryable({"failed": True, "msg": '{"code":403}'})
     assert not tests.k8s_retryable({"changed": False})
+
+
+# ---------------------------------------------------------------- services_summary (both playbooks)
+def test_services_summary_names_each_service_once_sorted_with_what_happened():
+    hostvars = {
+        "b-ok": {
+            "specpilot_deploy_result": {
+                "applied": True,
+                "rollout": {"done": True},
+                "spec_digest": "0123456789abcdef",
+                "previous_digest": "fedcba9876543210",
+                "kserve": {"version": "0.20", "note": "declared 0.19"},
+            }
+        },
+        "a-bad": {
+            "specpilot_deploy_failed": True,
+            "specpilot_deploy_failure_task": "Take the deploy lock",
+            "specpilot_deploy_failure_reason": "held by another run",
+        },
+        "c-same": {"specpilot_deploy_result": {"applied": False, "rollout": {"done": False}, "spec_digest": "aa" * 8}},
+        "d-none": {},
+    }
+    assert filters.services_summary(["d-none", "b-ok", "c-same", "a-bad"], hostvars, "deploy") == [
+        'a-bad: FAILED at "Take the deploy lock": held by another run',
+        "b-ok: deployed, ready (digest 0123456789ab, previous fedcba987654, KServe 0.20); note: declared 0.19",
+        "c-same: unchanged, not ready (digest aaaaaaaaaaaa)",
+        "d-none: not run (unreachable or stopped earlier)",
+    ]
+
+
+def test_services_summary_of_a_rollback_says_the_mode_and_what_was_removed():
+    long_arg = "--speculative-config=" + "x" * 300
+    hostvars = {
+        "off": {
+            "specpilot_rollback_result": {
+                "mode": "off",
+                "changed": True,
+                "check_mode": False,
+                "rollout": {"done": True},
+                "removed_args": ["--num-lookahead-slots=4"],
+            }
+        },
+        "check": {"specpilot_rollback_result": {"mode": "off", "changed": True, "check_mode": True, "rollout": {}}},
+        "gone": {"specpilot_rollback_result": {"skipped": True}},
+        "long": {
+            "specpilot_rollback_result": {
+                "mode": "restore",
+                "changed": False,
+                "rollout": {"done": True},
+                "removed_args": [long_arg],
+            }
+        },
+    }
+    lines = filters.services_summary(["off", "check", "gone", "long"], hostvars, "rollback")
+    assert lines[:3] == [
+        "check: off, would change, not ready",
+        "gone: skipped (no InferenceService)",
+        "long: restore, unchanged, ready, removed " + long_arg[:197] + "...",
+    ]
+    assert lines[3] == "off: off, rolled back, ready, removed --num-lookahead-slots=4"
+
+
+def test_services_summary_refuses_an_unknown_operation():
+    with pytest.raises(AnsibleFilterError, match="deploy, rollback"):
+        filters.services_summary(["a"], {"a": {}}, "benchmark")

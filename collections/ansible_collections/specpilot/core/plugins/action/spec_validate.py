@@ -24,6 +24,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.spec import (
     OVERRIDE_VARS,
     SPEC_KEYS,
     VAR_PREFIX,
+    assemble_from_vars,
 )
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 
@@ -49,14 +50,16 @@ class ActionModule(ControllerAction):
         return result
 
     def _spec_from_task_vars(self, task_vars, params):
-        """The host's specpilot_<key> variables (templated), as a spec, and all specpilot_* names."""
-        names = [name for name in task_vars if name.startswith(VAR_PREFIX) and name not in CONTROL_VARS]
+        """The host's specpilot_<key> variables (templated), as a spec (spec.assemble_from_vars), and all
+        specpilot_* names. Only the spec keys are templated: other specpilot_* variables may refer to
+        what the run has not set yet."""
+        names = sorted(name for name in task_vars if name.startswith(VAR_PREFIX) and name not in CONTROL_VARS)
         keys = set(SPEC_KEYS)
-        spec = {}
-        for name in names:
-            key = name[len(VAR_PREFIX) :]
-            if key in keys:
-                spec[key] = self._templar.template(task_vars[name])
-        if "name" not in spec:
-            spec["name"] = params.get("default_name") or task_vars.get("inventory_hostname")
-        return spec, sorted(names)
+        variables = {
+            name: self._templar.template(task_vars[name]) if name[len(VAR_PREFIX) :] in keys else None
+            for name in names
+        }
+        spec, _unknown = assemble_from_vars(
+            variables, params.get("default_name") or task_vars.get("inventory_hostname")
+        )
+        return spec, names

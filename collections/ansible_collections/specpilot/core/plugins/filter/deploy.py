@@ -113,6 +113,72 @@ def failure_summary(message, limit=400):
     return out[: int(limit)]
 
 
+def _truncate(text, length=200, end="...", leeway=5):
+    """Jinja's truncate (killwords false, its default leeway of 5)."""
+    if len(text) <= length + leeway:
+        return text
+    return text[: length - len(end)].rsplit(" ", 1)[0] + end
+
+
+def _deploy_line(r):
+    kserve = r.get("kserve") or {}
+    return "%s, %s (digest %s%s%s)%s" % (
+        "deployed" if r.get("applied") else "unchanged",
+        "ready" if (r.get("rollout") or {}).get("done") else "not ready",
+        (r.get("spec_digest") or "")[:12],
+        ", previous " + r["previous_digest"][:12] if r.get("previous_digest") else "",
+        ", KServe %s" % kserve.get("version") if "kserve" in r else "",
+        "; note: %s" % kserve["note"] if kserve.get("note") else "",
+    )
+
+
+def _rollback_line(r):
+    if r.get("skipped"):
+        return "skipped (no InferenceService)"
+    if r.get("check_mode") and r.get("changed"):
+        what = "would change"
+    else:
+        what = "rolled back" if r.get("changed") else "unchanged"
+    removed = r.get("removed_args")
+    return "%s, %s, %s%s" % (
+        r.get("mode"),
+        what,
+        "ready" if (r.get("rollout") or {}).get("done") else "not ready",
+        ", removed " + _truncate(" ".join(removed)) if removed else "",
+    )
+
+
+_SUMMARY_LINES = {"deploy": _deploy_line, "rollback": _rollback_line}
+
+
+def services_summary(hosts, hostvars, operation):
+    """ansible_play_hosts_all | services_summary(hostvars, 'deploy'|'rollback'): one line per service,
+    sorted: FAILED at its task with the reason, what the role did, or not run."""
+    if operation not in _SUMMARY_LINES:
+        raise AnsibleFilterError(
+            "services_summary: operation must be one of %s" % ", ".join(sorted(_SUMMARY_LINES))
+        )
+    lines = []
+    for host in sorted(hosts):
+        hv = hostvars[host]
+        failed = hv.get("specpilot_%s_failed" % operation)
+        result = hv.get("specpilot_%s_result" % operation)
+        if failed:
+            lines.append(
+                '%s: FAILED at "%s": %s'
+                % (
+                    host,
+                    hv.get("specpilot_%s_failure_task" % operation),
+                    hv.get("specpilot_%s_failure_reason" % operation),
+                )
+            )
+        elif result is not None:
+            lines.append("%s: %s" % (host, _SUMMARY_LINES[operation](result)))
+        else:
+            lines.append("%s: not run (unreachable or stopped earlier)" % host)
+    return lines
+
+
 def kserve_version(detection, declared=None, given=None):
     """detection | kserve_version(declared): the KServe release to validate against."""
     return deploy_kserve.effective_version(_mapping(detection, "kserve_version"), declared, given)
@@ -139,4 +205,5 @@ class FilterModule(object):
             "failure_summary": failure_summary,
             "kserve_version": kserve_version,
             "revision_history": revision_history,
+            "services_summary": services_summary,
         }

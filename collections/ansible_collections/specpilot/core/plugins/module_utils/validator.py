@@ -1076,6 +1076,7 @@ def copy_result(result):
 # Options of specpilot.core.spec_validate (shared by the module and its action plugin).
 ARGUMENT_SPEC = {
     "spec": {"type": "dict"},
+    "spec_patch": {"type": "dict"},
     "default_name": {"type": "str"},
     "strict": {"type": "bool", "default": False},
     "kserve_version": {"type": "str"},
@@ -1114,7 +1115,10 @@ def run_options(params):
 
 def module_result(params, check_mode=False):
     """Everything the module returns, and whether it fails."""
-    result = validate(params["spec"], run_options(params))
+    spec = params["spec"]
+    if params.get("spec_patch") and isinstance(spec, dict):
+        spec = render.deep_merge(spec, params["spec_patch"])
+    result = validate(spec, run_options(params))
     out = {
         "changed": False,
         "ok": result["ok"],

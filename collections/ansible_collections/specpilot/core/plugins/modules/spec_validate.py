@@ -42,7 +42,15 @@ options:
       - When omitted, the spec is assembled on the controller from the host's C(specpilot_<key>) variables
         (inventory, play and extra variables; role variables such as C(specpilot_validate_*) are not spec
         keys), and I(variable_names) is filled in from the same variables.
-      - The filter C(specpilot.core.spec_from_vars) does the same assembly in a template.
+      - The filter C(specpilot.core.spec_from_vars) does the same assembly (both call C(assemble_from_vars) of
+        module_utils/spec.py, the one assembly of a spec from variables).
+    type: dict
+  spec_patch:
+    description:
+      - Merged into the spec (given or assembled) before anything is checked; mappings merge key by key,
+        anything else replaces.
+      - "For example C({modelcar: {image_digest: sha256:...}}) validates the spec again with the image pinned by the
+        digest the staging role pushed, without assembling the spec in a template."
     type: dict
   default_name:
     description:
