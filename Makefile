@@ -111,7 +111,8 @@ models: $(STAMP_VLLM)
 #   1. the Debian packages (one apt-get: two at once would fight over dpkg's lock);
 #   2. the vLLM engine's install (mostly downloads) beside .venv, the collections and the staging
 #      tools (make -j), then lint and the syntax checks (neither needs the engine);
-#   3. unit and emulator tests on two workers (they keep both cores busy);
+#   3. unit and emulator tests on three workers (two left a fifth of the cores idle while tests
+#      waited on leases and rollouts);
 #   4. two lanes side by side, each one process at a time, so that both end together (each lab
 #      test and scenario waits on engines and rollouts part of the time; they share no port,
 #      directory or process):
@@ -138,9 +139,9 @@ test:
 	else echo "==> make test: FAILED (the table above names the stage)"; fi; \
 	exit "$$status"
 
-# Unit and emulator tests are isolated (own emulator, port, tmp dirs) and run on two
+# Unit and emulator tests are isolated (own emulator, port, tmp dirs) and run on three
 # workers; the lab tests share their real engines (module/session fixtures) and run one at a time.
-PYTEST_WORKERS ?= 2
+PYTEST_WORKERS ?= 3
 PYTEST_REPORT = --durations=15 --junitxml=$(JUNIT_DIR)/$@.xml
 test-pytest: install vllm
 ifdef PYTEST_ARGS
