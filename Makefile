@@ -35,7 +35,7 @@ STAMP_COLL := $(VENV)/.stamp-collections
 STAMP_APT := $(VENV)/.stamp-apt
 
 .PHONY: install venv collections system-packages staging-tools vllm models test test-pytest test-unit test-lab lint syntax-check molecule \
-	test-lab-engines test-lab-stand-in lane-a lane-b molecule-models fuzz \
+	test-lab-engines test-lab-stand-in lane-a lane-b molecule-lane molecule-models fuzz \
         demo bench lab-up lab-down lab-status clean distclean
 
 install: venv collections system-packages staging-tools
@@ -111,15 +111,14 @@ models: $(STAMP_VLLM)
 #   1. the Debian packages (one apt-get: two at once would fight over dpkg's lock);
 #   2. the vLLM engine's install (mostly downloads) beside .venv, the collections and the staging
 #      tools (make -j), then lint and the syntax checks (neither needs the engine);
-#   3. unit and emulator tests on three workers (two left a fifth of the cores idle while tests
-#      waited on leases and rollouts);
-#   4. two lanes side by side, each one process at a time, so that both end together (each lab
-#      test and scenario waits on engines and rollouts part of the time; they share no port,
-#      directory or process):
-#        lane-a: the lab tests that start real engines (-m real_engine), then the molecule
-#                scenarios of MOLECULE_LANE_A;
-#        lane-b: the lab tests on the stand-in engine, then every other molecule scenario.
-#      The table's CPU column says how busy each stage kept the cores, for the next re-balancing.
+#   3. unit and emulator tests on two workers (they keep both cores busy; three were slower);
+#   4. two lanes side by side, each one process at a time (each lab test and scenario waits on
+#      engines and rollouts part of the time; they share no port, directory or process):
+#        lane-a: the lab tests that start real engines (-m real_engine),
+#        lane-b: the lab tests on the stand-in engine;
+#      then each lane takes the next molecule scenario from one shared queue (longest first,
+#      MOLECULE_FIRST; scripts/molecule_queue.py) until none is left, so both lanes end together.
+#      The table's CPU column says how busy each stage kept the cores.
 TIMES := $(PYTHON) scripts/test_times.py
 JUNIT_DIR := .cache/test-times/junit
 INSTALL_JOBS ?= 4
@@ -133,15 +132,16 @@ test:
 	  "install+lint=$(SUBMAKE) -j$(INSTALL_JOBS) install && $(SUBMAKE) lint syntax-check" || status=1; \
 	$(TIMES) run test-unit -- $(SUBMAKE) test-unit || status=1; \
 	$(SUBMAKE) molecule-models || status=1; \
+	$(PYTHON) scripts/molecule_queue.py init $(MOLECULE_QUEUE) molecule $(MOLECULE_FIRST); \
 	$(TIMES) parallel "lane-a=$(SUBMAKE) lane-a" "lane-b=$(SUBMAKE) lane-b" || status=1; \
 	$(TIMES) report; \
 	if [ "$$status" = 0 ]; then echo "==> make test: all stages passed"; \
 	else echo "==> make test: FAILED (the table above names the stage)"; fi; \
 	exit "$$status"
 
-# Unit and emulator tests are isolated (own emulator, port, tmp dirs) and run on three
+# Unit and emulator tests are isolated (own emulator, port, tmp dirs) and run on two
 # workers; the lab tests share their real engines (module/session fixtures) and run one at a time.
-PYTEST_WORKERS ?= 3
+PYTEST_WORKERS ?= 2
 PYTEST_REPORT = --durations=15 --junitxml=$(JUNIT_DIR)/$@.xml
 test-pytest: install vllm
 ifdef PYTEST_ARGS
@@ -168,15 +168,25 @@ test-lab-stand-in: install vllm
 	@echo "==> pytest: lab tests on the stand-in engine"
 	$(VBIN)/python -m pytest -m "not real_engine" $(PYTEST_REPORT) tests/lab
 
-# the lanes of make test's last stage (see above); a failure does not stop the lane's next step
-MOLECULE_LANE_A ?= deploy_failures rollback smoke
+# the lanes of make test's last stage (see above); a failure does not stop the lane's next step.
+# MOLECULE_FIRST: the longest scenarios, taken first (the others follow in name order).
+MOLECULE_QUEUE := .cache/test-times/molecule-queue
+MOLECULE_FIRST ?= deploy_failures rollback deploy smoke staging
 lane-a: install vllm
 	@s=0; $(TIMES) run lab-engines -- $(SUBMAKE) test-lab-engines || s=1; \
-	$(SUBMAKE) molecule MOLECULE_ONLY="$(MOLECULE_LANE_A)" || s=1; exit $$s
+	$(SUBMAKE) molecule-lane || s=1; exit $$s
 
 lane-b: install vllm
 	@s=0; $(TIMES) run lab-stand-in -- $(SUBMAKE) test-lab-stand-in || s=1; \
-	$(SUBMAKE) molecule MOLECULE_SKIP="$(MOLECULE_LANE_A)" || s=1; exit $$s
+	$(SUBMAKE) molecule-lane || s=1; exit $$s
+
+# scenarios from the shared queue until it is empty
+molecule-lane: install vllm molecule-models
+	@status=0; \
+	while scenario=$$($(PYTHON) scripts/molecule_queue.py next $(MOLECULE_QUEUE)); do \
+	  $(TIMES) run "molecule:$$scenario" -- $(VBIN)/molecule test -s "$$scenario" || status=1; \
+	done; \
+	exit "$$status"
 
 lint: install
 	$(VBIN)/yamllint --strict .
