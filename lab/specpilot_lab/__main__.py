@@ -52,13 +52,13 @@ def cmd_up(paths: LabPaths, only: list[str] | None = None, no_seed: bool = False
     return 0
 
 
-def cmd_down(paths: LabPaths, only: list[str] | None = None, no_seed: bool = False) -> int:
+def cmd_down(paths: LabPaths, only: list[str] | None = None) -> int:
     for spec in reversed(_selected(only)):
         processes.stop(paths, spec)
     return 0
 
 
-def cmd_status(paths: LabPaths, only: list[str] | None = None, no_seed: bool = False) -> int:
+def cmd_status(paths: LabPaths, only: list[str] | None = None) -> int:
     all_up = True
     for spec in _selected(only):
         pid = processes.running_pid(paths, spec)
@@ -95,9 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-seed", action="store_true", help="up: start the processes only")
     args = p.parse_args(argv)
     paths = LabPaths(Path(args.state_dir).resolve()) if args.state_dir else LabPaths.default()
-    return {"up": cmd_up, "down": cmd_down, "status": cmd_status}[args.command](
-        paths, args.only, args.no_seed
-    )
+    if args.command == "up":
+        return cmd_up(paths, args.only, args.no_seed)
+    return {"down": cmd_down, "status": cmd_status}[args.command](paths, args.only)
 
 
 if __name__ == "__main__":

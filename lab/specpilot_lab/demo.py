@@ -64,12 +64,6 @@ def run_playbook(paths: LabPaths, playbook: str, *extra: str) -> None:
         raise DemoFailed(f"{playbook} failed (exit {proc.returncode})")
 
 
-def core_api(paths: LabPaths):
-    from kubernetes import client, config
-
-    return client.CoreV1Api(config.new_client_from_config(str(paths.kubeconfig)))
-
-
 def custom_api(paths: LabPaths):
     from kubernetes import client, config
 
@@ -98,7 +92,7 @@ def metrics_facts(text: str) -> dict:
 
 
 def pod_log(paths: LabPaths) -> str:
-    core = core_api(paths)
+    core = seed.core_api(paths)
     pods = core.list_namespaced_pod(NAMESPACE, label_selector=f"serving.kserve.io/inferenceservice={SERVICE}")
     running = [p for p in pods.items if p.status.phase == "Running"] or pods.items
     if not running:

@@ -34,7 +34,8 @@ def lab_targets(group_vars: Path = LAB_GROUP_VARS) -> tuple[str, str]:
     return namespace, pvc
 
 
-def _core(paths: LabPaths):
+def core_api(paths: LabPaths):
+    """A CoreV1Api client on the lab's kubeconfig."""
     from kubernetes import client, config
 
     return client.CoreV1Api(config.new_client_from_config(str(paths.kubeconfig)))
@@ -71,7 +72,7 @@ def seed(paths: LabPaths, say=print) -> list[str]:
     from .models import make_models_subprocess
 
     namespace, pvc = lab_targets()
-    core = _core(paths)
+    core = core_api(paths)
     created = []
     if _create(core.create_namespace, {"metadata": {"name": namespace}}):
         created.append(f"namespace {namespace}")
@@ -98,7 +99,7 @@ def describe(paths: LabPaths) -> list[str]:
     from kubernetes import client
 
     namespace, pvc = lab_targets()
-    core = _core(paths)
+    core = core_api(paths)
     try:
         phase = core.read_namespaced_persistent_volume_claim(pvc, namespace).status.phase
     except client.ApiException as exc:
