@@ -620,6 +620,8 @@ def lab_staging_vars(site_packages: Path | None = None) -> dict:
 
 
 # ---------------------------------------------------------------- a registry that wants credentials
+# Made-up credentials of the throw-away test registry (never a real account): the tests plant them
+# and look for them in outputs, logs and files to prove that no secret value leaks.
 REGISTRY_USER = "robot"
 REGISTRY_PASSWORD = "Reg1stry-Passw0rd-must-not-leak"
 
