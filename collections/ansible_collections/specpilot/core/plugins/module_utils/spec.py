@@ -27,6 +27,8 @@ __all__ = [
     "plain",
     "normalise",
     "spec_digest",
+    "SLO_DEFAULTS",
+    "slo_policy",
 ]
 
 VAR_PREFIX = "specpilot_"
@@ -63,6 +65,21 @@ _LABEL_VALUE = {"type": "string", "maxLength": 63, "pattern": "^([A-Za-z0-9]([-A
 DAY = 86400
 _VERSION = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)*([.+-]?[0-9A-Za-z.+-]*)?$"
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$"
+
+
+# What the keep-or-rollback verdict of a service allows when its spec's workload.slo leaves a field
+# out (the descriptions of workload.slo below quote them; slo_policy() fills them in).  Regressions
+# are fractions of the baseline: 0.10 = at most 10% worse.
+SLO_DEFAULTS = {
+    "bound_by": "tpot",
+    "policy": "slo",
+    "ttft_max_regression": 0.10,
+    "tpot_max_regression": 0.0,
+    "e2e_max_regression": 0.10,
+    "throughput_max_regression": 0.0,
+}
+_SLO_METRICS = ("tpot", "ttft", "e2e", "throughput")
+_MAX_REGRESSION = 10
 
 
 def _s(description, **schema):
@@ -173,6 +190,95 @@ def _artifact(role):
                 "tokenizer.json). "
                 "Draft and %s must name the same tokenizer." % other,
                 type="string",
+            ),
+        },
+    )
+
+
+def _regression(metric, meaning):
+    return _s(
+        "Fraction by which the speculative side's %s may be worse than the baseline's and the verdict "
+        "still keeps speculative decoding (0.10 = 10%% worse; 0 = not worse beyond the measurement "
+        "noise).  0..%d.  Default %g." % (meaning, _MAX_REGRESSION, SLO_DEFAULTS[metric + "_max_regression"]),
+        type="number",
+        minimum=0,
+        maximum=_MAX_REGRESSION,
+    )
+
+
+def _workload():
+    """Schema of specpilot_workload: the conditions the service meets in production."""
+    p99 = {
+        "ttft": "time to first token",
+        "tpot": "time per output token",
+        "e2e": "end-to-end request latency",
+    }
+    return _s(
+        "The conditions the service meets in production, which the benchmark measures at and judges by: "
+        "the sampling temperature, the load (qps or concurrency) and the service-level objectives.  "
+        "Not the benchmark's prompt set (specpilot_benchmark_workload).  Absent: the benchmark role's "
+        "own settings and its default verdict.",
+        type="object",
+        additionalProperties=False,
+        properties={
+            "temperature": _s(
+                "Sampling temperature of production requests (0..2; 0 = greedy).  Acceptance of "
+                "drafted tokens, and so the speedup, falls as it rises: the benchmark should measure "
+                "at this temperature.",
+                type="number",
+                minimum=0,
+                maximum=2,
+            ),
+            "qps": _s(
+                "Request rate served in production (requests per second, > 0).  The benchmark's "
+                "target level (specpilot_benchmark_target_qps).  Optional; may be given with "
+                "concurrency.",
+                type="number",
+                exclusiveMinimum=0,
+            ),
+            "concurrency": _s(
+                "Requests in flight in production (>= 1), for closed-loop clients.  The benchmark's "
+                "target concurrency (specpilot_benchmark_target_concurrency).  Optional.",
+                type="integer",
+                minimum=1,
+            ),
+            "slo": _s(
+                "What the keep-or-rollback verdict judges by (the benchmark role passes it on as "
+                "specpilot_benchmark_slo).  Absent fields take their defaults.",
+                type="object",
+                additionalProperties=False,
+                properties={
+                    "bound_by": _s(
+                        "The metric the service is bound by, which speculative decoding must improve: "
+                        "tpot (time per output token: streaming, interactive), ttft (time to first "
+                        "token), e2e (end-to-end request latency) or throughput (output tokens per "
+                        "second: batch).  Default %s." % SLO_DEFAULTS["bound_by"],
+                        type="string",
+                        enum=list(_SLO_METRICS),
+                    ),
+                    "policy": _s(
+                        "slo: keep speculative decoding when the bound_by metric improves and every "
+                        "other metric stays within its *_max_regression and p99_ms; strict: keep it "
+                        "only when TTFT, TPOT and throughput all improve (the rule before "
+                        "workload.slo).  Default %s." % SLO_DEFAULTS["policy"],
+                        type="string",
+                        enum=["slo", "strict"],
+                    ),
+                    "ttft_max_regression": _regression("ttft", "time to first token"),
+                    "tpot_max_regression": _regression("tpot", "time per output token"),
+                    "e2e_max_regression": _regression("e2e", "end-to-end request latency"),
+                    "throughput_max_regression": _regression("throughput", "output throughput"),
+                    "p99_ms": _s(
+                        "Absolute p99 limits in milliseconds at the target level: the speculative "
+                        "side must stay under each one given.  Optional; none by default.",
+                        type="object",
+                        additionalProperties=False,
+                        properties={
+                            key: _s("p99 %s limit in ms (> 0)." % meaning, type="number", exclusiveMinimum=0)
+                            for key, meaning in p99.items()
+                        },
+                    ),
+                },
             ),
         },
     )
@@ -501,6 +607,7 @@ SERVICE_SCHEMA = {
             type="array",
             items={"type": "string"},
         ),
+        "workload": _workload(),
         "smoke": _s(
             "Smoke test settings (used by the smoke role).",
             type="object",
@@ -626,6 +733,17 @@ def normalise(spec):
     if spec.get("speculative") == {}:
         spec["speculative"] = {}
     return spec
+
+
+def slo_policy(slo=None):
+    """The verdict policy of a spec's ``workload.slo`` (a dict or None), with SLO_DEFAULTS filled in.
+
+    ``p99_ms`` is kept only when given (a dict of ttft/tpot/e2e limits in milliseconds).
+    """
+    policy = dict(SLO_DEFAULTS)
+    for key, value in (slo or {}).items():
+        policy[key] = copy.deepcopy(value)
+    return policy
 
 
 def spec_digest(spec):
