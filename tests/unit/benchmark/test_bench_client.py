@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import statistics
 import subprocess
 import sys
 import urllib.request
 
 import pytest
-from bench_helpers import ROOT, WORKLOADS, StreamServer
+from bench_helpers import ROOT, WORKLOADS, StreamServer, run_tasks
 
 from ansible_collections.specpilot.core.plugins.module_utils import bench_analysis as ba
 from ansible_collections.specpilot.core.plugins.module_utils import bench_client as bc
+from ansible_collections.specpilot.core.plugins.modules import vllm_load
 
 CLIENT = ROOT / "collections/ansible_collections/specpilot/core/plugins/module_utils/bench_client.py"
 SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
@@ -30,6 +33,10 @@ def server(tmp_path):
     yield start
     for s in servers:
         s.close()
+
+
+def sha(text):
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def metric(url, name):
@@ -294,6 +301,12 @@ def test_script_mode_prints_the_result_between_markers(server, tmp_path):
     doc = bc.extract_job_output(log)
     assert [r["level"]["key"] for r in doc["runs"]] == ["qps=40", "qps=inf,c=2"]
     assert all(q["ok"] for r in doc["runs"] for q in r["requests"])
+    # the output-equivalence and client-CPU facts travel in the Job's result too
+    assert all(q["text_sha256"] == sha(" tok" * 4) for r in doc["runs"] for q in r["requests"])
+    assert all(q["text_head"] == " tok" * 4 for r in doc["runs"] for q in r["requests"])
+    for r in doc["runs"]:
+        assert r["client_cpu_s"] >= 0
+        assert r["client_cpu_share"] == pytest.approx(r["client_cpu_s"] / r["duration_s"])
     assert "[specpilot-bench] baseline qps=40: 4/4 done" in proc.stderr
     with pytest.raises(bc.RunConfigError):
         bc.extract_job_output("no markers here")
@@ -307,3 +320,207 @@ def test_script_mode_prints_the_result_between_markers(server, tmp_path):
         check=False,
     )
     assert proc.returncode == 2 and "base_url is required" in proc.stderr
+
+
+# ------------------------------------------------------------------ output text and client CPU
+
+
+@pytest.mark.parametrize(
+    "api,args",
+    [
+        ("completions", ("--step-ms", "1", "--speculative-config", SPEC)),  # 3.4 tokens per chunk
+        ("chat", ("--step-ms", "1", "--tokens-per-step", "2")),
+        ("completions", ("--ignore-stream",)),  # one JSON body: choices[0].text
+        ("chat", ("--ignore-stream",)),  # one JSON body: choices[0].message.content
+    ],
+)
+def test_requests_record_the_hash_and_head_of_their_whole_output(server, api, args):
+    """text_sha256 hashes the whole output in order (every chunk), text_head keeps 80 characters."""
+    s = server(*args)
+    res = bc.run_one(
+        {
+            "base_url": s.url,
+            "api": api,
+            "prompts": ["a", "b"],
+            "runs_per_prompt": 2,
+            "warmup_requests": 1,
+            "concurrency": 2,
+            "sampling": {"max_tokens": 30},
+            "progress_interval": 0,
+        }
+    )
+    expected = " tok" * 30  # what the fake server generates: 120 characters
+    reqs = res["requests"]
+    assert len(reqs) == 4 and all(r["ok"] for r in reqs)
+    for r in reqs:
+        assert r["text_sha256"] == sha(expected)
+        assert r["text_head"] == expected[:80] and len(r["text_head"]) == 80
+    if "--ignore-stream" not in args:
+        assert all(r["chunks"] > 1 for r in reqs)
+
+
+def test_chunk_text_of_every_kind_is_hashed():
+    assert bc._chunk_output({"text": "ab", "finish_reason": None}, "completions") == (True, None, None, "ab")
+    assert bc._chunk_output({"text": None}, "completions")[::3] == (False, "")
+    assert bc._chunk_output({"delta": {"reasoning_content": "think"}}, "chat")[3] == "think"
+    assert bc._chunk_output({"delta": {"reasoning": "r"}}, "chat")[3] == "r"
+    assert bc._chunk_output({"delta": {"role": "assistant"}}, "chat")[::3] == (False, "")
+    msg = {"message": {"role": "assistant", "reasoning_content": "why. ", "content": "answer"}}
+    assert bc._reply_text(msg, "chat") == "why. answer"
+    assert bc._reply_text({"message": {"content": None}}, "chat") == ""
+    assert bc._reply_text({"text": "x"}, "completions") == "x"
+
+
+def test_failed_requests_carry_no_text_fields(server):
+    s = server()
+    res = bc.run_one(
+        {
+            "base_url": s.url + "/nope",
+            "prompts": ["a"],
+            "runs_per_prompt": 1,
+            "warmup_requests": 0,
+            "concurrency": 1,
+            "progress_interval": 0,
+            "scrape_metrics": False,
+        }
+    )
+    r = res["requests"][0]
+    assert not r["ok"] and "text_sha256" not in r and "text_head" not in r
+
+
+def test_run_records_the_client_cpu_time_of_the_timed_window(server, monkeypatch):
+    s = server("--step-ms", "20")
+    cpu = iter([100.0, 101.5])  # process_time is read once before and once after the timed window
+    monkeypatch.setattr(bc.time, "process_time", lambda: next(cpu))
+    res = bc.run_one(
+        {
+            "base_url": s.url,
+            "prompts": ["a"],
+            "runs_per_prompt": 2,
+            "warmup_requests": 1,
+            "concurrency": 1,
+            "sampling": {"max_tokens": 3},
+            "progress_interval": 0,
+        }
+    )
+    assert res["duration_s"] >= 0.08  # 2 requests x 2 steps of 20 ms
+    assert res["client_cpu_s"] == pytest.approx(1.5)
+    assert res["client_cpu_share"] == pytest.approx(1.5 / res["duration_s"])
+    monkeypatch.undo()
+    res = bc.run_one(
+        {
+            "base_url": s.url,
+            "prompts": ["a"],
+            "runs_per_prompt": 1,
+            "warmup_requests": 0,
+            "concurrency": 1,
+            "sampling": {"max_tokens": 3},
+            "progress_interval": 0,
+        }
+    )
+    assert 0 <= res["client_cpu_s"] <= res["duration_s"] * (os.cpu_count() or 1) + 0.05
+
+
+def test_vllm_load_finish_carries_cpu_tag_and_request_fields():
+    raw = {
+        "level": {"qps": None, "concurrency": 2, "key": "qps=inf,c=2"},
+        "label": "x",
+        "duration_s": 2.0,
+        "client_cpu_s": 0.5,
+        "client_cpu_share": 0.25,
+        "config": {"model": "tiny"},
+        "requests": [
+            {
+                "index": 0,
+                "prompt_id": "p0",
+                "run": 0,
+                "ok": True,
+                "error": None,
+                "ttft_s": 0.01,
+                "e2e_s": 0.1,
+                "itl_s": [0.01],
+                "tpot_s": 0.01,
+                "output_tokens": 10,
+                "token_source": "usage",
+                "queue_s": 0.0,
+                "text_sha256": sha("hi"),
+                "text_head": "hi",
+            }
+        ],
+    }
+    tag = {"sweep": "temperature", "temperature": 0.4}
+    p = {"side": "speculative", "return_requests": True, "tag": tag}
+    (run,) = vllm_load._finish([raw], p)
+    assert run["client_cpu_s"] == 0.5 and run["client_cpu_share"] == 0.25
+    assert run["tag"] == tag
+    assert run["requests"][0]["text_sha256"] == sha("hi") and run["requests"][0]["text_head"] == "hi"
+    (run,) = vllm_load._finish([dict(raw, client_cpu_s=None, client_cpu_share=None)], dict(p, tag=None))
+    assert run["tag"] is None and run["client_cpu_share"] is None and "requests" in run
+
+
+def test_vllm_load_module_returns_tag_cpu_and_text_fields(server, tmp_path):
+    """Through ansible-playbook: the tag option is accepted and copied into every run, from the
+    controller and from a Job's output alike; return_requests keeps the text fields."""
+    s = server("--step-ms", "1")
+    tag = {"sweep": "temperature", "temperature": 0.4}
+    job_run = bc.run_one(
+        {
+            "base_url": s.url,
+            "prompts": ["a"],
+            "runs_per_prompt": 1,
+            "warmup_requests": 0,
+            "concurrency": 1,
+            "sampling": {"max_tokens": 5},
+            "progress_interval": 0,
+        }
+    )
+    job_log = "progress\n%s\n%s\n%s\n" % (
+        bc.BEGIN_MARKER,
+        json.dumps({"format": 1, "runs": [job_run]}),
+        bc.END_MARKER,
+    )
+    results, _log = run_tasks(
+        tmp_path,
+        [
+            {
+                "specpilot.core.vllm_load": {
+                    "url": s.url,
+                    "prompts": ["a", "b"],
+                    "runs_per_prompt": 1,
+                    "warmup_requests": 1,
+                    "levels": [{"qps": None, "concurrency": 2}, {"concurrency": 1}],
+                    "temperature": 0.4,
+                    "max_tokens": 6,
+                    "side": "speculative",
+                    "tag": tag,
+                    "return_requests": True,
+                    "output_path": str(tmp_path / "sweep-0.json"),
+                }
+            },
+            {"specpilot.core.vllm_load": {"job_output": job_log, "side": "baseline", "tag": {"n": 1}}},
+        ],
+    )
+    ctl, job = results
+    assert not ctl.get("failed") and not job.get("failed"), (ctl, job)
+    assert [r["tag"] for r in ctl["runs"]] == [tag, tag]
+    for r in ctl["runs"]:
+        assert r["config"]["sampling"]["temperature"] == 0.4
+        assert r["client_cpu_s"] >= 0
+        assert r["client_cpu_share"] == pytest.approx(r["client_cpu_s"] / r["duration_s"])
+        assert [q["text_sha256"] for q in r["requests"]] == [sha(" tok" * 6)] * 2
+        assert [q["text_head"] for q in r["requests"]] == [" tok" * 6] * 2
+    assert json.loads((tmp_path / "sweep-0.json").read_text())["tag"] == tag
+    (jr,) = job["runs"]
+    assert jr["tag"] == {"n": 1} and jr["client_cpu_s"] == job_run["client_cpu_s"]
+    assert jr["client_cpu_share"] == job_run["client_cpu_share"]
+    assert "requests" not in jr  # without return_requests
+
+
+def test_output_text_keeps_the_hash_of_everything_and_80_characters():
+    out = bc._OutputText()
+    pieces = ["é" * 50, "", None, "x" * 50, "tail"]
+    for piece in pieces:
+        out.add(piece)
+    whole = "é" * 50 + "x" * 50 + "tail"
+    assert out.fields() == {"text_sha256": sha(whole), "text_head": whole[:80]}
+    assert bc._OutputText().fields() == {"text_sha256": sha(""), "text_head": ""}

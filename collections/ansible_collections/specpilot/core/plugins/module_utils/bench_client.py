@@ -23,7 +23,15 @@ times, after ``warmup_requests`` discarded sequential warm-ups, at a fixed reque
 * ``output_tokens``: ``usage.completion_tokens`` of the final usage chunk, else the number of
   logprob tokens, else the number of output chunks (``token_source`` says which);
 * ``tpot_s``: ``(e2e - ttft) / (output_tokens - 1)`` (vLLM's definition);
-* ``queue_s``: how long a request waited for a concurrency slot after its arrival time.
+* ``queue_s``: how long a request waited for a concurrency slot after its arrival time;
+* ``text_sha256`` and ``text_head``: the SHA-256 (hex) of the whole output text and its first
+  80 characters (``choices[0].text`` of completions, ``delta.content`` - or a reasoning
+  field - of chat chunks, concatenated in order), so that the outputs of two servers can be
+  compared (same prompt, temperature 0) without keeping the texts.
+
+A run also records ``client_cpu_s``, the CPU time this process used during the timed window
+(the one ``duration_s`` measures), and ``client_cpu_share`` (``client_cpu_s / duration_s``):
+near 1 means the client was CPU-bound, and its latencies include its own queueing.
 
 The run also reads ``/version`` and ``/v1/models`` once, and the raw ``/metrics`` page right
 after the warm-ups and right after the last request, so that counter deltas (acceptance)
@@ -34,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import math
 import random
@@ -68,6 +77,7 @@ __all__ = [
 BEGIN_MARKER = "SPECPILOT-BENCH-RESULT-BEGIN"
 END_MARKER = "SPECPILOT-BENCH-RESULT-END"
 RESULT_FORMAT = 1
+TEXT_HEAD_CHARS = 80
 
 DEFAULTS = {
     "api": "completions",
@@ -276,7 +286,7 @@ def build_payload(cfg, prompt):
 
 
 def _chunk_output(choice, api):
-    """(carries output, tokens by logprobs or None, finish_reason) for one streamed choice."""
+    """(carries output, tokens by logprobs or None, finish_reason, text) for one streamed choice."""
     if api == "chat":
         delta = choice.get("delta") or {}
         text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
@@ -284,12 +294,41 @@ def _chunk_output(choice, api):
         lp = choice.get("logprobs")
         ntok = len(lp["content"]) if isinstance(lp, dict) and isinstance(lp.get("content"), list) else None
     else:
-        has = choice.get("text") is not None
+        text = choice.get("text")
+        has = text is not None
         lp = choice.get("logprobs")
         ntok = len(lp["tokens"]) if isinstance(lp, dict) and isinstance(lp.get("tokens"), list) else None
     if ntok:
         has = True
-    return has, ntok, choice.get("finish_reason")
+    return has, ntok, choice.get("finish_reason"), text if isinstance(text, str) else ""
+
+
+def _reply_text(choice, api):
+    """The output text of a whole (non-streamed) reply's choice; a chat message's reasoning
+    comes first, as it streams first."""
+    if api == "chat":
+        msg = choice.get("message") or {}
+        parts = (msg.get("reasoning_content") or msg.get("reasoning"), msg.get("content"))
+    else:
+        parts = (choice.get("text"),)
+    return "".join(p for p in parts if isinstance(p, str))
+
+
+class _OutputText:
+    """The SHA-256 and the first TEXT_HEAD_CHARS characters of an output text given in pieces."""
+
+    def __init__(self):
+        self.digest = hashlib.sha256()
+        self.head = ""
+
+    def add(self, text):
+        if text:
+            self.digest.update(text.encode("utf-8"))
+            if len(self.head) < TEXT_HEAD_CHARS:
+                self.head = (self.head + text)[:TEXT_HEAD_CHARS]
+
+    def fields(self):
+        return {"text_sha256": self.digest.hexdigest(), "text_head": self.head}
 
 
 async def _one_request(session, url, payload, headers, api, record, clock=time.perf_counter):
@@ -302,6 +341,7 @@ async def _one_request(session, url, payload, headers, api, record, clock=time.p
     lp_seen = True
     usage = None
     finish = None
+    output = _OutputText()
     start = clock()
     record["sent"] = start
     try:
@@ -320,6 +360,7 @@ async def _one_request(session, url, payload, headers, api, record, clock=time.p
                 last = now
                 choice = (data.get("choices") or [{}])[0]
                 finish = choice.get("finish_reason")
+                output.add(_reply_text(choice, api))
                 usage = data.get("usage")
                 chunks = 1
                 lp_seen = False
@@ -340,9 +381,10 @@ async def _one_request(session, url, payload, headers, api, record, clock=time.p
                         return
                     choices = obj.get("choices")
                     if choices:
-                        has, ntok, fr = _chunk_output(choices[0], api)
+                        has, ntok, fr, text = _chunk_output(choices[0], api)
                         if fr:
                             finish = fr
+                        output.add(text)
                         if has:
                             now = clock()
                             if ttft is None:
@@ -376,6 +418,7 @@ async def _one_request(session, url, payload, headers, api, record, clock=time.p
     record["itl_s"] = itl
     record["chunks"] = chunks
     record["finish_reason"] = finish
+    record.update(output.fields())
     if usage is not None:
         record["output_tokens"] = int(usage["completion_tokens"])
         record["prompt_tokens"] = usage.get("prompt_tokens")
@@ -488,6 +531,7 @@ async def _run(cfg, session, progress=None):
     state = {"done": 0, "failed": 0, "in_flight": 0}
     progress = progress or _stderr_progress
     t0 = time.perf_counter()
+    cpu0 = time.process_time()
     result["started_at"] = time.time()
 
     async def fire(rec, payload):
@@ -537,7 +581,12 @@ async def _run(cfg, session, progress=None):
         for t in tasks:
             t.cancel()
     t_end = time.perf_counter()
+    cpu_end = time.process_time()
     result["duration_s"] = t_end - t0
+    result["client_cpu_s"] = cpu_end - cpu0
+    result["client_cpu_share"] = (
+        result["client_cpu_s"] / result["duration_s"] if result["duration_s"] > 0 else None
+    )
     await _scrape(session, cfg, headers, result, "metrics_after")
     progress(dict(state, label=label, total=len(order), elapsed=result["duration_s"]))
     result["requests"] = [_clean_record(r, t0) for r in records]

@@ -26,7 +26,10 @@ description:
   - Every request streams (C(stream=true), C(stream_options.include_usage=true)) and records time
     to first token, the gaps between streamed chunks (inter-token latency), time per output token
     (C((e2e - ttft) / (tokens - 1))), end-to-end latency and output tokens (from the usage chunk,
-    else logprobs, else one per chunk).
+    else logprobs, else one per chunk), and the SHA-256 and first 80 characters of its output text
+    (to compare the outputs of two servers without keeping the texts).
+  - Each level also records the CPU time the load generator used while it ran, so that a client
+    that was CPU-bound (its own queueing in the latencies) can be told apart.
   - Reads the engine's C(/version) and C(/v1/models) once, and C(/metrics) right after the warm-ups
     and right after the last request of each level; the speculative-decoding counter deltas
     between the two scrapes (parsed by the same code as M(specpilot.core.vllm_metrics_facts)) give
@@ -153,6 +156,11 @@ options:
     description:
       - Prefix of the progress lines.
     type: str
+  tag:
+    description:
+      - "Any mapping, copied unchanged into every returned run as RV(runs[].tag) (and into the
+        O(output_path) file), e.g. C({sweep: temperature, temperature: 0.4}) to mark the runs of a sweep."
+    type: dict
   progress_file:
     description:
       - Append a progress line every O(progress_interval) seconds to this file (C(tail -f) it
@@ -230,6 +238,22 @@ EXAMPLES = r"""
     request_params:
       top_p: 1.0
 
+- name: One run of a temperature sweep, marked as such, with every request (text hashes included)
+  specpilot.core.vllm_load:
+    url: "{{ isvc.status.url }}"
+    workload: "{{ role_path }}/files/workloads/code-edit.jsonl"
+    side: speculative
+    levels:
+      - concurrency: 2
+    runs_per_prompt: 1
+    warmup_requests: 1
+    temperature: 0.4
+    tag:
+      sweep: temperature
+      temperature: 0.4
+    return_requests: true
+  register: sweep_run
+
 - name: Analyse what the in-cluster Job printed
   specpilot.core.vllm_load:
     job_output: "{{ job_log.log }}"
@@ -268,6 +292,19 @@ runs:
     duration_s:
       description: Wall time from the first timed request to the last response.
       type: float
+    client_cpu_s:
+      description:
+        - CPU time (user + system, Python's C(time.process_time)) the load generator used over the window of
+          RV(runs[].duration_s). Null for O(vllm_bench_output).
+      type: float
+    client_cpu_share:
+      description:
+        - RV(runs[].client_cpu_s) / RV(runs[].duration_s). Near 1, the client was CPU-bound and its
+          latencies include its own delays. Null without a duration or for O(vllm_bench_output).
+      type: float
+    tag:
+      description: O(tag) as given; null without it.
+      type: dict
     summary:
       description:
         - Statistics of the timed requests - C(requests), C(ok), C(failed), C(error_rate), C(errors),
@@ -287,7 +324,12 @@ runs:
       description: The run configuration without headers and prompt texts.
       type: dict
     requests:
-      description: Every request record (with O(return_requests)).
+      description:
+        - Every request record (with O(return_requests)) - C(index), C(prompt_id), C(run), C(ok), C(error),
+          C(status), C(arrival_s), C(start_s), C(queue_s), and for a successful request C(ttft_s),
+          C(e2e_s), C(itl_s), C(tpot_s), C(chunks), C(finish_reason), C(output_tokens), C(prompt_tokens),
+          C(token_source), C(text_sha256) (hex SHA-256 of the whole UTF-8 output text, streamed pieces
+          concatenated in order) and C(text_head) (its first 80 characters).
       type: list
       elements: dict
     metrics_errors:
@@ -397,10 +439,13 @@ def _finish(raw, p):
             "warmup": r.get("warmup"),
             "started_at": r.get("started_at"),
             "duration_s": r.get("duration_s"),
+            "client_cpu_s": r.get("client_cpu_s"),
+            "client_cpu_share": r.get("client_cpu_share"),
             "summary": summarise_run(r),
             "acceptance": acceptance,
             "config": r.get("config"),
             "metrics_errors": r.get("metrics_errors") or [],
+            "tag": p["tag"],
         }
         if p["return_requests"]:
             run["requests"] = r.get("requests")
@@ -441,10 +486,13 @@ def _vllm_bench_run(module, p):
         "warmup": None,
         "started_at": None,
         "duration_s": flat.get("duration"),
+        "client_cpu_s": None,
+        "client_cpu_share": None,
         "summary": vllm_bench.summarise(flat, level),
         "acceptance": vllm_bench.acceptance_from_flat(flat),
         "config": {"client": vllm_bench.CLIENT},
         "metrics_errors": [],
+        "tag": p["tag"],
     }
 
 
@@ -473,6 +521,7 @@ def main():
             scrape_metrics=dict(type="bool", default=True),
             side=dict(type="str"),
             label=dict(type="str"),
+            tag=dict(type="dict"),
             progress_file=dict(type="path"),
             progress_interval=dict(type="float", default=10),
             output_path=dict(type="path"),
@@ -524,7 +573,7 @@ def main():
     if p["output_path"]:
         try:
             with open(p["output_path"], "w") as fh:
-                json.dump({"format": 1, "side": p["side"], "runs": raw}, fh)
+                json.dump({"format": 1, "side": p["side"], "tag": p["tag"], "runs": raw}, fh)
         except (IOError, OSError) as exc:
             module.fail_json(msg="cannot write %s: %s" % (p["output_path"], exc))
         result["output_path"] = p["output_path"]
