@@ -10,7 +10,9 @@ predictor byte-for-byte; check mode writes nothing; a missing service fails clea
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -20,8 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
 from deploy_helpers import (
     DRAFT,
     NGRAM,
+    ROOT,
+    VENV_BIN,
     FakeKServe,
     Run,
+    ansible_env,
     create_namespace,
     get,
     run_deploy,
@@ -358,3 +363,51 @@ def test_option_b_repoints_to_the_modelcar_without_the_draft_in_the_same_apply(e
         assert again.recap()["svc"]["changed"] == 0, again.changed_tasks()
         assert emulator.control.writes(since=mark) == []
         assert "nothing to reclaim" in again.out
+
+
+# ------------------------------------------------------------------ reports in one place (issue 14)
+def _checkout_changes() -> set[str]:
+    """The paths git status names in the checkout (untracked files one by one), less the report root and the
+    lab's state. Paths, not status lines: a file someone was already editing may change its status meanwhile."""
+    out = subprocess.run(
+        ["git", "--no-optional-locks", "status", "--porcelain", "-z", "--untracked-files=all", "--no-renames"],
+        cwd=ROOT, capture_output=True, text=True, check=True, timeout=120,
+    ).stdout
+    return {e[3:] for e in out.split("\0") if e[3:] and not e[3:].startswith((".reports/", ".lab/"))}
+
+
+def _run_from(cwd: Path, emu, tmp: Path, inv: Path, playbook: str, *args: str) -> subprocess.CompletedProcess:
+    """ansible-playbook started from ``cwd`` (its shell's PWD too), no report directory given."""
+    env = dict(ansible_env(emu, tmp), PWD=str(cwd))
+    cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(inv), str(ROOT / playbook), *args]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_default_reports_go_to_the_project_root_and_the_checkout_stays_clean(emulator, tmp_path):
+    """Deploy and rollback with no report directory given, started from playbooks/ (as the two run outputs once
+    committed under playbooks/.reports were): the rollback report lands in <project root>/.reports/rollback/, and
+    nothing else appears or changes in the checkout. Other people's uncommitted edits may be in the tree, so the
+    paths git status names are compared with a snapshot taken just before the runs, not with emptiness (a file that
+    someone else starts editing during the runs would show here too: the message names it)."""
+    if subprocess.run(["git", "rev-parse"], cwd=ROOT, capture_output=True, check=False).returncode:
+        pytest.skip("not a git checkout")
+    ns, name = "rb-root", "rbroot%d" % os.getpid()  # a service name no real report uses
+    reports = ROOT / ".reports" / "rollback"
+    before = _checkout_changes()
+    create_namespace(emulator, ns)
+    inv = write_inventory(tmp_path / "inv", ns, {name: {"specpilot_speculative": NGRAM}}, GROUP)
+    try:
+        with FakeKServe(emulator, ns):
+            for playbook in ("playbooks/deploy.yml", "playbooks/rollback.yml"):
+                run = _run_from(ROOT / "playbooks", emulator, tmp_path, inv, playbook)
+                assert run.returncode == 0, playbook + "\n" + run.stdout[-6000:] + run.stderr[-2000:]
+        assert "%s: off, rolled back, ready" % name in run.stdout, run.stdout[-3000:]
+        report = json.loads((reports / f"{name}.json").read_text())
+        assert report["changed"] and report["after"]["speculative"] == []
+        assert (reports / f"{name}.md").is_file()
+        assert not (ROOT / "playbooks" / ".reports").exists()
+        new = sorted(_checkout_changes() - before)
+        assert new == [], "the runs left these in the checkout (or someone edited them meanwhile): %s" % new
+    finally:
+        for ext in ("json", "md"):
+            (reports / f"{name}.{ext}").unlink(missing_ok=True)
