@@ -10,6 +10,7 @@ of both sides at both levels, acceptance figures, the plots and a verdict with i
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -113,13 +114,19 @@ def test_benchmark_ngram_on_vs_off_in_the_lab(shared_engine, tmp_path):
         ],
     )
     assert not report.get("failed"), report
-    print(
-        "\n[benchmark] %s at %s: %s"
-        % (report["verdict"], report["target"]["level"]["key"], report["reasons"])
-    )
+    print("\n[benchmark] %s" % report["summary"])
+    record = os.environ.get("SPECPILOT_RECORD_BENCH")
+    if record:  # how tests/data/bench/*.json were captured (the verdict's unit tests replay them)
+        Path(record).write_text(json.dumps(base_res["runs"] + spec_res["runs"], indent=1, sort_keys=True))
 
-    assert report["verdict"] in ("keep", "rollback")
+    # a real engine on a shared 2-core machine: any decision may be right, but it is one of the four,
+    # it has reasons at the target level, and every level says whether it was valid and why not
+    assert report["decision"] == report["verdict"]["decision"]
+    assert report["decision"] in ("keep", "rollback", "inconclusive", "invalid")
     assert report["reasons"] and all(r.startswith("at qps=4: ") for r in report["reasons"])
+    for lv in report["levels"]:
+        assert lv["valid"] == (not lv["invalid_reasons"]) and lv["decision"] in report["per_level"].values()
+        assert lv["ratios"]["tpot"]["value"] is not None
     assert set(report["per_level"]) == {"qps=1", "qps=4"}
     assert report["context_missing"] == []
     ctx = report["context"]

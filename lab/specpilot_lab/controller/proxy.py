@@ -45,6 +45,11 @@ class ServiceProxy:
             conn.close()
             return
         up.settimeout(None)
+        # no Nagle: a Service forwards each streamed chunk as it comes (kube-proxy does not buffer);
+        # with Nagle a chunk written while the last is unacknowledged waits for the client's delayed
+        # ACK (40 ms), so a token stream arrived in bursts and the benchmark flagged it invalid
+        for s in (conn, up):
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         t = threading.Thread(target=_pipe, args=(up, conn), daemon=True)
         t.start()
         _pipe(conn, up)

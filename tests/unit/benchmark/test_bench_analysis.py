@@ -10,7 +10,6 @@ from bench_helpers import ACCEPT, metrics_page, requests_for, run
 
 from ansible_collections.specpilot.core.plugins.module_utils import bench_analysis as ba
 
-
 # ------------------------------------------------------------------ statistics
 
 
@@ -48,6 +47,7 @@ def test_stats_and_summary_of_requests():
 
 
 # ------------------------------------------------------------------ the verdict
+# (the decision rules themselves: tests/unit/benchmark/test_bench_verdict.py)
 
 
 def levels_low_good_high_bad():
@@ -62,28 +62,33 @@ def levels_low_good_high_bad():
 
 def test_improves_at_low_qps_regresses_at_high_qps_rollback_at_high_target():
     res = ba.analyse(levels_low_good_high_bad(), target={"qps": 16})
-    assert res["verdict"] == "rollback"
+    assert res["decision"] == "rollback" and res["verdict"]["decision"] == "rollback"
     assert res["per_level"] == {"qps=1": "keep", "qps=16": "rollback"}
-    assert res["target"]["level"]["key"] == "qps=16"
+    assert res["target"]["level"]["key"] == "qps=16" == res["verdict"]["level"]["key"]
     text = " ".join(res["reasons"])
-    assert "at qps=16" in text and "TTFT does not improve" in text and "TPOT does not improve" in text
-    assert "rollback" in res["recommendation"]
+    assert "at qps=16" in text and "TPOT is worse than baseline beyond the noise" in text
+    assert "TTFT +110%, beyond the 10% allowance" in text
+    assert "rollback" in res["action"]
     assert any("helps at qps=1 and hurts at qps=16" in n for n in res["notes"])
 
 
 def test_improves_at_low_qps_keep_at_low_target():
     res = ba.analyse(levels_low_good_high_bad(), target={"qps": 1})
-    assert res["verdict"] == "keep"
+    assert res["decision"] == "keep"
     assert res["target"]["level"]["key"] == "qps=1"
-    assert len(res["reasons"]) == 3 and all("improves" in r for r in res["reasons"])
-    low = res["levels"][0]["comparison"]
-    assert low["speedups"]["tpot"] == pytest.approx(20 / 11, rel=0.02)
-    assert low["speedups"]["ttft"] == pytest.approx(52 / 48, rel=0.02)
+    assert res["reasons"][0].startswith("at qps=1: TPOT 1.82x faster (95% CI")
+    low = res["levels"][0]
+    assert low["valid"] is True and low["invalid_reasons"] == []
+    assert low["comparison"]["speedups"]["tpot"] == pytest.approx(20 / 11, rel=0.02)
+    assert low["comparison"]["speedups"]["ttft"] == pytest.approx(52 / 48, rel=0.02)
+    assert low["ratios"]["tpot"]["value"] == pytest.approx(20 / 11, rel=0.02)
+    lo, hi = low["ratios"]["tpot"]["ci95"]
+    assert 1.0 < lo <= 20 / 11 <= hi
 
 
 def test_no_target_uses_the_highest_level_and_says_so():
     res = ba.analyse(levels_low_good_high_bad())
-    assert res["verdict"] == "rollback"
+    assert res["decision"] == "rollback"
     assert any("no target level given" in n for n in res["notes"])
 
 
@@ -92,45 +97,64 @@ def test_unmeasured_target_uses_the_next_level_above():
     assert res["target"]["level"]["key"] == "qps=16"
     assert any("target qps=4 was not measured; the verdict uses qps=16" in n for n in res["notes"])
     res = ba.analyse(levels_low_good_high_bad(), target={"qps": 0.5})
-    assert res["target"]["level"]["key"] == "qps=1" and res["verdict"] == "keep"
+    assert res["target"]["level"]["key"] == "qps=1" and res["decision"] == "keep"
     res = ba.analyse(levels_low_good_high_bad(), target={"qps": 100})
     assert res["target"]["level"]["key"] == "qps=16"
 
 
-def test_all_three_must_improve_ttft_tie_is_not_an_improvement():
-    runs = [run("baseline", 2, ttft_ms=50, tpot_ms=20), run("speculative", 2, ttft_ms=50, tpot_ms=10)]
-    res = ba.analyse(runs, target={"qps": 2})
-    assert res["verdict"] == "rollback"
-    assert any("TTFT does not improve" in r for r in res["reasons"])
+def test_strict_policy_needs_all_three_ttft_tie_is_not_an_improvement():
+    runs = [
+        run("baseline", 2, ttft_ms=50, tpot_ms=20),
+        run("speculative", 2, ttft_ms=50, tpot_ms=10, acceptance=ACCEPT),
+    ]
+    # the SLO policy (bound by TPOT): an unchanged TTFT is fine
+    assert ba.analyse(runs, target={"qps": 2})["decision"] == "keep"
+    res = ba.analyse(runs, target={"qps": 2}, policy={"policy": "strict"})
+    assert res["decision"] == "rollback"
+    assert any("TTFT 1.00x" in r and "does not improve" in r for r in res["reasons"])
     # a tolerance makes TTFT noise acceptable
-    res = ba.analyse(runs, target={"qps": 2}, thresholds={"ttft_min_gain": -0.05})
-    assert res["verdict"] == "keep"
+    res = ba.analyse(
+        runs, target={"qps": 2}, thresholds={"ttft_min_gain": -0.05}, policy={"policy": "strict"}
+    )
+    assert res["decision"] == "keep"
 
 
 def test_min_gain_thresholds_are_applied():
-    runs = [run("baseline", 2, ttft_ms=50, tpot_ms=20), run("speculative", 2, ttft_ms=45, tpot_ms=18)]
-    assert ba.analyse(runs, target={"qps": 2})["verdict"] == "keep"  # 1.11x
-    res = ba.analyse(runs, target={"qps": 2}, thresholds={"tpot_min_gain": 0.2, "throughput_min_gain": 0.2})
-    assert res["verdict"] == "rollback"
-    assert any("TPOT does not improve" in r and "needs > 1.20x" in r for r in res["reasons"])
-
-
-def test_speculative_failures_mean_rollback_and_empty_side_is_inconclusive():
     runs = [
         run("baseline", 2, ttft_ms=50, tpot_ms=20),
-        run("speculative", 2, ttft_ms=40, tpot_ms=10, failed=3),
+        run("speculative", 2, ttft_ms=45, tpot_ms=18, acceptance=ACCEPT),
+    ]
+    assert ba.analyse(runs, target={"qps": 2})["decision"] == "keep"  # 1.11x
+    res = ba.analyse(
+        runs,
+        target={"qps": 2},
+        thresholds={"tpot_min_gain": 0.2, "throughput_min_gain": 0.2},
+        policy={"policy": "strict"},
+    )
+    assert res["decision"] == "rollback"
+    assert any("TPOT 1.11x" in r and "needs > 1.20x" in r for r in res["reasons"])
+    # the SLO policy's own min_gain (specpilot_benchmark.min_speedup - 1) on the bound figure
+    res = ba.analyse(runs, target={"qps": 2}, policy={"min_gain": 0.2})
+    assert res["decision"] == "rollback"
+    assert any("TPOT 1.11x is below the required 1.20x" in r for r in res["reasons"])
+
+
+def test_speculative_failures_mean_rollback_and_empty_side_is_invalid():
+    runs = [
+        run("baseline", 2, ttft_ms=50, tpot_ms=20),
+        run("speculative", 2, ttft_ms=40, tpot_ms=10, failed=3, acceptance=ACCEPT),
     ]
     res = ba.analyse(runs, target={"qps": 2})
-    assert res["verdict"] == "rollback"
+    assert res["decision"] == "rollback"
     assert any("speculative side failed 3 of 20 requests" in r for r in res["reasons"])
-    assert ba.analyse(runs, target={"qps": 2}, thresholds={"max_error_rate": 0.2})["verdict"] == "keep"
+    assert ba.analyse(runs, target={"qps": 2}, thresholds={"max_error_rate": 0.2})["decision"] == "keep"
 
     runs = [run("baseline", 2, ttft_ms=50, tpot_ms=20)]
     res = ba.analyse(runs, target={"qps": 2})
-    assert res["verdict"] == "inconclusive"
-    assert "no successful requests on the speculative side" in res["reasons"][0]
-    assert "re-run" in res["recommendation"]
-    assert ba.analyse([])["verdict"] == "inconclusive"
+    assert res["decision"] == "invalid"
+    assert "speculative: no successful requests" in res["reasons"][0]
+    assert "re-run" in res["action"] and "Nothing is rolled back" in res["action"]
+    assert ba.analyse([])["decision"] == "inconclusive"
 
 
 def test_headroom_converted_like_the_seed_example():
@@ -145,21 +169,24 @@ def test_headroom_converted_like_the_seed_example():
     assert hr["acceptance_band"].startswith("0.5-0.65")
 
 
-def test_system_throughput_metric_and_statistic_options():
+def test_system_throughput_metric_and_statistic_options_are_descriptive():
     runs = [
         run("baseline", 2, ttft_ms=50, tpot_ms=20, duration_s=10),
-        run("speculative", 2, ttft_ms=40, tpot_ms=10, duration_s=10),
+        run("speculative", 2, ttft_ms=40, tpot_ms=10, duration_s=10, acceptance=ACCEPT),
     ]
-    # same tokens in the same wall time: system throughput is flat, so it does not improve
+    # same tokens in the same wall time: system throughput is flat; the comparison shows it
     res = ba.analyse(runs, target={"qps": 2}, thresholds={"throughput_metric": "system"})
-    assert res["verdict"] == "rollback"
-    assert any("throughput (system tok/s) does not improve" in r for r in res["reasons"])
+    check = res["levels"][0]["comparison"]["checks"][2]
+    assert check["label"] == "throughput (system tok/s)" and check["improved"] is False
+    assert res["decision"] == "keep"  # the decision is the SLO policy's, on per-request samples
     res = ba.analyse(runs, target={"qps": 2}, thresholds={"statistic": "p99"})
-    assert res["verdict"] == "keep"
+    assert res["levels"][0]["comparison"]["statistic"] == "p99"
     with pytest.raises(ValueError):
         ba.analyse(runs, thresholds={"statistic": "p42"})
     with pytest.raises(ValueError):
         ba.analyse(runs, thresholds={"ttft_gain": 0.1})
+    with pytest.raises(ValueError):
+        ba.analyse(runs, policy={"bound_by": "speed"})
     with pytest.raises(ValueError):
         ba.analyse([dict(runs[0], side="spec")])
 
@@ -171,16 +198,20 @@ def test_p99_guard_and_gap_widening_signal():
         "speculative", 4, ttft_ms=45, tpot_ms=12, n=100, jitter=0.02, tail=(0.1, 3.0), acceptance=ACCEPT
     )
     res = ba.analyse([base, spec], target={"qps": 4})
-    assert res["verdict"] == "keep"
+    assert res["decision"] == "keep"
     gaps = res["levels"][0]["comparison"]["gaps"]
     assert gaps["tpot_ms"]["widened"] is True
     assert any("P50-P99 gap widens" in n and n.startswith("at qps=4: TPOT") for n in res["notes"])
     res = ba.analyse([base, spec], target={"qps": 4}, thresholds={"p99_max_regression": 0.1})
-    assert res["verdict"] == "rollback"
+    assert res["decision"] == "rollback"
     assert any("TPOT p99 regressed" in r for r in res["reasons"])
+    # an absolute p99 limit of the SLO
+    res = ba.analyse([base, spec], target={"qps": 4}, policy={"p99_ms": {"tpot": 30}})
+    assert res["decision"] == "rollback"
+    assert any("TPOT p99" in r and "30 ms limit: broken beyond the noise" in r for r in res["reasons"])
 
 
-def test_per_position_collapse_and_missing_spec_metrics_are_noted():
+def test_per_position_collapse_and_missing_spec_metrics():
     acc = dict(
         ACCEPT,
         per_position_acceptance=[0.16, 0.02, 0.01],
@@ -192,25 +223,28 @@ def test_per_position_collapse_and_missing_spec_metrics_are_noted():
         run("speculative", 1, ttft_ms=51, tpot_ms=20.2, acceptance=acc),
     ]
     res = ba.analyse(runs, target={"qps": 1})
-    assert res["verdict"] == "rollback"
+    assert res["decision"] == "rollback"
     assert any("collapses by position 2" in n for n in res["notes"])
     hr = res["levels"][0]["comparison"]["headroom"]
     assert hr["acceptance_band"].startswith("below 0.5")
+    assert res["recommendation"]["num_speculative_tokens"] == 1
     runs[1]["acceptance"] = {"spec_decode_enabled": False}
     res = ba.analyse(runs, target={"qps": 1})
+    assert res["decision"] == "invalid"
+    assert any("did not speculate" in r for r in res["reasons"])
     assert any("no vllm:spec_decode_* metrics" in n for n in res["notes"])
 
 
 def test_concurrency_levels_and_per_prompt_speedups():
     runs = [
         run("baseline", None, 50, 20, concurrency=4),
-        run("speculative", None, 45, 10, concurrency=4),
+        run("speculative", None, 45, 10, concurrency=4, acceptance=ACCEPT),
         run("baseline", None, 60, 22, concurrency=1),
-        run("speculative", None, 55, 11, concurrency=1),
+        run("speculative", None, 55, 11, concurrency=1, acceptance=ACCEPT),
     ]
     res = ba.analyse(runs, target={"concurrency": 4})
     assert [lv["level"]["key"] for lv in res["levels"]] == ["qps=inf,c=1", "qps=inf,c=4"]
-    assert res["target"]["level"]["key"] == "qps=inf,c=4" and res["verdict"] == "keep"
+    assert res["target"]["level"]["key"] == "qps=inf,c=4" and res["decision"] == "keep"
     pp = res["levels"][1]["comparison"]["per_prompt"]
     assert [p["prompt_id"] for p in pp] == ["p0", "p1", "p2", "p3"]
     assert pp[0]["tpot_speedup"] == pytest.approx(2.0)

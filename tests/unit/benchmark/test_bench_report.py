@@ -72,7 +72,17 @@ def _analysis():
         run("baseline", 16, 200, 22, jitter=0.05),
         run("speculative", 16, 420, 31, jitter=0.05, acceptance=ACCEPT),
     ]
-    return runs, ba.analyse(runs, target={"qps": 16})
+    sweep = [
+        {
+            "tag": {"sweep": "temperature", "temperature": t},
+            "acceptance": dict(ACCEPT, draft_acceptance_rate=r),
+        }
+        for t, r in ((0.0, 0.72), (0.4, 0.61), (0.8, 0.47), (1.0, 0.41))
+    ]
+    analysis = ba.analyse(
+        runs, target={"qps": 16}, sweep={"runs": sweep}, method="eagle3", production_temperature=0.4
+    )
+    return runs, analysis
 
 
 def test_report_files_markdown_and_plots(tmp_path):
@@ -91,6 +101,7 @@ def test_report_files_markdown_and_plots(tmp_path):
     paths = br.write_report(report, str(tmp_path / "out"))
     assert sorted(p.rsplit("/", 1)[1] for p in paths["plots"]) == [
         "acceptance.png",
+        "acceptance_temperature.png",
         "latency.png",
         "throughput.png",
     ]
@@ -98,7 +109,18 @@ def test_report_files_markdown_and_plots(tmp_path):
         with open(p, "rb") as fh:
             assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
     data = json.loads(open(paths["json"]).read())
-    assert data["verdict"] == "rollback" and data["per_level"] == {"qps=1": "keep", "qps=16": "rollback"}
+    assert data["decision"] == "rollback" and data["per_level"] == {"qps=1": "keep", "qps=16": "rollback"}
+    assert data["verdict"]["decision"] == "rollback" and data["verdict"]["level"]["key"] == "qps=16"
+    assert data["verdict"]["policy"]["bound_by"] == "tpot" and data["verdict"]["reasons"]
+    assert [r["band"] for r in data["temperature_sweep"]] == ["likely_helps", "measure_p99", "off", "off"]
+    assert [r["production"] for r in data["temperature_sweep"]] == [False, True, False, False]
+    assert any("acceptance 0.61 at the production temperature 0.4" in r for r in data["verdict"]["reasons"])
+    assert data["recommendation"]["expected_tokens_per_step"] == {"1": 1.8, "2": 2.3, "3": 2.54}
+    assert data["equivalence"]["skipped"].startswith("the load generator recorded no output hashes")
+    lv = data["levels"][1]
+    assert (
+        lv["valid"] is True and lv["decision"] == "rollback" and len(lv["ratios"]["tpot"]["ci95"]) == 2
+    )
     assert data["context_missing"] == [] and set(data["context"]) == set(br.CONTEXT_FIELDS)
     assert data["levels"][0]["baseline"]["metrics"]["ttft_ms"]["p50"] == pytest.approx(52)
     md = open(paths["markdown"]).read()
@@ -111,6 +133,12 @@ def test_report_files_markdown_and_plots(tmp_path):
         "| Workload | code-edit; 20 timed requests per run",
     ):
         assert field in md, field
+    assert md.splitlines()[2].startswith("rollback at qps=16; TPOT 41% slower (95% CI 0.68-0.74x); TTFT 110% slower")
+    assert "acceptance 0.61 at the production temperature 0.4 (measure p99)" in md.splitlines()[2]
+    assert "| qps=1 | yes | **keep** | 1.08x [" in md
+    assert "| 0.4 (production) | 0.610 | 2.54 | 0.80 / 0.50 / 0.24 | measure_p99 |" in md
+    assert "Recommended: **3**." in md and "Not compared: the load generator recorded no output hashes" in md
+    assert "![Acceptance by temperature](acceptance_temperature.png)" in md
     assert "| qps=1 | **keep** | 1.08x | 1.82x |" in md
     assert "| qps=16 | 100 | 300 | 154 | 0.513 | 2.54 | 0.80 / 0.50 / 0.24 | 0.5-0.65" in md
     assert "![Per-position acceptance](acceptance.png)" in md
@@ -201,7 +229,11 @@ def test_modules_measure_and_report_end_to_end(tmp_path):
     assert len(json.loads((tmp_path / "raw.json").read_text())["runs"][0]["requests"]) == 12
 
     assert not report.get("failed"), report
-    assert report["verdict"] in ("keep", "rollback") and report["changed"] is True
+    assert report["decision"] == report["verdict"]["decision"] and report["changed"] is True
+    # 3.4 tokens per step at the same step time, on 12 requests: TPOT gains beyond the noise
+    assert report["decision"] == "keep", report["reasons"]
+    assert report["levels"][0]["ratios"]["tpot"]["ci95"][0] > 1
+    assert report["summary"].startswith("keep at qps=20; TPOT") and report["recommendation"]
     assert report["target"]["level"]["key"] == "qps=20"
     assert report["context_missing"] == []
     assert report["context"]["runtime"]["vllm_version"] == "0.32.0"

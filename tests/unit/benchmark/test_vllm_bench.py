@@ -134,12 +134,13 @@ def test_the_report_compares_and_says_what_is_missing():
         },
     ]
     res = ba.analyse(runs, thresholds={"throughput_metric": "system"})
-    assert res["verdict"] == "keep", res["reasons"]
+    # aggregates only: the speedups are shown, but no interval, so no decision either way
+    assert res["decision"] == "inconclusive", res["reasons"]
+    assert "no per-request samples" in res["reasons"][0] and "client controller or job" in res["reasons"][0]
     assert res["levels"][0]["comparison"]["speedups"]["tpot"] == pytest.approx(7.0 / 3.51)
     assert res["levels"][0]["comparison"]["headroom"]["ceiling"] == 4.0
     assert any("vllm bench serve, which does not report" in n and "request_tok_s" in n for n in res["notes"])
-    # the default per-request throughput metric has no data from vllm bench serve: not a keep
-    assert ba.analyse(runs)["verdict"] == "inconclusive"
+    assert ba.analyse(runs)["decision"] == "inconclusive"
 
 
 def test_bench_loadgen_uses_the_shared_wrapper():

@@ -16,7 +16,6 @@ from ansible_collections.specpilot.core.plugins.module_utils.spec import (
     SLO_DEFAULTS,
     SPEC_KEYS,
     assemble_from_vars,
-    slo_policy,
 )
 from ansible_collections.specpilot.core.plugins.module_utils.validator import validate
 
@@ -163,23 +162,24 @@ def test_every_rejection_is_reported_at_once():
 # ------------------------------------------------------------------ the SLO defaults
 
 
-def test_slo_policy_fills_the_defaults():
-    assert (
-        slo_policy(None)
-        == SLO_DEFAULTS
-        == {
-            "bound_by": "tpot",
-            "policy": "slo",
-            "ttft_max_regression": 0.10,
-            "tpot_max_regression": 0.0,
-            "e2e_max_regression": 0.10,
-            "throughput_max_regression": 0.0,
-        }
-    )
+def test_the_verdict_policy_fills_the_spec_defaults():
+    """bench_verdict reads the SLO defaults from spec.SLO_DEFAULTS (one source)."""
+    from ansible_collections.specpilot.core.plugins.module_utils.bench_verdict import policy_with_defaults
+
+    assert SLO_DEFAULTS == {
+        "bound_by": "tpot",
+        "policy": "slo",
+        "ttft_max_regression": 0.10,
+        "tpot_max_regression": 0.0,
+        "e2e_max_regression": 0.10,
+        "throughput_max_regression": 0.0,
+    }
+    policy = policy_with_defaults(None)
+    assert {k: policy[k] for k in SLO_DEFAULTS} == SLO_DEFAULTS and policy["p99_ms"] == {}
     given = {"bound_by": "throughput", "p99_ms": {"tpot": 40}}
-    policy = slo_policy(given)
+    policy = policy_with_defaults(given)
     assert policy["bound_by"] == "throughput" and policy["policy"] == "slo"
-    assert policy["p99_ms"] == {"tpot": 40} and policy["ttft_max_regression"] == 0.10
+    assert policy["p99_ms"] == {"tpot": 40.0} and policy["ttft_max_regression"] == 0.10
     policy["p99_ms"]["tpot"] = 1
     assert given["p99_ms"] == {"tpot": 40}  # a copy
 

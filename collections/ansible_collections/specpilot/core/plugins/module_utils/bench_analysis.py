@@ -22,17 +22,18 @@ Terms
   speedup with zero proposer overhead; ``headroom_converted = realised / ceiling``
   (1.84x realised against a 2.54x ceiling is 72%).
 
-Verdict (per level, and overall at the target level): ``keep`` only when TTFT, TPOT and
-throughput all improve by more than their ``*_min_gain`` thresholds (0 by default; a
-negative value tolerates that much regression) and the speculative side has no more failed
-requests than ``max_error_rate``; ``rollback`` otherwise; ``inconclusive`` when a side has
-no successful requests or the target level was not measured on both sides.
+Verdict (per level, and overall at the target level): bench_verdict's. A level first passes
+the validity checks (else ``invalid``, not judged), then its ratios get bootstrap confidence
+intervals from the per-request ``samples`` and the service's SLO policy decides ``keep``,
+``rollback`` or ``inconclusive`` (see bench_verdict). The checks, speedups, headroom and gaps
+here are descriptive: point estimates at the ``statistic`` of the thresholds.
 """
 
 from __future__ import annotations
 
 import math
 
+from ansible_collections.specpilot.core.plugins.module_utils import bench_verdict
 from ansible_collections.specpilot.core.plugins.module_utils.vllm_metrics import parse_metrics_text
 
 __all__ = [
@@ -164,6 +165,7 @@ def summarise_requests(requests, duration_s):
         sources[s] = sources.get(s, 0) + 1
     n = len(requests)
     return {
+        "samples": [_sample(r) for r in ok],
         "requests": n,
         "ok": len(ok),
         "failed": len(failed),
@@ -177,6 +179,22 @@ def summarise_requests(requests, duration_s):
         "metrics": metrics,
         "gaps": {m: gap(metrics[m]) for m in ("ttft_ms", "tpot_ms", "e2e_ms")},
         "per_prompt": prompts,
+    }
+
+
+def _sample(r):
+    """One timed request as the verdict's bootstrap and the equivalence check read it."""
+    return {
+        "prompt_id": str(r.get("prompt_id")),
+        "run": r.get("run"),
+        "ttft_ms": _ms(r.get("ttft_s")),
+        "tpot_ms": _ms(r.get("tpot_s")),
+        "e2e_ms": _ms(r.get("e2e_s")),
+        "request_tok_s": _req_tok_s(r),
+        "output_tokens": r.get("output_tokens"),
+        "chunks": r.get("chunks"),
+        "text_sha256": r.get("text_sha256"),
+        "text_head": r.get("text_head"),
     }
 
 
@@ -195,6 +213,7 @@ def summarise_run(run):
     summary["offered_qps"] = level.get("qps")
     summary["concurrency"] = level.get("concurrency")
     summary["warmup"] = run.get("warmup")
+    summary["client_cpu_share"] = run.get("client_cpu_share")
     return summary
 
 
@@ -229,14 +248,9 @@ def acceptance_from_scrapes(before_text, after_text, model_name=None):
 
 
 def acceptance_band(rate):
-    """The seed's reading of a draft acceptance rate."""
-    if rate is None:
-        return None
-    if rate < 0.5:
-        return "below 0.5: speculative decoding is likely adding latency"
-    if rate < 0.65:
-        return "0.5-0.65: borderline, check P99 under real load"
-    return "above 0.65: likely helps"
+    """The seed's reading of a draft acceptance rate (bench_verdict's bands, as a sentence)."""
+    name = bench_verdict.band(rate)
+    return bench_verdict.BAND_TEXT[name] if name else None
 
 
 # --------------------------------------------------------------------------- comparison
@@ -346,28 +360,6 @@ def _judge_check(c, st):
     )
 
 
-def _p99_and_error_findings(baseline, speculative, th, reasons, notes):
-    """The optional p99 guard and the error-rate rule."""
-    if th["p99_max_regression"] is not None:
-        for metric, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
-            b99, s99 = _stat(baseline, metric, "p99"), _stat(speculative, metric, "p99")
-            if b99 and s99 is not None and s99 > b99 * (1.0 + th["p99_max_regression"]):
-                reasons.append(
-                    "%s p99 regressed: %s vs %s baseline (allowed +%d%%)"
-                    % (label, _fmt(s99, " ms"), _fmt(b99, " ms"), round(th["p99_max_regression"] * 100))
-                )
-    b_err, s_err = baseline.get("error_rate") or 0.0, speculative.get("error_rate") or 0.0
-    if s_err > th["max_error_rate"] and s_err > b_err:
-        reasons.append(
-            "speculative side failed %d of %d requests (%.1f%%; baseline %.1f%%)"
-            % (speculative.get("failed", 0), speculative.get("requests", 0), 100 * s_err, 100 * b_err)
-        )
-    elif b_err > th["max_error_rate"]:
-        notes.append(
-            "baseline side failed %.1f%% of its requests: the comparison is less reliable" % (100 * b_err)
-        )
-
-
 def _speedups(baseline, speculative, checks, st):
     return {
         "ttft": checks[0]["speedup"],
@@ -455,27 +447,13 @@ def _per_prompt(baseline, speculative):
     return rows
 
 
-def _verdict(checks, reasons):
-    """keep when every check improves and nothing else failed; inconclusive when a check has no data."""
-    failed = [c for c in checks if c["improved"] is False]
-    unknown = [c for c in checks if c["improved"] is None]
-    for c in failed:
-        reasons.append("%s does not improve: %s" % (c["label"], c["text"].split(": ", 1)[1]))
-    if unknown and not failed and not reasons:
-        reasons.extend(c["text"] for c in unknown)
-        return "inconclusive"
-    if failed or reasons:
-        return "rollback"
-    reasons.extend("%s improves: %s" % (c["label"], c["text"].split(": ", 1)[1]) for c in checks)
-    return "keep"
-
-
 def compare_level(baseline, speculative, acceptance=None, thresholds=None):
-    """Compare the two sides of one level (summaries from summarise_requests).
+    """The descriptive comparison of one level (summaries from summarise_requests): point
+    speedups, headroom, P50-P99 gaps and per-prompt speedups. The decision is bench_verdict's.
 
-    Returns ``{speedups, checks, headroom, gaps, per_prompt, verdict, reasons, notes}``."""
+    Returns ``{statistic, checks, speedups, headroom, gaps, per_prompt, acceptance, notes}``."""
     th = thresholds_with_defaults(thresholds)
-    reasons, notes = [], []
+    notes = []
     out = {
         "statistic": th["statistic"],
         "checks": [],
@@ -485,22 +463,14 @@ def compare_level(baseline, speculative, acceptance=None, thresholds=None):
         "gaps": {},
         "acceptance": acceptance,
         "notes": notes,
-        "reasons": reasons,
     }
     if not baseline or not speculative or not baseline.get("ok") or not speculative.get("ok"):
-        missing = [
-            s for s, v in (("baseline", baseline), ("speculative", speculative)) if not v or not v.get("ok")
-        ]
-        reasons.append("no successful requests on the %s side: nothing to compare" % " and ".join(missing))
-        out["verdict"] = "inconclusive"
         return out
     out["checks"] = checks = _checks(baseline, speculative, th)
-    _p99_and_error_findings(baseline, speculative, th, reasons, notes)
     out["speedups"] = _speedups(baseline, speculative, checks, th["statistic"])
     out["headroom"] = _headroom(acceptance, out["speedups"], notes)
     out["gaps"] = _gaps(baseline, speculative, th, notes)
     out["per_prompt"] = _per_prompt(baseline, speculative)
-    out["verdict"] = _verdict(checks, reasons)
     return out
 
 
@@ -547,14 +517,8 @@ def pick_target(levels, target):
     return chosen, "target %s was not measured; the verdict uses %s" % (want, _level_label(chosen))
 
 
-def analyse(runs, target=None, thresholds=None):
-    """The whole comparison.
-
-    runs: dicts ``{side, level: {qps, concurrency, key}, summary, acceptance}`` (one per side
-    and level; ``summary`` from summarise_run, ``acceptance`` from acceptance_from_scrapes).
-    target: ``{qps, concurrency}`` of the production load (the verdict's level).
-    Returns ``{levels: [...], target, verdict, reasons, notes, recommendation, thresholds}``."""
-    th = thresholds_with_defaults(thresholds)
+def _group_runs(runs):
+    """{level key: {level, baseline, speculative, acceptance, runs_per_prompt, temperature}}."""
     by_level = {}
     for run in runs:
         side = run.get("side")
@@ -568,66 +532,176 @@ def analyse(runs, target=None, thresholds=None):
             level["key"], {"level": level, "baseline": None, "speculative": None, "acceptance": None}
         )
         entry[side] = run.get("summary")
+        config = run.get("config") or {}
+        entry["runs_per_prompt"] = config.get("runs_per_prompt")
+        entry["temperature"] = (config.get("sampling") or {}).get("temperature")
         if side == "speculative":
             entry["acceptance"] = run.get("acceptance")
-    levels = []
-    for key in sorted(by_level, key=lambda k: _level_sort_key(by_level[k]["level"])):
-        e = by_level[key]
-        cmp = compare_level(e["baseline"], e["speculative"], e["acceptance"], th)
-        levels.append(
-            {
-                "level": e["level"],
-                "baseline": e["baseline"],
-                "speculative": e["speculative"],
-                "acceptance": e["acceptance"],
-                "comparison": cmp,
-                "verdict": cmp["verdict"],
-            }
-        )
+    return by_level
 
-    notes = []
+
+def _judge_level(e, th, policy):
+    """One level: the descriptive comparison, its validity, its ratios and its decision."""
+    cmp = compare_level(e["baseline"], e["speculative"], e["acceptance"], th)
+    figs = bench_verdict.ratios(e["baseline"], e["speculative"], policy)
+    invalid = bench_verdict.level_validity(e["baseline"], e["speculative"], e["acceptance"], figs)
+    if invalid:
+        dec = {"decision": "invalid", "reasons": invalid, "fine": [], "notes": [], "runs_needed": None}
+    else:
+        dec = bench_verdict.decide(
+            e["baseline"], e["speculative"], figs, policy, th, e.get("runs_per_prompt")
+        )
+    return {
+        "level": e["level"],
+        "baseline": e["baseline"],
+        "speculative": e["speculative"],
+        "acceptance": e["acceptance"],
+        "comparison": cmp,
+        "valid": not invalid,
+        "invalid_reasons": invalid,
+        "ratios": figs,
+        "decision": dec["decision"],
+        "verdict": dec["decision"],
+        "reasons": dec["reasons"],
+        "fine": dec["fine"],
+        "runs_needed": dec["runs_needed"],
+        "notes": cmp["notes"] + dec["notes"],
+    }
+
+
+def _client_notes(runs):
     unavailable = []
     for run in runs:
         for item in (run.get("summary") or {}).get("unavailable") or []:
             if item not in unavailable:
                 unavailable.append(item)
-    if unavailable:
-        clients = sorted(
-            set((run.get("summary") or {}).get("client") or "the load generator" for run in runs)
-        )
-        notes.append(
-            "measured with %s, which does not report: %s (empty in this report)"
-            % (" and ".join(clients), "; ".join(unavailable))
-        )
+    if not unavailable:
+        return []
+    clients = sorted(set((run.get("summary") or {}).get("client") or "the load generator" for run in runs))
+    return [
+        "measured with %s, which does not report: %s (empty in this report)"
+        % (" and ".join(clients), "; ".join(unavailable))
+    ]
+
+
+ACTIONS = {
+    "keep": "keep speculative decoding on: it meets the service's SLO at the target load beyond the noise",
+    "rollback": "turn speculative decoding off (playbooks/rollback.yml, or run the benchmark with "
+    "specpilot_benchmark_auto_rollback=true): a regression beyond the noise at the target load",
+    "inconclusive": "no decision: the measurement cannot tell the sides apart beyond the noise; run more "
+    "(see the reasons). Nothing is rolled back automatically",
+    "invalid": "no decision: the measurement at the target load is invalid (see the reasons); fix the "
+    "measurement and re-run. Nothing is rolled back automatically",
+}
+
+
+def _overall(levels, target, policy):
+    """The verdict at the target level: {decision, level, reasons, policy} and notes."""
+    notes = []
     chosen, note = pick_target([lv["level"] for lv in levels], target)
     if note:
         notes.append(note)
-    result = {
-        "levels": levels,
-        "thresholds": th,
-        "target": {"requested": target, "level": chosen},
-        "notes": notes,
-    }
+    verdict = {"decision": "inconclusive", "level": chosen, "reasons": [], "policy": policy}
     if chosen is None:
-        result.update(verdict="inconclusive", reasons=["no benchmark level was measured"])
-    else:
-        tl = next(lv for lv in levels if lv["level"]["key"] == chosen["key"])
-        result["verdict"] = tl["verdict"]
-        result["reasons"] = ["at %s: %s" % (chosen["key"], r) for r in tl["comparison"]["reasons"]]
-        notes.extend("at %s: %s" % (chosen["key"], n) for n in tl["comparison"]["notes"])
-    keep = [lv["level"]["key"] for lv in levels if lv["verdict"] == "keep"]
-    worse = [lv["level"]["key"] for lv in levels if lv["verdict"] == "rollback"]
+        verdict["reasons"] = ["no benchmark level was measured"]
+        return verdict, notes
+    tl = next(lv for lv in levels if lv["level"]["key"] == chosen["key"])
+    verdict["decision"] = tl["decision"]
+    verdict["reasons"] = ["at %s: %s" % (chosen["key"], r) for r in tl["reasons"]]
+    notes.extend("at %s: %s" % (chosen["key"], n) for n in tl["notes"])
+    keep = [lv["level"]["key"] for lv in levels if lv["decision"] == "keep"]
+    worse = [lv["level"]["key"] for lv in levels if lv["decision"] == "rollback"]
     if keep and worse:
         notes.append(
             "speculative decoding helps at %s and hurts at %s: measure where you actually run"
             % (", ".join(keep), ", ".join(worse))
         )
-    result["per_level"] = {lv["level"]["key"]: lv["verdict"] for lv in levels}
-    result["recommendation"] = {
-        "keep": "keep speculative decoding on: TTFT, TPOT and throughput all improve at the target load",
-        "rollback": "turn speculative decoding off (playbooks/rollback.yml, or run the benchmark with "
-        "specpilot_benchmark_auto_rollback=true): it does not improve all of TTFT, TPOT and "
-        "throughput at the target load",
-        "inconclusive": "no decision: re-run the benchmark (see the reasons)",
-    }[result["verdict"]]
+    invalid = [lv["level"]["key"] for lv in levels if lv["decision"] == "invalid" and lv["level"] != chosen]
+    if invalid:
+        notes.append("invalid and not judged: %s (see each level's reasons)" % ", ".join(invalid))
+    return verdict, notes
+
+
+def _equivalence(levels):
+    pairs = []
+    for lv in levels:
+        spec = {(s["prompt_id"], s.get("run")): s for s in (lv.get("speculative") or {}).get("samples") or []}
+        for b in (lv.get("baseline") or {}).get("samples") or []:
+            s = spec.get((b["prompt_id"], b.get("run")))
+            if s:
+                pairs.append((b["prompt_id"], b.get("run"), b, s))
+    return pairs
+
+
+def _extras(result, entries, levels, sweep, method, production_temperature):
+    """Acceptance by temperature, the recommended k and output equivalence."""
+    rows = bench_verdict.temperature_sweep((sweep or {}).get("runs"), production_temperature)
+    result["temperature_sweep"] = rows
+    result["temperature_sweep_skipped"] = (sweep or {}).get("skipped") or (
+        None if rows else "no sweep runs were given"
+    )
+    prod = next((r for r in rows if r["production"]), None)
+    if prod and prod["band"]:
+        result["verdict"]["reasons"].append(
+            "acceptance %.2f at the production temperature %g: %s"
+            % (prod["acceptance_rate"], prod["temperature"], bench_verdict.BAND_TEXT[prod["band"]])
+        )
+    target = result["verdict"]["level"]
+    tl = next((lv for lv in levels if target and lv["level"]["key"] == target["key"]), None)
+    curve, source = None, None
+    if prod and prod["per_position"]:
+        curve, source = (
+            prod["per_position"],
+            "the sweep at the production temperature %g" % prod["temperature"],
+        )
+    elif tl and (tl.get("acceptance") or {}).get("per_position_acceptance"):
+        curve, source = tl["acceptance"]["per_position_acceptance"], "the target level %s" % target["key"]
+    configured = len(curve) if curve else None
+    result["recommendation"] = bench_verdict.recommend_tokens(curve, method, configured, source)
+    temps = sorted({e.get("temperature") for e in entries.values()}, key=str)
+    result["equivalence"] = bench_verdict.equivalence(
+        _equivalence(levels), temps[0] if len(temps) == 1 else None
+    )
+    eq = result["equivalence"]
+    if eq["compared"] and eq["identical"] < eq["compared"]:
+        result["notes"].append(
+            "%d of %d completions differ between the sides at temperature 0 (batch numerics can differ; "
+            "the first are listed under equivalence)" % (eq["compared"] - eq["identical"], eq["compared"])
+        )
+
+
+def analyse(
+    runs, target=None, thresholds=None, policy=None, sweep=None, method=None, production_temperature=None
+):
+    """The whole comparison and its verdict.
+
+    runs: dicts ``{side, level: {qps, concurrency, key}, summary, acceptance, config}`` (one per
+    side and level; ``summary`` from summarise_run, ``acceptance`` from acceptance_from_scrapes).
+    target: ``{qps, concurrency}`` of the production load (the verdict's level).
+    policy: the service's SLO policy (bench_verdict.DEFAULT_POLICY); thresholds: the strict
+    policy's gains and the descriptive comparison's options (DEFAULT_THRESHOLDS).
+    sweep: ``{runs, skipped}`` of the temperature sweep (runs with tag.temperature).
+    Returns ``{levels, target, verdict: {decision, level, reasons, policy}, decision, reasons,
+    notes, action, recommendation, temperature_sweep, equivalence, per_level, thresholds}``."""
+    th = thresholds_with_defaults(thresholds)
+    policy = bench_verdict.policy_with_defaults(policy)
+    entries = _group_runs(runs)
+    levels = [
+        _judge_level(entries[k], th, policy)
+        for k in sorted(entries, key=lambda k: _level_sort_key(entries[k]["level"]))
+    ]
+    verdict, notes = _overall(levels, target, policy)
+    result = {
+        "levels": levels,
+        "thresholds": th,
+        "policy": policy,
+        "target": {"requested": target, "level": verdict["level"]},
+        "notes": _client_notes(runs) + notes,
+        "verdict": verdict,
+        "per_level": {lv["level"]["key"]: lv["decision"] for lv in levels},
+    }
+    _extras(result, entries, levels, sweep, method, production_temperature)
+    result["decision"] = verdict["decision"]
+    result["reasons"] = verdict["reasons"]
+    result["action"] = ACTIONS[verdict["decision"]]
     return result

@@ -212,6 +212,45 @@ def workload_context(name, path=None, prompts=None, summaries=None, description=
 # --------------------------------------------------------------------------- report
 
 
+def _ratio_phrase(fig, entry):
+    value, ci = entry.get("value"), entry.get("ci95")
+    if value is None:
+        return None
+    label = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E", "throughput": "per-request throughput"}[fig]
+    if value >= 1:
+        text = "%s %.2fx %s" % (label, value, "higher" if fig == "throughput" else "faster")
+    else:
+        change = (1.0 / value - 1.0) if fig != "throughput" else (1.0 - value)
+        text = "%s %.0f%% %s" % (label, 100 * change, "lower" if fig == "throughput" else "slower")
+    return text + (" (95%% CI %.2f-%.2fx)" % tuple(ci) if ci else " (no CI)")
+
+
+def summary_paragraph(analysis):
+    """One plain-language paragraph: the decision, the bound figure with its interval, the other
+    figures, acceptance at the production temperature, the recommended k."""
+    verdict = analysis["verdict"]
+    level = verdict.get("level") or {}
+    tl = next((lv for lv in analysis["levels"] if lv["level"].get("key") == level.get("key")), None)
+    parts = ["%s at %s" % (verdict["decision"], level.get("key", "no level"))]
+    if tl and tl["decision"] == "invalid":
+        parts.append("the measurement is invalid: " + "; ".join(tl["invalid_reasons"][:2]))
+    elif tl:
+        bound = verdict["policy"]["bound_by"]
+        figs = tl["ratios"]
+        order = [bound] + [f for f in ("ttft", "tpot", "throughput", "e2e") if f != bound]
+        parts.extend(p for p in (_ratio_phrase(f, figs.get(f) or {}) for f in order) if p)
+    prod = next((r for r in analysis.get("temperature_sweep") or [] if r["production"]), None)
+    if prod and prod.get("acceptance_rate") is not None:
+        parts.append(
+            "acceptance %.2f at the production temperature %g (%s)"
+            % (prod["acceptance_rate"], prod["temperature"], prod["band"].replace("_", " "))
+        )
+    rec = analysis.get("recommendation")
+    if rec:
+        parts.append("recommended num_speculative_tokens %d" % rec["num_speculative_tokens"])
+    return "; ".join(parts) + "."
+
+
 def build_report(analysis, context, missing, service=None, generated_at=None, extra=None):
     report = {
         "format": REPORT_FORMAT,
@@ -220,11 +259,18 @@ def build_report(analysis, context, missing, service=None, generated_at=None, ex
         "generated_at": generated_at
         or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "verdict": analysis["verdict"],
-        "recommendation": analysis["recommendation"],
+        "decision": analysis["decision"],
+        "action": analysis["action"],
+        "summary": summary_paragraph(analysis),
+        "recommendation": analysis.get("recommendation"),
+        "temperature_sweep": analysis.get("temperature_sweep") or [],
+        "temperature_sweep_skipped": analysis.get("temperature_sweep_skipped"),
+        "equivalence": analysis.get("equivalence"),
         "reasons": analysis["reasons"],
         "notes": list(analysis.get("notes") or []),
         "target": analysis["target"],
         "per_level": analysis.get("per_level"),
+        "policy": analysis.get("policy"),
         "thresholds": analysis["thresholds"],
         "context": context,
         "context_missing": missing,
@@ -259,26 +305,43 @@ def _st(summary, metric, key):
 
 
 def _md_verdict(report):
-    """The title, the verdict and why."""
+    """The title, the plain-language paragraph, the verdict and why."""
     out = []
     name = report.get("service") or "service"
-    verdict = report["verdict"]
     badge = {
         "keep": "KEEP speculative decoding",
         "rollback": "ROLL BACK speculative decoding",
         "inconclusive": "INCONCLUSIVE",
-    }[verdict]
+        "invalid": "INVALID MEASUREMENT",
+    }[report["decision"]]
     out.append("# Speculative decoding benchmark: %s" % name)
+    out.append("")
+    out.append(report["summary"])
     out.append("")
     out.append("Generated %s." % report["generated_at"])
     out.append("")
     tgt = (report.get("target") or {}).get("level") or {}
     out.append("## Verdict: %s (at %s)" % (badge, tgt.get("key", "n/a")))
     out.append("")
-    out.append(report["recommendation"] + ".")
+    out.append(report["action"] + ".")
     out.append("")
     for r in report.get("reasons") or []:
         out.append("- " + _md_escape(r))
+    pol = report.get("policy") or {}
+    if pol:
+        out.append("")
+        out.append(
+            "Policy: %s, bound by %s; allowances TTFT +%d%%, E2E +%d%%, TPOT +%d%%, throughput -%d%%%s."
+            % (
+                pol["policy"],
+                pol["bound_by"],
+                round(100 * pol["ttft_max_regression"]),
+                round(100 * pol["e2e_max_regression"]),
+                round(100 * pol["tpot_max_regression"]),
+                round(100 * pol["throughput_max_regression"]),
+                "; p99 limits %s" % json.dumps(pol["p99_ms"], sort_keys=True) if pol.get("p99_ms") else "",
+            )
+        )
     if report.get("per_level"):
         out.append("")
         out.append(
@@ -290,6 +353,105 @@ def _md_verdict(report):
         out.append("")
         for n in report["notes"]:
             out.append("- " + _md_escape(n))
+    out.append("")
+    return out
+
+
+def _ci(entry):
+    entry = entry or {}
+    if entry.get("value") is None:
+        return "n/a"
+    ci = entry.get("ci95")
+    return "%.2fx [%.2f-%.2f]" % (entry["value"], ci[0], ci[1]) if ci else "%.2fx [no CI]" % entry["value"]
+
+
+def _md_decision(report):
+    """Per level: valid or why not, the ratios with their 95% intervals, the decision."""
+    out = ["## Decision per level (ratios with 95% confidence intervals; > 1 is better)", ""]
+    out.append(
+        "| level | valid | decision | TTFT p50 | TPOT p50 | E2E p50 | tok/s p50 | TPOT p99 | more runs |"
+    )
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    for lv in report["levels"]:
+        figs = lv.get("ratios") or {}
+        out.append(
+            "| %s | %s | **%s** | %s | %s | %s | %s | %s | %s |"
+            % (
+                lv["level"]["key"],
+                "yes" if lv.get("valid") else "no",
+                lv.get("decision"),
+                _ci(figs.get("ttft")),
+                _ci(figs.get("tpot")),
+                _ci(figs.get("e2e")),
+                _ci(figs.get("throughput")),
+                _ci((figs.get("tpot") or {}).get("p99")),
+                lv.get("runs_needed") or "",
+            )
+        )
+    out.append("")
+    for lv in report["levels"]:
+        for reason in lv.get("invalid_reasons") or []:
+            out.append("- %s invalid: %s" % (lv["level"]["key"], _md_escape(reason)))
+    out.append("")
+    return out
+
+
+def _md_temperature(report):
+    """Acceptance by temperature, the recommended k, output equivalence."""
+    out = ["## Acceptance by temperature (speculative side)", ""]
+    rows = report.get("temperature_sweep") or []
+    if not rows:
+        out.append("Not measured: %s." % (report.get("temperature_sweep_skipped") or "no sweep runs"))
+    else:
+        out.append("| temperature | acceptance rate | mean acceptance length | per position | band |")
+        out.append("|---|---|---|---|---|")
+        for r in rows:
+            out.append(
+                "| %g%s | %s | %s | %s | %s |"
+                % (
+                    r["temperature"],
+                    " (production)" if r["production"] else "",
+                    _f(r["acceptance_rate"], "%.3f"),
+                    _f(r["mean_acceptance_length"]),
+                    " / ".join("%.2f" % p for p in r["per_position"] if p is not None) or "n/a",
+                    r["band"] or "n/a",
+                )
+            )
+    out.append("")
+    rec = report.get("recommendation")
+    out.append("## num_speculative_tokens")
+    out.append("")
+    if rec:
+        out.append("Recommended: **%d**. %s." % (rec["num_speculative_tokens"], _md_escape(rec["reason"])))
+        out.append("")
+        out.append(
+            "Expected tokens per step: "
+            + ", ".join(
+                "k=%s: %.2f" % kv
+                for kv in sorted(rec["expected_tokens_per_step"].items(), key=lambda kv: int(kv[0]))
+            )
+            + "."
+        )
+    else:
+        out.append("No recommendation: no per-position acceptance figures.")
+    out.append("")
+    eq = report.get("equivalence") or {}
+    out.append("## Output equivalence at temperature 0")
+    out.append("")
+    if eq.get("skipped"):
+        out.append("Not compared: %s." % eq["skipped"])
+    else:
+        out.append("%d of %d completions identical." % (eq.get("identical", 0), eq.get("compared", 0)))
+        for d in eq.get("differing") or []:
+            out.append(
+                "- %s run %s: baseline `%s` vs speculative `%s`"
+                % (
+                    _md_escape(d["prompt_id"]),
+                    d["run"],
+                    _md_escape(d["baseline"]),
+                    _md_escape(d["speculative"]),
+                )
+            )
     out.append("")
     return out
 
@@ -377,7 +539,7 @@ def _md_results(report):
             )
     out.append("")
     out.append(
-        "| level | verdict | TTFT speedup | TPOT speedup | tok/s speedup (per request) | system tok/s ratio "
+        "| level | decision | TTFT speedup | TPOT speedup | tok/s speedup (per request) | system tok/s ratio "
         "| acceptance rate | mean acceptance length (ceiling) | headroom converted |"
     )
     out.append("|---|---|---|---|---|---|---|---|---|")
@@ -390,7 +552,7 @@ def _md_results(report):
             "| %s | **%s** | %s | %s | %s | %s | %s | %s | %s |"
             % (
                 lv["level"]["key"],
-                lv["verdict"],
+                lv["decision"],
                 _x(sp.get("ttft")),
                 _x(sp.get("tpot")),
                 _x(sp.get("request_tok_s")),
@@ -515,8 +677,10 @@ def render_markdown(report):
     """The report as Markdown (plots linked by their file names, next to the .md file)."""
     sections = (
         _md_verdict,
+        _md_decision,
         _md_context,
         _md_results,
+        _md_temperature,
         _md_acceptance,
         _md_tails,
         _md_per_prompt,
@@ -629,7 +793,43 @@ def render_plots(report, out_dir):
         fig.savefig(path, dpi=90)
         plt.close(fig)
         made.append({"file": "acceptance.png", "title": "Per-position acceptance", "path": path})
+    made.extend(_plot_temperature(report, out_dir))
     return made
+
+
+def _plot_temperature(report, out_dir):
+    """acceptance_temperature.png: acceptance rate against temperature, with the 0.5 / 0.65 bands."""
+    rows = [r for r in report.get("temperature_sweep") or [] if r.get("acceptance_rate") is not None]
+    if not rows:
+        return []
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.axhspan(0, 0.5, color="#f4cccc", alpha=0.5, label="< 0.5: off")
+    ax.axhspan(0.5, 0.65, color="#fff2cc", alpha=0.6, label="0.5-0.65: measure P99")
+    ax.axhspan(0.65, 1.0, color="#d9ead3", alpha=0.5, label="> 0.65: likely helps")
+    ax.plot(
+        [r["temperature"] for r in rows], [r["acceptance_rate"] for r in rows], marker="o", color="#333333"
+    )
+    for r in rows:
+        if r["production"]:
+            ax.scatter(
+                [r["temperature"]],
+                [r["acceptance_rate"]],
+                s=120,
+                facecolors="none",
+                edgecolors="#cc0000",
+                label="production temperature",
+            )
+    ax.set_xlabel("temperature")
+    ax.set_ylabel("draft acceptance rate")
+    ax.set_ylim(0, 1.0)
+    ax.set_title("Acceptance by temperature: %s" % (report.get("service") or ""))
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    path = os.path.join(out_dir, "acceptance_temperature.png")
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return [{"file": "acceptance_temperature.png", "title": "Acceptance by temperature", "path": path}]
 
 
 def write_report(report, out_dir, plots=True, basename="report"):

@@ -28,7 +28,6 @@ __all__ = [
     "normalise",
     "spec_digest",
     "SLO_DEFAULTS",
-    "slo_policy",
 ]
 
 VAR_PREFIX = "specpilot_"
@@ -733,17 +732,6 @@ def normalise(spec):
     if spec.get("speculative") == {}:
         spec["speculative"] = {}
     return spec
-
-
-def slo_policy(slo=None):
-    """The verdict policy of a spec's ``workload.slo`` (a dict or None), with SLO_DEFAULTS filled in.
-
-    ``p99_ms`` is kept only when given (a dict of ttft/tpot/e2e limits in milliseconds).
-    """
-    policy = dict(SLO_DEFAULTS)
-    for key, value in (slo or {}).items():
-        policy[key] = copy.deepcopy(value)
-    return policy
 
 
 def spec_digest(spec):

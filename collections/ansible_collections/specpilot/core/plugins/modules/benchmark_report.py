@@ -25,9 +25,18 @@ description:
     (baseline / speculative for latencies, speculative / baseline for throughput), the P50 vs P99 gap
     of both sides, and the acceptance ceiling (mean acceptance length) next to the realised speedup
     (the share of the headroom converted).
-  - "Verdict per level and overall, at the target level: V(keep) only when TTFT, TPOT and throughput all
-    improve by more than their thresholds and the speculative side fails no more requests than allowed;
-    V(rollback) otherwise; V(inconclusive) when a side has no successful requests."
+  - "Validity first: a level whose measurement measured nothing is V(invalid) and is not judged - a side
+    without successful requests, a failing baseline, no warm-up, a stream that arrived in bursts (TPOT or
+    ITL p50 under 0.05 ms, or outputs in one or two chunks), a saturated client (CPU or late sends), no
+    acceptance counters on the speculative side, or a realised speedup above 1.1x the acceptance ceiling."
+  - "Then every ratio (TTFT, TPOT, E2E, per-request tok/s; p50 and p99) gets a 95% confidence interval from a
+    paired bootstrap over prompts and runs, and the service's policy (O(policy), the spec's C(workload.slo))
+    decides - V(keep) only when the figure the service is bound by improves beyond the noise and no other
+    figure regresses beyond its allowance beyond the noise; V(rollback) only when a regression is beyond the
+    noise; V(inconclusive) otherwise, with the runs that would likely decide it. The overall verdict is the
+    target level's; V(invalid) when that level is invalid."
+  - Also reports acceptance by temperature (from O(sweep)), the recommended C(num_speculative_tokens) from the
+    per-position acceptance curve, and output equivalence at temperature 0.
   - Writes C(report.json), C(report.md) and PNG plots (latency vs load for both sides, throughput,
     per-position acceptance) under O(output_dir), with the five context fields - hardware, model
     and draft, runtime version, request parameters, workload.
@@ -61,6 +70,26 @@ options:
         (default 0), C(p99_max_regression) (default null - off), C(gap_widening_warn) (default 0.25).
     type: dict
     default: {}
+  policy:
+    description:
+      - "The service's SLO policy (the spec's C(workload.slo)): C(policy) (V(slo) default, or V(strict) - TTFT,
+        TPOT and throughput must all improve beyond their O(thresholds) gains), C(bound_by) (V(tpot) default,
+        V(ttft), V(e2e), V(throughput)), C(ttft_max_regression) (0.10), C(e2e_max_regression) (0.10),
+        C(tpot_max_regression) (0), C(throughput_max_regression) (0), C(p99_ms) (absolute limits -
+        C(ttft), C(tpot), C(e2e)), C(min_gain) (0; the bound figure's gain must exceed it),
+        C(confidence) (0.95), C(resamples) (1000), C(seed) (0)."
+    type: dict
+    default: {}
+  sweep:
+    description:
+      - "The temperature sweep - C(runs) (runs of M(specpilot.core.vllm_load) on the speculative side with
+        C(tag.temperature)) and C(skipped) (why it did not run)."
+    type: dict
+    default: {}
+  production_temperature:
+    description:
+      - The service's production temperature; its acceptance band enters the verdict's reasons.
+    type: float
   service:
     description:
       - Service name for the report title.
@@ -133,8 +162,9 @@ EXAMPLES = r"""
   specpilot.core.benchmark_report:
     runs: "{{ baseline_runs.runs + spec_runs.runs }}"
     target_qps: 8
-    thresholds:
-      ttft_min_gain: -0.05
+    policy:
+      bound_by: tpot
+      ttft_max_regression: 0.1
     service: chat
     node: "{{ node_info.resources[0] }}"
     pod: "{{ pod_info.resources[0] }}"
@@ -152,20 +182,44 @@ EXAMPLES = r"""
 
 - name: Show the verdict
   ansible.builtin.debug:
-    msg: "{{ report.verdict }}: {{ report.reasons }}"
+    msg: "{{ report.decision }}: {{ report.summary }}"
 """
 
 RETURN = r"""
 verdict:
-  description: V(keep), V(rollback) or V(inconclusive), at the target level.
+  description: "C({decision, level, reasons, policy}) at the target level; C(decision) is V(keep), V(rollback),
+    V(inconclusive) or V(invalid). Only V(rollback) may trigger an automatic rollback."
+  returned: always
+  type: dict
+decision:
+  description: C(verdict.decision).
   returned: always
   type: str
-recommendation:
+action:
   description: What to do, in one sentence.
   returned: always
   type: str
+summary:
+  description: The report's opening paragraph in plain language.
+  returned: always
+  type: str
+recommendation:
+  description: "C({num_speculative_tokens, expected_tokens_per_step, reason}) from the per-position acceptance
+    curve; null without acceptance figures."
+  returned: always
+  type: dict
+temperature_sweep:
+  description: "C([{temperature, acceptance_rate, mean_acceptance_length, per_position, band, production}]); band
+    V(off) below 0.5, V(measure_p99) 0.5-0.65, V(likely_helps) above."
+  returned: always
+  type: list
+  elements: dict
+equivalence:
+  description: C({compared, identical, differing, skipped}) - completions of both sides at temperature 0.
+  returned: always
+  type: dict
 reasons:
-  description: Why, one line per check of the target level.
+  description: Why, one line per finding at the target level.
   returned: always
   type: list
   elements: str
@@ -185,9 +239,9 @@ target:
   returned: always
   type: dict
 levels:
-  description: Per level - C(level), C(verdict), C(speedups) (ttft, tpot, request_tok_s,
-    output_throughput, e2e),
-    C(headroom) (ceiling, realised, converted), C(acceptance).
+  description: "Per level - C(level), C(decision), C(valid), C(invalid_reasons), C(ratios) (ttft, tpot,
+    throughput, e2e - each C({value, ci95}) at p50), C(runs_needed), C(speedups) (ttft, tpot, request_tok_s,
+    output_throughput, e2e; point estimates), C(headroom) (ceiling, realised, converted), C(acceptance)."
   returned: always
   type: list
   elements: dict
@@ -262,6 +316,36 @@ def request_params_from_runs(runs):
     return out
 
 
+def _runtime(given, runs, notes):
+    """The runtime context: as given, with the vLLM version the engines reported."""
+    runtime = dict(given or {})
+    versions = sorted(
+        {(r.get("server") or {}).get("version") for r in runs if (r.get("server") or {}).get("version")}
+    )
+    if not runtime.get("vllm_version") and versions:
+        runtime["vllm_version"] = versions[0] if len(versions) == 1 else ", ".join(versions)
+    if len(versions) > 1:
+        notes.append("the two sides report different vLLM versions: %s" % ", ".join(versions))
+    runtime["reported_by_engine"] = versions
+    return runtime
+
+
+def _workload(given, runs, notes):
+    """The workload context (None without a name), sizes from the file and the runs."""
+    wl_in = dict(given or {})
+    prompts = None
+    if wl_in.get("file") and os.path.exists(wl_in["file"]):
+        try:
+            prompts = load_workload(wl_in["file"])
+        except (RunConfigError, ValueError, OSError) as exc:
+            notes.append("cannot read the workload file: %s" % exc)
+    if not wl_in.get("name"):
+        return None
+    return workload_context(
+        wl_in["name"], wl_in.get("file"), prompts, [r.get("summary") for r in runs], wl_in.get("description")
+    )
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -269,6 +353,9 @@ def main():
             target_qps=dict(type="float"),
             target_concurrency=dict(type="int"),
             thresholds=dict(type="dict", default={}),
+            policy=dict(type="dict", default={}),
+            sweep=dict(type="dict", default={}),
+            production_temperature=dict(type="float"),
             service=dict(type="str"),
             hardware=dict(type="dict"),
             node=dict(type="dict"),
@@ -289,36 +376,21 @@ def main():
     if p["target_qps"] is not None or p["target_concurrency"] is not None:
         target = {"qps": p["target_qps"], "concurrency": p["target_concurrency"]}
     try:
-        analysis = analyse(runs, target=target, thresholds=p["thresholds"])
+        analysis = analyse(
+            runs,
+            target=target,
+            thresholds=p["thresholds"],
+            policy=p["policy"],
+            sweep=p["sweep"],
+            method=((p["model"] or {}).get("speculative_config") or {}).get("method"),
+            production_temperature=p["production_temperature"],
+        )
     except (ValueError, KeyError, TypeError) as exc:
         module.fail_json(msg="cannot analyse the runs: %s" % exc, exception=traceback.format_exc())
 
     hardware = p["hardware"] or hardware_from_node(p["node"], p["pod"])
-    runtime = dict(p["runtime"] or {})
-    versions = sorted(
-        {(r.get("server") or {}).get("version") for r in runs if (r.get("server") or {}).get("version")}
-    )
-    if not runtime.get("vllm_version") and versions:
-        runtime["vllm_version"] = versions[0] if len(versions) == 1 else ", ".join(versions)
-    if len(versions) > 1:
-        analysis["notes"].append("the two sides report different vLLM versions: %s" % ", ".join(versions))
-    runtime["reported_by_engine"] = versions
-    wl_in = dict(p["workload"] or {})
-    prompts = None
-    if wl_in.get("file") and os.path.exists(wl_in["file"]):
-        try:
-            prompts = load_workload(wl_in["file"])
-        except (RunConfigError, ValueError, OSError) as exc:
-            analysis["notes"].append("cannot read the workload file: %s" % exc)
-    workload = None
-    if wl_in.get("name"):
-        workload = workload_context(
-            wl_in["name"],
-            wl_in.get("file"),
-            prompts,
-            [r.get("summary") for r in runs],
-            wl_in.get("description"),
-        )
+    runtime = _runtime(p["runtime"], runs, analysis["notes"])
+    workload = _workload(p["workload"], runs, analysis["notes"])
     context, missing = build_context(
         hardware, p["model"], runtime or None, p["request_params"] or request_params_from_runs(runs), workload
     )
@@ -329,31 +401,44 @@ def main():
     levels = [
         {
             "level": lv["level"],
-            "verdict": lv["verdict"],
+            "decision": lv["decision"],
+            "valid": lv["valid"],
+            "invalid_reasons": lv["invalid_reasons"],
+            "ratios": lv["ratios"],
+            "runs_needed": lv["runs_needed"],
             "speedups": lv["comparison"].get("speedups"),
             "headroom": lv["comparison"].get("headroom"),
             "acceptance": lv.get("acceptance"),
         }
         for lv in analysis["levels"]
     ]
-    result = dict(
-        changed=False,
-        verdict=report["verdict"],
-        recommendation=report["recommendation"],
-        reasons=report["reasons"],
-        notes=report["notes"],
-        per_level=report["per_level"],
-        target=report["target"],
-        levels=levels,
-        context=context,
-        context_missing=missing,
-        paths=None,
-    )
+    result = dict(changed=False, levels=levels, context=context, context_missing=missing, paths=None)
+    for key in (
+        "verdict",
+        "decision",
+        "action",
+        "summary",
+        "recommendation",
+        "temperature_sweep",
+        "equivalence",
+        "reasons",
+        "notes",
+        "per_level",
+        "target",
+    ):
+        result[key] = report[key]
     if not module.check_mode:
         out_dir = p["output_dir"]
         names = [
             os.path.join(out_dir, n)
-            for n in ("report.json", "report.md", "latency.png", "throughput.png", "acceptance.png")
+            for n in (
+                "report.json",
+                "report.md",
+                "latency.png",
+                "throughput.png",
+                "acceptance.png",
+                "acceptance_temperature.png",
+            )
         ]
         before = _snapshot(names)
         try:
