@@ -73,18 +73,9 @@ STATISTICS = ("p50", "p90", "p99", "mean")
 
 
 def percentile(values, q):
-    """The q-th percentile (0..100) with linear interpolation between closest ranks
-    (numpy's default, which ``vllm bench serve`` uses). None for no values."""
-    data = sorted(v for v in values if v is not None)
-    if not data:
-        return None
-    if len(data) == 1:
-        return float(data[0])
-    pos = (len(data) - 1) * (q / 100.0)
-    lo = int(math.floor(pos))
-    hi = min(lo + 1, len(data) - 1)
-    frac = pos - lo
-    return float(data[lo] + (data[hi] - data[lo]) * frac)
+    """The q-th percentile (0..100) of values (None entries dropped), as numpy computes it."""
+    data = sorted(float(v) for v in values if v is not None)
+    return None if not data else float(bench_verdict.sorted_percentile(data, q))
 
 
 def median(values):

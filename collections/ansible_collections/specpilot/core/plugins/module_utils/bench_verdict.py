@@ -47,6 +47,7 @@ __all__ = [
     "policy_with_defaults",
     "ratios",
     "recommend_tokens",
+    "sorted_percentile",
     "temperature_sweep",
 ]
 
@@ -139,8 +140,9 @@ def policy_with_defaults(policy):
 # --------------------------------------------------------------------------- bootstrap
 
 
-def _pct(sorted_values, q):
-    """numpy's linear percentile of an already sorted list."""
+def sorted_percentile(sorted_values, q):
+    """The q-th percentile (0..100) of an already sorted list, with linear interpolation between
+    closest ranks (numpy's default, which ``vllm bench serve`` uses). None for an empty list."""
     if not sorted_values:
         return None
     pos = (len(sorted_values) - 1) * (q / 100.0)
@@ -179,7 +181,7 @@ def _ratio(base, spec, higher_better):
 
 
 def _stat_pair(bvals, svals, q, higher_better):
-    return _ratio(_pct(sorted(bvals), q), _pct(sorted(svals), q), higher_better)
+    return _ratio(sorted_percentile(sorted(bvals), q), sorted_percentile(sorted(svals), q), higher_better)
 
 
 def _figure_ci(bc, sc, higher_better, policy, rng):
@@ -195,7 +197,7 @@ def _figure_ci(bc, sc, higher_better, policy, rng):
             bs = sorted(v for i in pick for v in (rng.choice(bc[i]) for _ in bc[i]))
             ss = sorted(v for i in pick for v in (rng.choice(sc[i]) for _ in sc[i]))
             for q in boot:
-                r = _ratio(_pct(bs, q), _pct(ss, q), higher_better)
+                r = _ratio(sorted_percentile(bs, q), sorted_percentile(ss, q), higher_better)
                 if r is not None:
                     boot[q].append(r)
     tail = (1.0 - policy["confidence"]) / 2.0 * 100.0
@@ -203,7 +205,11 @@ def _figure_ci(bc, sc, higher_better, policy, rng):
         dist = sorted(boot[q])
         stat = {
             "value": _stat_pair(ball, sall, q, higher_better) if ids else None,
-            "ci95": [_pct(dist, tail), _pct(dist, 100.0 - tail)] if len(dist) >= 20 else None,
+            "ci95": (
+                [sorted_percentile(dist, tail), sorted_percentile(dist, 100.0 - tail)]
+                if len(dist) >= 20
+                else None
+            ),
         }
         if q == 50:
             entry.update(stat)
@@ -242,12 +248,16 @@ def p99_interval(summary, key, policy):
     dist = []
     for _ in range(policy["resamples"]):
         pick = [rng.choice(ids) for _ in ids]
-        dist.append(_pct(sorted(v for i in pick for v in (rng.choice(clusters[i]) for _ in clusters[i])), 99))
+        dist.append(
+            sorted_percentile(
+                sorted(v for i in pick for v in (rng.choice(clusters[i]) for _ in clusters[i])), 99
+            )
+        )
     dist.sort()
     tail = (1.0 - policy["confidence"]) / 2.0 * 100.0
     return {
-        "value": _pct(sorted(v for i in ids for v in clusters[i]), 99),
-        "ci95": [_pct(dist, tail), _pct(dist, 100.0 - tail)],
+        "value": sorted_percentile(sorted(v for i in ids for v in clusters[i]), 99),
+        "ci95": [sorted_percentile(dist, tail), sorted_percentile(dist, 100.0 - tail)],
     }
 
 
