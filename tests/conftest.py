@@ -1,5 +1,14 @@
 """Shared pytest fixtures: throw-away Kubernetes API emulators (see specpilot_lab.testing)."""
 
+import os
+
+# Validation reads model facts at the artifacts' sources (module_utils/model_facts.py) unless
+# specpilot_model_facts is off: the corpus and the inventories name hf:// repositories that a test
+# machine must not depend on, so the tests run with it off (the variable passes on to the
+# ansible-playbook runs they start); tests/unit/validate/test_model_facts.py turns it on against local
+# servers.
+os.environ.setdefault("SPECPILOT_MODEL_FACTS", "off")
+
 from specpilot_lab.testing import (  # noqa: F401  (pytest finds fixtures by name)
     bare_emulator,
     emulator,

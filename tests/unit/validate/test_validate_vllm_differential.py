@@ -220,4 +220,13 @@ def test_lab_models_through_the_compatibility_checks(lab_models):
     assert not draft["errors"], draft["report"]
     assert {w["code"] for w in draft["warnings"]} == {"draft-ratio"}  # a 1-layer draft of a 2-layer target
     wrong_target = validate(spec("eagle3", "eagle3", model_type="qwen2", hidden_size=256))
-    assert {"draft.hidden_size", "draft.architecture"} <= {e["path"] for e in wrong_target["errors"]}
+    # typed facts that contradict target/config.json are errors (issue 15); the typed ones still win, so the
+    # head's hidden size is judged against 256; a llama EAGLE-3 head is not refused for a qwen2 target (vLLM
+    # restricts EAGLE-3 by the target's family, not by the head's declared model_type)
+    assert {"draft.hidden_size", "target.hidden_size", "target.model_type"} <= {
+        e["path"] for e in wrong_target["errors"]
+    }
+    assert "eagle-target-family" not in {e["code"] for e in wrong_target["errors"]}
+    # the lab's draft is a plain causal LM with a tokenizer, not an EAGLE-3 head (issue 15, item 5)
+    plain = validate(spec("draft", "eagle3"))
+    assert [e["path"] for e in plain["errors"] if e["code"] == "draft-kind"] == ["draft.local_path"]

@@ -11,7 +11,8 @@ plugins/modules/spec_validate.py shares the argument spec and the code path.
 The run-time overrides specpilot_override_method / specpilot_override_num_speculative_tokens
 are read from the task variables here (unless the task passes override_* itself), whether the
 spec is assembled from the variables or passed in: every role that validates the spec of a
-host then sees the same effective spec.
+host then sees the same effective spec.  So is specpilot_model_facts (auto/off: whether the model
+facts are read at the artifacts' sources, module_utils/model_facts.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from ansible_collections.specpilot.core.plugins.module_utils.spec import (
 )
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 
+# auto (default) or off: whether validation reads config.json and the tokenizer at each artifact's source
+MODEL_FACTS_VAR = "specpilot_model_facts"
+
 
 class ActionModule(ControllerAction):
     ARGUMENT_SPEC = validator.ARGUMENT_SPEC
@@ -39,6 +43,8 @@ class ActionModule(ControllerAction):
             )
         if params.get("spec") is None:
             params["spec"], params["variable_names"] = self._spec_from_task_vars(task_vars or {}, params)
+        if params.get("model_facts") is None and (task_vars or {}).get(MODEL_FACTS_VAR) is not None:
+            params["model_facts"] = self._templar.template(task_vars[MODEL_FACTS_VAR])
         for key, variable in OVERRIDE_VARS.items():
             option = "override_" + key
             if params.get(option) is None and (task_vars or {}).get(variable) is not None:

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
-"""Model facts (from the spec or a local directory) and draft/target compatibility.
+"""Model facts of a local directory and draft/target compatibility (model_facts.py merges the facts typed in
+the spec with those read at the artifact's source).
 
 A mismatched draft rarely fails at startup: it serves, with a low acceptance rate.  These
 checks catch what can be known before deploying: tokenizer and vocabulary, EAGLE head vs
@@ -20,7 +21,7 @@ import re
 from ansible_collections.specpilot.core.plugins.module_utils import vllm_profiles as vp
 from ansible_collections.specpilot.core.plugins.module_utils.findings import path_join
 
-__all__ = ["FACT_KEYS", "read_local_facts", "merge_facts", "check_compatibility", "family"]
+__all__ = ["FACT_KEYS", "read_local_facts", "check_compatibility", "check_draft_kind", "draft_kind", "family"]
 
 FACT_KEYS = (
     "params_b",
@@ -112,6 +113,31 @@ def _estimate_params(cfg):
     return (embed + layers * (attn + mlp * experts)) / 1e9
 
 
+def _head_facts(raw, archs):
+    """What a speculator head's config.json says about itself: every architecture, the keys only EAGLE-3
+    heads carry (vLLM: transformers_utils/configs/eagle.py EAGLEConfig; models/llama_eagle3.py LlamaModel
+    reads target_hidden_size for the input of its fc layer), and the target it names (the speculators
+    format's speculators_config.verifier)."""
+    facts = {}
+    if isinstance(archs, list) and archs:
+        facts["architectures"] = [str(a) for a in archs]
+    if isinstance(raw.get("target_hidden_size"), int):
+        facts["target_hidden_size"] = raw["target_hidden_size"]
+    markers = sorted(k for k in ("draft_vocab_size", "target_hidden_size", "eagle_config") if k in raw)
+    if markers:
+        facts["head_markers"] = markers
+    spec_type = raw.get("speculators_model_type")
+    if isinstance(spec_type, str):
+        facts["speculators_model_type"] = spec_type
+    verifier = (raw.get("speculators_config") or {}).get("verifier")
+    if isinstance(verifier, dict):
+        if isinstance(verifier.get("name_or_path"), str):
+            facts["eagle_target"] = verifier["name_or_path"]
+        if isinstance(verifier.get("architectures"), list):
+            facts["eagle_target_architectures"] = [str(a) for a in verifier["architectures"]]
+    return facts
+
+
 def read_local_facts(directory):
     """Facts from ``directory``/config.json and the tokenizer files.  Returns (facts, problem)."""
     if not os.path.isdir(directory):
@@ -128,6 +154,9 @@ def read_local_facts(directory):
         merged = dict(raw["text_config"])
         merged.update({k: v for k, v in raw.items() if k not in merged})
         cfg = merged
+    elif isinstance(raw.get("transformer_layer_config"), dict):  # speculators-format heads: the layer's
+        cfg = dict(raw["transformer_layer_config"])
+        cfg.update(raw)  # but the head's own architectures (Eagle3Speculator ...)
     facts = {}
     archs = cfg.get("architectures")
     if isinstance(archs, list) and archs:
@@ -154,6 +183,7 @@ def read_local_facts(directory):
         facts["max_position_embeddings"] = cfg["max_position_embeddings"]
     if isinstance(cfg.get("draft_vocab_size"), int):
         facts["draft_vocab_size"] = cfg["draft_vocab_size"]
+    facts.update(_head_facts(raw, archs))
     tokenizer, tok_size = _tokenizer_identity(directory)
     if tokenizer:
         facts["tokenizer"] = tokenizer
@@ -166,37 +196,6 @@ def read_local_facts(directory):
     if params is not None:
         facts["params_b_estimate"] = round(params, 6)
     return facts, None
-
-
-def merge_facts(role, artifact, findings, read_files=True):
-    """Spec facts, completed from local_path.  Conflicts are warnings (the spec wins)."""
-    facts = {k: artifact.get(k) for k in FACT_KEYS if artifact.get(k) is not None}
-    local = artifact.get("local_path")
-    if not local or not read_files:
-        return facts
-    found, problem = read_local_facts(local)
-    if problem:
-        findings.warning(
-            path_join(role, "local_path"),
-            "%s.local_path: %s; compatibility checks use only the facts given in the spec" % (role, problem),
-            "fix the path or remove local_path",
-            "local-path",
-        )
-        return facts
-    for key, value in found.items():
-        if key in facts and key in FACT_KEYS and facts[key] != value and key != "tokenizer":
-            findings.warning(
-                path_join(role, key),
-                "%s.%s=%r but %s/config.json says %r; using the spec's value"
-                % (role, key, facts[key], local, value),
-                "make them agree",
-                "fact-conflict",
-            )
-            continue
-        facts.setdefault(key, value)
-    if "params_b" not in facts and "params_b_estimate" in facts:
-        facts["params_b"] = facts["params_b_estimate"]
-    return facts
 
 
 def family(name):
@@ -224,14 +223,17 @@ def _head_kind(architecture):
     return None
 
 
-def check_compatibility(cfg, target, draft, x, version_label, findings):
-    """Draft/target checks for a resolved speculative config.  target/draft: fact dicts."""
+def check_compatibility(cfg, target, draft, x, version_label, findings, origins=None):
+    """Draft/target checks for a resolved speculative config.  target/draft: fact dicts; origins:
+    {role: {fact: field path}} for facts read from a source (the path that names the source), the
+    facts typed in the spec are reported at <role>.<fact>."""
     method = cfg.get("method")
     if not isinstance(method, str):
         return
     info = vp.method_info(method)
     draft = draft or {}
     if info["draft_artifact"] and draft:
+        check_draft_kind(method, target, draft, origins or {}, findings)
         _tokenizer_and_vocab(method, cfg, target, draft, version_label, findings)
     if method in ("eagle", "eagle3") and draft:
         _eagle_head(method, target, draft, version_label, findings)
@@ -274,6 +276,186 @@ def check_compatibility(cfg, target, draft, x, version_label, findings):
         _draft_ratio(target, draft, findings)
     if method in TOKENS_METHODS:
         _token_count(method, cfg.get("num_speculative_tokens"), findings)
+
+
+# What each method loads as its draft artifact (vLLM config/speculative.py SpeculativeConfig.__post_init__:
+# eagle/eagle3 wrap the draft's config in EAGLEConfig, which renames a plain architecture Eagle<arch> /
+# Eagle3<arch> and loads the head's classes; medusa and mlp_speculator load their own model types;
+# draft_model loads a complete model and needs the target's vocabulary, verify_equal_vocab_size_if_draft_model).
+_WANTED_KIND = {
+    "eagle": "eagle",
+    "eagle3": "eagle3",
+    "draft_model": "causal_lm",
+    "medusa": "medusa",
+    "mlp_speculator": "mlp_speculator",
+}
+_KIND_WORDS = {
+    "eagle3": "an EAGLE-3 head",
+    "eagle": "an EAGLE head",
+    "medusa": "a Medusa head",
+    "mlp_speculator": "an MLP speculator",
+    "mtp": "an MTP module",
+    "dflash": "a DFlash drafter",
+    "causal_lm": "a complete causal LM",
+}
+_EAGLE3_KEYS = ("draft_vocab_size", "target_hidden_size", "eagle_config")
+
+
+def _architectures(facts):
+    archs = facts.get("architectures") or ([facts["architecture"]] if facts.get("architecture") else [])
+    return [str(a) for a in archs]
+
+
+def draft_kind(facts):
+    """What a draft artifact is, from its facts: eagle3, eagle, medusa, mlp_speculator, mtp, dflash,
+    causal_lm, or None when its architecture is not known."""
+    text = " ".join(_architectures(facts)).lower()
+    model_type = str(facts.get("model_type") or "").lower()
+    spec_type = str(facts.get("speculators_model_type") or "").lower()
+    if "eagle3" in text or spec_type == "eagle3":
+        return "eagle3"
+    if "eagle" in text or spec_type == "eagle":
+        return "eagle"
+    for kind, words in (
+        ("medusa", ("medusa",)),
+        ("mlp_speculator", ("mlpspeculator", "mlp_speculator")),
+        ("dflash", ("dflash",)),
+        ("mtp", ("mtp",)),
+    ):
+        if any(w in text or w in model_type for w in words):
+            return kind
+    if re.search(r"(forcausallm|forconditionalgeneration|lmheadmodel)\b", text):
+        if set(facts.get("head_markers") or ()) & set(_EAGLE3_KEYS):
+            return "eagle3"  # an EAGLE-3 head under a plain name (EAGLEConfig renames it Eagle3<arch>)
+        return "causal_lm"
+    return None
+
+
+def check_draft_kind(method, target, draft, origins, findings):
+    """The draft must be what the method loads: an EAGLE / EAGLE-3 head for this target, a complete causal
+    LM for draft_model, Medusa and MLP-speculator heads for theirs.  A mismatch is an error on the draft,
+    at the field its architecture came from (typed: draft.architecture; read: the source's field).
+    origins: {role: {path, source, uri, keys}} (model_facts.resolve)."""
+    origin = origins.get("draft") or {}
+    want = _WANTED_KIND.get(method)
+    kind = draft_kind(draft)
+    if want is None or kind is None:
+        return
+    path = origin.get("path") if "architecture" in (origin.get("keys") or ()) else "draft.architecture"
+    seen = "%s (%s%s)" % (
+        _KIND_WORDS[kind],
+        "architecture " + "/".join(_architectures(draft)),
+        (
+            (", read from %s" % origin["source"])
+            if path != "draft.architecture" and origin.get("source")
+            else ""
+        ),
+    )
+    if kind == want:
+        if kind in ("eagle", "eagle3"):
+            _eagle_target_named(
+                method, target, draft, (origins.get("target") or {}).get("uri"), path, findings
+            )
+        return
+    if kind in ("eagle", "eagle3") and want in ("eagle", "eagle3") and _head_kind(draft.get("architecture")):
+        return  # _eagle_head reports it at draft.architecture
+    if kind == "causal_lm" and want in ("eagle", "eagle3"):
+        _causal_lm_as_head(method, draft, origin, path, seen, findings)
+        return
+    findings.error(
+        path,
+        "method '%s' needs %s, but the draft is %s" % (method, _wanted_words(method), seen),
+        _kind_hint(method, kind),
+        "draft-kind",
+    )
+
+
+def _wanted_words(method):
+    if method in ("eagle", "eagle3"):
+        return "%s trained for this target" % _KIND_WORDS[method]
+    if method == "draft_model":
+        return "a complete causal LM with the target's tokenizer and vocabulary"
+    return _KIND_WORDS[_WANTED_KIND[method]]
+
+
+def _kind_hint(method, kind):
+    if kind in _WANTED_KIND.values() and kind != "causal_lm":
+        other = [m for m, k in _WANTED_KIND.items() if k == kind][0]
+        return "set method: %s for this draft, or give the draft that method '%s' loads" % (other, method)
+    if kind == "causal_lm":
+        return "use method draft_model for a complete small model, or the %s published for the target" % (
+            _KIND_WORDS[_WANTED_KIND[method]]
+        )
+    return "give the draft that method '%s' loads" % method
+
+
+def _causal_lm_as_head(method, draft, origin, path, seen, findings):
+    """A plain *ForCausalLM with a tokenizer is a complete model (heads ship none); an EAGLE-3 head carries
+    draft_vocab_size / target_hidden_size / eagle_config when its name is plain.  An EAGLE-1 head may be
+    published under a plain name (yuhuili/EAGLE-LLaMA3-Instruct-8B: LlamaForCausalLM): without a tokenizer
+    that case cannot be told from a small model."""
+    config_read = "architecture" in (origin.get("keys") or ())
+    if draft.get("tokenizer") or (method == "eagle3" and config_read):
+        why = (
+            "it ships its own tokenizer, which heads do not"
+            if draft.get("tokenizer")
+            else "its config.json has none of the EAGLE-3 head's keys (%s)" % ", ".join(_EAGLE3_KEYS)
+        )
+        findings.error(
+            path,
+            "method '%s' needs %s, but the draft is %s: %s; vLLM would load it as %s%s and its weights do "
+            "not fit that class"
+            % (
+                method,
+                _wanted_words(method),
+                seen,
+                why,
+                "Eagle3" if method == "eagle3" else "Eagle",
+                (_architectures(draft) or ["LlamaForCausalLM"])[0],
+            ),
+            _kind_hint(method, "causal_lm"),
+            "draft-kind",
+        )
+        return
+    findings.warning(
+        path,
+        "method '%s' needs %s, and the draft declares only a plain architecture (%s): an %s head published "
+        "under that name cannot be told from a small causal LM"
+        % (
+            method,
+            _wanted_words(method),
+            "/".join(_architectures(draft)),
+            "EAGLE-3" if method == "eagle3" else "EAGLE",
+        ),
+        "make sure the draft is the head published for the target (set draft.local_path to a copy of its "
+        "config.json so the validator can tell)",
+        "draft-kind-unsure",
+    )
+
+
+def _eagle_target_named(method, target, draft, target_uri, path, findings):
+    """A head whose config names its target (the speculators format's verifier) must name this one."""
+    wanted = draft.get("eagle_target_architectures") or []
+    have = _architectures(target)
+    if wanted and have and not set(wanted) & set(have):
+        findings.error(
+            path,
+            "the %s head was trained for a %s target (its config's verifier), but the target is %s"
+            % (method, "/".join(wanted), "/".join(have)),
+            "use the head published for this target",
+            "eagle-target-named",
+        )
+    name, uri = draft.get("eagle_target"), target_uri or ""
+    if name and uri.startswith("hf://"):
+        repo = uri[len("hf://") :].split("@", 1)[0].strip("/").lower()
+        base = name.strip("/").split("/")[-1].lower()
+        if repo and name.strip("/").lower() != repo and base != repo.split("/")[-1]:
+            findings.warning(
+                path,
+                "the %s head names its target %r, but the target is %s" % (method, name, uri),
+                "check that the target is that model (or a quantized copy of it); otherwise use its head",
+                "eagle-target-name",
+            )
 
 
 def _token_count(method, k, findings):
@@ -339,11 +521,22 @@ def _tokenizer_and_vocab(method, cfg, target, draft, version_label, findings):
 
 def _eagle_head(method, target, draft, version_label, findings):
     t_h, d_h = target.get("hidden_size"), draft.get("hidden_size")
+    # An EAGLE-3 head reads the target's hidden states through its fc layer, sized 3 x target_hidden_size
+    # when its config declares that key, else 3 x hidden_size (vLLM model_executor/models/llama_eagle3.py,
+    # LlamaModel.__init__).
+    declared = method == "eagle3" and isinstance(draft.get("target_hidden_size"), int)
+    if declared:
+        d_h = draft["target_hidden_size"]
     if isinstance(t_h, int) and isinstance(d_h, int) and t_h != d_h:
         findings.error(
             "draft.hidden_size",
-            "the %s head has hidden_size %d but the target has %d: the head was trained for another model"
-            % (method.upper().replace("EAGLE3", "EAGLE-3"), d_h, t_h),
+            "the %s head has %s %d but the target has hidden_size %d: the head was trained for another model"
+            % (
+                method.upper().replace("EAGLE3", "EAGLE-3"),
+                "target_hidden_size" if declared else "hidden_size",
+                d_h,
+                t_h,
+            ),
             "use the head published for exactly this target model",
             "eagle-hidden-size",
         )
@@ -358,7 +551,16 @@ def _eagle_head(method, target, draft, version_label, findings):
         )
     t_fam = family(target.get("model_type") or target.get("architecture"))
     d_fam = family(draft.get("architecture")) or family(draft.get("model_type"))
-    if t_fam and d_fam and t_fam != d_fam:
+    # vLLM restricts EAGLE-3 by the TARGET's family (config/speculative.py SpeculativeConfig._verify_args on
+    # the releases that restrict it: the target's hf_text_config.model_type; the profiles' eagle3_target_
+    # families), never by the head's declared model_type: EAGLEConfig (transformers_utils/configs/eagle.py)
+    # keeps LlamaForCausalLMEagle3 as it is, and llama_eagle3.py's Eagle3LlamaForCausalLM is the generic
+    # EAGLE-3 head that published heads for Qwen3, gpt-oss ... declare (architecture LlamaForCausalLMEagle3,
+    # model_type llama).  So a llama head says nothing about its target; a head of another family's own
+    # implementation (Eagle3Qwen2_5vl... ) does.  A speculators-format head names its target instead
+    # (check_draft_kind compares it).
+    generic = (method == "eagle3" and d_fam == "llama") or bool(draft.get("speculators_model_type"))
+    if t_fam and d_fam and t_fam != d_fam and not generic:
         findings.error(
             "draft.architecture",
             "the %s head is built for %s models but the target is %s (vLLM %s)"

@@ -42,10 +42,14 @@ OVERRIDE_VARS = {
     "num_speculative_tokens": "specpilot_override_num_speculative_tokens",
 }
 
-# Variables that steer the playbooks and are not part of any service spec.
-CONTROL_VARS = ("specpilot_spec_file", "specpilot_render_dir", "specpilot_strict") + tuple(
-    OVERRIDE_VARS.values()
-)
+# Variables that steer the playbooks and are not part of any service spec (specpilot_model_facts: whether
+# validation reads the model facts at the artifacts' sources, module_utils/model_facts.py).
+CONTROL_VARS = (
+    "specpilot_spec_file",
+    "specpilot_render_dir",
+    "specpilot_strict",
+    "specpilot_model_facts",
+) + tuple(OVERRIDE_VARS.values())
 
 _DNS_LABEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # Kubernetes label and annotation keys: an optional DNS-subdomain prefix and "/", then a name of at

@@ -3,7 +3,8 @@
 # Apache-2.0 (see LICENSE)
 """validate(): the whole preflight of one service spec, and its plan.
 
-Order: the service schema, versions and the vLLM profile, delivery and paths, the
+Order: the service schema, versions and the vLLM profile, delivery and paths, the model
+facts (typed in the spec, else read from each artifact's source: model_facts.py), the
 speculative config, draft/target compatibility, the GPU memory budget, rendering, the
 user's overrides, then KServe's rules on the final manifests.  Every problem found on
 the way is reported; later phases are skipped only when an earlier error makes them
@@ -21,6 +22,7 @@ import traceback
 from ansible_collections.specpilot.core.plugins.module_utils import compat
 from ansible_collections.specpilot.core.plugins.module_utils import gpu_budget
 from ansible_collections.specpilot.core.plugins.module_utils import kserve_rules
+from ansible_collections.specpilot.core.plugins.module_utils import model_facts
 from ansible_collections.specpilot.core.plugins.module_utils import render
 from ansible_collections.specpilot.core.plugins.module_utils import spec_override
 from ansible_collections.specpilot.core.plugins.module_utils import spec_sanity
@@ -556,12 +558,9 @@ def _validate(spec, options):
     mounts, resolve_mounts = _mounts(spec, draft_artifact)
     async_requested = _check_extra_args(spec, vllm_version, findings)
 
-    target = compat.merge_facts("target", spec["target"], findings, options.get("read_local_files", True))
-    draft = (
-        compat.merge_facts("draft", spec["draft"], findings, options.get("read_local_files", True))
-        if spec.get("draft")
-        else {}
-    )
+    # model facts: typed in the spec, completed from each artifact's source (model_facts.py)
+    target, draft, facts_report = model_facts.resolve(spec, draft_artifact, options, findings)
+    result["model_facts"] = facts_report
     cfg = _resolve_speculative(spec, x, resolve_mounts, findings)
     tp = render.tensor_parallel_size(spec)
     if cfg:
@@ -569,7 +568,13 @@ def _validate(spec, options):
         speculative.check(cfg, ctx, findings)
         if draft_artifact or minfo["model"] == "optional":
             compat.check_compatibility(
-                cfg, target, draft if draft_artifact else {}, x, version_label, findings
+                cfg,
+                target,
+                draft if draft_artifact else {},
+                x,
+                version_label,
+                findings,
+                origins=facts_report["origins"],
             )
     _check_runtime_image(spec, findings)
     budget = gpu_budget.check_budget(
@@ -1088,6 +1093,10 @@ ARGUMENT_SPEC = {
     "variable_names": {"type": "list", "elements": "str", "default": []},
     "render_dir": {"type": "path"},
     "display_warnings": {"type": "bool", "default": True},
+    # auto: read config.json and the tokenizer at each artifact's source; off: no network reads (unset:
+    # $SPECPILOT_MODEL_FACTS, else auto).  The action plugin passes the variable specpilot_model_facts.
+    # raw: YAML reads an unquoted off as false; model_facts.mode_of checks the value and names the variable
+    "model_facts": {"type": "raw"},
     # raw: the values come from extra variables and survey answers; spec_override checks them and
     # names the variable in its errors.
     "override_method": {"type": "raw"},
@@ -1109,6 +1118,7 @@ def run_options(params):
             "variable_names",
             "override_method",
             "override_num_speculative_tokens",
+            "model_facts",
         )
     }
 
@@ -1130,6 +1140,7 @@ def module_result(params, check_mode=False):
         "spec": result["spec"],
         "report": result["report"],
         "speculative_overrides": result["speculative_overrides"],
+        "model_facts": result.get("model_facts"),
     }
     failed = bool(params.get("fail_on_error")) and not result["ok"]
     if failed:

@@ -17,9 +17,10 @@ description:
   - "Checks, in order: the service schema (C(schemas/service.schema.json)); the speculative config against the
     profile of the vLLM release in the runtime (C(schemas/speculative/)): methods, keys, types, bounds and
     combinations per release, including removed and renamed keys and how that release treats unknown keys;
-    draft/target compatibility (tokenizer, vocabulary, EAGLE head vs target, EAGLE-3 target families, MTP
-    layers, size ratio) from facts in the spec or from C(config.json) and tokenizer files under C(local_path);
-    the GPU memory budget; KServe version gates and admission-webhook rules on the final manifests, after the
+    draft/target compatibility (the draft's kind against the method, tokenizer, vocabulary, EAGLE head vs
+    target, EAGLE-3 target families, MTP layers, size ratio) from facts in the spec, completed from
+    C(config.json) and the tokenizer files at each artifact's source (see I(model_facts)); the GPU memory
+    budget; KServe version gates and admission-webhook rules on the final manifests, after the
     user's overrides."
   - Every problem is returned with the field path, a message naming the value and the vLLM/KServe version, and
     a hint with the fix. All problems are reported, not only the first.
@@ -32,7 +33,8 @@ description:
     Every role that needs the spec (validate, deploy, smoke, benchmark, staging) calls this module, so all of
     them see the same effective spec and plan; the inventory is not changed. See I(override_method)."
   - The logic runs on the Ansible controller (an action plugin with the same name); nothing is executed on the
-    managed host and no cluster is contacted. The version profiles ship inside the collection, so the module
+    managed host and no cluster is contacted. With I(model_facts=auto) it reads the model sources' small files
+    (never weights). The version profiles ship inside the collection, so the module
     works wherever the collection is installed; I(schema_dir) can point it at exported schema files instead.
 options:
   spec:
@@ -91,6 +93,25 @@ options:
       - Read C(config.json) and tokenizer files under C(target.local_path) and C(draft.local_path).
     type: bool
     default: true
+  model_facts:
+    description:
+      - "C(auto) reads C(config.json) and the tokenizer (C(tokenizer.json) or C(tokenizer.model), fingerprinted
+        by sha256), never weights, at the source of the target and the draft: C(hf://) through the Hub API
+        (C(HF_ENDPOINT), C(HF_TOKEN)), C(s3://) (boto3 on the controller, the C(AWS_*) variables), C(oci://)
+        through the registry API (tar headers and the small members of the model's layer, by Range requests),
+        or C(local_path). A C(pvc://) source (also the PVC of delivery C(pvc)) cannot be read from the
+        controller in a validate-only run. The results are cached by source and revision under
+        C(~/.cache/specpilot/model-facts) (C(SPECPILOT_MODEL_FACTS_CACHE); moving references for
+        C(SPECPILOT_MODEL_FACTS_TTL) seconds, default one day)."
+      - Facts typed in the spec win; a typed fact that contradicts the source is an error naming both values.
+        When facts cannot be read, the findings name the checks that could not run and why.
+      - C(off) reads nothing over the network (C(local_path) is still read); the findings say which checks
+        were skipped.
+      - When the option is not given, the action plugin takes the host's variable C(specpilot_model_facts),
+        else the environment variable C(SPECPILOT_MODEL_FACTS), else C(auto).
+      - "Values: C(auto) or C(off) (an unquoted YAML C(off), read as false, means C(off)); any other value is an
+        error."
+    type: raw
   var_prefix:
     description:
       - Prefix shown before the field paths in C(report) (the inventory variables are C(specpilot_<key>)).
@@ -256,6 +277,11 @@ rendered_files:
   returned: when I(render_dir) is set and the spec is valid
   type: list
   elements: str
+model_facts:
+  description: Where each artifact's facts came from (C(mode); per role C(source), C(path), C(kind), C(typed),
+    the facts read C(keys), C(resolved_revision), C(cached), C(problem) when they could not be read).
+  returned: unless the task fails (see I(fail_on_error)) and the spec passed the schema
+  type: dict
 speculative_overrides:
   description: What the run-time overrides (I(override_method), I(override_num_speculative_tokens)) did.
   returned: unless the task fails (see I(fail_on_error))
