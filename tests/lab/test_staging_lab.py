@@ -249,7 +249,12 @@ def test_modelcar_in_the_lab_registry_served_by_digest(fake_lab, sources, tmp_pa
             "specpilot_delivery": "modelcar",
             "specpilot_modelcar": {"image": f"{image}:v1", "tls_verify": False},
             "specpilot_target": {"uri": srv.files_url("target/")},
-            "specpilot_draft": {"local_path": str(draft)},
+            "specpilot_draft": {
+                # the lab draft's typed facts say 128; staging_support.make_model's draft has 64, and a typed
+                # fact that contradicts local_path's config.json is an error
+                "hidden_size": 64,
+                "local_path": str(draft),
+            },
         }
         group = {
             "specpilot_stage_modelcar_base": f"oci:{tmp_path / 'base'}:busybox",

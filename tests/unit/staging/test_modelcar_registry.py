@@ -92,7 +92,12 @@ def test_the_role_at_vvv_never_shows_the_registry_password(models, tmp_path):
             "specpilot_delivery": "modelcar",
             "specpilot_modelcar": {"image": f"{reg.addr}/models/svc:v1", "tls_verify": False},
             "specpilot_target": {"uri": srv.files_url("target/")},
-            "specpilot_draft": {"local_path": str(models / "m" / "draft")},
+            "specpilot_draft": {
+                # the lab draft's typed facts say 128; staging_support.make_model's draft has 64, and a typed
+                # fact that contradicts local_path's config.json is an error
+                "hidden_size": 64,
+                "local_path": str(models / "m" / "draft"),
+            },
         }
         group = {
             "specpilot_stage_modelcar_base": f"oci:{models / 'base'}:busybox",
