@@ -30,6 +30,8 @@ REPORT_DIRS = {
     "specpilot_rollback": ("specpilot_rollback_report_dir", "rollback"),
     "specpilot_smoke": ("specpilot_smoke_report_dir", "smoke"),
 }
+# a role's further report directories: role -> {variable: sub-directory} (the benchmark role's tuning run)
+MORE_REPORT_DIRS = {"specpilot_benchmark": {"specpilot_benchmark_tune_report_dir": "tune"}}
 # a role variable that names where files go, by its name
 DIR_VARIABLE = re.compile(r"_(report|render)_dir$")
 
@@ -64,7 +66,10 @@ def test_every_report_directory_is_under_the_one_report_root():
     assert _defaults(ROLES / "specpilot_validate")["specpilot_validate_render_dir"] == (
         "{{ specpilot_render_dir | default('') }}"
     )
-    assert found == {role: {var: f"{ROOT_EXPR}/{area}"} for role, (var, area) in REPORT_DIRS.items()}
+    expected = {role: {var: f"{ROOT_EXPR}/{area}"} for role, (var, area) in REPORT_DIRS.items()}
+    for role, more in MORE_REPORT_DIRS.items():
+        expected[role].update({var: f"{ROOT_EXPR}/{area}" for var, area in more.items()})
+    assert found == expected
 
 
 def test_no_role_anchors_a_path_on_playbook_dir_or_the_working_directory_by_default():

@@ -49,6 +49,9 @@ def test_pass_report_stats_and_check_mode(fake_smoke_lab, tmp_path):
     assert rep["access"]["mode"] == "url" and rep["access"]["url"].startswith("http://127.0.0.1:")
     assert rep["request"]["max_tokens"] == 64  # from the lab spec's smoke settings
     assert rep["figures"]["acceptance_rate"] == pytest.approx(0.9, abs=0.02)
+    # the band of what the probes read, at the lab spec's production temperature (specpilot_workload: 0)
+    band = rep["acceptance_band"]
+    assert band["band"] == "likely_helps" and band["production_temperature"] == 0.0 and band["at_production"]
     assert (tmp_path / SERVICE / "smoke.md").read_text().startswith("# Smoke check: lab-ngram - PASS")
     assert (tmp_path / SERVICE / "smoke-acceptance.png").read_bytes()[:4] == b"\x89PNG"
     assert "specpilot_smoke_results" in run.output and "verdict: pass" in run.output  # set_stats

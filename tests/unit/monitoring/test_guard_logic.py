@@ -210,3 +210,39 @@ def test_prometheus_errors_are_reported():
 
     with pytest.raises(g.GuardError, match="connection refused"):
         g.prometheus_reading("http://prom", {"model_name": "svc"}, "15m", "0.32.0", fetch=down, at=0)
+
+
+def test_the_acceptance_band_of_live_traffic_next_to_the_production_temperature():
+    out = g.evaluate(ON, reading(vp.BORDERLINE), None, {"min_draft_tokens": 20}, now=0, production_temperature=0.7)
+    band = out["acceptance_band"]
+    assert out["status"] == "borderline" and band["band"] == "measure_p99"
+    assert band["acceptance_rate"] == pytest.approx(out["reading"]["acceptance_rate"])
+    assert (band["production_temperature"], band["read_at_temperature"], band["at_production"]) == (0.7, None, None)
+    assert band["line"].startswith("Acceptance 0.")
+    assert "0.5-0.65: borderline, measure P99 under load" in band["line"]
+    assert ("read from live traffic, at the temperatures its clients send; the production temperature is 0.7 "
+            "(specpilot_workload.temperature)") in band["line"]
+    healthy = run(ON, vp.HEALTHY)["acceptance_band"]
+    assert healthy["band"] == "likely_helps" and "the production temperature is not set" in healthy["note"]
+    assert run(ON, vp.LOW)["acceptance_band"]["band"] == "off"
+    # nothing judged, no band: idle, off, absent
+    assert run(ON, vp.IDLE)["acceptance_band"] is None
+    assert g.evaluate(isvc(["--model=/m"]), {}, None, {})["acceptance_band"] is None
+    assert g.evaluate(None, {}, None, {})["acceptance_band"] is None
+
+
+def test_the_guard_markdown_has_the_band_line():
+    import jinja2
+
+    template = (vp.ROOT / "roles" / "specpilot_guard" / "templates" / "report.md.j2").read_text()
+    out = g.evaluate(ON, reading(vp.HEALTHY), None, {"min_draft_tokens": 20}, now=0, production_temperature=0)
+    service = {"namespace": "ml", "name": "svc", "status": out["status"], "acceptance_rate": 0.8,
+               "mean_acceptance_length": 3.4, "per_position": [0.9], "drafted": 30, "streak": 0,
+               "consecutive_readings": 3, "action": "none", "rolled_back": False, "message": out["message"],
+               "findings": [], "history": [], "acceptance_band": out["acceptance_band"]}
+    report = {"generated_at": "now", "mode": "scrape", "auto_rollback": False, "services": [service, dict(
+        service, name="idle", acceptance_band=None)], "thresholds": {
+        "min_acceptance_rate": 0.5, "warn_acceptance_rate": 0.65, "min_draft_tokens": 100, "consecutive_readings": 3}}
+    md = jinja2.Environment(trim_blocks=True).from_string(template).render(specpilot_guard_report=report)
+    assert md.count("Band: ") == 1
+    assert "Band: Acceptance 0.800: above 0.65: likely helps (the rule: below 0.5: off" in md

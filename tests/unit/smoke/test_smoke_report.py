@@ -195,3 +195,38 @@ def test_smoke_probe_module_in_check_mode(tmp_path):
     assert res["ok"] and res["succeeded"] == 2 and not res["changed"]
     assert res["metrics_before"] and res["metrics_after"]
     assert "secret" not in json.dumps(res)
+
+
+def test_the_acceptance_band_of_the_probes_and_the_production_temperature(plan):
+    """Healthy probes (acceptance 0.9) at temperature 0 against a service that serves at 0.8: the band
+    is stated, and the report says the probes did not run at the production temperature."""
+    result, rep = make_report(plan, production_temperature=0.8)
+    band = rep["acceptance_band"]
+    assert band == result["acceptance_band"]
+    assert band["band"] == "likely_helps" and band["acceptance_rate"] == pytest.approx(0.9)
+    assert band["production_temperature"] == 0.8 and band["read_at_temperature"] == 0.0
+    assert band["at_production"] is False
+    assert band["rule"] == "below 0.5: off; 0.5-0.65: measure P99 under load; above 0.65: likely helps"
+    md = smoke.render_markdown(rep)
+    assert (
+        "Band: Acceptance 0.900: above 0.65: likely helps (the rule: below 0.5: off; 0.5-0.65: measure P99 "
+        "under load; above 0.65: likely helps); read at temperature 0, not at the production temperature 0.8"
+    ) in md
+    assert smoke.stats(result)["acceptance_band"] == "likely_helps"
+
+
+def test_the_band_at_the_production_temperature_and_without_one(plan):
+    # borderline acceptance (0.6) read at the production temperature 0
+    _result, rep = make_report(plan, rate_counts=(18, 30, 10, (8, 6, 4)), production_temperature=0)
+    band = rep["acceptance_band"]
+    assert band["band"] == "measure_p99" and band["at_production"] is True
+    assert "0.5-0.65: borderline, measure P99 under load" in band["line"]
+    assert "read at the production temperature 0." in smoke.render_markdown(rep)
+    # low acceptance, no production temperature in the spec
+    _result, rep = make_report(plan, rate_counts=(9, 30, 10, (6, 2, 1)))
+    band = rep["acceptance_band"]
+    assert band["band"] == "off" and band["at_production"] is None and band["production_temperature"] is None
+    assert "the production temperature is not set (specpilot_workload.temperature)" in band["line"]
+    # speculative decoding expected off: no band
+    result = smoke.evaluate(s.data_for(plan, expect="off"))
+    assert result["acceptance_band"] is None

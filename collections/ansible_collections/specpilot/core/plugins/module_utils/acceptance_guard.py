@@ -38,6 +38,7 @@ import urllib.parse
 import urllib.request
 
 from ansible_collections.specpilot.core.plugins.module_utils import monitoring as sm
+from ansible_collections.specpilot.core.plugins.module_utils.acceptance_band import band_reading
 
 HISTORY_ANNOTATION = "specpilot.io/guard-history"
 HISTORY_KEY = "history"
@@ -321,8 +322,11 @@ def streak_of(history, digest):
     return count
 
 
-def evaluate(isvc, reading, history_raw, params=None, now=None, name=None):
-    """The verdict of one guard run; pure (the caller stores the history and acts)."""
+def evaluate(isvc, reading, history_raw, params=None, now=None, name=None, production_temperature=None):
+    """The verdict of one guard run; pure (the caller stores the history and acts).
+
+    production_temperature (specpilot_workload.temperature): the acceptance band of a judged reading
+    (``acceptance_band``) says that live traffic was read, not a reading at that temperature."""
     s = settings_of(params)
     now = time.time() if now is None else now
     state = isvc_speculative(isvc)
@@ -402,6 +406,9 @@ def evaluate(isvc, reading, history_raw, params=None, now=None, name=None):
         "findings": findings,
         "notes": notes,
         "message": message,
+        # the band rule applied to a judged reading of live traffic (its temperature is the clients')
+        "acceptance_band": band_reading(rate, production_temperature, None, "live traffic")
+        if status in ("low", "borderline", "healthy", "no-window") and rate is not None else None,
         "record": record,
         "entry": entry,
         "history": history,

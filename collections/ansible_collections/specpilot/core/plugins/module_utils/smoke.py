@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+from ansible_collections.specpilot.core.plugins.module_utils.acceptance_band import band_reading
 from ansible_collections.specpilot.core.plugins.module_utils.common import get_path, write_if_changed
 
 try:
@@ -1135,7 +1136,8 @@ def evaluate(data):
     ``data`` keys: service, expect ('on'/'off'), plan, inferenceservice, pod, container,
     log_facts, log_previous, log_window, metrics_before, metrics_after, probes, access,
     thresholds, request ({prompts, count, max_tokens, temperature, request_params}),
-    skip_reason (why no probes were sent). Missing pieces fail the checks that need them.
+    skip_reason (why no probes were sent), production_temperature (specpilot_workload.temperature:
+    the acceptance band says whether the probes ran at it). Missing pieces fail the checks that need them.
     """
     ctx = _inputs(data)
     checks = []
@@ -1184,6 +1186,7 @@ def _inputs(data):
         svc=svc,
         fig=fig,
         skip_reason=data.get("skip_reason"),
+        production_temperature=data.get("production_temperature"),
     )
 
 
@@ -1225,6 +1228,17 @@ def _verdict(ctx, checks):
         "checks": checks,
         "figures": fig,
         "interpretation": interpretation(fig, th, request.get("temperature")) if expect == "on" else [],
+        # the band rule applied to the probes' acceptance, and whether they ran at the production temperature
+        "acceptance_band": (
+            band_reading(
+                fig["acceptance_rate"],
+                ctx["production_temperature"],
+                request.get("temperature", 0.0) if (ctx["probes"] or {}).get("succeeded") else None,
+                "the probes" if (ctx["probes"] or {}).get("succeeded") else "the engine's own traffic",
+            )
+            if expect == "on"
+            else None
+        ),
         "thresholds": th,
         "pod": pod_name,
     }
@@ -1260,6 +1274,7 @@ def build_report(result, data):
         "checks": result["checks"],
         "figures": result["figures"],
         "interpretation": result["interpretation"],
+        "acceptance_band": result.get("acceptance_band"),
         "thresholds": result["thresholds"],
         "plan": {
             "speculative_config": plan.get("speculative_config"),
@@ -1395,6 +1410,8 @@ def render_markdown(report):
                 ),
             ),
         ]
+        if report.get("acceptance_band"):
+            lines += ["", "Band: %s" % report["acceptance_band"]["line"]]
     if fig.get("latency"):
         lines += [
             "",
@@ -1543,6 +1560,7 @@ def stats(result, files=None):
         "per_position_acceptance": fig.get("per_position_acceptance"),
         "num_draft_tokens": fig["metrics"].get("num_draft_tokens"),
         "num_accepted_tokens": fig["metrics"].get("num_accepted_tokens"),
+        "acceptance_band": (result.get("acceptance_band") or {}).get("band"),
         "failed_checks": [c["id"] for c in result["checks"] if c["status"] == "fail"],
         "warned_checks": [c["id"] for c in result["checks"] if c["status"] == "warn"],
     }

@@ -127,6 +127,12 @@ options:
       - Make the action C(rollback) instead of C(report) after O(consecutive_readings) low readings.
     type: bool
     default: false
+  production_temperature:
+    description:
+      - The service's production sampling temperature (C(specpilot_workload.temperature)), for C(acceptance_band) - the
+        guard reads live traffic, at whatever temperature the clients send, and says so next to the production
+        temperature. Null - not given.
+    type: float
 
 seealso:
   - module: specpilot.core.vllm_metrics_facts
@@ -192,6 +198,12 @@ message:
   description: One line for the report.
   returned: success
   type: str
+acceptance_band:
+  description: "The band rule applied to a judged reading (status low, borderline, healthy or no-window; else null) -
+    C({acceptance_rate, band (off, measure_p99, likely_helps), band_text, rule, production_temperature,
+    read_at_temperature (null: live traffic), at_production (null), note, line})."
+  returned: success
+  type: dict
 findings:
   description: Interpretation (low acceptance, borderline, per-position collapse, metrics missing).
   returned: success
@@ -280,6 +292,7 @@ def main():
             history_size=dict(type="int", default=10),
             collapse_threshold=dict(type="float", default=0.05),
             auto_rollback=dict(type="bool", default=False),
+            production_temperature=dict(type="float"),
         ),
         supports_check_mode=True,
     )
@@ -301,7 +314,8 @@ def main():
             if not p["metrics"]:
                 module.fail_json(msg="%s: speculative decoding is on but no metrics reading was given" % p["name"])
             reading = reading_from_facts(p["metrics"])
-        result = evaluate(isvc, reading, p["history"], params, name=p["name"])
+        result = evaluate(isvc, reading, p["history"], params, name=p["name"],
+                          production_temperature=p["production_temperature"])
     except (GuardError, sm.MonitoringError, VersionError) as exc:
         module.fail_json(msg="%s: %s" % (p["name"], exc))
     module.exit_json(changed=False, **result)

@@ -98,6 +98,13 @@ options:
       report.
     type: dict
     default: {}
+  production_temperature:
+    description:
+      - The service's production sampling temperature (C(specpilot_workload.temperature)). The report states the
+        acceptance band of the reading (below 0.5 off, 0.5-0.65 measure P99 under load, above 0.65 likely helps) and
+        says when the probes ran at another temperature (C(request.temperature), 0 by default), since acceptance
+        changes with the temperature. Null - not given (the report says so).
+    type: float
   thresholds:
     description: Verdict thresholds; missing keys take their default.
     type: dict
@@ -210,6 +217,13 @@ interpretation:
   returned: always
   type: list
   elements: str
+acceptance_band:
+  description: "The band rule applied to the acceptance read - C({acceptance_rate, band (off, measure_p99,
+    likely_helps), band_text, rule, production_temperature, read_at_temperature, at_production, note, line});
+    C(at_production) is false when the probes ran at another temperature than O(production_temperature). Null
+    when speculative decoding is expected off."
+  returned: always
+  type: dict
 thresholds:
   description: The thresholds applied.
   returned: always
@@ -257,6 +271,7 @@ def main():
             path_aliases=dict(type="dict", default={}),
             access=dict(type="dict", default={}),
             request=dict(type="dict", default={}),
+            production_temperature=dict(type="float"),
             thresholds=dict(
                 type="dict",
                 default={},
@@ -296,6 +311,7 @@ def main():
             "path_aliases",
             "access",
             "request",
+            "production_temperature",
             "thresholds",
         )
     }
