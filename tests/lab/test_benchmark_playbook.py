@@ -10,6 +10,7 @@ with the five context fields, and the twin is gone afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -31,12 +32,13 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ISVC_API = ("serving.kserve.io/v1beta1", "InferenceService")
 
 
-@pytest.fixture
-def stream_lab(tmp_path):
+@contextlib.contextmanager
+def fake_engine_lab(tmp_path, *engine_args):
+    """The emulator and the controller, with benchmarks/stream_server.py (engine_args) as every pod's vLLM."""
     exe = tmp_path / "python"
     exe.write_text(
-        '#!/bin/sh\n[ "$1" = "-m" ] && shift 2\nexec %s %s --step-ms 4 "$@"\n'
-        % (sys.executable, STREAM_SERVER)
+        '#!/bin/sh\n[ "$1" = "-m" ] && shift 2\nexec %s %s %s "$@"\n'
+        % (sys.executable, STREAM_SERVER, " ".join(engine_args))
     )
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     emu = Emulator(tmp_path / "lab", [str(LAB_CRDS)]).start()
@@ -53,6 +55,17 @@ def stream_lab(tmp_path):
     finally:
         ctl.stop()
         emu.stop()
+
+
+@pytest.fixture
+def stream_lab(tmp_path):
+    """Steps of 8 ms, a speculative step 1.3x as dear as a plain one: the realised TPOT speedup
+    (3.4 / 1.3 = 2.6x) stays well under the acceptance ceiling (3.3-3.4 tokens per step) even when
+    the machine was busier while the baseline ran than while the speculative side did, so the
+    verdict's ceiling check (a speedup above 1.1x the ceiling is invalid) does not trip on noise.
+    (In a CI run with 4 ms steps and equal step costs, a busy moment gave 3.74x against 3.29.)"""
+    with fake_engine_lab(tmp_path, "--step-ms", "8", "--spec-step-cost", "1.3") as emu:
+        yield emu
 
 
 def playbook(tmp_path, emu, *args, playbook_file="playbooks/benchmark.yml", check=True):

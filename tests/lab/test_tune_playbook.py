@@ -12,14 +12,10 @@ twin, and the run goes on.
 from __future__ import annotations
 
 import json
-import stat
-import sys
 
 import pytest
-from test_benchmark_playbook import ISVC_API, STREAM_SERVER, Deployed, playbook
+from test_benchmark_playbook import ISVC_API, Deployed, fake_engine_lab, playbook
 
-from specpilot_lab.controller import Controller
-from specpilot_lab.testing import LAB_CRDS, Emulator
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -30,26 +26,8 @@ def tune_lab(tmp_path):
     one: the realised speedup (1 + 0.8 k) / 1.25 stays well under the acceptance ceiling (1 + 0.8 k), so a
     baseline measured while the machine was busier than during a candidate cannot push a candidate past
     the ceiling check (invalid). The baseline runs once, long before the last candidate."""
-    exe = tmp_path / "python"
-    exe.write_text(
-        '#!/bin/sh\n[ "$1" = "-m" ] && shift 2\nexec %s %s --step-ms 10 --spec-step-cost 1.25 "$@"\n'
-        % (sys.executable, STREAM_SERVER)
-    )
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    emu = Emulator(tmp_path / "lab", [str(LAB_CRDS)]).start()
-    ctl = Controller(
-        emu.kubeconfig,
-        tmp_path / "lab",
-        vllm_python=exe,
-        crash_backoff=1.0,
-        job_backoff=0.5,
-        node_labels={"nvidia.com/gpu.product": "NVIDIA-LAB-FAKE"},
-    ).start()
-    try:
+    with fake_engine_lab(tmp_path, "--step-ms", "10", "--spec-step-cost", "1.25") as emu:
         yield emu
-    finally:
-        ctl.stop()
-        emu.stop()
 
 
 def snapshot(lab):

@@ -347,7 +347,9 @@ def _acceptance_validity(acceptance, figs, reasons):
         if v is not None and v > VALIDITY["ceiling_margin"] * ceiling:
             reasons.append(
                 "%s speedup %.2fx is above the acceptance ceiling %.2fx (mean acceptance length; at "
-                "most %.1fx of it is possible): the timing is wrong, not the engine"
+                "most %.1fx of it is plausible): at equal step times a token cannot come faster than the "
+                "tokens per step allow, so the sides ran under different conditions (a busier machine or "
+                "larger batches on one side) or the timing is wrong"
                 % (_LABELS[fig], v, ceiling, VALIDITY["ceiling_margin"])
             )
 
