@@ -205,6 +205,16 @@ def test_benchmark_playbook_side_by_side_in_the_lab(stream_lab, tmp_path):
     for f in ("report.md", "latency.png", "throughput.png", "acceptance.png", "progress.log"):
         assert (d / f).exists(), f
 
+    # an invalid measurement (no warm-up) with auto rollback: no decision, so nothing is rolled back
+    invalid = dict(extra, specpilot_benchmark_warmup_requests=0, specpilot_benchmark_auto_rollback=True)
+    invalid["specpilot_benchmark_slo"] = {"ttft_max_regression": 10, "min_gain": 100}  # would be a rollback
+    proc = playbook(tmp_path, emu, "-e", json.dumps(invalid), check=False)
+    assert proc.returncode == 0 and "lab-ngram: INVALID at qps=20" in proc.stdout, proc.stdout[-4000:]
+    assert "specpilot_rollback : " not in proc.stdout
+    assert isvc("lab-ngram")["spec"]["predictor"]["model"]["args"] == plan["args"]
+    data = json.loads((d / "report.json").read_text())
+    assert data["decision"] == "invalid" and "warm-up not done" in data["reasons"][0]
+
     # a rollback verdict with auto rollback: the rollback role runs, or the run says it is missing
     extra.update(
         {
