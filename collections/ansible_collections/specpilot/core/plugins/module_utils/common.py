@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 import os
 
-__all__ = ["get_path", "k8s_meta", "micro_time", "parse_time", "write_if_changed"]
+__all__ = ["get_path", "k8s_meta", "micro_time", "parse_time", "read_files", "write_if_changed"]
 
 
 def get_path(obj, *keys):
@@ -68,3 +68,13 @@ def write_if_changed(path, data):
         fh.write(data)
     os.replace(tmp, path)
     return True
+
+
+def read_files(paths):
+    """{path: bytes} of the paths that exist: compare before and after a write to report changed."""
+    out = {}
+    for p in paths:
+        if os.path.exists(p):
+            with open(p, "rb") as fh:
+                out[p] = fh.read()
+    return out

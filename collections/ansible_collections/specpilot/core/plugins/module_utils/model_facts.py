@@ -71,19 +71,7 @@ NETWORK_KINDS = ("hf", "s3", "oci")
 FORMAT = 1
 # the facts compared with the source when both give them (tokenizer: only a sha256 fingerprint is
 # comparable; quantization and params_b are named or estimated differently by different tools)
-COMPARED = (
-    "architecture",
-    "model_type",
-    "hidden_size",
-    "vocab_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "num_nextn_predict_layers",
-    "dtype",
-    "tokenizer",
-)
+COMPARED = tuple(k for k in compat.FACT_KEYS if k not in ("params_b", "quantization"))
 
 
 class Unreadable(Exception):

@@ -11,7 +11,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: benchmark_report
 
-short_description: Compare baseline and speculative benchmark runs, decide keep or rollback, write the report
+short_description: Compare baseline and speculative benchmark runs, decide keep, rollback, inconclusive or invalid beyond the noise, write the report
 
 version_added: 0.1.0
 
@@ -265,6 +265,7 @@ import os
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specpilot.core.plugins.module_utils.common import read_files
 from ansible_collections.specpilot.core.plugins.module_utils.bench_analysis import analyse
 from ansible_collections.specpilot.core.plugins.module_utils.bench_client import RunConfigError, load_workload
 from ansible_collections.specpilot.core.plugins.module_utils.bench_report import (
@@ -274,15 +275,6 @@ from ansible_collections.specpilot.core.plugins.module_utils.bench_report import
     workload_context,
     write_report,
 )
-
-
-def _snapshot(paths):
-    out = {}
-    for p in paths:
-        if os.path.exists(p):
-            with open(p, "rb") as fh:
-                out[p] = fh.read()
-    return out
 
 
 def request_params_from_runs(runs):
@@ -440,12 +432,12 @@ def main():
                 "acceptance_temperature.png",
             )
         ]
-        before = _snapshot(names)
+        before = read_files(names)
         try:
             paths = write_report(report, out_dir, plots=p["plots"])
         except (IOError, OSError) as exc:
             module.fail_json(msg="cannot write the report under %s: %s" % (out_dir, exc))
-        after = _snapshot(names)
+        after = read_files(names)
         # the report carries its generation time, so a re-run always rewrites it
         result["changed"] = before != after
         result["paths"] = paths

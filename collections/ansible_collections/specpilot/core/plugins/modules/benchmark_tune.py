@@ -137,20 +137,12 @@ paths:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specpilot.core.plugins.module_utils.common import read_files
 from ansible_collections.specpilot.core.plugins.module_utils.bench_tune import (
     build_tune_report,
     row_line,
     write_tune_report,
 )
-
-
-def _snapshot(paths):
-    out = {}
-    for p in paths:
-        if os.path.exists(p):
-            with open(p, "rb") as fh:
-                out[p] = fh.read()
-    return out
 
 
 def main():
@@ -180,12 +172,12 @@ def main():
     )
     if not module.check_mode:
         names = [os.path.join(p["output_dir"], n) for n in ("tune.json", "tune.md", "tune.png")]
-        before = _snapshot(names)
+        before = read_files(names)
         try:
             result["paths"] = write_tune_report(report, p["output_dir"], plots=p["plots"])
         except (IOError, OSError) as exc:
             module.fail_json(msg="cannot write the tuning report under %s: %s" % (p["output_dir"], exc))
-        result["changed"] = before != _snapshot(names)
+        result["changed"] = before != read_files(names)
     module.exit_json(**result)
 
 
