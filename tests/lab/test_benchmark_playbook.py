@@ -289,3 +289,34 @@ def test_benchmark_playbook_sequential_in_the_lab(stream_lab, tmp_path):
     assert "spec_decode" not in (raw["runs"][0]["metrics_after"] or "")
     assert lab.args() == lab.plan["args"]
     assert wait(lambda: lab.ready("lab-ngram"), 60, "lab-ngram Ready again")
+
+
+def test_a_saturated_level_is_flagged_invalid_and_not_judged(tmp_path):
+    """The stand-in engine plays an API server starved of CPU (--starve-above 1: a request that starts
+    while more than one other is in flight gets its whole output in one burst, as the 2-core lab did at
+    qps=4). The level at concurrency 1 is judged; the level at concurrency 4 is invalid, with why."""
+    with fake_engine_lab(tmp_path, "--step-ms", "8", "--spec-step-cost", "1.3", "--starve-above", "1") as emu:
+        Deployed(tmp_path, emu)
+        reports = tmp_path / "reports"
+        extra = {
+            "specpilot_benchmark_report_dir": str(reports),
+            "specpilot_benchmark_qps_levels": [],
+            "specpilot_benchmark_concurrency_levels": [1, 4],
+            "specpilot_benchmark_target_concurrency": 1,
+            "specpilot_benchmark_runs_per_prompt": 2,
+            "specpilot_benchmark_warmup_requests": 1,
+            "specpilot_benchmark_max_tokens": 24,
+            "specpilot_benchmark_wait_timeout": 120,
+            "specpilot_benchmark_sweep_enabled": False,
+            "specpilot_benchmark_slo": {"ttft_max_regression": 10},
+        }
+        proc = playbook(tmp_path, emu, "-e", json.dumps(extra))
+    data = json.loads((reports / "lab-ngram" / "report.json").read_text())
+    assert data["per_level"]["qps=inf,c=4"] == "invalid", data["per_level"]
+    high = next(lv for lv in data["levels"] if lv["level"]["key"] == "qps=inf,c=4")
+    assert high["valid"] is False
+    assert any("arrived in one burst" in r for r in high["invalid_reasons"]), high["invalid_reasons"]
+    assert data["per_level"]["qps=inf,c=1"] == "keep" and data["decision"] == "keep", data["reasons"]
+    assert "invalid and not judged: qps=inf,c=4" in " ".join(data["notes"])
+    assert "lab-ngram: KEEP at qps=inf,c=1" in proc.stdout
+    assert "temperature sweep is turned off" in json.dumps(data["temperature_sweep_skipped"])
