@@ -210,3 +210,18 @@ def test_the_inventories_carry_a_valid_workload(host_vars):
         workload = yaml.safe_load(handle)["specpilot_workload"]
     assert errors_of(workload) == []
     assert workload["slo"]["bound_by"] in ("tpot", "ttft", "e2e", "throughput")
+
+
+# ------------------------------------------------------------------ the decision framework's warning
+
+
+@pytest.mark.parametrize("temperature, warned", [(0, False), (0.7, False), (0.71, True), (1.2, True)])
+def test_a_production_temperature_above_0_7_is_a_warning_at_its_field(temperature, warned):
+    result = validate(base_spec(workload={"temperature": temperature}))
+    assert result["ok"] and result["errors"] == []
+    hits = [w for w in result["warnings"] if w["path"] == "workload.temperature"]
+    assert bool(hits) == warned, result["warnings"]
+    if warned:
+        assert hits[0]["code"] == "workload-temperature"
+        assert "production temperature %g" % temperature in hits[0]["message"]
+        assert "playbooks/benchmark.yml" in hits[0]["hint"]

@@ -566,6 +566,7 @@ def _validate(spec, options):
     if cfg:
         ctx = _spec_ctx(spec, vllm_version, profile, target, draft, async_requested)
         speculative.check(cfg, ctx, findings)
+        _check_workload_temperature(spec, findings)
         if draft_artifact or minfo["model"] == "optional":
             compat.check_compatibility(
                 cfg,
@@ -747,6 +748,25 @@ def _versions(raw, index, loader, findings):
         )
         kserve_version = NEWEST_KSERVE
     return vllm_version, profile, info, kserve_version
+
+
+WORKLOAD_TEMPERATURE_WARN = 0.7
+
+
+def _check_workload_temperature(spec, findings):
+    """The decision framework: acceptance falls as the sampling temperature rises; above about 0.7
+    speculative decoding rarely pays off. Only a warning: the benchmark's temperature sweep measures it."""
+    t = (spec.get("workload") or {}).get("temperature")
+    if isinstance(t, (int, float)) and not isinstance(t, bool) and t > WORKLOAD_TEMPERATURE_WARN:
+        findings.warning(
+            "workload.temperature",
+            "production temperature %g with speculative decoding on: acceptance falls as the temperature "
+            "rises, and above %g drafts are rarely accepted often enough to pay for themselves"
+            % (t, WORKLOAD_TEMPERATURE_WARN),
+            "measure acceptance at this temperature (playbooks/benchmark.yml sweeps it) before turning it on "
+            "for this service",
+            "workload-temperature",
+        )
 
 
 def _check_runtime_image(spec, findings):
