@@ -1,9 +1,10 @@
 """``python -m specpilot_lab up|down|status``: manage the local lab's processes.
 
 ``up`` is idempotent (what runs already is left alone) and leaves the lab ready for
-``inventories/lab``: its namespace and its models PVC with the tiny models (seed.py; skipped with
-``--only`` or ``--no-seed``). ``down`` succeeds when nothing runs, ``status`` says what runs, what
-the lab inventory finds, where the kubeconfig is, and how to use it.
+``inventories/lab``: what its services need before ``stage.yml`` (seed.py: the namespace, the PVCs
+with the tiny models, the Modelcar base image and runtime; skipped with ``--only`` or
+``--no-seed``). ``down`` succeeds when nothing runs, ``status`` says what runs, what the lab
+inventory finds, where the kubeconfig is, and how to use it.
 Options: ``--state-dir DIR`` (the lab directory), ``--only NAME`` (one managed process).
 Environment: ``SPECPILOT_LAB_DIR`` (default ``.lab`` in the repository), ``SPECPILOT_LAB_CRDS``
 (CRD files/directories to load instead of ``lab/crds``, separated by ':' or ','),
@@ -42,7 +43,7 @@ def cmd_up(paths: LabPaths, only: list[str] | None = None, no_seed: bool = False
             print(
                 "seeded: " + ", ".join(created)
                 if created
-                else "seed: the lab inventory's namespace, PVC and models are there"
+                else "seed: what the lab inventory needs is there"
             )
     except RuntimeError as exc:
         print(f"lab up failed: {exc}", file=sys.stderr)

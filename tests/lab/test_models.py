@@ -68,6 +68,10 @@ def test_eagle3_head_layout(tiny_models):
     assert eagle["num_hidden_layers"] == 1
     assert eagle["hidden_size"] == target["hidden_size"] == eagle["target_hidden_size"]
     assert eagle["draft_vocab_size"] == eagle["vocab_size"] == target["vocab_size"]
+    # the target layers the head reads: three (fc's input), within the 2-layer target (0..2);
+    # vLLM's default for a target without them, (2, L // 2, L - 3), fails on a 2-layer target
+    assert eagle["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2]
+    assert max(eagle["eagle_aux_hidden_state_layer_ids"]) <= target["num_hidden_layers"]
     header = (tiny_models / "eagle3" / "model.safetensors").read_bytes()
     size = int.from_bytes(header[:8], "little")
     tensors = json.loads(header[8 : 8 + size])
