@@ -25,6 +25,8 @@ pytestmark = pytest.mark.slow
 
 LOG = (ROOT / "tests" / "data" / "vllm" / "bench_serve_0.32.0_random_qps4_ngram.log").read_text()
 URL = "http://svc-predictor.%s.svc.cluster.local"
+# the connection as the project's playbooks pass it to every role (no variable is set here: KUBECONFIG)
+MODULE_DEFAULTS = yaml.safe_load((ROOT / "playbooks" / "benchmark.yml").read_text())[0]["module_defaults"]
 
 
 class FakeJobController(threading.Thread):
@@ -89,6 +91,7 @@ def _playbook(tmp: Path, ns: str, extra: dict | None = None) -> Path:
         "hosts": "localhost",
         "gather_facts": False,
         "connection": "local",
+        "module_defaults": MODULE_DEFAULTS,
         "vars": dict(
             {
                 "specpilot_benchmark_client": "vllm_bench",

@@ -4,9 +4,11 @@
 """Action plugin of specpilot.core.k8s_job_wait: wait for a batch/v1 Job and show its progress.
 
 It runs on the controller and polls the cluster through kubernetes.core's own modules
-(k8s_info, k8s_log), so authentication works exactly as for them (KUBECONFIG, K8S_AUTH_* or the
-``auth`` option). New log lines of the Job's pod are printed as they arrive, which a module
-cannot do; the documented module in plugins/modules/k8s_job_wait.py holds the options.
+(k8s_info, k8s_log), so authentication works exactly as for them: the connection options kubeconfig,
+context, host, api_key, validate_certs and ca_cert (module_defaults group/specpilot.core.k8s), the
+``auth`` option, else KUBECONFIG and K8S_AUTH_*. New log lines of the Job's pod are printed as they
+arrive, which a module cannot do; the documented module in plugins/modules/k8s_job_wait.py holds the
+options.
 """
 
 from __future__ import annotations
@@ -16,32 +18,20 @@ import time
 from ansible.errors import AnsibleActionFail
 from ansible.utils.display import Display
 
-from ansible_collections.specpilot.core.plugins.module_utils import job_watch
+from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, job_watch
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 
 display = Display()
 
-JOB_WAIT_SPEC = dict(
-    name=dict(type="str", required=True),
-    namespace=dict(type="str", required=True),
-    container=dict(type="str"),
-    timeout=dict(type="int", default=3600),
-    poll_interval=dict(type="float", default=5.0),
-    pending_timeout=dict(type="int", default=900),
-    pull_timeout=dict(type="int", default=300),
-    log_tail_lines=dict(type="int", default=40),
-    show_progress=dict(type="bool", default=True),
-    line_prefix=dict(type="str", default="specpilot-stage: "),
-    auth=dict(type="dict", default={}, no_log=True),
-)
-
 
 class ActionModule(ControllerAction):
-    ARGUMENT_SPEC = JOB_WAIT_SPEC
+    ARGUMENT_SPEC = deploy_args.K8S_JOB_WAIT
 
     def act(self, args, task_vars, result):
         self._task_vars = task_vars or {}
-        self._auth = {k: v for k, v in (args["auth"] or {}).items() if v is not None}
+        # the connection options (module_defaults group/specpilot.core.k8s sets them), then what auth adds
+        self._auth = {k: args[k] for k in deploy_args.K8S_CONNECTION if args.get(k) is not None}
+        self._auth.update({k: v for k, v in (args["auth"] or {}).items() if v is not None})
         host = self._task_vars.get("inventory_hostname", "localhost")
         name, ns = args["name"], args["namespace"]
         result["changed"] = False

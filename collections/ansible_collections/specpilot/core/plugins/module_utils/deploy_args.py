@@ -5,18 +5,30 @@
 
 from __future__ import annotations
 
-__all__ = ["K8S_AUTH", "KSERVE_DETECT", "DEPLOY_STATE", "CRD_VALIDATE", "ROLLOUT_WAIT", "SERVICE_LOCK"]
+__all__ = [
+    "K8S_CONNECTION",
+    "K8S_AUTH",
+    "KSERVE_DETECT",
+    "DEPLOY_STATE",
+    "CRD_VALIDATE",
+    "ROLLOUT_WAIT",
+    "SERVICE_LOCK",
+    "K8S_JOB_WAIT",
+]
 
-# the connection options of kubernetes.core that the deploy modules pass to its k8s lookup
-K8S_AUTH = {
+# The connection options of kubernetes.core (doc fragment specpilot.core.k8s_auth) that every module of the
+# action group specpilot.core.k8s (meta/runtime.yml) takes, so that one module_defaults entry sets them all.
+K8S_CONNECTION = {
     "kubeconfig": {"type": "raw"},
     "context": {"type": "str"},
     "host": {"type": "str"},
     "api_key": {"type": "str", "no_log": True},
     "validate_certs": {"type": "bool", "aliases": ["verify_ssl"]},
     "ca_cert": {"type": "path", "aliases": ["ssl_ca_cert"]},
-    "retries": {"type": "int", "default": 8},
 }
+
+# ... and what the deploy modules that read through kubernetes.core's k8s lookup add (doc fragment k8s_read)
+K8S_AUTH = dict(K8S_CONNECTION, retries={"type": "int", "default": 8})
 
 KSERVE_DETECT = dict(
     K8S_AUTH,
@@ -86,4 +98,19 @@ SERVICE_LOCK = dict(
     duration={"type": "int", "default": 1200},
     resource_version={"type": "str"},
     labels={"type": "dict", "default": {}},
+)
+
+K8S_JOB_WAIT = dict(
+    K8S_CONNECTION,
+    name={"type": "str", "required": True},
+    namespace={"type": "str", "required": True},
+    container={"type": "str"},
+    timeout={"type": "int", "default": 3600},
+    poll_interval={"type": "float", "default": 5.0},
+    pending_timeout={"type": "int", "default": 900},
+    pull_timeout={"type": "int", "default": 300},
+    log_tail_lines={"type": "int", "default": 40},
+    show_progress={"type": "bool", "default": True},
+    line_prefix={"type": "str", "default": "specpilot-stage: "},
+    auth={"type": "dict", "default": {}, "no_log": True},
 )

@@ -34,6 +34,7 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
+  - specpilot.core.k8s_auth
   - specpilot.core.k8s_read
 notes:
   - Read-only; never reports C(changed). Supports check mode.

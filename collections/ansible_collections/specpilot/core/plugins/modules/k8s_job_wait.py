@@ -29,8 +29,9 @@ description:
     Secret, C(InvalidImageName)), cannot pull its image for O(pull_timeout) seconds, or stays unschedulable for
     O(pending_timeout) seconds.
   - Runs on the controller as an action plugin; it calls M(kubernetes.core.k8s_info) and
-    M(kubernetes.core.k8s_log), so the cluster is found as they find it (C(KUBECONFIG), C(K8S_AUTH_*)
-    variables, or O(auth)).
+    M(kubernetes.core.k8s_log) with its connection options (O(kubeconfig), O(context), O(host),
+    O(api_key), O(validate_certs), O(ca_cert), then O(auth)), so the cluster is found as they find it
+    (C(KUBECONFIG) and the C(K8S_AUTH_*) variables when none is set).
   - Never reports C(changed). In check mode it is skipped.
 
 options:
@@ -76,10 +77,13 @@ options:
     default: "specpilot-stage: "
   auth:
     description:
-      - kubernetes.core connection options passed to every call (C(kubeconfig), C(context), C(host), C(api_key),
-        C(validate_certs), C(ca_cert), ...). Not logged.
+      - More kubernetes.core connection options passed to every call (C(client_cert), C(proxy), ...);
+        a key that is also an option of this module (C(kubeconfig), C(context), ...) overrides it.
+        Not logged.
     type: dict
     default: {}
+extends_documentation_fragment:
+  - specpilot.core.k8s_auth
 
 notes:
   - "Progress lines appear in the play's output as C([host] specpilot-stage: progress ...) while the task runs."
@@ -144,10 +148,11 @@ elapsed:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specpilot.core.plugins.module_utils import deploy_args
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(name=dict(type="str", required=True)), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=deploy_args.K8S_JOB_WAIT, supports_check_mode=True)
     module.fail_json(msg="specpilot.core.k8s_job_wait runs as an action plugin on the controller")
 
 

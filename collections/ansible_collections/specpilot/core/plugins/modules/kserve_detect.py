@@ -48,6 +48,7 @@ options:
 notes:
   - Read-only; never reports C(changed). Supports check mode.
 extends_documentation_fragment:
+  - specpilot.core.k8s_auth
   - specpilot.core.k8s_read
 seealso:
   - module: specpilot.core.spec_validate

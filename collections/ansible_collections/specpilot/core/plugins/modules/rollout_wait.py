@@ -89,6 +89,7 @@ options:
         type: int
         required: true
 extends_documentation_fragment:
+  - specpilot.core.k8s_auth
   - specpilot.core.k8s_read
 notes:
   - Read-only; never reports C(changed). In check mode it returns at once with C(skipped).

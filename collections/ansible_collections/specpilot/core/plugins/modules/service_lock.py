@@ -72,6 +72,7 @@ options:
     type: dict
     default: {}
 extends_documentation_fragment:
+  - specpilot.core.k8s_auth
   - specpilot.core.k8s_read
 notes:
   - The lock is not managed state - the task never reports C(changed), except when I(state=broken) deletes it. In

@@ -1,0 +1,129 @@
+"""One connection for every role (issue 18, item 3), statically: the action group specpilot.core.k8s holds the
+modules that talk to Kubernetes and each takes the six connection options; every playbook that reaches a
+cluster sets the same module_defaults for group/kubernetes.core.k8s and group/specpilot.core.k8s from the
+specpilot_k8s_* variables; no task of a role or playbook names a connection option itself. The run through
+the lab with the kubeconfig only as a variable: tests/lab/test_connection_variable_fake.py."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+COLLECTION = ROOT / "collections" / "ansible_collections" / "specpilot" / "core"
+CONNECTION = ("kubeconfig", "context", "host", "api_key", "validate_certs", "ca_cert")
+VARIABLES = {
+    "kubeconfig": "specpilot_k8s_kubeconfig",
+    "context": "specpilot_k8s_context",
+    "host": "specpilot_k8s_host",
+    "api_key": "specpilot_k8s_api_key",
+    "validate_certs": "specpilot_k8s_validate_certs",
+    "ca_cert": "specpilot_k8s_ca_cert",
+}
+# the playbooks that never contact a cluster
+OFFLINE_PLAYBOOKS = {"validate.yml", "awx_configure.yml"}
+PLAYBOOKS = sorted(p for p in (ROOT / "playbooks").glob("*.yml") if p.name not in OFFLINE_PLAYBOOKS)
+GROUP = yaml.safe_load((COLLECTION / "meta" / "runtime.yml").read_text())["action_groups"]["k8s"]
+
+
+def _doc(module: str) -> dict:
+    text = (COLLECTION / "plugins" / "modules" / f"{module}.py").read_text()
+    return yaml.safe_load(text.split('DOCUMENTATION = r"""', 1)[1].split('"""', 1)[0])
+
+
+def test_the_group_is_every_module_with_the_connection_options():
+    modules = sorted(p.stem for p in (COLLECTION / "plugins" / "modules").glob("*.py"))
+    documented = [
+        m for m in modules if "specpilot.core.k8s_auth" in _doc(m).get("extends_documentation_fragment", [])
+    ]
+    assert sorted(GROUP) == documented
+    assert set(documented) >= {
+        "crd_validate",
+        "deploy_state",
+        "k8s_job_wait",
+        "kserve_detect",
+        "rollout_wait",
+    }
+
+
+@pytest.mark.parametrize("module", GROUP)
+def test_each_module_of_the_group_takes_the_connection_options(module):
+    action = importlib.import_module(f"ansible_collections.specpilot.core.plugins.action.{module}")
+    spec = action.ActionModule.ARGUMENT_SPEC
+    assert set(CONNECTION) <= set(spec), module
+    assert spec["api_key"].get("no_log") is True
+    assert "kubeconfig" not in _doc(module).get("options", {})  # documented once, by the fragment
+
+
+def _expected_defaults() -> dict:
+    expected = {
+        option: "{{ %s | default(omit%s) }}" % (var, "" if option == "validate_certs" else ", true")
+        for option, var in VARIABLES.items()
+    }
+    for option in ("kubeconfig", "context"):  # the roles' old names, deprecated (removed in 0.3.0)
+        expected[option] = (
+            "{{ specpilot_k8s_%s | default(specpilot_deploy_%s | default(specpilot_rollback_%s"
+            " | default(omit, true), true), true) }}" % (option, option, option)
+        )
+    return expected
+
+
+@pytest.mark.parametrize("playbook", PLAYBOOKS, ids=lambda p: p.name)
+def test_every_play_sets_the_one_connection(playbook):
+    for play in yaml.safe_load(playbook.read_text()):
+        if "import_playbook" in play:
+            continue
+        defaults = play.get("module_defaults") or {}
+        assert defaults.get("group/kubernetes.core.k8s") == _expected_defaults(), play["name"]
+        assert defaults.get("group/specpilot.core.k8s") == _expected_defaults(), play["name"]
+
+
+def _tasks(node):
+    if isinstance(node, list):
+        for item in node:
+            yield from _tasks(item)
+    elif isinstance(node, dict):
+        yield node
+        for key in ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks", "handlers"):
+            yield from _tasks(node.get(key))
+
+
+def _k8s_action(task: dict) -> str | None:
+    for key in task:
+        if key.startswith("kubernetes.core.") or key.removeprefix("specpilot.core.") in GROUP and "." in key:
+            return key
+    return None
+
+
+def test_no_task_names_a_connection_option():
+    files = sorted((ROOT / "roles").glob("*/tasks/*.yml")) + sorted((ROOT / "playbooks").glob("*.yml"))
+    found = []
+    for path in files:
+        for task in _tasks(yaml.safe_load(path.read_text())):
+            action = _k8s_action(task)
+            args = task.get(action) if action else None
+            if isinstance(args, dict):
+                found += [
+                    f"{path.relative_to(ROOT)}: {task.get('name')}: {k}" for k in CONNECTION if k in args
+                ]
+            for key in ("ansible.builtin.command", "ansible.builtin.shell"):
+                text = str(task.get(key) or "")
+                if "kubectl" in text and "specpilot_k8s_kubeconfig" not in text:
+                    found.append(
+                        f"{path.relative_to(ROOT)}: {task.get('name')}: kubectl without the kubeconfig"
+                    )
+    assert found == []
+
+
+def test_the_variables_are_documented():
+    readme = (ROOT / "README.md").read_text()
+    for var in VARIABLES.values():
+        assert var in readme, var
+        for inventory in ("lab", "example"):
+            assert (
+                var
+                in (ROOT / "inventories" / inventory / "group_vars" / "specpilot_services.yml").read_text()
+            )
