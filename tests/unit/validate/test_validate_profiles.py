@@ -250,9 +250,11 @@ def test_rejection_sample_method_values(version, bad, good):
 
 
 @pytest.mark.parametrize(
-    "version,ok", [("0.9.2", True), ("0.10.0", False), ("0.14.1", False), ("0.15.1", False), ("0.16.0", True)]
+    "version,ok", [("0.9.2", True), ("0.10.0", False), ("0.14.1", False), ("0.15.1", None), ("0.16.0", True)]
 )
 def test_draft_model_unsupported_from_0_10_to_0_14(version, ok):
+    """The gap is exact on the examined releases (0.10.0 to 0.14.1).  0.15.x was never examined:
+    0.14.1 refuses and 0.16.0 runs draft_model, so 0.15.1 gets a warning, not an error."""
     spec = base_spec(
         vllm_version=version,
         kserve_version="0.17",
@@ -261,6 +263,13 @@ def test_draft_model_unsupported_from_0_10_to_0_14(version, ok):
         acknowledged_warnings=["async-scheduling-disabled", "draft-ratio"],
     )
     result = validate(spec)
+    if ok is None:
+        assert "speculative.method" not in paths(result["errors"]), result["report"]
+        assert any(
+            w["path"] == "speculative.method" and w["code"] == "vllm-unexamined-disagrees"
+            for w in result["warnings"]
+        ), result["report"]
+        return
     assert ("speculative.method" not in paths(result["errors"])) == ok, result["report"]
 
 
@@ -398,3 +407,68 @@ def test_schema_dir_gives_the_same_verdicts(tmp_path):
         validate(good, {"schema_dir": str(ROOT / "schemas")})["plan"]["args"]
         == validate(good)["plan"]["args"]
     )
+
+
+# Issue 15 item 4: a release that was never examined is judged on the safe side.
+
+
+def test_unexamined_patch_release_does_not_refuse_a_method_of_the_next_examined_release():
+    """0.11.1 was not examined: 0.11.0 has no suffix, 0.11.2 has it; the method may have arrived
+    in 0.11.1, so the verdict is a warning naming the profile used, not an error."""
+    result = validate(base_spec(vllm_version="0.11.1", speculative={"method": "suffix"}))
+    assert result["ok"] is True, result["report"]
+    codes = {w["code"]: w for w in result["warnings"]}
+    assert "vllm-unexamined-disagrees" in codes
+    text = codes["vllm-unexamined-disagrees"]["message"]
+    assert "vllm-0.11.0" in text and "0.11.2" in text
+    assert "vllm-0.11.0" in codes["vllm-unexamined"]["message"]
+
+
+def test_unexamined_release_keeps_errors_both_neighbours_agree_on():
+    """An unknown key is refused by 0.14.1 and 0.16.0 alike: still an error on 0.15.1."""
+    spec = base_spec(
+        vllm_version="0.15.1", speculative={"method": "ngram", "num_speculative_tokens": 3, "foo": 1}
+    )
+    result = validate(spec)
+    # 0.14.x ignores unknown keys (a warning), 0.16.0 rejects them: they disagree, so a warning
+    assert result["ok"] is True, result["report"]
+    spec = base_spec(
+        vllm_version="0.15.1",
+        speculative={"method": "ngram", "num_speculative_tokens": 3, "temperature": 0.5},
+    )
+    result = validate(spec)
+    assert "speculative.temperature" in {e["path"] for e in result["errors"]}, result["report"]
+
+
+def test_next_profile_only_between_differing_examined_releases():
+    assert vp.next_profile((0, 11, 2)) is None  # examined
+    assert vp.next_profile((0, 34, 0)) is None  # beyond the newest
+    profile, label = vp.next_profile((0, 15, 1))
+    assert label == "0.16.0" and profile["x-specpilot"]["min"] == "0.16.0"
+    assert vp.next_profile((0, 11, 1))[1] == "0.11.2"
+
+
+def test_too_old_release_message_does_not_contradict_itself():
+    result = validate(base_spec(vllm_version="0.5.3"))
+    errors = [e for e in result["errors"] if e["code"] == "vllm-too-old"]
+    assert errors, result["report"]
+    text = errors[0]["message"] + " " + errors[0]["hint"]
+    assert "0.5.5" in text and "0.6 " not in text and "0.6," not in text
+    assert "0.33.0" in errors[0]["message"]
+    assert validate(base_spec(vllm_version="0.5.5"))["ok"] is True or not [
+        e for e in validate(base_spec(vllm_version="0.5.5"))["errors"] if e["code"] == "vllm-too-old"
+    ]
+
+
+def test_mlp_speculator_broken_on_v1_only_releases():
+    for version, broken in (("0.9.2", False), ("0.10.0", True), ("0.32.0", True)):
+        profile, _ = vp.profile_for(parse_version(version))
+        rules = [
+            r
+            for r in profile["allOf"]
+            if r["if"].get("properties", {}).get("method", {}).get("enum") == ["mlp_speculator"]
+            and r["then"].get("not") == {}
+        ]
+        assert bool(rules) == broken, version
+    profile, _ = vp.profile_for(parse_version("0.33.0"))
+    assert "mlp_speculator" not in profile["properties"]["method"]["enum"]

