@@ -118,9 +118,7 @@ def test_report_files_markdown_and_plots(tmp_path):
     assert data["recommendation"]["expected_tokens_per_step"] == {"1": 1.8, "2": 2.3, "3": 2.54}
     assert data["equivalence"]["skipped"].startswith("the load generator recorded no output hashes")
     lv = data["levels"][1]
-    assert (
-        lv["valid"] is True and lv["decision"] == "rollback" and len(lv["ratios"]["tpot"]["ci95"]) == 2
-    )
+    assert lv["valid"] is True and lv["decision"] == "rollback" and len(lv["ratios"]["tpot"]["ci95"]) == 2
     assert data["context_missing"] == [] and set(data["context"]) == set(br.CONTEXT_FIELDS)
     assert data["levels"][0]["baseline"]["metrics"]["ttft_ms"]["p50"] == pytest.approx(52)
     md = open(paths["markdown"]).read()
@@ -133,7 +131,9 @@ def test_report_files_markdown_and_plots(tmp_path):
         "| Workload | code-edit; 20 timed requests per run",
     ):
         assert field in md, field
-    assert md.splitlines()[2].startswith("rollback at qps=16; TPOT 41% slower (95% CI 0.68-0.74x); TTFT 110% slower")
+    assert md.splitlines()[2].startswith(
+        "rollback at qps=16; TPOT 41% slower (95% CI 0.68-0.74x); TTFT 110% slower"
+    )
     assert "acceptance 0.61 at the production temperature 0.4 (measure p99)" in md.splitlines()[2]
     assert "| qps=1 | yes | **keep** | 1.08x [" in md
     assert "| 0.4 (production) | 0.610 | 2.54 | 0.80 / 0.50 / 0.24 | measure_p99 |" in md
@@ -161,9 +161,20 @@ def test_incomplete_context_is_called_anecdotal(tmp_path):
 
 def test_modules_measure_and_report_end_to_end(tmp_path):
     spec = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
-    base_srv = StreamServer(tmp_path, "--step-ms", "3", "--served-model-name", "tiny")
+    # a speculative step 1.3x as dear as a plain one: the realised TPOT speedup (about 2.75 / 1.3 with 12-token
+    # outputs) stays clear of 1.1x the acceptance ceiling (2.75) even when the machine is busier during the
+    # baseline than during the speculative run (a CI run measured 3.19x with equal step costs: invalid)
+    base_srv = StreamServer(tmp_path, "--step-ms", "5", "--served-model-name", "tiny")
     spec_srv = StreamServer(
-        tmp_path, "--step-ms", "3", "--speculative-config", spec, "--served-model-name", "tiny"
+        tmp_path,
+        "--step-ms",
+        "5",
+        "--spec-step-cost",
+        "1.3",
+        "--speculative-config",
+        spec,
+        "--served-model-name",
+        "tiny",
     )
     try:
         common = {
@@ -240,8 +251,8 @@ def test_modules_measure_and_report_end_to_end(tmp_path):
     assert report["context"]["workload"]["num_prompts"] == 6
     assert report["context"]["hardware"]["summary"].startswith("CPU only")
     assert (out / "report.json").exists() and (out / "report.md").exists() and (out / "latency.png").exists()
-    # tokens per step 3.4 vs 1 at the same step time: TPOT must come out much better
-    assert report["levels"][0]["speedups"]["tpot"] > 2
+    # about 2.75 tokens per step at 1.3x the step time: TPOT must come out much better
+    assert report["levels"][0]["speedups"]["tpot"] > 1.5
 
     assert bad_job["failed"] and "cannot read the load generator's output" in bad_job["msg"]
     assert bad_level["failed"] and "needs a concurrency" in bad_level["msg"]
