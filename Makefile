@@ -23,7 +23,7 @@ export PYTHONPATH := $(CURDIR)/lab:$(CURDIR)/collections
 
 # Debian packages the tests and the lab call. Installed with apt-get when missing.
 # (docker-registry, skopeo, busybox-static: the lab OCI registry and Modelcar images;
-# bubblewrap: the lab runs Jobs with their volumeMounts bind-mounted.)
+# bubblewrap: the lab runs Jobs and predictor engines with the pod's volumeMounts bind-mounted.)
 APT_PACKAGES := ca-certificates docker-registry skopeo busybox-static bubblewrap
 # Debian packages unpacked into .venv/opt/debian instead (their files may clash with
 # another vendor's package on the machine); their binaries are linked into .venv/bin.

@@ -245,11 +245,14 @@ class Engine:
         command: list[str] | None = None,
         cwd: Path | None = None,
         kv_cache_gib: int = 1,
+        sandboxed: bool = False,
     ):
         """args: vLLM server arguments (``--port``/``--host`` are set here).
         command: replaces ``[python, -m, SERVER_MODULE]`` (the controller maps a
         container's command here). line_sink: called with each output line (stdout and
-        stderr merged) instead of writing log_file."""
+        stderr merged) instead of writing log_file. sandboxed: command starts with a wrapper
+        (bubblewrap, see controller/sandbox.py) whose descendants are the engine; it keeps
+        the process group, and stop() sends SIGTERM to the engine, not to the wrapper."""
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.host = host
@@ -261,6 +264,7 @@ class Engine:
         self.log_file = Path(log_file) if log_file else self.run_dir / "engine.log"
         self.line_sink = line_sink
         self.cwd = cwd
+        self.sandboxed = sandboxed
         self.proc: subprocess.Popen | None = None
         self.started_at: float | None = None
         self.ready_at: float | None = None
@@ -364,7 +368,16 @@ class Engine:
             return None
         pgid = self.proc.pid  # start_new_session: the group id is the leader's pid
         if self.proc.poll() is None:
-            _signal_group(pgid, signal.SIGTERM)
+            if self.sandboxed:
+                # bubblewrap dies of a SIGTERM and takes its sandbox down with SIGKILL: the engine's
+                # own processes get it (the sandbox's init ignores it), bwrap exits with the engine
+                for pid in process_tree(pgid)[1:]:
+                    try:
+                        os.kill(pid, signal.SIGTERM)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+            else:
+                _signal_group(pgid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:

@@ -61,7 +61,11 @@ def _controller_describe(paths: LabPaths, info: dict) -> list[str]:
     elif not info.get("vllm_installed"):
         lines.append("engine NOT installed: predictor pods will fail until `make vllm`")
     if not info.get("bwrap"):
-        lines.append("bubblewrap unusable: Job pods will fail")
+        lines.append(
+            "bubblewrap unusable: Job pods and predictor engines will fail ("
+            + (info.get("bwrap_problem") or "see the controller's log")
+            + ")"
+        )
     return lines
 
 

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from specpilot_lab import registry
+from specpilot_lab import engine, registry
 
 pytestmark = [pytest.mark.lab]
 
@@ -26,6 +26,14 @@ def get(url: str) -> tuple[int, str]:
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, ""
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def pid_of_port(port: int) -> int | None:
@@ -105,10 +113,10 @@ def test_isvc_becomes_ready_only_after_health(fake_lab, fake_models):
 
     log = lab.pod_log(ns, pod["metadata"]["name"])
     assert "speculative_config=SpeculativeConfig(method='ngram'" in log
-    # the engine got local paths, the container keeps its own
-    assert str(lab.state / "pvcs" / ns / "models" / "target") in log
+    # the engine runs in the pod's filesystem: it gets the container's paths and env, unchanged
+    assert "model='/mnt/models/target'" in log and str(lab.state) not in log
     assert "CUSTOM=from-isvc" in log
-    assert f"HF_HOME={lab.state}" in log  # /tmp of the container mapped under the lab
+    assert "HF_HOME=/tmp/hf_home" in log
 
     dep = lab.get("apps/v1", "Deployment", "tiny-predictor", ns)
     assert dep["status"]["observedGeneration"] == dep["metadata"]["generation"]
@@ -376,7 +384,8 @@ def test_storage_uris_pvc_entry_mounts_the_whole_claim(fake_lab, fake_models):
         20,
         "engine refuses the PVC root",
     )
-    assert str(pvc) in lab.conditions(ns, "wrong")["Ready"]["message"]
+    assert "/mnt/models/target does not appear" in lab.conditions(ns, "wrong")["Ready"]["message"]
+    assert str(pvc) not in lab.conditions(ns, "wrong")["Ready"]["message"]
     lab.isvc(
         ns,
         "right",
@@ -402,7 +411,17 @@ def test_single_storage_uri_honours_the_pvc_sub_path(fake_lab, fake_models):
     pod = lab.pods(ns, "sub")[0]
     vm = [v for v in pod["spec"]["containers"][0]["volumeMounts"] if v["mountPath"] == "/mnt/models"][0]
     assert vm["subPath"] == "draft"
-    assert str(lab.state / "pvcs" / ns / "models" / "draft") in lab.pod_log(ns, pod["metadata"]["name"])
+    assert "model='/mnt/models'" in lab.pod_log(ns, pod["metadata"]["name"])
+    # the sub-path's files are what the engine sees at /mnt/models
+    run = lab.ctl.runs[(ns, pod["metadata"]["name"])]
+    engine_pid = run._engine.proc.pid
+    inner = [
+        p
+        for p in engine.process_tree(engine_pid)
+        if "fake_vllm_server" in _cmdline(p) and not _cmdline(p).startswith("bwrap ")
+    ]
+    assert inner, engine.process_tree(engine_pid)
+    assert sorted(os.listdir(f"/proc/{inner[0]}/root/mnt/models")) == sorted(os.listdir(fake_models / "draft"))
 
 
 def test_pending_on_insufficient_gpu_then_scheduled(fake_lab, fake_models):
@@ -655,7 +674,11 @@ def test_oci_modelcar_from_the_lab_registry(fake_lab, fake_models, tmp_path):
         assert pod["spec"]["shareProcessNamespace"] is True
         assert pod["spec"]["initContainers"][0]["name"] == "modelcar-init"
         log = lab.pod_log(ns, pod["metadata"]["name"], container="kserve-container")
-        assert str(lab.state / "oci") in log and "/models/target" in log
+        # the image's /models at /mnt/models, over the emptyDir KServe mounts at /mnt (on a cluster
+        # the modelcar sidecar links it there): the engine reads the path the container names
+        assert "model='/mnt/models/target'" in log and str(lab.state) not in log
+        vm = {v["mountPath"]: v for v in pod["spec"]["containers"][0]["volumeMounts"]}
+        assert vm["/mnt"]["name"] == "kserve-provision-location"
         assert any(
             e["reason"] == "Pulled" and "models/tiny:v1" in e["message"]
             for e in lab.events(ns, pod["metadata"]["name"])
@@ -669,3 +692,30 @@ def test_oci_modelcar_from_the_lab_registry(fake_lab, fake_models, tmp_path):
         )
     finally:
         reg.stop()
+
+
+def test_without_a_working_bubblewrap_the_pod_fails_naming_the_fix(fake_lab, fake_models, monkeypatch):
+    """No silent fallback to running the engine outside the pod's filesystem: the container waits in
+    CreateContainerError with bubblewrap's own complaint and the fix, and the InferenceService says so."""
+    from specpilot_lab.controller import podrun
+
+    problem = "bubblewrap cannot create its sandbox here (bwrap: No permissions to create new namespace)"
+    monkeypatch.setattr(podrun, "bwrap_problem", lambda: problem + "; install it (`make system-packages`)")
+    lab = fake_lab()
+    ns = lab.namespace()
+    lab.runtime()
+    lab.pvc_with_models(ns, fake_models)
+    lab.isvc(ns, "tiny", ["--model=/mnt/models/target"])
+
+    def waiting():
+        pods = lab.pods(ns, "tiny")
+        cs = (pods[0].get("status") or {}).get("containerStatuses") if pods else None
+        return cs and (cs[0]["state"].get("waiting") or {}).get("reason") == "CreateContainerError" and cs[0]
+
+    cs = lab.wait(waiting, 20, "CreateContainerError")
+    assert cs["state"]["waiting"]["message"].startswith("lab: " + problem)
+    assert "make system-packages" in cs["state"]["waiting"]["message"]
+    assert cs["restartCount"] == 0 and not cs["ready"]
+    assert lab.conditions(ns, "tiny")["Ready"]["status"] == "False"
+    pod = lab.pods(ns, "tiny")[0]["metadata"]["name"]
+    assert any(e["reason"] == "Failed" and problem in e["message"] for e in lab.events(ns, pod))

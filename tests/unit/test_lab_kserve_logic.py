@@ -233,11 +233,10 @@ def test_pod_template_modelcar_and_pvc():
 
 
 # ---------------------------------------------------------------- mapping
-def test_map_text_and_command():
-    mounts = {"/mnt/models": Path("/lab/pvc"), "/tmp": Path("/lab/run/tmp")}
-    assert mapping.map_text('{"model": "/mnt/models/draft"}', mounts) == '{"model": "/lab/pvc/draft"}'
-    assert mapping.map_text("--model=/mnt/models", mounts) == "--model=/lab/pvc"
-    assert mapping.map_text("/mnt/modelsx /x/mnt/models", mounts) == "/mnt/modelsx /x/mnt/models"
+DRAFT_SPEC = '{"method": "draft_model", "model": "/mnt/models/draft", "num_speculative_tokens": 3}'
+
+
+def test_engine_command_and_args():
     py = Path("/v/bin/python")
     prefix, args = mapping.engine_argv(
         {"command": ["python3", "-m", "vllm.entrypoints.openai.api_server"], "args": ["--port=$(PORT)"]},
@@ -253,9 +252,124 @@ def test_map_text_and_command():
     assert mapping.engine_argv({"args": ["--model=/m"]}, py, {})[1] == ["--model=/m"]
     with pytest.raises(mapping.CommandError):
         mapping.engine_argv({"command": ["python", "-m", "huggingfaceserver"]}, py, {})
-    out = mapping.local_args(["--port=8080", "--model=/mnt/models"], mounts, 4321)
-    assert out == ["--model=/lab/pvc", "--host", "127.0.0.1", "--port", "4321"]
     assert mapping.expand_vars("$$(X) $(X) $(Y)", {"X": "1"}) == "$(X) 1 $(Y)"
+
+
+def test_engine_args_touch_only_host_and_port():
+    """The engine sees the pod's filesystem: model paths and --speculative-config reach it as the
+    container has them; only the host and the port are this machine's."""
+    container = [
+        "--port=8080",
+        "--model=/mnt/models/target",
+        "--speculative-config",
+        DRAFT_SPEC,
+        "--tokenizer=/mnt/models/target",
+        "--download-dir=/tmp/x",
+    ]
+    out = mapping.engine_args(container, 4321)
+    assert out == container[1:] + ["--host", "127.0.0.1", "--port", "4321"]
+    assert mapping.engine_args(["--speculative-config=" + DRAFT_SPEC, "--host=0.0.0.0"], 1) == [
+        "--speculative-config=" + DRAFT_SPEC,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "1",
+    ]
+    assert not hasattr(mapping, "map_text") and not hasattr(mapping, "local_args")
+
+
+def test_sandbox_binds_the_pod_volumes_at_their_mount_paths(tmp_path):
+    from specpilot_lab.controller import sandbox
+
+    pod = {
+        "spec": {
+            "volumes": [
+                {"name": "kserve-pvc-source", "persistentVolumeClaim": {"claimName": "models"}},
+                {"name": "kserve-provision-location", "emptyDir": {}},
+                {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
+            ]
+        }
+    }
+    container = {
+        "volumeMounts": [
+            {"name": "shm", "mountPath": "/dev/shm"},
+            {"name": "kserve-pvc-source", "mountPath": "/mnt/models/target", "readOnly": True,
+             "subPath": "t"},
+            {"name": "kserve-provision-location", "mountPath": "/mnt", "readOnly": False},
+        ]
+    }
+    vols = {"kserve-pvc-source": tmp_path / "pvc", "kserve-provision-location": tmp_path / "empty"}
+    binds = sandbox.volume_binds(pod, container, vols, {"/mnt/models/draft": tmp_path / "oci" / "models"})
+    assert [(b.dest, b.src, b.read_only) for b in binds] == [
+        ("/mnt", tmp_path / "empty", False),  # parents first: the Modelcar's emptyDir, then what is in it
+        ("/dev/shm", None, False),  # medium Memory: a tmpfs
+        ("/mnt/models/target", tmp_path / "pvc" / "t", True),  # subPath created, as the kubelet does
+        ("/mnt/models/draft", tmp_path / "oci" / "models", True),
+    ]
+    assert (tmp_path / "pvc" / "t").is_dir()
+    with pytest.raises(Exception, match='volume "nope" not found'):
+        sandbox.volume_binds(pod, {"volumeMounts": [{"name": "nope", "mountPath": "/x"}]}, vols, {})
+
+
+def test_sandbox_exposes_the_interpreter_where_it_is(tmp_path):
+    """A virtualenv's python needs the virtualenv and the Python it was made from; a wrapper script
+    (the lab's stand-in engines) the files it names; symlinks on the way are recreated."""
+    from specpilot_lab.controller import sandbox
+
+    base = tmp_path / "pythons" / "3.11"
+    (base / "bin").mkdir(parents=True)
+    (base / "bin" / "python3.11").write_bytes(b"\x7fELF")
+    venv = tmp_path / "real-venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text(f"home = {base / 'bin'}\n")
+    (venv / "bin" / "python").symlink_to(base / "bin" / "python3.11")
+    (tmp_path / "checkout").mkdir()
+    (tmp_path / "checkout" / ".venv").symlink_to(venv)
+    server = tmp_path / "checkout" / "server.py"
+    server.write_text("print()\n")
+    script = tmp_path / "wrapper" / "python"
+    script.parent.mkdir()
+    script.write_text(f'#!/bin/sh\nexec {tmp_path}/checkout/.venv/bin/python {server} --x /nowhere "$@"\n')
+    paths = sandbox.runtime_paths(script)
+    assert paths == [script, tmp_path / "checkout" / ".venv", base, server]
+    args = sandbox.expose_args(paths)
+    assert args == [
+        "--ro-bind", str(script), str(script),
+        "--symlink", str(venv), str(tmp_path / "checkout" / ".venv"),
+        "--ro-bind", str(venv), str(venv),
+        "--ro-bind", str(base), str(base),
+        "--ro-bind", str(server), str(server),
+    ]  # fmt: skip
+    assert sandbox.runtime_paths(Path("/usr/bin/python3")) == []  # the system's: there already
+
+
+def test_sandbox_environment_is_the_containers():
+    from specpilot_lab.controller import sandbox
+
+    container_env = {"HF_HOME": "/tmp/hf_home", "VLLM_CPU_KVCACHE_SPACE": "2"}
+    env = sandbox.engine_env(container_env, "pod-x", Path("/v/bin/python"))
+    assert env["HF_HOME"] == "/tmp/hf_home" and env["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    assert env["HOME"] == "/root" and env["HOSTNAME"] == "pod-x" and env["PATH"].startswith("/v/bin:")
+    assert "VLLM_CACHE_ROOT" not in env and "TMPDIR" not in env  # vLLM's defaults: ~/.cache/vllm, /tmp
+
+
+def test_bwrap_problem_names_the_fix(tmp_path, monkeypatch):
+    """Where bubblewrap is missing or cannot create namespaces, the lab says so and what fixes it
+    (the engines never fall back to running outside the pod's filesystem)."""
+    from specpilot_lab.controller import jobs
+
+    monkeypatch.setattr(jobs, "BWRAP", str(tmp_path / "no-bwrap"))
+    missing = jobs.bwrap_problem.__wrapped__()
+    assert missing.startswith("bubblewrap (bwrap) is not installed") and "make system-packages" in missing
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(jobs, "BWRAP", str(fake))
+    refused = jobs.bwrap_problem.__wrapped__()
+    assert refused.startswith(
+        "bubblewrap cannot create its sandbox here (bwrap: No permissions to create new namespace)"
+    )
+    assert "unprivileged_userns_clone" in refused
 
 
 # ---------------------------------------------------------------- scheduling

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .. import engine
 from . import scheduling
-from .jobs import bwrap_available
+from .jobs import bwrap_problem
 from .manager import Controller, lab_dir_default
 
 
@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         "engine": args.engine,
         "vllm_python": str(ctl.vllm_python),
         "vllm_installed": ctl.vllm_python.exists(),
-        "bwrap": bwrap_available(),
+        "bwrap": bwrap_problem() is None,
+        "bwrap_problem": bwrap_problem(),
         "startup_seconds": round(time.monotonic() - t0, 3),
     }
     if args.ready_file:
@@ -130,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_text(json.dumps(info))
         os.replace(tmp, args.ready_file)
     print(f"controller: watching ({json.dumps(info)})", flush=True)
+    if bwrap_problem():
+        print(f"controller: WARNING: {bwrap_problem()}", flush=True)
     try:
         while not stop.wait(0.5):
             pass

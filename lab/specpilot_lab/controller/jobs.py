@@ -13,6 +13,7 @@ fieldRef), ``envFrom``; ``$(VAR)`` in command and args is expanded.
 from __future__ import annotations
 
 import base64
+import functools
 import logging
 import os
 import shutil
@@ -36,10 +37,12 @@ class VolumeError(Exception):
     pass
 
 
-def bwrap_base(hostname: str, mount_paths: list[str] = ()) -> list[str]:
+def bwrap_base(hostname: str, mount_paths: list[str] = (), new_session: bool = True) -> list[str]:
     """The sandbox: this machine's /usr, /etc, /opt read-only, private /tmp, /run, /dev, /proc.
     A read-only system directory that holds a mount path (a configMap at /etc/app) becomes a
-    tmpfs with the host's entries bound into it, so the mount point can be created."""
+    tmpfs with the host's entries bound into it, so the mount point can be created.
+    new_session False keeps the command in the caller's process group (predictor engines: the
+    controller stops them with a signal to the group, see engine.Engine.stop)."""
 
     def holds_mount(d: str) -> bool:
         return any(m == d or m.startswith(d + "/") for m in mount_paths)
@@ -64,7 +67,7 @@ def bwrap_base(hostname: str, mount_paths: list[str] = ()) -> list[str]:
     cmd = [
         BWRAP,
         "--die-with-parent",
-        "--new-session",
+        *(["--new-session"] if new_session else []),
         "--unshare-uts",
         "--unshare-ipc",
         "--unshare-pid",
@@ -349,50 +352,7 @@ class JobPodRun:
 
     # ---------------------------------------------------------------- volumes
     def _volumes(self) -> dict[str, Path]:
-        out: dict[str, Path] = {}
-        vroot = self.run_dir / "volumes"
-        for v in self.pod["spec"].get("volumes") or []:
-            name = v["name"]
-            if "persistentVolumeClaim" in v:
-                claim = v["persistentVolumeClaim"].get("claimName", "")
-                if self.ctl.kube.get("pvc", claim, self.namespace) is None:
-                    raise VolumeError(f'persistentvolumeclaim "{claim}" not found')
-                out[name] = self.ctl.pvc_dir(self.namespace, claim)
-                out[name].mkdir(parents=True, exist_ok=True)
-            elif "hostPath" in v:
-                out[name] = Path(v["hostPath"].get("path", "/"))
-            elif "configMap" in v or "secret" in v:
-                kind = "configmap" if "configMap" in v else "secret"
-                src = v.get("configMap") or v.get("secret") or {}
-                obj_name = src.get("name") or src.get("secretName") or ""
-                obj = self.ctl.kube.get(kind, obj_name, self.namespace)
-                if obj is None:
-                    if src.get("optional"):
-                        obj = {}
-                    else:
-                        raise VolumeError(
-                            f'{"configmap" if kind == "configmap" else "secret"} "{obj_name}" not found'
-                        )
-                d = vroot / name
-                shutil.rmtree(d, ignore_errors=True)
-                d.mkdir(parents=True)
-                data = dict(obj.get("data") or {})
-                if kind == "secret":
-                    data = {k: base64.b64decode(x).decode("utf-8", "replace") for k, x in data.items()}
-                    data.update(obj.get("stringData") or {})
-                items = src.get("items")
-                files = {i["path"]: data.get(i["key"], "") for i in items} if items else data
-                for rel, text in files.items():
-                    f = d / rel
-                    f.parent.mkdir(parents=True, exist_ok=True)
-                    f.write_text(text)
-                    f.chmod(src.get("defaultMode", 0o644) & 0o777)
-                out[name] = d
-            else:  # emptyDir and anything else: a fresh directory
-                d = vroot / name
-                d.mkdir(parents=True, exist_ok=True)
-                out[name] = d
-        return out
+        return pod_volumes(self.ctl, self.namespace, self.pod, self.run_dir / "volumes")
 
     # ---------------------------------------------------------------- status
     def pod_status(self) -> dict:
@@ -444,6 +404,58 @@ class JobPodRun:
         return status
 
 
+def pod_volumes(ctl, namespace: str, pod: dict, vroot: Path, skip=lambda v: False) -> dict[str, Path]:
+    """The pod's volumes on this machine, by name: a PVC's lab directory, a hostPath, a configMap's or
+    secret's files written under vroot, a fresh directory under vroot for emptyDir (and anything
+    else). Volumes for which skip(volume) is true are left out. VolumeError for a missing claim,
+    configMap or secret."""
+    out: dict[str, Path] = {}
+    for v in pod["spec"].get("volumes") or []:
+        name = v["name"]
+        if skip(v):
+            continue
+        if "persistentVolumeClaim" in v:
+            claim = v["persistentVolumeClaim"].get("claimName", "")
+            if ctl.kube.get("pvc", claim, namespace) is None:
+                raise VolumeError(f'persistentvolumeclaim "{claim}" not found')
+            out[name] = ctl.pvc_dir(namespace, claim)
+            out[name].mkdir(parents=True, exist_ok=True)
+        elif "hostPath" in v:
+            out[name] = Path(v["hostPath"].get("path", "/"))
+        elif "configMap" in v or "secret" in v:
+            kind = "configmap" if "configMap" in v else "secret"
+            src = v.get("configMap") or v.get("secret") or {}
+            obj_name = src.get("name") or src.get("secretName") or ""
+            obj = ctl.kube.get(kind, obj_name, namespace)
+            if obj is None:
+                if src.get("optional"):
+                    obj = {}
+                else:
+                    raise VolumeError(
+                        f'{"configmap" if kind == "configmap" else "secret"} "{obj_name}" not found'
+                    )
+            d = vroot / name
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir(parents=True)
+            data = dict(obj.get("data") or {})
+            if kind == "secret":
+                data = {k: base64.b64decode(x).decode("utf-8", "replace") for k, x in data.items()}
+                data.update(obj.get("stringData") or {})
+            items = src.get("items")
+            files = {i["path"]: data.get(i["key"], "") for i in items} if items else data
+            for rel, text in files.items():
+                f = d / rel
+                f.parent.mkdir(parents=True, exist_ok=True)
+                f.write_text(text)
+                f.chmod(src.get("defaultMode", 0o644) & 0o777)
+            out[name] = d
+        else:  # emptyDir and anything else: a fresh directory
+            d = vroot / name
+            d.mkdir(parents=True, exist_ok=True)
+            out[name] = d
+    return out
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -455,14 +467,33 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def bwrap_available() -> bool:
+BWRAP_FIX = (
+    "the lab runs Job pods and predictor engines under bubblewrap: install it (`make system-packages`, "
+    "Debian package bubblewrap) and let it create namespaces: run the lab as root, or allow unprivileged "
+    "user namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04 also "
+    "kernel.apparmor_restrict_unprivileged_userns=0); in a container, one started with "
+    "--security-opt seccomp=unconfined (or --privileged)"
+)
+
+
+@functools.lru_cache(maxsize=1)
+def bwrap_problem() -> str | None:
+    """None when bubblewrap can run a sandbox on this machine, else what is wrong and the fix
+    (probed once per process: a sandbox that runs `true`, about 10 ms)."""
     if not shutil.which(BWRAP):
-        return False
+        return f"bubblewrap (bwrap) is not installed; {BWRAP_FIX}"
     try:
         res = subprocess.run(bwrap_base("probe") + ["--", "true"], capture_output=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return res.returncode == 0
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap cannot run here ({exc}); {BWRAP_FIX}"
+    if res.returncode != 0:
+        err = res.stderr.decode("utf-8", "replace").strip() or f"exit code {res.returncode}"
+        return f"bubblewrap cannot create its sandbox here ({err}); {BWRAP_FIX}"
+    return None
+
+
+def bwrap_available() -> bool:
+    return bwrap_problem() is None
 
 
 def elapsed_since(ts: str | None) -> float:

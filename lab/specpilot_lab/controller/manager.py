@@ -3,8 +3,8 @@ scheduler, a kubelet, the PVC binder and the Job controller, for one lab node.
 
 One worker thread reconciles keys from a queue fed by list+watch informers and by the pod
 threads (engine ready, engine exited, job container finished). Pods run on this machine:
-predictor pods as vLLM engines (podrun.PredictorRun), Job pods under bubblewrap
-(jobs.JobPodRun).
+predictor pods as vLLM engines (podrun.PredictorRun) and Job pods (jobs.JobPodRun), both under
+bubblewrap with the pod's volumes at their mountPaths (sandbox.py, jobs.py).
 """
 
 from __future__ import annotations

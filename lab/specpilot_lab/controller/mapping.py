@@ -1,8 +1,10 @@
 """From a container as stored in the pod to a process on this machine.
 
-The pod keeps the container's view (``/mnt/models``, ``python -m vllm...``, ``--port=8080``);
-the lab maps it: container paths to the local directories behind them, the vLLM command to
-``.venv-vllm/bin/python -m vllm.entrypoints.openai.api_server``, the port to a free local one.
+The pod keeps the container's view (``/mnt/models``, ``python -m vllm...``, ``--port=8080``) and so
+does the engine: it runs in the pod's filesystem (sandbox.py), so model paths, ``--speculative-config``
+and the env reach it unchanged. Only what this machine cannot give every pod is rewritten: the
+interpreter (``.venv-vllm/bin/python -m vllm.entrypoints.openai.api_server``), ``--host 127.0.0.1``
+and the port (a free local one; the controller proxies the service's URL to it).
 """
 
 from __future__ import annotations
@@ -19,22 +21,6 @@ _PY = re.compile(r"^python(3(\.\d+)?)?$")
 
 class CommandError(Exception):
     """The container's command is not something the lab can run."""
-
-
-def map_text(text: str, mounts: dict[str, Path]) -> str:
-    """Replace container paths (keys of mounts) with local ones wherever they start a path:
-    ``--model=/mnt/models``, ``/mnt/models/draft``, ``{"model": "/mnt/models/draft"}``.
-    One pass, longer container paths first, so a replacement is never rewritten again."""
-    if not mounts:
-        return text
-    keys = {(k.rstrip("/") or "/"): str(v) for k, v in mounts.items()}
-    alt = "|".join(re.escape(k) for k in sorted(keys, key=len, reverse=True))
-    pattern = re.compile(r"(?<![\w.\-/])(" + alt + r")(?=$|[/\"'\s,}\]:;)])")
-    return pattern.sub(lambda m: keys[m.group(1)], text)
-
-
-def map_args(args: list[str], mounts: dict[str, Path]) -> list[str]:
-    return [map_text(a, mounts) for a in args]
 
 
 def expand_vars(text: str, env: dict[str, str]) -> str:
@@ -94,11 +80,11 @@ def _serve_args(rest: list[str]) -> list[str]:
     return rest
 
 
-def local_args(args: list[str], mounts: dict[str, Path], port: int) -> list[str]:
-    """Container args -> engine args: paths mapped, --host/--port set for this machine."""
-    out = map_args(args, mounts)
-    out = set_arg(out, "--host", "127.0.0.1")
-    return set_arg(out, "--port", str(port))
+def engine_args(args: list[str], port: int) -> list[str]:
+    """Container args -> engine args: ``--host 127.0.0.1 --port PORT``; nothing else is touched
+    (model paths and ``--speculative-config`` stay the container's: the engine sees the pod's
+    filesystem)."""
+    return set_arg(set_arg(list(args), "--host", "127.0.0.1"), "--port", str(port))
 
 
 def container_port(args: list[str], default: int = 8080) -> int:

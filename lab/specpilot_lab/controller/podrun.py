@@ -12,9 +12,10 @@ from pathlib import Path
 
 from .. import podlogs, registry
 from ..engine import Engine, error_summary
-from . import kserve
+from . import kserve, sandbox
+from .jobs import VolumeError, bwrap_problem, pod_volumes
 from .kube import now
-from .mapping import CommandError, engine_argv, local_args, map_text
+from .mapping import CommandError, engine_argv, engine_args
 
 log = logging.getLogger("specpilot_lab.controller")
 
@@ -109,13 +110,13 @@ class PredictorRun:
             self.notify()
 
     def _prepare_storage(self) -> dict[str, Path] | None:
-        """container path -> local path for every model mount, pulling OCI images (modelcars)."""
+        """Pull the OCI images (modelcars): their mount path -> their unpacked /models. PVCs are
+        among the pod's volumes (sandbox.volume_binds)."""
         local: dict[str, Path] = {}
         attempt = 0
         for m in self.mounts:
             if m.kind == "pvc":
-                base = self.ctl.pvc_dir(self.namespace, m.claim)
-                local[m.mount_path] = base / m.sub_path if m.sub_path else base
+                continue
             elif m.kind == "oci":
                 while not self._stop.is_set():
                     self.event("Normal", "Pulling", f'Pulling image "{m.image}"')
@@ -156,37 +157,65 @@ class PredictorRun:
             self.init_done = True
         return local
 
-    def _run_loop(self, mounts: dict[str, Path]) -> None:
+    def _fail_start(self, reason: str, msg: str) -> None:
+        with self.lock:
+            self.state = {"waiting": {"reason": reason, "message": msg}}
+        self.event("Warning", "Failed", f"Error: {msg}")
+        self.notify()
+
+    def _run_loop(self, models: dict[str, Path]) -> None:
+        """Run the engine in the pod's filesystem (sandbox.py) with the container's args, restarting
+        it with back-off. models: a Modelcar's mount path -> its unpacked /models."""
         writer = podlogs.PodLogWriter(self.ctl.podlogs_dir, self.namespace, self.name, kserve.CONTAINER)
-        tmp_map = {"/tmp": self.run_dir / "container-tmp"}
-        (self.run_dir / "container-tmp").mkdir(parents=True, exist_ok=True)
-        path_map = {**tmp_map, **mounts}
         try:
             while not self._stop.is_set():
                 env = self.ctl.container_env(self.namespace, self.pod, self.container)
-                env = {k: map_text(v, path_map) for k, v in env.items()}
                 try:
                     prefix, args = engine_argv(self.container, self.ctl.vllm_python, env)
                 except CommandError as exc:
-                    with self.lock:
-                        self.state = {"waiting": {"reason": "CreateContainerError", "message": str(exc)}}
-                    self.event("Warning", "Failed", f"Error: {exc}")
-                    self.notify()
+                    self._fail_start("CreateContainerError", str(exc))
                     return
                 if not self.ctl.vllm_python.exists():
-                    msg = f"lab: {self.ctl.vllm_python} not found: the lab's engine is not installed (make vllm)"
-                    with self.lock:
-                        self.state = {"waiting": {"reason": "CreateContainerError", "message": msg}}
-                    self.event("Warning", "Failed", f"Error: {msg}")
-                    self.notify()
+                    msg = f"lab: {self.ctl.vllm_python} not found: the lab's engine is not installed"
+                    msg += " (make vllm)"
+                    self._fail_start("CreateContainerError", msg)
                     return
+                problem = bwrap_problem()
+                if problem:
+                    self._fail_start("CreateContainerError", f"lab: {problem}")
+                    return
+                try:
+                    volumes = pod_volumes(
+                        self.ctl, self.namespace, self.pod, self.run_dir / "volumes", skip=sandbox.is_memory
+                    )
+                    binds = sandbox.volume_binds(self.pod, self.container, volumes, models)
+                except VolumeError as exc:
+                    msg = f"MountVolume.SetUp failed: {exc}"
+                    with self.lock:
+                        self.state = {"waiting": {"reason": "ContainerCreating", "message": msg}}
+                    self.event("Warning", "FailedMount", msg)
+                    self.notify()
+                    if self._stop.wait(10):
+                        return
+                    continue
                 if self.restart_count > 0:
                     writer.rotate()
                 if not self.port:
                     from ..engine import free_port
 
                     self.port = free_port()
-                args = local_args(args, path_map, self.port)
+                args = engine_args(args, self.port)
+                # a fresh container: its own /tmp and HOME (emptyDirs and PVCs keep their data)
+                for d in ("container-tmp", "home"):
+                    shutil.rmtree(self.run_dir / d, ignore_errors=True)
+                command = sandbox.engine_command(
+                    hostname=self.name,
+                    run_dir=self.run_dir,
+                    interpreter=Path(prefix[0]),
+                    binds=binds,
+                    env=sandbox.engine_env(env, self.name, Path(prefix[0])),
+                    working_dir=self.container.get("workingDir"),
+                )
                 self._tail.clear()
 
                 def sink(line: str, w=writer) -> None:
@@ -197,10 +226,9 @@ class PredictorRun:
                     args,
                     self.run_dir,
                     port=self.port,
-                    command=prefix,
-                    env=env,
+                    command=command + prefix,
                     line_sink=sink,
-                    kv_cache_gib=int(env.get("VLLM_CPU_KVCACHE_SPACE", "1") or 1),
+                    sandboxed=True,
                 )
                 image = self.container.get("image", "")
                 if not self.started_once:
