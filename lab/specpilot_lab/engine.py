@@ -166,6 +166,17 @@ def _share_modelinfos(cache_root: Path) -> None:
         pass
 
 
+# every lab engine, sandboxed (controller/sandbox.py) or not: offline, no telemetry, unbuffered logs
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "PYTHONUNBUFFERED": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
 def engine_env(run_dir: Path, extra: dict[str, str] | None = None, kv_cache_gib: int = 1) -> dict[str, str]:
     """The engine's environment: CPU KV cache size, every cache and temp path under run_dir,
     offline Hugging Face, no usage stats."""
@@ -180,12 +191,7 @@ def engine_env(run_dir: Path, extra: dict[str, str] | None = None, kv_cache_gib:
             "VLLM_RPC_BASE_PATH": str(rpc_dir(run_dir)),
             "TMPDIR": str(run_dir / "tmp"),
             "HF_HOME": str(run_dir / "hf"),
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1",
-            "PYTHONUNBUFFERED": "1",
-            "TOKENIZERS_PARALLELISM": "false",
+            **OFFLINE_ENV,
         }
     )
     if extra:

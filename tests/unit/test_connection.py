@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_project_layout import _tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 COLLECTION = ROOT / "collections" / "ansible_collections" / "specpilot" / "core"
@@ -79,16 +80,6 @@ def test_every_play_sets_the_one_connection(playbook):
         defaults = play.get("module_defaults") or {}
         assert defaults.get("group/kubernetes.core.k8s") == _expected_defaults(), play["name"]
         assert defaults.get("group/specpilot.core.k8s") == _expected_defaults(), play["name"]
-
-
-def _tasks(node):
-    if isinstance(node, list):
-        for item in node:
-            yield from _tasks(item)
-    elif isinstance(node, dict):
-        yield node
-        for key in ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks", "handlers"):
-            yield from _tasks(node.get(key))
 
 
 def _k8s_action(task: dict) -> str | None:

@@ -40,15 +40,7 @@ HOME = "/root"
 # bwrap_base binds these (read-only): nothing under them needs exposing
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt", "/sys", "/proc", "/dev")
 PASS_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
-BASE_ENV = {
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-    "PYTHONUNBUFFERED": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-}
+BASE_ENV = dict(engine.OFFLINE_ENV, VLLM_CPU_KVCACHE_SPACE="1")
 _SCRIPT_PATH = re.compile(r"(?<![\w$./-])(/[\w.+@%=:,/-]+)")
 
 
