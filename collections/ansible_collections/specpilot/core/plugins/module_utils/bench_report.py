@@ -41,7 +41,10 @@ __all__ = [
     "HAS_MATPLOTLIB",
     "build_context",
     "build_report",
+    "fmt_value",
     "hardware_from_node",
+    "md_escape",
+    "ratio_ci",
     "render_markdown",
     "render_plots",
     "write_report",
@@ -287,7 +290,7 @@ def build_report(analysis, context, missing, service=None, generated_at=None, ex
     return report
 
 
-def _f(value, fmt="%.2f"):
+def fmt_value(value, fmt="%.2f"):
     return "n/a" if value is None else fmt % value
 
 
@@ -295,7 +298,7 @@ def _x(value):
     return "n/a" if value is None else "%.2fx" % value
 
 
-def _md_escape(text):
+def md_escape(text):
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
@@ -326,7 +329,7 @@ def _md_verdict(report):
     out.append(report["action"] + ".")
     out.append("")
     for r in report.get("reasons") or []:
-        out.append("- " + _md_escape(r))
+        out.append("- " + md_escape(r))
     pol = report.get("policy") or {}
     if pol:
         out.append("")
@@ -352,17 +355,18 @@ def _md_verdict(report):
         out.append("Notes:")
         out.append("")
         for n in report["notes"]:
-            out.append("- " + _md_escape(n))
+            out.append("- " + md_escape(n))
     out.append("")
     return out
 
 
-def _ci(entry):
+def ratio_ci(entry, no_ci=" [no CI]"):
+    """A ratio {value, ci95} as '1.57x [1.51-1.67]' (no_ci appended when the interval is unknown)."""
     entry = entry or {}
     if entry.get("value") is None:
         return "n/a"
     ci = entry.get("ci95")
-    return "%.2fx [%.2f-%.2f]" % (entry["value"], ci[0], ci[1]) if ci else "%.2fx [no CI]" % entry["value"]
+    return "%.2fx [%.2f-%.2f]" % (entry["value"], ci[0], ci[1]) if ci else "%.2fx%s" % (entry["value"], no_ci)
 
 
 def _md_decision(report):
@@ -380,18 +384,18 @@ def _md_decision(report):
                 lv["level"]["key"],
                 "yes" if lv.get("valid") else "no",
                 lv.get("decision"),
-                _ci(figs.get("ttft")),
-                _ci(figs.get("tpot")),
-                _ci(figs.get("e2e")),
-                _ci(figs.get("throughput")),
-                _ci((figs.get("tpot") or {}).get("p99")),
+                ratio_ci(figs.get("ttft")),
+                ratio_ci(figs.get("tpot")),
+                ratio_ci(figs.get("e2e")),
+                ratio_ci(figs.get("throughput")),
+                ratio_ci((figs.get("tpot") or {}).get("p99")),
                 lv.get("runs_needed") or "",
             )
         )
     out.append("")
     for lv in report["levels"]:
         for reason in lv.get("invalid_reasons") or []:
-            out.append("- %s invalid: %s" % (lv["level"]["key"], _md_escape(reason)))
+            out.append("- %s invalid: %s" % (lv["level"]["key"], md_escape(reason)))
     out.append("")
     return out
 
@@ -411,8 +415,8 @@ def _md_temperature(report):
                 % (
                     r["temperature"],
                     " (production)" if r["production"] else "",
-                    _f(r["acceptance_rate"], "%.3f"),
-                    _f(r["mean_acceptance_length"]),
+                    fmt_value(r["acceptance_rate"], "%.3f"),
+                    fmt_value(r["mean_acceptance_length"]),
                     " / ".join("%.2f" % p for p in r["per_position"] if p is not None) or "n/a",
                     r["band"] or "n/a",
                 )
@@ -422,7 +426,7 @@ def _md_temperature(report):
     out.append("## num_speculative_tokens")
     out.append("")
     if rec:
-        out.append("Recommended: **%d**. %s." % (rec["num_speculative_tokens"], _md_escape(rec["reason"])))
+        out.append("Recommended: **%d**. %s." % (rec["num_speculative_tokens"], md_escape(rec["reason"])))
         out.append("")
         out.append(
             "Expected tokens per step: "
@@ -446,10 +450,10 @@ def _md_temperature(report):
             out.append(
                 "- %s run %s: baseline `%s` vs speculative `%s`"
                 % (
-                    _md_escape(d["prompt_id"]),
+                    md_escape(d["prompt_id"]),
                     d["run"],
-                    _md_escape(d["baseline"]),
-                    _md_escape(d["speculative"]),
+                    md_escape(d["baseline"]),
+                    md_escape(d["speculative"]),
                 )
             )
     out.append("")
@@ -475,25 +479,25 @@ def _md_context(report):
     wl = ctx.get("workload") or {}
     out.append("| field | value |")
     out.append("|---|---|")
-    out.append("| Hardware | %s |" % _md_escape(hw.get("summary") or "unknown"))
-    out.append("| Model and draft | %s |" % _md_escape(model.get("summary") or "unknown"))
-    out.append("| Runtime | %s |" % _md_escape(rt.get("summary") or "unknown"))
+    out.append("| Hardware | %s |" % md_escape(hw.get("summary") or "unknown"))
+    out.append("| Model and draft | %s |" % md_escape(model.get("summary") or "unknown"))
+    out.append("| Runtime | %s |" % md_escape(rt.get("summary") or "unknown"))
     rp_text = ", ".join(
         "%s=%s" % (k, json.dumps(v, sort_keys=True)) for k, v in sorted(rp.items()) if k not in ("levels",)
     )
-    out.append("| Request parameters | %s |" % _md_escape(rp_text or "unknown"))
+    out.append("| Request parameters | %s |" % md_escape(rp_text or "unknown"))
     wl_bits = [wl.get("name") or "unknown"]
     if wl.get("num_prompts") is not None:
         wl_bits.append("%d prompts" % wl["num_prompts"])
     if wl.get("requests_per_run") is not None:
         wl_bits.append("%d timed requests per run" % wl["requests_per_run"])
     if wl.get("prompt_tokens_median") is not None:
-        wl_bits.append("prompt tokens median %s" % _f(wl["prompt_tokens_median"], "%g"))
+        wl_bits.append("prompt tokens median %s" % fmt_value(wl["prompt_tokens_median"], "%g"))
     if wl.get("output_tokens_median") is not None:
-        wl_bits.append("output tokens median %s" % _f(wl["output_tokens_median"], "%g"))
+        wl_bits.append("output tokens median %s" % fmt_value(wl["output_tokens_median"], "%g"))
     if wl.get("file"):
         wl_bits.append("file %s" % wl["file"])
-    out.append("| Workload | %s |" % _md_escape("; ".join(wl_bits)))
+    out.append("| Workload | %s |" % md_escape("; ".join(wl_bits)))
     out.append("")
     return out
 
@@ -526,15 +530,15 @@ def _md_results(report):
                     side,
                     s.get("ok", 0),
                     s.get("requests", 0),
-                    _f(_st(s, "ttft_ms", "p50")),
-                    _f(_st(s, "ttft_ms", "p99")),
-                    _f(_st(s, "tpot_ms", "p50")),
-                    _f(_st(s, "tpot_ms", "p99")),
-                    _f(_st(s, "itl_ms", "p50")),
-                    _f(_st(s, "e2e_ms", "p50")),
-                    _f(_st(s, "e2e_ms", "p99")),
-                    _f(_st(s, "request_tok_s", "p50"), "%.1f"),
-                    _f(s.get("output_throughput"), "%.1f"),
+                    fmt_value(_st(s, "ttft_ms", "p50")),
+                    fmt_value(_st(s, "ttft_ms", "p99")),
+                    fmt_value(_st(s, "tpot_ms", "p50")),
+                    fmt_value(_st(s, "tpot_ms", "p99")),
+                    fmt_value(_st(s, "itl_ms", "p50")),
+                    fmt_value(_st(s, "e2e_ms", "p50")),
+                    fmt_value(_st(s, "e2e_ms", "p99")),
+                    fmt_value(_st(s, "request_tok_s", "p50"), "%.1f"),
+                    fmt_value(s.get("output_throughput"), "%.1f"),
                 )
             )
     out.append("")
@@ -557,8 +561,8 @@ def _md_results(report):
                 _x(sp.get("tpot")),
                 _x(sp.get("request_tok_s")),
                 _x(sp.get("output_throughput")),
-                _f(acc.get("draft_acceptance_rate"), "%.3f"),
-                _f(acc.get("mean_acceptance_length")),
+                fmt_value(acc.get("draft_acceptance_rate"), "%.3f"),
+                fmt_value(acc.get("mean_acceptance_length")),
                 (
                     "n/a"
                     if hr.get("converted") is None
@@ -589,13 +593,13 @@ def _md_acceptance(report):
             "| %s | %s | %s | %s | %s | %s | %s | %s |"
             % (
                 lv["level"]["key"],
-                _f(acc.get("num_drafts"), "%d"),
-                _f(acc.get("num_draft_tokens"), "%d"),
-                _f(acc.get("num_accepted_tokens"), "%d"),
-                _f(acc.get("draft_acceptance_rate"), "%.3f"),
-                _f(acc.get("mean_acceptance_length")),
+                fmt_value(acc.get("num_drafts"), "%d"),
+                fmt_value(acc.get("num_draft_tokens"), "%d"),
+                fmt_value(acc.get("num_accepted_tokens"), "%d"),
+                fmt_value(acc.get("draft_acceptance_rate"), "%.3f"),
+                fmt_value(acc.get("mean_acceptance_length")),
                 " / ".join("%.2f" % p for p in pos if p is not None) if pos else "n/a",
-                _md_escape(hr.get("acceptance_band") or ""),
+                md_escape(hr.get("acceptance_band") or ""),
             )
         )
     out.append("")
@@ -617,12 +621,12 @@ def _md_tails(report):
                 % (
                     lv["level"]["key"],
                     metric.replace("_ms", "").upper(),
-                    _f(b.get("p50")),
-                    _f(b.get("p99")),
-                    _f(b.get("gap")),
-                    _f(s.get("p50")),
-                    _f(s.get("p99")),
-                    _f(s.get("gap")),
+                    fmt_value(b.get("p50")),
+                    fmt_value(b.get("p99")),
+                    fmt_value(b.get("gap")),
+                    fmt_value(s.get("p50")),
+                    fmt_value(s.get("p99")),
+                    fmt_value(s.get("gap")),
                     {True: "yes", False: "no", None: "n/a"}[entry.get("widened")],
                 )
             )
@@ -644,7 +648,7 @@ def _md_per_prompt(report):
             out.append(
                 "| %s | %s | %s | %s | %s |"
                 % (
-                    _md_escape(p["prompt_id"]),
+                    md_escape(p["prompt_id"]),
                     "/".join(str(r) for r in p["runs"]),
                     _x(p["ttft_speedup"]),
                     _x(p["tpot_speedup"]),

@@ -23,7 +23,13 @@ import datetime
 import json
 import os
 
-from ansible_collections.specpilot.core.plugins.module_utils.bench_report import HAS_MATPLOTLIB, plt
+from ansible_collections.specpilot.core.plugins.module_utils.bench_report import (
+    HAS_MATPLOTLIB,
+    fmt_value,
+    md_escape,
+    plt,
+    ratio_ci,
+)
 from ansible_collections.specpilot.core.plugins.module_utils.common import write_if_changed
 
 __all__ = [
@@ -105,7 +111,7 @@ def row_line(row):
         ", configured" if row["configured"] else "",
         row["decision"],
         LABELS.get(bound["figure"], bound["figure"]),
-        _x(bound),
+        ratio_ci(bound, no_ci=""),
     )
 
 
@@ -217,22 +223,6 @@ def build_tune_report(candidates, service=None, configured=None, notes=None, gen
     }
 
 
-def _x(entry):
-    entry = entry or {}
-    if entry.get("value") is None:
-        return "n/a"
-    ci = entry.get("ci95")
-    return "%.2fx [%.2f-%.2f]" % (entry["value"], ci[0], ci[1]) if ci else "%.2fx" % entry["value"]
-
-
-def _f(value, fmt="%.2f"):
-    return "n/a" if value is None else fmt % value
-
-
-def _md_escape(text):
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def _link(path, out_dir):
     if not path:
         return ""
@@ -265,28 +255,28 @@ def render_markdown(report, out_dir=None):
         out.append(
             "| %s%s | %s | %s | **%s** | %s | %s | %s | %s | %s | %s | %s | %s |"
             % (
-                _md_escape(r["id"]),
+                md_escape(r["id"]),
                 mark,
-                _md_escape(r["method"]),
+                md_escape(r["method"]),
                 r["num_speculative_tokens"],
                 r["decision"],
-                _x(r["bound"]),
-                _x(r["ratios"]["ttft"]),
-                _x(r["ratios"]["tpot"]),
-                _x(r["ratios"]["e2e"]),
-                _x(r["ratios"]["throughput"]),
-                _f(r["acceptance_rate"], "%.3f"),
-                _f(r["mean_acceptance_length"]),
+                ratio_ci(r["bound"], no_ci=""),
+                ratio_ci(r["ratios"]["ttft"], no_ci=""),
+                ratio_ci(r["ratios"]["tpot"], no_ci=""),
+                ratio_ci(r["ratios"]["e2e"], no_ci=""),
+                ratio_ci(r["ratios"]["throughput"], no_ci=""),
+                fmt_value(r["acceptance_rate"], "%.3f"),
+                fmt_value(r["mean_acceptance_length"]),
                 _link(r.get("report"), out_dir),
             )
         )
     out.append("")
     out += ["## Why", ""]
     for r in report["candidates"]:
-        out.append("- %s (%s): %s" % (r["id"], r["decision"], _md_escape("; ".join(r["reasons"][:3]) or "-")))
+        out.append("- %s (%s): %s" % (r["id"], r["decision"], md_escape("; ".join(r["reasons"][:3]) or "-")))
     out.append("")
     if report.get("notes"):
-        out += ["Notes:", ""] + ["- " + _md_escape(n) for n in report["notes"]] + [""]
+        out += ["Notes:", ""] + ["- " + md_escape(n) for n in report["notes"]] + [""]
     for p in report.get("plots") or []:
         out += ["![%s](%s)" % (p["title"], p["file"]), ""]
     return "\n".join(out)
