@@ -184,6 +184,17 @@ def _stat_pair(bvals, svals, q, higher_better):
     return _ratio(sorted_percentile(sorted(bvals), q), sorted_percentile(sorted(svals), q), higher_better)
 
 
+def _resample(clusters, pick, rng):
+    """The second stage of the bootstrap: each picked prompt's runs drawn with replacement, sorted."""
+    return sorted(v for i in pick for v in (rng.choice(clusters[i]) for _ in clusters[i]))
+
+
+def _interval(dist, policy):
+    """[lo, hi] of a sorted bootstrap distribution at the policy's confidence."""
+    tail = (1.0 - policy["confidence"]) / 2.0 * 100.0
+    return [sorted_percentile(dist, tail), sorted_percentile(dist, 100.0 - tail)]
+
+
 def _figure_ci(bc, sc, higher_better, policy, rng):
     """{value, ci95, p99: {value, ci95}, prompts, samples} of one figure (value and ci95 at p50)."""
     ids = sorted(set(bc) & set(sc))
@@ -194,22 +205,16 @@ def _figure_ci(bc, sc, higher_better, policy, rng):
     if ids:
         for _ in range(policy["resamples"]):
             pick = [rng.choice(ids) for _ in ids]
-            bs = sorted(v for i in pick for v in (rng.choice(bc[i]) for _ in bc[i]))
-            ss = sorted(v for i in pick for v in (rng.choice(sc[i]) for _ in sc[i]))
+            bs, ss = _resample(bc, pick, rng), _resample(sc, pick, rng)
             for q in boot:
                 r = _ratio(sorted_percentile(bs, q), sorted_percentile(ss, q), higher_better)
                 if r is not None:
                     boot[q].append(r)
-    tail = (1.0 - policy["confidence"]) / 2.0 * 100.0
     for q in (50, 99):
         dist = sorted(boot[q])
         stat = {
             "value": _stat_pair(ball, sall, q, higher_better) if ids else None,
-            "ci95": (
-                [sorted_percentile(dist, tail), sorted_percentile(dist, 100.0 - tail)]
-                if len(dist) >= 20
-                else None
-            ),
+            "ci95": _interval(dist, policy) if len(dist) >= 20 else None,
         }
         if q == 50:
             entry.update(stat)
@@ -248,16 +253,10 @@ def p99_interval(summary, key, policy):
     dist = []
     for _ in range(policy["resamples"]):
         pick = [rng.choice(ids) for _ in ids]
-        dist.append(
-            sorted_percentile(
-                sorted(v for i in pick for v in (rng.choice(clusters[i]) for _ in clusters[i])), 99
-            )
-        )
-    dist.sort()
-    tail = (1.0 - policy["confidence"]) / 2.0 * 100.0
+        dist.append(sorted_percentile(_resample(clusters, pick, rng), 99))
     return {
         "value": sorted_percentile(sorted(v for i in ids for v in clusters[i]), 99),
-        "ci95": [sorted_percentile(dist, tail), sorted_percentile(dist, 100.0 - tail)],
+        "ci95": _interval(sorted(dist), policy),
     }
 
 
