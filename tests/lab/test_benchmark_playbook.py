@@ -117,6 +117,17 @@ def wait(pred, timeout, what):
     raise AssertionError("timed out waiting for " + what)
 
 
+# short, CPU-friendly runs on the stand-in engine (the benchmark and tune lab tests)
+FAST_BENCHMARK = {
+    "specpilot_benchmark_runs_per_prompt": 2,
+    "specpilot_benchmark_warmup_requests": 2,
+    "specpilot_benchmark_max_tokens": 24,
+    "specpilot_benchmark_wait_timeout": 120,
+    # TTFT may be anything on a busy machine: up to 10x worse is inside the allowance; TPOT decides
+    "specpilot_benchmark_slo": {"ttft_max_regression": 10},
+}
+
+
 class Deployed:
     """The lab's ngram service applied from its validated plan (what the deploy role would apply)."""
 
@@ -166,17 +177,12 @@ def test_benchmark_playbook_side_by_side_in_the_lab(stream_lab, tmp_path):
     plan, ns, res, isvc, ready = lab.plan, lab.ns, lab.res, lab.isvc, lab.ready
 
     reports = tmp_path / "reports"
-    extra = {
-        "specpilot_benchmark_report_dir": str(reports),
-        "specpilot_benchmark_qps_levels": [5, 20],
-        "specpilot_benchmark_target_qps": 20,
-        "specpilot_benchmark_runs_per_prompt": 2,
-        "specpilot_benchmark_warmup_requests": 2,
-        "specpilot_benchmark_max_tokens": 24,
-        "specpilot_benchmark_wait_timeout": 120,
-        # TTFT may be anything on a busy machine: up to 10x worse is inside the allowance; TPOT decides
-        "specpilot_benchmark_slo": {"ttft_max_regression": 10},
-    }
+    extra = dict(
+        FAST_BENCHMARK,
+        specpilot_benchmark_report_dir=str(reports),
+        specpilot_benchmark_qps_levels=[5, 20],
+        specpilot_benchmark_target_qps=20,
+    )
     proc = playbook(tmp_path, emu, "-e", json.dumps(extra))
     out = proc.stdout
     assert "lab-ngram: KEEP at qps=20" in out, out[-4000:]
@@ -225,7 +231,9 @@ def test_benchmark_playbook_side_by_side_in_the_lab(stream_lab, tmp_path):
     proc = playbook(tmp_path, emu, "-e", json.dumps(extra), check=False)
     assert "lab-ngram: ROLLBACK at qps=20" in proc.stdout, proc.stdout[-4000:]
     data = json.loads((d / "report.json").read_text())
-    assert data["decision"] == "rollback" and "below the required 101.00x beyond the noise" in data["reasons"][0]
+    assert (
+        data["decision"] == "rollback" and "below the required 101.00x beyond the noise" in data["reasons"][0]
+    )
     if not (ROOT / "roles" / "specpilot_rollback").exists():
         assert proc.returncode != 0
         assert "the rollback role (specpilot_rollback) is not installed" in proc.stdout

@@ -14,8 +14,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_benchmark_playbook import ISVC_API, Deployed, fake_engine_lab, playbook
-
+from test_benchmark_playbook import FAST_BENCHMARK, ISVC_API, Deployed, fake_engine_lab, playbook
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -61,12 +60,7 @@ def test_tune_playbook_in_the_lab(tune_lab, tmp_path):
         "specpilot_benchmark_tune_methods": ["ngram", "eagle3"],
         "specpilot_benchmark_qps_levels": [20],
         "specpilot_benchmark_target_qps": 20,
-        "specpilot_benchmark_runs_per_prompt": 2,
-        "specpilot_benchmark_warmup_requests": 2,
-        "specpilot_benchmark_max_tokens": 24,
-        "specpilot_benchmark_wait_timeout": 120,
-        # TTFT may be anything on a busy machine: up to 10x worse is inside the allowance; TPOT decides
-        "specpilot_benchmark_slo": {"ttft_max_regression": 10},
+        **FAST_BENCHMARK,
     }
 
     # check mode measures nothing, creates nothing, and says so
