@@ -114,8 +114,9 @@ models: $(STAMP_VLLM)
 #   3. unit and emulator tests on two workers (they keep both cores busy; three were slower);
 #   4. two lanes side by side, each one process at a time (each lab test and scenario waits on
 #      engines and rollouts part of the time; they share no port, directory or process):
-#        lane-a: the lab tests that start real engines (-m real_engine),
-#        lane-b: the lab tests on the stand-in engine;
+#        lane-a: the lab tests that start real engines (-m real_engine), then the stand-in lab
+#                tests of LAB_STAND_IN_A (the longest files, so the lanes' fixed parts are even),
+#        lane-b: the other lab tests on the stand-in engine;
 #      then each lane takes the next molecule scenario from one shared queue (longest first,
 #      MOLECULE_FIRST; scripts/molecule_queue.py) until none is left, so both lanes end together.
 #      The table's CPU column says how busy each stage kept the cores.
@@ -165,8 +166,14 @@ test-lab-engines: install vllm
 	$(VBIN)/python -m pytest -m real_engine $(PYTEST_REPORT) tests/lab
 
 test-lab-stand-in: install vllm
-	@echo "==> pytest: lab tests on the stand-in engine"
-	$(VBIN)/python -m pytest -m "not real_engine" $(PYTEST_REPORT) tests/lab
+	@echo "==> pytest: lab tests on the stand-in engine (but those of LAB_STAND_IN_A)"
+	$(VBIN)/python -m pytest -m "not real_engine" $(PYTEST_REPORT) $(LAB_STAND_IN_A:%=--ignore=%) tests/lab
+
+# lane-a's share of the stand-in lab tests: whole files, about a fifth of lab-stand-in's time
+LAB_STAND_IN_A ?= tests/lab/test_lab_up.py tests/lab/test_tune_playbook.py
+test-lab-stand-in-a: install vllm
+	@echo "==> pytest: lab tests on the stand-in engine ($(LAB_STAND_IN_A))"
+	$(VBIN)/python -m pytest -m "not real_engine" $(PYTEST_REPORT) $(LAB_STAND_IN_A)
 
 # the lanes of make test's last stage (see above); a failure does not stop the lane's next step.
 # MOLECULE_FIRST: the longest scenarios, taken first (the others follow in name order).
@@ -174,6 +181,7 @@ MOLECULE_QUEUE := .cache/test-times/molecule-queue
 MOLECULE_FIRST ?= deploy_failures rollback deploy smoke staging
 lane-a: install vllm
 	@s=0; $(TIMES) run lab-engines -- $(SUBMAKE) test-lab-engines || s=1; \
+	$(TIMES) run lab-stand-in-a -- $(SUBMAKE) test-lab-stand-in-a || s=1; \
 	$(SUBMAKE) molecule-lane || s=1; exit $$s
 
 lane-b: install vllm

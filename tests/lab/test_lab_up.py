@@ -1,12 +1,19 @@
-"""``make lab-up`` leaves a lab that ``inventories/lab`` can use as it is: everything its services
-need is seeded (namespace, the PVCs with the tiny models, the Modelcar base image and runtime), a
-second ``up`` changes nothing, ``status`` says what the inventory finds, every service validates,
-``stage.yml`` pushes the Modelcar image, and ``deploy.yml -i inventories/lab`` deploys every lab
-service (options A, B and C; ngram, draft_model, suffix, eagle3) at once on the first try (on the
-stand-in engine: this test is about the lab's readiness, not the engine)."""
+"""The whole walk a user takes through the lab, as one test (issue 14, items 1 and 6): ``make lab-up``
+leaves a lab that ``inventories/lab`` can use as it is: everything its services need is seeded
+(namespace, the PVCs with the tiny models, the Modelcar base image and runtime), a second ``up``
+changes nothing, ``status`` says what the inventory finds, every service validates, ``stage.yml``
+pushes the Modelcar image, and ``deploy.yml -i inventories/lab`` deploys every lab service (options
+A, B and C; ngram, draft_model, suffix, eagle3) at once on the first try. Then ``smoke.yml`` passes
+for every service, ``benchmark.yml`` measures one, ``rollback.yml`` turns speculative decoding off
+everywhere and a second rollback changes nothing, the checkout stays clean (every report under the
+ignored ``.reports/``), and ``lab down`` stops it all.
+
+One lab for the whole walk, on the stand-in engine: this test is about the lab's readiness and the
+playbooks' wiring, not the engine (the real-engine lab tests and molecule scenarios prove that)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -21,6 +28,16 @@ pytestmark = [pytest.mark.lab, pytest.mark.vllm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"
 SERVICES = {"lab-ngram", "lab-draft", "lab-suffix", "lab-eagle3", "lab-storage-uris", "lab-modelcar"}
+# short runs on the stand-in engine, TTFT judged loosely (the point is the walk, not the figures)
+SHORT_BENCHMARK = {
+    "specpilot_benchmark_qps_levels": [2],
+    "specpilot_benchmark_target_qps": 2,
+    "specpilot_benchmark_runs_per_prompt": 2,
+    "specpilot_benchmark_warmup_requests": 2,
+    "specpilot_benchmark_max_tokens": 24,
+    "specpilot_benchmark_wait_timeout": 180,
+    "specpilot_benchmark_slo": {"ttft_max_regression": 10},
+}
 RECAP = re.compile(r"^(lab-[\w-]+)\s+:\s+ok=\d+\s+changed=(\d+)\s+unreachable=0\s+failed=(\d+)", re.M)
 
 
@@ -143,3 +160,48 @@ def test_lab_up_seeds_what_the_lab_inventory_needs_and_every_service_deploys_fir
     assert '"method":"eagle3","model":"/mnt/models/eagle3"' in " ".join(
         predictor("lab-eagle3")["model"]["args"]
     )
+    _walk_on(env, lab_state, predictor)
+
+
+def _git_status() -> set[str]:
+    out = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True)
+    return set(out.stdout.splitlines()) if out.returncode == 0 else set()
+
+
+def _report(kind: str, *parts: str) -> dict:
+    return json.loads((ROOT / ".reports" / kind / Path(*parts)).read_text())
+
+
+def _walk_on(env: dict[str, str], lab_state: Path, predictor) -> None:
+    """After the deploy: smoke everywhere, one benchmark, rollback twice, a clean checkout, lab down.
+    The reports go where a user's would, under the project's `.reports/` (git ignores it)."""
+    before = _git_status()
+    out, recap = _playbook(env, "smoke.yml")
+    assert set(recap) == SERVICES and all(f == 0 for _, f in recap.values()), out[-3000:]
+    for name in SERVICES:
+        smoke = _report("smoke", name, "smoke.json")
+        assert smoke["verdict"] == "pass" and smoke["expect"] == "on", (name, smoke.get("reasons"))
+
+    # one service measured against its baseline twin, with short runs (the stand-in engine's figures
+    # say nothing about vLLM; what counts here is that the walk measures and cleans up after itself)
+    out, recap = _playbook(env, "benchmark.yml", "--limit", "lab-ngram", "-e", json.dumps(SHORT_BENCHMARK))
+    assert recap == {"lab-ngram": recap["lab-ngram"]} and recap["lab-ngram"][1] == 0, out[-3000:]
+    bench = _report("benchmark", "lab-ngram", "report.json")
+    assert bench["decision"] in {"keep", "rollback", "inconclusive", "invalid"} and bench["levels"], bench
+    assert all(lv["baseline"]["ok"] and lv["speculative"]["ok"] for lv in bench["levels"])
+    assert "--speculative-config" in " ".join(predictor("lab-ngram")["model"]["args"])  # not acted on
+
+    out, recap = _playbook(env, "rollback.yml")
+    assert recap == {h: recap[h] for h in SERVICES} and all(c > 0 and f == 0 for c, f in recap.values()), out[-3000:]
+    for name in SERVICES:
+        args = " ".join(predictor(name)["model"]["args"])
+        assert "--speculative-config" not in args, (name, args)
+        assert _report("rollback", f"{name}.json")["verification"]["ok"], name
+    out, recap = _playbook(env, "rollback.yml")
+    assert recap == {h: (0, 0) for h in SERVICES}, out[-3000:]  # a second rollback changes nothing
+
+    assert _git_status() == before, "the walk left files in the checkout"
+    down = _lab(lab_state, "down")
+    assert down.returncode == 0, down.stdout + down.stderr
+    status = _lab(lab_state, "status").stdout
+    assert ": running" not in status and "the lab is not (fully) running" in status, status
