@@ -35,7 +35,7 @@ STAMP_COLL := $(VENV)/.stamp-collections
 STAMP_APT := $(VENV)/.stamp-apt
 
 .PHONY: install venv collections system-packages staging-tools vllm models test test-pytest test-unit test-lab lint syntax-check molecule \
-	test-lab-engines test-lab-stand-in lane-a lane-b molecule-lane molecule-models fuzz \
+	test-lab-engines test-lab-stand-in test-lab-stand-in-a lane-a lane-b molecule-lane molecule-models fuzz \
         demo bench lab-up lab-down lab-status clean distclean
 
 install: venv collections system-packages staging-tools
