@@ -68,7 +68,9 @@ def test_configure_creates_everything_then_changes_nothing(awx, tmp_path):
 
     templates = {t["name"]: t for t in awx.objects("job_templates")}
     assert set(templates) == {"specpilot validate", "specpilot deploy", "specpilot smoke", "specpilot rollback",
-                              "specpilot benchmark", "specpilot guard", "specpilot monitoring"}
+                              "specpilot benchmark", "specpilot tune", "specpilot guard", "specpilot monitoring"}
+    tune = awx.survey("job_templates", templates["specpilot tune"]["id"])
+    assert {q["variable"]: q["type"] for q in tune["spec"]}["specpilot_benchmark_tune_num_speculative_tokens"] == "multiselect"
     guard = templates["specpilot guard"]
     assert guard["playbook"] == "playbooks/guard.yml" and guard["allow_simultaneous"] is False
     assert guard["ask_limit_on_launch"] is True and guard["survey_enabled"] is True

@@ -39,23 +39,24 @@ TEMPLATES = {t["name"]: t for t in DEFS["controller_templates"]}
 WORKFLOWS = {w["name"]: w for w in DEFS["controller_workflows"]}
 # the templates that act on the cluster per service
 MUTATING = {"specpilot deploy", "specpilot smoke", "specpilot rollback", "specpilot benchmark", "specpilot guard",
-            "specpilot monitoring"}
+            "specpilot monitoring", "specpilot tune"}
 SURVEY_TYPES = {"text", "textarea", "password", "integer", "float", "multiplechoice", "multiselect"}
 
 
-def roles_of_playbook(path: Path) -> list[str]:
-    """Roles a playbook runs: play `roles:` and include_role/import_role tasks (any depth)."""
-    found: list[str] = []
+def role_entry_points(path: Path) -> list[tuple[str, str]]:
+    """(role, entry point) a playbook runs: play `roles:` (main) and include_role/import_role tasks (their
+    tasks_from, default main), at any depth."""
+    found: list[tuple[str, str]] = []
 
     def walk(node):
         if isinstance(node, dict):
             for key, value in node.items():
                 if key == "roles" and isinstance(value, list):
                     for r in value:
-                        found.append(r if isinstance(r, str) else r.get("role") or r.get("name"))
+                        found.append((r if isinstance(r, str) else r.get("role") or r.get("name"), "main"))
                 elif key in ("ansible.builtin.include_role", "ansible.builtin.import_role", "include_role",
                              "import_role") and isinstance(value, dict):
-                    found.append(value.get("name"))
+                    found.append((value.get("name"), value.get("tasks_from") or "main"))
                 else:
                     walk(value)
         elif isinstance(node, list):
@@ -63,14 +64,19 @@ def roles_of_playbook(path: Path) -> list[str]:
                 walk(item)
 
     walk(load(path))
-    return [r for r in found if r]
+    return [(r, e) for r, e in found if r]
 
 
-def role_arguments(role: str) -> dict | None:
+def roles_of_playbook(path: Path) -> list[str]:
+    """Roles a playbook runs: play `roles:` and include_role/import_role tasks (any depth)."""
+    return list(dict.fromkeys(r for r, _ in role_entry_points(path)))
+
+
+def role_arguments(role: str, entry: str = "main") -> dict | None:
     spec = ROOT / "roles" / role / "meta" / "argument_specs.yml"
     if not spec.is_file():
         return None
-    return load(spec)["argument_specs"]["main"].get("options", {})
+    return load(spec)["argument_specs"][entry].get("options", {})
 
 
 def survey_questions(obj: dict) -> list[dict]:
@@ -91,7 +97,7 @@ def test_files_hold_only_infra_aap_configuration_variables_and_settings():
 
 def test_the_templates_the_issue_asks_for():
     playbooks = {t["playbook"] for t in TEMPLATES.values()}
-    for name in ("validate", "deploy", "smoke", "rollback", "benchmark", "guard"):
+    for name in ("validate", "deploy", "smoke", "rollback", "benchmark", "guard", "tune"):
         assert f"playbooks/{name}.yml" in playbooks
 
 
@@ -107,12 +113,13 @@ def test_survey_variables_are_documented_role_arguments(name):
     wanted = [q["variable"] for q in survey_questions(t)]
     playbook = ROOT / t["playbook"]
     assert playbook.is_file(), f"{name}: {t['playbook']} missing; survey variables pending: {wanted}"
-    roles = roles_of_playbook(playbook)
+    entries = role_entry_points(playbook)
+    roles = [r for r, _ in entries]
     assert roles, f"{t['playbook']} runs no role"
     documented: dict = {}
     missing_roles = []
-    for role in roles:
-        args = role_arguments(role)
+    for role, entry in entries:
+        args = role_arguments(role, entry)
         if args is None:
             missing_roles.append(role)
         else:
@@ -137,6 +144,11 @@ def check_question_against_argument(where: str, q: dict, arg: dict) -> None:
         assert q["type"] == "multiplechoice" and set(q["choices"]) <= {str(c) for c in arg["choices"]}, (where, var)
     elif typ == "str":
         assert q["type"] in ("text", "textarea", "password", "multiplechoice"), (where, var)
+    elif typ == "list" and arg.get("elements") in ("int", "str"):
+        # AWX sends a multiselect answer as a list of the chosen strings (the role converts int elements)
+        assert q["type"] == "multiselect", (where, var)
+        if arg["elements"] == "int":
+            assert all(c.isdigit() for c in q["choices"]), (where, var, q["choices"])
     else:
         pytest.fail(f"{where}: {var} is a {typ} argument; a survey cannot give one")
     # numeric thresholds: the survey offers the role's own default
