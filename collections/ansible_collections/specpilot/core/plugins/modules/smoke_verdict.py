@@ -84,9 +84,8 @@ options:
     description:
       - "Path prefixes the engine sees differently from the pod spec, as C({seen prefix: path in the pod}); the
         draft path of the engine log is mapped back through them before it is compared with the plan."
-      - Empty on a real cluster, where the engine sees the pod's paths. The lab needs it while it runs engines
-        without mount namespaces (the engine sees the PVC's directory on the lab machine instead of
-        C(/mnt/models)).
+      - Empty wherever the engine runs in the pod's own filesystem (any KServe cluster, and the lab, whose engines
+        see the pod's volumeMounts); for runtimes whose entry point moves the models before vLLM starts.
     type: dict
     default: {}
   access:
