@@ -4,7 +4,11 @@ volumeMounts bind-mounted at their paths.
 The image is NOT pulled (there is no container engine): the command runs with this
 machine's own programs (``/usr``, ``/etc`` read-only; a private ``/tmp``, ``/dev``, ``/proc``),
 so ``sh``, ``python3``, ``cp``... are Debian's. A command the machine does not have fails
-like a missing binary in an image would (exit code 127). Volumes: ``persistentVolumeClaim``
+like a missing binary in an image would (exit code 127). One image is mapped: a container of the lab's
+runtime image (``specpilot-lab/vllm-cpu:<release>``, what the lab's services run) that calls ``python3``
+gets the lab engine's interpreter (``.venv-vllm``, where ``import vllm`` works), exposed in the sandbox
+as a predictor's engine is (sandbox.runtime_paths): specpilot.core.cluster_probe reads
+``vllm.__version__`` in that image. Volumes: ``persistentVolumeClaim``
 (the lab PVC's directory), ``emptyDir``, ``configMap``, ``secret``, ``hostPath``; ``subPath``
 and ``readOnly`` are honoured. Env: ``value``, ``valueFrom`` (configMapKeyRef, secretKeyRef,
 fieldRef), ``envFrom``; ``$(VAR)`` in command and args is expanded.
@@ -16,6 +20,7 @@ import base64
 import functools
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -23,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from .. import podlogs
+from .. import engine, podlogs
 from .kube import now
 from .mapping import expand_vars
 
@@ -33,8 +38,32 @@ BWRAP = "bwrap"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
+# the lab's runtime image (inventories/lab, seed.py): its python3 is the lab engine's interpreter
+LAB_RUNTIME_IMAGE = re.compile(r"^specpilot-lab/vllm-cpu([:@].*)?$")
+IMAGE_PYTHONS = ("python3", "python", "/usr/bin/python3", "/usr/local/bin/python3")
+
+
 class VolumeError(Exception):
     pass
+
+
+def image_interpreter(image: str, argv0: str | None) -> Path | None:
+    """The interpreter that stands for the image's ``python3`` (the lab runtime image's: .venv-vllm, the
+    real one even when the controller's engines are stand-ins), or None: this machine's programs."""
+    if argv0 in IMAGE_PYTHONS and LAB_RUNTIME_IMAGE.match(image or ""):
+        python = engine.vllm_python()
+        return python if python.exists() else None
+    return None
+
+
+def image_argv(image: str, argv: list[str]) -> tuple[list[str], list[str]]:
+    """(argv, bwrap arguments exposing its interpreter) of a container of ``image``."""
+    python = image_interpreter(image, argv[0] if argv else None)
+    if python is None:
+        return argv, []
+    from .sandbox import expose_args, runtime_paths  # sandbox imports this module
+
+    return [str(python), *argv[1:]], expose_args(runtime_paths(python))
 
 
 def bwrap_base(hostname: str, mount_paths: list[str] = (), new_session: bool = True) -> list[str]:
@@ -279,6 +308,8 @@ class JobPodRun:
             self.event("Warning", "Failed", f"Error: {msg}", name)
             return 128
         cmd = bwrap_base(self.name, [vm.get("mountPath", "") for vm in c.get("volumeMounts") or []])
+        argv, exposed = image_argv(c.get("image", ""), argv)
+        cmd += exposed
         for vm in c.get("volumeMounts") or []:
             src = volumes.get(vm.get("name"))
             if src is None:
