@@ -37,7 +37,12 @@ class ActionModule(ControllerAction):
             crds = {(c.get("metadata") or {}).get("name"): c for c in params["crds"]}
         else:
             reader = K8sReader(
-                self._loader, self._templar, task_vars or {}, auth_options(params), attempts=params["retries"]
+                self._loader,
+                self._templar,
+                task_vars or {},
+                auth_options(params),
+                attempts=params["retries"],
+                request_timeout=params["request_timeout"],
             )
             try:
                 for name in sorted({crd_name(m) for m in manifests}):

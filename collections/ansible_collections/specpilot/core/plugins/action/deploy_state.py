@@ -73,7 +73,12 @@ class ActionModule(ControllerAction):
 
     def _reader(self, params, task_vars):
         return K8sReader(
-            self._loader, self._templar, task_vars or {}, auth_options(params), attempts=params["retries"]
+            self._loader,
+            self._templar,
+            task_vars or {},
+            auth_options(params),
+            attempts=params["retries"],
+            request_timeout=params["request_timeout"],
         )
 
 

@@ -40,7 +40,12 @@ class ActionModule(ControllerAction):
             return result
         timeout = params["timeout"] or int(plan.get("startup_timeout_seconds") or 900) + 300
         reader = K8sReader(
-            self._loader, self._templar, task_vars or {}, auth_options(params), attempts=params["retries"]
+            self._loader,
+            self._templar,
+            task_vars or {},
+            auth_options(params),
+            attempts=params["retries"],
+            request_timeout=params["request_timeout"],
         )
         host = (task_vars or {}).get("inventory_hostname") or plan["name"]
         renewer = None

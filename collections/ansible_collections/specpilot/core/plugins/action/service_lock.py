@@ -35,7 +35,12 @@ class ActionModule(ControllerAction):
         self._vars = task_vars or {}
         self._params = params
         reader = K8sReader(
-            self._loader, self._templar, self._vars, auth_options(params), attempts=params["retries"]
+            self._loader,
+            self._templar,
+            self._vars,
+            auth_options(params),
+            attempts=params["retries"],
+            request_timeout=params["request_timeout"],
         )
         client = LeaseClient(self._run_module, reader, params, check_mode=self._task.check_mode)
         holder = params.get("holder") or self._holder()

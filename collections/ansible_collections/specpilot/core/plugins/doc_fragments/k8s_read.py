@@ -13,10 +13,16 @@ class ModuleDocFragment(object):
 options:
   retries:
     description:
-      - Attempts per API read on transient errors (409, 429, 5xx, connection errors), with exponential
-        back-off from 0.5 s (at most 5 s).
+      - Attempts per API read on transient errors (429, 5xx, connection errors, no answer within
+        O(request_timeout)), with exponential back-off and full jitter from 0.5 s (at most 5 s), or the
+        C(Retry-After) of a 429 or 503 (at most 60 s).
     type: int
     default: 8
+  request_timeout:
+    description:
+      - Seconds each API read may take before it counts as failed (and is retried).
+    type: int
+    default: 30
 notes:
   - Runs on the controller as an action plugin; reads go through the C(kubernetes.core.k8s) lookup in the Ansible
     worker process (one API client per configuration, no module transfer), so polling is cheap.

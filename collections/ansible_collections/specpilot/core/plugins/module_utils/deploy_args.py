@@ -28,7 +28,9 @@ K8S_CONNECTION = {
 }
 
 # ... and what the deploy modules that read through kubernetes.core's k8s lookup add (doc fragment k8s_read)
-K8S_AUTH = dict(K8S_CONNECTION, retries={"type": "int", "default": 8})
+K8S_AUTH = dict(
+    K8S_CONNECTION, retries={"type": "int", "default": 8}, request_timeout={"type": "int", "default": 30}
+)
 
 KSERVE_DETECT = dict(
     K8S_AUTH,

@@ -1,21 +1,40 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
-"""Is a failed kubernetes.core task worth retrying?
+"""Is a failed API call worth retrying, and how long to wait before it: the one retry helper of the
+collection (the Kubernetes reads and Lease writes of plugin_utils, the OCI registry client).
 
 kubernetes.core puts the API server's Status in the failure message (``"code":500``) or in
-``status`` / ``error``.  409 (conflict), 429 (throttled) and 5xx are transient; 400, 401, 403,
-404 and 422 are answers that a retry will not change.  A failure that names no status (a
-connection error, a discovery request that failed) is retried.  Pure standard library.
+``status`` / ``error``.  429 (throttled) and 500/502/503/504 are transient; 409 (conflict) is
+transient only where the caller says so (a write that re-reads before it writes again); 400, 401,
+403, 404 and 422 are answers that a retry will not change.  A failure that names no status (a
+connection error, a discovery request that failed) is retried.
+
+:class:`Backoff` waits between attempts: exponential backoff with full jitter, capped
+(``random(0, min(cap, base * 2**attempt))``), or what the server's ``Retry-After`` asks on a 429 or
+503 (delta-seconds or an HTTP-date, RFC 9110 section 10.2.3), itself capped.  Pure standard library.
 """
 
 from __future__ import annotations
 
+import email.utils
+import random
 import re
+import time
 
-__all__ = ["TRANSIENT", "FINAL", "status_code", "retryable"]
+__all__ = [
+    "TRANSIENT",
+    "RETRY_STATUS",
+    "FINAL",
+    "status_code",
+    "retryable",
+    "retry_after_seconds",
+    "retry_after_of",
+    "Backoff",
+]
 
-TRANSIENT = (409, 429, 500, 502, 503, 504)
+RETRY_STATUS = (429, 500, 502, 503, 504)
+TRANSIENT = (409,) + RETRY_STATUS
 FINAL = (400, 401, 403, 404, 405, 410, 415, 422)
 _CODE = re.compile(r'"code"\s*:\s*(\d{3})')
 _REASON = {
@@ -48,11 +67,91 @@ def status_code(result):
     return None
 
 
-def retryable(result):
-    """True when the result failed and a retry may succeed."""
+def retryable(result, conflict=True):
+    """True when the result failed and a retry may succeed (a 409 only with ``conflict``)."""
     if not isinstance(result, dict) or not result.get("failed"):
         return False
     code = status_code(result)
     if code is None:
         return True
-    return code in TRANSIENT or (code >= 500 and code not in FINAL)
+    if code == 409:
+        return bool(conflict)
+    return code in RETRY_STATUS or (code >= 500 and code not in FINAL)
+
+
+def retry_after_seconds(value, now=None):
+    """The seconds a ``Retry-After`` header value asks for (delta-seconds or an HTTP-date), or None
+    when it is absent or unreadable.  A date in the past asks for 0."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None or when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def retry_after_of(code, headers):
+    """The ``Retry-After`` header of a 429 or 503 answer (the statuses that carry it), else None."""
+    if code not in (429, 503) or headers is None:
+        return None
+    try:
+        return headers.get("Retry-After")
+    except AttributeError:
+        return None
+
+
+class Backoff(object):
+    """Attempts of one call, with waits between them.
+
+    ``attempts``: how many calls in all; ``base``/``cap``: the exponential backoff with full jitter;
+    ``max_retry_after``: the longest a ``Retry-After`` is honoured (a longer one waits this long).
+    ``sleep``, ``rand`` and ``clock`` are there for tests (a fake clock)."""
+
+    def __init__(
+        self,
+        attempts=5,
+        base=0.5,
+        cap=10.0,
+        max_retry_after=60.0,
+        sleep=time.sleep,
+        rand=random.random,
+        clock=time.time,
+    ):
+        self.attempts = max(1, int(attempts))
+        self.base = float(base)
+        self.cap = float(cap)
+        self.max_retry_after = float(max_retry_after)
+        self._sleep = sleep
+        self._rand = rand
+        self._clock = clock
+
+    def delay(self, attempt, retry_after=None):
+        """Seconds to wait after failed attempt ``attempt`` (0-based)."""
+        asked = retry_after_seconds(retry_after, self._clock())
+        if asked is not None:
+            return min(asked, self.max_retry_after)
+        return self._rand() * min(self.cap, self.base * (2 ** min(attempt, 62)))
+
+    def run(self, call, verdict):
+        """``call()`` until ``verdict(outcome, exc)`` says it is final or the attempts are spent; the
+        last outcome is returned (or its exception raised).  ``verdict`` returns ``(retry, retry_after)``:
+        whether to try again, and the answer's ``Retry-After`` value (None without one)."""
+        for attempt in range(self.attempts):
+            outcome = exc = None
+            try:
+                outcome = call()
+            except Exception as error:  # noqa: BLE001 - the verdict decides; unknown ones are raised
+                exc = error
+            again, retry_after = verdict(outcome, exc)
+            if not again or attempt + 1 >= self.attempts:
+                if exc is not None:
+                    raise exc
+                return outcome
+            self._sleep(self.delay(attempt, retry_after))
+        raise AssertionError("unreachable")  # pragma: no cover

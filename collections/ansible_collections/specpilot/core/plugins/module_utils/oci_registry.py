@@ -12,7 +12,8 @@ the ``WWW-Authenticate`` challenge (asked again when a push needs a wider scope 
 with credentials from an authfile (``auths.<host>.auth``) or username/password.
 ``tls_verify: false`` also allows plain HTTP (as skopeo does). Redirects of reads (blob storage
 on another host) are followed without the registry's ``Authorization`` header. Credentials are
-never logged or returned.
+never logged or returned. A 429, 5xx or connection error is retried with deploy_retry.Backoff
+(exponential backoff with full jitter; the ``Retry-After`` of a 429 or 503 honoured).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -26,6 +27,12 @@ import ssl
 from urllib import error as urlerror
 from urllib import parse as urlparse
 from urllib import request as urlrequest
+
+from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import (
+    RETRY_STATUS,
+    Backoff,
+    retry_after_of,
+)
 
 __metaclass__ = type
 
@@ -119,7 +126,9 @@ class _NoRedirect(urlrequest.HTTPRedirectHandler):
 
 
 class Registry(object):
-    def __init__(self, host, tls_verify=True, username=None, password=None, authfile=None, timeout=60):
+    def __init__(
+        self, host, tls_verify=True, username=None, password=None, authfile=None, timeout=60, backoff=None
+    ):
         self.host = "registry-1.docker.io" if host == "docker.io" else host
         self.tls_verify = tls_verify
         self.creds = (
@@ -137,11 +146,25 @@ class Registry(object):
         self._ctx = ctx
         self._opener = urlrequest.build_opener(urlrequest.HTTPSHandler(context=ctx), _NoRedirect())
         self.bytes_sent = 0
+        self._backoff = backoff or Backoff(attempts=4, base=0.5, cap=8.0)
 
     # ------------------------------------------------------------ transport
     def _open(self, method, url, headers=None, data=None):
         req = urlrequest.Request(url, data=data, method=method, headers=dict(headers or {}))
         return self._opener.open(req, timeout=self.timeout)
+
+    def _call(self, method, url, headers, data, limit, retry_connection=True):
+        """(Reply) of one request, again while the answer is transient (429, 5xx) or, with
+        ``retry_connection``, while the connection fails (not on a TLS verification failure)."""
+
+        def verdict(reply, exc):
+            if exc is not None:
+                reason = getattr(exc, "reason", exc)
+                transient = isinstance(exc, OSError) and not isinstance(reason, ssl.SSLError)
+                return retry_connection and transient, None
+            return reply.code in RETRY_STATUS, retry_after_of(reply.code, reply.headers)
+
+        return self._backoff.run(lambda: self._exchange(method, url, headers, data, limit), verdict)
 
     def _exchange(self, method, url, headers, data, limit):
         """(Reply) of one request; HTTP errors are answers too."""
@@ -188,14 +211,14 @@ class Registry(object):
         same_host = urlparse.urlsplit(url).netloc == self.host
         if self._auth_header and same_host:
             hdrs["Authorization"] = self._auth_header
+        # with tls_verify false, a failed https connection falls back to plain http at once
+        may_fall_back = (
+            self.scheme == "https" and not self.tls_verify and url.startswith("https://" + self.host + "/")
+        )
         try:
-            reply = self._exchange(method, url, hdrs, data, limit)
+            reply = self._call(method, url, hdrs, data, limit, retry_connection=not may_fall_back)
         except (urlerror.URLError, ssl.SSLError, OSError) as exc:
-            if (
-                self.scheme == "https"
-                and not self.tls_verify
-                and url.startswith("https://" + self.host + "/")
-            ):
+            if may_fall_back:
                 self.scheme = "http"
                 return self.request(
                     method,
@@ -233,7 +256,7 @@ class Registry(object):
     def _follow(self, method, url, headers, limit, redirects):
         """A read redirected to another host (blob storage): no Authorization header."""
         try:
-            reply = self._exchange(method, url, dict(headers or {}), None, limit)
+            reply = self._call(method, url, dict(headers or {}), None, limit)
         except (urlerror.URLError, ssl.SSLError, OSError) as exc:
             raise RegistryError("%s %s: %s" % (method, url.split("?", 1)[0], getattr(exc, "reason", exc)))
         if reply.code in (301, 302, 303, 307, 308) and redirects > 0 and reply.header("Location"):
@@ -256,9 +279,7 @@ class Registry(object):
             query = {k: v for k, v in params.items() if k in ("service", "scope")}
             url = params["realm"] + ("?" + urlparse.urlencode(query) if query else "")
             try:
-                reply = self._exchange(
-                    "GET", url, {"Authorization": basic} if basic else {}, None, SMALL_LIMIT
-                )
+                reply = self._call("GET", url, {"Authorization": basic} if basic else {}, None, SMALL_LIMIT)
             except (urlerror.URLError, ssl.SSLError, OSError) as exc:
                 raise RegistryError(
                     "token request to %s failed: %s" % (params["realm"], getattr(exc, "reason", exc))

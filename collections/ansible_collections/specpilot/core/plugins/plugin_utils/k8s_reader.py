@@ -9,16 +9,29 @@ of kubernetes.core takes the same connection settings as its modules (``kubeconf
 ``context``, ``host``, ``api_key``, ``validate_certs``, ``ca_cert``... and the ``K8S_AUTH_*``
 environment variables AWX injects) and keeps one API client per configuration, so a poll costs
 an HTTP request instead of a module run (a fresh Python process importing the kubernetes
-client).  Transient API errors (409, 429, 5xx, connection errors) are retried.
+client).  Transient API errors (429, 5xx, connection errors, no answer within the request timeout)
+are retried with module_utils/deploy_retry.py's Backoff (full jitter, Retry-After honoured).
+
+Each request is bounded by ``request_timeout`` seconds: kubernetes.core passes no
+``_request_timeout`` to the kubernetes client (kubernetes.core 6.2 has no such option; its issue
+#897 asks for one), whose RESTClientObject.request then gives urllib3 ``timeout=None`` and waits for
+ever.  So the lookup runs in a daemon thread that the reader stops waiting for.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 from ansible.errors import AnsibleError
 from ansible.plugins.loader import lookup_loader
-from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import TRANSIENT
+from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import (
+    RETRY_STATUS,
+    Backoff,
+    retry_after_of,
+)
+
+REQUEST_TIMEOUT = 30
 
 # connection options of kubernetes.core (doc fragment k8s_auth_options) the lookup accepts
 AUTH_KEYS = (
@@ -50,9 +63,34 @@ def auth_options(params):
     return {k: params[k] for k in AUTH_KEYS if params.get(k) is not None}
 
 
+class RequestTimeout(Exception):
+    """No answer within the request timeout (transient: retried)."""
+
+
+def bounded(call, timeout):
+    """``call()``'s result, or RequestTimeout after ``timeout`` seconds without one (the call goes on
+    in its daemon thread; its late answer is dropped)."""
+    box = {}
+
+    def target():
+        try:
+            box["result"] = call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="k8s-read", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise RequestTimeout("no answer from the API server in %s s (request_timeout)" % timeout)
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
+
+
 def is_transient(exc):
     status = getattr(exc, "status", None)
-    if status in TRANSIENT:
+    if status in RETRY_STATUS or isinstance(exc, RequestTimeout):
         return True
     name = type(exc).__name__
     text = str(exc)
@@ -71,15 +109,27 @@ class K8sReader(object):
     """``get(kind, api_version, name=None, namespace=None, label_selector=None)``: the object (or
     None when absent) for a name, else the list of items."""
 
-    def __init__(self, loader, templar, task_vars, auth=None, attempts=8, delay=0.5, sleep=time.sleep):
+    def __init__(
+        self,
+        loader,
+        templar,
+        task_vars,
+        auth=None,
+        attempts=8,
+        delay=0.5,
+        sleep=time.sleep,
+        request_timeout=REQUEST_TIMEOUT,
+        rand=None,
+    ):
         self._lookup = lookup_loader.get("kubernetes.core.k8s", loader=loader, templar=templar)
         if self._lookup is None:
             raise AnsibleError("the kubernetes.core collection (k8s lookup) is not installed")
         self._vars = task_vars
         self._auth = dict(auth or {})
-        self._attempts = max(1, int(attempts))
-        self._delay = float(delay)
-        self._sleep = sleep
+        self._backoff = Backoff(
+            attempts, base=delay, cap=5.0, sleep=sleep, **({"rand": rand} if rand else {})
+        )
+        self._timeout = float(request_timeout or REQUEST_TIMEOUT)
         self.requests = 0  # approximate when several threads share the reader
 
     def get(self, kind, api_version, name=None, namespace=None, label_selector=None):
@@ -90,29 +140,28 @@ class K8sReader(object):
             kwargs["namespace"] = namespace
         if label_selector:
             kwargs["label_selector"] = label_selector
-        last = None
-        for attempt in range(self._attempts):
+
+        def once():
             self.requests += 1
-            try:
-                found = self._lookup.run([], self._vars, **kwargs)
-            except Exception as exc:  # noqa: BLE001 - the kubernetes client raises many types
-                last = exc
-                if is_transient(exc) and attempt + 1 < self._attempts:
-                    self._sleep(min(self._delay * (2**attempt), 5.0))
-                    continue
-                raise ReadError(
-                    "reading %s %s%s failed: %s"
-                    % (
-                        kind,
-                        (namespace + "/") if namespace else "",
-                        name or label_selector or "",
-                        _short(exc),
-                    )
-                ) from exc
-            if name:
-                return found[0] if found else None
-            return list(found or [])
-        raise ReadError("reading %s %s failed: %s" % (kind, name or "", _short(last)))
+            return bounded(lambda: self._lookup.run([], self._vars, **kwargs), self._timeout)
+
+        try:
+            found = self._backoff.run(once, _verdict)
+        except Exception as exc:  # noqa: BLE001 - the kubernetes client raises many types
+            raise ReadError(
+                "reading %s %s%s failed: %s"
+                % (kind, (namespace + "/") if namespace else "", name or label_selector or "", _short(exc))
+            ) from exc
+        if name:
+            return found[0] if found else None
+        return list(found or [])
+
+
+def _verdict(found, exc):
+    """Retry a transient failure, after the Retry-After of a 429/503 when it names one."""
+    if exc is None:
+        return False, None
+    return is_transient(exc), retry_after_of(getattr(exc, "status", None), getattr(exc, "headers", None))
 
 
 def _short(exc):

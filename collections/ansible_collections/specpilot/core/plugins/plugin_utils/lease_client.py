@@ -17,7 +17,11 @@ import time
 
 from ansible_collections.specpilot.core.plugins.module_utils import service_lock
 from ansible_collections.specpilot.core.plugins.module_utils.common import k8s_meta
-from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import retryable, status_code
+from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import (
+    Backoff,
+    retryable,
+    status_code,
+)
 
 __all__ = ["LeaseClient", "MODULE_AUTH", "ROUNDS"]
 
@@ -36,12 +40,14 @@ class LeaseClient(object):
     the operations that need them duration, labels.  ``execute(module, args)`` runs a module and
     returns its result; ``reader`` is a K8sReader; ``check_mode`` writes nothing."""
 
-    def __init__(self, execute, reader, params, check_mode=False, sleep=time.sleep):
+    def __init__(self, execute, reader, params, check_mode=False, sleep=time.sleep, rand=None):
         self._execute = execute
         self._reader = reader
         self._params = params
         self._check_mode = check_mode
-        self._sleep = sleep
+        self._backoff = Backoff(
+            max(1, params["retries"]), base=0.5, cap=5.0, sleep=sleep, **({"rand": rand} if rand else {})
+        )
 
     # ------------------------------------------------------------ the three operations
     # A conflict (409, 422) on a conditional write means the Lease is not as it was read: it is read
@@ -192,18 +198,17 @@ class LeaseClient(object):
         return self._reader.get(ref["kind"], ref["api_version"], name=ref["name"], namespace=ref["namespace"])
 
     def _module(self, module, conditional=False, **args):
-        """Run a kubernetes.core module, again while it fails with a transient error.  For a conditional
-        write (a patch that tests the resourceVersion, a delete with a precondition) a conflict is the
-        answer, not a transient error."""
+        """Run a kubernetes.core module, again (deploy_retry.Backoff) while it fails with a transient
+        error.  For a conditional write (a patch that tests the resourceVersion, a delete with a
+        precondition) a conflict is the answer, not a transient error; for the others (a create that
+        raced a delete) it is retried.  kubernetes.core's result carries no Retry-After."""
         args.update({k: self._params[k] for k in MODULE_AUTH if self._params.get(k) is not None})
-        attempts = max(1, self._params["retries"])
-        for attempt in range(attempts):
-            out = self._execute(module, args)
+
+        def verdict(out, exc):
             final = conditional and status_code(out) in (409, 422)
-            if not out.get("failed") or final or not retryable(out) or attempt + 1 == attempts:
-                return out
-            self._sleep(min(0.5 * 2**attempt, 5.0))
-        return out
+            return exc is None and not final and retryable(out, conflict=not conditional), None
+
+        return self._backoff.run(lambda: self._execute(module, args), verdict)
 
     def _held(self, lease, status, how, key="acquired"):
         version = k8s_meta(lease).get("resourceVersion")
