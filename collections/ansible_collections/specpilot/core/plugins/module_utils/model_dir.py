@@ -120,10 +120,11 @@ def _head_facts(raw, archs):
     return facts
 
 
-def read_local_facts(directory):
-    """Facts from ``directory``/config.json and the tokenizer files.  Returns (facts, problem)."""
+def read_local_facts(directory, where="on the controller"):
+    """Facts from ``directory``/config.json and the tokenizer files.  Returns (facts, problem); where: the
+    place the directory was looked for, as the problem names it."""
     if not os.path.isdir(directory):
-        return {}, "directory %s does not exist on the controller" % directory
+        return {}, "directory %s does not exist %s" % (directory, where)
     cfg_path = os.path.join(directory, "config.json")
     if not os.path.isfile(cfg_path):
         return {}, "%s has no config.json" % directory
@@ -198,7 +199,7 @@ def probe(request):
         out["vllm"] = probe_version()
     for model in request.get("models") or []:
         try:
-            facts, problem = read_local_facts(model["path"])
+            facts, problem = read_local_facts(model["path"], where="in the probe's pod")
         except Exception as exc:  # pylint: disable=broad-except  # one bad directory is that model's problem
             facts, problem = {}, "reading %s failed: %s: %s" % (model["path"], type(exc).__name__, exc)
         entry = {"path": model["path"], "facts": facts}

@@ -20,8 +20,10 @@ few small files.  This module reads them from where the artifact comes from:
     read with Range requests one header at a time, and the bytes of the wanted members only (a layer
     that is compressed cannot be read that way and is reported);
 ``pvc://claim/path``
-    a directory on a PersistentVolumeClaim: the controller cannot read it in a validate-only run, so
-    the checks that need facts typed nowhere else are reported as not run.
+    a directory on a PersistentVolumeClaim: the deploy's probe Job (cluster_probe.py) reads it in the
+    cluster with this same code and passes the facts in (spec_validate's option ``probed``); the
+    controller cannot read it in a validate-only run, so there the checks that need facts typed nowhere
+    else are reported as not run.
 
 Only ``config.json``, ``model.safetensors.index.json`` (for the weights' total size), ``tokenizer.json``
 and ``tokenizer.model`` are fetched, each at most 64 MiB, into a temporary directory that
@@ -190,14 +192,19 @@ def source_for(role, artifact, spec, read_local=True):
 
 
 # ---------------------------------------------------------------- reading
-def read(source, environ=None, cache=None, now=None):
-    """(facts, problem, cached) of a network source (hf, s3, oci) or a local directory; problem says
-    why nothing could be read."""
+def read(source, environ=None, cache=None, now=None, probed=None):
+    """(facts, problem, cached) of a network source (hf, s3, oci), a local directory, or a PVC directory
+    that the cluster probe read (probed: spec_validate's option, cluster_probe.probed); problem says why
+    nothing could be read."""
     environ = os.environ if environ is None else environ
     kind = source["kind"]
     if kind == "local":
         facts, problem = compat.read_local_facts(source["uri"])
         return facts, problem, False
+    if kind == "pvc" and probed:
+        for entry in (probed.get("models") or {}).values():
+            if entry.get("uri") == source["uri"]:
+                return dict(entry.get("facts") or {}), entry.get("problem"), False
     if kind not in NETWORK_KINDS:
         return {}, _not_readable(source), False
     key = _cache_key(source, environ)
@@ -510,7 +517,7 @@ def resolve(spec, draft_used, options, findings, environ=None):
             facts[role] = _with_estimate(typed)
             continue
         facts[role], report[role] = _role_facts(
-            role, artifact, spec, mode, read_local, cache, environ, findings
+            role, artifact, spec, mode, read_local, cache, environ, findings, options.get("probed")
         )
     method = (
         (spec.get("speculative") or {}).get("method") if isinstance(spec.get("speculative"), dict) else None
@@ -524,7 +531,7 @@ def resolve(spec, draft_used, options, findings, environ=None):
     return facts["target"], facts["draft"], report
 
 
-def _role_facts(role, artifact, spec, mode, read_local, cache, environ, findings):
+def _role_facts(role, artifact, spec, mode, read_local, cache, environ, findings, probed=None):
     typed = {k: artifact[k] for k in compat.FACT_KEYS if artifact.get(k) is not None}
     source = source_for(role, artifact, spec, read_local)
     out = {"typed": sorted(typed), "uri": artifact.get("uri"), "keys": []}
@@ -536,7 +543,7 @@ def _role_facts(role, artifact, spec, mode, read_local, cache, environ, findings
         out["problem"] = "specpilot_model_facts is off: %s was not read" % out["source"]
         out["off"] = True
         return _with_estimate(typed), out
-    found, problem, cached = read(source, environ, cache)
+    found, problem, cached = read(source, environ, cache, probed=probed)
     out["cached"] = cached
     if problem:
         out["problem"] = problem

@@ -67,6 +67,7 @@ _LABEL_VALUE = {"type": "string", "maxLength": 63, "pattern": "^([A-Za-z0-9]([-A
 # would make a wait, and the lock it holds, unbounded.
 DAY = 86400
 _VERSION = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)*([.+-]?[0-9A-Za-z.+-]*)?$"
+_VERSION_OR_AUTO = "^(auto|%s)$" % _VERSION[1:-1]
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$"
 
 
@@ -330,9 +331,19 @@ SERVICE_SCHEMA = {
             enum=["Standard", "Knative", "RawDeployment", "Serverless"],
         ),
         "vllm_version": _s(
-            'vLLM release inside the runtime image, e.g. "0.19.1".  Selects the speculative-config '
-            "profile and how the arguments are rendered (V0 flags up to 0.8.1, --speculative-config "
-            "from 0.8.2).",
+            'vLLM release inside the runtime image, e.g. "0.19.1", or "auto" (the default when '
+            "runtime.image is given): read from the image by the deploy's probe Job "
+            "(specpilot.core.cluster_probe), which also refuses a declared release the image does not hold.  "
+            "Without a cluster, auto takes the last probe of the image cached on the controller, else "
+            "vllm_version_fallback.  Selects the speculative-config profile and how the arguments are "
+            "rendered (V0 flags up to 0.8.1, --speculative-config from 0.8.2).",
+            type="string",
+            pattern=_VERSION_OR_AUTO,
+        ),
+        "vllm_version_fallback": _s(
+            'The release to assume for vllm_version "auto" where the image cannot be probed (validate-only '
+            "and render-only runs with no cached probe of the image).  Deploy never uses it: the image's "
+            "release wins.",
             type="string",
             pattern=_VERSION,
         ),

@@ -19,6 +19,7 @@ import json
 import os
 import traceback
 
+from ansible_collections.specpilot.core.plugins.module_utils import cluster_probe
 from ansible_collections.specpilot.core.plugins.module_utils import compat
 from ansible_collections.specpilot.core.plugins.module_utils import gpu_budget
 from ansible_collections.specpilot.core.plugins.module_utils import kserve_rules
@@ -525,6 +526,8 @@ def _validate(spec, options):
             raw[key] = _drop_nulls(value)
     if options.get("kserve_version"):
         raw["kserve_version"] = str(options["kserve_version"])
+    # vllm_version auto (the default with runtime.image): the release read from the image (cluster_probe.py)
+    result["vllm_version"] = cluster_probe.resolve_version(raw, options.get("probed"), findings)
     schema, index, loader = SERVICE_SCHEMA, None, None
     if options.get("schema_dir"):
         schema, index, loader = load_schemas(options["schema_dir"])
@@ -730,7 +733,7 @@ def _versions(raw, index, loader, findings):
     kserve_version), None where unknown (with the error that says why)."""
     vllm_version = profile = info = None
     try:
-        if isinstance(raw.get("vllm_version"), str):
+        if isinstance(raw.get("vllm_version"), str) and raw["vllm_version"] != "auto":  # auto: unresolved
             vllm_version = parse_version(raw["vllm_version"])[:3]
     except VersionError as exc:
         findings.error("vllm_version", str(exc), 'write it like "0.19.1"', "version")
@@ -1071,14 +1074,22 @@ def _display_path(path, prefix):
     return prefix + path
 
 
+_VERSION_SOURCES = {
+    "image": " read from the image",
+    "cache": " read from the image by an earlier probe",
+    "fallback": " assumed: vllm_version_fallback",
+}
+
+
 def format_report(result, prefix=VAR_PREFIX, strict=False):
     """Readable block of every finding, with the variable paths users write."""
     spec = result.get("spec") or {}
     head = "specpilot validate: %s" % (spec.get("name") or "?")
     if spec:
-        head += " (namespace %s, vLLM %s, KServe %s, %s)" % (
+        head += " (namespace %s, vLLM %s%s, KServe %s, %s)" % (
             spec.get("namespace"),
             spec.get("vllm_version"),
+            _VERSION_SOURCES.get((result.get("vllm_version") or {}).get("source"), ""),
             spec.get("kserve_version", "?"),
             spec.get("deployment_mode"),
         )
@@ -1135,6 +1146,9 @@ ARGUMENT_SPEC = {
     # names the variable in its errors.
     "override_method": {"type": "raw"},
     "override_num_speculative_tokens": {"type": "raw"},
+    # what specpilot.core.cluster_probe read in the cluster (its result's "probed"): the image's vLLM
+    # release and the model facts of the service's PVC
+    "probed": {"type": "dict"},
 }
 
 
@@ -1153,6 +1167,7 @@ def run_options(params):
             "override_method",
             "override_num_speculative_tokens",
             "model_facts",
+            "probed",
         )
     }
 
@@ -1175,6 +1190,7 @@ def module_result(params, check_mode=False):
         "report": result["report"],
         "speculative_overrides": result["speculative_overrides"],
         "model_facts": result.get("model_facts"),
+        "vllm_version": result.get("vllm_version"),
     }
     failed = bool(params.get("fail_on_error")) and not result["ok"]
     if failed:
