@@ -22,6 +22,7 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator
 
+from .apiserver.auth import ADMIN_TOKEN
 from .apiserver.control import ControlClient
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -200,12 +201,18 @@ class Emulator:
         accept: str = "application/json",
         headers: dict | None = None,
         timeout: float = 30.0,
+        token: str | None = ADMIN_TOKEN,
     ) -> "Response":
-        """One raw HTTP request; ``body`` may be bytes, str, or JSON-able data."""
+        """One raw HTTP request as the lab admin (``token``; None: anonymous); ``body`` may be bytes,
+        str, or JSON-able data."""
         import http.client
 
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        hdrs = {"Accept": accept, **(headers or {})}
+        hdrs = {
+            "Accept": accept,
+            **({"Authorization": f"Bearer {token}"} if token else {}),
+            **(headers or {}),
+        }
         data = None
         if body is not None:
             data = (

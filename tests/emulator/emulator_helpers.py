@@ -6,7 +6,12 @@ import itertools
 import time
 from typing import Any, Callable
 
+from specpilot_lab.apiserver.auth import ADMIN_TOKEN
+
 _counter = itertools.count()
+
+# raw HTTP requests to an emulator go as the lab admin (the emulator refuses anonymous ones with 401)
+ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 WIDGET_GROUP = "lab.specpilot.dev"
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from emulator_helpers import make_namespace, unique, wait_for
+from emulator_helpers import ADMIN_HEADERS, make_namespace, unique, wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -329,7 +329,7 @@ def test_keep_alive_and_yaml_output(emu):
 
     conn = http.client.HTTPConnection("127.0.0.1", emu.port, timeout=10)
     for _ in range(3):
-        conn.request("GET", "/api/v1/namespaces/default")
+        conn.request("GET", "/api/v1/namespaces/default", headers=ADMIN_HEADERS)
         resp = conn.getresponse()
         assert resp.status == 200 and resp.read()
     conn.close()

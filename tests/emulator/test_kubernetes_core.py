@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -48,8 +47,9 @@ def run_playbook(emulator, tmp_path: Path, name: str, extra: dict, check: bool =
 
 
 def get(emulator, path: str) -> dict:
-    with urllib.request.urlopen(emulator.url + path, timeout=10) as resp:
-        return json.loads(resp.read())
+    resp = emulator.request("GET", path, timeout=10)
+    assert resp.status == 200, resp
+    return resp.json()
 
 
 def resource_versions(emulator, ns: str) -> dict:

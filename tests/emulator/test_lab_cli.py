@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import ssl
 import subprocess
 import sys
 import urllib.request
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from specpilot_lab.apiserver.auth import ADMIN_TOKEN
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,8 +63,12 @@ def test_up_status_down_are_idempotent(lab_dir, tmp_path):
     ctx = cfg["contexts"][0]["context"]
     assert ctx["namespace"] == "default" and cfg["users"][0]["user"]["token"]
     server = cfg["clusters"][0]["cluster"]["server"]
-    assert server.startswith("http://127.0.0.1:")
-    with urllib.request.urlopen(server + "/apis/lab.specpilot.dev/v1") as resp:  # SPECPILOT_LAB_CRDS loaded
+    assert server.startswith("https://127.0.0.1:")  # kubectl sends the token only over TLS
+    ca = base64.b64decode(cfg["clusters"][0]["cluster"]["certificate-authority-data"]).decode()
+    req = urllib.request.Request(
+        server + "/apis/lab.specpilot.dev/v1", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    )
+    with urllib.request.urlopen(req, context=ssl.create_default_context(cadata=ca)) as resp:  # lab CRDs
         assert json.loads(resp.read())["resources"][0]["name"] == "widgets"
     pid = int((lab_dir / "lab" / "run" / "apiserver.pid").read_text())
     down = lab(lab_dir, "down")
@@ -109,9 +116,13 @@ def test_apiserver_cli_writes_kubeconfig_ready_file_and_log(tmp_path):
         info = json.loads((state / "apiserver.ready").read_text())
         assert info["pid"] == proc.pid and info["url"] == line.split()[2]
         assert (
-            yaml.safe_load((tmp_path / "kc").read_text())["clusters"][0]["cluster"]["server"] == info["url"]
+            yaml.safe_load((tmp_path / "kc").read_text())["clusters"][0]["cluster"]["server"]
+            == info["https_url"]
         )
-        with urllib.request.urlopen(info["url"] + "/api/v1/namespaces") as resp:
+        req = urllib.request.Request(
+            info["url"] + "/api/v1/namespaces", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        )
+        with urllib.request.urlopen(req) as resp:
             assert resp.status == 200
         from emulator_helpers import wait_for
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 
 import pytest
-from emulator_helpers import make_namespace
+from emulator_helpers import ADMIN_HEADERS, make_namespace
 from kubernetes import client
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
@@ -238,6 +238,7 @@ def test_watch_events_by_involved_object(emu):
         "GET",
         f"/api/v1/namespaces/{ns}/events?watch=true&resourceVersion={rv}&timeoutSeconds=1"
         "&fieldSelector=involvedObject.name%3Dy",
+        headers=ADMIN_HEADERS,
     )
     events = [json.loads(line) for line in conn.getresponse().read().splitlines() if line.strip()]
     t.join()

@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from emulator_helpers import make_namespace
+from emulator_helpers import ADMIN_HEADERS, make_namespace
 
 from specpilot_lab import podlogs
 
@@ -107,7 +107,7 @@ def test_follow_streams_until_the_container_ends(emu):
     writer = podlogs.PodLogWriter(emu.state_dir, ns, "f", "main")
     writer.write_line("one")
     conn = http.client.HTTPConnection("127.0.0.1", emu.port, timeout=10)
-    conn.request("GET", f"/api/v1/namespaces/{ns}/pods/f/log?follow=true")
+    conn.request("GET", f"/api/v1/namespaces/{ns}/pods/f/log?follow=true", headers=ADMIN_HEADERS)
     resp = conn.getresponse()
     assert resp.status == 200 and resp.getheader("Transfer-Encoding") == "chunked"
     assert resp.readline() == b"one\n"
@@ -153,7 +153,7 @@ def test_follow_ends_when_the_pod_is_deleted(emu):
     make_pod(emu, ns, "gone")
     podlogs.append(emu.state_dir, ns, "gone", "main", ["hello"])
     conn = http.client.HTTPConnection("127.0.0.1", emu.port, timeout=10)
-    conn.request("GET", f"/api/v1/namespaces/{ns}/pods/gone/log?follow=1")
+    conn.request("GET", f"/api/v1/namespaces/{ns}/pods/gone/log?follow=1", headers=ADMIN_HEADERS)
     resp = conn.getresponse()
     assert resp.readline() == b"hello\n"
     emu.request("DELETE", f"/api/v1/namespaces/{ns}/pods/gone")

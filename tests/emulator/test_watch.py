@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from emulator_helpers import make_namespace
+from emulator_helpers import ADMIN_HEADERS, make_namespace
 from kubernetes import client, watch
 
 
@@ -31,7 +31,7 @@ def cm(name: str, labels: dict | None = None, **data: str) -> dict:
 def stream(emu, path: str, timeout: float = 10.0, accept: str = "application/json") -> list[dict]:
     """Read a whole watch stream (the server ends it at timeoutSeconds)."""
     conn = http.client.HTTPConnection("127.0.0.1", emu.port, timeout=timeout)
-    conn.request("GET", path, headers={"Accept": accept})
+    conn.request("GET", path, headers={"Accept": accept, **ADMIN_HEADERS})
     resp = conn.getresponse()
     assert resp.status == 200
     assert resp.getheader("Transfer-Encoding") == "chunked"

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     ready_file = Path(args.ready_file) if args.ready_file else state / "apiserver.ready"
     kubeconfig = None
     if args.kubeconfig:
-        kubeconfig = write_kubeconfig(args.kubeconfig, server.url)
+        kubeconfig = write_kubeconfig(args.kubeconfig, server.https_url, ca_file=server.ca_file)
 
     stop = threading.Event()
 
@@ -96,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         {
             "port": server.port,
             "url": server.url,
+            "https_url": server.https_url,
+            "ca_file": str(server.ca_file),
             "pid": os.getpid(),
             "kubeconfig": str(kubeconfig) if kubeconfig else None,
             "startup_seconds": round(time.monotonic() - t0, 3),

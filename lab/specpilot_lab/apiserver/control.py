@@ -15,6 +15,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from .auth import ADMIN_TOKEN
+
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 
 
@@ -23,9 +25,12 @@ class ControlError(RuntimeError):
 
 
 class ControlClient:
-    def __init__(self, url: str, timeout: float = 30.0):
+    """Calls the control API as the lab admin (``token``; /_lab needs system:masters)."""
+
+    def __init__(self, url: str, timeout: float = 30.0, token: str = ADMIN_TOKEN):
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.token = token
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
@@ -33,7 +38,11 @@ class ControlClient:
             self.url + path,
             data=data,
             method=method,
-            headers={"Content-Type": "application/json", "Accept": "application/json"},
+            headers={
+                "Content-Type": "application/json",
+                "Accept": "application/json",
+                "Authorization": f"Bearer {self.token}",
+            },
         )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:

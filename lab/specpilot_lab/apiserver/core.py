@@ -19,7 +19,7 @@ from typing import Any, Iterable
 import yaml
 
 from .. import podlogs
-from . import crds, errors, kinds, validation
+from . import auth, crds, errors, kinds, validation
 from .schema import OBJECT_META_FIELDS
 from .errors import ApiError, FieldErr
 from .resources import ResourceType, builtin_resources, version_priority
@@ -164,6 +164,9 @@ class Cluster:
                     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
                     opts,
                 )
+            for obj in auth.bootstrap_policy():
+                plural = "clusterroles" if obj["kind"] == "ClusterRole" else "clusterrolebindings"
+                self.create(self.rt(auth.RBAC, "v1", plural), None, obj, opts)
             crd_rt = self.rt("apiextensions.k8s.io", "v1", "customresourcedefinitions")
             kubectl = WriteOptions(field_manager="kubectl-create")
             for raw in self._boot_crd_docs:

@@ -8,6 +8,7 @@ import logging
 import os
 import select
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -19,7 +20,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import yaml
 
 from .. import podlogs
-from . import control_state, errors
+from . import auth, auth_api, control_state, errors, tls
 from .core import Cluster, DeleteOptions, Result, WriteOptions, _md
 from .discovery import Discovery, version_info
 from .errors import ApiError
@@ -107,6 +108,16 @@ def parse_api_path(path: str) -> ReqInfo | None:
     return info
 
 
+def _opens_tls(sock: socket.socket) -> bool:
+    try:
+        sock.settimeout(30)
+        first = sock.recv(1, socket.MSG_PEEK)
+        sock.settimeout(None)
+    except OSError:
+        return False
+    return first[:1] == bytes([tls.TLS_HANDSHAKE])
+
+
 def _truthy(v: str | None) -> bool:
     return (v or "").lower() in ("1", "true", "yes")
 
@@ -116,13 +127,19 @@ class APIServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, cluster: Cluster, host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self, cluster: Cluster, host: str = "127.0.0.1", port: int = 0, tls: ssl.SSLContext | None = None
+    ):
         self.cluster = cluster
+        self.tls = tls
+        self.ca_file: str | os.PathLike | None = None  # the serving certificate, when tls
         self.discovery = Discovery(cluster)
         self.requests = control_state.RequestLog()
         self.faults = control_state.FaultInjector()
         self.shutting_down = threading.Event()
         self.bookmark_interval = 5.0
+        self.authn = auth.Authenticator(lambda ns, name: cluster.store.get(("", "serviceaccounts"), ns, name))
+        self.authz = auth.Authorizer(cluster.store.list)
         super().__init__((host, port), Handler)
 
     @property
@@ -132,6 +149,29 @@ class APIServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         return f"http://{self.server_address[0]}:{self.port}"
+
+    @property
+    def https_url(self) -> str:
+        """The same port over TLS (what kubeconfigs name: kubectl sends tokens only over TLS)."""
+        return f"https://{self.server_address[0]}:{self.port}"
+
+    def finish_request(self, request: socket.socket, client_address: Any) -> None:
+        """TLS and plain HTTP on one port: a connection that opens with a TLS handshake is wrapped."""
+        if self.tls is None or not _opens_tls(request):
+            super().finish_request(request, client_address)
+            return
+        try:
+            conn = self.tls.wrap_socket(request, server_side=True)
+        except (OSError, ssl.SSLError):
+            return
+        try:
+            super().finish_request(conn, client_address)
+        finally:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
 
     def reset(self) -> None:
         self.faults.clear()
@@ -191,6 +231,7 @@ class Handler(BaseHTTPRequestHandler):
         self._method = method
         self._recorded = False
         self._info: ReqInfo | None = None
+        self._user: auth.User | None = None
         self._writes_before = self.server.cluster.store.writes_by_this_thread()
         try:
             try:
@@ -198,6 +239,7 @@ class Handler(BaseHTTPRequestHandler):
             except ApiError:
                 self._body = b""
                 raise
+            self._user = self._authorize(method)
             if self._path.startswith("/_lab"):
                 self._control(method)
                 return
@@ -214,6 +256,39 @@ class Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
         finally:
             self._log_request()
+
+    def _authorize(self, method: str) -> auth.User:
+        """Authentication, then authorization (the real filter chain's order): 401 or 403 before routing,
+        so a user without access learns nothing about what exists."""
+        user = self.server.authn.authenticate(self.headers.get("Authorization"), self._path)
+        self._user = user
+        self.server.authz.check(self._attributes(user, method))
+        return user
+
+    def _attributes(self, user: auth.User, method: str) -> auth.Attributes:
+        """RequestInfoFactory.NewRequestInfo: a resource request, or a non-resource one (discovery, the
+        lab's /_lab, /healthz ...) with the lower-cased method as its verb."""
+        info = parse_api_path(self._path.rstrip("/") or "/")
+        if info is None or not info.resource:
+            return auth.Attributes(user, method.lower(), False, path=self._path)
+        info.verb = _verb(method, info, self._query)
+        if info.verb in ("list", "watch") and not info.name:
+            # a list or watch of one object by field selector is authorized as that name
+            info.name = _single_name(self._query.get("fieldSelector", ""))
+        self._info = info
+        namespace = info.name if info.resource == "namespaces" else info.namespace
+        return auth.Attributes(
+            user,
+            info.verb,
+            True,
+            path=self._path,
+            api_group=info.group,
+            api_version=info.version,
+            namespace=namespace or "",
+            resource=info.resource,
+            subresource=info.subresource,
+            name=info.name,
+        )
 
     def _read_body(self) -> bytes:
         te = (self.headers.get("Transfer-Encoding") or "").lower()
@@ -280,6 +355,7 @@ class Handler(BaseHTTPRequestHandler):
                 "dry_run": "All" in self._query_lists.get("dryRun", []) or self._body_dry_run(),
                 "field_manager": q.get("fieldManager", ""),
                 "user_agent": self.headers.get("User-Agent", ""),
+                "user": self._user.name if self._user else "",
                 "code": self._code,
                 # True when this request changed stored state (a no-op patch or a dry run does not)
                 "mutated": self.server.cluster.store.writes_by_this_thread() > self._writes_before,
@@ -359,8 +435,12 @@ class Handler(BaseHTTPRequestHandler):
         try:
             r, _, _ = select.select([self.connection], [], [], 0)
             if r:
-                data = self.connection.recv(1, socket.MSG_PEEK)
+                # peek below TLS (an SSLSocket cannot): no bytes left means the client closed
+                with socket.socket(fileno=os.dup(self.connection.fileno())) as raw:
+                    data = raw.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
                 return data == b""
+        except BlockingIOError:
+            return False
         except (OSError, ValueError):
             return True
         return False
@@ -662,6 +742,10 @@ class Handler(BaseHTTPRequestHandler):
     def _create(self, rt: ResourceType, info: ReqInfo) -> None:
         opts = self._write_opts()
         body = self._decode_body()
+        review = auth_api.CREATE_ONLY.get((rt.group, rt.plural, info.subresource))
+        if review is not None:
+            self._send_obj(201, review(self.server, self._user, info.namespace or "", info.name, body))
+            return
         res = self.server.cluster.create(rt, info.namespace, body, opts, info.subresource or None, info.name)
         self._respond(rt, res)
 
@@ -1087,6 +1171,15 @@ def _verb(method: str, info: ReqInfo, query: dict) -> str:
     if method == "DELETE":
         return "delete" if info.name else "deletecollection"
     return method.lower()
+
+
+def _single_name(field_selector: str) -> str:
+    """``metadata.name=X`` (or ``==``) in a field selector, as RequestInfoFactory reads it for list/watch."""
+    for term in field_selector.split(","):
+        key, sep, value = term.partition("==") if "==" in term else term.partition("=")
+        if sep and key.strip() == "metadata.name" and not key.endswith("!"):
+            return value.strip()
+    return ""
 
 
 def _wants_yaml(accept: str) -> bool:

@@ -98,6 +98,8 @@ class ResourceType:
                 entry["kind"] = "Pod"
             if sub == "binding":
                 entry["kind"] = "Binding"
+            if sub == "token":
+                entry.update({"group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest"})
             out.append(entry)
         return out
 
@@ -161,6 +163,7 @@ def builtin_resources() -> list[ResourceType]:
             "serviceaccounts",
             "ServiceAccount",
             short_names=["sa"],
+            subresources={"token": ["create"]},
             known_fields=_COMMON + ("secrets", "imagePullSecrets", "automountServiceAccountToken"),
         ),
         _b(
@@ -285,6 +288,23 @@ def builtin_resources() -> list[ResourceType]:
             "ClusterRoleBinding",
             False,
             known_fields=_COMMON + ("subjects", "roleRef"),
+        ),
+        # authentication and authorization: create-only, nothing stored (auth_api.py)
+        _b(
+            "authentication.k8s.io",
+            "selfsubjectreviews",
+            "SelfSubjectReview",
+            False,
+            verbs=["create"],
+            known_fields=_COMMON + ("status",),
+        ),
+        _b(
+            "authorization.k8s.io",
+            "selfsubjectaccessreviews",
+            "SelfSubjectAccessReview",
+            False,
+            verbs=["create"],
+            known_fields=_COMMON + ("spec", "status"),
         ),
         # apiextensions
         _b(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -11,11 +12,13 @@ from typing import Iterable
 
 import yaml
 
+from .auth import ADMIN_TOKEN
+from . import tls
 from .core import Cluster
 from .handler import APIServer
 
 CONTEXT = "specpilot-lab"
-TOKEN = "specpilot-lab-token"  # the emulator accepts any token; kubeconfig needs one
+TOKEN = ADMIN_TOKEN  # the lab admin's token (system:masters, see auth.py)
 
 
 def default_crd_dir() -> Path:
@@ -34,25 +37,43 @@ def crd_paths_from_env(value: str | None) -> list[str]:
     return out
 
 
-def kubeconfig_dict(url: str, namespace: str = "default") -> dict:
+def kubeconfig_dict(
+    url: str,
+    namespace: str = "default",
+    token: str = TOKEN,
+    user: str = CONTEXT,
+    ca_file: str | os.PathLike | None = None,
+) -> dict:
+    """A kubeconfig for ``url``: the lab admin by default, or ``token`` (e.g. a ServiceAccount's);
+    ``ca_file`` (the emulator's certificate) goes in as certificate-authority-data."""
+    cluster: dict = {"server": url}
+    if ca_file:
+        cluster["certificate-authority-data"] = base64.b64encode(Path(ca_file).read_bytes()).decode()
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": CONTEXT, "cluster": {"server": url}}],
-        "users": [{"name": CONTEXT, "user": {"token": TOKEN}}],
+        "clusters": [{"name": CONTEXT, "cluster": cluster}],
+        "users": [{"name": user, "user": {"token": token}}],
         "contexts": [
-            {"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT, "namespace": namespace}}
+            {"name": CONTEXT, "context": {"cluster": CONTEXT, "user": user, "namespace": namespace}}
         ],
         "current-context": CONTEXT,
         "preferences": {},
     }
 
 
-def write_kubeconfig(path: str | os.PathLike, url: str, namespace: str = "default") -> Path:
+def write_kubeconfig(
+    path: str | os.PathLike,
+    url: str,
+    namespace: str = "default",
+    token: str = TOKEN,
+    user: str = CONTEXT,
+    ca_file: str | os.PathLike | None = None,
+) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(kubeconfig_dict(url, namespace), sort_keys=False))
+    tmp.write_text(yaml.safe_dump(kubeconfig_dict(url, namespace, token, user, ca_file), sort_keys=False))
     os.chmod(tmp, 0o600)
     os.replace(tmp, p)
     return p
@@ -114,7 +135,10 @@ def build(
     state.mkdir(parents=True, exist_ok=True)
     crd_list = list(crds) if crds is not None else [default_crd_dir()]
     cluster = Cluster(state, crd_list, watch_history=watch_history)
-    return APIServer(cluster, host, port)
+    cert, key = tls.self_signed(state, [host, "127.0.0.1"])
+    server = APIServer(cluster, host, port, tls.server_context(cert, key))
+    server.ca_file = cert
+    return server
 
 
 def start(

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import yaml
+from specpilot_lab.apiserver.auth import ADMIN_TOKEN
 
 ROOT = Path(__file__).resolve().parents[3]
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -330,7 +331,10 @@ class FakeKServe:
             self.emu.url + path,
             data=body,
             method="PATCH",
-            headers={"Content-Type": "application/merge-patch+json"},
+            headers={
+                "Content-Type": "application/merge-patch+json",
+                "Authorization": f"Bearer {ADMIN_TOKEN}",
+            },
         )
         with urllib.request.urlopen(req, timeout=10) as resp:
             resp.read()
