@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import shlex
 import time
 import urllib.parse
-import urllib.request
 
 from ansible_collections.specpilot.core.plugins.module_utils import monitoring as sm
 from ansible_collections.specpilot.core.plugins.module_utils.acceptance_band import band_reading
@@ -154,12 +154,6 @@ def reading_from_facts(facts):
     return reading
 
 
-def _default_fetch(url, headers, timeout, validate_certs):  # pragma: no cover - the module passes open_url
-    req = urllib.request.Request(url, headers=headers or {})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return resp.read()
-
-
 def _vector(fetch, base_url, expr, headers, timeout, validate_certs, at):
     query = {"query": expr, "time": "%.3f" % at}
     url = base_url.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode(query)
@@ -187,7 +181,7 @@ def _vector(fetch, base_url, expr, headers, timeout, validate_certs, at):
 
 
 def _total(vector):
-    values = [v for _m, v in vector if v == v]  # drop NaN
+    values = [v for _m, v in vector if not math.isnan(v)]
     return sum(values) if values else None
 
 
@@ -196,8 +190,10 @@ def prometheus_reading(base_url, selector, window, vllm_version, headers=None, t
     """A reading over ``window`` from a Prometheus server, with the PrometheusRule's own PromQL.
 
     Every query is evaluated at the same instant ``at`` (default: now), so the ratios compare
-    counters over exactly the same window."""
-    fetch = fetch or _default_fetch
+    counters over exactly the same window. ``fetch(url, headers, timeout, validate_certs)`` returns the
+    body: the module passes one over ansible-core's ``open_url`` (proxies, CA bundles, TLS options)."""
+    if fetch is None:
+        raise TypeError("prometheus_reading needs fetch(url, headers, timeout, validate_certs)")
     at = time.time() if at is None else at
     profile = sm.metric_profile(vllm_version)
     exprs = sm.expressions(profile, selector, window, "increase")

@@ -212,8 +212,8 @@ def prometheus_rule(name, namespace, vllm_version, planned=True, selector=None, 
     if planned:
         traffic = "%s >= %s" % (_paren(expr["drafted_in_window"]), s["min_draft_tokens"]) \
             if expr.get("drafted_in_window") else "%s > 0" % _paren(expr["generated_in_window"])
-        low = "%s < %s and on (%s) %s" % (_paren(expr["acceptance_rate"]), _promql_number(s["min_acceptance_rate"]),
-                                            keys, traffic)
+        low = "%s < %s and on (%s) %s" % (
+            _paren(expr["acceptance_rate"]), _promql_number(s["min_acceptance_rate"]), keys, traffic)
         window_words = "over %s" % s["window"] if profile["era"] == "v1" else \
             "since the engine started (V0 gauge)"
         rules.append({
@@ -353,8 +353,8 @@ def grafana_dashboard(name, namespace, vllm_version, planned=True, selector=None
             thresholds=[{"color": red, "value": None}, {"color": yellow, "value": s["min_acceptance_rate"]},
                         {"color": green, "value": s["warn_acceptance_rate"]}],
             description="accepted / drafted tokens over 5m. Below %s speculative decoding adds latency; "
-                        "%s to %s is borderline." % (s["min_acceptance_rate"], s["min_acceptance_rate"],
-                                                      s["warn_acceptance_rate"])))
+                        "%s to %s is borderline." % (
+                            s["min_acceptance_rate"], s["min_acceptance_rate"], s["warn_acceptance_rate"])))
         if expr.get("mean_acceptance_length"):
             panels.append(_panel(
                 2, "Mean acceptance length", [(expr["mean_acceptance_length"], "tokens per step")],

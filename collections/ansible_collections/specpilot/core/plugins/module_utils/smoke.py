@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 from ansible_collections.specpilot.core.plugins.module_utils.acceptance_band import band_reading
 from ansible_collections.specpilot.core.plugins.module_utils.common import get_path, write_if_changed
@@ -123,7 +124,7 @@ def _number_or_none(value):
         out = float(value)
     except (TypeError, ValueError):
         return None
-    if out != out:  # nan
+    if math.isnan(out):
         return None
     return out
 

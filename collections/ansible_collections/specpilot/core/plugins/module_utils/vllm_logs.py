@@ -285,7 +285,6 @@ _WINDOW_TEMPLATE = dict.fromkeys(("line", "timestamp", "process", "engine", "for
 _WINDOW_TEMPLATE["cumulative"] = False
 
 
-_INF = float("inf")
 # one "Key: value" pair of a metrics body; a list value continues with ", <number>" pieces
 _KV_RE = re.compile(r"([A-Za-z][\w \-]*): ?([^,]*)((?:, ?(?:[-+]?[\d.]+(?:[eE][-+]?\d+)?|nan|-?inf))*)")
 
@@ -301,7 +300,7 @@ def _number(text, kind="float"):
         val = float(tok.rstrip("%."))
     except ValueError:
         return None
-    if val != val or val == _INF or val == -_INF:
+    if not math.isfinite(val):
         return None
     if kind == "int":
         return int(val) if val.is_integer() else None
@@ -350,8 +349,7 @@ def _fast_fields(mal, acc_tp, draft_tp, acc, drafted, per_pos, rate):
         "drafted_throughput": float(draft_tp),
         "accepted_tokens": int(acc),
         "drafted_tokens": int(drafted),
-        "per_position_acceptance": [float(x) for x in per_pos.split(b"," if isinstance(per_pos, bytes)
-                                                                     else ",")],
+        "per_position_acceptance": [float(x) for x in per_pos.split(b"," if isinstance(per_pos, bytes) else ",")],
         "draft_acceptance_rate": round(float(rate) / 100.0, 9),
     }
 
@@ -391,7 +389,7 @@ def parse_metrics_pairs(body):
             except ValueError:
                 out[field] = [_number(x) for x in parts if x.strip()]
                 continue
-            out[field] = [None if v != v or v == _INF or v == -_INF else v for v in vals]
+            out[field] = [v if math.isfinite(v) else None for v in vals]
             continue
         tok = value.strip().partition(" ")[0]
         try:
@@ -399,7 +397,7 @@ def parse_metrics_pairs(body):
         except ValueError:
             out[field] = None
             continue
-        if val != val or val == _INF or val == -_INF:
+        if not math.isfinite(val):
             val = None
         elif kind == "int":
             val = int(val) if val.is_integer() else None
