@@ -746,6 +746,29 @@ def predictor() -> dict:
     return obj("The predictor: the model server of the InferenceService.", fields)
 
 
+def canary() -> dict:
+    """spec.canary[] (KServe 0.20, Standard mode): pkg/apis/serving/v1beta1/inference_service.go
+    CanarySpec; typed as the upstream v0.20.0 CRD types it."""
+    return array(
+        "Canary predictors (Standard mode): each runs as Deployment {isvc}-{name}-predictor and "
+        "takes trafficPercent of the traffic; promote by setting predictor.name to the canary's "
+        "name and removing the entry.",
+        obj(
+            "One canary predictor.",
+            {
+                "predictor": predictor(),
+                "trafficPercent": int32(
+                    "Percentage of the traffic routed to this canary; the sum over canaries is <= 100.",
+                    minimum=0,
+                    maximum=100,
+                ),
+            },
+            ["predictor", "trafficPercent"],
+        ),
+        "atomic",
+    )
+
+
 def isvc_status() -> dict:
     return obj(
         "Observed state of the InferenceService, written by the controller.",
@@ -770,6 +793,20 @@ def isvc_status() -> dict:
                     },
                     ["status", "type"],
                 ),
+            ),
+            "canaryStatuses": array(
+                "Observed state of the canary Deployments.",
+                obj(
+                    "One canary's state.",
+                    {
+                        "modelStatus": preserved("Status of the canary's model."),
+                        "name": string("Name of the canary (its predictor.name)."),
+                        "ready": boolean("The canary Deployment has an available replica."),
+                        "trafficPercent": int32("Percentage of the traffic routed to the canary."),
+                    },
+                    ["name", "ready", "trafficPercent"],
+                ),
+                "atomic",
             ),
             "deploymentMode": string("Deployment mode the InferenceService was deployed with."),
             "modelStatus": preserved("Status of the model: transition, states, failure information."),
@@ -826,7 +863,7 @@ def crd(
 def inference_service() -> dict:
     spec = obj(
         "Desired state of the InferenceService.",
-        {"predictor": predictor()},
+        {"predictor": predictor(), "canary": canary()},
         ["predictor"],
     )
     columns = [

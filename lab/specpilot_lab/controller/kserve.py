@@ -13,6 +13,10 @@
 - :func:`pod_template`: the predictor pod template KServe renders (labels, volumes, modelcar
   sidecar, ``shareProcessNamespace``).
 
+- :func:`predictor_variants`: the stable predictor and each ``spec.canary[]`` entry as the
+  Deployment KServe 0.20 renders for it (``{isvc}[-{name}]-predictor``), with its traffic weight;
+  :func:`validate_canary` the webhook's canary rules.
+
 Sources: kserve/kserve v0.20.0, ``pkg/apis/serving/v1beta1/inference_service_validation.go``,
 ``pkg/controller/v1beta1/inferenceservice/components/predictor.go``,
 ``pkg/controller/v1beta1/inferenceservice/utils/utils.go`` and
@@ -175,6 +179,102 @@ def _reject(msg: str) -> None:
         webhook=True,
         status_message=f'admission webhook "{WEBHOOK}" denied the request: {msg}',
     )
+
+
+# ---------------------------------------------------------------- canary (KServe 0.20, PR #5672)
+def predictor_service_name(isvc_name: str, predictor_name: str | None = None) -> str:
+    """constants.PredictorServiceName (pkg/constants/constants.go@v0.20.0): the Deployment and
+    Service of a predictor, ``{isvc}-{name}-predictor`` when it has a name."""
+    return f"{isvc_name}-{predictor_name}-predictor" if predictor_name else f"{isvc_name}-predictor"
+
+
+def validate_canary(isvc: dict) -> None:
+    """validateCanarySpecs (inference_service_validation.go@v0.20.0, L183-264): the webhook's
+    canary rules, with its messages."""
+    spec = isvc.get("spec") or {}
+    canaries = spec.get("canary") or []
+    if not canaries:
+        return
+    mode = ((isvc.get("metadata") or {}).get("annotations") or {}).get("serving.kserve.io/deploymentMode")
+    if mode not in ("Standard", "RawDeployment"):  # the lab runs Standard mode only
+        _reject("canary is only supported in Standard deployment mode")
+    stable = spec.get("predictor") or {}
+    if not stable.get("model"):
+        _reject(
+            "canary requires a stable predictor with a model (multi-model serving is not supported with canary)"
+        )
+    names: set[str] = set()
+    total = 0
+    for i, c in enumerate(canaries):
+        pred = c.get("predictor") or {}
+        name = pred.get("name") or ""
+        if not name:
+            _reject(f"canary[{i}] predictor.name is required")
+        if name in names:
+            _reject(f'canary predictor.name "{name}" is duplicated')
+        names.add(name)
+        if name == stable.get("name"):
+            _reject(f'canary predictor.name "{name}" conflicts with stable predictor name')
+        for field in ("workerSpec", "maxReplicas", "scaleTarget", "scaleMetric", "autoScaling"):
+            if pred.get(field):
+                why = (
+                    "multi-node is not yet supported for canary"
+                    if field == "workerSpec"
+                    else "canary uses fixed replicas"
+                )
+                _reject(f'canary "{name}" must not set {field} ({why})')
+        total += int(c.get("trafficPercent") or 0)
+    if total > 100:
+        _reject(f"sum of canary trafficPercent values ({total}) must be <= 100")
+
+
+def merge_override(base, over):
+    """mergo.Merge(&dst, src, mergo.WithOverride) on JSON: objects merge key by key, a non-empty
+    value of ``over`` replaces the base's (lists whole), empty values ("", 0, false, [], {}) do not."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = copy.deepcopy(base)
+        for k, v in over.items():
+            out[k] = merge_override(base.get(k), v) if k in base else copy.deepcopy(v)
+        return out
+    if over in (None, "", 0, False, [], {}):
+        return copy.deepcopy(base)
+    return copy.deepcopy(over)
+
+
+@dataclass
+class Variant:
+    """One predictor Deployment of an InferenceService: the stable one (canary None) or a canary."""
+
+    deployment: str
+    isvc: dict  # the InferenceService as that Deployment's reconcile sees it (its predictor)
+    canary: str | None = None
+    traffic_percent: int = 0
+
+
+def predictor_variants(isvc: dict) -> list[Variant]:
+    """The stable predictor, then each canary as reconcileCanaryDeployments renders it
+    (components/predictor.go@v0.20.0): buildCanaryPredictor merges the canary's predictor over a
+    copy of the stable one (mergo WithOverride) and drops the autoscaling fields; the canary's
+    Deployment is built from a copy of the InferenceService carrying that predictor."""
+    md = isvc["metadata"]
+    stable = (isvc.get("spec") or {}).get("predictor") or {}
+    out = [Variant(predictor_service_name(md["name"], stable.get("name")), isvc)]
+    for c in (isvc.get("spec") or {}).get("canary") or []:
+        pred = merge_override(stable, c.get("predictor") or {})
+        for field in ("maxReplicas", "scaleTarget", "scaleMetric", "autoScaling"):
+            pred.pop(field, None)
+        view = copy.deepcopy(isvc)
+        view["spec"]["predictor"] = pred
+        view["spec"].pop("canary", None)
+        out.append(
+            Variant(
+                predictor_service_name(md["name"], pred.get("name")),
+                view,
+                pred.get("name"),
+                int(c.get("trafficPercent") or 0),
+            )
+        )
+    return out
 
 
 # ---------------------------------------------------------------- runtimes
@@ -451,6 +551,7 @@ def pod_template(isvc: dict, runtime_kind: str, runtime: dict, container: dict, 
     meta = isvc["metadata"]
     name = meta["name"]
     pred = (isvc.get("spec") or {}).get("predictor") or {}
+    deployment = predictor_service_name(name, pred.get("name"))
     rspec = runtime.get("spec") or {}
     pod_spec = merge_pod_spec(rspec, pred)
     container = copy.deepcopy(container)
@@ -548,7 +649,7 @@ def pod_template(isvc: dict, runtime_kind: str, runtime: dict, container: dict, 
         {
             ISVC_LABEL: name,
             COMPONENT_LABEL: "predictor",
-            "app": f"isvc.{name}-predictor",
+            "app": f"isvc.{deployment}",  # constants.GetRawServiceLabel: "isvc." + the Deployment's name
             (
                 "serving.kserve.io/servingruntime"
                 if runtime_kind == "ServingRuntime"

@@ -14,6 +14,7 @@ import copy
 import json
 import logging
 import os
+import random
 import shutil
 import tempfile
 import threading
@@ -88,6 +89,7 @@ class Controller:
         self.runs: dict[tuple[str, str], PredictorRun] = {}
         self.job_pods: dict[tuple[str, str], JobPodRun] = {}
         self.proxies: dict[tuple[str, str], ServiceProxy] = {}
+        self.weights: dict[tuple[str, str], list[tuple[str, int]]] = {}  # (deployment, traffic %)
         self.rollout_started: dict[tuple[str, str, str], float] = {}
         self.isvc_keys: set[tuple[str, str]] = set()
         self._informers: list[Informer] = []
@@ -405,15 +407,10 @@ class Controller:
         if isvc is None or isvc["metadata"].get("deletionTimestamp"):
             self.teardown_isvc(ns, name)
             return
-        key = ("isvc", ns, name)
-        model = ((isvc.get("spec") or {}).get("predictor") or {}).get("model") or {}
         try:
             kserve.validate_webhook(isvc)
-            kind, rt = kserve.select_runtime(isvc, self.kube.list("sr", ns), self.kube.list("csr"))
-            container = kserve.merge_container(kserve.runtime_container(rt), model)
-            container = kserve.replace_placeholders(container, isvc["metadata"])
-            mounts = kserve.resolve_storage(isvc)
-            template = kserve.pod_template(isvc, kind, rt, container, mounts)
+            kserve.validate_canary(isvc)
+            plans = [self._plan(v) for v in kserve.predictor_variants(isvc)]
         except kserve.SpecError as exc:
             self.recorder.event(
                 isvc,
@@ -424,31 +421,63 @@ class Controller:
             )
             self._isvc_failed_status(isvc, exc)
             return
-        thash = short_hash(json.dumps(template, sort_keys=True))
-        deploy = self._ensure_deployment(isvc, template, thash)
-        self._ensure_service(isvc)
-        rs = self._ensure_replicaset(deploy, template, thash)
         proxy = self._proxy(ns, name)
-
         # pods the controller does not run (a previous controller's): gone, as after a node reboot
         for pod in self.kube.list("pod", ns, label_selector=f"{kserve.ISVC_LABEL}={name}"):
             pmd = pod["metadata"]
             if (ns, pmd["name"]) not in self.runs and not pmd.get("deletionTimestamp"):
                 self.kube.delete("pod", pmd["name"], ns)
+        # reconcileCanaryDeployments (components/predictor.go@v0.20.0) runs after the stable one
+        rolled = [self._reconcile_predictor(isvc, plan) for plan in plans]
+        self._delete_orphans(ns, name, {plan["variant"].deployment for plan in plans})
+        runs = [r for r in self.runs.values() if r.namespace == ns and r.isvc == name]
+        for stale in self.kube.list("replicaset", ns, label_selector=f"{kserve.ISVC_LABEL}={name}"):
+            live = [r for r in runs if f"{r.deployment}-{r.hash}" == stale["metadata"]["name"]]
+            self._rs_status(stale, live)
+        stable, canaries = rolled[0], rolled[1:]
+        self.weights[(ns, name)] = _traffic_weights(stable, canaries)
+        self._isvc_status(isvc, stable, canaries, proxy)
 
+    def _plan(self, variant: kserve.Variant) -> dict:
+        """What one predictor Deployment should run (raises SpecError)."""
+        isvc = variant.isvc
+        ns = isvc["metadata"]["namespace"]
+        model = ((isvc.get("spec") or {}).get("predictor") or {}).get("model") or {}
+        kind, rt = kserve.select_runtime(isvc, self.kube.list("sr", ns), self.kube.list("csr"))
+        container = kserve.merge_container(kserve.runtime_container(rt), model)
+        container = kserve.replace_placeholders(container, isvc["metadata"])
+        mounts = kserve.resolve_storage(isvc)
+        template = kserve.pod_template(isvc, kind, rt, container, mounts)
+        thash = short_hash(json.dumps(template, sort_keys=True))
+        return {
+            "variant": variant,
+            "kind": kind,
+            "rt": rt,
+            "template": template,
+            "mounts": mounts,
+            "hash": thash,
+        }
+
+    def _reconcile_predictor(self, isvc: dict, plan: dict) -> dict:
+        """One predictor Deployment, its Service, ReplicaSet and pod (the rollout rules)."""
+        variant, template, thash = plan["variant"], plan["template"], plan["hash"]
+        ns, name, dname = isvc["metadata"]["namespace"], isvc["metadata"]["name"], variant.deployment
+        key = ("isvc", ns, name)
+        deploy = self._ensure_deployment(variant.isvc, dname, template, thash)
+        self._ensure_service(variant.isvc, dname)
+        rs = self._ensure_replicaset(deploy, template, thash)
         runs = sorted(
-            (r for r in self.runs.values() if r.namespace == ns and r.isvc == name),
+            (r for r in self.runs.values() if r.namespace == ns and r.deployment == dname),
             key=lambda r: r.pod["metadata"].get("creationTimestamp") or "",
         )
         new = [r for r in runs if r.hash == thash]
         old = [r for r in runs if r.hash != thash]
-        surge = _max_surge(deploy)
         if not new:
-            if old and surge == 0:
+            if old and _max_surge(deploy) == 0:
                 for r in old:
                     self._kill(r)
                 old = []
-            new = [self._create_pod(isvc, rs, template, thash, mounts)]
+            new = [self._create_pod(variant.isvc, rs, template, thash, plan["mounts"], dname)]
             self.rollout_started[(ns, name, thash)] = time.time()
         for r in new:
             if not r.scheduled:
@@ -467,16 +496,33 @@ class Controller:
             old = []
         for r in old + new:
             self.kube.patch_status("pod", r.name, ns, r.pod_status())
-        for stale in self.kube.list("replicaset", ns, label_selector=f"{kserve.ISVC_LABEL}={name}"):
-            live = [r for r in old + new if r.hash == stale["metadata"]["labels"].get("pod-template-hash")]
-            self._rs_status(stale, live)
         self._deployment_status(deploy, old, new, thash)
-        self._isvc_status(isvc, kind, rt, deploy, old, new, proxy, thash)
+        return dict(plan, deploy=deploy, old=old, new=new)
+
+    def _delete_orphans(self, ns: str, name: str, expected: set[str]) -> None:
+        """Predictor Deployments and Services of the InferenceService that no predictor or canary
+        names any more (a removed canary, the old stable one after a promotion): gone, with their
+        pods, as reconcileCanaryDeployments' cleanup and the garbage collector do."""
+        sel = f"{kserve.ISVC_LABEL}={name},{kserve.COMPONENT_LABEL}=predictor"
+        for deploy in self.kube.list("deployment", ns, label_selector=sel):
+            dname = deploy["metadata"]["name"]
+            if dname in expected:
+                continue
+            for r in [r for r in self.runs.values() if r.namespace == ns and r.deployment == dname]:
+                self._kill(r)
+            for rs in self.kube.list("replicaset", ns, label_selector=f"{kserve.ISVC_LABEL}={name}"):
+                if any(o.get("name") == dname for o in rs["metadata"].get("ownerReferences") or []):
+                    self.kube.delete("replicaset", rs["metadata"]["name"], ns)
+            self.kube.delete("deployment", dname, ns)
+        for svc in self.kube.list("service", ns, label_selector=sel):
+            if svc["metadata"]["name"] not in expected:
+                self.kube.delete("service", svc["metadata"]["name"], ns)
 
     def teardown_isvc(self, ns: str, name: str) -> None:
         for r in [r for r in self.runs.values() if r.namespace == ns and r.isvc == name]:
             self._kill(r)
         proxy = self.proxies.pop((ns, name), None)
+        self.weights.pop((ns, name), None)
         if proxy is not None:
             proxy.close()
         # what a garbage collector would remove with its owner
@@ -484,8 +530,7 @@ class Controller:
             self.kube.delete("pod", pod["metadata"]["name"], ns)
         for rs in self.kube.list("replicaset", ns, label_selector=f"{kserve.ISVC_LABEL}={name}"):
             self.kube.delete("replicaset", rs["metadata"]["name"], ns)
-        self.kube.delete("deployment", f"{name}-predictor", ns)
-        self.kube.delete("service", f"{name}-predictor", ns)
+        self._delete_orphans(ns, name, set())
 
     def _kill(self, run: PredictorRun) -> None:
         run.deleted = True
@@ -495,13 +540,12 @@ class Controller:
         self.runs.pop((run.namespace, run.name), None)
         run.cleanup()
 
-    def _ensure_deployment(self, isvc: dict, template: dict, thash: str) -> dict:
+    def _ensure_deployment(self, isvc: dict, name: str, template: dict, thash: str) -> dict:
         md = isvc["metadata"]
-        name = f"{md['name']}-predictor"
         pred = isvc["spec"].get("predictor") or {}
         spec = {
             "replicas": 1,
-            "selector": {"matchLabels": {"app": f"isvc.{md['name']}-predictor"}},
+            "selector": {"matchLabels": {"app": f"isvc.{name}"}},
             "template": copy.deepcopy(template),
             "strategy": copy.deepcopy(pred.get("deploymentStrategy"))
             or {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
@@ -512,7 +556,7 @@ class Controller:
         labels = {
             kserve.ISVC_LABEL: md["name"],
             kserve.COMPONENT_LABEL: "predictor",
-            "app": f"isvc.{md['name']}-predictor",
+            "app": f"isvc.{name}",
         }
         if existing is None:
             body = {
@@ -548,9 +592,8 @@ class Controller:
             return self.kube.replace("deployment", body)
         return existing
 
-    def _ensure_service(self, isvc: dict) -> None:
+    def _ensure_service(self, isvc: dict, name: str) -> None:
         md = isvc["metadata"]
-        name = f"{md['name']}-predictor"
         if self.kube.get("service", name, md["namespace"]) is not None:
             return
         body = {
@@ -563,7 +606,7 @@ class Controller:
                 "ownerReferences": [owner_ref(isvc)],
             },
             "spec": {
-                "selector": {"app": f"isvc.{md['name']}-predictor"},
+                "selector": {"app": f"isvc.{name}"},
                 "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}],
             },
         }
@@ -602,7 +645,9 @@ class Controller:
         }
         return self.kube.create("replicaset", body, namespace=md["namespace"])
 
-    def _create_pod(self, isvc: dict, rs: dict, template: dict, thash: str, mounts: list) -> PredictorRun:
+    def _create_pod(
+        self, isvc: dict, rs: dict, template: dict, thash: str, mounts: list, deployment: str
+    ) -> PredictorRun:
         ns = rs["metadata"]["namespace"]
         pod_name = f"{rs['metadata']['name']}-{random_suffix(5)}"
         meta = copy.deepcopy(template["metadata"])
@@ -622,6 +667,7 @@ class Controller:
         }
         pod = self.kube.create("pod", body, namespace=ns)
         run = PredictorRun(self, ns, pod_name, isvc["metadata"]["name"], thash, pod, mounts)
+        run.deployment = deployment
         self.runs[(ns, pod_name)] = run
         self.recorder.event(
             rs, "Normal", "SuccessfulCreate", f"Created pod: {pod_name}", "replicaset-controller"
@@ -633,13 +679,23 @@ class Controller:
         if proxy is None:
 
             def target(ns=ns, name=name) -> int | None:
-                ready = [
-                    r for r in list(self.runs.values()) if r.namespace == ns and r.isvc == name and r.ready
-                ]
-                return ready[-1].port if ready else None
+                return self._pick_port(ns, name)
 
             proxy = self.proxies[(ns, name)] = ServiceProxy(target)
         return proxy
+
+    def _pick_port(self, ns: str, name: str) -> int | None:
+        """The engine port one connection goes to: a predictor Deployment drawn by its traffic
+        weight (the HTTPRoute's weighted backendRefs, see _traffic_weights), then its newest
+        ready pod."""
+        weights = [(d, w) for d, w in self.weights.get((ns, name)) or [] if w > 0]
+        if not weights:
+            return None
+        dname = random.choices([d for d, _ in weights], [w for _, w in weights])[0]
+        ready = [
+            r for r in list(self.runs.values()) if r.namespace == ns and r.deployment == dname and r.ready
+        ]
+        return ready[-1].port if ready else None
 
     # ---------------------------------------------------------------- statuses
     def _rs_status(self, rs: dict, runs: list[PredictorRun]) -> None:
@@ -732,17 +788,8 @@ class Controller:
         self.kube.patch_status("deployment", md["name"], md["namespace"], status)
         deploy["status"] = status
 
-    def _isvc_status(
-        self,
-        isvc: dict,
-        kind: str,
-        rt: dict,
-        deploy: dict,
-        old: list,
-        new: list,
-        proxy: ServiceProxy,
-        thash: str,
-    ) -> None:
+    def _isvc_status(self, isvc: dict, stable: dict, canaries: list[dict], proxy: ServiceProxy) -> None:
+        kind, rt, deploy, old, new = (stable[k] for k in ("kind", "rt", "deploy", "old", "new"))
         prev = isvc.get("status") or {}
         dstatus = deploy.get("status") or {}
         serving = [r for r in old + new if r.ready]
@@ -769,7 +816,8 @@ class Controller:
             if ready
             else {"type": "Ready", "status": "False", "reason": pred["reason"], "message": pred["message"]}
         )
-        conds = conditions_merge(prev.get("conditions"), [ingress, pred, top])
+        canary_statuses, canary_cond = _canary_status(canaries)
+        conds = conditions_merge(prev.get("conditions"), [ingress, pred, top] + canary_cond)
         url = proxy.url
         status = {
             "url": url,
@@ -784,7 +832,9 @@ class Controller:
         ]["name"]
         if dstatus.get("observedGeneration") is not None:
             status["observedGeneration"] = dstatus["observedGeneration"]
-        drop = {"servingRuntimeName", "clusterServingRuntimeName"} - set(status)
+        if canary_statuses:
+            status["canaryStatuses"] = canary_statuses
+        drop = {"servingRuntimeName", "clusterServingRuntimeName", "canaryStatuses"} - set(status)
         patch = dict(status)
         for k in drop:
             if k in prev:
@@ -1136,6 +1186,39 @@ class Controller:
 
 
 # ---------------------------------------------------------------- small helpers
+def _ready(rolled: dict) -> bool:
+    """The Deployment has an available replica (deploy.Status.AvailableReplicas > 0)."""
+    return any(r.ready for r in rolled["old"] + rolled["new"])
+
+
+def _traffic_weights(stable: dict, canaries: list[dict]) -> list[tuple[str, int]]:
+    """applyCanaryWeights (reconcilers/ingress/httproute_reconciler.go, kserve/kserve #5912 and
+    #5984, after v0.20.0: v0.20.0 itself renders the canary Deployment and Service but routes
+    nothing to them): each ready canary gets its trafficPercent, the stable predictor the rest;
+    a canary that is not ready gets no traffic."""
+    ready = [(c["variant"].deployment, c["variant"].traffic_percent) for c in canaries if _ready(c)]
+    return [(stable["variant"].deployment, 100 - sum(w for _, w in ready))] + ready
+
+
+def _canary_status(canaries: list[dict]) -> tuple[list[dict], list[dict]]:
+    """status.canaryStatuses and the CanaryPredictorReady condition, as
+    reconcileCanaryDeployments (components/predictor.go@v0.20.0) sets them; no condition
+    without canaries (ClearCondition)."""
+    statuses = [
+        {"name": c["variant"].canary, "ready": _ready(c), "trafficPercent": c["variant"].traffic_percent}
+        for c in canaries
+    ]
+    if not statuses:
+        return [], []
+    ready = all(s["ready"] for s in statuses)
+    cond = {
+        "type": "CanaryPredictorReady",
+        "status": "True" if ready else "False",
+        "reason": "AllCanariesReady" if ready else "CanariesNotReady",
+    }
+    return statuses, [cond]
+
+
 def _b64(value: str) -> str:
     try:
         return base64.b64decode(value).decode("utf-8", "replace")

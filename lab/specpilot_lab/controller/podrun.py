@@ -38,6 +38,7 @@ class PredictorRun:
         self.namespace = namespace
         self.name = name
         self.isvc = isvc
+        self.deployment = kserve.predictor_service_name(isvc)  # the canary's, when it is one
         self.hash = template_hash
         self.pod = pod  # the Pod object as created (uid, spec)
         self.mounts = mounts
