@@ -45,6 +45,7 @@ __all__ = [
     "equivalence",
     "level_validity",
     "policy_with_defaults",
+    "SAMPLE_KEYS",
     "ratios",
     "recommend_tokens",
     "sorted_percentile",
@@ -59,6 +60,7 @@ _SAMPLE_KEYS = {
     "e2e": ("e2e_ms", False),
     "throughput": ("request_tok_s", True),
 }
+SAMPLE_KEYS = _SAMPLE_KEYS  # what a sample of each figure is keyed by (the canary builds samples)
 _LABELS = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E latency", "throughput": "per-request tok/s"}
 # the spec's workload.slo defaults (module_utils/spec.py, one source), and the statistics
 DEFAULT_POLICY = dict(
@@ -186,7 +188,7 @@ def _stat_pair(bvals, svals, q, higher_better):
 
 def _resample(clusters, pick, rng):
     """The second stage of the bootstrap: each picked prompt's runs drawn with replacement, sorted."""
-    return sorted(v for i in pick for v in (rng.choice(clusters[i]) for _ in clusters[i]))
+    return sorted(v for i in pick for v in (rng.choice(clusters[i]) for _unused in clusters[i]))
 
 
 def _interval(dist, policy):
@@ -203,8 +205,8 @@ def _figure_ci(bc, sc, higher_better, policy, rng):
     sall = [v for i in ids for v in sc[i]]
     boot = {50: [], 99: []}
     if ids:
-        for _ in range(policy["resamples"]):
-            pick = [rng.choice(ids) for _ in ids]
+        for _unused in range(policy["resamples"]):
+            pick = [rng.choice(ids) for _unused in ids]
             bs, ss = _resample(bc, pick, rng), _resample(sc, pick, rng)
             for q in boot:
                 r = _ratio(sorted_percentile(bs, q), sorted_percentile(ss, q), higher_better)
@@ -251,8 +253,8 @@ def p99_interval(summary, key, policy):
         return {"value": None, "ci95": None}
     rng = random.Random(policy["seed"] + 7)
     dist = []
-    for _ in range(policy["resamples"]):
-        pick = [rng.choice(ids) for _ in ids]
+    for _unused in range(policy["resamples"]):
+        pick = [rng.choice(ids) for _unused in ids]
         dist.append(sorted_percentile(_resample(clusters, pick, rng), 99))
     return {
         "value": sorted_percentile(sorted(v for i in ids for v in clusters[i]), 99),
@@ -548,7 +550,7 @@ def decide(baseline, speculative, figs, policy, thresholds=None, runs_per_prompt
         _judge_p99(baseline, speculative, policy, out)
     _judge_p99_relative(figs, thresholds, out)
     _judge_errors(baseline, speculative, thresholds, out)
-    needed = [runs_needed(e, b, runs_per_prompt) for _, e, b, _ in out["undecided"]]
+    needed = [runs_needed(e, b, runs_per_prompt) for _unused, e, b, _unused in out["undecided"]]
     for side, summary in (("baseline", baseline), ("speculative", speculative)):
         bursts = sum(1 for s in (summary or {}).get("samples") or [] if _burst(s))
         if bursts:
@@ -571,7 +573,7 @@ def decide(baseline, speculative, figs, policy, thresholds=None, runs_per_prompt
         result.update(decision="rollback", reasons=out["regressions"])
     elif out["undecided"] or not out["gains"]:
         result["decision"] = "inconclusive"
-        result["reasons"] = [text for _, _, _, text in out["undecided"]] or [
+        result["reasons"] = [text for _unused, _unused, _unused, text in out["undecided"]] or [
             "nothing improved beyond the noise"
         ]
         known = [n for n in needed if n is not None]

@@ -105,6 +105,8 @@ class _Collector(object):
         self.per_pos = {}
         self.gauges = {}
         self.hist = {}
+        self.buckets = {}  # histogram key -> {le: cumulative count}, summed over engines
+        self.finished = {}  # finished_reason -> vllm:request_success_total
         self.spec_series = 0
         self.spec_names = set()
         self.engines = set()
@@ -151,6 +153,9 @@ class _Collector(object):
             if key is not None:
                 if not math.isnan(value):
                     self.counters[key] = self.counters.get(key, 0.0) + value
+                    if key == "request_success" and "finished_reason" in labels:
+                        reason = labels["finished_reason"]
+                        self.finished[reason] = self.finished.get(reason, 0.0) + value
                 return
             if base == PER_POSITION:
                 pos = labels.get("position")
@@ -161,6 +166,12 @@ class _Collector(object):
             if suffix is None and base in V0_GAUGES:
                 self.gauges.setdefault(V0_GAUGES[base], []).append(value)
                 return
+        if suffix == "_bucket" and base in _HIST_BY_NAME and not math.isnan(value):
+            le = float(labels.get("le", "nan"))
+            if not math.isnan(le):
+                b = self.buckets.setdefault(_HIST_BY_NAME[base], {})
+                b[le] = b.get(le, 0.0) + value
+            return
         if suffix in ("_sum", "_count"):
             key = _HIST_BY_NAME.get(base)
             if key is not None and not math.isnan(value):
@@ -309,8 +320,20 @@ def _derived(era, spec_enabled, counters, gauges, d, d_pos, notes):
     return derived
 
 
+def _bucket_list(col, key):
+    """[[le, cumulative count], ...] of one histogram's finite buckets, le ascending (the +Inf
+    bucket is the histogram's count; left out so that the facts stay plain JSON)."""
+    return [[le, _clean(n)] for le, n in sorted((col.buckets.get(key) or {}).items()) if not math.isinf(le)]
+
+
+def _bucket_deltas(now, before):
+    """The window's cumulative bucket counts: now minus before, bucket by bucket (same le)."""
+    old = dict((le, n) for le, n in before or [])
+    return [[le, _clean(n - old.get(le, 0))] for le, n in now]
+
+
 def _latency(col, prev, window):
-    """Each latency histogram's totals and the window's count, sum and mean."""
+    """Each latency histogram's totals, buckets and the window's count, sum, mean and buckets."""
     latency = {}
     prev_lat = (prev or {}).get("latency") or {}
     for key, metric in HISTOGRAMS.items():
@@ -320,10 +343,13 @@ def _latency(col, prev, window):
             continue
         total_sum, total_count = h["sum"], h["count"]
         win_sum, win_count = total_sum, total_count
+        buckets = _bucket_list(col, key)
+        win_buckets = buckets
         p = prev_lat.get(key) if window == "delta" else None
         if isinstance(p, dict) and p.get("count") is not None and p.get("sum") is not None:
             win_sum = total_sum - p["sum"]
             win_count = total_count - p["count"]
+            win_buckets = _bucket_deltas(buckets, p.get("buckets"))
         latency[key] = {
             "metric": metric,
             "count": _clean(total_count),
@@ -331,6 +357,8 @@ def _latency(col, prev, window):
             "window_count": _clean(win_count),
             "window_sum": _clean(win_sum),
             "mean": win_sum / win_count if win_count > 0 else None,
+            "buckets": buckets,
+            "window_buckets": win_buckets,
         }
     return latency
 
@@ -367,6 +395,7 @@ def _build(col, previous, source, now):
         "engine_era": era,
         "engines": sorted(col.engines, key=lambda e: (len(e), e)),
         "counters": counters,
+        "finished": dict((k, _clean(v)) for k, v in sorted(col.finished.items())),
         "created": created,
         "gauges": gauges,
         "derived": derived,

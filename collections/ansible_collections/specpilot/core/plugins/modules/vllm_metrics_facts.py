@@ -198,6 +198,10 @@ counters:
       description: C(vllm:spec_decode_num_accepted_tokens_per_pos_total) by C(position), index = position.
       type: list
       elements: int
+finished:
+  description: C(vllm:request_success_total) by C(finished_reason) (V(stop), V(length), V(abort), ...), raw totals.
+  returned: always
+  type: dict
 created:
   description: Latest C(_created) timestamp per counter key (restart detection).
   returned: always
@@ -279,6 +283,14 @@ latency:
     mean:
       description: window_sum / window_count in seconds; null without observations.
       type: float
+    buckets:
+      description: The finite buckets as C([le, cumulative count]), le ascending (raw, for a later O(previous)).
+      type: list
+      elements: list
+    window_buckets:
+      description: The buckets' cumulative counts in the window (C(specpilot.core) canary quantiles).
+      type: list
+      elements: list
 families:
   description: Metric families on the page.
   returned: always

