@@ -127,3 +127,43 @@ def test_the_config_surgery_keeps_empty_layer_history_entries():
     manifest["layers"].pop()
     with pytest.raises(mr.ReclaimError, match="diff_ids"):
         mr.without_layer(manifest, config, 1, D["e"], "/models/target")
+
+
+class _Registry(object):
+    """What _push asks of a registry: the tag's digest, and the writes it makes."""
+
+    def __init__(self, tagged):
+        self.tagged = tagged
+        self.writes = []
+        self.bytes_sent = 0
+
+    def resolve(self, name, tag):
+        return self.tagged
+
+    def has_blob(self, name, digest):
+        return True
+
+    def put_manifest(self, name, tag, raw, media_type):
+        self.writes.append(tag)
+
+
+def _push(tagged, force=False, check_mode=False):
+    reg = _Registry(tagged)
+    result = {"repository": "reg/models/chat", "tag": "v1-nodraft", "digest": D["d"], "config_digest": D["e"]}
+    result.update(upload_size=10, bytes_reclaimed=10)
+    new = {"config_bytes": b"{}", "manifest_bytes": b"{}"}
+    mr._push(
+        reg, "models/chat", result, new, oci_layout.MT_MANIFEST, D["a"], "/models/draft", check_mode, force
+    )
+    return reg, result
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_the_nodraft_tag_is_not_moved_off_another_image_without_force(check_mode):
+    with pytest.raises(mr.ReclaimError, match=r"v1-nodraft already names another image .*set force: true"):
+        _push(D["c"], check_mode=check_mode)
+    reg, result = _push(D["c"], force=True)
+    assert reg.writes == ["v1-nodraft"] and result["tag_moved_from"] == D["c"]
+    for tagged in (None, D["d"]):  # a new tag, or already this image: nothing to refuse
+        reg, result = _push(tagged)
+        assert reg.writes == ([] if tagged else ["v1-nodraft"]) and "tag_moved_from" not in result

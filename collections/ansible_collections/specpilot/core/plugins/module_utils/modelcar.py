@@ -88,6 +88,7 @@ class Skopeo(object):
                 stderr=subprocess.PIPE,
                 timeout=timeout or self.timeout,
                 env=self.env,
+                check=False,  # the exit status is judged below, with skopeo's stderr in the error
             )
         except subprocess.TimeoutExpired:
             raise ModelcarError("skopeo %s timed out" % args[0])
@@ -184,7 +185,7 @@ def parse_base(base):
         rest = base[len("oci:") :]
         if os.path.isdir(rest):
             return "oci", rest, None
-        path, _, tag = rest.rpartition(":")
+        path, _sep, tag = rest.rpartition(":")
         if path and os.path.isdir(path):
             return "oci", path, tag
         raise ModelcarError("base %r: no OCI layout directory at %s" % (base, path or rest))
@@ -232,7 +233,7 @@ def _checked_artifacts(given):
     for a in artifacts:
         if not os.path.isdir(a["path"]):
             raise ModelcarError("%s: %s is not a directory" % (a["role"] or a["subdir"], a["path"]))
-        if not any(True for _ in os.scandir(a["path"])):
+        if not any(True for _unused in os.scandir(a["path"])):
             raise ModelcarError("%s: %s is empty" % (a["role"] or a["subdir"], a["path"]))
     return artifacts
 
@@ -274,7 +275,7 @@ def _skopeo_push(p, skopeo, built, repo, tag, authfile, result):
     result["msg"] = "pushed %s:%s (%s)" % (repo, tag, built["digest"])
 
 
-def _refuse_tag_move(repo, tag, had, new, p, what="digest"):
+def refuse_tag_move(repo, tag, had, new, p, what="digest"):
     """A tag that names another image is moved only with ``force`` (issue: data safety): pods that
     pull by tag would change under their services, and the old image, untagged, is left to the
     registry's garbage collection."""
@@ -357,7 +358,7 @@ def build_push(p, check_mode=False):
         present = raw is not None and manifest_digest(raw) == digest
         result["registry_had_digest"] = present
         if raw is not None and not present:
-            _refuse_tag_move(repo, tag, manifest_digest(raw), digest, p)
+            refuse_tag_move(repo, tag, manifest_digest(raw), digest, p)
         if present and not p.get("force"):
             result["msg"] = "%s:%s already is %s: nothing pushed" % (repo, tag, digest)
         elif check_mode:
@@ -415,7 +416,7 @@ def podman_build_push(p, repo, tag, artifacts, work, skopeo, check_mode, result,
         )
         remote_config = "sha256:" + hashlib.sha256(proc.stdout).hexdigest() if proc.returncode == 0 else None
         if remote_config and remote_config.split(":", 1)[1] != image_id:
-            _refuse_tag_move(repo, tag, remote_config, "sha256:" + image_id, p, what="config")
+            refuse_tag_move(repo, tag, remote_config, "sha256:" + image_id, p, what="config")
         if remote_config and remote_config.split(":", 1)[1] == image_id and not p.get("force"):
             raw = skopeo.inspect_raw("%s:%s" % (repo, tag), tls_verify=tls, authfile=authfile)
             digest = manifest_digest(raw)

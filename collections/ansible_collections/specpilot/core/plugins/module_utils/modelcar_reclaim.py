@@ -285,7 +285,7 @@ def _read_source(reg, name, repo, src_tag, src_digest):
     got = reg.get_manifest(name, src_digest)
     if got is None:
         raise ReclaimError("%s@%s: the registry has no such manifest" % (repo, src_digest))
-    raw, media_type, _ = got
+    raw, media_type, _unused = got
     manifest = json.loads(raw.decode("utf-8"))
     if media_type in oci_registry.INDEX_TYPES or "manifests" in manifest:
         raise ReclaimError(
@@ -406,9 +406,10 @@ def _new_tag(p, src_tag, src_digest):
     return tag
 
 
-def _push(reg, name, result, new, media_type, src_digest, path, check_mode):
+def _push(reg, name, result, new, media_type, src_digest, path, check_mode, force=False):
     """Push the new config and manifest unless the tag already is the new digest; returns False
-    in check mode (nothing to verify)."""
+    in check mode (nothing to verify).  A tag that names another image is moved only with
+    ``force`` (refused in check mode too)."""
     repo, tag, digest = result["repository"], result["tag"], result["digest"]
     config_bytes, manifest_bytes = new["config_bytes"], new["manifest_bytes"]
     had = reg.resolve(name, tag)
@@ -422,6 +423,8 @@ def _push(reg, name, result, new, media_type, src_digest, path, check_mode):
             path,
         )
         return True
+    if had:
+        _refuse_tag_move(repo, tag, had, digest, force)
     if check_mode:
         result["changed"] = True
         result["msg"] = "check mode: would push %s:%s (%s: %s without %s, %d bytes)" % (
@@ -452,6 +455,15 @@ def _push(reg, name, result, new, media_type, src_digest, path, check_mode):
         }
     )
     return True
+
+
+def _refuse_tag_move(repo, tag, had, new, force):
+    """The tag moves to the image without the draft only when it names no other image, or with
+    ``force``: the one rule of modelcar_build (modelcar.refuse_tag_move)."""
+    try:
+        modelcar.refuse_tag_move(repo, tag, had, new, {"force": force})
+    except modelcar.ModelcarError as exc:
+        raise ReclaimError(str(exc).replace("this build's", "the image without the draft"))
 
 
 def _peek_function(p, reg, name):
@@ -512,7 +524,7 @@ def reclaim(p, check_mode=False, warn=None):
         }
     )
     new = {"config_bytes": config_bytes, "manifest_bytes": manifest_bytes}
-    if not _push(reg, name, result, new, media_type, src_digest, path, check_mode):
+    if not _push(reg, name, result, new, media_type, src_digest, path, check_mode, bool(p.get("force"))):
         return result
     if p.get("verify", True):
         result["verify"] = verify_remote(

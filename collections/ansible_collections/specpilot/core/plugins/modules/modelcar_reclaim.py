@@ -73,6 +73,13 @@ options:
     description: Suffix of the default tag.
     type: str
     default: -nodraft
+  force:
+    description:
+      - Move the tag when it already names another image (a different digest). Without it such a run fails
+        and pushes nothing - pods pulling the tag would change under their services, and the image it named
+        would be left untagged for the registry's garbage collection. Give O(tag) another value instead.
+    type: bool
+    default: false
   identify_by_content:
     description: Read the first O(peek_bytes) of the last layers when neither annotations nor the label tell them apart.
     type: bool
@@ -191,7 +198,7 @@ registry_had_digest:
   type: bool
   returned: when RV(reclaimed)
 tag_moved_from:
-  description: The digest the tag named before it was moved to the new image.
+  description: The digest the tag named before it was moved to the new image (only with O(force)).
   type: str
   returned: when the tag named another image
 bytes_uploaded:
@@ -235,6 +242,7 @@ def main():
             draft_layer=dict(type="str"),
             tag=dict(type="str"),
             tag_suffix=dict(type="str", default=modelcar_reclaim.DEFAULT_TAG_SUFFIX),
+            force=dict(type="bool", default=False),
             identify_by_content=dict(type="bool", default=True),
             peek_bytes=dict(type="int", default=modelcar_reclaim.PEEK_BYTES),
             verify=dict(type="bool", default=True),
