@@ -27,13 +27,13 @@ display = Display()
 class ActionModule(ControllerAction):
     ARGUMENT_SPEC = deploy_args.K8S_JOB_WAIT
 
-    def act(self, args, task_vars, result):
+    def act(self, params, task_vars, result):
         self._task_vars = task_vars or {}
         # the connection options (module_defaults group/specpilot.core.k8s sets them), then what auth adds
-        self._auth = {k: args[k] for k in deploy_args.K8S_CONNECTION if args.get(k) is not None}
-        self._auth.update({k: v for k, v in (args["auth"] or {}).items() if v is not None})
+        self._auth = {k: params[k] for k in deploy_args.K8S_CONNECTION if params.get(k) is not None}
+        self._auth.update({k: v for k, v in (params["auth"] or {}).items() if v is not None})
         host = self._task_vars.get("inventory_hostname", "localhost")
-        name, ns = args["name"], args["namespace"]
+        name, ns = params["name"], params["namespace"]
         result["changed"] = False
         if self._task.check_mode:
             result["skipped"] = True
@@ -57,22 +57,22 @@ class ActionModule(ControllerAction):
             summary = job_watch.pod_summary(pod)
             done = state in ("complete", "failed")
             if summary["started"] and summary["name"]:
-                tail = self._log(summary["name"], ns, args["container"], 400 if done else 60)
+                tail = self._log(summary["name"], ns, params["container"], 400 if done else 60)
                 if tail is not None:
                     fresh = job_watch.new_lines(last_tail, tail)
                     last_tail = tail
-                    if args["show_progress"]:
-                        for line in job_watch.displayable(fresh, args["line_prefix"]):
+                    if params["show_progress"]:
+                        for line in job_watch.displayable(fresh, params["line_prefix"]):
                             display.display("  [%s] %s" % (host, line))
                     shown.extend(fresh)
             if state == "complete":
                 parsed = job_watch.parse_log("\n".join(last_tail or shown))
-                result.update(self._out(job, summary, parsed, last_tail or shown, started, args))
+                result.update(self._out(job, summary, parsed, last_tail or shown, started, params))
                 return result
             if state == "failed":
                 parsed = job_watch.parse_log("\n".join(last_tail or shown))
-                tail = (last_tail or shown)[-args["log_tail_lines"] :]
-                result.update(self._out(job, summary, parsed, last_tail or shown, started, args))
+                tail = (last_tail or shown)[-params["log_tail_lines"] :]
+                result.update(self._out(job, summary, parsed, last_tail or shown, started, params))
                 result["failed"] = True
                 result["reason"] = reason
                 result["msg"] = job_watch.failure_message(
@@ -88,19 +88,19 @@ class ActionModule(ControllerAction):
                     ns,
                     summary,
                     started,
-                    args,
+                    params,
                     "%s: %s" % (summary["waiting_reason"], summary["waiting_message"] or ""),
                 )
             if summary["waiting_reason"] in job_watch.PULL_WAITING:
                 pulling_since = pulling_since or now
-                if now - pulling_since > args["pull_timeout"]:
+                if now - pulling_since > params["pull_timeout"]:
                     return self._stuck(
                         result,
                         name,
                         ns,
                         summary,
                         started,
-                        args,
+                        params,
                         "the image cannot be pulled (%s): %s"
                         % (summary["waiting_reason"], summary["waiting_message"] or ""),
                     )
@@ -108,31 +108,31 @@ class ActionModule(ControllerAction):
                 pulling_since = None
             if summary["unschedulable"]:
                 pending_since = pending_since or now
-                if now - pending_since > args["pending_timeout"]:
+                if now - pending_since > params["pending_timeout"]:
                     return self._stuck(
                         result,
                         name,
                         ns,
                         summary,
                         started,
-                        args,
+                        params,
                         "the pod cannot be scheduled: %s" % summary["unschedulable"],
                     )
             else:
                 pending_since = None
-            if now - started > args["timeout"]:
+            if now - started > params["timeout"]:
                 return self._stuck(
                     result,
                     name,
                     ns,
                     summary,
                     started,
-                    args,
+                    params,
                     "still running after %ds; it keeps running - run the play again to wait "
-                    "for it (it is found by name)" % args["timeout"],
+                    "for it (it is found by name)" % params["timeout"],
                     timeout=True,
                 )
-            time.sleep(args["poll_interval"])
+            time.sleep(params["poll_interval"])
 
     # ------------------------------------------------------------ helpers
     def _stuck(self, result, name, ns, summary, started, args, why, timeout=False):

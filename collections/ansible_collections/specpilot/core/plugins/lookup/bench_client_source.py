@@ -9,7 +9,7 @@ name: bench_client_source
 short_description: The source of specpilot's streaming load generator, to run it inside the cluster
 version_added: 0.1.0
 author:
-  - specpilot maintainers
+  - specpilot maintainers (@specpilot)
 description:
   - Returns the text of C(plugins/module_utils/bench_client.py) of the installed specpilot.core
     collection - the load generator that M(specpilot.core.vllm_load) runs on the controller.

@@ -240,7 +240,7 @@ def public_config(cfg):
 
 def request_order(prompts, runs_per_prompt, max_requests=None):
     """Indices into prompts: the whole list in order, ``runs_per_prompt`` times."""
-    order = [i for _ in range(runs_per_prompt) for i in range(len(prompts))]
+    order = [i for _unused in range(runs_per_prompt) for i in range(len(prompts))]
     return order[:max_requests] if max_requests else order
 
 

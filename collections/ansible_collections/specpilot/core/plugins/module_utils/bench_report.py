@@ -779,7 +779,7 @@ def render_plots(report, out_dir):
     acc = [(k, [p or 0.0 for p in pos]) for k, pos in acc if pos]
     if acc:
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        k = max(len(pos) for _, pos in acc)
+        k = max(len(pos) for _unused, pos in acc)
         width = 0.8 / len(acc)
         for i, (key, pos) in enumerate(acc):
             ax.bar(

@@ -39,7 +39,7 @@ def parse_time(text):
         return None
     value = text.strip().replace("Z", "+00:00")
     if "." in value:
-        head, _, rest = value.partition(".")
+        head, _sep, rest = value.partition(".")
         frac, sign, tz = "", "", ""
         for i, ch in enumerate(rest):
             if ch in "+-":

@@ -163,7 +163,9 @@ def _storage_uri_entry_fields(i, entry, ctx, findings, where):
             "storageuris-field",
         )
     mount = entry.get("mountPath", "/mnt/models")
-    return (uri, mount) if _mount_path_ok(i, mount, findings, where) else None
+    if not _mount_path_ok(i, mount, findings, where):
+        return None
+    return uri, mount
 
 
 def _mount_path_ok(i, mount, findings, where):

@@ -461,7 +461,7 @@ def _tar_members(reg, name, digest, size, prefixes, max_headers=100000):
     uncompressed tar's headers (512 bytes each) and reading only the wanted members."""
     wanted = {p + f: (rank, f) for rank, p in enumerate(prefixes) for f in SMALL_FILES}
     found, offset, long_name = {}, 0, None
-    for _ in range(max_headers):
+    for _unused in range(max_headers):
         if size is not None and offset + 512 > size:
             break
         block = _blob_range(reg, name, digest, offset, 512)
@@ -488,8 +488,8 @@ def _long_name(kind, data):
     if kind == tarfile.GNUTYPE_LONGNAME:
         return data.rstrip(b"\0").decode("utf-8", "surrogateescape")
     for record in data.decode("utf-8", "surrogateescape").split("\n"):
-        _length, _, rest = record.partition(" ")
-        key, _, value = rest.partition("=")
+        _length, _sep, rest = record.partition(" ")
+        key, _sep, value = rest.partition("=")
         if key == "path":
             return value
     return None

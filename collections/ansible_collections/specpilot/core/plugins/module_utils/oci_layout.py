@@ -237,7 +237,7 @@ class Layout(object):
         return self
 
     def blob_path(self, digest):
-        algo, _, hexd = digest.partition(":")
+        algo, _sep, hexd = digest.partition(":")
         return os.path.join(self.path, "blobs", algo, hexd)
 
     def has_blob(self, digest, size=None):
@@ -542,7 +542,7 @@ def build_image(
     cfg_in["Labels"] = cfg_labels
     history = list(base_config.get("history") or [])
     if not history and base_descs:
-        history = [{"created_by": "base layer"} for _ in base_descs]
+        history = [{"created_by": "base layer"} for _unused in base_descs]
     for layer in layers:
         history.append(
             {

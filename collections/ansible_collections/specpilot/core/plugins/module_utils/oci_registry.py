@@ -42,7 +42,7 @@ class RegistryError(Exception):
 
 
 def _challenge(header):
-    scheme, _, rest = (header or "").partition(" ")
+    scheme, _sep, rest = (header or "").partition(" ")
     params = dict(re.findall(r'(\w+)="([^"]*)"', rest))
     return scheme.lower(), params
 
@@ -62,7 +62,7 @@ def read_authfile(path, host):
         "https://index.docker.io/v1/" if host == "docker.io" else None,
     ):
         if key and key in auths and auths[key].get("auth"):
-            user, _, pw = base64.b64decode(auths[key]["auth"]).decode("utf-8").partition(":")
+            user, _sep, pw = base64.b64decode(auths[key]["auth"]).decode("utf-8").partition(":")
             return user, pw
     return None
 

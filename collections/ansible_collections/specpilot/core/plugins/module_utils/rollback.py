@@ -197,7 +197,7 @@ def draft_path(args):
     for arg in args or []:
         if not isinstance(arg, str):
             continue
-        flag, _, value = arg.partition("=")
+        flag, _sep, value = arg.partition("=")
         if flag in ("--speculative-config", "--speculative_config"):
             try:
                 cfg = json.loads(value)
@@ -396,15 +396,42 @@ def _claim_subpath(base, path, root=MOUNT_ROOT):
     return data_safety.relative(posixpath.join(base, rel) if rel else base or "", "/")
 
 
+def _pvc_uri(predictor):
+    """(claim, base) of a predictor's ``storageUri: pvc://claim/base``, or (None, None)."""
+    uri = _model(predictor).get("storageUri") or predictor.get("storageUri") or ""
+    if not isinstance(uri, str) or not uri.startswith("pvc://"):
+        return None, None
+    claim, _sep, base = uri[len("pvc://") :].partition("/")
+    return claim or None, base
+
+
+def pvc_served(isvc, mount_root=MOUNT_ROOT):
+    """(claim, ``{what: sub-path on the claim}``) of what a live InferenceService serves from its PVC:
+    its engine's ``--model``, ``--tokenizer`` and draft, or the whole ``storageUri`` directory when
+    the args name none on the mount; (None, {}) when it serves no PVC."""
+    predictor = ((isvc or {}).get("spec") or {}).get("predictor") or {}
+    claim, base = _pvc_uri(predictor)
+    if not claim:
+        return None, {}
+    args = predictor_args(predictor)
+    paths = dict(_served_paths(args), draft=draft_path(args))
+    served = {
+        "the live engine's %s %s" % (what, path): _claim_subpath(base, path, mount_root)
+        for what, path in paths.items()
+        if path
+    }
+    served = {what: sub for what, sub in served.items() if sub is not None}
+    return claim, served or {"the live storageUri pvc://%s/%s" % (claim, base): data_safety.relative(base, "/")}
+
+
 def _pvc_target(predictor, path, served, mount_root=MOUNT_ROOT):
     """Option C: ``{claim, subpath, protected, mount, script}`` of the draft directory on the PVC,
     with ``refused`` when deleting it would lose what the service serves (``served``: ``{what:
     path}`` of the live and the planned engine; data_safety.delete_refusal), or None when the draft
     is not on the service's PVC."""
-    uri = _model(predictor).get("storageUri") or predictor.get("storageUri") or ""
-    if not uri.startswith("pvc://") or not path:
+    claim, base = _pvc_uri(predictor)
+    if not claim or not path:
         return None
-    claim, _, base = uri[len("pvc://") :].partition("/")
     sub = _claim_subpath(base, path, mount_root)
     if not claim or sub is None:
         return None

@@ -418,7 +418,7 @@ def published_sha256(headers):
         if not value:
             continue
         for part in value.split(","):
-            key, _, val = part.strip().partition("=")
+            key, _sep, val = part.strip().partition("=")
             if key.strip().lower() == "sha-256" and val:
                 val = val.strip().strip(":")
                 try:
@@ -716,7 +716,7 @@ class HfSource(object):
     def __init__(self, art, env, api=None, http=None):
         self.art = art
         spec = art["uri"][len("hf://") :]
-        repo, _, rev = spec.partition("@")
+        repo, _sep, rev = spec.partition("@")
         self.repo = repo.strip("/")
         self.requested = art.get("revision") or rev or "main"
         self.endpoint = (env.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
@@ -1096,7 +1096,7 @@ class Stager(object):
             f = names.get(name)
             if f is None:
                 continue
-            stream, _ = f.open(0)
+            stream, _unused = f.open(0)
             try:
                 sums.update(parse_checksum_manifest(stream.read().decode("utf-8")))
             finally:
@@ -1168,7 +1168,7 @@ class Stager(object):
         )
 
     def _same_bytes(self, target, f):
-        stream, _ = f.open(0)
+        stream, _unused = f.open(0)
         try:
             with open(target, "rb") as fh:
                 while True:

@@ -16,7 +16,7 @@ short_description: Judge a speculative-decoding service from its latest acceptan
 version_added: 0.1.0
 
 author:
-  - specpilot maintainers
+  - specpilot maintainers (@specpilot)
 
 description:
   - One step of the specpilot acceptance guard for one InferenceService. Takes the live InferenceService, a
@@ -287,7 +287,7 @@ def main():
             history=dict(type="raw"),
             min_acceptance_rate=dict(type="float", default=0.5),
             warn_acceptance_rate=dict(type="float", default=0.65),
-            min_draft_tokens=dict(type="int", default=100),
+            min_draft_tokens=dict(type="int", default=100, no_log=False),  # a count, not a credential
             consecutive_readings=dict(type="int", default=3),
             history_size=dict(type="int", default=10),
             collapse_threshold=dict(type="float", default=0.05),

@@ -16,7 +16,7 @@ short_description: Compare baseline and speculative benchmark runs, decide keep,
 version_added: 0.1.0
 
 author:
-  - specpilot maintainers
+  - specpilot maintainers (@specpilot)
 
 description:
   - Takes the runs of M(specpilot.core.vllm_load) for both sides (speculative decoding off, V(baseline),

@@ -16,7 +16,7 @@ short_description: Choose the best speculative config of a tuning run under the 
 version_added: 0.1.0
 
 author:
-  - specpilot maintainers
+  - specpilot maintainers (@specpilot)
 
 description:
   - The last step of the tuning run (C(playbooks/tune.yml), the C(tune) entry point of the role

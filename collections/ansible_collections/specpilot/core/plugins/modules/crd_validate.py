@@ -10,7 +10,7 @@ module: crd_validate
 short_description: Validate manifests strictly against the cluster's own CRD schemas
 version_added: 0.1.0
 author:
-  - specpilot maintainers
+  - specpilot maintainers (@specpilot)
 description:
   - Fetches the CustomResourceDefinition of each manifest's kind from the cluster (or takes I(crds)), picks the
     schema of the manifest's API version, and validates the manifest against it the way

@@ -10,7 +10,7 @@ module: deploy_state
 short_description: Read the live objects of one specpilot service in one step
 version_added: 0.1.0
 author:
-  - specpilot maintainers
+  - specpilot maintainers (@specpilot)
 description:
   - Reads what the deploy role compares its plan with, in the Ansible worker process - the namespace, the
     InferenceService, the (Cluster)ServingRuntime specpilot manages for it, the deploy lock (Lease

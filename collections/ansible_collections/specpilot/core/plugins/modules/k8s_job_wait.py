@@ -16,7 +16,7 @@ short_description: Wait for a Kubernetes Job, print its progress, return its res
 version_added: 0.1.0
 
 author:
-  - specpilot maintainers
+  - specpilot maintainers (@specpilot)
 
 description:
   - Polls a batch/v1 Job and its newest pod until the Job is C(Complete) or C(Failed), printing new

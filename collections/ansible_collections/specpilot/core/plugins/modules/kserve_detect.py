@@ -10,7 +10,7 @@ module: kserve_detect
 short_description: Tell which KServe release a cluster runs from the schema of its CRDs
 version_added: 0.1.0
 author:
-  - specpilot maintainers
+  - specpilot maintainers (@specpilot)
 description:
   - Reads the CustomResourceDefinitions C(inferenceservices.serving.kserve.io) and, when installed,
     C(llminferenceservices.serving.kserve.io), and dates the KServe release from fields each release added to

@@ -16,7 +16,7 @@ short_description: Fetch model artifacts into a local directory, resumably and v
 version_added: 0.1.0
 
 author:
-  - specpilot maintainers
+  - specpilot maintainers (@specpilot)
 
 description:
   - Copies each artifact (C(hf://org/repo[@revision]), C(s3://bucket/prefix), C(https://...) files, directories

@@ -16,7 +16,7 @@ short_description: Build a reproducible KServe Modelcar OCI image and push it wi
 version_added: 0.1.0
 
 author:
-  - specpilot maintainers
+  - specpilot maintainers (@specpilot)
 
 description:
   - Builds an OCI image holding each artifact directory at C(/models/<subdir>) (one uncompressed layer per

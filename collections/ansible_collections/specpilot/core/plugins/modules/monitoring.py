@@ -16,7 +16,7 @@ short_description: Render a PrometheusRule and a Grafana dashboard for a specula
 version_added: 0.1.0
 
 author:
-  - specpilot maintainers
+  - specpilot maintainers (@specpilot)
 
 description:
   - Renders, for one vLLM InferenceService, a C(monitoring.coreos.com/v1) PrometheusRule and a Grafana
@@ -199,7 +199,7 @@ def main():
             for_duration=dict(type="str", default="5m"),
             min_acceptance_rate=dict(type="float", default=0.5),
             warn_acceptance_rate=dict(type="float", default=0.65),
-            min_draft_tokens=dict(type="int", default=200),
+            min_draft_tokens=dict(type="int", default=200, no_log=False),  # a count, not a credential
             collapse_threshold=dict(type="float", default=0.05),
             severity=dict(type="str", default="warning"),
             missing_severity=dict(type="str", default="critical"),

@@ -10,7 +10,7 @@ module: rollout_wait
 short_description: Wait until the new rollout of an InferenceService is ready, with progress output
 version_added: 0.1.0
 author:
-  - specpilot maintainers
+  - specpilot maintainers (@specpilot)
 description:
   - Polls the InferenceService, its Deployment and its predictor pods until the rollout of the plan is complete,
     has failed for good, or the timeout passes; prints a progress line whenever the picture changes (and at least

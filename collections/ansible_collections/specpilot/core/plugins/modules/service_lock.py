@@ -10,7 +10,7 @@ module: service_lock
 short_description: Take, renew or release the lock of one specpilot service
 version_added: 0.2.0
 author:
-  - specpilot maintainers
+  - specpilot maintainers (@specpilot)
 description:
   - Every run that writes a service - deploy, rollback (also the acceptance guard's), the benchmark's twin - holds
     the service's lock while it writes, so two of them never interleave.

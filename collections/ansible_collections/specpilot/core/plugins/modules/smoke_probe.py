@@ -10,7 +10,7 @@ module: smoke_probe
 short_description: Send probe requests to a vLLM OpenAI server and read /metrics before and after
 version_added: 0.1.0
 author:
-  - specpilot maintainers
+  - specpilot maintainers (@specpilot)
 description:
   - Reads C(/metrics), sends I(count) completion (or chat) requests one after the other, cycling through
     I(prompts), and reads C(/metrics) again. The two pages are returned as text for
@@ -197,7 +197,7 @@ def main():
             model=dict(type="str", required=True),
             prompts=dict(type="list", elements="str", required=True),
             count=dict(type="int", default=8),
-            max_tokens=dict(type="int", default=128),
+            max_tokens=dict(type="int", default=128, no_log=False),  # a count, not a credential
             temperature=dict(type="float", default=0.0),
             request_params=dict(type="dict", default={}),
             endpoint=dict(type="str", default="completions", choices=["completions", "chat"]),

@@ -10,7 +10,7 @@ module: smoke_verdict
 short_description: Decide whether speculative decoding runs as planned and pays off; write the report
 version_added: 0.1.0
 author:
-  - specpilot maintainers
+  - specpilot maintainers (@specpilot)
 description:
   - Takes what the smoke role gathered for one service and returns a list of checks and a verdict
     (C(pass), C(warn) or C(fail)).

@@ -16,7 +16,7 @@ short_description: Plan a PVC staging run and render its ConfigMap and Job
 version_added: 0.1.0
 
 author:
-  - specpilot maintainers
+  - specpilot maintainers (@specpilot)
 
 description:
   - Computes, for each artifact of a service (target, draft), the staging request (source, revision,
@@ -222,6 +222,19 @@ manifests:
   description: C(pvc) (for creating it), and when RV(needed), C(configmap) and C(job).
   type: dict
   returned: always
+  contains:
+    pvc:
+      description: The PersistentVolumeClaim, to create when the cluster has none.
+      type: dict
+      returned: always
+    configmap:
+      description: The ConfigMap holding the staging program and its request.
+      type: dict
+      returned: when RV(needed)
+    job:
+      description: The staging Job.
+      type: dict
+      returned: when RV(needed)
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -256,7 +269,7 @@ def main():
             node_selector=dict(type="dict"),
             tolerations=dict(type="list", elements="dict"),
             priority_class_name=dict(type="str"),
-            image_pull_secrets=dict(type="list", elements="str"),
+            image_pull_secrets=dict(type="list", elements="str", no_log=False),  # names, not Secret data
             extra_env=dict(type="list", elements="dict"),
             extra_volumes=dict(type="list", elements="dict"),
             extra_volume_mounts=dict(type="list", elements="dict"),

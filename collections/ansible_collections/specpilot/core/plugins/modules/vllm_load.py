@@ -16,7 +16,7 @@ short_description: Run a streaming benchmark load against a vLLM OpenAI server a
 version_added: 0.1.0
 
 author:
-  - specpilot maintainers
+  - specpilot maintainers (@specpilot)
 
 description:
   - Sends a fixed list of prompts (a JSONL workload file or O(prompts)), in the same order every
@@ -511,7 +511,7 @@ def main():
             arrival=dict(type="str", default="poisson", choices=["poisson", "constant"]),
             seed=dict(type="int", default=42),
             temperature=dict(type="float", default=0.0),
-            max_tokens=dict(type="int", default=128),
+            max_tokens=dict(type="int", default=128, no_log=False),  # a count, not a credential
             ignore_eos=dict(type="bool", default=False),
             request_params=dict(type="dict", default={}),
             headers=dict(type="dict", default={}, no_log=True),

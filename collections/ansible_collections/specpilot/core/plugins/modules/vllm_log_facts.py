@@ -16,7 +16,7 @@ short_description: Read speculative-decoding facts from a vLLM engine log
 version_added: 0.1.0
 
 author:
-  - specpilot maintainers
+  - specpilot maintainers (@specpilot)
 
 description:
   - Parses a vLLM server log (vLLM 0.5.5 to 0.33.0, V0 and V1 engines) and returns the facts a

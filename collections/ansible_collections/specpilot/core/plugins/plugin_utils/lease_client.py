@@ -64,7 +64,7 @@ class LeaseClient(object):
                 message="check mode: the lock is not taken (%s)" % status["message"],
             )
         before = out = None
-        for _ in range(ROUNDS):
+        for _unused in range(ROUNDS):
             step = service_lock.acquire_step(self._read(), holder, time.time(), p["duration"])
             before = before or step["status"]
             if step["do"] == "refuse":
@@ -97,7 +97,7 @@ class LeaseClient(object):
         p = self._params
         if self._check_mode:
             return dict(renewed=False, resource_version=version, message="check mode: not renewed")
-        for _ in range(ROUNDS):
+        for _unused in range(ROUNDS):
             out = self._patch(service_lock.renew_patch(holder, version, time.time()))
             if not out.get("failed"):
                 return self._held(out["result"], None, "renewed", key="renewed")
@@ -123,7 +123,7 @@ class LeaseClient(object):
             return dict(released=False, message="not held by this run: nothing to release")
         if self._check_mode:
             return dict(released=False, message="check mode: not released")
-        for _ in range(ROUNDS):
+        for _unused in range(ROUNDS):
             out = self._delete(version)
             if not out.get("failed"):
                 return dict(released=True, message="released")
