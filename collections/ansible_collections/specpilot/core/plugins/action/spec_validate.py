@@ -20,14 +20,11 @@ from __future__ import annotations
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.specpilot.core.plugins.module_utils import validator
-from ansible_collections.specpilot.core.plugins.module_utils.spec import (
-    CONTROL_VARS,
-    OVERRIDE_VARS,
-    SPEC_KEYS,
-    VAR_PREFIX,
-    assemble_from_vars,
+from ansible_collections.specpilot.core.plugins.module_utils.spec import OVERRIDE_VARS
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import (
+    ControllerAction,
+    spec_from_task_vars,
 )
-from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 
 # auto (default) or off: whether validation reads config.json and the tokenizer at each artifact's source
 MODEL_FACTS_VAR = "specpilot_model_facts"
@@ -42,7 +39,9 @@ class ActionModule(ControllerAction):
                 "specpilot.core.spec_validate needs the Python package jsonschema on the controller"
             )
         if params.get("spec") is None:
-            params["spec"], params["variable_names"] = self._spec_from_task_vars(task_vars or {}, params)
+            params["spec"], params["variable_names"] = spec_from_task_vars(
+                self._templar, task_vars or {}, params.get("default_name")
+            )
         if params.get("model_facts") is None and (task_vars or {}).get(MODEL_FACTS_VAR) is not None:
             params["model_facts"] = self._templar.template(task_vars[MODEL_FACTS_VAR])
         for key, variable in OVERRIDE_VARS.items():
@@ -54,18 +53,3 @@ class ActionModule(ControllerAction):
         if failed:
             result["failed"] = True
         return result
-
-    def _spec_from_task_vars(self, task_vars, params):
-        """The host's specpilot_<key> variables (templated), as a spec (spec.assemble_from_vars), and all
-        specpilot_* names. Only the spec keys are templated: other specpilot_* variables may refer to
-        what the run has not set yet."""
-        names = sorted(name for name in task_vars if name.startswith(VAR_PREFIX) and name not in CONTROL_VARS)
-        keys = set(SPEC_KEYS)
-        variables = {
-            name: self._templar.template(task_vars[name]) if name[len(VAR_PREFIX) :] in keys else None
-            for name in names
-        }
-        spec, _unknown = assemble_from_vars(
-            variables, params.get("default_name") or task_vars.get("inventory_hostname")
-        )
-        return spec, names

@@ -122,14 +122,28 @@ def _truncate(text, length=200, end="...", leeway=5):
 
 def _deploy_line(r):
     kserve = r.get("kserve") or {}
-    return "%s, %s (digest %s%s%s)%s" % (
+    return "%s, %s (digest %s%s%s%s)%s" % (
         "deployed" if r.get("applied") else "unchanged",
         "ready" if (r.get("rollout") or {}).get("done") else "not ready",
         (r.get("spec_digest") or "")[:12],
         ", previous " + r["previous_digest"][:12] if r.get("previous_digest") else "",
         ", KServe %s" % kserve.get("version") if "kserve" in r else "",
+        _vllm_part(r.get("vllm") or {}),
         "; note: %s" % kserve["note"] if kserve.get("note") else "",
     )
+
+
+def _vllm_part(vllm):
+    """", vLLM 0.32.0 read from the image" (spec_validate's vllm_version result), or ""."""
+    if not vllm.get("value"):
+        return ""
+    if vllm.get("source") in ("image", "cache"):
+        how = "read from the image"
+    elif vllm.get("read"):
+        how = "declared, as the image holds"
+    else:
+        how = {"fallback": "assumed (vllm_version_fallback)"}.get(vllm.get("source"), "declared")
+    return ", vLLM %s %s" % (vllm["value"], how)
 
 
 def _rollback_line(r):

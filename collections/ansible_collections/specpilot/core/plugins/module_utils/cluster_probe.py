@@ -42,6 +42,7 @@ import os
 import re
 import time
 
+from ansible_collections.specpilot.core.plugins.module_utils import deploy_args
 from ansible_collections.specpilot.core.plugins.module_utils import model_dir
 from ansible_collections.specpilot.core.plugins.module_utils import model_facts
 from ansible_collections.specpilot.core.plugins.module_utils import render
@@ -103,6 +104,11 @@ def models_to_read(spec):
 
 
 def _normalised(spec):
+    for key in ("name", "namespace"):
+        if not isinstance((spec or {}).get(key), str):
+            raise ProbeError(
+                "%s is not set: the probe runs in the service's namespace (set specpilot_%s)" % (key, key)
+            )
     try:
         return normalise(spec)
     except (KeyError, TypeError, AttributeError) as exc:
@@ -121,7 +127,7 @@ def plan(spec, version_needed=True, options=None):
     image = (spec.get("runtime") or {}).get("image")
     if not image:
         raise ProbeError("runtime.image is not set: there is no image to probe (set specpilot_runtime.image)")
-    models = models_to_read(spec)
+    models = models_to_read(spec) if options.get("read_models", True) else []
     request = {
         "format": model_dir.PROBE_FORMAT,
         "version": bool(version_needed),
@@ -130,7 +136,7 @@ def plan(spec, version_needed=True, options=None):
     program = program_source()
     request_json = json.dumps(request, sort_keys=True) + "\n"
     digest = sha256_text(image + "\n" + sha256_text(program) + request_json)[:10]
-    name = dns_name("specpilot-probe", spec["name"][:30], digest)
+    name = dns_name("specpilot-probe", spec["name"][:30], digest, options.get("suffix"))
     labels = dict(LABELS, **{"specpilot.io/service": dns_name(spec["name"])})
     namespace = spec["namespace"]
     out = {
@@ -175,7 +181,7 @@ def job_manifest(spec, name, labels, image, options):
         {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
     ]
     pvc = spec.get("pvc") or {}
-    if spec.get("delivery") == "pvc" and pvc.get("name"):
+    if spec.get("delivery") == "pvc" and pvc.get("name") and options.get("read_models", True):
         mount = {"name": "models", "mountPath": MOUNT_ROOT, "readOnly": True}
         sub = (pvc.get("path") or "").strip("/")
         if sub:
@@ -304,7 +310,7 @@ def version_entry(image, version, digest=None, now=None):
         "image": image,
         "digest": image_digest(image) or digest,
         "vllm_version": version,
-        "probed_at": float(now or time.time()),
+        "probed_at": float(time.time() if now is None else now),
         "immutable": bool(image_digest(image)),
     }
 
@@ -320,7 +326,7 @@ def cached_version(data, image, now=None, ttl=DEFAULT_TTL):
         return None
     if not isinstance(entry, dict) or entry.get("key") != key or not entry.get("vllm_version"):
         return None
-    age = (now or time.time()) - float(entry.get("probed_at") or 0)
+    age = (time.time() if now is None else now) - float(entry.get("probed_at") or 0)
     if not entry.get("immutable") and not 0 <= age < ttl:
         return None
     return entry
@@ -383,6 +389,14 @@ def resolve_version(raw, probe, findings, environ=None):
     if probe.get("vllm_version"):
         out.update(read=probe["vllm_version"], read_from=probe.get("source") or "probe")
     if declared != "auto":
+        if probe.get("vllm_error") and isinstance(declared, str):
+            findings.warning(
+                "vllm_version",
+                "the runtime image's vLLM release could not be read (%s): vllm_version %s is not checked "
+                "against it" % (probe["vllm_error"], declared),
+                "use a runtime image in which python3 -c 'import vllm' works",
+                "vllm-version-unread",
+            )
         if out.get("read") and isinstance(declared, str) and _release(declared) != _release(out["read"]):
             findings.error(
                 "vllm_version",
@@ -405,11 +419,15 @@ def _auto(raw, probe, out, findings, environ):
         raw["vllm_version"] = out["read"]
         return out
     fallback = raw.get("vllm_version_fallback")
-    why = probe.get("vllm_error") or (
-        "no probe of the image ran (a validate-only or render-only run) and none of %s is cached on this "
-        "controller" % out["image"]
-        if out["image"]
-        else "runtime.image is not set, so there is no image to read it from"
+    why = (
+        probe.get("vllm_error")
+        or probe.get("unavailable")
+        or (
+            "no probe of the image ran (a validate-only or render-only run) and none of %s is cached on this "
+            "controller" % out["image"]
+            if out["image"]
+            else "runtime.image is not set, so there is no image to read it from"
+        )
     )
     if isinstance(fallback, str) and not probe.get("vllm_error"):
         out.update(value=fallback, source="fallback", why=why)
@@ -440,3 +458,22 @@ def _release(text):
         return parse_version(str(text))[:3]
     except VersionError:
         return str(text)
+
+
+# ---------------------------------------------------------------- the module's options
+ARGUMENT_SPEC = dict(
+    deploy_args.K8S_AUTH,
+    spec={"type": "dict"},
+    default_name={"type": "str"},
+    read_version={"type": "bool", "default": True},
+    read_models={"type": "bool", "default": True},
+    use_cache={"type": "bool", "default": True},
+    timeout={"type": "int", "default": 300},
+    poll_interval={"type": "float", "default": 1.0},
+    deadline_seconds={"type": "int", "default": 300},
+    ttl_seconds_after_finished={"type": "int", "default": 300},
+    run_as_user={"type": "int", "default": RUN_AS_USER},
+    image_pull_secrets={"type": "list", "elements": "raw", "default": []},
+    python={"type": "str", "default": "python3"},
+    auth={"type": "dict", "default": {}, "no_log": True},
+)

@@ -99,8 +99,8 @@ options:
         by sha256), never weights, at the source of the target and the draft: C(hf://) through the Hub API
         (C(HF_ENDPOINT), C(HF_TOKEN)), C(s3://) (boto3 on the controller, the C(AWS_*) variables), C(oci://)
         through the registry API (tar headers and the small members of the model's layer, by Range requests),
-        or C(local_path). A C(pvc://) source (also the PVC of delivery C(pvc)) cannot be read from the
-        controller in a validate-only run. The results are cached by source and revision under
+        or C(local_path). A C(pvc://) source (also the PVC of delivery C(pvc)) is read in the cluster by
+        M(specpilot.core.cluster_probe) (option O(probed)); the controller cannot read it in a validate-only run. The results are cached by source and revision under
         C(~/.cache/specpilot/model-facts) (C(SPECPILOT_MODEL_FACTS_CACHE); moving references for
         C(SPECPILOT_MODEL_FACTS_TTL) seconds, default one day)."
       - Facts typed in the spec win; a typed fact that contradicts the source is an error naming both values.
@@ -112,6 +112,15 @@ options:
       - "Values: C(auto) or C(off) (an unquoted YAML C(off), read as false, means C(off)); any other value is an
         error."
     type: raw
+  probed:
+    description:
+      - What M(specpilot.core.cluster_probe) read in the cluster (its RV(specpilot.core.cluster_probe#module:probed)).
+      - Its C(vllm_version) resolves C(vllm_version=auto) (the default when C(runtime.image) is given); a declared
+        C(vllm_version) that differs is an error naming both. Without it, C(auto) takes the last probe of the image
+        cached on the controller, else C(vllm_version_fallback), else it is an error at C(vllm_version).
+      - Its C(models) are the facts of the C(pvc://) directories (delivery C(pvc)) as read from the source;
+        typed facts still win, and a typed fact they contradict is an error.
+    type: dict
   var_prefix:
     description:
       - Prefix shown before the field paths in C(report) (the inventory variables are C(specpilot_<key>)).
@@ -277,6 +286,11 @@ rendered_files:
   returned: when I(render_dir) is set and the spec is valid
   type: list
   elements: str
+vllm_version:
+  description: The vLLM release validated against and where it came from (C(value); C(source) C(declared),
+    C(image), C(cache) or C(fallback); C(declared); C(read) and C(read_from) when the image's was read; C(image)).
+  returned: unless the task fails (see I(fail_on_error))
+  type: dict
 model_facts:
   description: Where each artifact's facts came from (C(mode); per role C(source), C(path), C(kind), C(typed),
     the facts read C(keys), C(resolved_revision), C(cached), C(problem) when they could not be read).

@@ -14,6 +14,13 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.specpilot.core.plugins.module_utils.spec import (
+    CONTROL_VARS,
+    SPEC_KEYS,
+    VAR_PREFIX,
+    assemble_from_vars,
+)
+
 
 class ControllerAction(ActionBase):
     TRANSFERS_FILES = False
@@ -29,3 +36,16 @@ class ControllerAction(ActionBase):
 
     def act(self, params, task_vars, result):  # pragma: no cover - every action implements it
         raise NotImplementedError
+
+
+def spec_from_task_vars(templar, task_vars, default_name=None):
+    """The host's specpilot_<key> variables (templated), as a spec (spec.assemble_from_vars), and all
+    specpilot_* names. Only the spec keys are templated: other specpilot_* variables may refer to what
+    the run has not set yet."""
+    names = sorted(name for name in task_vars if name.startswith(VAR_PREFIX) and name not in CONTROL_VARS)
+    keys = set(SPEC_KEYS)
+    variables = {
+        name: templar.template(task_vars[name]) if name[len(VAR_PREFIX) :] in keys else None for name in names
+    }
+    spec, _unknown = assemble_from_vars(variables, default_name or task_vars.get("inventory_hostname"))
+    return spec, names

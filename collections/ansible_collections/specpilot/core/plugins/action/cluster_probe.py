@@ -1,0 +1,197 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see LICENSE)
+"""Action plugin of specpilot.core.cluster_probe: run the probe Job that module_utils/cluster_probe.py
+plans, and return what it read (the option ``probed`` of specpilot.core.spec_validate).
+
+It runs on the controller: reads go through kubernetes.core's k8s lookup (plugin_utils/k8s_reader.py),
+writes through kubernetes.core.k8s and the log through kubernetes.core.k8s_log, with the connection
+options of the action group specpilot.core.k8s, so the cluster is found as for every other k8s task.
+The documented module in plugins/modules/cluster_probe.py holds the options.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+from ansible.errors import AnsibleActionFail
+
+from ansible_collections.specpilot.core.plugins.module_utils import cluster_probe as cp
+from ansible_collections.specpilot.core.plugins.module_utils import job_watch
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import (
+    ControllerAction,
+    spec_from_task_vars,
+)
+from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import K8sReader, auth_options
+
+
+class ActionModule(ControllerAction):
+    _requires_connection = True  # it writes through kubernetes.core modules
+    ARGUMENT_SPEC = cp.ARGUMENT_SPEC
+
+    def act(self, params, task_vars, result):
+        self._vars = task_vars or {}
+        self._auth = auth_options(params)
+        self._auth.update({k: v for k, v in (params["auth"] or {}).items() if v is not None})
+        spec = params.get("spec")
+        if spec is None:
+            spec, _names = spec_from_task_vars(self._templar, self._vars, params.get("default_name"))
+        result.update(changed=False, job=None, cached_version=False, not_run=[], vllm_version=None)
+        try:
+            first = cp.plan(spec, options=params)
+        except cp.ProbeError as exc:  # spec_validate names the spec's problem; the probe says it did not run
+            return self._unavailable(result, "the probe was not run: %s" % exc)
+        self._reader = K8sReader(
+            self._loader, self._templar, self._vars, self._auth, attempts=params["retries"]
+        )
+        image, ns = first["image"], first["namespace"]
+        result["image"] = image
+        if not self._reader.get("Namespace", "v1", name=ns):
+            return self._unavailable(result, "the namespace %s does not exist yet, so no probe Job ran" % ns)
+        cached = self._cached(params, image, ns)
+        claim_problem = self._claim_problem(spec, ns) if first["models"] else None
+        options = dict(
+            params, suffix=secrets.token_hex(3), read_models=bool(first["models"]) and not claim_problem
+        )
+        plan = cp.plan(spec, version_needed=params["read_version"] and not cached, options=options)
+        result["cached_version"] = bool(cached)
+        if self._task.check_mode:
+            probed = cp.probed({}, plan, image, source="cache")
+            probed["unavailable"] = "check mode: no probe Job was created"
+            result["not_run"] = self._not_run(plan, cached)
+        elif plan["needed"]:
+            probed, result["job"] = self._run(plan, params), plan["job_name"]
+            if probed.get("vllm_version") and params["use_cache"]:
+                result["changed"] = self._remember(probed["vllm_version"], probed.get("digest"), image, ns)
+        else:
+            probed = cp.probed({}, plan, image, source="cache")
+        if cached:
+            probed.update(vllm_version=cached["vllm_version"], source="cache", digest=cached.get("digest"))
+        for model in first["models"] if claim_problem else ():
+            probed["models"][model["role"]] = {"uri": model["uri"], "facts": {}, "problem": claim_problem}
+        result["probed"] = probed
+        result["vllm_version"] = probed.get("vllm_version")
+        return result
+
+    def _unavailable(self, result, why):
+        result.update(probed={"unavailable": why, "models": {}}, msg=why)
+        return result
+
+    # ------------------------------------------------------------ caches
+    def _cached(self, params, image, ns):
+        if not params["use_cache"] or not params["read_version"]:
+            return None
+        cm = self._reader.get("ConfigMap", "v1", name=cp.CACHE_CONFIGMAP, namespace=ns)
+        return cp.cached_version((cm or {}).get("data"), image, ttl=cp.local_cache().ttl)
+
+    def _remember(self, version, digest, image, ns):
+        entry = cp.version_entry(image, version, digest)
+        cp.remember_version(entry)
+        res = self._module(
+            "k8s",
+            state="present",
+            merge_type="merge",
+            definition=cp.cache_configmap(ns, cp.configmap_patch([entry])),
+        )
+        if res.get("failed"):
+            self._display.warning("the probe cache ConfigMap was not written: %s" % res.get("msg"))
+        return bool(res.get("changed"))
+
+    # ------------------------------------------------------------ the Job
+    def _run(self, plan, params):
+        ns, name = plan["namespace"], plan["job_name"]
+        manifests = [plan["manifests"]["configmap"], plan["manifests"]["job"]]
+        try:
+            res = self._module("k8s", state="present", definition=manifests)
+            if res.get("failed"):
+                raise AnsibleActionFail(
+                    "creating the probe Job %s/%s failed: %s" % (ns, name, res.get("msg"))
+                )
+            log, pod = self._wait(plan, params)
+        finally:
+            self._module(
+                "k8s",
+                state="absent",
+                definition=manifests,
+                delete_options={"propagationPolicy": "Background"},
+            )
+        try:
+            parsed = cp.parse_log(log)
+        except cp.ProbeError as exc:
+            raise AnsibleActionFail("the probe Job %s/%s: %s" % (ns, name, exc))
+        return cp.probed(parsed, plan, plan["image"], digest=_image_digest(pod))
+
+    def _wait(self, plan, params):
+        """(log text, pod) once the Job completed; AnsibleActionFail when it failed, cannot start, or
+        outlives the timeout."""
+        ns, name = plan["namespace"], plan["job_name"]
+        started = time.monotonic()
+        while True:
+            job = self._reader_get(plan, "Job", "batch/v1", name=name)
+            state, reason, message = job_watch.job_state(job)
+            pods = self._reader_get(plan, "Pod", "v1", label_selector="job-name=%s" % name) or []
+            pod = job_watch.newest_pod(pods)
+            summary = job_watch.pod_summary(pod)
+            if state in ("complete", "failed"):
+                log = self._log(summary["name"], ns) if summary["name"] else ""
+                if state == "complete":
+                    return log, pod
+                raise AnsibleActionFail(
+                    "the probe Job %s/%s failed (%s: %s); its log ends: %s"
+                    % (ns, name, reason, message, " | ".join(log.splitlines()[-8:]) or "(empty)")
+                )
+            stuck = summary["waiting_reason"] in job_watch.FATAL_WAITING + job_watch.PULL_WAITING
+            if stuck or time.monotonic() - started > params["timeout"]:
+                why = (
+                    "%s: %s" % (summary["waiting_reason"], summary["waiting_message"] or "")
+                    if stuck
+                    else "not finished after %d s (timeout)" % params["timeout"]
+                )
+                raise AnsibleActionFail("the probe Job %s/%s: %s" % (ns, name, why))
+            time.sleep(params["poll_interval"])
+
+    def _reader_get(self, plan, kind, api_version, **kw):
+        return self._reader.get(kind, api_version, namespace=plan["namespace"], **kw)
+
+    def _claim_problem(self, spec, ns):
+        """Why the service's PVC cannot be probed (it does not exist yet), or None."""
+        claim = (spec.get("pvc") or {}).get("name") if spec.get("delivery") == "pvc" else None
+        if not claim or self._reader.get("PersistentVolumeClaim", "v1", name=claim, namespace=ns):
+            return None
+        return (
+            "the PersistentVolumeClaim %s/%s does not exist yet (the deploy stages it after validation)"
+            % (
+                ns,
+                claim,
+            )
+        )
+
+    def _not_run(self, plan, cached):
+        out = []
+        if plan["request"]["version"] and not cached:
+            out.append("the runtime image's vLLM release (no probe of %s is cached)" % plan["image"])
+        for model in plan["models"]:
+            out.append("the model facts of %s (%s)" % (model["role"], model["uri"]))
+        return out
+
+    def _log(self, pod, ns):
+        res = self._module("k8s_log", name=pod, namespace=ns, container=cp.CONTAINER)
+        if res.get("failed"):
+            return ""
+        return "\n".join(res.get("log_lines") or []) or res.get("log") or ""
+
+    def _module(self, module, **params):
+        params.update(self._auth)
+        return self._execute_module(
+            module_name="kubernetes.core." + module, module_args=params, task_vars=self._vars
+        )
+
+
+def _image_digest(pod):
+    """The digest the kubelet reports for the probe container's image (imageID), or None."""
+    for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        image_id = cs.get("imageID") or ""
+        if "@sha256:" in image_id:
+            return image_id.rsplit("@", 1)[1]
+    return None
