@@ -329,3 +329,42 @@ def test_job_and_pod_states():
     older = {"metadata": {"name": "a", "creationTimestamp": "2026-01-01T00:00:00Z"}}
     newer = {"metadata": {"name": "b", "creationTimestamp": "2026-01-01T00:00:05Z"}}
     assert job_watch.newest_pod([newer, older])["metadata"]["name"] == "b"
+
+
+def _live(uri="pvc://models/chat", args=("--model=/mnt/models/target",)):
+    return {"spec": {"predictor": {"model": {"storageUri": uri, "args": list(args)}}}}
+
+
+DRAFT_ARG = '--speculative-config={"method": "draft_model", "model": "/mnt/models/draft"}'
+
+
+@pytest.mark.parametrize(
+    "live, why",
+    [
+        (_live(), "is the live engine's --model /mnt/models/target"),
+        (_live(args=[DRAFT_ARG]), "is the live engine's draft /mnt/models/draft"),
+        (_live(args=["--model", "/mnt/models"]), "lies inside the live engine's --model /mnt/models"),
+        (_live(args=[]), "lies inside the live storageUri pvc://models/chat"),
+        (_live(uri="pvc://models/chat/target", args=["--model=/mnt/models"]), "is the live engine's --model"),
+    ],
+)
+def test_force_never_overwrites_what_the_live_service_serves(live, why):
+    with pytest.raises(
+        pvc_staging.PlanError, match="force: true would overwrite the .* on PVC models while it " + why
+    ):
+        pvc_staging.build_plan(params(force=True, live_inferenceservice=live))
+    assert pvc_staging.build_plan(params(live_inferenceservice=live))["needed"]  # without force: as before
+
+
+@pytest.mark.parametrize(
+    "live",
+    [
+        None,
+        _live(uri="pvc://other-claim/chat"),
+        _live(uri="pvc://models/chat-v2"),
+        _live(uri="hf://org/model"),
+    ],
+)
+def test_force_stages_where_the_live_service_does_not_serve(live):
+    plan = pvc_staging.build_plan(params(force=True, live_inferenceservice=live))
+    assert plan["needed"] and [a["role"] for a in plan["request"]["artifacts"]] == ["target", "draft"]

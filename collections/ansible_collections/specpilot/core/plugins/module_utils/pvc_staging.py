@@ -24,7 +24,7 @@ import inspect
 import json
 import re
 
-from ansible_collections.specpilot.core.plugins.module_utils import stager
+from ansible_collections.specpilot.core.plugins.module_utils import data_safety, rollback, stager
 
 __metaclass__ = type
 
@@ -197,6 +197,7 @@ def build_plan(p):
         )
         if not ok:
             todo.append(entry)
+    refuse_forced_overwrite(p, pvc["name"], todo)
     for entry in todo:
         if entry["uri"].startswith("pvc://") and parse_pvc_uri(entry["uri"])[0] == pvc["name"]:
             entry["src_root"] = DEST_MOUNT  # the source lives on the destination PVC
@@ -242,6 +243,24 @@ def build_plan(p):
     return out
 
 
+def refuse_forced_overwrite(p, claim, todo):
+    """``force`` overwrites files that differ: never in what the live service serves from this claim
+    (``p["live_inferenceservice"]``; data_safety.delete_refusal: equals, contains or lies inside)."""
+    if not p.get("force"):
+        return
+    live_claim, served = rollback.pvc_served(p.get("live_inferenceservice"))
+    if live_claim != claim:
+        return
+    for entry in todo:
+        why = data_safety.delete_refusal(entry["dest"], served)
+        if why:
+            raise PlanError(
+                "force: true would overwrite the %s directory %r on PVC %s while it %s. Nothing was changed: "
+                "stage into another directory (specpilot_pvc.path), or without force"
+                % (entry["role"], entry["dest"], claim, why)
+            )
+
+
 def pvc_manifest(name, namespace, pvc, labels=None):
     spec = {
         "accessModes": list(pvc.get("access_modes") or ["ReadWriteOnce"]),
@@ -263,13 +282,16 @@ def pvc_manifest(name, namespace, pvc, labels=None):
 def job_manifest(p, job_name, namespace, labels, pvc_name, todo):
     command = list(p.get("command") or ["python3"])
     command += ["%s/stager.py" % PROGRAM_MOUNT, "--request", "%s/request.json" % PROGRAM_MOUNT]
+    # /tmp: an emptyDir, so that the container's root filesystem can be read-only
     mounts = [
         {"name": "program", "mountPath": PROGRAM_MOUNT, "readOnly": True},
         {"name": "dest", "mountPath": DEST_MOUNT},
+        {"name": "tmp", "mountPath": "/tmp"},
     ]
     volumes = [
         {"name": "program", "configMap": {"name": job_name}},
         {"name": "dest", "persistentVolumeClaim": {"claimName": pvc_name}},
+        {"name": "tmp", "emptyDir": {}},
     ]
     seen = {pvc_name}
     for entry in todo:
@@ -281,7 +303,11 @@ def job_manifest(p, job_name, namespace, labels, pvc_name, todo):
             vol = "src-%d" % len(seen)
             mounts.append({"name": vol, "mountPath": "%s/%s" % (SRC_MOUNT, claim), "readOnly": True})
             volumes.append({"name": vol, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
-    env = [{"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}]
+    env = [
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+        {"name": "HOME", "value": "/tmp"},
+    ]
     env += copy.deepcopy(p.get("extra_env") or [])
     env_from = []
     by_role = {a["role"]: a for a in (p.get("artifacts") or [])}

@@ -421,7 +421,9 @@ def pvc_served(isvc, mount_root=MOUNT_ROOT):
         if path
     }
     served = {what: sub for what, sub in served.items() if sub is not None}
-    return claim, served or {"the live storageUri pvc://%s/%s" % (claim, base): data_safety.relative(base, "/")}
+    return claim, served or {
+        "the live storageUri pvc://%s/%s" % (claim, base): data_safety.relative(base, "/")
+    }
 
 
 def _pvc_target(predictor, path, served, mount_root=MOUNT_ROOT):

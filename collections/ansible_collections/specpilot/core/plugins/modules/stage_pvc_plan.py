@@ -74,9 +74,18 @@ options:
     description: Name of the status ConfigMap (default C(specpilot-stage-<pvc name>)).
     type: str
   force:
-    description: Stage again and overwrite files on the PVC that differ from the source.
+    description:
+      - Stage again and overwrite files on the PVC that differ from the source.
+      - Refused (the plan fails, nothing changes) when a directory to stage is, contains or lies inside what
+        O(live_inferenceservice) serves from this PVC (its C(--model), C(--tokenizer), draft, else its whole
+        C(storageUri) directory).
     type: bool
     default: false
+  live_inferenceservice:
+    description:
+      - The service's live InferenceService (as read from the cluster), or null when there is none. Only read
+        with O(force).
+    type: dict
   recheck:
     description: Run the Job even when the status ConfigMap says staged (it re-verifies every file).
     type: bool
@@ -255,6 +264,7 @@ def main():
             status_data=dict(type="dict"),
             status_configmap_name=dict(type="str"),
             force=dict(type="bool", default=False),
+            live_inferenceservice=dict(type="dict"),
             recheck=dict(type="bool", default=False),
             verify=dict(type="str", choices=["sha256", "size"], default="sha256"),
             layout_check=dict(type="bool", default=True),
