@@ -282,3 +282,21 @@ def test_a_typed_fact_the_pvc_contradicts_is_an_error(tmp_path):
     result = validate(lab_spec(), {"probed": probed})
     (error,) = [e for e in result["errors"] if e["code"] == "model-fact-conflict"]
     assert error["path"] == "draft.hidden_size" and "128" in error["message"] and "64" in error["message"]
+
+
+def test_auto_creates_a_job_only_for_what_the_spec_leaves_open():
+    """The lab inventory types every fact and declares its release: no Job (its release is checked against
+    a cached probe); auto, or an untyped fact a check needs, asks for it; always asks for both."""
+    assert cp.wanted(lab_spec()) == {"version": False, "models": False}
+    assert cp.wanted(lab_spec(vllm_version="auto")) == {"version": True, "models": False}
+    no_version = lab_spec()
+    no_version.pop("vllm_version")
+    assert cp.wanted(no_version)["version"]
+    assert cp.wanted(lab_draft_spec()) == {"version": False, "models": True}
+    eagle3 = lab_draft_spec(speculative={"method": "eagle3", "num_speculative_tokens": 3})
+    assert cp.wanted(eagle3)["models"]
+    # ngram needs no model fact: untyped facts ask for nothing
+    assert not cp.wanted(lab_draft_spec(speculative={"method": "ngram", "num_speculative_tokens": 3}))[
+        "models"
+    ]
+    assert cp.wanted(lab_spec(), "always") == {"version": True, "models": True}

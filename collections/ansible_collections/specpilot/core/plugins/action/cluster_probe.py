@@ -47,14 +47,19 @@ class ActionModule(ControllerAction):
         )
         image, ns = first["image"], first["namespace"]
         result["image"] = image
-        if not self._reader.get("Namespace", "v1", name=ns):
+        if not self._namespace_exists(ns):
             return self._unavailable(result, "the namespace %s does not exist yet, so no probe Job ran" % ns)
+        want = cp.wanted(spec, params["mode"])
         cached = self._cached(params, image, ns)
-        claim_problem = self._claim_problem(spec, ns) if first["models"] else None
+        claim_problem = self._claim_problem(spec, ns) if first["models"] and want["models"] else None
         options = dict(
-            params, suffix=secrets.token_hex(3), read_models=bool(first["models"]) and not claim_problem
+            params,
+            suffix=secrets.token_hex(3),
+            read_models=params["read_models"] and want["models"] and not claim_problem,
         )
-        plan = cp.plan(spec, version_needed=params["read_version"] and not cached, options=options)
+        plan = cp.plan(
+            spec, version_needed=params["read_version"] and want["version"] and not cached, options=options
+        )
         result["cached_version"] = bool(cached)
         if self._task.check_mode:
             probed = cp.probed({}, plan, image, source="cache")
@@ -73,6 +78,14 @@ class ActionModule(ControllerAction):
         result["probed"] = probed
         result["vllm_version"] = probed.get("vllm_version")
         return result
+
+    def _namespace_exists(self, ns):
+        try:
+            return bool(self._reader.get("Namespace", "v1", name=ns))
+        except (
+            Exception
+        ):  # pylint: disable=broad-except  # not allowed to read namespaces: creating the Job tells
+            return True
 
     def _unavailable(self, result, why):
         result.update(probed={"unavailable": why, "models": {}}, msg=why)

@@ -103,6 +103,27 @@ def models_to_read(spec):
     return out
 
 
+def wanted(spec, mode="auto"):
+    """{version, models}: what a probe Job must read.  always: both (the version unless cached, the PVC's
+    facts when the service reads its models from one); auto: only what validation cannot do without -
+    the version when vllm_version is auto (or unset with a runtime image), the PVC's facts when a check
+    needs a fact that the spec does not type (model_facts.needed_facts) for an artifact on the PVC.  In
+    auto, a declared version is still checked against the image's release when a probe cached it."""
+    spec = _normalised(spec)
+    models = models_to_read(spec)
+    if mode == "always":
+        return {"version": True, "models": bool(models)}
+    speculative = spec.get("speculative") if isinstance(spec.get("speculative"), dict) else {}
+    needed = model_facts.needed_facts(speculative.get("method"), bool(spec.get("draft")))
+    untyped = [
+        role
+        for _check, role, keys in needed
+        if role in {m["role"] for m in models}
+        and not any((spec.get(role) or {}).get(k) is not None for k in keys)
+    ]
+    return {"version": spec.get("vllm_version") in (None, "auto"), "models": bool(untyped)}
+
+
 def _normalised(spec):
     for key in ("name", "namespace"):
         if not isinstance((spec or {}).get(key), str):
@@ -465,6 +486,7 @@ ARGUMENT_SPEC = dict(
     deploy_args.K8S_AUTH,
     spec={"type": "dict"},
     default_name={"type": "str"},
+    mode={"type": "str", "default": "auto", "choices": ["auto", "always"]},
     read_version={"type": "bool", "default": True},
     read_models={"type": "bool", "default": True},
     use_cache={"type": "bool", "default": True},

@@ -50,6 +50,15 @@ options:
   default_name:
     description: The service name when the spec has none (default - the inventory host name).
     type: str
+  mode:
+    description:
+      - C(auto) creates a Job only for what validation cannot do without - the version when the spec's
+        C(vllm_version) is C(auto) or unset, the PVC's facts when a check needs a fact the spec does not type for an
+        artifact on the PVC. The cached version is returned in any case, so a declared release is checked against it.
+      - C(always) reads the version unless it is cached, and the PVC's facts whenever the models are on a PVC.
+    type: str
+    choices: [auto, always]
+    default: auto
   read_version:
     description: Read the image's vLLM release (from the cache when it holds it).
     type: bool
