@@ -224,6 +224,8 @@ def test_a_declared_release_the_image_does_not_hold_is_an_error_naming_both():
     (error,) = [e for e in result["errors"] if e["code"] == "vllm-version-image"]
     assert error["path"] == "vllm_version"
     assert "0.19.1" in error["message"] and "0.32.0" in error["message"] and IMAGE in error["message"]
+    # the rest of the spec is still checked, and the report names the service
+    assert result["report"].startswith("specpilot validate: lab-draft (namespace specpilot-lab, vLLM 0.19.1")
     assert validate(lab_spec(), {"probed": {"vllm_version": "0.32.0+cpu"}})["ok"]
 
 

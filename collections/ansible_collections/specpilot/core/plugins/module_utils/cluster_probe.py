@@ -363,7 +363,11 @@ def cache_configmap(namespace, data):
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": CACHE_CONFIGMAP, "namespace": namespace, "labels": dict(LABELS)},
+        "metadata": {
+            "name": CACHE_CONFIGMAP,
+            "namespace": namespace,
+            "labels": dict(LABELS, **{"app.kubernetes.io/name": CACHE_CONFIGMAP}),
+        },
         "data": data,
     }
 
@@ -395,15 +399,21 @@ def remember_version(entry, environ=None):
 
 
 # ---------------------------------------------------------------- vllm_version auto, into the validation
+def default_version(raw):
+    """vllm_version auto where it is unset and runtime.image is given; returns the image (or None)."""
+    runtime = raw.get("runtime") if isinstance(raw.get("runtime"), dict) else {}
+    image = runtime.get("image") if isinstance(runtime.get("image"), str) else None
+    if raw.get("vllm_version") is None and image:
+        raw["vllm_version"] = "auto"
+    return image
+
+
 def resolve_version(raw, probe, findings, environ=None):
     """vllm_version of a raw spec, as the image says: ``auto`` (the default when runtime.image is given)
     becomes the probed release, else the controller's cached probe of the image, else
     vllm_version_fallback; a declared release the probe contradicts is an error naming both.  Sets
     raw["vllm_version"]; returns {value, source (declared, image, cache, fallback or None), image, ...}."""
-    runtime = raw.get("runtime") if isinstance(raw.get("runtime"), dict) else {}
-    image = runtime.get("image") if isinstance(runtime.get("image"), str) else None
-    if raw.get("vllm_version") is None and image:
-        raw["vllm_version"] = "auto"
+    image = default_version(raw)
     declared = raw.get("vllm_version")
     probe = probe if isinstance(probe, dict) else {}
     out = {"declared": declared, "value": declared, "source": "declared", "image": image}

@@ -526,8 +526,7 @@ def _validate(spec, options):
             raw[key] = _drop_nulls(value)
     if options.get("kserve_version"):
         raw["kserve_version"] = str(options["kserve_version"])
-    # vllm_version auto (the default with runtime.image): the release read from the image (cluster_probe.py)
-    result["vllm_version"] = cluster_probe.resolve_version(raw, options.get("probed"), findings)
+    cluster_probe.default_version(raw)  # vllm_version auto, the default with runtime.image
     schema, index, loader = SERVICE_SCHEMA, None, None
     if options.get("schema_dir"):
         schema, index, loader = load_schemas(options["schema_dir"])
@@ -535,6 +534,8 @@ def _validate(spec, options):
     _schema_errors(raw, schema, findings)
     schema_ok = not findings.errors
     _variable_typos(options.get("variable_names") or (), findings)
+    # auto: the release read from the image (cluster_probe.py); a declared one the image contradicts is an error
+    result["vllm_version"] = cluster_probe.resolve_version(raw, options.get("probed"), findings)
 
     vllm_version, profile, info, kserve_version = _versions(raw, index, loader, findings)
     # The run's specpilot_override_* variables change the speculative section before any check,
