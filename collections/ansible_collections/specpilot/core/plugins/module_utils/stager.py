@@ -1500,6 +1500,17 @@ def manifest_digest(files):
     return "sha256:" + hashlib.sha256(canonical_json(files).encode()).hexdigest()
 
 
+def already_staged(dest, art):
+    """Whether ``dest`` holds ``art`` as its request asks - the marker's request digest, every file
+    with its size - without reading a source (what a check-mode run can tell)."""
+    marker = read_marker(dest)
+    return bool(
+        marker
+        and marker.get("request_digest") == art.get("request_digest")
+        and verify_against_marker(dest, marker, full=False) is None
+    )
+
+
 def verify_against_marker(dest, marker, full=True):
     """None when every file of the marker is present with its size (and sha256 when full);
     else (file, problem)."""

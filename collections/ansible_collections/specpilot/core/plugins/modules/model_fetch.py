@@ -87,7 +87,8 @@ EXAMPLES = r"""
 RETURN = r"""
 artifacts:
   description: Per artifact - C(role), C(subdir), C(path), C(changed), C(files), C(bytes), C(bytes_downloaded),
-    C(bytes_reused), C(bytes_resumed), C(revision), C(resolved_revision), C(layout).
+    C(bytes_reused), C(bytes_resumed), C(revision), C(resolved_revision), C(layout). In check mode C(role), C(subdir),
+    C(path) and C(changed) (whether a run would fetch it; nothing is fetched or written).
   type: list
   elements: dict
   returned: always
@@ -107,6 +108,13 @@ from ansible_collections.specpilot.core.plugins.module_utils import stager
 from ansible_collections.specpilot.core.plugins.module_utils.pvc_staging import PlanError, artifact_request
 
 
+def _would_fetch(p, entry):
+    """Check mode: whether a run would fetch the artifact (read from its marker only)."""
+    path = os.path.join(p["dest"], entry["dest"])
+    staged = not p["force"] and stager.already_staged(path, entry)
+    return {"role": entry["role"], "subdir": entry["dest"], "path": path, "changed": not staged}
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -119,7 +127,7 @@ def main():
             verify=dict(type="str", choices=["sha256", "size"], default="size"),
             layout_check=dict(type="bool", default=True),
         ),
-        supports_check_mode=False,
+        supports_check_mode=True,
     )
     p = module.params
     entries = []
@@ -140,6 +148,9 @@ def main():
             entries.append(entry)
     except PlanError as exc:
         module.fail_json(msg="model_fetch: %s" % exc)
+    if module.check_mode:
+        arts = [_would_fetch(p, entry) for entry in entries]
+        module.exit_json(changed=any(a["changed"] for a in arts), artifacts=arts, log=[])
     os.makedirs(p["dest"], exist_ok=True)
     out = io.StringIO()
     request = {
