@@ -1,0 +1,173 @@
+"""Least privilege, shipped and proven (issue 19, item 2): playbooks/rbac.yml (roles/specpilot_rbac), run
+once as the lab admin, creates the automation's ServiceAccount, Role, RoleBinding and cluster reads; a
+token of that ServiceAccount from the TokenRequest API (what ``kubectl create token`` asks for) then runs
+validate, deploy (its staging Job included, as the token-less ``specpilot-jobs``), smoke and rollback in
+the lab, whose API emulator enforces RBAC as kube-apiserver does. Then a few representative rules, one at
+a time, are taken out of the shipped Role or ClusterRole: the playbook that needs the rule fails, with the
+API server's message naming the verb, the resource and the namespace. (Not every rule: each failing run
+costs an ansible-playbook; tests/emulator/test_auth.py covers the matching itself.)
+
+The lab: the emulator and the controller (KServe's stand-in, with the admin's kubeconfig), the stand-in
+engine (lab/specpilot_lab/fake_engine.py); staging copies the model over HTTP onto the PVC.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+
+import pytest
+from smoke_lab import NAMESPACE, SmokeLab
+from test_connection_variable_fake import SERVICE, _env, _inventory, _run, _words
+
+import staging_support as ss
+from specpilot_lab import engine
+from specpilot_lab.apiserver.server import write_kubeconfig
+from specpilot_lab.controller.jobs import bwrap_available
+
+pytestmark = [
+    pytest.mark.lab,
+    pytest.mark.slow,
+    pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run lab Jobs here"),
+]
+
+SA = "specpilot-automation"
+USER = f"system:serviceaccount:{NAMESPACE}:{SA}"
+RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
+ROLE = f"{RBAC_API}/namespaces/{NAMESPACE}/roles/{SA}"
+CLUSTER_ROLE = f"{RBAC_API}/clusterroles/{SA}-{NAMESPACE}-cluster-read"
+
+# (the role object, a resource its rule names, the playbook that needs it, what the 403 says)
+WITHOUT = [
+    (
+        ROLE,
+        "leases",
+        "deploy.yml",
+        f'User "{USER}" cannot get resource "leases" in API group "coordination.k8s.io" in the namespace "{NAMESPACE}"',
+    ),
+    (
+        ROLE,
+        "inferenceservices",
+        "smoke.yml",
+        f'User "{USER}" cannot get resource "inferenceservices" in API group "serving.kserve.io" in the namespace '
+        f'"{NAMESPACE}"',
+    ),
+    (
+        CLUSTER_ROLE,
+        "customresourcedefinitions",
+        "deploy.yml",
+        f'User "{USER}" cannot get resource "customresourcedefinitions" in API group "apiextensions.k8s.io" '
+        "at the cluster scope",
+    ),
+]
+
+
+def _token_kubeconfig(lab: SmokeLab, root: Path) -> Path:
+    """A kubeconfig holding only a token of the shipped ServiceAccount (TokenRequest, one hour)."""
+    r = lab.emu.request("POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{SA}/token", {"spec": {}})
+    assert r.status == 201, r
+    return write_kubeconfig(
+        root / "automation.kubeconfig",
+        lab.emu.url.replace("http://", "https://"),
+        NAMESPACE,
+        token=r.json()["status"]["token"],
+        user=SA,
+        ca_file=lab.emu.state_dir / "apiserver.crt",
+    )
+
+
+def _without_rule(lab: SmokeLab, path: str, resource: str) -> dict:
+    """Take the rule naming ``resource`` out of the (Cluster)Role at ``path``; returns the object before."""
+    before = lab.emu.request("GET", path).json()
+    after = copy.deepcopy(before)
+    after["rules"] = [r for r in after["rules"] if resource not in r.get("resources", [])]
+    assert len(after["rules"]) == len(before["rules"]) - 1, before["rules"]
+    assert lab.emu.request("PUT", path, after).status == 200
+    return before
+
+
+def _put_back(lab: SmokeLab, path: str, before: dict) -> None:
+    current = lab.emu.request("GET", path).json()
+    body = dict(
+        before, metadata=dict(before["metadata"], resourceVersion=current["metadata"]["resourceVersion"])
+    )
+    assert lab.emu.request("PUT", path, body).status == 200
+
+
+def test_playbooks_run_with_only_the_shipped_role_and_each_rule_is_needed(tmp_path):
+    started = time.monotonic()
+    lab = SmokeLab(tmp_path, engine.fake_engine_python(tmp_path))
+    try:
+        lab.models_pvc(None)
+        ss.make_model(tmp_path / "src" / "target", hidden=128, weight_bytes=256 * 1024)
+        ss.sha256sums(tmp_path / "src" / "target")
+        with ss.ModelHTTPServer(tmp_path / "src") as srv:
+            inv = _inventory(tmp_path, srv.files_url("target/"))
+            env = _env(lab, tmp_path)
+            reports = {"specpilot_report_dir": str(tmp_path / "reports")}
+            admin = dict(reports, specpilot_k8s_kubeconfig=str(lab.emu.kubeconfig))
+            rc, out = _run(env, inv, "rbac.yml", admin)
+            assert rc == 0, out[-6000:]
+            jobs_sa = lab.get("v1", "ServiceAccount", "specpilot-jobs", NAMESPACE)
+            assert jobs_sa["automountServiceAccountToken"] is False
+
+            mark = lab.emu.control.mark()
+            automation = dict(
+                reports,
+                specpilot_k8s_kubeconfig=str(_token_kubeconfig(lab, tmp_path)),
+                specpilot_stage_pvc_service_account="specpilot-jobs",
+                specpilot_rollback_reclaim_service_account="specpilot-jobs",
+            )
+            for playbook in ("validate.yml", "deploy.yml", "smoke.yml", "rollback.yml"):
+                rc, out = _run(env, inv, playbook, automation)
+                assert rc == 0, f"{playbook}:\n{out[-6000:]}"
+            assert not [
+                a for a in lab.isvc(SERVICE)["spec"]["predictor"]["model"]["args"] if "speculative" in a
+            ]
+            job = lab.emu.request("GET", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs").json()["items"][0]
+            pod = job["spec"]["template"]["spec"]
+            assert (
+                pod["serviceAccountName"] == "specpilot-jobs" and pod["automountServiceAccountToken"] is False
+            )
+            assert pod["securityContext"]["runAsNonRoot"] and pod["containers"][0]["securityContext"] == {
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+                "readOnlyRootFilesystem": True,
+                "runAsNonRoot": True,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            }
+            # everything the playbooks asked for went as the ServiceAccount, and nothing was refused
+            mine = [e for e in lab.emu.control.requests(since=mark) if e["user"] == USER]
+            assert mine and not [e for e in mine if e["code"] in (401, 403)]
+            assert not [e for e in mine if e["resource"] == "secrets"]
+
+            for path, resource, playbook, message in WITHOUT:
+                before = _without_rule(lab, path, resource)
+                try:
+                    rc, out = _run(env, inv, playbook, automation)
+                finally:
+                    _put_back(lab, path, before)
+                assert rc != 0, f"{playbook} passed without the rule for {resource}:\n{out[-4000:]}"
+                # the Status message, JSON-quoted inside the task's error
+                assert message in _words(out.replace('\\"', '"')), f"without {resource}:\n{out[-6000:]}"
+    finally:
+        lab.close()
+    print(
+        f"\n[rbac] rbac.yml, validate, deploy, smoke, rollback as the ServiceAccount, {len(WITHOUT)} rules out: "
+        f"{time.monotonic() - started:.0f}s"
+    )
+
+
+def test_anonymous_requests_are_refused_with_401(emulator):
+    """Must show (issue 19): in the lab, an anonymous request to the API server is refused with 401."""
+    for path in ("/api/v1/secrets", "/api/v1/namespaces/default/secrets", "/apis", "/version"):
+        r = emulator.request("GET", path, token=None)
+        assert r.status == 401, (path, r)
+        assert json.loads(r.body)["reason"] == "Unauthorized"
+    body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}, "stringData": {"k": "v"}}
+    assert emulator.request("POST", "/api/v1/namespaces/default/secrets", body, token=None).status == 401
+    assert (
+        emulator.request("GET", "/api/v1/namespaces/default/secrets/x").status == 404
+    )  # nothing was written
