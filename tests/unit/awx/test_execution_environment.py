@@ -3,6 +3,7 @@ installs exactly the project's own requirement files (no copy that could drift).
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -131,3 +132,50 @@ def test_introspection_combines_the_project_pins_with_the_collections(context):
             assert req.specifier.contains(version), f"{line}: the project pins {pinned}"
     system = out_bindep.read_text()
     assert "skopeo [platform:rpm]  # from collection user" in system
+
+
+FETCH_VENV = "/opt/specpilot-fetch"
+FETCH_PACKAGES = {"boto3", "huggingface_hub"}
+
+
+def test_the_fetch_packages_live_in_their_own_virtualenv(context):
+    """model_fetch needs boto3 (s3://) and huggingface_hub (hf://): requirements-fetch.txt holds them, the EE
+    builds a virtualenv from that very file, the Modelcar role runs the fetch with its interpreter, and
+    neither requirements.txt nor the EE's main environment names them (botocore's python-dateutil < 3
+    against the kubernetes client's >= 3)."""
+    fetch = pins(ROOT / "requirements-fetch.txt")
+    assert set(fetch) == FETCH_PACKAGES and all(str(r.specifier).startswith("==") for r in fetch.values())
+    assert not FETCH_PACKAGES & set(pins(ROOT / "requirements.txt"))
+    assert (context / "_build" / "fetch" / "requirements-fetch.txt").read_bytes() == (
+        ROOT / "requirements-fetch.txt"
+    ).read_bytes()
+    containerfile = (context / "Containerfile").read_text()
+    assert "COPY _build/fetch/requirements-fetch.txt /tmp/requirements-fetch.txt" in containerfile
+    assert (
+        f"RUN /usr/bin/python3.11 -m venv {FETCH_VENV} && {FETCH_VENV}/bin/python -m pip install"
+        " --no-cache-dir -r /tmp/requirements-fetch.txt" in containerfile
+    )
+    role_vars = yaml.safe_load((ROOT / "roles/specpilot_stage_modelcar/vars/main.yml").read_text())
+    assert role_vars["__specpilot_stage_modelcar_ee_fetch_python"] == f"{FETCH_VENV}/bin/python"
+    # the lab and the tests get the same pins (.venv-staging)
+    assert "-r requirements-fetch.txt" in requirement_lines(ROOT / "requirements-staging.txt")
+
+
+def _pip_dry_run(*files):
+    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+           "--disable-pip-version-check"]
+    for name in files:
+        cmd += ["-r", str(ROOT / name)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+
+
+@pytest.mark.skipif(not os.environ.get("SPECPILOT_NETWORK_TESTS"),
+                    reason="resolves against PyPI (network): SPECPILOT_NETWORK_TESTS=1; not part of make test")
+def test_each_ee_environment_resolves_and_the_two_cannot_share_one():
+    """pip's resolver against PyPI (about a minute): requirements.txt and requirements-fetch.txt each
+    resolve; together they do not (python-dateutil), which is why the fetch has its own virtualenv."""
+    for name in ("requirements.txt", "requirements-fetch.txt"):
+        proc = _pip_dry_run(name)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    both = _pip_dry_run("requirements.txt", "requirements-fetch.txt")
+    assert both.returncode != 0 and "ResolutionImpossible" in both.stderr
