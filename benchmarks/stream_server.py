@@ -32,6 +32,100 @@ import os
 import sys
 import time
 
+# vLLM 0.32's histogram buckets (tests/data/vllm/lab_0.32.0/*/metrics.txt), seconds
+BUCKETS = {
+    "vllm:time_to_first_token_seconds": [
+        0.001,
+        0.005,
+        0.01,
+        0.02,
+        0.04,
+        0.06,
+        0.08,
+        0.1,
+        0.25,
+        0.5,
+        0.75,
+        1.0,
+        2.5,
+        5.0,
+        7.5,
+        10.0,
+        20.0,
+        40.0,
+        80.0,
+        160.0,
+        640.0,
+        2560.0,
+    ],
+    "vllm:inter_token_latency_seconds": [
+        0.01,
+        0.025,
+        0.05,
+        0.075,
+        0.1,
+        0.15,
+        0.2,
+        0.3,
+        0.4,
+        0.5,
+        0.75,
+        1.0,
+        2.5,
+        5.0,
+        7.5,
+        10.0,
+        20.0,
+        40.0,
+        80.0,
+    ],
+    "vllm:request_time_per_output_token_seconds": [
+        0.01,
+        0.025,
+        0.05,
+        0.075,
+        0.1,
+        0.15,
+        0.2,
+        0.3,
+        0.4,
+        0.5,
+        0.75,
+        1.0,
+        2.5,
+        5.0,
+        7.5,
+        10.0,
+        20.0,
+        40.0,
+        80.0,
+    ],
+    "vllm:e2e_request_latency_seconds": [
+        0.3,
+        0.5,
+        0.8,
+        1.0,
+        1.5,
+        2.0,
+        2.5,
+        5.0,
+        10.0,
+        15.0,
+        20.0,
+        30.0,
+        40.0,
+        50.0,
+        60.0,
+        120.0,
+        240.0,
+        480.0,
+        960.0,
+        1920.0,
+        7680.0,
+    ],
+}
+HIST = dict((name, {"buckets": [0] * len(b), "count": 0, "sum": 0.0}) for name, b in BUCKETS.items())
+
 STATE = {
     "in_flight": 0,
     "requests": 0,
@@ -40,7 +134,29 @@ STATE = {
     "accepted": 0,
     "gen_tokens": 0,
     "per_pos": [],
+    "finished": 0,
 }
+
+
+def observe(name, value):
+    """One observation of a vLLM histogram (cumulative buckets, as prometheus_client keeps them)."""
+    h = HIST[name]
+    h["count"] += 1
+    h["sum"] += value
+    for i, le in enumerate(BUCKETS[name]):
+        if value <= le:
+            h["buckets"][i] += 1
+
+
+def _observe_request(t0, first, last, n, gaps):
+    """What vLLM records when a request finishes (v1/metrics/stats.py: TTFT, the inter-token
+    gaps, the request's TPOT, E2E) and request_success{finished_reason="length"}."""
+    observe("vllm:time_to_first_token_seconds", first - t0)
+    for gap in gaps:
+        observe("vllm:inter_token_latency_seconds", gap)
+    observe("vllm:request_time_per_output_token_seconds", (last - first) / (n - 1) if n > 1 else 0.0)
+    observe("vllm:e2e_request_latency_seconds", last - t0)
+    STATE["finished"] += 1
 
 
 def parse_args(argv=None):
@@ -94,6 +210,17 @@ def metrics_text(args):
         "# TYPE vllm:generation_tokens_total counter",
         "vllm:generation_tokens_total{%s} %d" % (lbl, STATE["gen_tokens"]),
     ]
+    lines += [
+        "# TYPE vllm:request_success_total counter",
+        'vllm:request_success_total{%s,finished_reason="length"} %d' % (lbl, STATE["finished"]),
+    ]
+    for name, h in HIST.items():
+        lines.append("# TYPE %s histogram" % name)
+        for le, n in zip(BUCKETS[name], h["buckets"]):
+            lines.append('%s_bucket{%s,le="%s"} %d' % (name, lbl, le, n))
+        lines.append('%s_bucket{%s,le="+Inf"} %d' % (name, lbl, h["count"]))
+        lines.append("%s_count{%s} %d" % (name, lbl, h["count"]))
+        lines.append("%s_sum{%s} %r" % (name, lbl, h["sum"]))
     if args.spec:
         k = int(args.spec.get("num_speculative_tokens", 3))
         for name, key in (
@@ -132,6 +259,8 @@ async def _stream(writer, args, body, chat):
     n = int(body.get("max_tokens") or args.tokens)
     usage = (body.get("stream_options") or {}).get("include_usage")
     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+    t0 = time.time()
+    stamps = []
     if args.ttft_ms:
         await asyncio.sleep(args.ttft_ms / 1000.0)
     emitted, carry, first = 0, 0.0, True
@@ -172,8 +301,12 @@ async def _stream(writer, args, body, chat):
             continue
         writer.write(_sse(obj))
         await writer.drain()
+        stamps += [time.time()] * step
     if held:
         writer.write(b"".join(held))
+        stamps += [time.time()] * (n - len(stamps))
+    if stamps:
+        _observe_request(t0, stamps[0], stamps[-1], n, [b - a for a, b in zip(stamps, stamps[1:])])
     if usage:
         writer.write(
             _sse(

@@ -496,8 +496,21 @@ class Controller:
             old = []
         for r in old + new:
             self.kube.patch_status("pod", r.name, ns, r.pod_status())
+            self._annotate_engine_url(r)
         self._deployment_status(deploy, old, new, thash)
         return dict(plan, deploy=deploy, old=old, new=new)
+
+    def _annotate_engine_url(self, run: PredictorRun) -> None:
+        """The pod's engine as this machine reaches it (podIP:8080 on a cluster; here the engine's
+        own port), once it serves: what reads one pod's /metrics (the canary's arms) uses it."""
+        url = f"http://127.0.0.1:{run.port}"
+        if not run.ready or (run.pod["metadata"].get("annotations") or {}).get(LOCAL_URL_ANNOTATION) == url:
+            return
+        pod = self.kube.patch(
+            "pod", run.name, run.namespace, {"metadata": {"annotations": {LOCAL_URL_ANNOTATION: url}}}
+        )
+        if pod is not None:
+            run.pod["metadata"].setdefault("annotations", {})[LOCAL_URL_ANNOTATION] = url
 
     def _delete_orphans(self, ns: str, name: str, expected: set[str]) -> None:
         """Predictor Deployments and Services of the InferenceService that no predictor or canary

@@ -98,6 +98,9 @@ DEFAULTS = {
     "label": None,
     "progress_interval": 10.0,
     "max_requests": None,
+    # a new connection per request: a Service that balances per connection (kube-proxy, the lab's)
+    # then spreads the requests, as a gateway that splits per request would (the canary's traffic)
+    "force_close": False,
 }
 APIS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
@@ -598,7 +601,8 @@ async def _run_many_async(configs, progress=None):
     timeout = max(c["timeout"] for c in configs)
     limit = max([c["concurrency"] or 0 for c in configs] + [0])
     ssl = all(bool(c.get("verify_ssl", True)) for c in configs)
-    connector = aiohttp.TCPConnector(limit=limit or 0, ssl=ssl)
+    force_close = any(bool(c.get("force_close")) for c in configs)
+    connector = aiohttp.TCPConnector(limit=limit or 0, ssl=ssl, force_close=force_close)
     async with aiohttp.ClientSession(
         connector=connector, timeout=aiohttp.ClientTimeout(total=timeout), auto_decompress=True
     ) as session:

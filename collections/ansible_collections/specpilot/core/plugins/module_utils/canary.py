@@ -38,15 +38,21 @@ to live traffic and are not checked.
 
 from __future__ import annotations
 
+import time
+
 from ansible_collections.specpilot.core.plugins.module_utils import bench_verdict
 from ansible_collections.specpilot.core.plugins.module_utils.vllm_metrics import parse_metrics_text
 
 __all__ = [
     "DECISIONS",
     "DEFAULT_MIN_ACCEPTANCE",
+    "arm_pods",
     "arm_window",
     "decide_step",
     "histogram_quantile",
+    "report_markdown",
+    "run_step",
+    "support_problem",
 ]
 
 DECISIONS = ("promote-step", "abort", "extend", "inconclusive")
@@ -274,3 +280,197 @@ def _undecided(out, reasons, extensions_left):
         reasons=reasons
         + ["no extension left (specpilot_canary_max_extensions): the canary stops undecided and is removed"],
     )
+
+
+# --------------------------------------------------------------------------- the step, live
+
+
+def _scrape(fetch, arms):
+    return dict((arm, dict((p["pod"], fetch(p["url"])) for p in pods)) for arm, pods in arms.items())
+
+
+def _windows(arms, before, after):
+    return dict(
+        (
+            arm,
+            arm_window(
+                [
+                    {"pod": p["pod"], "before": before[arm].get(p["pod"]), "after": after[arm][p["pod"]]}
+                    for p in pods
+                ]
+            ),
+        )
+        for arm, pods in arms.items()
+    )
+
+
+def run_step(
+    fetch,
+    arms,
+    window_s,
+    min_requests,
+    max_extensions=0,
+    policy=None,
+    min_acceptance=DEFAULT_MIN_ACCEPTANCE,
+    poll_s=2.0,
+    clock=None,
+    sleep=None,
+    reference=None,
+):
+    """Hold one step and decide it. ``arms``: ``{baseline: [{pod, url}], canary: [{pod, url}]}``
+    (each pod's /metrics URL); ``fetch(url)`` returns a page's text. The window ends after
+    ``window_s`` seconds or as soon as both arms have ``min_requests`` requests; an ``extend``
+    decision holds it another ``window_s`` (the same start), at most ``max_extensions`` times.
+    ``reference``: the baseline's window of an earlier step, compared with instead of the
+    baseline's pods (at 100% the stable predictor serves nothing to measure).
+    Returns :func:`decide_step`'s result with ``window_s`` (seconds held), ``extensions`` and
+    ``baseline_window`` (the baseline's window: the reference of a later step)."""
+    clock = clock or time.monotonic
+    sleep = sleep or time.sleep
+    start = clock()
+    if reference is not None:
+        arms = {"canary": arms["canary"]}
+    before = _scrape(fetch, arms)
+    extensions = 0
+    while True:
+        deadline = clock() + window_s
+        while True:
+            wins = _windows(arms, before, _scrape(fetch, arms))
+            if reference is not None:
+                wins["baseline"] = reference
+            enough = all(w["requests"] >= min_requests for w in wins.values())
+            if enough or clock() >= deadline:
+                break
+            sleep(max(0.0, min(poll_s, deadline - clock())))
+        result = decide_step(
+            wins["baseline"],
+            wins["canary"],
+            policy,
+            min_acceptance,
+            min_requests,
+            max_extensions - extensions,
+        )
+        if result["decision"] != "extend":
+            break
+        extensions += 1
+    result.update(window_s=round(clock() - start, 3), extensions=extensions, baseline_window=wins["baseline"])
+    if reference is not None:
+        result["reasons"] = result["reasons"] + [
+            "the baseline arm is the stable predictor's window of the previous step (it serves no traffic at 100%)"
+        ]
+    result["notes"] = wins["baseline"]["notes"] + wins["canary"]["notes"]
+    return result
+
+
+# --------------------------------------------------------------------------- support and report
+
+
+def support_problem(kserve_version, deployment_mode):
+    """Why this cluster cannot split traffic for a canary ('' when it can). ``kserve_version`` a
+    (major, minor, patch) tuple or None."""
+    if deployment_mode == "Knative":
+        return (
+            "Knative mode (spec.predictor.canaryTrafficPercent) is not implemented by specpilot_canary yet; "
+            "measure with playbooks/benchmark.yml instead"
+        )
+    if kserve_version is None:
+        return (
+            "the KServe version is unknown: set specpilot_kserve_version (spec.canary needs KServe >= 0.20)"
+        )
+    if tuple(kserve_version[:2]) < (0, 20):
+        return (
+            "KServe %s in Standard mode has no traffic split: spec.canary (trafficPercent) arrived in KServe 0.20 "
+            "(kserve/kserve #5672), and a canary is never faked without one; measure speculative decoding with "
+            "playbooks/benchmark.yml (a baseline twin) instead" % ".".join(str(x) for x in kserve_version)
+        )
+    return ""
+
+
+def _fmt(value, unit=""):
+    return "n/a" if value is None else "%.2f%s" % (value, unit)
+
+
+def _ratio_text(entry):
+    if not entry or entry.get("value") is None:
+        return "n/a"
+    ci = entry.get("ci95")
+    return "%.2fx (%s)" % (entry["value"], "95%% CI %.2f-%.2f" % tuple(ci) if ci else "no CI")
+
+
+def report_markdown(report):
+    """The canary report as Markdown: per step both arms' p50/p99, acceptance, decision, reason."""
+    lines = [
+        "# Canary of %s/%s" % (report["namespace"], report["service"]),
+        "",
+        "**%s** - %s" % (report["outcome"].upper(), report["summary"]),
+        "",
+        "Canary predictor `%s` (speculative config `%s`), steps %s %%, window %s s, at least %s requests per arm, "
+        "acceptance floor %s."
+        % (
+            report["canary_name"],
+            report.get("speculative_config"),
+            report["steps_planned"],
+            report["window_s"],
+            report["min_requests"],
+            report["min_acceptance"],
+        ),
+        "",
+    ]
+    for step in report["steps"]:
+        lines += [
+            "## Step %s%% - %s" % (step["traffic_percent"], step["decision"]),
+            "",
+            "Held %s s (%s extension(s)).%s" % (step["window_s"], step["extensions"], ""),
+            "",
+            "| arm | requests | failed | TTFT p50 / p99 ms | TPOT p50 / p99 ms | E2E p50 / p99 ms | acceptance |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for arm in ("baseline", "canary"):
+            a = step["arms"][arm]
+            figs = [a["figures"].get(f) or {} for f in ("ttft", "tpot", "e2e")]
+            acc = (a.get("acceptance") or {}).get("draft_acceptance_rate")
+            lines.append(
+                "| %s | %s | %s | %s | %s | %s | %s |"
+                % (
+                    arm,
+                    a["requests"],
+                    a["failed"],
+                    *["%s / %s" % (_fmt(f.get("p50_ms")), _fmt(f.get("p99_ms"))) for f in figs],
+                    _fmt(acc),
+                )
+            )
+        ratios = step.get("ratios") or {}
+        if ratios:
+            lines += [
+                "",
+                "Speedup (baseline / canary): "
+                + ", ".join(
+                    "%s p50 %s, p99 %s"
+                    % (f.upper(), _ratio_text(ratios.get(f)), _ratio_text((ratios.get(f) or {}).get("p99")))
+                    for f in ("ttft", "tpot", "e2e")
+                ),
+            ]
+        lines += ["", "Reasons:", ""] + ["- %s" % r for r in step["reasons"]] + [""]
+    return "\n".join(lines) + "\n"
+
+
+LAB_URL_ANNOTATION = "specpilot.io/lab-url"
+
+
+def arm_pods(pods, port=8080):
+    """[{pod, url}] of an arm's ready pods: each pod's /metrics at its IP and the engine's port,
+    or where the lab publishes the pod's engine (annotation specpilot.io/lab-url)."""
+    out = []
+    for pod in pods or []:
+        md, st = pod.get("metadata") or {}, pod.get("status") or {}
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or []
+        )
+        if md.get("deletionTimestamp") or not ready:
+            continue
+        base = (md.get("annotations") or {}).get(LAB_URL_ANNOTATION) or (
+            "http://%s:%d" % (st["podIP"], int(port)) if st.get("podIP") else None
+        )
+        if base:
+            out.append({"pod": md.get("name"), "url": base.rstrip("/") + "/metrics"})
+    return sorted(out, key=lambda p: p["pod"])

@@ -1,0 +1,194 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: specpilot maintainers
+# Apache-2.0 (see LICENSE)
+"""Hold one canary step on live traffic and decide it (module_utils/canary.py)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: canary_step
+short_description: Hold one step of a canary on live traffic and decide promote-step, abort, extend or inconclusive
+description:
+  - Scrapes every pod of both arms (the stable predictor, the baseline; the canary, speculative) at the start of
+    the step, holds the step until O(window) seconds passed or both arms served O(min_requests) requests, scrapes
+    again, and decides from the deltas of vLLM's histograms and counters (TTFT, TPOT, E2E quantiles from the
+    buckets; requests and aborted requests; the canary's acceptance rate).
+  - The decision uses the benchmark verdict's noise rules and the service's SLO policy (O(policy), the spec's
+    C(workload.slo)), plus the acceptance floor O(min_acceptance) for the canary. Too few requests, or a
+    difference within the noise, extends the window up to O(max_extensions) times, then the step is
+    V(inconclusive). Only V(promote-step) and V(abort) are meant to be acted on.
+  - Reads only (GET /metrics); never changes anything.
+version_added: "0.2.0"
+author: specpilot maintainers
+options:
+  arms:
+    description: The pods of each arm as C({baseline: [{pod, url}], canary: [{pod, url}]}); C(url) is the pod's /metrics URL.
+    type: dict
+    required: true
+  window:
+    description: Seconds a step is held at most (before an extension).
+    type: float
+    required: true
+  min_requests:
+    description: Requests each arm must have served in the window for a decision; the window ends early once both have.
+    type: int
+    default: 100
+  max_extensions:
+    description: Times an undecided step is held another O(window).
+    type: int
+    default: 2
+  policy:
+    description: The service's SLO policy (the spec's C(workload.slo); defaults as the benchmark's).
+    type: dict
+    default: {}
+  min_acceptance:
+    description: The canary's draft acceptance rate below which the canary is aborted.
+    type: float
+    default: 0.5
+  reference:
+    description:
+      - The baseline's window of an earlier step (its RV(baseline_window)), compared with instead of the baseline's pods:
+        at 100% the stable predictor serves no traffic. O(arms.baseline) is not read then.
+    type: dict
+  poll:
+    description: Seconds between scrapes while the step is held.
+    type: float
+    default: 2
+  headers:
+    description: HTTP headers of the scrapes (a bearer token).
+    type: dict
+    default: {}
+  timeout:
+    description: Seconds one scrape may take.
+    type: float
+    default: 10
+  validate_certs:
+    description: Verify TLS certificates.
+    type: bool
+    default: true
+requirements:
+  - prometheus-client
+"""
+
+EXAMPLES = r"""
+- name: Hold the step and decide it
+  specpilot.core.canary_step:
+    arms:
+      baseline: [{pod: lab-ngram-predictor-abc12, url: "http://10.0.0.5:8080/metrics"}]
+      canary: [{pod: lab-ngram-s1a2b3c4-predictor-def34, url: "http://10.0.0.6:8080/metrics"}]
+    window: 600
+    min_requests: 100
+    policy: {bound_by: tpot}
+    min_acceptance: 0.5
+  register: step
+"""
+
+RETURN = r"""
+decision:
+  description: V(promote-step), V(abort), V(extend) (never returned in the end) or V(inconclusive).
+  returned: always
+  type: str
+reasons:
+  description: Why, in words (the verdict's reasons, the acceptance floor, too few requests).
+  returned: always
+  type: list
+  elements: str
+arms:
+  description: Per arm C(requests), C(failed), C(figures) (C(ttft), C(tpot), C(e2e) with C(p50_ms), C(p99_ms), C(count)) and C(acceptance).
+  returned: always
+  type: dict
+ratios:
+  description: The benchmark verdict's speedup ratios (baseline / canary) with 95% intervals; null when not judged.
+  returned: always
+  type: dict
+verdict:
+  description: The benchmark verdict's result (keep, rollback, inconclusive); null when not judged.
+  returned: always
+  type: dict
+window_s:
+  description: Seconds the step was held.
+  returned: always
+  type: float
+extensions:
+  description: Extensions used.
+  returned: always
+  type: int
+baseline_window:
+  description: The baseline arm's window (requests, histogram buckets, acceptance): the O(reference) of a later step.
+  returned: always
+  type: dict
+notes:
+  description: Caveats of the scrapes (engine restarts).
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.urls import open_url
+from ansible_collections.specpilot.core.plugins.module_utils import canary
+from ansible_collections.specpilot.core.plugins.module_utils.vllm_metrics import (
+    HAS_PROMETHEUS_CLIENT,
+    PROMETHEUS_CLIENT_IMPORT_ERROR,
+    MetricsParseError,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            arms=dict(type="dict", required=True),
+            window=dict(type="float", required=True),
+            min_requests=dict(type="int", default=100),
+            max_extensions=dict(type="int", default=2),
+            policy=dict(type="dict", default={}),
+            min_acceptance=dict(type="float", default=canary.DEFAULT_MIN_ACCEPTANCE),
+            poll=dict(type="float", default=2.0),
+            reference=dict(type="dict"),
+            headers=dict(type="dict", default={}, no_log=True),
+            timeout=dict(type="float", default=10.0),
+            validate_certs=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    if not HAS_PROMETHEUS_CLIENT:
+        module.fail_json(
+            msg=missing_required_lib("prometheus-client"), exception=str(PROMETHEUS_CLIENT_IMPORT_ERROR)
+        )
+    p = module.params
+    for arm in ("baseline", "canary") if p["reference"] is None else ("canary",):
+        if not p["arms"].get(arm):
+            module.fail_json(msg="arms.%s: no pod of the %s arm to read (is it Running?)" % (arm, arm))
+    headers = dict((str(k), str(v)) for k, v in p["headers"].items())
+
+    def fetch(url):
+        try:
+            resp = open_url(
+                url, method="GET", headers=headers, timeout=p["timeout"], validate_certs=p["validate_certs"]
+            )
+            return resp.read().decode("utf-8", "replace")
+        except Exception as exc:  # HTTPError, URLError, socket and SSL errors
+            module.fail_json(msg="cannot read %s: %s" % (url, exc), url=url)
+
+    try:
+        result = canary.run_step(
+            fetch,
+            p["arms"],
+            p["window"],
+            p["min_requests"],
+            p["max_extensions"],
+            p["policy"],
+            p["min_acceptance"],
+            poll_s=p["poll"],
+            reference=p["reference"],
+        )
+    except MetricsParseError as exc:
+        module.fail_json(msg=str(exc))
+    except ValueError as exc:  # a bad policy key or value (bench_verdict.policy_with_defaults)
+        module.fail_json(msg="policy: %s" % exc)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,210 @@
+"""playbooks/canary.yml against the lab (API emulator + controller) on the stand-in engine, with
+live traffic: benchmarks/stream_server.py is every predictor pod's "vLLM" (it streams, exports
+vLLM's latency histograms and, with a speculative config, 3.4 tokens per step and the spec-decode
+counters, acceptance 0.8); the load generator (module_utils/bench_client.py, a new connection per
+request so that the lab's Service proxy spreads them by weight) plays production traffic in a
+background thread. One lab for the module: the stable lab-ngram (its plan without the speculative
+config) is canaried twice - an impossible acceptance floor aborts at the first step, leaving the
+stable predictor untouched; then the healthy canary is promoted through every step, and a re-run
+changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from test_benchmark_playbook import ISVC_API, fake_engine_lab, plan_of_lab_ngram, playbook, wait
+
+from ansible_collections.specpilot.core.plugins.module_utils import bench_client
+
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+# short steps on the stand-in engine: 30 ms decode steps put the baseline's TPOT (30 ms) and the
+# canary's (30 x 1.3 / 3.4 = 11 ms) in different buckets of vLLM's TPOT histogram; TTFT is a few ms
+# on both sides, where one bucket's width is more than the 10% allowance, so TPOT decides
+FAST_CANARY = {
+    "specpilot_canary_steps": [50, 100],
+    "specpilot_canary_window": 20,
+    "specpilot_canary_min_requests": 12,
+    "specpilot_canary_max_extensions": 1,
+    "specpilot_canary_poll": 1,
+    "specpilot_canary_ready_timeout": 120,
+    "specpilot_canary_slo": {"ttft_max_regression": 10, "e2e_max_regression": 10},
+    # the stand-in engine writes no vLLM log lines for the smoke role's checks
+    "specpilot_canary_smoke": False,
+}
+
+
+class Traffic:
+    """Production traffic on the service's address until stopped: bench_client runs of 20 requests
+    at 6 requests/s, one after the other, in a background thread."""
+
+    def __init__(self, url: str):
+        self.url, self.stop_event, self.errors = url, threading.Event(), []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        cfg = {
+            "base_url": self.url,
+            "model": "lab-ngram",
+            "prompts": [{"id": "p%d" % i, "prompt": "hello %d" % i} for i in range(4)],
+            "runs_per_prompt": 5,
+            "warmup_requests": 0,
+            "qps": 6,
+            "concurrency": 4,
+            "sampling": {"temperature": 0.0, "max_tokens": 16},
+            "scrape_metrics": False,
+            "force_close": True,
+            "timeout": 60,
+            "progress_interval": 0,
+        }
+        while not self.stop_event.is_set():
+            try:
+                bench_client.run_one(cfg)
+            except Exception as exc:  # the service's address may refuse while nothing is ready
+                self.errors.append(repr(exc))
+                self.stop_event.wait(0.5)
+
+    def stop(self):
+        self.stop_event.set()
+        self.thread.join(timeout=90)
+
+
+class Stable:
+    """lab-ngram deployed from its plan without the speculative config: the stable predictor."""
+
+    def __init__(self, tmp_path, emu):
+        self.emu = emu
+        self.dyn = emu.dynamic_client()
+        self.plan = plan = plan_of_lab_ngram(tmp_path, emu)
+        self.ns = ns = plan["namespace"]
+        self.res("v1", "Namespace").create(
+            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+        )
+        self.res("v1", "PersistentVolumeClaim").create(
+            namespace=ns,
+            body={
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": plan["delivery"]["pvc"]},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+            },
+        )
+        sr = plan["servingruntime"]
+        self.res(sr["apiVersion"], sr["kind"]).create(body=sr, namespace=ns)
+        isvc = json.loads(json.dumps(plan["inferenceservice"]))
+        isvc["spec"]["predictor"]["model"]["args"] = plan["args_without_speculative"]
+        isvc["metadata"]["annotations"]["specpilot.io/spec-digest"] = "stable"
+        isvc["metadata"]["annotations"]["specpilot.io/speculative-method"] = "off"
+        self.res(*ISVC_API).create(body=isvc, namespace=ns)
+        wait(lambda: self.ready(), 60, "lab-ngram Ready")
+
+    def res(self, api, kind):
+        return self.dyn.resources.get(api_version=api, kind=kind)
+
+    def isvc(self):
+        return self.res(*ISVC_API).get(name="lab-ngram", namespace=self.ns).to_dict()
+
+    def ready(self):
+        st = self.isvc().get("status") or {}
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in st.get("conditions") or [])
+
+    def deployments(self):
+        items = self.res("apps/v1", "Deployment").get(
+            namespace=self.ns, label_selector="serving.kserve.io/inferenceservice=lab-ngram"
+        )
+        return {d["metadata"]["name"]: d.to_dict() for d in items.items}
+
+    def pods(self):
+        items = self.res("v1", "Pod").get(
+            namespace=self.ns, label_selector="serving.kserve.io/inferenceservice=lab-ngram"
+        )
+        return sorted(p["metadata"]["name"] for p in items.items)
+
+
+@pytest.fixture(scope="module")
+def canary_lab(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("canary-lab")
+    with fake_engine_lab(tmp, "--step-ms", "30", "--spec-step-cost", "1.3") as emu:
+        stable = Stable(tmp, emu)
+        traffic = Traffic(stable.isvc()["status"]["url"])
+        try:
+            yield stable
+        finally:
+            traffic.stop()
+
+
+def run(lab, tmp_path, **extra):
+    reports = tmp_path / "reports"
+    proc = playbook(
+        tmp_path,
+        lab.emu,
+        "-e",
+        json.dumps(dict(FAST_CANARY, specpilot_canary_report_dir=str(reports), **extra)),
+        playbook_file="playbooks/canary.yml",
+    )
+    report = reports / "lab-ngram" / "report.json"
+    return proc, (json.loads(report.read_text()) if report.exists() else None)
+
+
+def test_an_impossible_acceptance_floor_aborts_at_the_first_step_leaving_the_stable_predictor(
+    canary_lab, tmp_path
+):
+    lab = canary_lab
+    before = lab.deployments()
+    assert list(before) == ["lab-ngram-predictor"]
+    rv, pods = before["lab-ngram-predictor"]["metadata"]["resourceVersion"], lab.pods()
+
+    proc, rep = run(lab, tmp_path, specpilot_canary_min_acceptance_rate=1.01)
+    assert "lab-ngram: canary ABORTED" in proc.stdout, proc.stdout[-5000:]
+    assert rep["outcome"] == "aborted" and [s["traffic_percent"] for s in rep["steps"]] == [50]
+    step = rep["steps"][0]
+    assert step["decision"] == "abort" and "below the floor 1.01" in step["reasons"][0]
+    assert 0.5 < step["arms"]["canary"]["acceptance"]["draft_acceptance_rate"] < 1.01
+    assert step["arms"]["baseline"]["acceptance"] is None
+    assert step["arms"]["baseline"]["requests"] >= 12 and step["arms"]["canary"]["requests"] >= 12
+    # the stable predictor: same Deployment object, same pods; no canary left
+    after = lab.deployments()
+    assert list(after) == ["lab-ngram-predictor"]
+    assert after["lab-ngram-predictor"]["metadata"]["resourceVersion"] == rv
+    assert lab.pods() == pods
+    isvc = lab.isvc()
+    assert "canary" not in isvc["spec"] and not isvc["status"].get("canaryStatuses")
+    assert isvc["spec"]["predictor"]["model"]["args"] == lab.plan["args_without_speculative"]
+    md = (tmp_path / "reports" / "lab-ngram" / "report.md").read_text()
+    assert "| baseline |" in md and "| canary |" in md and "Step 50% - abort" in md
+
+
+def test_a_healthy_ngram_canary_is_promoted_through_every_step_and_a_rerun_changes_nothing(
+    canary_lab, tmp_path
+):
+    lab = canary_lab
+    # the aborted canary of this spec is on record: a plain re-run would change nothing
+    proc, rep = run(lab, tmp_path, specpilot_canary_retry=True)
+    assert "lab-ngram: canary PROMOTED" in proc.stdout, proc.stdout[-5000:]
+    assert [(s["traffic_percent"], s["decision"]) for s in rep["steps"]] == [
+        (50, "promote-step"),
+        (100, "promote-step"),
+    ]
+    for step in rep["steps"]:
+        base, can = step["arms"]["baseline"]["figures"]["tpot"], step["arms"]["canary"]["figures"]["tpot"]
+        assert can["p50_ms"] < base["p50_ms"] and step["ratios"]["tpot"]["ci95"][0] > 1
+    # the service carries the speculative config; the canary's Deployment is the only one left
+    isvc = lab.isvc()
+    name = rep["canary_name"]
+    assert isvc["spec"]["predictor"]["name"] == name
+    assert isvc["spec"]["predictor"]["model"]["args"] == lab.plan["args"]
+    assert "canary" not in isvc["spec"] and not isvc["status"].get("canaryStatuses")
+    assert list(lab.deployments()) == ["lab-ngram-%s-predictor" % name]
+    assert lab.res("v1", "Service").get(namespace=lab.ns, name="lab-ngram-%s-predictor" % name)
+    assert lab.ready()
+
+    again, _ = run(lab, tmp_path / "again")
+    assert "already runs the speculative spec" in again.stdout
+    recap = next(line for line in again.stdout.splitlines() if line.startswith("lab-ngram"))
+    assert "changed=0" in recap and "failed=0" in recap, recap
