@@ -99,17 +99,28 @@ def _playbook(tmp: Path, ns: str, extra: dict | None = None) -> Path:
                 "specpilot_benchmark_max_tokens": 16,
                 "specpilot_benchmark_vllm_bench_poll_interval": 0.3,
                 "specpilot_benchmark_vllm_bench_api_key_secret": {"name": "bench-token", "key": "token"},
-                "__specpilot_benchmark_plan": {"name": "svc", "namespace": ns},
+                "specpilot_benchmark_qps_levels": [4],
+                # what benchmark_plan reads of the validated plan (the twin's parts are not used here)
+                "__specpilot_benchmark_plan": {
+                    "name": "svc",
+                    "namespace": ns,
+                    "args_without_speculative": [],
+                    "spec_digest": "0" * 64,
+                    "inferenceservice": {"metadata": {"name": "svc"}},
+                },
                 "__specpilot_benchmark_service": {
                     "runtime": {"image": "vllm/vllm-openai:v0.32.0"},
                     "target": {"uri": "hf://org/model@main"},
                 },
-                "__specpilot_benchmark_levels": [{"qps": 4, "concurrency": None}],
                 "__specpilot_benchmark_runs": [],
             },
             **(extra or {}),
         ),
         "tasks": [
+            {
+                "name": "Plan the benchmark (levels, workload, the arguments of vllm bench serve)",
+                "ansible.builtin.include_role": {"name": "specpilot_benchmark", "tasks_from": "plan.yml"},
+            },
             {
                 "name": "Measure one side",
                 "ansible.builtin.include_role": {

@@ -1,0 +1,63 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot maintainers
+# Apache-2.0 (see LICENSE)
+"""Filters of the benchmark role, for the decisions of one step (the rest is planned once by
+specpilot.core.benchmark_plan): a tuning candidate's twin, where an InferenceService answers,
+and why the deployed service cannot be measured.  The logic lives in module_utils/bench_plan.py."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.specpilot.core.plugins.module_utils import bench_plan
+
+
+def _mapping(value, filter_name, what):
+    if not isinstance(value, Mapping):
+        raise AnsibleFilterError("%s expects %s, got %s" % (filter_name, what, type(value).__name__))
+    return value
+
+
+def benchmark_twin(plan, variant):
+    """plan | benchmark_twin({plan, suffix}) -> the twin of a tuning candidate: {name, args, digest,
+    manifest} (see bench_plan.render_twin; the baseline twin is benchmark_plan's)."""
+    _mapping(plan, "benchmark_twin", "the validated plan")
+    _mapping(variant, "benchmark_twin", "the candidate as {plan, suffix}")
+    try:
+        return bench_plan.render_twin(
+            plan, str(variant["suffix"]), _mapping(variant["plan"], "benchmark_twin", "variant.plan")
+        )
+    except (KeyError, TypeError) as exc:
+        raise AnsibleFilterError(
+            "benchmark_twin: %s is missing (give the plans of specpilot.core.spec_validate and the twin's suffix)"
+            % exc
+        )
+
+
+def benchmark_url(isvc, client, override=""):
+    """InferenceService | benchmark_url(client, override) -> the URL the load is sent to."""
+    if isvc is not None:
+        _mapping(isvc, "benchmark_url", "an InferenceService")
+    return bench_plan.service_url(isvc, client, override or "")
+
+
+def benchmark_target_problem(resources, planned_args):
+    """k8s_info resources | benchmark_target_problem(plan.args) -> why it cannot be measured, or ''."""
+    if not isinstance(resources, (list, tuple)):
+        raise AnsibleFilterError(
+            "benchmark_target_problem expects the resources of k8s_info, got %s" % type(resources).__name__
+        )
+    return bench_plan.target_problem(list(resources), list(planned_args or []))
+
+
+class FilterModule(object):
+    """specpilot benchmark filters."""
+
+    def filters(self):
+        return {
+            "benchmark_twin": benchmark_twin,
+            "benchmark_url": benchmark_url,
+            "benchmark_target_problem": benchmark_target_problem,
+        }
