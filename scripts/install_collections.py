@@ -58,7 +58,10 @@ def read_requirements(path: Path) -> list[dict]:
 
 
 def spec_of(version: str) -> SpecifierSet:
-    return SpecifierSet("" if version in ("*", "") else version)
+    """requirements.yml's version as ansible-galaxy reads it: a bare version is that exact version."""
+    if version in ("*", ""):
+        return SpecifierSet("")
+    return SpecifierSet("==" + version if version[0].isdigit() else version)
 
 
 def installed_version(dest: Path, name: str) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import zipfile
@@ -65,15 +66,22 @@ def test_bundle_outside_the_range_is_refused(tmp_path):
 
 
 def test_the_real_install_matches_requirements():
-    """What make installed into .venv/collections satisfies requirements.yml."""
+    """What make installed into .venv/collections is exactly what requirements.yml pins."""
     import yaml
-    from packaging.specifiers import SpecifierSet
 
     reqs = yaml.safe_load((ROOT / "requirements.yml").read_text())["collections"]
     for req in reqs:
+        assert re.fullmatch(r"\d+\.\d+\.\d+", req["version"]), f"pin {req['name']} to one version: {req}"
         ns, name = req["name"].split(".")
         manifest = ROOT / ".venv" / "collections" / "ansible_collections" / ns / name / "MANIFEST.json"
         if not manifest.is_file():
             pytest.skip("collections not installed: run make")
         version = json.loads(manifest.read_text())["collection_info"]["version"]
-        assert version in SpecifierSet(req["version"]), (req, version)
+        assert version == req["version"], (req, version)
+
+
+def test_an_exact_pin_is_read_as_ansible_galaxy_reads_it(tmp_path):
+    make_bundle(tmp_path / "cache", version="6.2.0")
+    assert run(tmp_path, REQ.replace(">=6.0.0,<7.0.0", "6.2.0")).returncode == 0
+    proc = run(tmp_path, REQ.replace(">=6.0.0,<7.0.0", "6.1.0"), "--force")
+    assert proc.returncode != 0 and "outside '6.1.0'" in proc.stdout + proc.stderr
