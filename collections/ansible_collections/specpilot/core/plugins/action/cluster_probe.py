@@ -45,32 +45,14 @@ class ActionModule(ControllerAction):
         self._reader = K8sReader(
             self._loader, self._templar, self._vars, self._auth, attempts=params["retries"]
         )
-        image, ns = first["image"], first["namespace"]
-        result["image"] = image
-        if not self._namespace_exists(ns):
-            return self._unavailable(result, "the namespace %s does not exist yet, so no probe Job ran" % ns)
-        want = cp.wanted(spec, params["mode"])
-        cached = self._cached(params, image, ns)
-        claim_problem = self._claim_problem(spec, ns) if first["models"] and want["models"] else None
-        options = dict(
-            params,
-            suffix=secrets.token_hex(3),
-            read_models=params["read_models"] and want["models"] and not claim_problem,
-        )
-        plan = cp.plan(
-            spec, version_needed=params["read_version"] and want["version"] and not cached, options=options
-        )
+        result["image"] = first["image"]
+        if not self._namespace_exists(first["namespace"]):
+            return self._unavailable(
+                result, "the namespace %s does not exist yet, so no probe Job ran" % first["namespace"]
+            )
+        plan, cached, claim_problem = self._decide(spec, params, first)
         result["cached_version"] = bool(cached)
-        if self._task.check_mode:
-            probed = cp.probed({}, plan, image, source="cache")
-            probed["unavailable"] = "check mode: no probe Job was created"
-            result["not_run"] = self._not_run(plan, cached)
-        elif plan["needed"]:
-            probed, result["job"] = self._run(plan, params), plan["job_name"]
-            if probed.get("vllm_version") and params["use_cache"]:
-                result["changed"] = self._remember(probed["vllm_version"], probed.get("digest"), image, ns)
-        else:
-            probed = cp.probed({}, plan, image, source="cache")
+        probed = self._probe(plan, params, cached, result)
         if cached:
             probed.update(vllm_version=cached["vllm_version"], source="cache", digest=cached.get("digest"))
         for model in first["models"] if claim_problem else ():
@@ -79,12 +61,46 @@ class ActionModule(ControllerAction):
         result["vllm_version"] = probed.get("vllm_version")
         return result
 
+    def _decide(self, spec, params, first):
+        """(the plan of the Job to run, the cached version entry, why the PVC cannot be read)."""
+        want = cp.wanted(spec, params["mode"])
+        cached = self._cached(params, first["image"], first["namespace"])
+        claim_problem = (
+            self._claim_problem(spec, first["namespace"]) if first["models"] and want["models"] else None
+        )
+        options = dict(
+            params,
+            suffix=secrets.token_hex(3),
+            read_models=params["read_models"] and want["models"] and not claim_problem,
+        )
+        version = params["read_version"] and want["version"] and not cached
+        return cp.plan(spec, version_needed=version, options=options), cached, claim_problem
+
+    def _probe(self, plan, params, cached, result):
+        """What the Job read (none in check mode, or when nothing is wanted)."""
+        probed = cp.probed({}, plan, plan["image"], source="cache")
+        if self._task.check_mode:
+            probed["unavailable"] = "check mode: no probe Job was created"
+            result["not_run"] = self._not_run(plan, cached)
+            for model in plan["models"]:  # validation then names the checks that could not run
+                probed["models"][model["role"]] = {
+                    "uri": model["uri"],
+                    "facts": {},
+                    "problem": "check mode: no probe Job read %s" % model["uri"],
+                }
+        elif plan["needed"]:
+            probed, result["job"] = self._run(plan, params), plan["job_name"]
+            if probed.get("vllm_version") and params["use_cache"]:
+                result["changed"] = self._remember(
+                    probed["vllm_version"], probed.get("digest"), plan["image"], plan["namespace"]
+                )
+        return probed
+
     def _namespace_exists(self, ns):
+        """Whether the namespace exists (true when it cannot be read: creating the Job then says)."""
         try:
             return bool(self._reader.get("Namespace", "v1", name=ns))
-        except (
-            Exception
-        ):  # pylint: disable=broad-except  # not allowed to read namespaces: creating the Job tells
+        except Exception:  # pylint: disable=broad-except
             return True
 
     def _unavailable(self, result, why):
