@@ -505,7 +505,7 @@ ARGUMENT_SPEC = dict(
     deadline_seconds={"type": "int", "default": 300},
     ttl_seconds_after_finished={"type": "int", "default": 300},
     run_as_user={"type": "int", "default": RUN_AS_USER},
-    image_pull_secrets={"type": "list", "elements": "raw", "default": []},
+    image_pull_secrets={"type": "list", "elements": "raw", "default": [], "no_log": False},  # Secret names
     python={"type": "str", "default": "python3"},
     auth={"type": "dict", "default": {}, "no_log": True},
 )

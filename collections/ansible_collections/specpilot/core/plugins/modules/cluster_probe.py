@@ -16,7 +16,7 @@ short_description: Read the vLLM release of a service's runtime image, and its P
 version_added: 0.2.0
 
 author:
-  - specpilot contributors
+  - specpilot maintainers (@specpilot)
 
 description:
   - Runs a short-lived probe Job in the service's namespace, with the service's runtime image
