@@ -28,6 +28,8 @@ from ansible_collections.specpilot.core.plugins.plugin_utils.action import (
 
 # auto (default) or off: whether validation reads config.json and the tokenizer at each artifact's source
 MODEL_FACTS_VAR = "specpilot_model_facts"
+# tag (default) or digest: how images must be pinned (digest: production inventories)
+IMAGE_PINS_VAR = "specpilot_image_pins"
 
 
 class ActionModule(ControllerAction):
@@ -44,6 +46,13 @@ class ActionModule(ControllerAction):
             )
         if params.get("model_facts") is None and (task_vars or {}).get(MODEL_FACTS_VAR) is not None:
             params["model_facts"] = self._templar.template(task_vars[MODEL_FACTS_VAR])
+        if (task_vars or {}).get(IMAGE_PINS_VAR) is not None and "image_pins" not in self._task.args:
+            params["image_pins"] = self._templar.template(task_vars[IMAGE_PINS_VAR])
+            if params["image_pins"] not in ("tag", "digest"):
+                raise AnsibleActionFail(
+                    "%s: %r is neither tag nor digest (digest: every image pinned as repo:tag@sha256:<digest>, "
+                    "for production inventories)" % (IMAGE_PINS_VAR, params["image_pins"])
+                )
         for key, variable in OVERRIDE_VARS.items():
             option = "override_" + key
             if params.get(option) is None and (task_vars or {}).get(variable) is not None:

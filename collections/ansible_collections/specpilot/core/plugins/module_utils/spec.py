@@ -49,6 +49,7 @@ CONTROL_VARS = (
     "specpilot_render_dir",
     "specpilot_strict",
     "specpilot_model_facts",
+    "specpilot_image_pins",
 ) + tuple(OVERRIDE_VARS.values())
 
 _DNS_LABEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"

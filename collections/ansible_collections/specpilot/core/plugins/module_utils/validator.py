@@ -594,7 +594,7 @@ def _validate(spec, options):
                 findings,
                 origins=facts_report["origins"],
             )
-    _check_runtime_image(spec, findings)
+    _check_runtime_image(spec, findings, options.get("image_pins"))
     budget = gpu_budget.check_budget(
         spec, target, draft if draft_artifact else {}, (cfg or {}).get("draft_tensor_parallel_size"), findings
     )
@@ -786,8 +786,9 @@ def _check_workload_temperature(spec, findings):
         )
 
 
-def _check_runtime_image(spec, findings):
-    """The runtime image: required when specpilot creates the runtime, pinned by tag or digest."""
+def _check_runtime_image(spec, findings, image_pins=None):
+    """The runtime image: required when specpilot creates the runtime, pinned by tag or digest; with
+    image_pins "digest" (a production inventory's specpilot_image_pins), by digest."""
     if spec["runtime"]["create"] and not spec["runtime"].get("image"):
         findings.error(
             "runtime.image",
@@ -804,6 +805,25 @@ def _check_runtime_image(spec, findings):
             "pin the image by tag or digest",
             "runtime-image-unpinned",
         )
+    elif spec["runtime"].get("image") and image_pins == "digest":
+        _check_image_digest("runtime.image", spec["runtime"]["image"], findings)
+    base = (spec.get("modelcar") or {}).get("base_image")
+    if image_pins == "digest" and isinstance(base, str) and base and not base.startswith("oci:"):
+        _check_image_digest("modelcar.base_image", base, findings)  # oci:PATH is a local layout, not pulled
+
+
+def _check_image_digest(path, image, findings):
+    """A tag can be moved to other bytes than were validated and benchmarked; a digest cannot."""
+    if cluster_probe.image_digest(image):
+        return
+    findings.warning(
+        path,
+        "image %r is pinned by tag only: the registry can move the tag, and the cluster then pulls other "
+        "bytes than were validated and benchmarked" % image,
+        "pin it as repo:tag@sha256:<digest> (the digest: skopeo inspect --format '{{.Digest}}' "
+        "docker://repo:tag), or acknowledge image-tag-only",
+        "image-tag-only",
+    )
 
 
 def _lifecycle_checks(spec, with_draft, delivery, startup, findings):
@@ -1143,6 +1163,9 @@ ARGUMENT_SPEC = {
     # $SPECPILOT_MODEL_FACTS, else auto).  The action plugin passes the variable specpilot_model_facts.
     # raw: YAML reads an unquoted off as false; model_facts.mode_of checks the value and names the variable
     "model_facts": {"type": "raw"},
+    # digest: every image the spec names must carry @sha256:<digest> (a warning, image-tag-only); tag (the
+    # default): a tag other than latest is enough.  The action plugin passes the variable specpilot_image_pins.
+    "image_pins": {"type": "str", "choices": ["tag", "digest"], "default": "tag"},
     # raw: the values come from extra variables and survey answers; spec_override checks them and
     # names the variable in its errors.
     "override_method": {"type": "raw"},
@@ -1169,6 +1192,7 @@ def run_options(params):
             "override_num_speculative_tokens",
             "model_facts",
             "probed",
+            "image_pins",
         )
     }
 

@@ -112,6 +112,16 @@ options:
       - "Values: C(auto) or C(off) (an unquoted YAML C(off), read as false, means C(off)); any other value is an
         error."
     type: raw
+  image_pins:
+    description:
+      - How the images the spec names (C(runtime.image), C(modelcar.base_image) unless a local C(oci:) layout)
+        must be pinned. C(tag) - a tag other than C(latest) (else the warning C(runtime-image-unpinned)).
+        C(digest) - C(repo:tag@sha256:<digest>); a tag alone is the warning C(image-tag-only), which
+        C(acknowledged_warnings) can acknowledge. Set C(specpilot_image_pins=digest) in a production inventory.
+      - When the option is not given, the action plugin takes the host's variable C(specpilot_image_pins).
+    type: str
+    choices: [tag, digest]
+    default: tag
   probed:
     description:
       - What M(specpilot.core.cluster_probe) read in the cluster (its RV(specpilot.core.cluster_probe#module:probed)).
