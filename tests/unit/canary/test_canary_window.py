@@ -144,7 +144,8 @@ def page(
     if spec:
         for name, value in zip(("num_drafts", "num_draft_tokens", "num_accepted_tokens"), spec):
             Counter("vllm:spec_decode_" + name, "", lbl, registry=reg).labels("m", "0").inc(value)
-    return generate_latest(reg).decode()
+    # one engine's counters keep their creation time; each registry here has its own: left out
+    return "".join(line for line in generate_latest(reg).decode().splitlines(True) if "_created" not in line)
 
 
 def arm(*args, **kw) -> dict:

@@ -23,7 +23,7 @@ version_added: "0.2.0"
 author: specpilot maintainers
 options:
   arms:
-    description: The pods of each arm as C({baseline: [{pod, url}], canary: [{pod, url}]}); C(url) is the pod's /metrics URL.
+    description: "The pods of each arm as C({baseline: [{pod, url}], canary: [{pod, url}]}); C(url) is the pod's /metrics URL."
     type: dict
     required: true
   window:
@@ -48,8 +48,8 @@ options:
     default: 0.5
   reference:
     description:
-      - The baseline's window of an earlier step (its RV(baseline_window)), compared with instead of the baseline's pods:
-        at 100% the stable predictor serves no traffic. O(arms.baseline) is not read then.
+      - The baseline's window of an earlier step (its RV(baseline_window)), compared with instead of the baseline's pods,
+        as at 100% the stable predictor serves no traffic. O(arms.baseline) is not read then.
     type: dict
   poll:
     description: Seconds between scrapes while the step is held.
@@ -115,7 +115,7 @@ extensions:
   returned: always
   type: int
 baseline_window:
-  description: The baseline arm's window (requests, histogram buckets, acceptance): the O(reference) of a later step.
+  description: The baseline arm's window (requests, histogram buckets, acceptance), the O(reference) of a later step.
   returned: always
   type: dict
 notes:

@@ -1,0 +1,130 @@
+"""module_utils/canary.py around the decision: holding a step (scrapes, early end, extensions, the
+100% step against the previous baseline window), the arms' pod URLs, the traffic-split support
+check, and the Markdown report."""
+
+from __future__ import annotations
+
+from test_canary_window import page
+
+from ansible_collections.specpilot.core.plugins.module_utils import canary
+
+ARMS = {
+    "baseline": [{"pod": "stable-1", "url": "http://b/metrics"}],
+    "canary": [{"pod": "canary-1", "url": "http://c/metrics"}],
+}
+SPEC = (1000, 3000, 2400)
+
+
+class Live:
+    """Pages per URL that grow with each scrape (n requests more per scrape and URL), and a clock
+    that sleep() advances: a step held on live traffic without waiting."""
+
+    def __init__(self, per_scrape, tpot=None):
+        self.per_scrape, self.tpot = per_scrape, tpot or {"http://b/metrics": 0.04, "http://c/metrics": 0.018}
+        self.n = {}
+        self.now = 0.0
+        self.scrapes = []
+
+    def fetch(self, url):
+        self.scrapes.append(url)
+        n = self.n[url] = self.n.get(url, 0) + self.per_scrape.get(url, 0)
+        spec = tuple(int(x * n / 120.0) for x in SPEC) if url.startswith("http://c") else None
+        return page(0.03, self.tpot[url], n, spec=spec)
+
+    def clock(self):
+        return self.now
+
+    def sleep(self, s):
+        self.now += s
+
+
+def test_a_step_ends_as_soon_as_both_arms_have_enough_requests():
+    live = Live({"http://b/metrics": 30, "http://c/metrics": 30})
+    out = canary.run_step(live.fetch, ARMS, 600, 60, clock=live.clock, sleep=live.sleep, poll_s=5)
+    # first scrape 30 each (before), then 60, 90: 60 more requests per arm after two polls
+    assert out["decision"] == "promote-step", out["reasons"]
+    assert out["arms"]["canary"]["requests"] == 60 and out["window_s"] == 5.0
+    assert out["baseline_window"]["requests"] == 60
+
+
+def test_too_few_requests_extend_the_window_then_stop_inconclusive():
+    live = Live({"http://b/metrics": 1, "http://c/metrics": 1})
+    out = canary.run_step(
+        live.fetch, ARMS, 10, 100, max_extensions=2, clock=live.clock, sleep=live.sleep, poll_s=5
+    )
+    assert out["decision"] == "inconclusive" and out["extensions"] == 2
+    assert out["window_s"] == 30.0  # three windows of 10 s, the same start
+
+
+def test_the_100_percent_step_compares_with_the_previous_baseline_window():
+    live = Live({"http://b/metrics": 30, "http://c/metrics": 30})
+    first = canary.run_step(live.fetch, ARMS, 600, 60, clock=live.clock, sleep=live.sleep, poll_s=5)
+    live.scrapes.clear()
+    out = canary.run_step(
+        live.fetch,
+        ARMS,
+        600,
+        60,
+        reference=first["baseline_window"],
+        clock=live.clock,
+        sleep=live.sleep,
+        poll_s=5,
+    )
+    assert not any(u.startswith("http://b") for u in live.scrapes)  # the stable pods are not read
+    assert out["decision"] == "promote-step" and out["arms"]["baseline"]["requests"] == 60
+    assert "previous step" in out["reasons"][-1]
+
+
+def test_arm_pods_read_ready_pods_at_their_ip_or_where_the_lab_publishes_them():
+    ready = {"conditions": [{"type": "Ready", "status": "True"}], "podIP": "10.0.0.5"}
+    pods = [
+        {"metadata": {"name": "b"}, "status": ready},
+        {
+            "metadata": {"name": "a", "annotations": {"specpilot.io/lab-url": "http://127.0.0.1:4242"}},
+            "status": ready,
+        },
+        {
+            "metadata": {"name": "c"},
+            "status": {"conditions": [{"type": "Ready", "status": "False"}], "podIP": "x"},
+        },
+        {"metadata": {"name": "d", "deletionTimestamp": "now"}, "status": ready},
+    ]
+    assert canary.arm_pods(pods, 8080) == [
+        {"pod": "a", "url": "http://127.0.0.1:4242/metrics"},
+        {"pod": "b", "url": "http://10.0.0.5:8080/metrics"},
+    ]
+
+
+def test_no_traffic_split_before_kserve_0_20_names_the_field_and_suggests_the_benchmark():
+    msg = canary.support_problem((0, 16, 0), "Standard")
+    assert "KServe 0.16.0 in Standard mode has no traffic split: spec.canary" in msg
+    assert "playbooks/benchmark.yml" in msg
+    assert canary.support_problem((0, 20, 0), "Standard") == ""
+    assert "not implemented" in canary.support_problem((0, 20, 0), "Knative")
+    assert "unknown" in canary.support_problem(None, "Standard")
+
+
+def test_the_report_has_both_arms_figures_per_step():
+    live = Live({"http://b/metrics": 30, "http://c/metrics": 30})
+    step = canary.run_step(live.fetch, ARMS, 600, 60, clock=live.clock, sleep=live.sleep, poll_s=5)
+    step["traffic_percent"] = 50
+    md = canary.report_markdown(
+        {
+            "service": "lab-ngram",
+            "namespace": "ns",
+            "outcome": "aborted",
+            "summary": "s",
+            "canary_name": "s1234",
+            "speculative_config": {"method": "ngram"},
+            "steps_planned": [50, 100],
+            "window_s": 600,
+            "min_requests": 60,
+            "min_acceptance": 0.5,
+            "steps": [step],
+        }
+    )
+    assert "## Step 50% - promote-step" in md
+    base = next(line for line in md.splitlines() if line.startswith("| baseline |"))
+    can = next(line for line in md.splitlines() if line.startswith("| canary |"))
+    assert base.split("|")[2].strip() == "60" and can.split("|")[-2].strip() == "0.80"
+    assert "TPOT p50" in md and "95% CI" in md
