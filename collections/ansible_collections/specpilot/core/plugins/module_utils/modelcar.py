@@ -33,7 +33,14 @@ from ansible_collections.specpilot.core.plugins.module_utils import oci_layout, 
 
 __metaclass__ = type
 
-DEFAULT_BASE = "docker://docker.io/library/busybox:1.36.1"
+# busybox 1.36.1 pinned by the digest of its index (issue 19: a tag can be moved to other bytes). The digest
+# is cited, not read here (no Docker Hub access): "the index of library/busybox:1.36.1 as Docker Hub's
+# registry answered on 2026-10-03" (a public repository's debug_pod_bodies.rs, DEFAULT_DEBUG_IMAGE), the same
+# digest in two more public repositories' pins of busybox:1.36.1.
+BUSYBOX = (
+    "docker.io/library/busybox:1.36.1@sha256:73aaf090f3d85aa34ee199857f03fa3a95c8ede2ffd4cc2cdb5b94e566b11662"
+)
+DEFAULT_BASE = "docker://" + BUSYBOX
 NOT_FOUND = re.compile(r"manifest unknown|name unknown|not found|MANIFEST_UNKNOWN|NAME_UNKNOWN|404", re.I)
 
 
@@ -190,10 +197,21 @@ def parse_base(base):
             return "oci", path, tag
         raise ModelcarError("base %r: no OCI layout directory at %s" % (base, path or rest))
     if base.startswith("docker://"):
-        return "docker", base[len("docker://") :], None
+        return "docker", _digest_only(base[len("docker://") :]), None
     if "://" in base:
         raise ModelcarError("base %r: use oci:PATH[:TAG] (a local OCI layout) or docker://REF" % base)
-    return "docker", base, None
+    return "docker", _digest_only(base), None
+
+
+def _digest_only(ref):
+    """repo@sha256:... for repo:tag@sha256:... - skopeo (containers/image, docker transport) refuses a
+    reference with both ("Docker references with both a tag and digest are currently not supported"),
+    and the digest alone names the same bytes; the tag stays in the spec for people to read."""
+    name, sep, digest = ref.partition("@")
+    if not sep:
+        return ref
+    last = name.rsplit("/", 1)[-1]
+    return (name.rsplit(":", 1)[0] if ":" in last else name) + "@" + digest
 
 
 def prepare_base(skopeo, base, work_dir, tls_verify=True, authfile=None, platform=("linux", "amd64")):

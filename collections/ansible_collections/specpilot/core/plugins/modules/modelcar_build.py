@@ -48,9 +48,12 @@ options:
     elements: dict
     required: true
   base:
-    description: Base image - C(oci:PATH[:TAG]) (local OCI layout) or C(docker://REF) / C(REF) (pulled with skopeo).
+    description:
+      - Base image - C(oci:PATH[:TAG]) (local OCI layout) or C(docker://REF) / C(REF) (pulled with skopeo).
+      - A C(REF) pinned as C(repo:tag@sha256:<digest>) is pulled by the digest (skopeo takes no tag beside it).
+      - The default is busybox 1.36.1 pinned by digest.
     type: str
-    default: docker://docker.io/library/busybox:1.36.1
+    default: docker://docker.io/library/busybox:1.36.1@sha256:73aaf090f3d85aa34ee199857f03fa3a95c8ede2ffd4cc2cdb5b94e566b11662
   base_tls_verify:
     description: Verify TLS when pulling a registry base.
     type: bool
