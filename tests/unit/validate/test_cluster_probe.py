@@ -101,6 +101,11 @@ def test_the_probe_pod_is_restricted_bounded_small_and_labelled():
     assert pod["automountServiceAccountToken"] is False and pod["restartPolicy"] == "Never"
     assert job["spec"]["activeDeadlineSeconds"] == 120 and job["spec"]["ttlSecondsAfterFinished"] == 60
     assert job["spec"]["backoffLimit"] == 0
+    # near the service's pods (a ReadWriteOnce claim attaches to one node), preferred, never required
+    (term,) = pod["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["labelSelector"] == {
+        "matchLabels": {"serving.kserve.io/inferenceservice": "lab-draft"}
+    }
     assert container["resources"]["requests"]["cpu"] == "100m"
     for obj in (job, plan["manifests"]["configmap"], job["spec"]["template"]):
         assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "specpilot"

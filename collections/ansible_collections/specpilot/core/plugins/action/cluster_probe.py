@@ -109,9 +109,15 @@ class ActionModule(ControllerAction):
 
     # ------------------------------------------------------------ caches
     def _cached(self, params, image, ns):
+        """The cache ConfigMap's entry of the image, or None (also when it cannot be read: a cache, not a
+        requirement; a Job that is needed then meets the cluster's error itself)."""
         if not params["use_cache"] or not params["read_version"]:
             return None
-        cm = self._reader.get("ConfigMap", "v1", name=cp.CACHE_CONFIGMAP, namespace=ns)
+        try:
+            cm = self._reader.get("ConfigMap", "v1", name=cp.CACHE_CONFIGMAP, namespace=ns)
+        except Exception as exc:  # pylint: disable=broad-except
+            self._display.warning("the probe cache %s/%s was not read: %s" % (ns, cp.CACHE_CONFIGMAP, exc))
+            return None
         return cp.cached_version((cm or {}).get("data"), image, ttl=cp.local_cache().ttl)
 
     def _remember(self, version, digest, image, ns):
@@ -175,7 +181,8 @@ class ActionModule(ControllerAction):
                 why = (
                     "%s: %s" % (summary["waiting_reason"], summary["waiting_message"] or "")
                     if stuck
-                    else "not finished after %d s (timeout)" % params["timeout"]
+                    else "not finished after %d s (timeout; a ReadWriteOnce claim mounted on another node keeps "
+                    "the pod in ContainerCreating: see its events)" % params["timeout"]
                 )
                 raise AnsibleActionFail("the probe Job %s/%s: %s" % (ns, name, why))
             time.sleep(params["poll_interval"])

@@ -62,6 +62,7 @@ DEFAULT_TTL = 86400
 DEADLINE_MAX = 1800
 TTL_AFTER_MAX = 3600
 RUN_AS_USER = 1000
+ISVC_LABEL = "serving.kserve.io/inferenceservice"  # KServe's label on the predictor pods
 RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
 _DIGEST = re.compile(r"@(sha256:[0-9a-f]{64})$")
 
@@ -246,6 +247,21 @@ def job_manifest(spec, name, labels, image, options):
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [container],
         "volumes": volumes,
+        # near the service's running pods: a ReadWriteOnce claim attaches to one node only, and the image is
+        # already there
+        "affinity": {
+            "podAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "podAffinityTerm": {
+                            "topologyKey": "kubernetes.io/hostname",
+                            "labelSelector": {"matchLabels": {ISVC_LABEL: spec["name"]}},
+                        },
+                    }
+                ]
+            }
+        },
     }
     for key, value in (
         ("nodeSelector", (spec.get("gpu") or {}).get("node_selector")),

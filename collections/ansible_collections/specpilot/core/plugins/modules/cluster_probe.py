@@ -30,6 +30,8 @@ description:
     C(RuntimeDefault), read-only root filesystem, no ServiceAccount token), bounded by O(deadline_seconds) and
     O(ttl_seconds_after_finished), labelled C(app.kubernetes.io/managed-by=specpilot); the action waits at most
     O(timeout) seconds, reads the pod's log, and deletes the Job and its ConfigMap, also when it fails.
+  - The pod prefers the node of the service's running pods (a ReadWriteOnce claim attaches to one node; the image
+    is there) and takes the GPU node selector and tolerations of the spec; it requests no GPU.
   - The version is cached by image, in the ConfigMap C(specpilot-probe-cache) of the namespace and in a file on
     the controller (C(SPECPILOT_PROBE_CACHE), default C(~/.cache/specpilot/probe)) that validate-only runs read
     for C(vllm_version=auto). An image pinned by digest is cached for good, a tag for C(SPECPILOT_PROBE_TTL)
