@@ -134,7 +134,7 @@ def _deploy_line(r):
 
 
 def _vllm_part(vllm):
-    """The summary line's part for spec_validate's vllm_version result (", vLLM 0.32.0 read from the image"), or ""."""
+    """The summary's words for spec_validate's vllm_version result (", vLLM 0.32.0 read from the image")."""
     if not vllm.get("value"):
         return ""
     if vllm.get("source") in ("image", "cache"):
