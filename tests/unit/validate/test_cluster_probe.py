@@ -307,3 +307,29 @@ def test_auto_creates_a_job_only_for_what_the_spec_leaves_open():
         "models"
     ]
     assert cp.wanted(lab_spec(), "always") == {"version": True, "models": True}
+
+
+def test_the_deploy_summary_names_the_release_and_where_it_came_from():
+    from ansible_collections.specpilot.core.plugins.filter.deploy import services_summary
+
+    base = {
+        "applied": True,
+        "rollout": {"done": True},
+        "spec_digest": "0" * 64,
+        "kserve": {"version": "0.20.0"},
+    }
+    vllm = {
+        "a": {"value": "0.32.0", "source": "image", "read": "0.32.0"},
+        "b": {"value": "0.32.0", "source": "declared", "read": "0.32.0"},
+        "c": {"value": "0.32.0", "source": "declared"},
+        "d": {"value": "0.31.0", "source": "fallback"},
+    }
+    hostvars = {h: {"specpilot_deploy_result": dict(base, vllm=v)} for h, v in vllm.items()}
+    assert [
+        line.split("KServe 0.20.0", 1)[1] for line in services_summary(sorted(vllm), hostvars, "deploy")
+    ] == [
+        ", vLLM 0.32.0 read from the image)",
+        ", vLLM 0.32.0 declared, as the image holds)",
+        ", vLLM 0.32.0 declared)",
+        ", vLLM 0.31.0 assumed (vllm_version_fallback))",
+    ]
