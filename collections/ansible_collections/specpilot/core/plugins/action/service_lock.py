@@ -75,7 +75,7 @@ class ActionModule(ControllerAction):
     # ------------------------------------------------------------ helpers
     def _holder(self):
         job = self._vars.get("awx_job_id") or self._vars.get("tower_job_id")
-        nonce = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+        nonce = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _unused in range(8))
         # the worker is forked from ansible-playbook: its parent is the run
         return service_lock.holder_id(
             self._params["purpose"], os.environ.get("USER"), socket.gethostname(), job, os.getppid(), nonce

@@ -1169,7 +1169,7 @@ ARGUMENT_SPEC = {
     # raw: the values come from extra variables and survey answers; spec_override checks them and
     # names the variable in its errors.
     "override_method": {"type": "raw"},
-    "override_num_speculative_tokens": {"type": "raw"},
+    "override_num_speculative_tokens": {"type": "raw", "no_log": False},  # a count, not a credential
     # what specpilot.core.cluster_probe read in the cluster (its result's "probed"): the image's vLLM
     # release and the model facts of the service's PVC
     "probed": {"type": "dict"},

@@ -16,7 +16,7 @@ short_description: Plan a benchmark of speculative decoding against its baseline
 version_added: 0.1.0
 
 author:
-  - specpilot maintainers
+  - specpilot maintainers (@specpilot)
 
 description:
   - Works out, from a validated plan (M(specpilot.core.spec_validate)) and the benchmark's settings, what the
@@ -270,11 +270,12 @@ VLLM_BENCH_OPTIONS = dict(
     image=dict(type="str", default=""),
     command=dict(type="list", elements="str", default=["vllm", "bench", "serve"]),
     model=dict(type="str", default=""),
-    tokenizer=dict(type="str", default=""),
+    tokenizer=dict(type="str", default="", no_log=False),  # a model name, not a credential
     random_input_len=dict(type="raw", default=256),
     extra_args=dict(type="list", elements="raw", default=[]),
-    api_key_secret=dict(type="dict", default={}),
-    hf_token_secret=dict(type="dict", default={}),
+    # {name, key} of a Secret (its data never passes through the module)
+    api_key_secret=dict(type="dict", default={}, no_log=False),
+    hf_token_secret=dict(type="dict", default={}, no_log=False),
 )
 
 
@@ -297,7 +298,7 @@ ARGUMENT_SPEC = dict(
     arrival=dict(type="str", default="poisson"),
     seed=dict(type="raw", default=42),
     temperature=dict(type="raw", default=0),
-    max_tokens=dict(type="raw", default=256),
+    max_tokens=dict(type="raw", default=256, no_log=False),  # a count, not a credential
     ignore_eos=dict(type="bool", default=False),
     request_params=dict(type="dict", default={}),
     request_timeout=dict(type="float", default=600),

@@ -14,7 +14,7 @@ description:
     M(specpilot.core.canary_step) returned them, with both arms' p50/p99, acceptance, the decision and its reasons
     per step.
 version_added: "0.2.0"
-author: specpilot maintainers
+author: specpilot maintainers (@specpilot)
 options:
   report:
     description: The report (service, namespace, outcome, summary, canary_name, steps_planned, window_s, min_requests, min_acceptance, steps).

@@ -20,7 +20,7 @@ description:
     V(inconclusive). Only V(promote-step) and V(abort) are meant to be acted on.
   - Reads only (GET /metrics); never changes anything.
 version_added: "0.2.0"
-author: specpilot maintainers
+author: specpilot maintainers (@specpilot)
 options:
   arms:
     description: "The pods of each arm as C({baseline: [{pod, url}], canary: [{pod, url}]}); C(url) is the pod's /metrics URL."
@@ -49,7 +49,7 @@ options:
   reference:
     description:
       - The baseline's window of an earlier step (its RV(baseline_window)), compared with instead of the baseline's pods,
-        as at 100% the stable predictor serves no traffic. O(arms.baseline) is not read then.
+        as at 100% the stable predictor serves no traffic. The C(baseline) pods of O(arms) are not read then.
     type: dict
   poll:
     description: Seconds between scrapes while the step is held.

@@ -16,7 +16,7 @@ short_description: Push a Modelcar image without its draft layer, by manifest su
 version_added: 0.2.0
 
 author:
-  - specpilot maintainers
+  - specpilot maintainers (@specpilot)
 
 description:
   - Option B draft reclaim. From a Modelcar image in a registry (C(/models/<target>) and C(/models/<draft>) in

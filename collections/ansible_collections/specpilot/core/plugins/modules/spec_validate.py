@@ -10,7 +10,7 @@ module: spec_validate
 short_description: Validate a specpilot service spec and render the KServe manifests it implies
 version_added: 0.1.0
 author:
-  - specpilot maintainers
+  - specpilot maintainers (@specpilot)
 description:
   - Checks one assembled service spec (the C(specpilot_*) variables of a service, without the prefix) before
     anything touches a cluster, and returns the plan that deploy applies.
@@ -100,7 +100,8 @@ options:
         (C(HF_ENDPOINT), C(HF_TOKEN)), C(s3://) (boto3 on the controller, the C(AWS_*) variables), C(oci://)
         through the registry API (tar headers and the small members of the model's layer, by Range requests),
         or C(local_path). A C(pvc://) source (also the PVC of delivery C(pvc)) is read in the cluster by
-        M(specpilot.core.cluster_probe) (option O(probed)); the controller cannot read it in a validate-only run. The results are cached by source and revision under
+        M(specpilot.core.cluster_probe) (option O(probed)); the controller cannot read it in a validate-only run.
+        The results are cached by source and revision under
         C(~/.cache/specpilot/model-facts) (C(SPECPILOT_MODEL_FACTS_CACHE); moving references for
         C(SPECPILOT_MODEL_FACTS_TTL) seconds, default one day)."
       - Facts typed in the spec win; a typed fact that contradicts the source is an error naming both values.

@@ -16,7 +16,7 @@ short_description: Read speculative-decoding counters and latency from a vLLM /m
 version_added: 0.1.0
 
 author:
-  - specpilot maintainers
+  - specpilot maintainers (@specpilot)
 
 description:
   - Scrapes (O(url)) or reads (O(path), O(content)) a vLLM Prometheus C(/metrics) page and returns
