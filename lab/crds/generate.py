@@ -746,6 +746,15 @@ def predictor() -> dict:
     return obj("The predictor: the model server of the InferenceService.", fields)
 
 
+def _canary_predictor() -> dict:
+    """The canary's predictor: as the stable one, except that its model requires modelFormat and
+    name, as the upstream v0.20.0 CRD has it (the stable predictor's model requires neither, and the
+    webhook's validatePredictor refuses a model name there)."""
+    pred = predictor()
+    pred["properties"]["model"]["required"] = ["modelFormat", "name"]
+    return pred
+
+
 def canary() -> dict:
     """spec.canary[] (KServe 0.20, Standard mode): pkg/apis/serving/v1beta1/inference_service.go
     CanarySpec; typed as the upstream v0.20.0 CRD types it."""
@@ -756,7 +765,7 @@ def canary() -> dict:
         obj(
             "One canary predictor.",
             {
-                "predictor": predictor(),
+                "predictor": _canary_predictor(),
                 "trafficPercent": int32(
                     "Percentage of the traffic routed to this canary; the sum over canaries is <= 100.",
                     minimum=0,

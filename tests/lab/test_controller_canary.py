@@ -28,11 +28,9 @@ def _deployments(lab, ns: str) -> dict[str, dict]:
 
 def _canary(percent: int) -> dict:
     args = ["--model=/mnt/models/target", NGRAM]
-    return {
-        "spec": {
-            "canary": [{"trafficPercent": percent, "predictor": {"name": "spec", "model": {"args": args}}}]
-        }
-    }
+    # the v0.20.0 CRD requires the canary model's modelFormat and name (the container is kserve-container anyway)
+    model = {"modelFormat": {"name": "vLLM"}, "name": "c", "args": args}
+    return {"spec": {"canary": [{"trafficPercent": percent, "predictor": {"name": "spec", "model": model}}]}}
 
 
 def test_canary_split_abort_and_promotion(fake_lab, fake_models):
