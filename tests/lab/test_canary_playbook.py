@@ -5,8 +5,8 @@ counters, acceptance 0.8); the load generator (module_utils/bench_client.py, a n
 request so that the lab's Service proxy spreads them by weight) plays production traffic in a
 background thread. One lab for the module: the stable lab-ngram (its plan without the speculative
 config) is canaried twice - an impossible acceptance floor aborts at the first step, leaving the
-stable predictor untouched; then the healthy canary is promoted through every step, and a re-run
-changes nothing.
+stable predictor untouched; a canary left by an interrupted run is aborted by the next run; then
+the healthy canary is promoted through every step, and a re-run changes nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import pytest
 from test_benchmark_playbook import ISVC_API, fake_engine_lab, plan_of_lab_ngram, playbook, wait
 
 from ansible_collections.specpilot.core.plugins.module_utils import bench_client
-
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -178,6 +177,27 @@ def test_an_impossible_acceptance_floor_aborts_at_the_first_step_leaving_the_sta
     assert isvc["spec"]["predictor"]["model"]["args"] == lab.plan["args_without_speculative"]
     md = (tmp_path / "reports" / "lab-ngram" / "report.md").read_text()
     assert "| baseline |" in md and "| canary |" in md and "Step 50% - abort" in md
+
+
+def test_a_canary_left_by_an_interrupted_run_is_aborted_on_the_next_run(canary_lab, tmp_path):
+    lab = canary_lab
+    rv, pods = lab.deployments()["lab-ngram-predictor"]["metadata"]["resourceVersion"], lab.pods()
+    # what a run killed mid-step leaves: the canary entry, its Deployment serving its share
+    model = dict(lab.plan["inferenceservice"]["spec"]["predictor"]["model"], name="kserve-container")
+    lab.res(*ISVC_API).patch(
+        name="lab-ngram",
+        namespace=lab.ns,
+        body={"spec": {"canary": [{"trafficPercent": 25, "predictor": {"name": "left", "model": model}}]}},
+        content_type="application/merge-patch+json",
+    )
+    wait(lambda: "lab-ngram-left-predictor" in lab.deployments(), 60, "the left canary's Deployment")
+    proc, rep = run(lab, tmp_path)
+    assert "lab-ngram: canary ABORTED" in proc.stdout, proc.stdout[-5000:]
+    assert "found and aborted (specpilot_canary_on_interrupted: abort)" in rep["steps"][0]["reasons"][0]
+    assert list(lab.deployments()) == ["lab-ngram-predictor"] and "canary" not in lab.isvc()["spec"]
+    assert (
+        lab.deployments()["lab-ngram-predictor"]["metadata"]["resourceVersion"] == rv and lab.pods() == pods
+    )
 
 
 def test_a_healthy_ngram_canary_is_promoted_through_every_step_and_a_rerun_changes_nothing(

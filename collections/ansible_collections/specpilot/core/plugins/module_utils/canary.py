@@ -420,12 +420,12 @@ def report_markdown(report):
         lines += [
             "## Step %s%% - %s" % (step["traffic_percent"], step["decision"]),
             "",
-            "Held %s s (%s extension(s)).%s" % (step["window_s"], step["extensions"], ""),
+            "Held %s s (%s extension(s))." % (step.get("window_s", 0), step.get("extensions", 0)),
             "",
             "| arm | requests | failed | TTFT p50 / p99 ms | TPOT p50 / p99 ms | E2E p50 / p99 ms | acceptance |",
             "|---|---|---|---|---|---|---|",
         ]
-        for arm in ("baseline", "canary"):
+        for arm in ("baseline", "canary") if step.get("arms") else ():
             a = step["arms"][arm]
             figs = [a["figures"].get(f) or {} for f in ("ttft", "tpot", "e2e")]
             acc = (a.get("acceptance") or {}).get("draft_acceptance_rate")
