@@ -38,8 +38,17 @@ def rollback_verify(live, decision):
     return rollback.verify(_mapping(live, "rollback_verify") or {}, _mapping(decision, "decision") or {})
 
 
+def rollback_reclaim_summary(reclaim, delete=False):
+    """decision.reclaim | rollback_reclaim_summary(delete): one line on what the draft reclaim does."""
+    return rollback.reclaim_summary(_mapping(reclaim, "rollback_reclaim_summary") or {}, bool(delete))
+
+
 class FilterModule(object):
     """specpilot rollback filters."""
 
     def filters(self):
-        return {"rollback_decision": rollback_decision, "rollback_verify": rollback_verify}
+        return {
+            "rollback_decision": rollback_decision,
+            "rollback_reclaim_summary": rollback_reclaim_summary,
+            "rollback_verify": rollback_verify,
+        }

@@ -102,6 +102,32 @@ def modelcar_layer_line(layer):
     )
 
 
+def modelcar_build_lines(build, spec_digest=None):
+    """The result of modelcar_build as lines: pushed / would push / already there, each layer, the
+    blobs uploaded (when pushed), and the digest to set in the spec when it has another one."""
+    if not isinstance(build, dict):
+        raise AnsibleFilterError(
+            "modelcar_build_lines expects the result of modelcar_build, got %s" % type(build).__name__
+        )
+    if build.get("pushed"):
+        state = "pushed"
+    else:
+        state = "check mode: would push" if build.get("changed") else "already in the registry"
+    lines = ["%s: %s" % (state, build.get("image_ref"))]
+    lines += [modelcar_layer_line(layer) for layer in build.get("layers") or []]
+    if build.get("pushed"):
+        up, skipped = build.get("blobs_uploaded", 0), build.get("blobs_skipped", 0)
+        lines.append(
+            "uploaded %d of %d blob(s), %d bytes" % (up, up + skipped, build.get("bytes_uploaded", 0))
+        )
+    if (spec_digest or "") != build.get("digest"):
+        lines.append(
+            "set specpilot_modelcar.image_digest: %s (the spec has %s)"
+            % (build.get("digest"), spec_digest or "none")
+        )
+    return lines
+
+
 class FilterModule(object):
     def filters(self):
         return {
@@ -112,4 +138,5 @@ class FilterModule(object):
             "secret_data": secret_data,
             "modelcar_artifact": modelcar_artifact,
             "modelcar_layer_line": modelcar_layer_line,
+            "modelcar_build_lines": modelcar_build_lines,
         }

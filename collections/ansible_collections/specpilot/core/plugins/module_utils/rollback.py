@@ -46,6 +46,7 @@ __all__ = [
     "modelcar_reclaim_plan",
     "decide",
     "verify",
+    "reclaim_summary",
 ]
 
 # flags that take a value / switches, dropped by an "off" rollback (--use-v2-block-manager: the
@@ -729,3 +730,45 @@ def verify(live, decision):
         if pod_flags:
             problems.append("a predictor pod still runs with %s" % pod_flags)
     return {"ok": not problems, "problems": problems, "checks": checks}
+
+
+def _modelcar_summary(mc):
+    result = mc.get("result") or {}
+    if not mc.get("new_digest"):
+        return "Modelcar image: %s" % (result.get("msg") or "no draft layer to drop")
+    layer = (result.get("dropped_layer") or {}).get("digest", "?")
+    return (
+        "Modelcar image %s -> %s (%s, draft layer %s no longer referenced; the old image stays in the registry)"
+        % (
+            mc.get("digest") or "?",
+            mc["new_digest"],
+            result.get("image") or "",
+            layer,
+        )
+    )
+
+
+def _pvc_summary(pvc, delete):
+    if "refused" in pvc:
+        return pvc["refused"]
+    fate = (
+        " will be deleted"
+        if delete
+        else " left untouched (set specpilot_rollback_confirm_reclaim: true to delete it)"
+    )
+    return "PVC %s sub-directory %s%s" % (pvc.get("claim"), pvc.get("subpath"), fate)
+
+
+def reclaim_summary(reclaim, delete):
+    """One line on the draft reclaim of an ``off`` rollback (the decision's ``reclaim``, with the
+    Modelcar result applied): the draft, then the storageUris entry dropped (option A), the Modelcar
+    image without the draft layer (B), or the PVC sub-directory (C; ``delete``: the Job runs)."""
+    reclaim = reclaim or {}
+    head = "draft %s; " % (reclaim.get("draft_path") or "(none found)")
+    if reclaim.get("storage_uri_dropped"):
+        return head + "storageUris entry %s dropped" % reclaim["storage_uri_dropped"].get("uri", "?")
+    if reclaim.get("pvc"):
+        return head + _pvc_summary(reclaim["pvc"], delete)
+    if reclaim.get("modelcar"):
+        return head + _modelcar_summary(reclaim["modelcar"])
+    return head + "nothing to reclaim"
