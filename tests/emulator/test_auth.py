@@ -249,9 +249,7 @@ def test_service_account_tokens_rbac_and_access_reviews(emulator):
     assert r.status == 422 and "may not specify a duration less than 10 minutes" in r.json()["message"]
 
 
-KUBECTL = next(
-    (k for k in ("/usr/bin/kubectl", shutil.which("kubectl")) if k and shutil.os.path.exists(k)), None
-)
+KUBECTL = shutil.which("kubectl")
 
 
 @pytest.mark.skipif(KUBECTL is None, reason="no kubectl")
@@ -266,14 +264,17 @@ def test_kubectl_create_token_and_auth_can_i(emulator):
 
     assert kubectl("create", "serviceaccount", "bot").returncode == 0
     made = kubectl("create", "token", "bot")
-    if made.returncode != 0 and "unknown command" in made.stderr:
-        pytest.skip("this kubectl has no `create token` (before 1.24)")
-    assert made.returncode == 0, made.stderr
+    if "unknown command" in made.stderr:  # kubectl before 1.24: the same TokenRequest, by hand
+        path = f"/api/v1/namespaces/{ns}/serviceaccounts/bot/token"
+        token = emulator.request("POST", path, {"spec": {}}).json()["status"]["token"]
+    else:
+        assert made.returncode == 0, made.stderr
+        token = made.stdout.strip()
     kc = write_kubeconfig(
         emulator.state_dir / f"{ns}-bot.kubeconfig",
         emulator.url.replace("http://", "https://"),
         ns,
-        token=made.stdout.strip(),
+        token=token,
         user="bot",
         ca_file=emulator.state_dir / "apiserver.crt",
     )
