@@ -1,6 +1,6 @@
-"""The line the rollback role prints on the draft reclaim (module_utils/rollback.reclaim_summary and the
-filter rollback_reclaim_summary): one branch per option, as roles/specpilot_rollback/tasks/reclaim.yml says it.
-"""
+"""The lines the rollback role prints on its decision (decide.yml) and on the draft reclaim (reclaim.yml):
+module_utils/rollback.decision_summary and reclaim_summary, through their filters rollback_decision_summary and
+rollback_reclaim_summary; one test per branch."""
 
 from __future__ import annotations
 
@@ -67,3 +67,20 @@ def test_modelcar_repointed_or_not():
 def test_filter_refuses_a_non_mapping():
     with pytest.raises(AnsibleFilterError, match="rollback_reclaim_summary expects a mapping"):
         rollback_reclaim_summary(["x"])
+
+
+def test_decision_summary_what_the_rollback_writes():
+    from ansible_collections.specpilot.core.plugins.filter.rollback import rollback_decision_summary
+
+    off = {"needs_apply": True, "removed_args": ["--speculative-config", "{}"], "added_args": []}
+    assert rollback_decision_summary(off, "off") == "removes --speculative-config {}"
+    gmu = dict(off, added_args=["--gpu-memory-utilization", "0.9"])
+    assert (
+        rollback_decision_summary(gmu) == "removes --speculative-config {} adds --gpu-memory-utilization 0.9"
+    )
+    repoint = dict(off, reclaim={"modelcar": {"new_storage_uri": "oci://reg/chat@sha256:new"}})
+    assert rollback_decision_summary(repoint).endswith("{} repoints storageUri to oci://reg/chat@sha256:new")
+    assert rollback_decision_summary({"needs_apply": False}, "off") == "nothing to change (already off)"
+    assert rollback_decision_summary({"needs_apply": False}, "restore") == (
+        "nothing to change (the recorded revision runs)"
+    )

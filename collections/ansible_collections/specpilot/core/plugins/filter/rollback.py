@@ -43,12 +43,18 @@ def rollback_reclaim_summary(reclaim, delete=False):
     return rollback.reclaim_summary(_mapping(reclaim, "rollback_reclaim_summary") or {}, bool(delete))
 
 
+def rollback_decision_summary(decision, mode="off"):
+    """decision | rollback_decision_summary(mode): one line on what the rollback writes."""
+    return rollback.decision_summary(_mapping(decision, "rollback_decision_summary") or {}, mode)
+
+
 class FilterModule(object):
     """specpilot rollback filters."""
 
     def filters(self):
         return {
             "rollback_decision": rollback_decision,
+            "rollback_decision_summary": rollback_decision_summary,
             "rollback_reclaim_summary": rollback_reclaim_summary,
             "rollback_verify": rollback_verify,
         }

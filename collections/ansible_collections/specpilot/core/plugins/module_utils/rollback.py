@@ -47,6 +47,7 @@ __all__ = [
     "decide",
     "verify",
     "reclaim_summary",
+    "decision_summary",
 ]
 
 # flags that take a value / switches, dropped by an "off" rollback (--use-v2-block-manager: the
@@ -772,3 +773,18 @@ def reclaim_summary(reclaim, delete):
     if reclaim.get("modelcar"):
         return head + _modelcar_summary(reclaim["modelcar"])
     return head + "nothing to reclaim"
+
+
+def decision_summary(decision, mode):
+    """One line on what a rollback decision writes: the arguments it removes and adds and the
+    storageUri it repoints to (option B), or why there is nothing to change."""
+    if not decision.get("needs_apply"):
+        why = "already off" if mode == "off" else "the recorded revision runs"
+        return "nothing to change (%s)" % why
+    text = "removes " + " ".join(decision.get("removed_args") or [])
+    if decision.get("added_args"):
+        text += " adds " + " ".join(decision["added_args"])
+    new_uri = ((decision.get("reclaim") or {}).get("modelcar") or {}).get("new_storage_uri")
+    if new_uri:
+        text += " repoints storageUri to " + new_uri
+    return text
