@@ -14,6 +14,7 @@ __all__ = [
     "ROLLOUT_WAIT",
     "SERVICE_LOCK",
     "K8S_JOB_WAIT",
+    "K8S_RETRY",
 ]
 
 # The connection options of kubernetes.core (doc fragment specpilot.core.k8s_auth) that every module of the
@@ -115,4 +116,12 @@ K8S_JOB_WAIT = dict(
     show_progress={"type": "bool", "default": True},
     line_prefix={"type": "str", "default": "specpilot-stage: "},
     auth={"type": "dict", "default": {}, "no_log": True},
+)
+
+# specpilot.core.k8s_retry: kubernetes.core.k8s run again, with backoff, while it fails with a transient error
+K8S_RETRY = dict(
+    K8S_CONNECTION,
+    args={"type": "dict", "required": True},
+    retries={"type": "int", "default": 5},
+    conflict={"type": "bool", "default": True},
 )

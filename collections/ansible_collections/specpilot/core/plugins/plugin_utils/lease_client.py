@@ -17,11 +17,8 @@ import time
 
 from ansible_collections.specpilot.core.plugins.module_utils import service_lock
 from ansible_collections.specpilot.core.plugins.module_utils.common import k8s_meta
-from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import (
-    Backoff,
-    retryable,
-    status_code,
-)
+from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import Backoff, status_code
+from ansible_collections.specpilot.core.plugins.plugin_utils.module_retry import run_with_retries
 
 __all__ = ["LeaseClient", "MODULE_AUTH", "ROUNDS"]
 
@@ -198,17 +195,12 @@ class LeaseClient(object):
         return self._reader.get(ref["kind"], ref["api_version"], name=ref["name"], namespace=ref["namespace"])
 
     def _module(self, module, conditional=False, **args):
-        """Run a kubernetes.core module, again (deploy_retry.Backoff) while it fails with a transient
-        error.  For a conditional write (a patch that tests the resourceVersion, a delete with a
-        precondition) a conflict is the answer, not a transient error; for the others (a create that
-        raced a delete) it is retried.  kubernetes.core's result carries no Retry-After."""
+        """Run a kubernetes.core module, again while it fails with a transient error (module_retry).
+        For a conditional write (a patch that tests the resourceVersion, a delete with a precondition)
+        a conflict (409; 422 is final anyway) is the answer, not a transient error; for the others (a
+        create that raced a delete) it is retried."""
         args.update({k: self._params[k] for k in MODULE_AUTH if self._params.get(k) is not None})
-
-        def verdict(out, exc):
-            final = conditional and status_code(out) in (409, 422)
-            return exc is None and not final and retryable(out, conflict=not conditional), None
-
-        return self._backoff.run(lambda: self._execute(module, args), verdict)
+        return run_with_retries(self._execute, module, args, self._backoff, conflict=not conditional)
 
     def _held(self, lease, status, how, key="acquired"):
         version = k8s_meta(lease).get("resourceVersion")

@@ -1,0 +1,78 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: k8s_retry
+short_description: Run kubernetes.core.k8s again, with backoff, while it fails with a transient error
+version_added: 0.2.0
+author:
+  - specpilot maintainers (@specpilot)
+description:
+  - Runs C(kubernetes.core.k8s) with O(args), and again while it fails with 429, 500, 502, 503, 504, a connection
+    error, or 409 with O(conflict) - with exponential backoff and full jitter between attempts (0.5 s doubling, at
+    most 10 s, a random share of it), where an C(until:) loop waits a fixed delay. A 400, 401, 403, 404 or 422 is
+    returned at once.
+  - Returns the last C(kubernetes.core.k8s) result as it is (C(changed), C(result), C(diff), C(msg)...). Check mode
+    and diff mode are passed on.
+  - Runs on the controller as an action plugin.
+options:
+  args:
+    description: The arguments of C(kubernetes.core.k8s).
+    type: dict
+    required: true
+  retries:
+    description: Attempts in all.
+    type: int
+    default: 5
+  conflict:
+    description: Retry a 409 Conflict too (a write sent again as it is, such as a server-side apply).
+    type: bool
+    default: true
+extends_documentation_fragment:
+  - specpilot.core.k8s_auth
+notes:
+  - The connection options (module_defaults C(group/specpilot.core.k8s)) are passed to C(kubernetes.core.k8s) where
+    O(args) does not set them.
+requirements:
+  - kubernetes.core >= 6.0 and the kubernetes Python client on the controller
+"""
+
+EXAMPLES = r"""
+- name: Apply the InferenceService, again on a transient API error
+  specpilot.core.k8s_retry:
+    retries: 5
+    args:
+      state: present
+      apply: true
+      server_side_apply:
+        field_manager: specpilot
+      definition: "{{ manifest }}"
+"""
+
+RETURN = r"""
+changed:
+  description: Whether kubernetes.core.k8s changed the object.
+  type: bool
+  returned: always
+result:
+  description: The object as kubernetes.core.k8s returns it.
+  type: dict
+  returned: success
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.specpilot.core.plugins.module_utils import deploy_args
+
+
+def main():
+    module = AnsibleModule(argument_spec=deploy_args.K8S_RETRY, supports_check_mode=True)
+    module.fail_json(msg="specpilot.core.k8s_retry runs as an action plugin on the controller")
+
+
+if __name__ == "__main__":
+    main()
