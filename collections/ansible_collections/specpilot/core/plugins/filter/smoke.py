@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shlex
 from collections.abc import Mapping
 
@@ -139,12 +140,37 @@ def smoke_pick_pod(pods):
     return {"pod": live[-1] if live else None, "ready": False}
 
 
+def _truncate(text, length, leeway=5, end="..."):
+    """Jinja's truncate filter with its defaults (jinja2/filters.py do_truncate: the leeway of the
+    default policies, cut at a word boundary)."""
+    if len(text) <= length + leeway:
+        return text
+    return text[: length - len(end)].rsplit(" ", 1)[0] + end
+
+
+def smoke_exec_result(result, pod_name):
+    """k8s_exec result | smoke_exec_result(pod name) -> what the probe printed (its JSON), or
+    {error} saying that the exec failed, with its rc and message (at most 500 characters)."""
+    result = result or {}
+    if not isinstance(result, Mapping):
+        raise AnsibleFilterError(
+            "smoke_exec_result expects the result of k8s_exec, got %s" % type(result).__name__
+        )
+    stdout = result.get("stdout") or ""
+    if result.get("rc", -1) == 0 and re.match(r"\s*{", stdout):
+        return json.loads(stdout)
+    detail = str(result.get("msg", result.get("stderr", "")))
+    rc = result.get("rc", "?")
+    return {"error": "k8s_exec in pod %s failed (rc %s): %s" % (pod_name, rc, _truncate(detail, 500))}
+
+
 class FilterModule(object):
     """specpilot smoke filters."""
 
     def filters(self):
         return {
             "smoke_exec_command": smoke_exec_command,
+            "smoke_exec_result": smoke_exec_result,
             "smoke_log_window": smoke_log_window,
             "smoke_pick_pod": smoke_pick_pod,
         }
