@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from bench_helpers import WORKLOADS
+from bench_helpers import ROOT, WORKLOADS
 
 from ansible_collections.specpilot.core.plugins.filter import benchmark as filters
 from ansible_collections.specpilot.core.plugins.module_utils import bench_plan
@@ -330,3 +331,14 @@ def test_prompt_texts_of_chat_workloads(tmp_path):
     assert bench_plan.prompt_texts({"file": None, "prompts": ["x", {"prompt": "y"}]}) == ["x", "y"]
     with pytest.raises(BenchPlanError, match="specpilot_benchmark_workload: cannot read"):
         bench_plan.prompt_texts({"file": str(tmp_path / "none.jsonl"), "prompts": None})
+
+
+def test_the_role_keeps_its_decisions_in_python():
+    """Issue 17: no Jinja expression of the benchmark role over about 200 characters (whitespace folded);
+    a longer one is a decision that belongs in bench_plan.py or a filter."""
+    long = []
+    for path in sorted((ROOT / "roles" / "specpilot_benchmark").rglob("*.yml")):
+        for span in re.findall(r"\{\{.*?\}\}", path.read_text(), re.S):
+            if len(re.sub(r"\s+", " ", span)) > 200:
+                long.append("%s: %s" % (path.relative_to(ROOT), span[:80]))
+    assert long == []
