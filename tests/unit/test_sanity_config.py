@@ -41,9 +41,9 @@ def test_only_the_license_header_is_ignored_across_modules():
     assert license_ignored <= modules | {
         str(p.relative_to(COLLECTION)) for p in COLLECTION.glob("plugins/lookup/*.py")
     }
-    assert set(codes) <= {"pylint:ansible-bad-function", "replace-urlopen"}
-    # each of those is a file that is also a program run in a pod or Job, which the reason names
-    assert all(re.search(r"\b(Job|pod|probe)\b", m[3]) for m in _entries() if m[2] in codes)
+    # and nothing else: ansible-lint's production profile refuses every other ignore (sanity[cannot-ignore]),
+    # so sys.exit in a __main__ guard is `raise SystemExit` and the pod's HTTP client an opener
+    assert codes == {}
 
 
 def test_make_test_runs_sanity_and_sanity_fails_on_findings():

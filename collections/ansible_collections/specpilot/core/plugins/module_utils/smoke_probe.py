@@ -22,7 +22,7 @@ import sys
 import time
 
 from urllib.error import HTTPError, URLError
-from urllib.request import Request, urlopen
+from urllib.request import HTTPSHandler, Request, build_opener
 
 RESULT_FORMAT = 1
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -54,13 +54,15 @@ def build_requests(
     return bodies
 
 
-def _context(validate_certs):
+def _opener(validate_certs):
+    """The standard library's default opener (what urllib's module-level open uses), its HTTPS handler
+    verifying certificates unless told otherwise."""
     if validate_certs:
-        return None
+        return build_opener()
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
-    return ctx
+    return build_opener(HTTPSHandler(context=ctx))
 
 
 def http(method, url, body=None, headers=None, timeout=60.0, validate_certs=True):
@@ -73,11 +75,7 @@ def http(method, url, body=None, headers=None, timeout=60.0, validate_certs=True
         hdrs["Content-Type"] = "application/json"
     req = Request(url, data=data, headers=hdrs, method=method)
     try:
-        resp = (
-            urlopen(req, timeout=timeout, context=_context(validate_certs))
-            if url.startswith("https")
-            else urlopen(req, timeout=timeout)
-        )
+        resp = _opener(validate_certs).open(req, timeout=timeout)
         try:
             return resp.status, resp.read().decode("utf-8", "replace"), None
         finally:
