@@ -85,7 +85,7 @@ def test_options_a_b_c_against_the_upstream_020_crds(emulator_upstream, tmp_path
 
 
 def _trimmed_crds(tmp_path: Path) -> Path:
-    """The lab CRDs with spec.predictor.storageUris and .name removed: an old KServe."""
+    """The lab CRDs with spec.canary, spec.predictor.storageUris and .name removed: an old KServe."""
     out = tmp_path / "old-crds"
     out.mkdir()
     for path in LAB_CRDS.glob("*.yaml"):
@@ -95,6 +95,7 @@ def _trimmed_crds(tmp_path: Path) -> Path:
                 pred = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["predictor"]
                 pred["properties"].pop("storageUris", None)
                 pred["properties"].pop("name", None)
+                version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].pop("canary", None)
         (out / path.name).write_text(yaml.safe_dump(doc))
     return out
 
