@@ -32,97 +32,24 @@ import os
 import sys
 import time
 
+
+def _bounds(text):
+    return [float(x) for x in text.split()]
+
+
 # vLLM 0.32's histogram buckets (tests/data/vllm/lab_0.32.0/*/metrics.txt), seconds
+_PER_TOKEN = _bounds(
+    "0.01 0.025 0.05 0.075 0.1 0.15 0.2 0.3 0.4 0.5 0.75 1.0 2.5 5.0 7.5 10.0 20.0 40.0 80.0"
+)
 BUCKETS = {
-    "vllm:time_to_first_token_seconds": [
-        0.001,
-        0.005,
-        0.01,
-        0.02,
-        0.04,
-        0.06,
-        0.08,
-        0.1,
-        0.25,
-        0.5,
-        0.75,
-        1.0,
-        2.5,
-        5.0,
-        7.5,
-        10.0,
-        20.0,
-        40.0,
-        80.0,
-        160.0,
-        640.0,
-        2560.0,
-    ],
-    "vllm:inter_token_latency_seconds": [
-        0.01,
-        0.025,
-        0.05,
-        0.075,
-        0.1,
-        0.15,
-        0.2,
-        0.3,
-        0.4,
-        0.5,
-        0.75,
-        1.0,
-        2.5,
-        5.0,
-        7.5,
-        10.0,
-        20.0,
-        40.0,
-        80.0,
-    ],
-    "vllm:request_time_per_output_token_seconds": [
-        0.01,
-        0.025,
-        0.05,
-        0.075,
-        0.1,
-        0.15,
-        0.2,
-        0.3,
-        0.4,
-        0.5,
-        0.75,
-        1.0,
-        2.5,
-        5.0,
-        7.5,
-        10.0,
-        20.0,
-        40.0,
-        80.0,
-    ],
-    "vllm:e2e_request_latency_seconds": [
-        0.3,
-        0.5,
-        0.8,
-        1.0,
-        1.5,
-        2.0,
-        2.5,
-        5.0,
-        10.0,
-        15.0,
-        20.0,
-        30.0,
-        40.0,
-        50.0,
-        60.0,
-        120.0,
-        240.0,
-        480.0,
-        960.0,
-        1920.0,
-        7680.0,
-    ],
+    "vllm:time_to_first_token_seconds": _bounds(
+        "0.001 0.005 0.01 0.02 0.04 0.06 0.08 0.1 0.25 0.5 0.75 1.0 2.5 5.0 7.5 10.0 20.0 40.0 80.0 160.0 640.0 2560.0"
+    ),
+    "vllm:inter_token_latency_seconds": _PER_TOKEN,
+    "vllm:request_time_per_output_token_seconds": _PER_TOKEN,
+    "vllm:e2e_request_latency_seconds": _bounds(
+        "0.3 0.5 0.8 1.0 1.5 2.0 2.5 5.0 10.0 15.0 20.0 30.0 40.0 50.0 60.0 120.0 240.0 480.0 960.0 1920.0 7680.0"
+    ),
 }
 HIST = dict((name, {"buckets": [0] * len(b), "count": 0, "sum": 0.0}) for name, b in BUCKETS.items())
 

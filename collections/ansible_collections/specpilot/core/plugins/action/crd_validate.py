@@ -9,9 +9,8 @@ from ansible.errors import AnsibleActionFail
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, deploy_kserve
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
-    K8sReader,
     ReadError,
-    auth_options,
+    task_reader,
 )
 
 PLURALS = {
@@ -36,14 +35,7 @@ class ActionModule(ControllerAction):
         if params.get("crds") is not None:
             crds = {(c.get("metadata") or {}).get("name"): c for c in params["crds"]}
         else:
-            reader = K8sReader(
-                self._loader,
-                self._templar,
-                task_vars or {},
-                auth_options(params),
-                attempts=params["retries"],
-                request_timeout=params["request_timeout"],
-            )
+            reader = task_reader(self._loader, self._templar, task_vars or {}, params)
             try:
                 for name in sorted({crd_name(m) for m in manifests}):
                     crds[name] = reader.get("CustomResourceDefinition", "apiextensions.k8s.io/v1", name=name)

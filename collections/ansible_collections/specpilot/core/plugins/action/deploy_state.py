@@ -19,9 +19,8 @@ from ansible.errors import AnsibleActionFail
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, deploy_state
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
-    K8sReader,
     ReadError,
-    auth_options,
+    task_reader,
 )
 
 ISVC = ("InferenceService", "serving.kserve.io/v1beta1")
@@ -72,14 +71,7 @@ class ActionModule(ControllerAction):
         return result
 
     def _reader(self, params, task_vars):
-        return K8sReader(
-            self._loader,
-            self._templar,
-            task_vars or {},
-            auth_options(params),
-            attempts=params["retries"],
-            request_timeout=params["request_timeout"],
-        )
+        return task_reader(self._loader, self._templar, task_vars or {}, params)
 
 
 def state_key(namespace, name):

@@ -13,9 +13,8 @@ from ansible.utils.display import Display
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, deploy_rollout
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
-    K8sReader,
     ReadError,
-    auth_options,
+    task_reader,
 )
 from ansible_collections.specpilot.core.plugins.plugin_utils.lease_client import LeaseClient
 
@@ -39,14 +38,7 @@ class ActionModule(ControllerAction):
             )
             return result
         timeout = params["timeout"] or int(plan.get("startup_timeout_seconds") or 900) + 300
-        reader = K8sReader(
-            self._loader,
-            self._templar,
-            task_vars or {},
-            auth_options(params),
-            attempts=params["retries"],
-            request_timeout=params["request_timeout"],
-        )
+        reader = task_reader(self._loader, self._templar, task_vars or {}, params)
         host = (task_vars or {}).get("inventory_hostname") or plan["name"]
         renewer = None
         if params.get("lock"):

@@ -20,9 +20,8 @@ from ansible_collections.specpilot.core.plugins.module_utils import deploy_args,
 from ansible_collections.specpilot.core.plugins.module_utils.render import LABEL_MANAGED_BY, LABEL_SERVICE
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
-    K8sReader,
     ReadError,
-    auth_options,
+    task_reader,
 )
 from ansible_collections.specpilot.core.plugins.plugin_utils.lease_client import LeaseClient
 
@@ -34,14 +33,7 @@ class ActionModule(ControllerAction):
     def act(self, params, task_vars, result):
         self._vars = task_vars or {}
         self._params = params
-        reader = K8sReader(
-            self._loader,
-            self._templar,
-            self._vars,
-            auth_options(params),
-            attempts=params["retries"],
-            request_timeout=params["request_timeout"],
-        )
+        reader = task_reader(self._loader, self._templar, self._vars, params)
         client = LeaseClient(self._run_module, reader, params, check_mode=self._task.check_mode)
         holder = params.get("holder") or self._holder()
         version = params.get("resource_version")

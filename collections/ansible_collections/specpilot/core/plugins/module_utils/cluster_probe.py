@@ -36,13 +36,12 @@ Caches
 from __future__ import absolute_import, division, print_function
 
 import hashlib
-import inspect
 import json
 import os
 import re
 import time
 
-from ansible_collections.specpilot.core.plugins.module_utils import deploy_args
+from ansible_collections.specpilot.core.plugins.module_utils import common, deploy_args
 from ansible_collections.specpilot.core.plugins.module_utils import model_dir
 from ansible_collections.specpilot.core.plugins.module_utils import model_facts
 from ansible_collections.specpilot.core.plugins.module_utils import render
@@ -73,13 +72,7 @@ class ProbeError(ValueError):
 
 def program_source():
     """model_dir.py's source text: the program the Job runs."""
-    try:
-        return inspect.getsource(model_dir)
-    except (OSError, TypeError):  # pragma: no cover - zip imports without source
-        import pkgutil
-
-        data = pkgutil.get_data("ansible_collections.specpilot.core.plugins.module_utils", "model_dir.py")
-        return data.decode("utf-8")
+    return common.module_source(model_dir)
 
 
 # ---------------------------------------------------------------- what to read

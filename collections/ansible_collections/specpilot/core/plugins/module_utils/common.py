@@ -7,7 +7,9 @@ timestamps, and files written only when their content changes.  Pure standard li
 from __future__ import annotations
 
 import datetime
+import inspect
 import os
+import pkgutil
 
 __all__ = ["get_path", "k8s_meta", "micro_time", "parse_time", "read_files", "write_if_changed"]
 
@@ -78,3 +80,13 @@ def read_files(paths):
             with open(p, "rb") as fh:
                 out[p] = fh.read()
     return out
+
+
+def module_source(module):
+    """The source text of a module_utils module that is also a program run in a Job or pod (stager.py,
+    model_dir.py), as shipped in the Job's ConfigMap."""
+    try:
+        return inspect.getsource(module)
+    except (OSError, TypeError):  # pragma: no cover - zip imports without source
+        name = module.__name__.rsplit(".", 1)[-1] + ".py"
+        return pkgutil.get_data(__name__.rsplit(".", 1)[0], name).decode("utf-8")

@@ -15,25 +15,11 @@ from __future__ import annotations
 import re
 
 from ansible_collections.specpilot.core.plugins.module_utils import vllm_profiles as vp
-from ansible_collections.specpilot.core.plugins.module_utils.model_dir import read_local_facts
+from ansible_collections.specpilot.core.plugins.module_utils.model_dir import CONFIG_KEYS, read_local_facts
 
 __all__ = ["FACT_KEYS", "read_local_facts", "check_compatibility", "check_draft_kind", "draft_kind", "family"]
 
-FACT_KEYS = (
-    "params_b",
-    "dtype",
-    "quantization",
-    "architecture",
-    "model_type",
-    "hidden_size",
-    "vocab_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "num_nextn_predict_layers",
-    "tokenizer",
-)
+FACT_KEYS = ("params_b", "dtype", "quantization", "architecture") + CONFIG_KEYS + ("tokenizer",)
 
 
 # Draft/target size ratio the seed guide recommends for draft models.

@@ -25,6 +25,17 @@ import sys
 
 __metaclass__ = type
 
+# the facts config.json gives as they are (compat.FACT_KEYS holds them, with the others)
+CONFIG_KEYS = (
+    "model_type",
+    "hidden_size",
+    "vocab_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "num_nextn_predict_layers",
+)
 PROBE_MARKER = "SPECPILOT-PROBE "
 PROBE_FORMAT = 1
 
@@ -144,16 +155,7 @@ def read_local_facts(directory, where="on the controller"):
     archs = cfg.get("architectures")
     if isinstance(archs, list) and archs:
         facts["architecture"] = str(archs[0])
-    for key in (
-        "model_type",
-        "hidden_size",
-        "vocab_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "num_key_value_heads",
-        "head_dim",
-        "num_nextn_predict_layers",
-    ):
+    for key in CONFIG_KEYS:
         if cfg.get(key) is not None:
             facts[key] = cfg[key]
     dtype = cfg.get("torch_dtype") or cfg.get("dtype")

@@ -20,11 +20,10 @@ from __future__ import absolute_import, division, print_function
 
 import copy
 import hashlib
-import inspect
 import json
 import re
 
-from ansible_collections.specpilot.core.plugins.module_utils import data_safety, rollback, stager
+from ansible_collections.specpilot.core.plugins.module_utils import common, data_safety, rollback, stager
 
 __metaclass__ = type
 
@@ -44,13 +43,7 @@ class PlanError(ValueError):
 
 def program_source():
     """The staging program's source text (stager.py), as shipped in the ConfigMap."""
-    try:
-        return inspect.getsource(stager)
-    except (OSError, TypeError):  # pragma: no cover - zip imports without source
-        import pkgutil
-
-        data = pkgutil.get_data("ansible_collections.specpilot.core.plugins.module_utils", "stager.py")
-        return data.decode("utf-8")
+    return common.module_source(stager)
 
 
 def sha256_text(text):

@@ -105,6 +105,19 @@ def is_transient(exc):
     )
 
 
+def task_reader(loader, templar, task_vars, params):
+    """The reader of an action's task: its connection options (auth_options), its ``retries`` and its
+    ``request_timeout`` (REQUEST_TIMEOUT where the action has none)."""
+    return K8sReader(
+        loader,
+        templar,
+        task_vars or {},
+        auth_options(params),
+        attempts=params["retries"],
+        request_timeout=params.get("request_timeout") or REQUEST_TIMEOUT,
+    )
+
+
 class K8sReader(object):
     """``get(kind, api_version, name=None, namespace=None, label_selector=None)``: the object (or
     None when absent) for a name, else the list of items."""
