@@ -120,6 +120,8 @@ def test_converges_or_fails_cleanly_under_api_faults(emulator, tmp_path, operati
     if faulty.rc != 0:  # a clean failure: the summary names it, no traceback, the service whole
         assert "Traceback" not in faulty.out and "MODULE FAILURE" not in faulty.out, faulty.out[-4000:]
         assert during in (before, after), (before, during, after)
+        if operation == "deploy":  # as the deploy-only fault test asserted: the summary says which failed
+            assert "FAILED" in faulty.out.split("TASK [Summary of every service]", 1)[-1], faulty.out[-4000:]
     else:
         assert during == after
     assert clean.rc == 0, clean.out[-4000:]
