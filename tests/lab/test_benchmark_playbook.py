@@ -132,6 +132,7 @@ class Deployed:
     """The lab's ngram service applied from its validated plan (what the deploy role would apply)."""
 
     def __init__(self, tmp_path, emu):
+        self.emu = emu
         self.dyn = emu.dynamic_client()
         self.plan = plan_of_lab_ngram(tmp_path, emu)
         self.ns = ns = self.plan["namespace"]
@@ -149,13 +150,17 @@ class Deployed:
         )
         sr = self.plan["servingruntime"]
         self.res(sr["apiVersion"], sr["kind"]).create(body=sr, namespace=ns)
-        self.res(*ISVC_API).create(body=self.plan["inferenceservice"], namespace=ns)
+        self.res(*ISVC_API).create(body=self.inferenceservice(), namespace=ns)
         wait(lambda: self.ready("lab-ngram"), 60, "lab-ngram Ready")
+
+    def inferenceservice(self):
+        """The InferenceService to apply: the plan's."""
+        return self.plan["inferenceservice"]
 
     def res(self, api, kind):
         return self.dyn.resources.get(api_version=api, kind=kind)
 
-    def isvc(self, name):
+    def isvc(self, name="lab-ngram"):
         from kubernetes.dynamic.exceptions import NotFoundError
 
         try:
@@ -163,7 +168,7 @@ class Deployed:
         except NotFoundError:
             return None
 
-    def ready(self, name):
+    def ready(self, name="lab-ngram"):
         st = (self.isvc(name) or {}).get("status") or {}
         return any(c["type"] == "Ready" and c["status"] == "True" for c in st.get("conditions") or [])
 

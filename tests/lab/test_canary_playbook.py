@@ -16,7 +16,7 @@ import threading
 
 import pytest
 
-from test_benchmark_playbook import ISVC_API, fake_engine_lab, plan_of_lab_ngram, playbook, wait
+from test_benchmark_playbook import ISVC_API, Deployed, fake_engine_lab, playbook, wait
 
 from ansible_collections.specpilot.core.plugins.module_utils import bench_client
 
@@ -74,44 +74,15 @@ class Traffic:
         self.thread.join(timeout=90)
 
 
-class Stable:
+class Stable(Deployed):
     """lab-ngram deployed from its plan without the speculative config: the stable predictor."""
 
-    def __init__(self, tmp_path, emu):
-        self.emu = emu
-        self.dyn = emu.dynamic_client()
-        self.plan = plan = plan_of_lab_ngram(tmp_path, emu)
-        self.ns = ns = plan["namespace"]
-        self.res("v1", "Namespace").create(
-            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
-        )
-        self.res("v1", "PersistentVolumeClaim").create(
-            namespace=ns,
-            body={
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {"name": plan["delivery"]["pvc"]},
-                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
-            },
-        )
-        sr = plan["servingruntime"]
-        self.res(sr["apiVersion"], sr["kind"]).create(body=sr, namespace=ns)
-        isvc = json.loads(json.dumps(plan["inferenceservice"]))
-        isvc["spec"]["predictor"]["model"]["args"] = plan["args_without_speculative"]
+    def inferenceservice(self):
+        isvc = json.loads(json.dumps(self.plan["inferenceservice"]))
+        isvc["spec"]["predictor"]["model"]["args"] = self.plan["args_without_speculative"]
         isvc["metadata"]["annotations"]["specpilot.io/spec-digest"] = "stable"
         isvc["metadata"]["annotations"]["specpilot.io/speculative-method"] = "off"
-        self.res(*ISVC_API).create(body=isvc, namespace=ns)
-        wait(lambda: self.ready(), 60, "lab-ngram Ready")
-
-    def res(self, api, kind):
-        return self.dyn.resources.get(api_version=api, kind=kind)
-
-    def isvc(self):
-        return self.res(*ISVC_API).get(name="lab-ngram", namespace=self.ns).to_dict()
-
-    def ready(self):
-        st = self.isvc().get("status") or {}
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in st.get("conditions") or [])
+        return isvc
 
     def deployments(self):
         items = self.res("apps/v1", "Deployment").get(

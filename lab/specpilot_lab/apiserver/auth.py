@@ -322,28 +322,26 @@ def forbidden(attrs: Attributes, reason: str = "") -> ApiError:
 
 
 # ------------------------------------------------------------------ bootstrap policy
-def _cluster_role(name: str, rules: list[dict]) -> dict:
+def _bootstrap(kind: str, name: str) -> dict:
+    """The head of a default (bootstrap) RBAC object, labelled and annotated as kube-apiserver's are."""
     return {
         "apiVersion": f"{RBAC}/v1",
-        "kind": "ClusterRole",
+        "kind": kind,
         "metadata": {
             "name": name,
             "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
             "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"},
         },
-        "rules": rules,
     }
+
+
+def _cluster_role(name: str, rules: list[dict]) -> dict:
+    return dict(_bootstrap("ClusterRole", name), rules=rules)
 
 
 def _cluster_binding(name: str, role: str, groups: list[str]) -> dict:
     return {
-        "apiVersion": f"{RBAC}/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {
-            "name": name,
-            "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
-            "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"},
-        },
+        **_bootstrap("ClusterRoleBinding", name),
         "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": role},
         "subjects": [{"apiGroup": RBAC, "kind": "Group", "name": g} for g in groups],
     }

@@ -45,23 +45,14 @@ def token_request(server, user: auth.User, namespace: str, name: str, body: Any)
     spec = _spec(body)
     seconds = spec.get("expirationSeconds")
     seconds = DEFAULT_TOKEN_SECONDS if seconds is None else seconds
-    if not isinstance(seconds, int) or seconds < MIN_TOKEN_SECONDS:
+    problem = (
+        "may not specify a duration less than 10 minutes"
+        if not isinstance(seconds, int) or seconds < MIN_TOKEN_SECONDS
+        else "may not specify a duration larger than 2^32 seconds" if seconds > MAX_TOKEN_SECONDS else None
+    )
+    if problem:
         raise _invalid(
-            "TokenRequest",
-            "authentication.k8s.io",
-            name,
-            "spec.expirationSeconds",
-            seconds,
-            "may not specify a duration less than 10 minutes",
-        )
-    if seconds > MAX_TOKEN_SECONDS:
-        raise _invalid(
-            "TokenRequest",
-            "authentication.k8s.io",
-            name,
-            "spec.expirationSeconds",
-            seconds,
-            "may not specify a duration larger than 2^32 seconds",
+            "TokenRequest", "authentication.k8s.io", name, "spec.expirationSeconds", seconds, problem
         )
     audiences = [str(a) for a in spec.get("audiences") or []] or [auth.API_AUDIENCE]
     token, exp = server.authn.issuer.mint(namespace, name, sa["metadata"]["uid"], audiences, seconds)
