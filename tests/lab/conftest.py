@@ -246,6 +246,11 @@ class Lab:
         evs = self.list("v1", "Event", ns)
         return [e for e in evs if name is None or e["involvedObject"].get("name") == name]
 
+    def wait_event(self, ns: str, name: str, pred, what: str, timeout: float = 20.0) -> dict:
+        """The first event of `name` that pred accepts. Events are written apart from the status (a
+        kubelet's recorder is asynchronous too), so one may land a little after the state it reports."""
+        return self.wait(lambda: next((e for e in self.events(ns, name) if pred(e)), None), timeout, what)
+
     def close(self) -> None:
         self.ctl.stop()
         self.emu.stop()

@@ -205,7 +205,7 @@ def test_rollout_new_pod_new_args_old_engine_stopped(fake_lab, fake_models):
     assert lab.wait(lambda: get(url + "/metrics")[0] == 200, 10, "new engine behind the URL")
     assert "spec_decode" not in get(url + "/metrics")[1]
     assert lab.get("v1", "Pod", old_pod, ns) is None
-    assert any(e["reason"] == "Killing" for e in lab.events(ns, old_pod))
+    lab.wait_event(ns, old_pod, lambda e: e["reason"] == "Killing", "Killing event")
 
 
 def test_recreate_strategy_stops_the_old_engine_first(fake_lab, fake_models):
@@ -290,7 +290,7 @@ def test_crash_loop_reports_exit_code_events_and_previous_log(fake_lab, fake_mod
     assert st["transitionStatus"] == "BlockedByFailedLoad"
     assert st["lastFailureInfo"]["reason"] == "ModelLoadFailed" and st["lastFailureInfo"]["exitCode"] == 3
     name = pod["metadata"]["name"]
-    assert any(e["reason"] == "BackOff" and e["type"] == "Warning" for e in lab.events(ns, name))
+    lab.wait_event(ns, name, lambda e: e["reason"] == "BackOff" and e["type"] == "Warning", "BackOff event")
     assert "fake engine failure" in lab.pod_log(ns, name, previous=True)
 
 
@@ -729,4 +729,4 @@ def test_without_a_working_bubblewrap_the_pod_fails_naming_the_fix(fake_lab, fak
     )
     assert ready["status"] == "False" and "CreateContainerError" in ready["message"]
     pod = lab.pods(ns, "tiny")[0]["metadata"]["name"]
-    assert any(e["reason"] == "Failed" and problem in e["message"] for e in lab.events(ns, pod))
+    lab.wait_event(ns, pod, lambda e: e["reason"] == "Failed" and problem in e["message"], "Failed event")
