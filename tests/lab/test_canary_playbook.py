@@ -199,3 +199,25 @@ def test_a_healthy_ngram_canary_is_promoted_through_every_step_and_a_rerun_chang
     assert "already runs the speculative spec" in again.stdout
     recap = next(line for line in again.stdout.splitlines() if line.startswith("lab-ngram"))
     assert "changed=0" in recap and "failed=0" in recap, recap
+
+    # deploy.yml of the same spec afterwards keeps the promoted predictor where it runs: it reads the
+    # named predictor's Deployment ({isvc}-{name}-predictor), restarts nothing, and then has nothing
+    # to do (it read {isvc}-predictor before, found no Deployment and waited for a rollout)
+    promoted = "lab-ngram-%s-predictor" % name
+    rv, pods = lab.deployments()[promoted]["metadata"]["resourceVersion"], lab.pods()
+    for attempt in ("deploy-1", "deploy-2"):
+        (tmp_path / attempt).mkdir()
+        proc = playbook(
+            tmp_path / attempt,
+            lab.emu,
+            "-e",
+            json.dumps({"specpilot_deploy_probe": "never", "specpilot_deploy_wait_timeout": 60}),
+            playbook_file="playbooks/deploy.yml",
+        )
+    recap = next(line for line in proc.stdout.splitlines() if line.startswith("lab-ngram"))
+    assert "changed=0" in recap and "failed=0" in recap, proc.stdout[-4000:]
+    # the second run decided from its one read that the rollout is complete: no lock, no wait
+    assert "Wait | Rollout" not in proc.stdout, proc.stdout[-4000:]
+    assert list(lab.deployments()) == [promoted]
+    assert lab.deployments()[promoted]["metadata"]["resourceVersion"] == rv and lab.pods() == pods
+    assert lab.isvc()["spec"]["predictor"]["name"] == name and lab.ready()

@@ -206,3 +206,41 @@ def test_pod_summary_reads_init_failures():
     assert summary["new"] and summary["init_failure"]["container"] == "modelcar-init"
     status = dr.rollout_status(dr.expected_from_plan(new), new_isvc, None, [p], now=T0)
     assert status["cause"] == "init"
+
+
+class _Reader:
+    """reader.get over a dict {(kind, name): object}; pods by label selector."""
+
+    def __init__(self, objects):
+        self.objects, self.asked = objects, []
+
+    def get(self, kind, api_version, name=None, namespace=None, label_selector=None):
+        self.asked.append((kind, name))
+        if kind == "Pod":
+            return [o for (k, _), o in self.objects.items() if k == "Pod"]
+        return self.objects.get((kind, name))
+
+
+def test_a_named_predictor_is_read_from_its_own_deployment():
+    """A promoted canary keeps the canary's name: its Deployment {isvc}-{name}-predictor is the
+    predictor's (constants.PredictorServiceName, KServe 0.20); {isvc}-predictor is not read."""
+    _, new, _, new_isvc = _setup()
+    named = copy.deepcopy(new_isvc)
+    named["spec"]["predictor"]["name"] = "s1a2"
+    dep = deployment(named)
+    assert dr.predictor_deployment_name("svc", named) == "svc-s1a2-predictor"
+    assert dr.predictor_deployment_name("svc", new_isvc) == "svc-predictor"
+    assert dr.predictor_deployment_name("svc") == "svc-predictor"
+    name, ns = new["name"], new["namespace"]
+    reader = _Reader(
+        {
+            ("InferenceService", name): named,
+            ("Deployment", "%s-s1a2-predictor" % name): dep,
+            ("Deployment", "%s-predictor" % name): {"metadata": {"name": "the old stable one"}},
+        }
+    )
+    isvc, got, pods = dr.read_workload(reader, name, ns)
+    assert isvc is named and got is dep and pods == []
+    assert ("Deployment", "%s-predictor" % name) not in reader.asked
+    # Knative mode has no Deployment of its own to read
+    assert dr.read_workload(_Reader({("InferenceService", name): named}), name, ns, "Knative")[1] is None

@@ -16,7 +16,7 @@ import concurrent.futures
 import time
 
 from ansible.errors import AnsibleActionFail
-from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, deploy_state
+from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, deploy_rollout, deploy_state
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
     ReadError,
@@ -129,7 +129,12 @@ def read_state(reader, params):
         out["history"] = reader.get("ConfigMap", "v1", name=deploy_state.history_name(name), namespace=ns)
     if params["workload"] and out["inferenceservice"] is not None:
         if params["deployment_mode"] == "Standard":
-            out["deployment"] = reader.get("Deployment", "apps/v1", name="%s-predictor" % name, namespace=ns)
+            out["deployment"] = reader.get(
+                "Deployment",
+                "apps/v1",
+                name=deploy_rollout.predictor_deployment_name(name, out["inferenceservice"]),
+                namespace=ns,
+            )
         out["pods"] = reader.get(
             "Pod", "v1", namespace=ns, label_selector="serving.kserve.io/inferenceservice=%s" % name
         )

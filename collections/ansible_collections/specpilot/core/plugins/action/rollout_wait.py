@@ -69,19 +69,9 @@ class ActionModule(ControllerAction):
 
 
 def read_workload(reader, plan):
-    name, ns = plan["name"], plan["namespace"]
-    isvc = reader.get("InferenceService", "serving.kserve.io/v1beta1", name=name, namespace=ns)
-    deployment = None
-    if (plan.get("deployment_mode") or "Standard") == "Standard":
-        # a named predictor (KServe 0.20; a promoted canary) runs as {name}-{predictor.name}-predictor
-        # (constants.PredictorServiceName, pkg/constants/constants.go@v0.20.0)
-        pname = (((isvc or {}).get("spec") or {}).get("predictor") or {}).get("name")
-        dname = "%s-%s-predictor" % (name, pname) if pname else "%s-predictor" % name
-        deployment = reader.get("Deployment", "apps/v1", name=dname, namespace=ns)
-    pods = reader.get(
-        "Pod", "v1", namespace=ns, label_selector="serving.kserve.io/inferenceservice=%s" % name
+    return deploy_rollout.read_workload(
+        reader, plan["name"], plan["namespace"], plan.get("deployment_mode") or "Standard"
     )
-    return isvc, deployment, pods
 
 
 class Renewer(object):

@@ -291,8 +291,33 @@ def _knative_checks(isvc, baseline, checks, waiting):
     return headline
 
 
+def predictor_deployment_name(name, isvc=None):
+    """The Deployment (and Service) of InferenceService ``name``'s predictor: ``{name}-predictor``, or
+    ``{name}-{predictor.name}-predictor`` for a named predictor (KServe 0.20: a promoted canary keeps
+    the canary's name, so that its Deployment becomes the stable one without a restart).
+    constants.PredictorServiceName, pkg/constants/constants.go@v0.20.0."""
+    pname = (((isvc or {}).get("spec") or {}).get("predictor") or {}).get("name")
+    return "%s-%s-predictor" % (name, pname) if pname else "%s-predictor" % name
+
+
+def read_workload(reader, name, namespace, deployment_mode="Standard"):
+    """(InferenceService, its predictor's Deployment in Standard mode or None, its pods), read with
+    ``reader.get(kind, api_version, name=, namespace=, label_selector=)``; each None (the pods [])
+    when absent."""
+    isvc = reader.get("InferenceService", "serving.kserve.io/v1beta1", name=name, namespace=namespace)
+    deployment = None
+    if (deployment_mode or "Standard") == "Standard":
+        deployment = reader.get(
+            "Deployment", "apps/v1", name=predictor_deployment_name(name, isvc), namespace=namespace
+        )
+    pods = reader.get(
+        "Pod", "v1", namespace=namespace, label_selector="serving.kserve.io/inferenceservice=%s" % name
+    )
+    return isvc, deployment, pods
+
+
 def _standard_checks(expected, deployment, baseline, checks, waiting):
-    """Standard mode: the Deployment <name>-predictor has the plan's pod template (args, digest), a
+    """Standard mode: the predictor's Deployment has the plan's pod template (args, digest), a
     newer generation observed, every replica updated and available.  Fills ``checks`` and
     ``waiting``; returns the progress headline."""
     dmd = k8s_meta(deployment)
@@ -324,7 +349,7 @@ def _standard_checks(expected, deployment, baseline, checks, waiting):
     checks["replicas_updated"] = replicas >= 1 and updated == replicas
     checks["replicas_available"] = replicas >= 1 and available == replicas
     if not checks["deployment_present"]:
-        waiting.append("Deployment %s-predictor not created yet" % expected.get("name"))
+        waiting.append("the predictor's Deployment of %s not created yet" % expected.get("name"))
     elif not (checks["template_args"] and checks["template_digest"] and checks["generation_advanced"]):
         waiting.append("Deployment %s still has the previous pod template" % dmd.get("name"))
     elif not checks["generation_observed"]:

@@ -15,8 +15,10 @@ description:
   - Reads what the deploy role compares its plan with, in the Ansible worker process - the namespace, the
     InferenceService, the (Cluster)ServingRuntime specpilot manages for it, the deploy lock (Lease
     C(specpilot-deploy-<name>)), the revision history (ConfigMap C(<name>-specpilot-history)) and, when the
-    InferenceService exists, its Deployment C(<name>-predictor) (Standard mode) and its predictor pods (label
+    InferenceService exists, its predictor's Deployment (Standard mode) and its predictor pods (label
     C(serving.kserve.io/inferenceservice=<name>)).
+  - The predictor's Deployment is C(<name>-predictor), or C(<name>-<predictor.name>-predictor) when the
+    predictor has a name (KServe 0.20, a promoted canary).
   - Absent objects are returned as null (pods as an empty list). Nothing is read in a namespace that does not
     exist.
   - A no-op re-run of deploy decides from this one read that nothing needs to be written, so it costs a few
@@ -147,7 +149,7 @@ servingruntime:
   returned: always
   type: dict
 deployment:
-  description: The Deployment C(<name>-predictor) (Standard mode), or null.
+  description: The predictor's Deployment (Standard mode), or null.
   returned: always
   type: dict
 pods:
