@@ -55,6 +55,12 @@ WITHOUT = [
         f'"{NAMESPACE}"',
     ),
     (
+        ROLE,
+        "pods/log",
+        "smoke.yml",
+        f'User "{USER}" cannot get resource "pods/log" in API group "" in the namespace "{NAMESPACE}"',
+    ),
+    (
         CLUSTER_ROLE,
         "customresourcedefinitions",
         "deploy.yml",

@@ -487,3 +487,18 @@ def test_the_plan_still_speculative_in_off_mode_fails_when_on(ngram_plan):
     result = smoke.evaluate(dict(off_data(ngram_plan), expect="on"))
     failed = {c["id"] for c in result["checks"] if c["status"] == "fail"}
     assert {"isvc_args", "pod_args", "engine_config", "spec_metrics", "acceptance"} <= failed
+
+
+def test_an_unreadable_engine_log_fails_naming_the_api_answer(ngram_plan):
+    """pods/log forbidden (or the pod gone): the engine-start check fails with what the API said,
+    not a bare "could not be read"; without an answer it still fails."""
+    forbidden = (
+        'pods "svc-predictor-0" is forbidden: User "system:serviceaccount:ns:specpilot" cannot get '
+        'resource "pods/log" in API group "" in the namespace "ns"'
+    )
+    result = smoke.evaluate(s.data_for(ngram_plan, log_facts=None, log_error=forbidden))
+    check = by_id(result)["engine_start"]
+    assert check["status"] == "fail" and check["message"].endswith(forbidden)
+    assert result["verdict"] == "fail"
+    bare = by_id(smoke.evaluate(s.data_for(ngram_plan, log_facts=None)))["engine_start"]
+    assert bare["status"] == "fail" and bare["message"] == "the engine log could not be read"

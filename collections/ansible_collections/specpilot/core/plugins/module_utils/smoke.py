@@ -595,7 +595,8 @@ def _engine_start_checks(ctx):
     log_facts, log_prev = ctx["log_facts"], ctx["log_prev"]
     checks = []
     if log_facts is None:
-        return [_check("engine_start", "fail", "Engine start", "the engine log could not be read")]
+        why = ": %s" % ctx["log_error"] if ctx.get("log_error") else ""
+        return [_check("engine_start", "fail", "Engine start", "the engine log could not be read%s" % why)]
     errors = [e for e in log_facts.get("log_errors") or [] if not e.get("after_shutdown")]
     if errors:
         checks.append(
@@ -1135,7 +1136,7 @@ def evaluate(data):
     """The checks and the verdict for one service.
 
     ``data`` keys: service, expect ('on'/'off'), plan, inferenceservice, pod, container,
-    log_facts, log_previous, log_window, metrics_before, metrics_after, probes, access,
+    log_facts, log_previous, log_error, log_window, metrics_before, metrics_after, probes, access,
     thresholds, request ({prompts, count, max_tokens, temperature, request_params}),
     skip_reason (why no probes were sent), production_temperature (specpilot_workload.temperature:
     the acceptance band says whether the probes ran at it). Missing pieces fail the checks that need them.
@@ -1187,6 +1188,7 @@ def _inputs(data):
         svc=svc,
         fig=fig,
         skip_reason=data.get("skip_reason"),
+        log_error=data.get("log_error"),
         production_temperature=data.get("production_temperature"),
     )
 

@@ -64,6 +64,11 @@ options:
   log_previous:
     description: M(specpilot.core.vllm_log_facts) of the previous container instance's log, when it restarted.
     type: dict
+  log_error:
+    description:
+      - Why the engine log could not be read (the API's answer, e.g. C(pods/log) forbidden), when I(log_facts)
+        is missing; the failed check names it.
+    type: str
   log_window:
     description: M(specpilot.core.vllm_log_facts) of the log lines after the probes started (its C(since)
       was the last line read before them).
@@ -262,6 +267,7 @@ def main():
             container=dict(type="str", default="kserve-container"),
             log_facts=dict(type="dict"),
             log_previous=dict(type="dict"),
+            log_error=dict(type="str"),
             log_window=dict(type="dict"),
             metrics_before=dict(type="dict"),
             metrics_after=dict(type="dict"),
@@ -302,6 +308,7 @@ def main():
             "container",
             "log_facts",
             "log_previous",
+            "log_error",
             "log_window",
             "metrics_before",
             "metrics_after",
