@@ -11,6 +11,10 @@ Usage:
                                                  with a progress line a minute meanwhile
   test_times.py report [--slowest 15]           print the table (stages, molecule scenarios,
                                                  slowest tests from the pytest JUnit files)
+  test_times.py durations OUT                   write the seconds of each test file (from the
+                                                 JUnit files) to OUT, JSON: what the tests'
+                                                 conftest.py reads to hand the longest files out
+                                                 first to pytest-xdist's workers
 
 Records go to ``$SPECPILOT_TEST_TIMES`` (default ``.cache/test-times``): ``stages.jsonl`` (one
 line a timed command) and ``junit/*.xml`` (the pytest stages write there). A name of the form
@@ -36,8 +40,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMES = Path(os.environ.get("SPECPILOT_TEST_TIMES", ROOT / ".cache" / "test-times"))
-BUDGET_S = 35 * 60
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # colours in molecule's output  # CONTRIBUTING.md: make test on 2 cores from a clean clone
+BUDGET_S = 35 * 60  # CONTRIBUTING.md: make test on 2 cores from a clean clone
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # colours in molecule's output
 
 
 def _stages_file() -> Path:
@@ -102,7 +106,10 @@ def parallel(stages: list[tuple[str, str]], heartbeat: float = 60.0) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     running = {}
     for name, line in stages:
-        print(f"==> [{time.strftime('%H:%M:%S')}] {name} (side by side; output in {logs / name}.log): {line}", flush=True)
+        print(
+            f"==> [{time.strftime('%H:%M:%S')}] {name} (side by side; output in {logs / name}.log): {line}",
+            flush=True,
+        )
         fh = (logs / f"{name}.log").open("w")
         proc = subprocess.Popen(line, shell=True, stdout=fh, stderr=subprocess.STDOUT)
         running[name] = (proc, fh, time.time())
@@ -115,14 +122,19 @@ def parallel(stages: list[tuple[str, str]], heartbeat: float = 60.0) -> int:
                 continue
             fh.close()
             del running[name]
-            print(f"\n==> {name}: its output\n" + (logs / f"{name}.log").read_text(errors="replace"), flush=True)
+            print(
+                f"\n==> {name}: its output\n" + (logs / f"{name}.log").read_text(errors="replace"), flush=True
+            )
             _record(name, start, *ended)
             status = status or ended[0]
         if running and time.monotonic() - beat >= heartbeat:
             beat = time.monotonic()
             for name, (_, _, start) in running.items():
-                print(f"... [{time.strftime('%H:%M:%S')}] {name} running for {_clock(time.time() - start)}: "
-                      f"{_last_line(logs / f'{name}.log')}", flush=True)
+                print(
+                    f"... [{time.strftime('%H:%M:%S')}] {name} running for {_clock(time.time() - start)}: "
+                    f"{_last_line(logs / f'{name}.log')}",
+                    flush=True,
+                )
     return status
 
 
@@ -154,6 +166,30 @@ def test_cases(junit_dir: Path) -> list[tuple[float, str, str]]:
             test_id = f"{case.get('classname', '')}::{case.get('name', '')}"
             cases.append((float(case.get("time") or 0.0), test_id, outcome))
     return cases
+
+
+def file_durations(cases: list[tuple[float, str, str]]) -> dict[str, float]:
+    """{tests/.../test_x.py: seconds} summed over the cases (JUnit's classname is the module's dotted
+    path, with the class appended for tests in a class)."""
+    out: dict[str, float] = {}
+    for seconds, test_id, _ in cases:
+        parts = test_id.split("::", 1)[0].split(".")
+        while parts and not (ROOT / Path(*parts)).with_suffix(".py").is_file():
+            parts = parts[:-1]  # a class inside the module
+        if parts:
+            key = Path(*parts).with_suffix(".py").as_posix()
+            out[key] = round(out.get(key, 0.0) + seconds, 1)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def durations(out: Path) -> int:
+    found = file_durations(test_cases(TIMES / "junit"))
+    if not found:
+        print(f"no JUnit files with test cases under {TIMES / 'junit'}: run make test first", file=sys.stderr)
+        return 1
+    out.write_text(json.dumps(found, indent=1) + "\n")
+    print(f"{len(found)} test files, {sum(found.values()):.0f} s in all -> {out}")
+    return 0
 
 
 def counts(cases: list[tuple[float, str, str]], scenarios: list[dict]) -> dict[str, int]:
@@ -216,7 +252,9 @@ def report(count: int) -> int:
     cases = test_cases(TIMES / "junit")
     slow = sorted(cases, reverse=True)[:count]
     if slow:
-        lines.append(f"The {len(slow)} slowest tests (pytest durations, setup included in the first test of a fixture)")
+        lines.append(
+            f"The {len(slow)} slowest tests (pytest durations, setup included in the first test of a fixture)"
+        )
         lines += [f"  {s:7.1f}s  {outcome:7}  {test_id}" for s, test_id, outcome in slow]
         lines.append("")
     over = total - BUDGET_S
@@ -253,7 +291,9 @@ def main(argv: list[str]) -> int:
     if cmd == "report":
         count = int(rest[1]) if len(rest) == 2 and rest[0] == "--slowest" else 15
         return report(count)
-    print(f"unknown command {cmd!r}: reset, run or report", file=sys.stderr)
+    if cmd == "durations" and len(rest) == 1:
+        return durations(Path(rest[0]))
+    print(f"unknown command {cmd!r}: reset, run, parallel, report or durations OUT", file=sys.stderr)
     return 2
 
 

@@ -21,7 +21,8 @@ from specpilot_lab.testing import (  # noqa: F401  (pytest finds fixtures by nam
 
 def pytest_collection_modifyitems(config, items):
     """Refuse a collection in which a test starts a real vLLM engine without declaring it
-    (@pytest.mark.real_engine and a docstring that says why): engines are the suite's budget."""
+    (@pytest.mark.real_engine and a docstring that says why): engines are the suite's budget.
+    In a pytest-xdist worker, put the longest files first (longest_files_first)."""
     import pytest
 
     from engine_budget import facts_of, violations
@@ -32,3 +33,30 @@ def pytest_collection_modifyitems(config, items):
             "tests that start a real engine must say so (CONTRIBUTING.md, 'The test budget'):\n  "
             + "\n  ".join(found)
         )
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        longest_files_first(items)
+
+
+FILE_DURATIONS = os.path.join(os.path.dirname(__file__), "file_durations.json")
+
+
+def longest_files_first(items):
+    """Order whole files by their seconds in tests/file_durations.json, longest first (the order
+    within a file is kept; a file not listed goes last). make test runs pytest-xdist with
+    --dist loadfile --no-loadscope-reorder, which hands files out in this order: the long ones
+    start at once and the workers end together, instead of one worker finishing a long file
+    alone. Refresh the list after a make test: scripts/test_times.py durations
+    tests/file_durations.json."""
+    import json
+
+    try:
+        with open(FILE_DURATIONS) as fh:
+            seconds = json.load(fh)
+    except (OSError, ValueError):
+        return
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def key(item):
+        return -seconds.get(os.path.relpath(str(item.path), root).replace(os.sep, "/"), 0.0)
+
+    items.sort(key=key)  # stable: a file's tests stay together and in order

@@ -21,7 +21,9 @@ JUNIT = """<testsuites><testsuite>
 
 def times(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, SPECPILOT_TEST_TIMES=str(tmp_path / "times"))
-    return subprocess.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_run_keeps_the_exit_code_and_records_the_stage(tmp_path):
@@ -87,9 +89,62 @@ def test_a_stage_records_the_cpu_time_of_its_whole_process_tree(tmp_path):
     burn = "import time; t = time.process_time(); exec('while time.process_time() - t < 0.6: pass')"
     child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}])"
     times(tmp_path, "run", "burn", "--", py, "-c", child)
-    times(tmp_path, "parallel", f"idle={py} -c \"import time; time.sleep(1)\"")
-    recs = {r["name"]: r for r in map(json.loads, (tmp_path / "times" / "stages.jsonl").read_text().splitlines())}
+    times(tmp_path, "parallel", f'idle={py} -c "import time; time.sleep(1)"')
+    recs = {
+        r["name"]: r for r in map(json.loads, (tmp_path / "times" / "stages.jsonl").read_text().splitlines())
+    }
     assert recs["burn"]["cpu"] >= 0.6
     assert recs["idle"]["cpu"] < 0.5 and recs["idle"]["seconds"] >= 1
     stages = times(tmp_path, "report").stdout.split("Stages", 1)[1].split("budget:", 1)[0]
     assert "cpu (cores)" in stages and re.search(r"idle .*\(0\.\d\)", stages), stages
+
+
+def test_durations_sums_each_test_file_for_the_workers_order(tmp_path):
+    """durations OUT: seconds per test file (a class's cases count for its module), longest first;
+    tests/conftest.py hands files out to pytest-xdist's workers in that order."""
+    times(tmp_path, "reset")
+    assert times(tmp_path, "durations", str(tmp_path / "none.json")).returncode == 1  # no JUnit yet
+    (tmp_path / "times" / "junit" / "test-unit.xml").write_text("""<testsuites><testsuite>
+<testcase classname="tests.unit.test_molecule_queue" name="test_a" time="1.5"/>
+<testcase classname="tests.unit.test_test_times" name="test_b" time="2.0"/>
+<testcase classname="tests.unit.test_test_times.TestInAClass" name="test_c" time="3.25"/>
+<testcase classname="tests.gone.test_removed" name="test_d" time="9.0"/>
+</testsuite></testsuites>""")
+    out = tmp_path / "durations.json"
+    proc = times(tmp_path, "durations", str(out))
+    assert proc.returncode == 0 and "2 test files" in proc.stdout, proc.stdout + proc.stderr
+    found = json.loads(out.read_text())
+    assert list(found.items()) == [
+        ("tests/unit/test_test_times.py", 5.2),
+        ("tests/unit/test_molecule_queue.py", 1.5),
+    ]
+
+
+def test_workers_get_the_longest_files_first_each_file_kept_whole(monkeypatch, tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "tests_conftest", SCRIPT.parents[1] / "tests" / "conftest.py"
+    )
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    (tmp_path / "d.json").write_text(
+        json.dumps({"tests/lab/test_long.py": 300, "tests/unit/test_mid.py": 20})
+    )
+    monkeypatch.setattr(conftest, "FILE_DURATIONS", str(tmp_path / "d.json"))
+
+    class Item:
+        def __init__(self, rel, name):
+            self.path, self.name = SCRIPT.parents[1] / rel, name
+
+    names = ["tests/unit/test_new.py", "tests/unit/test_mid.py", "tests/lab/test_long.py"]
+    items = [Item(rel, "%s-%d" % (rel.rsplit("/", 1)[1], i)) for rel in names for i in range(2)]
+    conftest.longest_files_first(items)
+    assert [i.name for i in items] == [
+        "test_long.py-0",
+        "test_long.py-1",
+        "test_mid.py-0",
+        "test_mid.py-1",
+        "test_new.py-0",  # not listed: last, in collection order
+        "test_new.py-1",
+    ]
