@@ -249,7 +249,7 @@ settings:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import open_url
+from ansible_collections.specpilot.core.plugins.module_utils import http_get
 from ansible_collections.specpilot.core.plugins.module_utils import monitoring as sm
 from ansible_collections.specpilot.core.plugins.module_utils.acceptance_guard import (
     GuardError,
@@ -259,15 +259,6 @@ from ansible_collections.specpilot.core.plugins.module_utils.acceptance_guard im
     reading_from_facts,
 )
 from ansible_collections.specpilot.core.plugins.module_utils.versions import VersionError
-
-
-def _fetch(url, headers, timeout, validate_certs):
-    resp = open_url(url, method="GET", headers=dict((str(k), str(v)) for k, v in (headers or {}).items()),
-                    timeout=timeout, validate_certs=validate_certs, follow_redirects="safe")
-    try:
-        return resp.read()
-    finally:
-        resp.close()
 
 
 def main():
@@ -309,7 +300,8 @@ def main():
             selector = dict((str(k), str(v)) for k, v in (p["selector"] or {}).items()) or \
                 sm.default_selector(p["name"], namespace)
             reading = prometheus_reading(p["prometheus_url"], selector, p["prometheus_window"], p["vllm_version"],
-                                         p["prometheus_headers"], p["timeout"], p["validate_certs"], _fetch)
+                                         p["prometheus_headers"], p["timeout"], p["validate_certs"],
+                                         http_get.get_bytes)
         elif on:
             if not p["metrics"]:
                 module.fail_json(msg="%s: speculative decoding is on but no metrics reading was given" % p["name"])

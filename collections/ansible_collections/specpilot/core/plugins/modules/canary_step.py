@@ -126,8 +126,7 @@ notes:
 """
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.urls import open_url
-from ansible_collections.specpilot.core.plugins.module_utils import canary
+from ansible_collections.specpilot.core.plugins.module_utils import canary, http_get
 from ansible_collections.specpilot.core.plugins.module_utils.vllm_metrics import (
     HAS_PROMETHEUS_CLIENT,
     PROMETHEUS_CLIENT_IMPORT_ERROR,
@@ -160,14 +159,12 @@ def main():
     for arm in ("baseline", "canary") if p["reference"] is None else ("canary",):
         if not p["arms"].get(arm):
             module.fail_json(msg="arms.%s: no pod of the %s arm to read (is it Running?)" % (arm, arm))
-    headers = dict((str(k), str(v)) for k, v in p["headers"].items())
 
     def fetch(url):
         try:
-            resp = open_url(
-                url, method="GET", headers=headers, timeout=p["timeout"], validate_certs=p["validate_certs"]
+            return http_get.get_bytes(url, p["headers"], p["timeout"], p["validate_certs"]).decode(
+                "utf-8", "replace"
             )
-            return resp.read().decode("utf-8", "replace")
         except Exception as exc:  # HTTPError, URLError, socket and SSL errors
             module.fail_json(msg="cannot read %s: %s" % (url, exc), url=url)
 

@@ -310,7 +310,7 @@ import io
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.urls import open_url
+from ansible_collections.specpilot.core.plugins.module_utils import http_get
 from ansible_collections.specpilot.core.plugins.module_utils.vllm_metrics import (
     HAS_PROMETHEUS_CLIENT,
     PROMETHEUS_CLIENT_IMPORT_ERROR,
@@ -322,10 +322,8 @@ from ansible_collections.specpilot.core.plugins.module_utils.vllm_metrics import
 
 
 def _scrape(module, p, kwargs):
-    headers = dict((str(k), str(v)) for k, v in (p["headers"] or {}).items())
     try:
-        resp = open_url(p["url"], method="GET", headers=headers, timeout=p["timeout"],
-                        validate_certs=p["validate_certs"], follow_redirects="safe")
+        resp = http_get.get(p["url"], p["headers"], p["timeout"], p["validate_certs"])
     except Exception as exc:  # HTTPError, URLError, socket errors, SSL errors
         module.fail_json(msg="cannot read %s: %s" % (p["url"], exc), url=p["url"])
     try:
