@@ -248,3 +248,18 @@ def test_registry_without_tls_verify_falls_back_to_http_at_once():
     )
     assert reg.request("GET", "/v2/m/manifests/t").code == 200
     assert clock.slept == [] and seen[1].startswith("http://registry.example/")
+
+
+def test_reads_writes_and_the_registry_classify_a_status_alike(monkeypatch):
+    """One rule (transient_status): 429 and every 5xx are retried, a 4xx is not - by the reads
+    (k8s_reader.is_transient), the writes (retryable) and the OCI client alike."""
+    from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import transient_status
+
+    for code in (429, 500, 502, 503, 504, 507, 599):
+        assert transient_status(code), code
+        assert retryable({"failed": True, "msg": '{"code":%d}' % code}, conflict=False), code
+        assert k8s_reader.is_transient(ApiError(code)), code
+    for code in (400, 401, 403, 404, 409, 410, 422):
+        assert not transient_status(code), code
+        assert not k8s_reader.is_transient(ApiError(code)), code
+    assert not transient_status(None)

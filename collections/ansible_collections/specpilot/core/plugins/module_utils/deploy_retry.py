@@ -27,6 +27,7 @@ __all__ = [
     "RETRY_STATUS",
     "FINAL",
     "status_code",
+    "transient_status",
     "retryable",
     "retry_after_seconds",
     "retry_after_of",
@@ -67,6 +68,12 @@ def status_code(result):
     return None
 
 
+def transient_status(code):
+    """True for an HTTP status a retry may get past: 429 and every 5xx (an API server restarting, a
+    proxy in front of it); the reads and the writes classify by this one rule."""
+    return code in RETRY_STATUS or (code is not None and code >= 500 and code not in FINAL)
+
+
 def retryable(result, conflict=True):
     """True when the result failed and a retry may succeed (a 409 only with ``conflict``)."""
     if not isinstance(result, dict) or not result.get("failed"):
@@ -76,7 +83,7 @@ def retryable(result, conflict=True):
         return True
     if code == 409:
         return bool(conflict)
-    return code in RETRY_STATUS or (code >= 500 and code not in FINAL)
+    return transient_status(code)
 
 
 def retry_after_seconds(value, now=None):

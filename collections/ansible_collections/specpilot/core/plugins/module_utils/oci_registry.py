@@ -29,9 +29,9 @@ from urllib import parse as urlparse
 from urllib import request as urlrequest
 
 from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import (
-    RETRY_STATUS,
     Backoff,
     retry_after_of,
+    transient_status,
 )
 
 __metaclass__ = type
@@ -162,7 +162,7 @@ class Registry(object):
                 reason = getattr(exc, "reason", exc)
                 transient = isinstance(exc, OSError) and not isinstance(reason, ssl.SSLError)
                 return retry_connection and transient, None
-            return reply.code in RETRY_STATUS, retry_after_of(reply.code, reply.headers)
+            return transient_status(reply.code), retry_after_of(reply.code, reply.headers)
 
         return self._backoff.run(lambda: self._exchange(method, url, headers, data, limit), verdict)
 

@@ -26,9 +26,9 @@ import time
 from ansible.errors import AnsibleError
 from ansible.plugins.loader import lookup_loader
 from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import (
-    RETRY_STATUS,
     Backoff,
     retry_after_of,
+    transient_status,
 )
 
 REQUEST_TIMEOUT = 30
@@ -90,7 +90,7 @@ def bounded(call, timeout):
 
 def is_transient(exc):
     status = getattr(exc, "status", None)
-    if status in RETRY_STATUS or isinstance(exc, RequestTimeout):
+    if (status is not None and transient_status(status)) or isinstance(exc, RequestTimeout):
         return True
     name = type(exc).__name__
     text = str(exc)
