@@ -56,7 +56,17 @@ def test_stage_check_mode_reports_and_changes_nothing(tmp_path):
         assert ss.recap(out)["svc"]["changed"] >= 1
         assert not (tmp_path / "cache" / "models").exists() and _tag(f"{image}:v1") is None
 
-        assert ss.run_playbook(inv, None).returncode == 0
+        real = ss.run_playbook(inv, None)
+        out = real.stdout + real.stderr
+        assert real.returncode == 0, out[-4000:]
+        # the long steps' progress lines, shown by their action plugins (plugin_utils/progress_relay.py)
+        for line in (
+            "[svc] specpilot-stage: progress target 263239/263239 bytes (100.0%)",  # model_fetch
+            "[svc] layer models/target: 257.1 KiB of 257.1 KiB (100%)",  # modelcar_build: each layer's bytes written and hashed
+            f"[svc] pushing {image}:v1",
+            "[svc] pushed ",
+        ):
+            assert line in out, line + "\n" + out[-4000:]
         pushed = _tag(f"{image}:v1")
         # every source fetched, a tag the registry lacks: the digest is computed, nothing pushed
         v2 = json.dumps({"specpilot_modelcar": {"image": f"{image}:v2", "tls_verify": False}})

@@ -30,6 +30,7 @@ import tempfile
 import time
 
 from ansible_collections.specpilot.core.plugins.module_utils import oci_layout, oci_registry
+from ansible_collections.specpilot.core.plugins.module_utils.progress import human
 
 __metaclass__ = type
 
@@ -307,8 +308,10 @@ def refuse_tag_move(repo, tag, had, new, p, what="digest"):
     )
 
 
-def build_push(p, check_mode=False):
-    """The whole Modelcar operation for the module; returns the module result dict."""
+def build_push(p, check_mode=False, line=None):
+    """The whole Modelcar operation for the module; returns the module result dict. ``line(text)``:
+    progress lines (each step, and each layer's bytes as it is written and hashed)."""
+    line = line or (lambda text: None)
     t0 = time.time()
     repo, tag = split_image(p["image"])
     work = os.path.abspath(os.path.expanduser(p.get("work_dir") or "~/.cache/specpilot/modelcar"))
@@ -329,6 +332,7 @@ def build_push(p, check_mode=False):
     with Credentials(
         registry_host(repo), p.get("username"), p.get("password"), p.get("authfile")
     ) as authfile:
+        line("base image %s" % (p.get("base") or DEFAULT_BASE))
         base_layout, base_tag, base_info = prepare_base(
             skopeo,
             p.get("base") or DEFAULT_BASE,
@@ -347,9 +351,11 @@ def build_push(p, check_mode=False):
             platform=platform,
             labels=p.get("labels"),
             layer_cache=p.get("layer_cache", True),
+            line=line,
         )
         result["timings"] = {"base": round(t_build - t0, 3), "build": round(time.time() - t_build, 3)}
         digest = built["digest"]
+        line("built %s in %.1f s" % (digest, result["timings"]["build"]))
         result.update(
             {
                 "digest": digest,
@@ -384,7 +390,12 @@ def build_push(p, check_mode=False):
             result["msg"] = "check mode: would push %s:%s (%s)" % (repo, tag, digest)
             return result
         else:
+            line("pushing %s:%s" % (repo, tag))
             _skopeo_push(p, skopeo, built, repo, tag, authfile, result)
+            line(
+                "pushed %d blobs (%s) in %.1f s"
+                % (result["blobs_uploaded"], human(result["bytes_uploaded"]), time.time() - t_push)
+            )
         result["timings"]["push"] = round(time.time() - t_push, 3)
         if p.get("verify", True):
             t_verify = time.time()

@@ -36,6 +36,8 @@ import tarfile
 import tempfile
 import threading
 
+from ansible_collections.specpilot.core.plugins.module_utils.progress import ByteProgress
+
 __metaclass__ = type
 
 MT_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -190,8 +192,9 @@ def tree_signature(src, dest):
     return h.hexdigest()
 
 
-def write_tar(entries, out):
-    """Write a tar stream of entries to out (a writer with write()); deterministic."""
+def write_tar(entries, out, count=None):
+    """Write a tar stream of entries to out (a writer with write()); deterministic. ``count(n)``:
+    called with each block of file content written."""
     total = 0
     for name, path, mode, size in entries:
         if path is None:
@@ -210,6 +213,8 @@ def write_tar(entries, out):
                     raise LayoutError("%s shrank while it was read" % path)
                 out.write(block)
                 remaining -= len(block)
+                if count is not None:
+                    count(len(block))
         total += size
         pad = (-size) % 512
         if pad:
@@ -417,8 +422,9 @@ class LayerCache(object):
         os.replace(tmp, self.path)
 
 
-def build_layer(layout, src, dest, cache=None):
-    """The layer of directory src at dest (``models/target``): {digest, size, cached, files, bytes}."""
+def build_layer(layout, src, dest, cache=None, line=None):
+    """The layer of directory src at dest (``models/target``): {digest, size, cached, files, bytes}.
+    ``line(text)``: progress lines while the layer is written and hashed (every 10 s, and at the end)."""
     sig = tree_signature(src, dest) if cache is not None else None
     if sig is not None:
         hit = cache.get(sig)
@@ -430,10 +436,12 @@ def build_layer(layout, src, dest, cache=None):
     try:
         with os.fdopen(fd, "wb", buffering=0) as fh:
             writer = _HashingWriter(fh)
+            meter = ByteProgress("layer " + dest, sum(e[3] for e in files), line or (lambda text: None))
             try:
-                write_tar(entries, writer)
+                write_tar(entries, writer, meter.add)
             finally:
                 digest, size = writer.finish()
+            meter.finish()
         os.replace(tmp, layout.blob_path(digest))
     except BaseException:
         if os.path.exists(tmp):
@@ -488,13 +496,14 @@ def build_image(
     labels=None,
     layer_cache=True,
     base_layers=None,
+    line=None,
 ):
     """Write the Modelcar image into layout_dir (created or updated in place).
 
     artifacts: [{role, subdir, path}] -> one layer each at models/<subdir>, in the given order.
     base_layout: path of an OCI layout holding the base image (busybox...), base_tag its tag.
     Returns {digest, manifest, config, layers: [{role, subdir, digest, size, cached}], base: {...},
-    manifest_size}."""
+    manifest_size}. ``line(text)``: progress lines (build_layer)."""
     layout = Layout(layout_dir).init()
     cache = LayerCache(layout, layer_cache)
     base_manifest, base_desc, base_config = None, None, {}
@@ -532,7 +541,7 @@ def build_image(
         sub = art["subdir"].strip("/")
         if not sub or "/" in sub or sub in (".", ".."):
             raise LayoutError("bad sub-directory %r" % art["subdir"])
-        info = build_layer(layout, art["path"], "models/" + sub, cache)
+        info = build_layer(layout, art["path"], "models/" + sub, cache, line)
         layers.append(dict(info, role=art.get("role"), subdir=sub, mount="/models/" + sub))
     cfg_in = dict(base_config.get("config") or {})
     cfg_in.setdefault("Env", ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"])

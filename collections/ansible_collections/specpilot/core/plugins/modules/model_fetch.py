@@ -67,6 +67,12 @@ options:
     description: Check config.json, tokenizer files and safetensors headers.
     type: bool
     default: true
+  progress_file:
+    description:
+      - A file the module appends its progress lines to while it runs (bytes done and rate per artifact, every 10 s). The module's
+        action plugin sets it and shows the new lines every few seconds, in ansible-playbook's output and in
+        AWX's, over a local connection; not needed in a task.
+    type: path
 
 notes:
   - s3:// needs boto3 and hf:// needs huggingface_hub on the host that runs the module.
@@ -99,12 +105,12 @@ log:
   returned: always
 """
 
-import io
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.specpilot.core.plugins.module_utils import stager
+from ansible_collections.specpilot.core.plugins.module_utils.progress import ProgressTee
 from ansible_collections.specpilot.core.plugins.module_utils.pvc_staging import PlanError, artifact_request
 
 
@@ -126,6 +132,7 @@ def main():
             force=dict(type="bool", default=False),
             verify=dict(type="str", choices=["sha256", "size"], default="size"),
             layout_check=dict(type="bool", default=True),
+            progress_file=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -152,7 +159,7 @@ def main():
         arts = [_would_fetch(p, entry) for entry in entries]
         module.exit_json(changed=any(a["changed"] for a in arts), artifacts=arts, log=[])
     os.makedirs(p["dest"], exist_ok=True)
-    out = io.StringIO()
+    out = ProgressTee(p["progress_file"])
     request = {
         "format": stager.FORMAT,
         "dest_root": p["dest"],

@@ -123,6 +123,12 @@ options:
     description: The podman binary.
     type: str
     default: podman
+  progress_file:
+    description:
+      - A file the module appends its progress lines to while it runs (each step, and the bytes of each layer written and hashed, every 10 s). The module's
+        action plugin sets it and shows the new lines every few seconds, in ansible-playbook's output and in
+        AWX's, over a local connection; not needed in a task.
+    type: path
 
 notes:
   - Check mode builds the layout (a local cache) and inspects the registry, but pushes nothing.
@@ -150,6 +156,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+log:
+  description: The progress lines (each step; each layer's bytes written and hashed), the last 100.
+  type: list
+  elements: str
+  returned: always
 digest:
   description: The manifest digest (C(sha256:...)).
   type: str
@@ -220,6 +231,7 @@ timings:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.specpilot.core.plugins.module_utils import modelcar, oci_layout
+from ansible_collections.specpilot.core.plugins.module_utils.progress import ProgressTee
 
 
 def main():
@@ -245,15 +257,19 @@ def main():
             podman_runtime=dict(type="str"),
             skopeo_path=dict(type="str", default="skopeo"),
             podman_path=dict(type="str", default="podman"),
+            progress_file=dict(type="path"),
         ),
         required_together=[["username", "password"]],
         supports_check_mode=True,
     )
+    progress = ProgressTee(module.params["progress_file"])
     try:
-        result = modelcar.build_push(module.params, check_mode=module.check_mode)
+        result = modelcar.build_push(module.params, check_mode=module.check_mode, line=progress.line)
     except (modelcar.ModelcarError, oci_layout.LayoutError) as exc:
-        module.fail_json(msg="modelcar_build: %s" % exc)
-    module.exit_json(**result)
+        module.fail_json(msg="modelcar_build: %s" % exc, log=progress.getvalue().splitlines()[-40:])
+    finally:
+        progress.close()
+    module.exit_json(log=progress.getvalue().splitlines()[-100:], **result)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,13 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see LICENSE)
+"""Action plugin of specpilot.core.modelcar_build: runs the module and shows its progress lines (each
+step, the layers' bytes hashed) while it builds and pushes (plugin_utils/progress_relay.py)."""
+
+from __future__ import annotations
+
+from ansible_collections.specpilot.core.plugins.plugin_utils.progress_relay import ProgressAction
+
+
+class ActionModule(ProgressAction):
+    MODULE = "specpilot.core.modelcar_build"
