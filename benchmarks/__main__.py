@@ -34,6 +34,17 @@ def _fmt(value):
     return str(value)
 
 
+def status(row):
+    """The table's last column: ``skipped`` for a target that was not measured (its value says
+    skipped, its unit why), ``yes`` / ``NO`` for a target met or missed, ``-`` for a figure with
+    no target."""
+    if row["value"] == "skipped":
+        return "skipped"
+    if not row.get("target"):
+        return "-"
+    return "yes" if row["ok"] else "NO"
+
+
 def main(argv=None):
     selection = list(argv if argv is not None else sys.argv[1:])
     rows, failures = [], []
@@ -66,10 +77,13 @@ def main(argv=None):
                     uwidth,
                     r["unit"],
                     r.get("target") or "-",
-                    "yes" if r["ok"] else "NO",
+                    status(r),
                 )
             )
-    missed = [r["name"] for r in rows if not r["ok"]]
+    missed = [r["name"] for r in rows if status(r) == "NO"]
+    skipped = ["%s (%s)" % (r["name"], r.get("note") or r["unit"]) for r in rows if status(r) == "skipped"]
+    if skipped:
+        print("\ntargets not measured: %s" % "; ".join(skipped))
     if failures:
         print("\nbenchmark modules that failed: %s" % ", ".join(failures))
     if missed:

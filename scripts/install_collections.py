@@ -135,14 +135,28 @@ def install_from_bundle(reqs: list[dict], dest: Path, cache: Path) -> None:
                 out.parent.mkdir(parents=True, exist_ok=True)
                 out.write_bytes(zf.read(member))
             # The same marker ansible-galaxy leaves, so `collection list` and
-            # later `collection install` see an ordinary installation.
+            # later `collection install` see an ordinary installation: its keys as
+            # ConcreteArtifactsManager.get_galaxy_artifact_source_info writes them
+            # (ansible/galaxy/collection/concrete_artifact_manager.py), namespace and
+            # name apart (`name: kubernetes.core` made `ansible-doc -t role -l` warn).
             info = dest / "ansible_collections" / f"{ns}.{coll}-{version}.info"
             info.mkdir(parents=True, exist_ok=True)
-            (info / "GALAXY.yml").write_text(
-                yaml.safe_dump({"download_url": f"pypi:{ANSIBLE_BUNDLE}", "format_version": "1.0.0",
-                                "name": req["name"], "version": version, "server": "offline"})
-            )
+            (info / "GALAXY.yml").write_text(yaml.safe_dump(galaxy_info(ns, coll, version)))
             log(f"installed {req['name']} {version} from {wheel.name}")
+
+
+def galaxy_info(namespace: str, name: str, version: str) -> dict:
+    """The GALAXY.yml of a collection installed from the offline bundle."""
+    return {
+        "format_version": "1.0.0",
+        "namespace": namespace,
+        "name": name,
+        "version": version,
+        "server": "offline",
+        "version_url": None,
+        "download_url": f"pypi:{ANSIBLE_BUNDLE}",
+        "signatures": [],
+    }
 
 
 def main() -> int:

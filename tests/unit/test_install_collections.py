@@ -45,7 +45,17 @@ def test_extracts_only_the_requested_collection(tmp_path):
     coll = tmp_path / "dest" / "ansible_collections"
     assert (coll / "kubernetes" / "core" / "plugins" / "modules" / "k8s.py").is_file()
     assert not (coll / "community").exists()
-    assert (coll / "kubernetes.core-6.2.0.info" / "GALAXY.yml").is_file()
+    import yaml
+
+    # the keys ansible-galaxy writes (get_galaxy_artifact_source_info): namespace and name apart
+    info = yaml.safe_load((coll / "kubernetes.core-6.2.0.info" / "GALAXY.yml").read_text())
+    assert (info["namespace"], info["name"], info["version"]) == ("kubernetes", "core", "6.2.0")
+    assert info["format_version"] == "1.0.0" and info["signatures"] == []
+    listed = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-galaxy"), "collection", "list", "-p", str(tmp_path / "dest")],
+        capture_output=True, text=True, check=False, cwd=tmp_path,
+    )
+    assert "Ignoring source metadata" not in listed.stdout + listed.stderr, listed.stderr
     assert "kubernetes.core 6.2.0 satisfies" in proc.stdout
 
 
