@@ -11,28 +11,43 @@ from ansible_collections.specpilot.core.plugins.test import deploy as tests
 
 
 def test_failure_summary_takes_the_first_problem_of_a_report():
-    report = ("specpilot validate: x (namespace n): FAILED; 2 error(s), 0 warning(s)\nERRORS:\n"
-              "  1. specpilot_speculative.num_speculative_tokens: 0 is out of range\n     fix: use >= 1\n"
-              "  2. other")
+    report = (
+        "specpilot validate: x (namespace n): FAILED; 2 error(s), 0 warning(s)\nERRORS:\n"
+        "  1. specpilot_speculative.num_speculative_tokens: 0 is out of range\n     fix: use >= 1\n"
+        "  2. other"
+    )
     assert filters.failure_summary(report) == (
         "specpilot validate: x (namespace n): FAILED; 2 error(s), 0 warning(s) - "
-        "specpilot_speculative.num_speculative_tokens: 0 is out of range")
+        "specpilot_speculative.num_speculative_tokens: 0 is out of range"
+    )
     assert filters.failure_summary("one line\nmore") == "one line"
     assert filters.failure_summary("") == "unknown error"
 
 
 def test_dry_run_pruned_reads_loop_results():
-    sent = {"kind": "InferenceService", "metadata": {"name": "a"}, "spec": {"predictor": {"storageUris": [1]}}}
-    results = [{"item": sent, "result": {"kind": "InferenceService", "metadata": {"name": "a"},
-                                         "spec": {"predictor": {}}}},
-               {"skipped": True, "item": sent}]
+    sent = {
+        "kind": "InferenceService",
+        "metadata": {"name": "a"},
+        "spec": {"predictor": {"storageUris": [1]}},
+    }
+    results = [
+        {
+            "item": sent,
+            "result": {"kind": "InferenceService", "metadata": {"name": "a"}, "spec": {"predictor": {}}},
+        },
+        {"skipped": True, "item": sent},
+    ]
     assert filters.dry_run_pruned(results) == ["InferenceService/a: spec.predictor.storageUris"]
     assert filters.dry_run_pruned([]) == []
 
 
 def test_log_entry_and_lease_helpers():
     assert filters.log_entry({"item": True, "log": "x"}, "pod-1") == {
-        "pod": "pod-1", "container": "kserve-container", "previous": True, "text": "x"}
+        "pod": "pod-1",
+        "container": "kserve-container",
+        "previous": True,
+        "text": "x",
+    }
     spec = filters.lease_spec("me", 60, now=1_800_000_000)
     assert filters.lease_status({"spec": spec}, "other", now=1_800_000_030)["held"]
     assert filters.lease_status({"spec": spec}, "other", now=1_800_000_061)["expired"]
@@ -68,7 +83,9 @@ def test_services_summary_names_each_service_once_sorted_with_what_happened():
             "specpilot_deploy_failure_task": "Take the deploy lock",
             "specpilot_deploy_failure_reason": "held by another run",
         },
-        "c-same": {"specpilot_deploy_result": {"applied": False, "rollout": {"done": False}, "spec_digest": "aa" * 8}},
+        "c-same": {
+            "specpilot_deploy_result": {"applied": False, "rollout": {"done": False}, "spec_digest": "aa" * 8}
+        },
         "d-none": {},
     }
     assert filters.services_summary(["d-none", "b-ok", "c-same", "a-bad"], hostvars, "deploy") == [
@@ -91,7 +108,9 @@ def test_services_summary_of_a_rollback_says_the_mode_and_what_was_removed():
                 "removed_args": ["--num-lookahead-slots=4"],
             }
         },
-        "check": {"specpilot_rollback_result": {"mode": "off", "changed": True, "check_mode": True, "rollout": {}}},
+        "check": {
+            "specpilot_rollback_result": {"mode": "off", "changed": True, "check_mode": True, "rollout": {}}
+        },
         "gone": {"specpilot_rollback_result": {"skipped": True}},
         "long": {
             "specpilot_rollback_result": {
@@ -114,3 +133,27 @@ def test_services_summary_of_a_rollback_says_the_mode_and_what_was_removed():
 def test_services_summary_refuses_an_unknown_operation():
     with pytest.raises(AnsibleFilterError, match="deploy, rollback"):
         filters.services_summary(["a"], {"a": {}}, "benchmark")
+
+
+def test_the_exported_result_after_a_change_says_how_the_rollout_ended():
+    from ansible_collections.specpilot.core.plugins.filter.deploy import deploy_result
+
+    decided = {"name": "svc", "applied": True, "url": "http://old", "rollout": {"done": False}}
+    waited = {
+        "done": True,
+        "elapsed": 42.5,
+        "status": {"message": "Deployment gen 3 observed 3, updated 1/1, available 1/1"},
+        "inferenceservice": {"status": {"url": "http://svc.ns"}},
+    }
+    out = deploy_result(decided, waited, {"version": "0.20"}, "0.32.0")
+    assert out == dict(
+        decided,
+        kserve={"version": "0.20"},
+        vllm="0.32.0",
+        rollout={"done": True, "elapsed": 42.5, "message": waited["status"]["message"]},
+        url="http://svc.ns",
+    )
+    assert decided["rollout"] == {"done": False}  # the input is not changed
+    skipped = deploy_result(decided, {"skipped": True, "changed": False})
+    assert skipped["rollout"] == {"done": False, "elapsed": 0, "message": "not waited for"}
+    assert skipped["url"] == "http://old"

@@ -41,3 +41,27 @@ def test_a_long_message_is_cut_as_jinja_truncate_cuts_it():
 def test_refuses_what_is_not_a_result():
     with pytest.raises(AnsibleFilterError, match="expects the result of k8s_exec"):
         smoke_exec_result(["x"], "p")
+
+
+def test_the_verdict_lines_the_role_shows():
+    from ansible_collections.specpilot.core.plugins.filter.smoke import smoke_verdict_lines
+
+    result = {
+        "message": "svc: PASS",
+        "checks": [
+            {"status": "pass", "title": "Engine start", "message": "ready"},
+            {"status": "warn", "title": "Acceptance", "message": "0.6, in the 0.5-0.65 band"},
+        ],
+        "interpretation": ["acceptance is borderline"],
+        "report_files": {"markdown": "/r/smoke.md"},
+    }
+    assert smoke_verdict_lines(result) == [
+        "svc: PASS",
+        "PASS | Engine start | ready",
+        "WARN | Acceptance | 0.6, in the 0.5-0.65 band",
+        "acceptance is borderline",
+        "report: /r/smoke.md",
+    ]
+    assert smoke_verdict_lines(dict(result, report_files={}))[-1] == "report: not written"
+    with pytest.raises(AnsibleFilterError):
+        smoke_verdict_lines(None)

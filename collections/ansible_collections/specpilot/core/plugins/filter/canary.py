@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
-"""Filters of the canary role: where each arm's pods answer, and whether the cluster can split
-traffic at all.  The logic lives in module_utils/canary.py."""
+"""Filters of the canary role: what a run does with the live service, how long its lock lasts, where
+each arm's pods answer, and whether the cluster can split traffic at all.  The logic lives in
+module_utils/canary.py."""
 
 from __future__ import annotations
 
@@ -30,8 +31,34 @@ def canary_support_problem(kserve_version, deployment_mode):
     return canary.support_problem(version, deployment_mode)
 
 
+def canary_todo(isvc, plan, record=None, retry=False):
+    """live InferenceService | canary_todo(plan, record, retry) -> interrupted, promoted, recorded or run."""
+    if not isinstance(isvc, dict) or not isinstance(plan, dict):
+        raise AnsibleFilterError("canary_todo expects the live InferenceService and the validated plan")
+    return canary.todo(isvc, plan, record if isinstance(record, dict) else {}, bool(retry))
+
+
+def canary_lock_seconds(steps, window, max_extensions=0, ready_timeout=300):
+    """specpilot_canary_steps | canary_lock_seconds(window, max_extensions, ready_timeout) -> seconds."""
+    try:
+        return canary.lock_seconds(list(steps or []), window, max_extensions, ready_timeout)
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError("canary_lock_seconds: %s" % exc)
+
+
+def canary_summary(outcome, last_step=None):
+    """outcome | canary_summary(last step) -> one sentence on where the traffic is."""
+    return canary.outcome_summary(str(outcome), last_step if isinstance(last_step, dict) else {})
+
+
 class FilterModule(object):
     """specpilot canary filters."""
 
     def filters(self):
-        return {"canary_arm_pods": canary_arm_pods, "canary_support_problem": canary_support_problem}
+        return {
+            "canary_arm_pods": canary_arm_pods,
+            "canary_lock_seconds": canary_lock_seconds,
+            "canary_summary": canary_summary,
+            "canary_support_problem": canary_support_problem,
+            "canary_todo": canary_todo,
+        }

@@ -13,6 +13,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.specpilot.core.plugins.module_utils import (
     deploy_diagnose,
     deploy_kserve,
+    deploy_rollout,
     deploy_state,
     service_lock,
 )
@@ -113,6 +114,33 @@ def failure_summary(message, limit=400):
     return out[: int(limit)]
 
 
+def deploy_result(result, rollout=None, kserve=None, vllm=None):
+    """The decision's result | deploy_result(rollout_wait's result, KServe summary, vLLM version) ->
+    specpilot_deploy_result after a change: the rollout's outcome (``not waited for`` when the wait
+    did not run) and the service's URL as the wait last read it."""
+    result = dict(_mapping(result, "deploy_result") or {})
+    rollout = _mapping(rollout, "deploy_result (rollout)") or {}
+    status = (rollout.get("status") or {}) if isinstance(rollout.get("status"), Mapping) else {}
+    url = (((rollout.get("inferenceservice") or {}).get("status") or {}).get("url")) or result.get("url")
+    result.update(
+        kserve=kserve,
+        vllm=vllm,
+        rollout={
+            "done": bool(rollout.get("done", False)),
+            "elapsed": rollout.get("elapsed", 0),
+            "message": status.get("message") or "not waited for",
+        },
+        url=url,
+    )
+    return result
+
+
+def predictor_deployment(isvc, name):
+    """live InferenceService | predictor_deployment(name) -> the name of its predictor's Deployment:
+    {name}-predictor, or {name}-{predictor.name}-predictor (KServe 0.20, a promoted canary)."""
+    return deploy_rollout.predictor_deployment_name(name, _mapping(isvc, "predictor_deployment"))
+
+
 def _truncate(text, length=200, end="...", leeway=5):
     """Jinja's truncate (killwords false, its default leeway of 5)."""
     if len(text) <= length + leeway:
@@ -209,6 +237,8 @@ class FilterModule(object):
     def filters(self):
         return {
             "deploy_decision": deploy_decision,
+            "deploy_result": deploy_result,
+            "predictor_deployment": predictor_deployment,
             "lease_status": lease_status,
             "lease_spec": lease_spec,
             "deploy_diagnosis": deploy_diagnosis,

@@ -164,6 +164,26 @@ def smoke_exec_result(result, pod_name):
     return {"error": "k8s_exec in pod %s failed (rc %s): %s" % (pod_name, rc, _truncate(detail, 500))}
 
 
+def smoke_verdict_lines(result):
+    """smoke_verdict result | smoke_verdict_lines -> what the role shows: the verdict's message, one
+    ``STATUS | title | message`` line a check, the interpretation, and where the report is."""
+    if not isinstance(result, Mapping):
+        raise AnsibleFilterError(
+            "smoke_verdict_lines expects the result of smoke_verdict, got %s" % type(result).__name__
+        )
+    checks = [
+        "%s | %s | %s" % (str(c.get("status", "")).upper(), c.get("title", ""), c.get("message", ""))
+        for c in result.get("checks") or []
+    ]
+    report = (result.get("report_files") or {}).get("markdown") or "not written"
+    return (
+        [result.get("message", "")]
+        + checks
+        + list(result.get("interpretation") or [])
+        + ["report: " + report]
+    )
+
+
 class FilterModule(object):
     """specpilot smoke filters."""
 
@@ -173,4 +193,5 @@ class FilterModule(object):
             "smoke_exec_result": smoke_exec_result,
             "smoke_log_window": smoke_log_window,
             "smoke_pick_pod": smoke_pick_pod,
+            "smoke_verdict_lines": smoke_verdict_lines,
         }

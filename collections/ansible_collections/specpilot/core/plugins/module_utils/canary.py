@@ -50,9 +50,12 @@ __all__ = [
     "arm_window",
     "decide_step",
     "histogram_quantile",
+    "lock_seconds",
+    "outcome_summary",
     "report_markdown",
     "run_step",
     "support_problem",
+    "todo",
 ]
 
 DECISIONS = ("promote-step", "abort", "extend", "inconclusive")
@@ -363,6 +366,44 @@ def run_step(
 
 
 # --------------------------------------------------------------------------- support and report
+
+
+def todo(isvc, plan, record, retry=False):
+    """What a run does with the live InferenceService: ``interrupted`` (a canary entry is there: a
+    run was killed mid-step), ``promoted`` (the predictor already runs the plan's arguments),
+    ``recorded`` (this spec's canary already ended, on record, and no retry is asked) or ``run``."""
+    spec = (isvc or {}).get("spec") or {}
+    if spec.get("canary"):
+        return "interrupted"
+    live_args = ((spec.get("predictor") or {}).get("model") or {}).get("args") or []
+    if live_args == plan.get("args"):
+        return "promoted"
+    if (record or {}).get("digest", "") == plan.get("spec_digest") and not retry:
+        return "recorded"
+    return "run"
+
+
+def lock_seconds(steps, window, max_extensions, ready_timeout):
+    """How long the service lock of a canary run lasts: every step's window with its extensions,
+    every rollout (the steps', the promotion's and the abort's) and 5 minutes to spare."""
+    n = len(steps or [])
+    return int(n * float(window) * (1 + int(max_extensions)) + (n + 2) * int(ready_timeout) + 300)
+
+
+def outcome_summary(outcome, last_step=None):
+    """One sentence on where the traffic is after a run: its ``outcome`` (promoted, aborted,
+    inconclusive, promotion-failed) and the last step's first reason."""
+    if outcome == "promoted":
+        return "the speculative predictor serves all the traffic"
+    last = last_step or {}
+    reason = (last.get("reasons") or ["the run failed before a decision"])[0]
+    where = "at step %s%%: %s" % (last.get("traffic_percent", "?"), reason)
+    if outcome == "promotion-failed":
+        return (
+            "%s; the predictor took the speculative spec but its rollout did not complete: see the "
+            "rollout message, then deploy.yml (same spec) or rollback.yml" % where
+        )
+    return where + "; the stable predictor serves all the traffic, untouched"
 
 
 def support_problem(kserve_version, deployment_mode):

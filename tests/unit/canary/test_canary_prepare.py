@@ -1,0 +1,64 @@
+"""What a canary run does with the live service, and how long it holds the lock (module_utils/canary.py
+todo and lock_seconds, the canary role's prepare step through its filters)."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.specpilot.core.plugins.filter.canary import canary_lock_seconds, canary_todo
+from ansible_collections.specpilot.core.plugins.filter.deploy import predictor_deployment
+
+PLAN = {"name": "svc", "args": ["--model=/mnt/models", "--speculative-config={}"], "spec_digest": "d1"}
+STABLE = {"spec": {"predictor": {"model": {"args": ["--model=/mnt/models"]}}}}
+
+
+def isvc(args=None, canary=None, name=None):
+    predictor = {"model": {"args": args or STABLE["spec"]["predictor"]["model"]["args"]}}
+    if name:
+        predictor["name"] = name
+    return {"spec": dict({"predictor": predictor}, **({"canary": canary} if canary else {}))}
+
+
+def test_a_canary_entry_left_is_an_interrupted_run_whatever_else_holds():
+    left = isvc(PLAN["args"], canary=[{"trafficPercent": 25}])
+    assert canary_todo(left, PLAN, {"digest": "d1"}) == "interrupted"
+
+
+def test_promoted_recorded_or_run():
+    assert canary_todo(isvc(PLAN["args"]), PLAN, {}) == "promoted"
+    assert canary_todo(isvc(), PLAN, {"digest": "d1"}) == "recorded"  # this spec's canary ended before
+    assert canary_todo(isvc(), PLAN, {"digest": "d1"}, True) == "run"  # specpilot_canary_retry
+    assert canary_todo(isvc(), PLAN, {"digest": "d0"}) == "run"  # another spec's record
+    assert canary_todo(isvc(), PLAN, None) == "run"
+    with pytest.raises(AnsibleFilterError):
+        canary_todo(None, PLAN)
+
+
+def test_the_lock_covers_every_window_extension_and_rollout():
+    # 2 steps x 60 s x (1 + 1 extension) + (2 + 2) rollouts x 120 s + 300 s
+    assert canary_lock_seconds([50, 100], 60, 1, 120) == 2 * 60 * 2 + 4 * 120 + 300
+    assert canary_lock_seconds([10, 25, 50, 100], "600", "2", "300") == 4 * 600 * 3 + 6 * 300 + 300
+    with pytest.raises(AnsibleFilterError):
+        canary_lock_seconds([50], "a while")
+
+
+def test_the_stable_predictors_deployment_keeps_a_promoted_name():
+    assert predictor_deployment(isvc(), "svc") == "svc-predictor"
+    assert predictor_deployment(isvc(name="s1a2"), "svc") == "svc-s1a2-predictor"
+
+
+def test_the_summary_says_where_the_traffic_is():
+    from ansible_collections.specpilot.core.plugins.filter.canary import canary_summary
+
+    step = {"traffic_percent": 50, "reasons": ["acceptance 0.62 below the floor 1.01", "more"]}
+    assert canary_summary("promoted", step) == "the speculative predictor serves all the traffic"
+    assert canary_summary("aborted", step) == (
+        "at step 50%: acceptance 0.62 below the floor 1.01; the stable predictor serves all the traffic, untouched"
+    )
+    assert canary_summary("inconclusive", {}) == (
+        "at step ?%: the run failed before a decision; the stable predictor serves all the traffic, untouched"
+    )
+    # a failed promotion has replaced the stable predictor: it must not be called untouched
+    failed = canary_summary("promotion-failed", {"traffic_percent": 100, "reasons": ["TPOT 2.1x"]})
+    assert "untouched" not in failed and "rollout did not complete" in failed
