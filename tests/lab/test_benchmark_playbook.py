@@ -267,7 +267,8 @@ def test_benchmark_playbook_side_by_side_in_the_lab(stream_lab, tmp_path):
 
 def test_benchmark_playbook_sequential_in_the_lab(stream_lab, tmp_path):
     """Sequential mode: the service itself, measured on, rolled off (rollback role), measured off,
-    and deployed again (deploy role)."""
+    and deployed again (deploy role). At qps=1, the QPS lab-ngram's specpilot_workload names (the
+    target level comes from the inventory): keep."""
     for role in ("specpilot_deploy", "specpilot_rollback"):
         if not (ROOT / "roles" / role / "tasks" / "main.yml").exists():
             pytest.skip("sequential mode needs the %s role" % role)
@@ -276,7 +277,7 @@ def test_benchmark_playbook_sequential_in_the_lab(stream_lab, tmp_path):
     extra = {
         "specpilot_benchmark_mode": "sequential",
         "specpilot_benchmark_report_dir": str(reports),
-        "specpilot_benchmark_qps_levels": [10],
+        "specpilot_benchmark_qps_levels": [1],
         "specpilot_benchmark_runs_per_prompt": 1,
         "specpilot_benchmark_warmup_requests": 1,
         "specpilot_benchmark_max_tokens": 16,
@@ -293,7 +294,9 @@ def test_benchmark_playbook_sequential_in_the_lab(stream_lab, tmp_path):
     data = json.loads((reports / "lab-ngram" / "report.json").read_text())
     # the speculative side emits 3.4 tokens per step: its TPOT wins by far even on a busy machine
     assert data["decision"] == "keep", json.dumps(data["reasons"], indent=1)
-    assert "lab-ngram: KEEP at qps=10" in proc.stdout, proc.stdout[-4000:]
+    assert "lab-ngram: KEEP at qps=1" in proc.stdout, proc.stdout[-4000:]
+    assert data["verdict"]["level"]["key"] == "qps=1" and data["verdict"]["level"]["qps"] == 1
+    assert data["levels"][0]["ratios"]["tpot"]["ci95"][0] > 1  # beyond the noise
     lv = data["levels"][0]
     assert lv["baseline"]["ok"] == 6 and lv["speculative"]["ok"] == 6
     assert lv["acceptance"]["spec_decode_enabled"]
