@@ -1,0 +1,74 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see LICENSE)
+"""Load, once in ansible-playbook's own process, the Python code every task would otherwise load
+again: each task runs in a worker process forked from it, so whatever the parent has imported the
+worker inherits, while an import in a worker dies with it."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: preload
+type: aggregate
+short_description: Import the Kubernetes client and specpilot's plugins once, before the tasks run
+version_added: 0.2.0
+author:
+  - specpilot maintainers (@specpilot)
+description:
+  - Every task runs in a worker process that ansible-playbook forks for it. The kubernetes.core lookup that
+    specpilot's action plugins read the cluster with, the kubernetes Python client under it, and specpilot's
+    action and filter plugins were imported again in each worker (about half a second of CPU a task that reads
+    the cluster). With this callback enabled they are imported once, when the playbook starts, and every worker
+    inherits them.
+  - It changes nothing else and prints nothing. Without the kubernetes client or kubernetes.core it does
+    nothing (the tasks that need them fail as before, saying so).
+requirements:
+  - enabled in ansible.cfg (C(callbacks_enabled = specpilot.core.preload)), as the project's ansible.cfg does
+"""
+
+import importlib
+import pkgutil
+
+from ansible.plugins.callback import CallbackBase
+
+# the kubernetes client and the kubernetes.core lookup specpilot's action plugins read the cluster
+# with (plugin_utils/k8s_reader.py), then specpilot's own controller-side plugins
+MODULES = (
+    "kubernetes.client",
+    "kubernetes.dynamic",
+    "kubernetes.config",
+    "ansible_collections.kubernetes.core.plugins.lookup.k8s",
+)
+PACKAGES = tuple(
+    "ansible_collections.specpilot.core.plugins." + kind for kind in ("action", "filter", "test")
+)
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "specpilot.core.preload"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def v2_playbook_on_start(self, playbook):
+        preload()
+
+
+def preload(modules=MODULES, packages=PACKAGES):
+    """Import ``modules`` and every module of ``packages``; returns the names that could not be
+    imported (nothing is raised: a missing piece fails its own task later, as before)."""
+    names = list(modules)
+    for package in packages:
+        try:
+            path = importlib.import_module(package).__path__
+        except ImportError:
+            names.append(package)
+            continue
+        names.extend("%s.%s" % (package, m.name) for m in pkgutil.iter_modules(path))
+    missing = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - ImportError, or a plugin's own error: its task says so later
+            missing.append(name)
+    return missing
