@@ -21,7 +21,9 @@ def test_a_skipped_target_says_skipped_and_is_neither_met_nor_missed(monkeypatch
     monkeypatch.setattr(bench, "discover", lambda selection: ["bench_fake"])
     assert bench.main([]) == 1  # one target missed
     out = capsys.readouterr().out
-    table = {line.split()[0]: line.split()[-1] for line in out.splitlines() if line[:1] in "mpf" and "  " in line}
+    table = {
+        line.split()[0]: line.split()[-1] for line in out.splitlines() if line[:1] in "mpf" and "  " in line
+    }
     assert table == {"met": "yes", "missed": "NO", "podman": "skipped", "figure": "-"}
     assert "targets missed: missed" in out and "targets not measured: podman (podman not installed)" in out
     assert [bench.status(r) for r in rows] == ["yes", "NO", "skipped", "-"]
