@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Load, once in ansible-playbook's own process, the Python code every task would otherwise load
 again: each task runs in a worker process forked from it, so whatever the parent has imported the
 worker inherits, while an import in a worker dies with it."""
