@@ -44,10 +44,13 @@ venv: $(STAMP_VENV)
 # requirements-lock.txt: requirements-test.txt (which includes requirements.txt) resolved by pip, every file
 # with its sha256 (scripts/lock_requirements.py); a file that changed on the index fails the install. The
 # same packages and the same install time as from requirements-test.txt (84 s each, warm pip cache, 2 cores).
-$(STAMP_VENV): requirements.txt requirements-test.txt requirements-lock.txt
+# scripts/ansiballz_pycache.py: a module's module_utils compiled once per content instead of at every
+# module run (Python's zipimport keeps no bytecode); how fast modules start, never what they do.
+$(STAMP_VENV): requirements.txt requirements-test.txt requirements-lock.txt scripts/ansiballz_pycache.py
 	@echo "==> Python toolchain into $(VENV)"
 	test -x $(VBIN)/python || $(PYTHON) -m venv $(VENV)
 	$(VBIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements-lock.txt
+	$(VBIN)/python scripts/ansiballz_pycache.py --install
 	touch $@
 
 collections: $(STAMP_COLL)

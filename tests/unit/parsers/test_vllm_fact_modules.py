@@ -1,4 +1,5 @@
-"""The two modules run through ansible-playbook (real module execution, AnsiballZ and all)."""
+"""The two fact modules run through ansible-playbook (their action plugins, in the worker; the module
+files themselves: test_fact_modules_main.py)."""
 
 from __future__ import annotations
 

@@ -250,101 +250,14 @@ stats:
   type: dict
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.specpilot.core.plugins.module_utils import smoke
+from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            service=dict(type="str"),
-            expect=dict(type="str", default="on", choices=["on", "off"]),
-            plan=dict(type="dict", required=True),
-            inferenceservice=dict(type="dict"),
-            pod=dict(type="dict"),
-            container=dict(type="str", default="kserve-container"),
-            log_facts=dict(type="dict"),
-            log_previous=dict(type="dict"),
-            log_error=dict(type="str"),
-            log_window=dict(type="dict"),
-            metrics_before=dict(type="dict"),
-            metrics_after=dict(type="dict"),
-            probes=dict(type="dict"),
-            skip_reason=dict(type="str"),
-            path_aliases=dict(type="dict", default={}),
-            access=dict(type="dict", default={}),
-            request=dict(type="dict", default={}),
-            production_temperature=dict(type="float"),
-            thresholds=dict(
-                type="dict",
-                default={},
-                options=dict(
-                    min_acceptance_rate=dict(type="float", default=0.5),
-                    warn_acceptance_rate=dict(type="float", default=0.65),
-                    min_mean_acceptance_length=dict(type="float"),
-                    collapse_position=dict(type="int", default=2),
-                    collapse_threshold=dict(type="float", default=0.05),
-                    cross_check_tolerance=dict(type="float", default=0.05),
-                ),
-            ),
-            report_dir=dict(type="path"),
-            report_basename=dict(type="str", default="smoke"),
-            plot=dict(type="bool", default=True),
-            fail_on_verdict=dict(type="bool", default=False),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    data = {
-        k: p[k]
-        for k in (
-            "service",
-            "expect",
-            "plan",
-            "inferenceservice",
-            "pod",
-            "container",
-            "log_facts",
-            "log_previous",
-            "log_error",
-            "log_window",
-            "metrics_before",
-            "metrics_after",
-            "probes",
-            "skip_reason",
-            "path_aliases",
-            "access",
-            "request",
-            "production_temperature",
-            "thresholds",
-        )
-    }
-    try:
-        result = smoke.evaluate(data)
-    except ValueError as exc:
-        module.fail_json(msg=str(exc))
-    report = smoke.build_report(result, data)
-    files = None
-    changed = False
-    if p["report_dir"] and not module.check_mode:
-        if "/" in p["report_basename"] or p["report_basename"] in ("", ".", ".."):
-            module.fail_json(msg="report_basename must be a plain file name stem")
-        try:
-            files = smoke.write_report(report, p["report_dir"], p["report_basename"], plot=p["plot"])
-        except (IOError, OSError) as exc:
-            module.fail_json(msg="cannot write the report under %s: %s" % (p["report_dir"], exc))
-        changed = files.pop("changed")
-    elif p["report_dir"]:
-        base = os.path.join(p["report_dir"], p["report_basename"])
-        files = {"json": base + ".json", "markdown": base + ".md", "plot": None}
-        report["notes"].append("check mode: the report was not written")
-    out = dict(result, report=report, report_files=files, stats=smoke.stats(result, files), changed=changed)
-    if p["fail_on_verdict"] and result["verdict"] == "fail":
-        module.fail_json(msg=result["message"], **out)
-    module.exit_json(**out)
+    # the work is fact_tasks.smoke_verdict; playbooks run it in the worker (plugins/action/smoke_verdict.py)
+    module = AnsibleModule(argument_spec=fact_tasks.SMOKE_VERDICT_ARGS, supports_check_mode=True)
+    fact_tasks.exit_module(module, fact_tasks.smoke_verdict)
 
 
 if __name__ == "__main__":

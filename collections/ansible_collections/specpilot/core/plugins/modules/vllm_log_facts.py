@@ -411,44 +411,16 @@ since_line:
   type: int
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specpilot.core.plugins.module_utils.vllm_logs import (
-    DEFAULT_MAX_ISSUES,
-    DEFAULT_MAX_WINDOWS,
-    parse_log_file,
-    parse_log_text,
-)
+from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
 
 
 def main():
+    # the work is fact_tasks.log_facts; playbooks run it in the worker (plugins/action/vllm_log_facts.py)
     module = AnsibleModule(
-        argument_spec=dict(
-            path=dict(type="path"),
-            content=dict(type="str"),
-            since=dict(type="str"),
-            max_windows=dict(type="int", default=DEFAULT_MAX_WINDOWS),
-            max_issues=dict(type="int", default=DEFAULT_MAX_ISSUES),
-        ),
-        mutually_exclusive=[("path", "content")],
-        required_one_of=[("path", "content")],
-        supports_check_mode=True,
+        argument_spec=fact_tasks.LOG_FACTS_ARGS, supports_check_mode=True, **fact_tasks.LOG_FACTS_RULES
     )
-    p = module.params
-    if p["max_windows"] < 0 or p["max_issues"] < 0:
-        module.fail_json(msg="max_windows and max_issues must be >= 0")
-    kwargs = dict(since=p["since"], max_windows=p["max_windows"], max_issues=p["max_issues"])
-    if p["path"] is not None:
-        if not os.path.isfile(p["path"]):
-            module.fail_json(msg="log file not found: %s" % p["path"])
-        try:
-            result = parse_log_file(p["path"], **kwargs)
-        except (IOError, OSError) as exc:
-            module.fail_json(msg="cannot read %s: %s" % (p["path"], exc))
-    else:
-        result = parse_log_text(p["content"], **kwargs)
-    module.exit_json(changed=False, **result)
+    fact_tasks.exit_module(module, fact_tasks.log_facts)
 
 
 if __name__ == "__main__":

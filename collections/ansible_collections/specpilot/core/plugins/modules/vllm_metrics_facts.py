@@ -307,67 +307,18 @@ notes:
   elements: str
 """
 
-import io
-import traceback
-
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.specpilot.core.plugins.module_utils import http_get
-from ansible_collections.specpilot.core.plugins.module_utils.vllm_metrics import (
-    HAS_PROMETHEUS_CLIENT,
-    PROMETHEUS_CLIENT_IMPORT_ERROR,
-    MetricsParseError,
-    parse_metrics_file,
-    parse_metrics_stream,
-    parse_metrics_text,
-)
-
-
-def _scrape(module, p, kwargs):
-    try:
-        resp = http_get.get(p["url"], p["headers"], p["timeout"], p["validate_certs"])
-    except Exception as exc:  # HTTPError, URLError, socket errors, SSL errors
-        module.fail_json(msg="cannot read %s: %s" % (p["url"], exc), url=p["url"])
-    try:
-        ctype = (resp.headers.get("Content-Type") or "").lower()
-        text = io.TextIOWrapper(resp, encoding="utf-8", errors="replace")
-        return parse_metrics_stream(text, source=p["url"], openmetrics="openmetrics" in ctype, **kwargs)
-    finally:
-        resp.close()
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
 
 
 def main():
+    # the work is fact_tasks.metrics_facts; playbooks run it in the worker (plugins/action/vllm_metrics_facts.py)
     module = AnsibleModule(
-        argument_spec=dict(
-            url=dict(type="str"),
-            path=dict(type="path"),
-            content=dict(type="str"),
-            previous=dict(type="dict"),
-            model_name=dict(type="str"),
-            headers=dict(type="dict", no_log=True),
-            timeout=dict(type="float", default=10),
-            validate_certs=dict(type="bool", default=True),
-        ),
-        mutually_exclusive=[("url", "path", "content")],
-        required_one_of=[("url", "path", "content")],
+        argument_spec=fact_tasks.METRICS_FACTS_ARGS,
         supports_check_mode=True,
+        **fact_tasks.METRICS_FACTS_RULES
     )
-    if not HAS_PROMETHEUS_CLIENT:
-        module.fail_json(msg=missing_required_lib("prometheus-client"),
-                         exception=str(PROMETHEUS_CLIENT_IMPORT_ERROR))
-    p = module.params
-    kwargs = dict(model_name=p["model_name"], previous=p["previous"])
-    try:
-        if p["url"] is not None:
-            result = _scrape(module, p, kwargs)
-        elif p["path"] is not None:
-            result = parse_metrics_file(p["path"], **kwargs)
-        else:
-            result = parse_metrics_text(p["content"], **kwargs)
-    except MetricsParseError as exc:
-        module.fail_json(msg=str(exc))
-    except (IOError, OSError) as exc:
-        module.fail_json(msg="cannot read %s: %s" % (p["path"], exc), exception=traceback.format_exc())
-    module.exit_json(changed=False, **result)
+    fact_tasks.exit_module(module, fact_tasks.metrics_facts)
 
 
 if __name__ == "__main__":

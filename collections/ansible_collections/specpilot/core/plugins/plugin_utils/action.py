@@ -6,13 +6,17 @@
 They run on the controller (in the Ansible worker process): nothing is transferred, check mode is
 supported, and most need no connection (an action that runs modules sets
 ``_requires_connection = True``).  A subclass names its ``ARGUMENT_SPEC`` (the same dict its
-module documents) and implements ``act(params, task_vars, result)``; ``run`` validates the task's
-arguments against the spec first, so every action fails the same way on bad input.
+module documents), its ``VALIDATION`` (mutually_exclusive, required_one_of, ... as the module passes
+them to AnsibleModule) and implements ``act(params, task_vars, result)``; ``run`` validates the
+task's arguments against them first, so every action fails the same way on bad input.
+A ``TaskAction`` runs a function of module_utils/fact_tasks.py, the same one its module runs.
 """
 
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
+
+from ansible_collections.specpilot.core.plugins.module_utils.fact_tasks import TaskFailure
 
 from ansible_collections.specpilot.core.plugins.module_utils.spec import (
     CONTROL_VARS,
@@ -27,15 +31,30 @@ class ControllerAction(ActionBase):
     _requires_connection = False
     _supports_check_mode = True
     ARGUMENT_SPEC = {}
+    VALIDATION = {}
 
     def run(self, tmp=None, task_vars=None):
         result = super(ControllerAction, self).run(tmp, task_vars)
         del tmp
-        _validation, params = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC)
+        _validation, params = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC, **self.VALIDATION)
         return self.act(params, task_vars or {}, result)
 
     def act(self, params, task_vars, result):  # pragma: no cover - every action implements it
         raise NotImplementedError
+
+
+class TaskAction(ControllerAction):
+    """The action of a module whose work is a function of its parameters (``TASK``, from
+    module_utils/fact_tasks.py): run here, in the worker, instead of as a module in a new process."""
+
+    TASK = None
+
+    def act(self, params, task_vars, result):
+        try:
+            result.update(self.TASK(params, bool(self._task.check_mode)))
+        except TaskFailure as exc:
+            result.update(exc.fields, failed=True, msg=exc.msg)
+        return result
 
 
 def spec_from_task_vars(templar, task_vars, default_name=None):

@@ -1,0 +1,15 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see LICENSE)
+"""Action plugin of specpilot.core.smoke_verdict: the module's work (fact_tasks.smoke_verdict) in the worker."""
+
+from __future__ import annotations
+
+from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import TaskAction
+
+
+class ActionModule(TaskAction):
+    ARGUMENT_SPEC = fact_tasks.SMOKE_VERDICT_ARGS
+    VALIDATION = {}
+    TASK = staticmethod(fact_tasks.smoke_verdict)

@@ -1,0 +1,15 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see LICENSE)
+"""Action plugin of specpilot.core.vllm_log_facts: the module's work (fact_tasks.log_facts) in the worker."""
+
+from __future__ import annotations
+
+from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import TaskAction
+
+
+class ActionModule(TaskAction):
+    ARGUMENT_SPEC = fact_tasks.LOG_FACTS_ARGS
+    VALIDATION = fact_tasks.LOG_FACTS_RULES
+    TASK = staticmethod(fact_tasks.log_facts)

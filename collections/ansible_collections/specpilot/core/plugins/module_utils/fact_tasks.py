@@ -1,0 +1,209 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see LICENSE)
+"""The work of the modules that only read and compute (vllm_log_facts, vllm_metrics_facts,
+smoke_verdict), as functions of the task's parameters.
+
+Each is run two ways, with the same argument spec and the same results:
+* by its action plugin (plugins/action/<name>.py), in the Ansible worker process - what a playbook
+  does: no module payload, no new Python process (the smoke role calls these six times a service,
+  each module run cost about a quarter of a second of CPU before it did anything);
+* by its module (plugins/modules/<name>.py), where a module is what is run: ``ansible -m``, or a
+  tool that executes module files.
+
+A task function takes the validated parameters and check mode, and returns the result or raises
+:class:`TaskFailure` (the message, and any result fields a failed task still returns).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+
+from ansible_collections.specpilot.core.plugins.module_utils import http_get, smoke
+from ansible_collections.specpilot.core.plugins.module_utils.vllm_logs import (
+    DEFAULT_MAX_ISSUES,
+    DEFAULT_MAX_WINDOWS,
+    parse_log_file,
+    parse_log_text,
+)
+from ansible_collections.specpilot.core.plugins.module_utils.vllm_metrics import (
+    HAS_PROMETHEUS_CLIENT,
+    MetricsParseError,
+    parse_metrics_file,
+    parse_metrics_stream,
+    parse_metrics_text,
+)
+
+
+class TaskFailure(Exception):
+    """The task fails with ``msg``; ``fields`` are returned with it."""
+
+    def __init__(self, msg, **fields):
+        super().__init__(msg)
+        self.msg = msg
+        self.fields = fields
+
+
+def exit_module(module, task):
+    """Runs ``task`` (a function of this file) as the AnsibleModule ``module``: exit_json or fail_json."""
+    try:
+        result = task(module.params, module.check_mode)
+    except TaskFailure as exc:
+        module.fail_json(msg=exc.msg, **exc.fields)
+    module.exit_json(**result)
+
+
+# ---------------------------------------------------------------- vllm_log_facts
+
+LOG_FACTS_ARGS = dict(
+    path=dict(type="path"),
+    content=dict(type="str"),
+    since=dict(type="str"),
+    max_windows=dict(type="int", default=DEFAULT_MAX_WINDOWS),
+    max_issues=dict(type="int", default=DEFAULT_MAX_ISSUES),
+)
+LOG_FACTS_RULES = dict(mutually_exclusive=[("path", "content")], required_one_of=[("path", "content")])
+
+
+def log_facts(p, check_mode=False):
+    """specpilot.core.vllm_log_facts: the facts of a log file or text (vllm_logs)."""
+    del check_mode  # reads only
+    if p["max_windows"] < 0 or p["max_issues"] < 0:
+        raise TaskFailure("max_windows and max_issues must be >= 0")
+    kwargs = dict(since=p["since"], max_windows=p["max_windows"], max_issues=p["max_issues"])
+    if p["path"] is None:
+        return dict(parse_log_text(p["content"], **kwargs), changed=False)
+    if not os.path.isfile(p["path"]):
+        raise TaskFailure("log file not found: %s" % p["path"])
+    try:
+        return dict(parse_log_file(p["path"], **kwargs), changed=False)
+    except (IOError, OSError) as exc:
+        raise TaskFailure("cannot read %s: %s" % (p["path"], exc)) from exc
+
+
+# ---------------------------------------------------------------- vllm_metrics_facts
+
+METRICS_FACTS_ARGS = dict(
+    url=dict(type="str"),
+    path=dict(type="path"),
+    content=dict(type="str"),
+    previous=dict(type="dict"),
+    model_name=dict(type="str"),
+    headers=dict(type="dict", no_log=True),
+    timeout=dict(type="float", default=10),
+    validate_certs=dict(type="bool", default=True),
+)
+METRICS_FACTS_RULES = dict(
+    mutually_exclusive=[("url", "path", "content")], required_one_of=[("url", "path", "content")]
+)
+MISSING_PROMETHEUS_CLIENT = (
+    "Failed to import the required Python library (prometheus-client) on the controller's Python: "
+    "pip install prometheus-client (it is in requirements.txt)"
+)
+
+
+def metrics_facts(p, check_mode=False):
+    """specpilot.core.vllm_metrics_facts: the facts of a /metrics page read from a URL, a file or text."""
+    del check_mode  # reads only
+    if not HAS_PROMETHEUS_CLIENT:
+        raise TaskFailure(MISSING_PROMETHEUS_CLIENT)
+    kwargs = dict(model_name=p["model_name"], previous=p["previous"])
+    try:
+        if p["url"] is not None:
+            result = _scrape(p, kwargs)
+        elif p["path"] is not None:
+            result = parse_metrics_file(p["path"], **kwargs)
+        else:
+            result = parse_metrics_text(p["content"], **kwargs)
+    except MetricsParseError as exc:
+        raise TaskFailure(str(exc)) from exc
+    except (IOError, OSError) as exc:
+        raise TaskFailure("cannot read %s: %s" % (p["path"], exc)) from exc
+    return dict(result, changed=False)
+
+
+def _scrape(p, kwargs):
+    try:
+        resp = http_get.get(p["url"], p["headers"], p["timeout"], p["validate_certs"])
+    except Exception as exc:  # noqa: BLE001 - HTTPError, URLError, socket errors, SSL errors
+        raise TaskFailure("cannot read %s: %s" % (p["url"], exc), url=p["url"]) from exc
+    try:
+        ctype = (resp.headers.get("Content-Type") or "").lower()
+        text = io.TextIOWrapper(resp, encoding="utf-8", errors="replace")
+        return parse_metrics_stream(text, source=p["url"], openmetrics="openmetrics" in ctype, **kwargs)
+    finally:
+        resp.close()
+
+
+# ---------------------------------------------------------------- smoke_verdict
+
+SMOKE_THRESHOLDS = dict(
+    min_acceptance_rate=dict(type="float", default=0.5),
+    warn_acceptance_rate=dict(type="float", default=0.65),
+    min_mean_acceptance_length=dict(type="float"),
+    collapse_position=dict(type="int", default=2),
+    collapse_threshold=dict(type="float", default=0.05),
+    cross_check_tolerance=dict(type="float", default=0.05),
+)
+# what smoke.evaluate reads: everything but the report options
+SMOKE_INPUTS = dict(
+    service=dict(type="str"),
+    expect=dict(type="str", default="on", choices=["on", "off"]),
+    plan=dict(type="dict", required=True),
+    inferenceservice=dict(type="dict"),
+    pod=dict(type="dict"),
+    container=dict(type="str", default="kserve-container"),
+    log_facts=dict(type="dict"),
+    log_previous=dict(type="dict"),
+    log_error=dict(type="str"),
+    log_window=dict(type="dict"),
+    metrics_before=dict(type="dict"),
+    metrics_after=dict(type="dict"),
+    probes=dict(type="dict"),
+    skip_reason=dict(type="str"),
+    path_aliases=dict(type="dict", default={}),
+    access=dict(type="dict", default={}),
+    request=dict(type="dict", default={}),
+    production_temperature=dict(type="float"),
+    thresholds=dict(type="dict", default={}, options=SMOKE_THRESHOLDS),
+)
+SMOKE_VERDICT_ARGS = dict(
+    SMOKE_INPUTS,
+    report_dir=dict(type="path"),
+    report_basename=dict(type="str", default="smoke"),
+    plot=dict(type="bool", default=True),
+    fail_on_verdict=dict(type="bool", default=False),
+)
+
+
+def smoke_verdict(p, check_mode=False):
+    """specpilot.core.smoke_verdict: the verdict (smoke.evaluate) and the report, written unless in check mode."""
+    data = {k: p[k] for k in SMOKE_INPUTS}
+    try:
+        result = smoke.evaluate(data)
+    except ValueError as exc:
+        raise TaskFailure(str(exc)) from exc
+    report = smoke.build_report(result, data)
+    files, changed = _smoke_report_files(p, report, check_mode)
+    out = dict(result, report=report, report_files=files, stats=smoke.stats(result, files), changed=changed)
+    if p["fail_on_verdict"] and result["verdict"] == "fail":
+        raise TaskFailure(result["message"], **out)
+    return out
+
+
+def _smoke_report_files(p, report, check_mode):
+    """(the report's files or None, changed): written, or in check mode only named."""
+    if not p["report_dir"]:
+        return None, False
+    if check_mode:
+        base = os.path.join(p["report_dir"], p["report_basename"])
+        report["notes"].append("check mode: the report was not written")
+        return {"json": base + ".json", "markdown": base + ".md", "plot": None}, False
+    if "/" in p["report_basename"] or p["report_basename"] in ("", ".", ".."):
+        raise TaskFailure("report_basename must be a plain file name stem")
+    try:
+        files = smoke.write_report(report, p["report_dir"], p["report_basename"], plot=p["plot"])
+    except (IOError, OSError) as exc:
+        raise TaskFailure("cannot write the report under %s: %s" % (p["report_dir"], exc)) from exc
+    return files, files.pop("changed")
