@@ -69,15 +69,28 @@ def tiny_target_args(models: Path, speculative_config: dict | None = None) -> li
 FAKE_ENGINE = Path(__file__).resolve().with_name("fake_engine.py")
 
 
+FAKE_PYTHON = Path(__file__).resolve().with_name("fake_python.py")
+
+
 def fake_engine_python(dirpath: Path, server: Path = FAKE_ENGINE) -> Path:
-    """An executable standing in for the engine's interpreter: called as ``python -m
-    vllm.entrypoints.openai.api_server ARGS`` it runs ``server`` (by default the lab's stand-in
-    engine, fake_engine.py: vLLM 0.32's log lines and /metrics, no model) with ARGS. For fast runs
-    through the lab where the engine itself is not under test (``--engine fake`` of the controller)."""
+    """An executable standing in for the engine's interpreter: called as ``python -m MODULE ARGS``
+    (the module path, or ``vllm.entrypoints.cli.main serve``) it runs ``server`` (by default the lab's
+    stand-in engine, fake_engine.py: vLLM 0.32's log lines and /metrics, no model) with ARGS. For fast
+    runs through the lab where the engine itself is not under test (``--engine fake`` of the
+    controller). Called otherwise - ``python3 -c ...`` as kubectl exec runs it in the pod, the same
+    script under that name beside it - it is this machine's Python where ``import vllm`` finds the
+    stand-in's release (fake_python.py)."""
     dirpath.mkdir(parents=True, exist_ok=True)
-    exe = dirpath / "python"
-    exe.write_text(f'#!/bin/sh\n[ "$1" = "-m" ] && shift 2\nexec {sys.executable} {server} "$@"\n')
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    exe, exe3 = dirpath / "python", dirpath / "python3"
+    # the script names python3 (its sibling) so that the pod's sandbox holds both (sandbox.runtime_paths)
+    script = (
+        f"#!/bin/sh\n# also installed as {exe3}\n"
+        f'if [ "$1" = "-m" ]; then shift 2; exec {sys.executable} {server} "$@"; fi\n'
+        f'exec {sys.executable} {FAKE_PYTHON} "$@"\n'
+    )
+    for path in (exe, exe3):
+        path.write_text(script)
+        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return exe
 
 

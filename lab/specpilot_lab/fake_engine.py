@@ -1,4 +1,4 @@
-"""The lab's stand-in for ``python -m vllm.entrypoints.openai.api_server`` (vLLM 0.32 V1), for fast
+"""The lab's stand-in for ``vllm serve`` (vLLM 0.32 V1), for fast
 tests through the lab controller: the log lines the smoke role reads (non-default args, the
 engine-init line, ``Application startup complete.``, uvicorn access lines, ``SpecDecoding metrics:``
 windows) and a Prometheus /metrics page with the V1 spec-decode counters.
@@ -26,13 +26,17 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+# run as ``vllm serve [MODEL] [options]`` (the lab's wrapper passes ``serve`` on) or as the module path
+# (``--model``): the model is --model, else vllm serve's positional argument, wherever it stands
 p = argparse.ArgumentParser()
-p.add_argument("--model", default="/mnt/models")
+p.add_argument("words", nargs="*")
+p.add_argument("--model", default=None)
 p.add_argument("--port", type=int, default=8080)
 p.add_argument("--host", default="127.0.0.1")
 p.add_argument("--served-model-name", default=None)
 p.add_argument("--speculative-config", default=None)
-args, _unknown = p.parse_known_args()
+args, _unknown = p.parse_known_intermixed_args()
+args.model = args.model or next((w for w in args.words if w != "serve"), "/mnt/models")
 PID = os.getpid()
 NAME = args.served_model_name or args.model
 SPEC = json.loads(args.speculative_config) if args.speculative_config else None

@@ -200,7 +200,7 @@ def cluster_runtime(name: str) -> dict:
                 {
                     "name": "kserve-container",
                     "image": "specpilot-lab/vllm-cpu:0.32.0",
-                    "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
+                    "command": ["vllm", "serve"],
                     "args": ["--port=8080", "--served-model-name={{.Name}}"],
                 }
             ],

@@ -244,12 +244,19 @@ def test_engine_command_and_args():
         {"PORT": "8080"},
     )
     assert prefix == [str(py), "-m", "vllm.entrypoints.openai.api_server"] and args == ["--port=8080"]
-    assert mapping.engine_argv({"command": ["vllm", "serve", "/mnt/models"], "args": ["--x"]}, py, {})[1] == [
-        "--model",
-        "/mnt/models",
-        "--x",
-    ]
-    assert mapping.engine_argv({"args": ["--model=/m"]}, py, {})[1] == ["--model=/m"]
+    # vllm serve runs as vLLM's own CLI, its args as they are (the positional model wherever it stands)
+    serve = [str(py), "-m", "vllm.entrypoints.cli.main", "serve"]
+    assert mapping.engine_argv({"command": ["vllm", "serve"], "args": ["--port=1", "/mnt/models", "--x"]}, py, {}) == (
+        serve,
+        ["--port=1", "/mnt/models", "--x"],
+    )
+    assert mapping.engine_argv({"command": ["vllm", "serve", "/mnt/models"], "args": ["--x"]}, py, {}) == (
+        serve,
+        ["/mnt/models", "--x"],
+    )
+    # no command: the vLLM OpenAI image's entrypoint, vllm serve
+    assert mapping.engine_argv({"args": ["--model=/m"]}, py, {}) == (serve, ["--model=/m"])
+    assert mapping.engine_argv({"command": ["vllm"], "args": ["serve", "/m"]}, py, {}) == (serve, ["/m"])
     with pytest.raises(mapping.CommandError):
         mapping.engine_argv({"command": ["python", "-m", "huggingfaceserver"]}, py, {})
     assert mapping.expand_vars("$$(X) $(X) $(Y)", {"X": "1"}) == "$(X) 1 $(Y)"

@@ -9,6 +9,7 @@ import os
 import select
 import socket
 import ssl
+import subprocess
 import threading
 import time
 import uuid
@@ -19,7 +20,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
-from .. import podlogs
+from .. import podexec, podlogs
 from . import auth, auth_api, control_state, errors, tls
 from .core import Cluster, DeleteOptions, Result, WriteOptions, _md
 from .discovery import Discovery, version_info
@@ -556,6 +557,9 @@ class Handler(BaseHTTPRequestHandler):
         if info.subresource and info.subresource not in rt.subresources:
             raise errors.resource_not_found()
         self._fault(info)
+        if info.subresource == "exec":
+            self._pod_exec(rt, info)
+            return
         handler = {
             "get": self._get,
             "list": self._list,
@@ -971,6 +975,105 @@ class Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError, ClientGone):
             self.close_connection = True
 
+    # ------------------------------------------------------------------ pod exec
+    def _pod_exec(self, rt: ResourceType, info: ReqInfo) -> None:
+        """pods/exec over WebSocket (podexec.py): the command runs in the running container's sandbox."""
+        if rt.group_resource != ("", "pods"):
+            raise errors.resource_not_found()
+        pod = self.server.cluster.get(rt, info.namespace, info.name)
+        command = self._query_lists.get("command") or []
+        if not command:
+            raise errors.bad_request("you must specify at least 1 command")
+        names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+        container = self._query.get("container") or (names[0] if names else "")
+        if container not in names:
+            raise errors.bad_request(f"container {container} is not valid for pod {info.name}")
+        if (self.headers.get("Upgrade") or "").lower() != "websocket":
+            raise errors.bad_request("Upgrade request required")
+        protocol = podexec.choose_protocol(self.headers.get("Sec-WebSocket-Protocol"))
+        if protocol is None:
+            raise errors.bad_request(
+                "unable to upgrade connection: none of the offered subprotocols is supported (%s)"
+                % ", ".join(podexec.PROTOCOLS)
+            )
+        argv = podexec.sandbox(self.server.cluster.state_dir, info.namespace or "", info.name, container)
+        if argv is None:
+            raise errors.bad_request(f'unable to upgrade connection: container not found ("{container}")')
+        self._code = 101
+        self._streamed = True
+        self._record_request()
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header(
+            "Sec-WebSocket-Accept", podexec.accept_key(self.headers.get("Sec-WebSocket-Key", ""))
+        )
+        self.send_header("Sec-WebSocket-Protocol", protocol)
+        self.end_headers()
+        self.wfile.flush()
+        self.close_connection = True
+        self._exec_session(argv + command, command, _truthy(self._query.get("stdin")))
+
+    def _exec_session(self, argv: list[str], command: list[str], stdin: bool) -> None:
+        """Run argv; stdout and stderr go out on their channels as they come, stdin comes in on channel
+        0 (closed by v5's close signal); the exit status goes out on channel 3, then a close frame."""
+        lock = threading.Lock()
+
+        def send(data: bytes) -> None:
+            with lock:
+                try:
+                    self.wfile.write(data)
+                    self.wfile.flush()
+                except OSError:
+                    pass
+
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
+        def pump(stream, channel: int) -> None:
+            for chunk in iter(lambda: stream.read1(65536), b""):
+                send(podexec.channel_frame(channel, chunk))
+
+        pumps = [
+            threading.Thread(target=pump, args=(s, c), daemon=True)
+            for s, c in ((proc.stdout, podexec.STDOUT), (proc.stderr, podexec.STDERR))
+        ]
+        for t in pumps:
+            t.start()
+        threading.Thread(target=self._exec_input, args=(proc,), daemon=True).start()
+        code = proc.wait()
+        for t in pumps:
+            t.join()
+        send(podexec.channel_frame(podexec.ERROR, json.dumps(podexec.exit_status(code, command)).encode()))
+        send(podexec.close_frame())
+
+    def _exec_input(self, proc: subprocess.Popen) -> None:
+        """The client's frames: stdin data, v5's close signal for stdin, or the end of the session."""
+        while True:
+            try:
+                got = podexec.read_frame(self.rfile)
+            except (OSError, ValueError):
+                got = None
+            if got is None or got[0] == podexec.OP_CLOSE:
+                if proc.poll() is None and got is None:
+                    proc.kill()
+                return
+            opcode, data = got
+            if opcode not in (podexec.OP_BINARY, podexec.OP_TEXT) or not data or proc.stdin is None:
+                continue
+            if data[0] == podexec.CLOSE and data[1:2] == bytes([podexec.STDIN]):
+                proc.stdin.close()
+            elif data[0] == podexec.STDIN:
+                try:
+                    proc.stdin.write(data[1:])
+                    proc.stdin.flush()
+                except OSError:
+                    pass
+
     # ------------------------------------------------------------------ pod logs
     def _pod_log(self, rt: ResourceType, info: ReqInfo) -> None:
         if rt.group_resource != ("", "pods"):
@@ -1158,6 +1261,10 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def _verb(method: str, info: ReqInfo, query: dict) -> str:
+    if info.subresource == "exec" and method in ("GET", "POST"):
+        # a WebSocket exec is a GET; Kubernetes >= 1.31 (AuthorizePodWebsocketUpgradeCreatePermission)
+        # also requires create on pods/exec for it, which is what a Role has to grant either way
+        return "create"
     if method in ("GET", "HEAD"):
         if info.watch_path or _truthy(query.get("watch")):
             return "watch"

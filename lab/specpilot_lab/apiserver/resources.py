@@ -98,6 +98,8 @@ class ResourceType:
                 entry["kind"] = "Pod"
             if sub == "binding":
                 entry["kind"] = "Binding"
+            if sub == "exec":
+                entry["kind"] = "PodExecOptions"
             if sub == "token":
                 entry.update({"group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest"})
             out.append(entry)
@@ -143,7 +145,12 @@ def builtin_resources() -> list[ResourceType]:
             "Pod",
             short_names=["po"],
             categories=["all"],
-            subresources={"binding": ["create"], "log": ["get"], "status": list(SUB_VERBS)},
+            subresources={
+                "binding": ["create"],
+                "exec": ["create", "get"],
+                "log": ["get"],
+                "status": list(SUB_VERBS),
+            },
             return_deleted_object=True,
             known_fields=_COMMON + ("spec", "status"),
         ),

@@ -3,8 +3,9 @@
 The pod keeps the container's view (``/mnt/models``, ``python -m vllm...``, ``--port=8080``) and so
 does the engine: it runs in the pod's filesystem (sandbox.py), so model paths, ``--speculative-config``
 and the env reach it unchanged. Only what this machine cannot give every pod is rewritten: the
-interpreter (``.venv-vllm/bin/python -m vllm.entrypoints.openai.api_server``), ``--host 127.0.0.1``
-and the port (a free local one; the controller proxies the service's URL to it).
+interpreter (``.venv-vllm/bin/python``, running the entry point the container names: ``vllm serve``
+as ``-m vllm.entrypoints.cli.main serve``, the module path as itself), ``--host 127.0.0.1`` and the
+port (a free local one; the controller proxies the service's URL to it).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from ..engine import SERVER_MODULE, set_arg
 
 _PY = re.compile(r"^python(3(\.\d+)?)?$")
+CLI_MODULE = "vllm.entrypoints.cli.main"  # the ``vllm`` console script's module (vllm serve)
 
 
 class CommandError(Exception):
@@ -48,36 +50,32 @@ def expand_vars(text: str, env: dict[str, str]) -> str:
 def engine_argv(container: dict, vllm_python: Path, env: dict[str, str]) -> tuple[list[str], list[str]]:
     """(command prefix, vLLM server args) for the container.
 
-    Accepted: no command (the vLLM OpenAI image's entrypoint), ``python[3] -m
-    vllm.entrypoints.openai.api_server``, ``vllm serve [MODEL]``. Anything else raises
-    CommandError (the lab runs the vLLM server only; images are not pulled)."""
+    Accepted: no command (the vLLM OpenAI image's entrypoint, ``vllm serve``), ``vllm serve``,
+    ``python[3] -m vllm.entrypoints.cli.main serve`` and ``python[3] -m
+    vllm.entrypoints.openai.api_server``. The args reach the entry point as they are (``vllm
+    serve``'s positional model wherever argparse finds it). Anything else raises CommandError (the
+    lab runs the vLLM server only; images are not pulled)."""
     command = [expand_vars(c, env) for c in container.get("command") or []]
     args = [expand_vars(a, env) for a in container.get("args") or []]
-    prefix = [str(vllm_python), "-m", SERVER_MODULE]
+    module = [str(vllm_python), "-m", SERVER_MODULE]
+    serve = [str(vllm_python), "-m", CLI_MODULE, "serve"]
+    exe = os.path.basename(command[0]) if command else None
     if not command:
         if args[:1] == ["serve"] or args[:2] == ["vllm", "serve"]:
-            return prefix, _serve_args(args[args.index("serve") + 1 :])
-        return prefix, args
-    exe = os.path.basename(command[0])
+            return serve, args[args.index("serve") + 1 :]
+        return serve, args
     if _PY.match(exe) and command[1:3] == ["-m", SERVER_MODULE]:
-        return prefix, command[3:] + args
-    if _PY.match(exe) and command[1:3] == ["-m", "vllm.entrypoints.cli.main"] and command[3:4] == ["serve"]:
-        return prefix, _serve_args(command[4:] + args)
+        return module, command[3:] + args
+    if _PY.match(exe) and command[1:3] == ["-m", CLI_MODULE] and command[3:4] == ["serve"]:
+        return serve, command[4:] + args
     if exe == "vllm" and command[1:2] == ["serve"]:
-        return prefix, _serve_args(command[2:] + args)
+        return serve, command[2:] + args
     if exe == "vllm" and not command[1:] and args[:1] == ["serve"]:
-        return prefix, _serve_args(args[1:])
+        return serve, args[1:]
     raise CommandError(
         f"the lab runs only the vLLM OpenAI server; cannot run command {shlex.join(command)!r} "
         "(expected python -m vllm.entrypoints.openai.api_server, vllm serve, or no command)"
     )
-
-
-def _serve_args(rest: list[str]) -> list[str]:
-    """``vllm serve MODEL --x`` -> ``--model MODEL --x``."""
-    if rest and not rest[0].startswith("-"):
-        return ["--model", rest[0]] + rest[1:]
-    return rest
 
 
 def engine_args(args: list[str], port: int) -> list[str]:

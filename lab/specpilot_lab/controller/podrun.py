@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from .. import podlogs, registry
+from .. import podexec, podlogs, registry
 from ..engine import Engine, error_summary
 from . import kserve, sandbox
 from .jobs import VolumeError, bwrap_problem, pod_volumes
@@ -239,6 +239,8 @@ class PredictorRun:
                 self._engine = eng
                 eng.start()
                 (self.run_dir / "engine.pid").write_text(f"{eng.proc.pid}\n")
+                # kubectl exec / k8s_exec run in this sandbox while the container runs (podexec.py)
+                podexec.publish(self.ctl.podlogs_dir, self.namespace, self.name, kserve.CONTAINER, command)
                 with self.lock:
                     self.phase = "Running"
                     self.started_once = True
@@ -252,6 +254,7 @@ class PredictorRun:
                         self.notify()
                     self.peak_rss = max(self.peak_rss, eng.peak_rss)
                     self._stop.wait(0.5)
+                podexec.withdraw(self.ctl.podlogs_dir, self.namespace, self.name, kserve.CONTAINER)
                 if self._stop.is_set():
                     eng.stop()
                     return

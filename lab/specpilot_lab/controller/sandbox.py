@@ -22,7 +22,8 @@ interpreter's directory first), ``HOME``, ``HOSTNAME``, offline Hugging Face, no
 ``VLLM_CPU_KVCACHE_SPACE`` 1 unless the container sets it.
 
 What is still rewritten, and only that (mapping.engine_argv, mapping.engine_args): the interpreter
-(``.venv-vllm/bin/python -m vllm.entrypoints.openai.api_server``), ``--host 127.0.0.1`` and the port.
+(``.venv-vllm/bin/python``, running the entry point the container names: ``vllm serve``, or the
+module path), ``--host 127.0.0.1`` and the port.
 Model paths and ``--speculative-config`` never are.
 """
 

@@ -224,10 +224,7 @@ class FakeKServe:
             )
         except Exception:  # noqa: BLE001
             return []
-        return [
-            a.replace("{{.Name}}", isvc["metadata"]["name"])
-            for a in rt["spec"]["containers"][0].get("args", [])
-        ]
+        return list(rt["spec"]["containers"][0].get("args", []))
 
     def template(self, isvc: dict) -> dict:
         model = isvc["spec"]["predictor"]["model"]
@@ -236,7 +233,11 @@ class FakeKServe:
             {
                 "name": "kserve-container",
                 "image": "vllm",
-                "args": self.runtime_args(isvc) + list(model.get("args") or []),
+                # KServe's merged container, {{.Name}} filled in (ReplacePlaceholders)
+                "args": [
+                    a.replace("{{.Name}}", isvc["metadata"]["name"])
+                    for a in self.runtime_args(isvc) + list(model.get("args") or [])
+                ],
             }
         ]
         uri = model.get("storageUri") or ""

@@ -58,7 +58,11 @@ def test_first_deploy_then_a_rerun_writes_nothing(emulator, tmp_path):
         m["manager"] == "specpilot" and m["operation"] == "Apply" for m in isvc["metadata"]["managedFields"]
     )
     runtime = get(emulator, "serving.kserve.io/v1alpha1", "ServingRuntime", "svc-vllm", ns)
-    assert runtime["spec"]["containers"][0]["args"] == ["--port=8080", "--served-model-name={{.Name}}"]
+    # vllm serve with no args of its own; the InferenceService's start with the model and keep KServe's
+    # {{.Name}} literal (render.ENTRYPOINT)
+    assert runtime["spec"]["containers"][0]["command"] == ["vllm", "serve"]
+    assert runtime["spec"]["containers"][0]["args"] == []
+    assert args[1:3] == ["--port=8080", "--served-model-name={{.Name}}"] and args[0].startswith("/mnt/models")
     assert get(emulator, "coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", ns) is None  # released
 
     # the same again: nothing to write, nothing changed, no lock taken

@@ -1,7 +1,8 @@
 """lab-draft through the lab with the stand-in engine (lab/specpilot_lab/fake_engine.py): the lab runs
 the engine in the pod's filesystem (bubblewrap, controller/sandbox.py), so the container's args reach
 it unchanged - model paths and --speculative-config included - and smoke.yml's engine checks pass on
-what the engine itself prints, with no path aliases, as on a cluster (issue 14, item 2). Fast: the
+what the engine itself prints, with no path aliases, as on a cluster (issue 14, item 2); k8s_exec into
+the pod lists /mnt/models (item 5). Fast: the
 same check on the real engine is test_smoke_role_vllm.py::test_draft_model_service_passes."""
 
 from __future__ import annotations
@@ -67,6 +68,42 @@ def test_the_engine_gets_the_container_args_and_sees_mnt_models(fake_smoke_lab, 
     assert "speculative_config=SpeculativeConfig(method='draft_model', model='/mnt/models/draft'" in log
     assert str(lab.root) not in log
 
+    # kubernetes.core.k8s_exec into the predictor pod sees the same: the models PVC at /mnt/models
+    play = tmp_path / "exec.yml"
+    play.write_text(
+        json.dumps(
+            [
+                {
+                    "hosts": SERVICE,
+                    "gather_facts": False,
+                    "tasks": [
+                        {
+                            "name": "ls /mnt/models in the predictor pod",
+                            "kubernetes.core.k8s_exec": {
+                                "namespace": NAMESPACE,
+                                "pod": name,
+                                "container": "kserve-container",
+                                "command": "ls /mnt/models",
+                            },
+                            "register": "listing",
+                        },
+                        {
+                            "name": "keep it",
+                            "ansible.builtin.copy": {
+                                "content": "{{ listing | to_json }}",
+                                "dest": str(tmp_path / "exec.json"),
+                            },
+                        },
+                    ],
+                }
+            ]
+        )
+    )
+    run = lab.playbook(play, SERVICE)
+    assert run.rc == 0, run.output
+    listing = json.loads((tmp_path / "exec.json").read_text())
+    assert listing["rc"] == 0 and {"target", "draft"} <= set(listing["stdout_lines"]), listing
+
     # so smoke.yml's engine checks pass on what the engine printed, with no path aliases
     run = lab.smoke(SERVICE, tmp_path)
     assert run.rc == 0, run.output
@@ -77,4 +114,8 @@ def test_the_engine_gets_the_container_args_and_sees_mnt_models(fake_smoke_lab, 
         "SpeculativeConfig(method='draft_model', model='/mnt/models/draft', num_spec_tokens=3) matches the plan"
     )
     assert c["engine_requested_config"]["status"] == "pass", c["engine_requested_config"]
+    # the look inside the pod (exec, as the reference guide does it): the release and the model files
+    assert c["pod_vllm_version"]["message"] == "the image holds vLLM 0.32.0", c["pod_vllm_version"]
+    assert c["pod_models"]["status"] == "pass", c["pod_models"]
+    assert c["pod_models"]["message"] == "target /mnt/models/target, draft /mnt/models/draft hold config.json"
     assert rep["verdict"] in ("pass", "warn"), rep["message"]

@@ -9,7 +9,7 @@ import json
 import urllib.request
 
 import pytest
-from smoke_lab import checks, fake_env, report
+from smoke_lab import NAMESPACE, checks, fake_env, report
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -127,15 +127,28 @@ def test_rollback_passes_only_in_off_mode(fake_smoke_lab, tmp_path):
     assert {"isvc_args", "pod_args", "engine_config", "spec_metrics", "acceptance"} <= failed
 
 
-def test_exec_route_without_exec_support_fails_clearly(fake_smoke_lab, tmp_path):
-    """The lab's API has no pods/exec: the in-cluster route reports the k8s_exec failure."""
-    run = fake_smoke_lab.smoke(SERVICE, tmp_path, extra={"specpilot_smoke_access": "exec"})
-    assert run.rc == 2
-    rep = report(tmp_path, SERVICE)
-    assert rep["access"]["mode"] == "exec" and rep["access"]["url"] == "http://127.0.0.1:8080"
-    assert checks(rep)["probes"]["message"].startswith(
-        "the probe run failed: k8s_exec in pod lab-ngram-predictor"
+def test_exec_route_probes_from_inside_the_pod(fake_smoke_lab, tmp_path):
+    """The in-cluster route: k8s_exec into the predictor pod (the lab serves pods/exec over WebSocket,
+    podexec.py), the probes sent by the pod's own Python. The lab's pods share this machine's network,
+    so the engine listens on a port of its own rather than 8080: specpilot_smoke_exec_url names it, as
+    it would name any port a runtime serves on."""
+    lab = fake_smoke_lab
+    lab.deploy(SERVICE)  # with speculative decoding, whatever the tests before left (the rollout is waited for)
+    pod = lab.wait_single_ready_pod(SERVICE, 90)
+    port = lab.ctl.runs[(NAMESPACE, pod["metadata"]["name"])].port
+    url = "http://127.0.0.1:%d" % port
+    run = lab.smoke(
+        SERVICE, tmp_path, extra={"specpilot_smoke_access": "exec", "specpilot_smoke_exec_url": url}
     )
+    rep = report(tmp_path, SERVICE)
+    assert run.rc == 0, (checks(rep)["probes"], run.output[-3000:])
+    assert rep["access"]["mode"] == "exec" and rep["access"]["url"] == url
+    assert checks(rep)["probes"]["status"] == "pass", checks(rep)["probes"]
+    # at the default URL nothing answers in the lab: the report says what the pod's Python met
+    run = lab.smoke(SERVICE, tmp_path / "default", extra={"specpilot_smoke_access": "exec"})
+    assert run.rc == 2
+    message = checks(report(tmp_path / "default", SERVICE))["probes"]["message"]
+    assert message == "8 of 8 failed: URLError: [Errno 111] Connection refused", message
 
 
 def test_missing_service_fails_with_a_report(fake_smoke_lab, tmp_path):

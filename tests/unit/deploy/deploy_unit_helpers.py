@@ -55,6 +55,15 @@ def applied(manifest: dict, manager: str = "specpilot", extra_status: dict | Non
     return obj
 
 
+def _merged(isvc: dict, runtime_args) -> list:
+    """The container args as KServe makes them: the runtime's, then the model's, {{.Name}} filled in."""
+    name = isvc["metadata"]["name"]
+    return [
+        a.replace("{{.Name}}", name)
+        for a in list(runtime_args) + list(isvc["spec"]["predictor"]["model"]["args"])
+    ]
+
+
 def deployment(
     isvc: dict,
     runtime_args=("--port=8080", "--served-model-name=svc"),
@@ -70,7 +79,7 @@ def deployment(
         anns.pop("specpilot.io/spec-digest", None)
     elif digest != "same":
         anns["specpilot.io/spec-digest"] = digest
-    args = list(runtime_args) + list(isvc["spec"]["predictor"]["model"]["args"])
+    args = _merged(isvc, runtime_args)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -113,7 +122,7 @@ def pod(
     unschedulable=None,
     annotations=None,
 ) -> dict:
-    args = list(runtime_args) + list(isvc["spec"]["predictor"]["model"]["args"])
+    args = _merged(isvc, runtime_args)
     conds = [{"type": "Ready", "status": "True" if ready else "False"}]
     if unschedulable:
         conds = [
@@ -134,9 +143,9 @@ def pod(
         "metadata": {
             "name": name,
             "creationTimestamp": created,
-            "annotations": annotations
-            if annotations is not None
-            else dict(isvc["metadata"].get("annotations") or {}),
+            "annotations": (
+                annotations if annotations is not None else dict(isvc["metadata"].get("annotations") or {})
+            ),
         },
         "spec": {"containers": [{"name": "kserve-container", "args": args}]},
         "status": status,

@@ -74,12 +74,14 @@ def _draft(path):
         ("/mnt/models/target", "/mnt/models", "pvc://models/lab"),  # the whole mount
     ],
 )
-def test_the_pvc_reclaim_refuses_what_the_service_serves(target, draft, storage):
+@pytest.mark.parametrize("model_arg", ["--model=%s", "%s"])  # the module path's flag; vllm serve's positional
+def test_the_pvc_reclaim_refuses_what_the_service_serves(target, draft, storage, model_arg):
     d = rollback.decide(
-        _live(["--model=%s" % target, _draft(draft)], storage), "off", now=1, options={"reclaim_draft": True}
+        _live([model_arg % target, _draft(draft)], storage), "off", now=1, options={"reclaim_draft": True}
     )
     pvc = d["reclaim"]["pvc"]
     assert pvc["refused"].startswith("refusing to delete the draft %s" % draft), pvc
+    assert "the live engine's model %s, which is served" % target in pvc["refused"], pvc
     assert "Nothing was deleted" in pvc["refused"]
     assert d["needs_apply"]  # speculative decoding still goes off: only the delete is refused
 

@@ -55,9 +55,6 @@ def isvc_for(plan: dict, ready: bool = True, args: list[str] | None = None, mess
     return isvc
 
 
-RUNTIME_ARGS = ["--port=8080", "--served-model-name={{.Name}}"]
-
-
 def pod_for(
     plan: dict,
     ready: bool = True,
@@ -65,8 +62,14 @@ def pod_for(
     restarts: int = 0,
     name: str = "svc-predictor-abc-xyz",
 ) -> dict:
-    model_args = plan["args"] if args is None else list(args)
-    runtime_args = [a.replace("{{.Name}}", plan["name"]) for a in RUNTIME_ARGS]
+    # as KServe makes it: the runtime's command and args, the InferenceService's args appended, {{.Name}}
+    # replaced in the merged container
+    runtime = ((plan.get("servingruntime") or {}).get("spec") or {}).get("containers") or [{}]
+    command, runtime_args = runtime[0].get("command") or ["vllm", "serve"], runtime[0].get("args") or []
+    model_args = [
+        a.replace("{{.Name}}", plan["name"])
+        for a in runtime_args + (plan["args"] if args is None else list(args))
+    ]
     status = {
         "containerStatuses": [
             {
@@ -88,8 +91,8 @@ def pod_for(
             "containers": [
                 {
                     "name": "kserve-container",
-                    "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
-                    "args": runtime_args + model_args,
+                    "command": command,
+                    "args": model_args,
                 }
             ]
         },

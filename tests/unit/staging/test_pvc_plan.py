@@ -341,11 +341,13 @@ DRAFT_ARG = '--speculative-config={"method": "draft_model", "model": "/mnt/model
 @pytest.mark.parametrize(
     "live, why",
     [
-        (_live(), "is the live engine's --model /mnt/models/target"),
+        (_live(), "is the live engine's model /mnt/models/target"),
+        # vllm serve's positional model, as specpilot renders it
+        (_live(args=["/mnt/models/target", DRAFT_ARG]), "is the live engine's model /mnt/models/target"),
         (_live(args=[DRAFT_ARG]), "is the live engine's draft /mnt/models/draft"),
-        (_live(args=["--model", "/mnt/models"]), "lies inside the live engine's --model /mnt/models"),
+        (_live(args=["--model", "/mnt/models"]), "lies inside the live engine's model /mnt/models"),
         (_live(args=[]), "lies inside the live storageUri pvc://models/chat"),
-        (_live(uri="pvc://models/chat/target", args=["--model=/mnt/models"]), "is the live engine's --model"),
+        (_live(uri="pvc://models/chat/target", args=["--model=/mnt/models"]), "is the live engine's model"),
     ],
 )
 def test_force_never_overwrites_what_the_live_service_serves(live, why):

@@ -44,8 +44,15 @@ def test_servingruntime_is_plain_vllm_with_go_template_kept():
     runtime = plan_of(base_spec())["servingruntime"]
     container = runtime["spec"]["containers"][0]
     assert container["name"] == "kserve-container"
-    assert container["command"] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
-    assert container["args"] == ["--port=8080", "--served-model-name={{.Name}}"]
+    assert container["command"] == ["vllm", "serve"]  # vLLM's documented entry point (render.ENTRYPOINT)
+    # no args of its own: KServe appends the InferenceService's, and vllm serve needs the model first
+    assert container["args"] == []
+    plan = plan_of(base_spec())
+    assert plan["args"][:3] == ["/mnt/models/target", "--port=8080", "--served-model-name={{.Name}}"]
+    # with a runtime the user brings (its args come first): the model as --model=, which vllm serve
+    # moves to the front itself
+    existing = plan_of(base_spec(runtime={"create": False, "name": "their-vllm", "kind": "ServingRuntime"}))
+    assert existing["servingruntime"] is None and existing["args"][0] == "--model=/mnt/models/target"
     assert container["ports"][0]["containerPort"] == 8080
     assert {"name": "shm", "mountPath": "/dev/shm"} in container["volumeMounts"]
     assert runtime["spec"]["volumes"][0]["emptyDir"]["medium"] == "Memory"
@@ -84,7 +91,7 @@ def test_inferenceservice_option_a_storage_uris_at_predictor_level():
     assert "storageUris" not in model and "storageUri" not in model
     assert model["modelFormat"] == {"name": "vLLM"}
     assert model["runtime"] == "svc-vllm"
-    assert model["args"][0] == "--model=/mnt/models/target"
+    assert model["args"][0] == "/mnt/models/target"  # vllm serve's positional model
     assert model["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Standard"
     assert "serving.knative.dev/progress-deadline" not in isvc["metadata"]["annotations"]
@@ -103,7 +110,7 @@ def test_two_oci_sources_get_distinct_parents():
     )
     mounts = [e["mountPath"] for e in plan["inferenceservice"]["spec"]["predictor"]["storageUris"]]
     assert mounts == ["/mnt/target/model", "/mnt/draft/model"]
-    assert plan["args"][0] == "--model=/mnt/target/model"
+    assert plan["args"][0] == "/mnt/target/model"
     assert plan["speculative_config"]["model"] == "/mnt/draft/model"
 
 
@@ -121,15 +128,15 @@ def test_option_b_modelcar_by_digest_with_startup_guard(tmp_path):
     command = plan["servingruntime"]["spec"]["containers"][0]["command"]
     assert command[:2] == ["/bin/sh", "-c"] and command[-1] == "--"
     assert "until [ -e /mnt/models/target/config.json ]" in command[2]
-    # the guard keeps the args a list: run it with a stand-in python3 and a local model dir
+    # the guard keeps the args a list: run it with a stand-in vllm and a local model dir
     fake = tmp_path / "bin"
     fake.mkdir()
-    (fake / "python3").write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
-    (fake / "python3").chmod(stat.S_IRWXU)
+    (fake / "vllm").write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
+    (fake / "vllm").chmod(stat.S_IRWXU)
     (tmp_path / "target").mkdir()
     (tmp_path / "target" / "config.json").write_text("{}")
     script = command[2].replace("/mnt/models/target", str(tmp_path / "target"))
-    args = ["--port=8080", "--served-model-name={{.Name}}"] + model["args"]
+    args = model["args"]
     out = subprocess.run(
         ["/bin/sh", "-c", script, "--"] + args,
         capture_output=True,
@@ -137,7 +144,7 @@ def test_option_b_modelcar_by_digest_with_startup_guard(tmp_path):
         timeout=30,
         env={"PATH": "%s:/usr/bin:/bin" % fake},
     )
-    assert out.stdout.splitlines() == ["-m", "vllm.entrypoints.openai.api_server"] + args
+    assert out.stdout.splitlines() == ["serve"] + args
 
 
 def test_modelcar_digest_required_unless_allowed():
@@ -161,7 +168,7 @@ def test_option_c_pvc_root_and_sub_directories():
     )
     model = plan["inferenceservice"]["spec"]["predictor"]["model"]
     assert model["storageUri"] == "pvc://models/llama/"
-    assert model["args"][0] == "--model=/mnt/models/llama-8b"
+    assert model["args"][0] == "/mnt/models/llama-8b"
     assert plan["speculative_config"]["model"] == "/mnt/models/eagle3"
     assert plan["staging"] is None  # nothing to copy: already on the PVC
 
@@ -215,12 +222,14 @@ def test_baseline_args_drop_only_the_speculative_part():
         )
     )
     assert plan["args_without_speculative"] == [
-        "--model=/mnt/models/target",
+        "/mnt/models/target",
+        "--port=8080",
+        "--served-model-name={{.Name}}",
         "--gpu-memory-utilization=0.85",
         "--max-model-len=8192",
         "--enable-prefix-caching",
     ]
-    assert plan["args"] == plan["args_without_speculative"][:3] + plan["speculative_args"] + [
+    assert plan["args"] == plan["args_without_speculative"][:5] + plan["speculative_args"] + [
         "--enable-prefix-caching"
     ]
 

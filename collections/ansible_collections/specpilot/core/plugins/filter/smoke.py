@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.specpilot.core.plugins.module_utils import smoke_probe
+from ansible_collections.specpilot.core.plugins.module_utils import pod_view, smoke_probe
 from ansible_collections.specpilot.core.plugins.module_utils.vllm_logs import parse_log_text
 
 # Runs the source of module_utils/smoke_probe.py (argv[1]) on the job (argv[2]), both base64,
@@ -89,6 +89,19 @@ def smoke_exec_command(settings, python="python3"):
     }
     job_b64 = _b64(json.dumps(job, sort_keys=True).encode("utf-8"))
     return " ".join([shlex.quote(str(python)), "-c", shlex.quote(_BOOTSTRAP), _b64(probe_source()), job_b64])
+
+
+def smoke_inside_command(plan, python="python3", expect="on"):
+    """plan | smoke_inside_command(python, expect) -> the command line for kubernetes.core.k8s_exec that
+    prints, from inside the predictor pod, the vLLM release and the model paths the engine loads
+    (module_utils/pod_view.py)."""
+    if not isinstance(plan, Mapping):
+        raise AnsibleFilterError("smoke_inside_command expects the plan, got %s" % type(plan).__name__)
+    if not python or not str(python).strip():
+        raise AnsibleFilterError("smoke_inside_command: python must name the interpreter in the pod")
+    if expect not in ("on", "off"):
+        raise AnsibleFilterError("smoke_inside_command: expect must be on or off, got %r" % (expect,))
+    return pod_view.command(plan, str(python), expect)
 
 
 def smoke_log_window(text, since=None):
@@ -191,6 +204,7 @@ class FilterModule(object):
         return {
             "smoke_exec_command": smoke_exec_command,
             "smoke_exec_result": smoke_exec_result,
+            "smoke_inside_command": smoke_inside_command,
             "smoke_log_window": smoke_log_window,
             "smoke_pick_pod": smoke_pick_pod,
             "smoke_verdict_lines": smoke_verdict_lines,

@@ -27,6 +27,7 @@ init container (modelcar-init) keeps failing, when a new pod stays unschedulable
 
 from __future__ import annotations
 
+from ansible_collections.specpilot.core.plugins.module_utils import render
 from ansible_collections.specpilot.core.plugins.module_utils.common import k8s_meta, parse_time
 
 __all__ = [
@@ -71,7 +72,7 @@ def expected_from_plan(plan):
         "name": plan["name"],
         "namespace": plan["namespace"],
         "mode": plan.get("deployment_mode") or "Standard",
-        "args": list(plan.get("args") or []),
+        "args": render.in_pod(plan.get("args"), plan["name"], plan["namespace"]),
         "digest": plan.get("spec_digest"),
     }
 
@@ -85,7 +86,7 @@ def expected_from_isvc(isvc):
         "name": md.get("name"),
         "namespace": md.get("namespace"),
         "mode": {"RawDeployment": "Standard", "Serverless": "Knative"}.get(mode, mode),
-        "args": list(model.get("args") or []),
+        "args": render.in_pod(model.get("args"), md.get("name"), md.get("namespace")),
         "digest": (md.get("annotations") or {}).get(ANN_DIGEST),
     }
 

@@ -167,6 +167,8 @@ SMOKE_INPUTS = dict(
     request=dict(type="dict", default={}),
     production_temperature=dict(type="float"),
     thresholds=dict(type="dict", default={}, options=SMOKE_THRESHOLDS),
+    inside_pod=dict(type="dict"),
+    inside_pod_mode=dict(type="str", default="auto", choices=["auto", "required", "off"]),
 )
 SMOKE_VERDICT_ARGS = dict(
     SMOKE_INPUTS,

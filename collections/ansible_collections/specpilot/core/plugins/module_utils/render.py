@@ -29,6 +29,8 @@ __all__ = [
     "ENTRYPOINT",
     "mount_paths",
     "engine_args",
+    "served_model",
+    "in_pod",
     "startup_budget",
     "servingruntime",
     "inferenceservice",
@@ -45,7 +47,20 @@ ANN_PROGRESS_DEADLINE = "serving.knative.dev/progress-deadline"
 PORT = 8080
 # KServe substitutes {{.Name}} with the InferenceService name: keep it literal.
 SERVED_MODEL_NAME_ARG = "--served-model-name={{.Name}}"
-ENTRYPOINT = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+# vLLM's documented server entry point, `vllm serve <model> [options]` (vllm/scripts.py since v0.5.0,
+# vllm/entrypoints/cli/serve.py ServeSubcommand later): the module path `python -m
+# vllm.entrypoints.openai.api_server` is deprecated and "may be removed in a future release"
+# (vllm/entrypoints/openai/api_server.py, __main__, 0.32.0). The model is its positional argument and
+# must come first: `vllm serve --model X` fails where model_tag is required (0.7.2: "the following
+# arguments are required: model_tag", vllm-project/vllm#13150) and is moved to the front with a warning
+# that --model "will be removed" later; and with --served-model-name among the args, an option before
+# the model is refused ("`model` should be provided as the first positional argument when using `vllm
+# serve`", vllm/utils/argparse_utils.py FlexibleArgumentParser.parse_args, 0.32.0). KServe appends the
+# InferenceService's args to the runtime's (MergeRuntimeContainers), so the runtime specpilot creates
+# has no args: the InferenceService's start with the model, then --port and --served-model-name (KServe
+# replaces {{.Name}} in the merged container, ReplacePlaceholders). With a runtime you bring, whose args
+# come first, the model is --model=X (the module path's flag; vllm serve moves it to the front).
+ENTRYPOINT = ["vllm", "serve"]
 STARTUP_PERIOD_SECONDS = 10
 
 
@@ -97,7 +112,12 @@ def tensor_parallel_size(spec):
 def engine_args(spec, mounts, speculative_args):
     """The InferenceService model args (appended by KServe after the runtime's)."""
     va = spec["vllm_args"]
-    args = ["--model=%s" % mounts["target"]]
+    if spec["runtime"].get(
+        "create"
+    ):  # vllm serve <model> first, then what a runtime would carry (ENTRYPOINT)
+        args = [mounts["target"], "--port=%d" % PORT, SERVED_MODEL_NAME_ARG]
+    else:
+        args = ["--model=%s" % mounts["target"]]
     tp = tensor_parallel_size(spec)
     if tp > 1:
         args.append("--tensor-parallel-size=%d" % tp)
@@ -118,6 +138,30 @@ def engine_args(spec, mounts, speculative_args):
     args.extend(speculative_args)
     args.extend(va.get("extra_args") or [])
     return args
+
+
+def in_pod(args, name, namespace):
+    """``args`` as the predictor pod has them: KServe fills the Go template placeholders of the merged
+    container from the InferenceService's metadata (ReplacePlaceholders, pkg/controller/v1beta1/
+    inferenceservice/utils/utils.go); specpilot renders {{.Name}} (SERVED_MODEL_NAME_ARG)."""
+    return [
+        str(a).replace("{{.Name}}", name or "").replace("{{.Namespace}}", namespace or "") for a in args or []
+    ]
+
+
+def served_model(args):
+    """The model an engine's args serve: ``--model=X`` / ``--model X`` (with a runtime you bring, and
+    what specpilot rendered before it used ``vllm serve``), else the leading positional argument
+    (``vllm serve``'s model, first of the args specpilot renders); None when neither is there."""
+    items = [a for a in args or [] if isinstance(a, str)]
+    for i, arg in enumerate(items):
+        if arg.startswith("--model="):
+            return arg.split("=", 1)[1]
+        if arg == "--model" and i + 1 < len(items):
+            return items[i + 1]
+    if items and not items[0].startswith("-"):
+        return items[0]
+    return None
 
 
 def _arg_number(value):
@@ -150,7 +194,7 @@ def servingruntime(spec, mounts, guard, startup_seconds, digest):
         "name": "kserve-container",
         "image": runtime.get("image") or "",
         "command": command,
-        "args": ["--port=%d" % PORT, SERVED_MODEL_NAME_ARG],
+        "args": [],  # all in the InferenceService's, the model first (ENTRYPOINT)
         "env": [
             {"name": "HF_HOME", "value": "/tmp/hf_home"},
             {"name": "VLLM_CONFIG_ROOT", "value": "/tmp/vllm"},

@@ -32,6 +32,7 @@ from ansible_collections.specpilot.core.plugins.module_utils import (
     deploy_rollout,
     deploy_state,
     modelcar_reclaim,
+    render,
 )
 from ansible_collections.specpilot.core.plugins.module_utils.vllm_profiles import V0_FLAGS
 
@@ -166,7 +167,10 @@ def _set_gmu(args, value):
         return out
     index = next((i for i, a in enumerate(args) if isinstance(a, str) and a.startswith(GMU_FLAG + "=")), None)
     if index is None:
-        index = 1 if out and str(out[0]).startswith("--model") else len(out)
+        # after the model (vllm serve's positional argument, or --model=X)
+        index = (
+            1 if out and (str(out[0]).startswith("--model") or not str(out[0]).startswith("-")) else len(out)
+        )
     out.insert(index, "%s=%s" % (GMU_FLAG, value))
     return out
 
@@ -213,8 +217,9 @@ def draft_path(args):
 
 
 def target_path(args):
-    """The ``--model`` path of the engine args (``--model=X`` or ``--model X``), or None."""
-    return _served_paths(args).get("--model")
+    """The model path of the engine args (``vllm serve``'s positional argument, ``--model=X`` or
+    ``--model X``: render.served_model), or None."""
+    return _served_paths(args).get("model")
 
 
 def _mount_subdir(path, root=MOUNT_ROOT):
@@ -374,18 +379,20 @@ def _storage_drop(predictor, path):
 
 
 def _served_paths(args):
-    """``{flag: path}`` of the model files an engine's args serve: the first ``--model`` and
-    ``--tokenizer`` (``--flag=X`` or ``--flag X``)."""
+    """``{what: path}`` of the model files an engine's args serve: the ``model`` (render.served_model)
+    and the first ``--tokenizer`` (``--tokenizer=X`` or ``--tokenizer X``)."""
     out = {}
+    model = render.served_model(args)
+    if model:
+        out["model"] = model
     items = list(args or [])
     for i, arg in enumerate(items):
         if not isinstance(arg, str):
             continue
-        for flag in ("--model", "--tokenizer"):
-            if arg.startswith(flag + "="):
-                out.setdefault(flag, arg.split("=", 1)[1])
-            elif arg == flag and i + 1 < len(items):
-                out.setdefault(flag, str(items[i + 1]))
+        if arg.startswith("--tokenizer="):
+            out.setdefault("--tokenizer", arg.split("=", 1)[1])
+        elif arg == "--tokenizer" and i + 1 < len(items):
+            out.setdefault("--tokenizer", str(items[i + 1]))
     return out
 
 

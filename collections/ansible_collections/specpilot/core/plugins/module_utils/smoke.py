@@ -23,6 +23,7 @@ import datetime
 import json
 import math
 import os
+from ansible_collections.specpilot.core.plugins.module_utils import pod_view, render
 from ansible_collections.specpilot.core.plugins.module_utils.acceptance_band import band_reading
 from ansible_collections.specpilot.core.plugins.module_utils.common import get_path, write_if_changed
 
@@ -575,7 +576,7 @@ def _pod_checks(ctx):
             plan.get("speculative_args"),
             pod_args(pod, container),
             expect,
-            required=plan.get("args") if expect == "on" else None,
+            required=_placeholders(plan.get("args"), ctx["isvc"], plan) if expect == "on" else None,
         )
         checks.append(
             _check(
@@ -588,6 +589,13 @@ def _pod_checks(ctx):
         )
 
     return checks
+
+
+def _placeholders(args, isvc, plan):
+    """``args`` as the pod has them (render.in_pod), for the InferenceService the pod belongs to."""
+    meta = (isvc or {}).get("metadata") or {}
+    name, namespace = meta.get("name") or plan.get("name"), meta.get("namespace") or plan.get("namespace")
+    return render.in_pod(args, name, namespace)
 
 
 def _engine_start_checks(ctx):
@@ -784,6 +792,66 @@ def _engine_version_checks(ctx):
     )
 
     return checks
+
+
+def _pod_view_checks(ctx):
+    """Inside the predictor pod (pod_view.py): the vLLM release the image holds and the model paths the
+    engine is told to load. A look that could not be taken says why: a skip in mode auto (exec needs
+    create on pods/exec, which a least-privilege Role may leave out), a failure in mode required."""
+    mode, view = ctx["inside_mode"], pod_view.parse(ctx["inside_pod"])
+    title = "Inside the pod"
+    if mode == "off":
+        return [_check("pod_view", "skip", title, "not looked at (specpilot_smoke_inside_pod: off)")]
+    if view is None:
+        return [_check("pod_view", "skip", title, "not looked at: no predictor pod to exec into")]
+    if view["error"]:
+        status = "fail" if mode == "required" else "skip"
+        why = "could not look inside pod %s: %s" % (ctx["pod_name"], view["error"])
+        if "403" in view["error"] or "forbidden" in view["error"].lower():
+            why += " (exec needs create on pods/exec)"
+        if status == "skip":
+            why += "; skipped (specpilot_smoke_inside_pod: required makes it a failure)"
+        return [_check("pod_view", status, title, why)]
+    return [_pod_version_check(ctx["plan"], view), _pod_models_check(ctx["plan"], ctx["expect"], view)]
+
+
+def _pod_version_check(plan, view):
+    title = "vLLM in the image"
+    if view.get("vllm_error"):
+        return _check(
+            "pod_vllm_version", "warn", title, "the pod's Python cannot import vllm: %s" % view["vllm_error"]
+        )
+    found, planned = view.get("vllm_version"), plan.get("vllm_version")
+    if planned and str(planned) != str(found):
+        return _check(
+            "pod_vllm_version",
+            "warn",
+            title,
+            "the image holds vLLM %s, the spec says %s: the config was validated for another release"
+            % (found, planned),
+            vllm_version=found,
+        )
+    return _check("pod_vllm_version", "pass", title, "the image holds vLLM %s" % found, vllm_version=found)
+
+
+def _pod_models_check(plan, expect, view):
+    title = "Model files in the pod"
+    problems, seen = [], []
+    for what, path in pod_view.expected_paths(plan, expect).items():
+        entry = (view.get("paths") or {}).get(path) or {}
+        if not entry.get("dir"):
+            problems.append("the %s %s is not a directory in the pod" % (what, path))
+        elif not entry.get("config_json"):
+            problems.append(
+                "the %s %s has no config.json (%s)"
+                % (what, path, ", ".join(entry.get("entries") or []) or "empty")
+            )
+        else:
+            seen.append("%s %s" % (what, path))
+    if problems:
+        return _check("pod_models", "fail", title, "; ".join(problems), paths=view.get("paths"))
+    message = ("%s hold config.json" % ", ".join(seen)) if seen else "no model path to look at"
+    return _check("pod_models", "pass", title, message, paths=view.get("paths"))
 
 
 def _probe_checks(ctx):
@@ -1124,6 +1192,7 @@ CHECK_SECTIONS = (
     _engine_start_checks,
     _engine_config_checks,
     _engine_version_checks,
+    _pod_view_checks,
     _probe_checks,
     _metrics_checks,
     _acceptance_checks,
@@ -1137,7 +1206,8 @@ def evaluate(data):
 
     ``data`` keys: service, expect ('on'/'off'), plan, inferenceservice, pod, container,
     log_facts, log_previous, log_error, log_window, metrics_before, metrics_after, probes, access,
-    thresholds, request ({prompts, count, max_tokens, temperature, request_params}),
+    thresholds, request ({prompts, count, max_tokens, temperature, request_params}), inside_pod (the
+    k8s_exec result of pod_view.command) and inside_pod_mode (auto, required, off),
     skip_reason (why no probes were sent), production_temperature (specpilot_workload.temperature:
     the acceptance band says whether the probes ran at it). Missing pieces fail the checks that need them.
     """
@@ -1190,6 +1260,8 @@ def _inputs(data):
         skip_reason=data.get("skip_reason"),
         log_error=data.get("log_error"),
         production_temperature=data.get("production_temperature"),
+        inside_pod=data.get("inside_pod"),
+        inside_mode=data.get("inside_pod_mode") or "auto",
     )
 
 

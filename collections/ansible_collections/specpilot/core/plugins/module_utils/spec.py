@@ -365,7 +365,10 @@ SERVICE_SCHEMA = {
                     enum=["ServingRuntime", "ClusterServingRuntime"],
                 ),
                 "create": _s(
-                    "Render (and let deploy apply) the runtime; false = use an existing one.", type="boolean"
+                    "Render (and let deploy apply) the runtime, which runs `vllm serve`; false = use an "
+                    "existing one, which must run `vllm serve` too (the InferenceService's args start with "
+                    "the model path, its positional argument).",
+                    type="boolean",
                 ),
                 "image": _s(
                     "vLLM OpenAI server image, pinned by tag or digest (required when create is true).",

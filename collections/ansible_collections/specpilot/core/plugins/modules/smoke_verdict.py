@@ -110,6 +110,22 @@ options:
         says when the probes ran at another temperature (C(request.temperature), 0 by default), since acceptance
         changes with the temperature. Null - not given (the report says so).
     type: float
+  inside_pod:
+    description:
+      - The registered result of C(kubernetes.core.k8s_exec) running the command of the
+        C(specpilot.core.smoke_inside_command) filter in the predictor pod. The checks C(pod_vllm_version) (the
+        release the image holds against the spec's) and C(pod_models) (the target and the draft are directories
+        with a config.json as the pod sees them) read it.
+      - Null - nothing was run (no pod); the check C(pod_view) says so.
+    type: dict
+  inside_pod_mode:
+    description:
+      - V(auto) - a look inside that could not be taken (exec forbidden, no such pod) is a skipped check saying why.
+      - V(required) - it is a failure.
+      - V(off) - not looked at; the check C(pod_view) says so.
+    type: str
+    default: auto
+    choices: [auto, required, "off"]
   thresholds:
     description: Verdict thresholds; missing keys take their default.
     type: dict

@@ -361,11 +361,14 @@ plan:
       type: list
       elements: str
     args:
-      description: The exact vLLM arguments of the InferenceService (appended to the runtime's).
+      description:
+        - The exact vLLM arguments of the InferenceService (appended to the runtime's). The first is the
+          model path, the positional argument of C(vllm serve), the runtime's command.
+        - A runtime you bring (C(runtime.create=false) in the spec) must run C(vllm serve) too.
       type: list
       elements: str
       sample:
-        - --model=/mnt/models/target
+        - /mnt/models/target
         - '--speculative-config={"method":"ngram","num_speculative_tokens":4}'
     args_without_speculative:
       description: The same arguments without speculative decoding (baseline for rollback and benchmarks).

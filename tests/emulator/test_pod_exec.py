@@ -1,0 +1,229 @@
+"""pods/exec over WebSocket, as the kubernetes client (kubernetes.stream) and kubernetes.core.k8s_exec
+speak it. Here the "sandbox" the controller would publish is plain ``env -- VAR=container`` (the command runs on this
+machine); tests/lab/test_pod_exec_fake.py runs it in a lab pod's own sandbox."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from emulator_helpers import make_namespace
+from kubernetes import client
+from kubernetes.stream import stream
+
+from specpilot_lab import podexec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def emu(emulator_factory):
+    return emulator_factory(crds=[], name="exec")
+
+
+def running_pod(emu, ns: str, name: str = "p", containers=("main", "side")) -> None:
+    spec = {"containers": [{"name": c, "image": "img"} for c in containers]}
+    r = emu.request(
+        "POST",
+        f"/api/v1/namespaces/{ns}/pods",
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec},
+    )
+    assert r.status == 201, r
+    for c in containers:
+        podexec.publish(emu.state_dir, ns, name, c, ["env", "--", "SPECPILOT_EXEC_CONTAINER=" + c])
+
+
+def test_the_kubernetes_client_runs_a_command_and_reads_its_channels(emu):
+    ns = make_namespace(emu)
+    running_pod(emu, ns)
+    api = client.CoreV1Api(emu.api_client())
+    out = stream(
+        api.connect_get_namespaced_pod_exec,
+        "p",
+        ns,
+        command=["sh", "-c", "echo out; echo err >&2"],
+        container="side",
+        stderr=True,
+        stdin=False,
+        stdout=True,
+        tty=False,
+        _preload_content=False,
+    )
+    out.run_forever(timeout=30)
+    assert out.read_stdout() == "out\n" and out.read_stderr() == "err\n" and out.returncode == 0
+    # the container's own environment (here: the sandbox the controller published for "side")
+    env = stream(
+        api.connect_get_namespaced_pod_exec,
+        "p",
+        ns,
+        command=["sh", "-c", "echo $SPECPILOT_EXEC_CONTAINER"],
+        container="side",
+        stderr=True,
+        stdin=False,
+        stdout=True,
+        tty=False,
+    )
+    assert env == "side\n"
+    failing = stream(
+        api.connect_get_namespaced_pod_exec,
+        "p",
+        ns,
+        command=["sh", "-c", "exit 3"],
+        stderr=True,
+        stdin=False,
+        stdout=True,
+        tty=False,
+        _preload_content=False,
+    )
+    failing.run_forever(timeout=30)
+    assert failing.returncode == 3  # read from the status on channel 3 (NonZeroExitCode, cause ExitCode)
+
+
+def test_stdin_reaches_the_command(emu):
+    ns = make_namespace(emu)
+    running_pod(emu, ns)
+    api = client.CoreV1Api(emu.api_client())
+    ws = stream(
+        api.connect_get_namespaced_pod_exec,
+        "p",
+        ns,
+        command=["cat"],
+        stderr=True,
+        stdin=True,
+        stdout=True,
+        tty=False,
+        _preload_content=False,
+    )
+    ws.write_stdin("hello\n")
+    ws.update(timeout=5)
+    assert ws.read_stdout(timeout=5) == "hello\n"
+    ws.close()
+
+
+def test_what_the_api_refuses(emu):
+    ns = make_namespace(emu)
+    running_pod(emu, ns, containers=("main",))
+    base = f"/api/v1/namespaces/{ns}/pods/p/exec"
+    upgrade = {
+        "Upgrade": "websocket",
+        "Connection": "Upgrade",
+        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        "Sec-WebSocket-Version": "13",
+        "Sec-WebSocket-Protocol": "v4.channel.k8s.io",
+    }
+    r = emu.request("GET", base + "?container=main", headers=upgrade)
+    assert r.status == 400 and r.json()["message"] == "you must specify at least 1 command"
+    r = emu.request("GET", base + "?command=ls&container=nope", headers=upgrade)
+    assert r.status == 400 and r.json()["message"] == "container nope is not valid for pod p"
+    r = emu.request("POST", base + "?command=ls")
+    assert r.status == 400 and r.json()["message"] == "Upgrade request required"
+    r = emu.request(
+        "GET", base + "?command=ls", headers=dict(upgrade, **{"Sec-WebSocket-Protocol": "channel.k8s.io"})
+    )
+    assert r.status == 400 and "none of the offered subprotocols" in r.json()["message"]
+    podexec.withdraw(emu.state_dir, ns, "p", "main")  # the container stopped
+    r = emu.request("GET", base + "?command=ls", headers=upgrade)
+    assert (
+        r.status == 400
+        and r.json()["message"] == 'unable to upgrade connection: container not found ("main")'
+    )
+    r = emu.request("GET", f"/api/v1/namespaces/{ns}/pods/gone/exec?command=ls", headers=upgrade)
+    assert r.status == 404
+    # discovery names the subresource as the API server does
+    res = {x["name"]: x for x in emu.request("GET", "/api/v1").json()["resources"]}
+    assert res["pods/exec"]["verbs"] == ["create", "get"] and res["pods/exec"]["kind"] == "PodExecOptions"
+
+
+def test_k8s_exec_of_kubernetes_core(emu, tmp_path):
+    ns = make_namespace(emu)
+    running_pod(emu, ns, containers=("main",))
+    play = tmp_path / "play.yml"
+    play.write_text(
+        json.dumps(
+            [
+                {
+                    "hosts": "localhost",
+                    "gather_facts": False,
+                    "tasks": [
+                        {
+                            "name": "ls",
+                            "kubernetes.core.k8s_exec": {"namespace": ns, "pod": "p", "command": "ls /"},
+                            "register": "ok",
+                        },
+                        {
+                            "name": "fail",
+                            "kubernetes.core.k8s_exec": {
+                                "namespace": ns,
+                                "pod": "p",
+                                "command": "sh -c 'exit 2'",
+                            },
+                            "register": "bad",
+                            "ignore_errors": True,
+                        },
+                        {
+                            "name": "save",
+                            "ansible.builtin.copy": {
+                                "content": "{{ {'ok': ok, 'bad': bad} | to_json }}",
+                                "dest": str(tmp_path / "out.json"),
+                            },
+                        },
+                    ],
+                }
+            ]
+        )
+    )
+    env = dict(
+        os.environ,
+        K8S_AUTH_KUBECONFIG=str(emu.kubeconfig),
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
+        TMPDIR=str(tmp_path),
+    )
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("ansible-playbook")),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            str(play),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert out["ok"]["rc"] == 0 and "usr" in out["ok"]["stdout_lines"], out["ok"]
+    assert out["bad"]["rc"] == 2 and out["bad"]["failed"], out["bad"]
+
+
+def test_framing_as_rfc_6455_says():
+    assert podexec.accept_key("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="  # RFC 6455 1.3
+    import io
+
+    for size in (5, 300, 70000):
+        data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+        mask = b"\x01\x02\x03\x04"
+        raw = podexec.frame(podexec.OP_BINARY, data)
+        # a client's frame: the same, masked
+        head = bytearray(raw[: len(raw) - size])
+        head[1] |= 0x80
+        masked = bytes(head) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+        assert podexec.read_frame(io.BytesIO(raw)) == (podexec.OP_BINARY, data)
+        assert podexec.read_frame(io.BytesIO(masked)) == (podexec.OP_BINARY, data)
+    assert podexec.read_frame(io.BytesIO(b"")) is None
+    assert podexec.choose_protocol("v5.channel.k8s.io,v4.channel.k8s.io") == "v5.channel.k8s.io"
+    assert podexec.choose_protocol("v4.channel.k8s.io") == "v4.channel.k8s.io"
+    assert podexec.choose_protocol("channel.k8s.io") is None
+    assert podexec.exit_status(0, ["ls"]) == {"metadata": {}, "status": "Success"}
+    assert podexec.exit_status(2, ["ls"])["details"]["causes"] == [{"reason": "ExitCode", "message": "2"}]
