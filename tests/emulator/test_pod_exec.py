@@ -37,48 +37,32 @@ def running_pod(emu, ns: str, name: str = "p", containers=("main", "side")) -> N
         podexec.publish(emu.state_dir, ns, name, c, ["env", "--", "SPECPILOT_EXEC_CONTAINER=" + c])
 
 
+def exec_in(api, ns, command, container="main", preload=True, stdin=False):
+    """kubernetes.stream's exec into pod p: the output (preload) or the WebSocket client."""
+    return stream(
+        api.connect_get_namespaced_pod_exec,
+        "p",
+        ns,
+        command=command,
+        container=container,
+        stderr=True,
+        stdin=stdin,
+        stdout=True,
+        tty=False,
+        _preload_content=preload,
+    )
+
+
 def test_the_kubernetes_client_runs_a_command_and_reads_its_channels(emu):
     ns = make_namespace(emu)
     running_pod(emu, ns)
     api = client.CoreV1Api(emu.api_client())
-    out = stream(
-        api.connect_get_namespaced_pod_exec,
-        "p",
-        ns,
-        command=["sh", "-c", "echo out; echo err >&2"],
-        container="side",
-        stderr=True,
-        stdin=False,
-        stdout=True,
-        tty=False,
-        _preload_content=False,
-    )
+    out = exec_in(api, ns, ["sh", "-c", "echo out; echo err >&2"], container="side", preload=False)
     out.run_forever(timeout=30)
     assert out.read_stdout() == "out\n" and out.read_stderr() == "err\n" and out.returncode == 0
     # the container's own environment (here: the sandbox the controller published for "side")
-    env = stream(
-        api.connect_get_namespaced_pod_exec,
-        "p",
-        ns,
-        command=["sh", "-c", "echo $SPECPILOT_EXEC_CONTAINER"],
-        container="side",
-        stderr=True,
-        stdin=False,
-        stdout=True,
-        tty=False,
-    )
-    assert env == "side\n"
-    failing = stream(
-        api.connect_get_namespaced_pod_exec,
-        "p",
-        ns,
-        command=["sh", "-c", "exit 3"],
-        stderr=True,
-        stdin=False,
-        stdout=True,
-        tty=False,
-        _preload_content=False,
-    )
+    assert exec_in(api, ns, ["sh", "-c", "echo $SPECPILOT_EXEC_CONTAINER"], container="side") == "side\n"
+    failing = exec_in(api, ns, ["sh", "-c", "exit 3"], preload=False)
     failing.run_forever(timeout=30)
     assert failing.returncode == 3  # read from the status on channel 3 (NonZeroExitCode, cause ExitCode)
 
@@ -86,18 +70,7 @@ def test_the_kubernetes_client_runs_a_command_and_reads_its_channels(emu):
 def test_stdin_reaches_the_command(emu):
     ns = make_namespace(emu)
     running_pod(emu, ns)
-    api = client.CoreV1Api(emu.api_client())
-    ws = stream(
-        api.connect_get_namespaced_pod_exec,
-        "p",
-        ns,
-        command=["cat"],
-        stderr=True,
-        stdin=True,
-        stdout=True,
-        tty=False,
-        _preload_content=False,
-    )
+    ws = exec_in(client.CoreV1Api(emu.api_client()), ns, ["cat"], preload=False, stdin=True)
     ws.write_stdin("hello\n")
     ws.update(timeout=5)
     assert ws.read_stdout(timeout=5) == "hello\n"
