@@ -6,6 +6,8 @@ import os
 import time
 
 NAMESPACE = "molecule-lab"
+# the machine itself (the inventory's localhost); the platform "lab" is only molecule's name for the lab
+testinfra_hosts = ["ansible://localhost"]
 
 
 def kubectl(host, *args):
