@@ -15,8 +15,10 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+# run as ``vllm serve [MODEL] [options]`` (the lab passes ``serve`` on) or as the module path (``--model``)
 p = argparse.ArgumentParser()
-p.add_argument("--model", default="facebook/opt-125m")
+p.add_argument("words", nargs="*")
+p.add_argument("--model", default=None)
 p.add_argument("--port", type=int, default=8000)
 p.add_argument("--host", default="0.0.0.0")
 p.add_argument("--served-model-name", default=None)
@@ -25,7 +27,8 @@ p.add_argument("--fake-health-delay", type=float, default=0.0)
 p.add_argument("--fake-health-gate", default=None)
 p.add_argument("--fake-exit-code", type=int, default=None)
 p.add_argument("--fake-exit-after", type=float, default=0.0)
-args, unknown = p.parse_known_args()
+args, unknown = p.parse_known_intermixed_args()
+args.model = args.model or next((w for w in args.words if w != "serve"), "facebook/opt-125m")
 name = args.served_model_name or args.model
 print(
     f"(APIServer pid={os.getpid()}) INFO [api_utils.py:286] non-default args: "
