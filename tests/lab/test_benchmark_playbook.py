@@ -276,6 +276,9 @@ def test_benchmark_playbook_sequential_in_the_lab(stream_lab, tmp_path):
     reports = tmp_path / "reports"
     extra = {
         "specpilot_benchmark_mode": "sequential",
+        # the stream stand-in serves no model files: nothing to look at inside its pod (pod_view is
+        # tested on the lab's stand-in engine and on real vLLM)
+        "specpilot_smoke_inside_pod": "off",
         "specpilot_benchmark_report_dir": str(reports),
         "specpilot_benchmark_qps_levels": [1],
         "specpilot_benchmark_runs_per_prompt": 1,
