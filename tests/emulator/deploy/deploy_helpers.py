@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 
 import yaml
+
+from ansible_collections.specpilot.core.plugins.module_utils import render
 from specpilot_lab.apiserver.auth import ADMIN_TOKEN
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -234,10 +236,11 @@ class FakeKServe:
                 "name": "kserve-container",
                 "image": "vllm",
                 # KServe's merged container, {{.Name}} filled in (ReplacePlaceholders)
-                "args": [
-                    a.replace("{{.Name}}", isvc["metadata"]["name"])
-                    for a in self.runtime_args(isvc) + list(model.get("args") or [])
-                ],
+                "args": render.in_pod(
+                    self.runtime_args(isvc) + list(model.get("args") or []),
+                    isvc["metadata"]["name"],
+                    isvc["metadata"].get("namespace"),
+                ),
             }
         ]
         uri = model.get("storageUri") or ""

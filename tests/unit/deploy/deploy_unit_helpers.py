@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from ansible_collections.specpilot.core.plugins.module_utils import validator
+from ansible_collections.specpilot.core.plugins.module_utils import render, validator
 
 SPEC = {
     "name": "svc",
@@ -57,11 +57,9 @@ def applied(manifest: dict, manager: str = "specpilot", extra_status: dict | Non
 
 def _merged(isvc: dict, runtime_args) -> list:
     """The container args as KServe makes them: the runtime's, then the model's, {{.Name}} filled in."""
-    name = isvc["metadata"]["name"]
-    return [
-        a.replace("{{.Name}}", name)
-        for a in list(runtime_args) + list(isvc["spec"]["predictor"]["model"]["args"])
-    ]
+    meta = isvc["metadata"]
+    args = list(runtime_args) + list(isvc["spec"]["predictor"]["model"]["args"])
+    return render.in_pod(args, meta["name"], meta.get("namespace"))
 
 
 def deployment(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from ansible_collections.specpilot.core.plugins.module_utils import render
 from ansible_collections.specpilot.core.plugins.module_utils.spec import assemble_from_vars
 from ansible_collections.specpilot.core.plugins.module_utils.validator import validate
 from ansible_collections.specpilot.core.plugins.module_utils.vllm_logs import parse_log_text
@@ -66,10 +67,9 @@ def pod_for(
     # replaced in the merged container
     runtime = ((plan.get("servingruntime") or {}).get("spec") or {}).get("containers") or [{}]
     command, runtime_args = runtime[0].get("command") or ["vllm", "serve"], runtime[0].get("args") or []
-    model_args = [
-        a.replace("{{.Name}}", plan["name"])
-        for a in runtime_args + (plan["args"] if args is None else list(args))
-    ]
+    model_args = render.in_pod(
+        runtime_args + (plan["args"] if args is None else list(args)), plan["name"], plan["namespace"]
+    )
     status = {
         "containerStatuses": [
             {
