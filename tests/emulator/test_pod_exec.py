@@ -111,7 +111,7 @@ def test_what_the_api_refuses(emu):
     assert res["pods/exec"]["verbs"] == ["create", "get"] and res["pods/exec"]["kind"] == "PodExecOptions"
 
 
-def test_k8s_exec_of_kubernetes_core(emu, tmp_path):
+def test_k8s_exec_of_kubernetes_core_and_specpilot_pod_exec(emu, tmp_path):
     ns = make_namespace(emu)
     running_pod(emu, ns, containers=("main",))
     play = tmp_path / "play.yml"
@@ -137,10 +137,37 @@ def test_k8s_exec_of_kubernetes_core(emu, tmp_path):
                             "register": "bad",
                             "ignore_errors": True,
                         },
+                        # specpilot.core.pod_exec: the same exec from the worker process (argv or a string)
+                        {
+                            "name": "look",
+                            "specpilot.core.pod_exec": {
+                                "namespace": ns,
+                                "pod": "p",
+                                "command": ["sh", "-c", "echo in $SPECPILOT_EXEC_CONTAINER; echo e >&2"],
+                            },
+                            "register": "look",
+                        },
+                        {
+                            "name": "look failing",
+                            "specpilot.core.pod_exec": {
+                                "namespace": ns,
+                                "pod": "p",
+                                "command": "sh -c 'exit 2'",
+                            },
+                            "register": "look_bad",
+                            "failed_when": False,
+                        },
+                        {
+                            "name": "look at no pod",
+                            "specpilot.core.pod_exec": {"namespace": ns, "pod": "nope", "command": ["true"]},
+                            "register": "look_none",
+                            "failed_when": False,
+                        },
                         {
                             "name": "save",
                             "ansible.builtin.copy": {
-                                "content": "{{ {'ok': ok, 'bad': bad} | to_json }}",
+                                "content": "{{ {'ok': ok, 'bad': bad, 'look': look, 'look_bad': look_bad,"
+                                " 'look_none': look_none} | to_json }}",
                                 "dest": str(tmp_path / "out.json"),
                             },
                         },
@@ -178,6 +205,14 @@ def test_k8s_exec_of_kubernetes_core(emu, tmp_path):
     out = json.loads((tmp_path / "out.json").read_text())
     assert out["ok"]["rc"] == 0 and "usr" in out["ok"]["stdout_lines"], out["ok"]
     assert out["bad"]["rc"] == 2 and out["bad"]["failed"], out["bad"]
+    look = out["look"]
+    assert look["rc"] == 0 and look["stdout_lines"] == ["in main"] and look["stderr"] == "e\n", look
+    assert not look["changed"] and not look.get("failed"), look
+    bad = out["look_bad"]
+    assert bad["rc"] == 2 and bad["msg"] == f"the command exited with 2 in pod {ns}/p", bad
+    none = out["look_none"]
+    assert "rc" not in none and none["msg"].startswith(f"cannot exec in pod {ns}/nope: "), none
+    assert "404" in none["msg"] or "not found" in none["msg"].lower(), none
 
 
 def test_framing_as_rfc_6455_says():

@@ -78,12 +78,17 @@ def test_waits_through_a_stale_ready_and_reports_progress():
         sleep=clock.sleep,
     )
     assert out["done"] and not out["timed_out"] and out["polls"] == 5
-    assert out["elapsed"] == 20.0
+    assert out["elapsed"] == 0.5 + 1 + 2 + 4  # the pauses double from 0.5 s, up to the delay (5 s)
     assert any("previous pod template" in line for line in lines)
     assert any("(new)" in line for line in lines)
-    assert lines[-1].startswith("ready after 20s")
+    assert lines[-1].startswith("ready after 7s")
     # a line per change, not per poll
     assert len([line for line in lines if line.startswith("progressing")]) == 2
+
+
+def test_the_pauses_double_from_half_a_second_up_to_the_delay():
+    assert [rollout_wait.pause(n, 5) for n in range(1, 7)] == [0.5, 1, 2, 4, 5, 5]
+    assert [rollout_wait.pause(n, 1) for n in range(1, 4)] == [0.5, 1, 1]
 
 
 def test_times_out_with_what_it_waited_for():
@@ -95,7 +100,8 @@ def test_times_out_with_what_it_waited_for():
     assert out["timed_out"] and not out["done"]
     assert out["status"]["phase"] == "timeout"
     assert "previous pod template" in out["status"]["message"]
-    assert any("[30s/60s]" in line for line in lines)  # still printed when nothing changes
+    # still printed when nothing changes: the poll at 32.5 s, the first 30 s after the first line
+    assert any("[32s/60s]" in line for line in lines)
 
 
 def test_stops_at_a_crash_loop_and_survives_read_errors():
@@ -160,8 +166,9 @@ def _wait_renewing(states, client, lines=None, **renewer_kw):
 def test_the_lock_is_renewed_every_third_of_its_duration_while_it_waits():
     _new, stale, rolling, done = _states()
     client = LeaseScript()
-    # 5 s a poll, 12 polls before done: 55 s of waiting -> a renewal at 10 s-intervals
-    out, renewer = _wait_renewing([stale] * 6 + [rolling] * 5 + [done], client)
+    # polls at 0, 0.5, 1.5, 3.5, 7.5, then every 5 s up to 57.5 s (done): a renewal once 10 s passed
+    # since the last (at 12.5, 22.5, 32.5, 42.5 and 52.5 s)
+    out, renewer = _wait_renewing([stale] * 6 + [rolling] * 8 + [done], client)
     assert out["done"]
     assert [v for _, v in client.calls] == ["10", "11", "12", "13", "14"]  # each at the version it last got
     assert renewer.state() == {"holder": "me", "resource_version": "15", "renewals": 5}
@@ -173,7 +180,7 @@ def test_a_lost_lock_stops_the_wait_with_cause_lock():
     out, _renewer = _wait_renewing([stale] * 20 + [done], LeaseScript(lose_at=2), lines)
     assert not out["done"] and not out["timed_out"]
     assert out["status"]["cause"] == "lock" and "no longer this run's" in out["status"]["message"]
-    assert out["elapsed"] == 20  # the second renewal, 2 x 10 s in: the wait stopped there
+    assert out["elapsed"] == 22.5  # the second renewal (the poll at 22.5 s): the wait stopped there
     assert lines[-1] == out["status"]["message"]
 
 

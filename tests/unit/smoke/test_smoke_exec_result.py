@@ -1,4 +1,4 @@
-"""The smoke probe's result read from k8s_exec (filter smoke_exec_result, roles/specpilot_smoke/tasks/probe.yml):
+"""The smoke probe's result read from specpilot.core.pod_exec (filter smoke_exec_result, roles/specpilot_smoke/tasks/probe.yml):
 the probe's JSON when the command ran, else an error naming the pod, the exit code and the message."""
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ def test_the_probe_json_when_the_command_ran():
 
 def test_an_error_names_the_pod_the_rc_and_the_message():
     assert smoke_exec_result({"rc": 1, "stdout": "{}", "msg": "boom"}, "pod-1") == {
-        "error": "k8s_exec in pod pod-1 failed (rc 1): boom"
+        "error": "exec in pod pod-1 failed (rc 1): boom"
     }
     assert smoke_exec_result({"rc": 0, "stdout": "Traceback", "stderr": "err"}, "p")["error"].endswith(
         "(rc 0): err"
     )
-    assert smoke_exec_result({}, "p") == {"error": "k8s_exec in pod p failed (rc ?): "}
-    assert smoke_exec_result(None, "p")["error"].startswith("k8s_exec in pod p failed (rc ?)")
+    assert smoke_exec_result({}, "p") == {"error": "exec in pod p failed (rc ?): "}
+    assert smoke_exec_result(None, "p")["error"].startswith("exec in pod p failed (rc ?)")
 
 
 def test_a_long_message_is_cut_as_jinja_truncate_cuts_it():
@@ -34,12 +34,12 @@ def test_a_long_message_is_cut_as_jinja_truncate_cuts_it():
         expected = jinja.from_string("{{ t | truncate(500) }}").render(t=text)
         assert (
             smoke_exec_result({"rc": 2, "msg": text}, "p")["error"]
-            == "k8s_exec in pod p failed (rc 2): " + expected
+            == "exec in pod p failed (rc 2): " + expected
         )
 
 
 def test_refuses_what_is_not_a_result():
-    with pytest.raises(AnsibleFilterError, match="expects the result of k8s_exec"):
+    with pytest.raises(AnsibleFilterError, match="expects the result of specpilot.core.pod_exec"):
         smoke_exec_result(["x"], "p")
 
 

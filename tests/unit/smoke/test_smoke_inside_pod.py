@@ -1,4 +1,4 @@
-"""The look inside the predictor pod (module_utils/pod_view.py): the command k8s_exec runs, what the
+"""The look inside the predictor pod (module_utils/pod_view.py): the command specpilot.core.pod_exec runs, what the
 verdict makes of its result, and of a look that could not be taken."""
 
 from __future__ import annotations

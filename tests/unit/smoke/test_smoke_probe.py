@@ -167,7 +167,7 @@ def test_chat_endpoint(engine):
 
 
 def run_in_pod(command: str) -> subprocess.CompletedProcess:
-    """What kubernetes.core.k8s_exec does with the command (shlex.split), with this Python as the pod's."""
+    """What specpilot.core.pod_exec does with a command string (shlex.split), with this Python as the pod's."""
     argv = shlex.split(command)
     assert argv[0] == "python3"
     return subprocess.run(

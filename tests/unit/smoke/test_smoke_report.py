@@ -60,10 +60,10 @@ def test_write_report_files_and_rewrite_only_on_change(plan, tmp_path):
     saved = json.loads(Path(files["json"]).read_text())
     assert saved["verdict"] == "pass"
     assert Path(files["markdown"]).read_text() == smoke.render_markdown(saved)
-    if smoke.HAS_MATPLOTLIB:
-        assert Path(files["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert saved["plots"] == [{"file": "smoke-acceptance.png", "title": "Per-position acceptance"}]
-        assert "![Per-position acceptance](smoke-acceptance.png)" in Path(files["markdown"]).read_text()
+    assert smoke.pyplot()[0] is not None, "matplotlib is in requirements.txt"
+    assert Path(files["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert saved["plots"] == [{"file": "smoke-acceptance.png", "title": "Per-position acceptance"}]
+    assert "![Per-position acceptance](smoke-acceptance.png)" in Path(files["markdown"]).read_text()
     _result, rep2 = make_report(plan)
     assert not smoke.write_report(rep2, str(tmp_path / "out"), "smoke")["changed"]
 

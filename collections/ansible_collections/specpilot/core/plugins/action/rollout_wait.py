@@ -126,9 +126,22 @@ def _failed(cause, message):
     }
 
 
+# the first pause between polls; each next one doubles, up to the task's delay
+FIRST_PAUSE = 0.5
+
+
+def pause(polls, delay):
+    """Seconds to sleep after poll number ``polls`` (1, 2, ...): 0.5, 1, 2, 4, ... up to ``delay``.
+    A rollout that is done in seconds (a restart of a small engine, a change the controller only
+    records) is seen when it is done, not at the next multiple of ``delay``; a long one (a GPU engine
+    loading its weights for minutes) is read every ``delay`` seconds as before."""
+    return min(float(delay), FIRST_PAUSE * 2 ** max(0, polls - 1))
+
+
 def wait(reader, plan, params, timeout, emit, clock=time.time, sleep=time.sleep, keep=None):
-    """Poll until the rollout is done, has failed for good, or ``timeout`` seconds passed.
-    ``keep(now)``, when given, runs every poll (the lock's renewal): a message stops the wait."""
+    """Poll until the rollout is done, has failed for good, or ``timeout`` seconds passed (pauses:
+    :func:`pause`). ``keep(now)``, when given, runs every poll (the lock's renewal): a message stops
+    the wait."""
     expected = deploy_rollout.expected_from_plan(plan)
     options = {k: params.get(k) for k in ("fail_fast_restarts", "pending_grace", "image_grace")}
     started = clock()
@@ -149,7 +162,7 @@ def wait(reader, plan, params, timeout, emit, clock=time.time, sleep=time.sleep,
             if read_errors >= 5:
                 status = _failed("api", "cannot read the rollout state: %s" % exc)
                 break
-            sleep(params["delay"])
+            sleep(pause(polls, params["delay"]))
             continue
         status = deploy_rollout.rollout_status(
             expected,
@@ -182,7 +195,7 @@ def wait(reader, plan, params, timeout, emit, clock=time.time, sleep=time.sleep,
             last_line, last_emit = status["progress"], now
         if now - started >= timeout:
             break
-        sleep(max(0.2, min(params["delay"], timeout - (now - started))))
+        sleep(max(0.2, min(pause(polls, params["delay"]), timeout - (now - started))))
     elapsed = clock() - started
     timed_out = not status["done"] and not status["failed"]
     if timed_out:

@@ -52,7 +52,7 @@ def probe_source():
 
 def smoke_exec_command(settings, python="python3"):
     """{url, model, prompts, count, max_tokens, temperature, ...} | smoke_exec_command(python)
-    -> the command line for kubernetes.core.k8s_exec (printed result: the JSON of smoke_probe)."""
+    -> the command line for specpilot.core.pod_exec (printed result: the JSON of smoke_probe)."""
     if not isinstance(settings, Mapping):
         raise AnsibleFilterError(
             "smoke_exec_command expects a mapping of probe settings, got %s" % type(settings).__name__
@@ -92,7 +92,7 @@ def smoke_exec_command(settings, python="python3"):
 
 
 def smoke_inside_command(plan, python="python3", expect="on"):
-    """plan | smoke_inside_command(python, expect) -> the command line for kubernetes.core.k8s_exec that
+    """plan | smoke_inside_command(python, expect) -> the command line for specpilot.core.pod_exec that
     prints, from inside the predictor pod, the vLLM release and the model paths the engine loads
     (module_utils/pod_view.py)."""
     if not isinstance(plan, Mapping):
@@ -162,19 +162,19 @@ def _truncate(text, length, leeway=5, end="..."):
 
 
 def smoke_exec_result(result, pod_name):
-    """k8s_exec result | smoke_exec_result(pod name) -> what the probe printed (its JSON), or
+    """pod_exec result | smoke_exec_result(pod name) -> what the probe printed (its JSON), or
     {error} saying that the exec failed, with its rc and message (at most 500 characters)."""
     result = result or {}
     if not isinstance(result, Mapping):
         raise AnsibleFilterError(
-            "smoke_exec_result expects the result of k8s_exec, got %s" % type(result).__name__
+            "smoke_exec_result expects the result of specpilot.core.pod_exec, got %s" % type(result).__name__
         )
     stdout = result.get("stdout") or ""
     if result.get("rc", -1) == 0 and re.match(r"\s*{", stdout):
         return json.loads(stdout)
     detail = str(result.get("msg", result.get("stderr", "")))
     rc = result.get("rc", "?")
-    return {"error": "k8s_exec in pod %s failed (rc %s): %s" % (pod_name, rc, _truncate(detail, 500))}
+    return {"error": "exec in pod %s failed (rc %s): %s" % (pod_name, rc, _truncate(detail, 500))}
 
 
 def smoke_verdict_lines(result):

@@ -21,24 +21,11 @@ from __future__ import annotations
 import datetime
 import json
 import os
+from ansible_collections.specpilot.core.plugins.module_utils.plots import pyplot
 from ansible_collections.specpilot.core.plugins.module_utils.common import get_path, write_if_changed
-
-try:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    HAS_MATPLOTLIB = True
-    MATPLOTLIB_IMPORT_ERROR = None
-except ImportError as exc:  # plots are skipped with a note
-    plt = None
-    HAS_MATPLOTLIB = False
-    MATPLOTLIB_IMPORT_ERROR = exc
 
 __all__ = [
     "CONTEXT_FIELDS",
-    "HAS_MATPLOTLIB",
     "build_context",
     "build_report",
     "fmt_value",
@@ -709,7 +696,8 @@ def _plot_lines(ax, xs, ys, **kw):
 def render_plots(report, out_dir):
     """latency.png, throughput.png and (with acceptance data) acceptance.png under out_dir.
     Returns [{file, title, path}]; empty without matplotlib."""
-    if not HAS_MATPLOTLIB:
+    plt = pyplot()[0]
+    if plt is None:
         return []
     levels = report["levels"]
     labels = [lv["level"]["key"] for lv in levels]
@@ -804,7 +792,8 @@ def render_plots(report, out_dir):
 def _plot_temperature(report, out_dir):
     """acceptance_temperature.png: acceptance rate against temperature, with the 0.5 / 0.65 bands."""
     rows = [r for r in report.get("temperature_sweep") or [] if r.get("acceptance_rate") is not None]
-    if not rows:
+    plt = pyplot()[0]
+    if not rows or plt is None:
         return []
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.axhspan(0, 0.5, color="#f4cccc", alpha=0.5, label="< 0.5: off")
@@ -842,14 +831,13 @@ def write_report(report, out_dir, plots=True, basename="report"):
         os.makedirs(out_dir)
     report["plots"] = []
     if plots:
-        if HAS_MATPLOTLIB:
+        missing = pyplot()[1]
+        if missing:
+            report["notes"].append("plots skipped: matplotlib is not installed (%s)" % missing)
+        else:
             report["plots"] = [
                 {"file": p["file"], "title": p["title"]} for p in render_plots(report, out_dir)
             ]
-        else:
-            report["notes"].append(
-                "plots skipped: matplotlib is not installed (%s)" % MATPLOTLIB_IMPORT_ERROR
-            )
     paths = {
         "json": os.path.join(out_dir, basename + ".json"),
         "markdown": os.path.join(out_dir, basename + ".md"),

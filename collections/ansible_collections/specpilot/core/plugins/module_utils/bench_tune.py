@@ -23,11 +23,10 @@ import datetime
 import json
 import os
 
+from ansible_collections.specpilot.core.plugins.module_utils.plots import pyplot
 from ansible_collections.specpilot.core.plugins.module_utils.bench_report import (
-    HAS_MATPLOTLIB,
     fmt_value,
     md_escape,
-    plt,
     ratio_ci,
 )
 from ansible_collections.specpilot.core.plugins.module_utils.common import write_if_changed
@@ -286,7 +285,8 @@ def render_plot(report, out_dir):
     """tune.png: the bound figure's ratio per candidate with its interval (coloured by decision,
     the recommendation starred), and acceptance per candidate. [] without matplotlib or rows."""
     rows = report["candidates"]
-    if not HAS_MATPLOTLIB or not rows:
+    plt = pyplot()[0]
+    if plt is None or not rows:
         return []
     xs = list(range(len(rows)))
     labels = ["%s\nk=%s" % (r["method"], r["num_speculative_tokens"]) for r in rows]
@@ -352,10 +352,11 @@ def write_tune_report(report, out_dir, plots=True):
         os.makedirs(out_dir)
     report["plots"] = []
     if plots:
-        if HAS_MATPLOTLIB:
-            report["plots"] = [{"file": p["file"], "title": p["title"]} for p in render_plot(report, out_dir)]
+        missing = pyplot()[1]
+        if missing:
+            report["notes"].append("plot skipped: matplotlib is not installed (%s)" % missing)
         else:
-            report["notes"].append("plot skipped: matplotlib is not installed")
+            report["plots"] = [{"file": p["file"], "title": p["title"]} for p in render_plot(report, out_dir)]
     paths = {
         "json": os.path.join(out_dir, "tune.json"),
         "markdown": os.path.join(out_dir, "tune.md"),

@@ -15,6 +15,7 @@ __all__ = [
     "SERVICE_LOCK",
     "K8S_JOB_WAIT",
     "K8S_RETRY",
+    "POD_EXEC",
 ]
 
 # The connection options of kubernetes.core (doc fragment specpilot.core.k8s_auth) that every module of the
@@ -124,4 +125,15 @@ K8S_RETRY = dict(
     args={"type": "dict", "required": True},
     retries={"type": "int", "default": 5},
     conflict={"type": "bool", "default": True},
+)
+
+# specpilot.core.pod_exec: a command that reads, run in a pod's container over the exec API
+POD_EXEC = dict(
+    K8S_CONNECTION,
+    namespace={"type": "str", "required": True},
+    pod={"type": "str", "required": True},
+    container={"type": "str"},
+    command={"type": "raw", "required": True},
+    timeout={"type": "int", "default": 120},
+    auth={"type": "dict", "default": {}, "no_log": True},
 )

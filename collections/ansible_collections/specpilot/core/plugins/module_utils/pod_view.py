@@ -4,7 +4,7 @@
 """The predictor pod seen from inside, as the reference guide checks it before trusting a deploy:
 ``kubectl exec <pod> -- python3 -c "import vllm; print(vllm.__version__)"`` and ``ls /mnt/models``.
 
-The smoke role runs :func:`command` in the pod with kubernetes.core.k8s_exec (``specpilot_smoke_inside_pod``)
+The smoke role runs :func:`command` in the pod with specpilot.core.pod_exec (``specpilot_smoke_inside_pod``)
 and hands the result to the verdict (smoke.py ``_pod_view_checks``), which reads it with :func:`parse`:
 the vLLM release the image holds, and whether the paths the engine is told to load (the target, the
 draft) are directories with a config.json, as the pod sees them.
@@ -53,13 +53,13 @@ def expected_paths(plan, expect="on"):
 
 
 def command(plan, python="python3", expect="on"):
-    """The command line for kubernetes.core.k8s_exec (a string: the module splits it like a shell)."""
+    """The command line for specpilot.core.pod_exec (a string: the module splits it like a shell)."""
     words = [str(python), "-c", SCRIPT] + list(expected_paths(plan, expect).values())
     return " ".join(shlex.quote(w) for w in words)
 
 
 def parse(result):
-    """k8s_exec's registered result -> {"error": why the pod could not be read, or None, and what
+    """pod_exec's registered result -> {"error": why the pod could not be read, or None, and what
     SCRIPT printed: vllm_version or vllm_error, paths}; None when nothing was run. (The smoke role
     registers it with failed_when false, so an exec the API refused shows as its msg, not as failed.)"""
     if not isinstance(result, dict) or result.get("skipped") or not result:

@@ -24,21 +24,9 @@ import json
 import math
 import os
 from ansible_collections.specpilot.core.plugins.module_utils import pod_view, render
+from ansible_collections.specpilot.core.plugins.module_utils.plots import pyplot
 from ansible_collections.specpilot.core.plugins.module_utils.acceptance_band import band_reading
 from ansible_collections.specpilot.core.plugins.module_utils.common import get_path, write_if_changed
-
-try:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    HAS_MATPLOTLIB = True
-    MATPLOTLIB_IMPORT_ERROR = None
-except ImportError as exc:  # the PNG is skipped with a note
-    plt = None
-    HAS_MATPLOTLIB = False
-    MATPLOTLIB_IMPORT_ERROR = str(exc)
 
 REPORT_FORMAT = 1
 VERDICTS = ("pass", "warn", "fail")
@@ -1207,7 +1195,7 @@ def evaluate(data):
     ``data`` keys: service, expect ('on'/'off'), plan, inferenceservice, pod, container,
     log_facts, log_previous, log_error, log_window, metrics_before, metrics_after, probes, access,
     thresholds, request ({prompts, count, max_tokens, temperature, request_params}), inside_pod (the
-    k8s_exec result of pod_view.command) and inside_pod_mode (auto, required, off),
+    pod_exec result of pod_view.command) and inside_pod_mode (auto, required, off),
     skip_reason (why no probes were sent), production_temperature (specpilot_workload.temperature:
     the acceptance band says whether the probes ran at it). Missing pieces fail the checks that need them.
     """
@@ -1517,7 +1505,8 @@ def render_markdown(report):
 def render_plot(report, path):
     """acceptance.png: per-position acceptance (/metrics and log) against the thresholds.
     Returns False (nothing written) without data or without matplotlib."""
-    if not HAS_MATPLOTLIB:
+    plt = pyplot()[0]
+    if plt is None:
         return False
     fig_data = report["figures"]
     met = [v if v is not None else 0.0 for v in fig_data["metrics"]["per_position_acceptance"]]
@@ -1593,8 +1582,9 @@ def write_report(report, out_dir, basename="smoke", plot=True):
     report["plots"] = []
     drawn = False
     if plot:
-        if not HAS_MATPLOTLIB:
-            report["notes"].append("plot skipped: matplotlib is not installed (%s)" % MATPLOTLIB_IMPORT_ERROR)
+        missing = pyplot()[1]
+        if missing:
+            report["notes"].append("plot skipped: matplotlib is not installed (%s)" % missing)
         else:
             drawn = render_plot(report, plot_path + ".new")
             if drawn:

@@ -9,7 +9,7 @@ One implementation for both ways the smoke role reaches an engine:
   (``status.address.url`` of the InferenceService);
 * from inside the predictor pod, with the pod's own Python: the filter
   ``specpilot.core.smoke_exec_command`` ships the source of this file to
-  ``kubernetes.core.k8s_exec`` and :func:`main` runs there against ``127.0.0.1``.
+  ``specpilot.core.pod_exec`` and :func:`main` runs there against ``127.0.0.1``.
 
 That second use is why this file is self-contained: the standard library only, no other
 module_utils, Python 3.6+ syntax, and nothing at import time but definitions.

@@ -46,7 +46,9 @@ options:
     type: int
     default: 0
   delay:
-    description: Seconds between polls.
+    description:
+      - The longest pause between two polls, in seconds. The first pauses are shorter (0.5, 1, 2, 4, ... seconds,
+        doubling up to this), so a rollout done in seconds is seen when it is done.
     type: float
     default: 5.0
   fail_fast_restarts:

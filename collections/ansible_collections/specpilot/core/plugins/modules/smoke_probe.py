@@ -19,7 +19,7 @@ description:
   - A failed request does not fail the task; it is reported in C(results) and C(ok) is false, so that the
     caller can still write its report. Only invalid parameters fail.
   - The same code runs inside a predictor pod when the smoke role reaches the engine with
-    C(kubernetes.core.k8s_exec) (see the filter C(specpilot.core.smoke_exec_command)); both ways return the
+    C(specpilot.core.pod_exec) (see the filter C(specpilot.core.smoke_exec_command)); both ways return the
     same result.
   - Inference requests change nothing that check mode protects, so the module sends them in check mode too.
     It never reports C(changed).

@@ -112,7 +112,7 @@ options:
     type: float
   inside_pod:
     description:
-      - The registered result of C(kubernetes.core.k8s_exec) running the command of the
+      - The registered result of C(specpilot.core.pod_exec) running the command of the
         C(specpilot.core.smoke_inside_command) filter in the predictor pod. The checks C(pod_vllm_version) (the
         release the image holds against the spec's) and C(pod_models) (the target and the draft are directories
         with a config.json as the pod sees them) read it.

@@ -45,7 +45,7 @@ options:
   content:
     description:
       - The C(/metrics) text itself (for example the stdout of a C(curl) run with
-        M(kubernetes.core.k8s_exec) inside the predictor pod).
+        M(specpilot.core.pod_exec) inside the predictor pod).
     type: str
   previous:
     description:

@@ -1,0 +1,115 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see LICENSE)
+"""Action plugin of specpilot.core.pod_exec: run a command that reads in a pod's container, over the
+pods/exec API, from the Ansible worker process.
+
+kubernetes.core.k8s_exec does the same as a module, in a new Python process; with the kubernetes client
+37 its ``from kubernetes.client.apis import core_v1_api`` imports every API class of the client (about
+2.5 s of CPU a task). Here the client is the one ansible-playbook already imported (callback/preload.py),
+made by kubernetes.core's ``get_api_client`` (module_utils/k8s/client.py, what its modules and its k8s
+lookup use), so the connection options and the K8S_AUTH_* variables mean what they mean there; the
+exec itself is the kubernetes client's public ``kubernetes.stream.stream`` over
+``CoreV1Api.connect_get_namespaced_pod_exec``, as in k8s_exec.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from ansible_collections.specpilot.core.plugins.module_utils import deploy_args
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
+
+
+class ActionModule(ControllerAction):
+    ARGUMENT_SPEC = deploy_args.POD_EXEC
+
+    def act(self, params, task_vars, result):
+        auth = {k: params[k] for k in deploy_args.K8S_CONNECTION if params.get(k) is not None}
+        auth.update({k: v for k, v in (params["auth"] or {}).items() if v is not None})
+        command = params["command"]
+        argv = shlex.split(command) if isinstance(command, str) else [str(word) for word in command or []]
+        result["changed"] = False
+        if not argv:
+            result.update(failed=True, msg="command is empty: give the program and its arguments")
+            return result
+        target = "%s/%s" % (params["namespace"], params["pod"])
+        try:
+            ran = run(auth, params["namespace"], params["pod"], params["container"], argv, params["timeout"])
+        except Exception as exc:  # noqa: BLE001 - refused (403), no such pod (404), no connection, ...
+            result.update(failed=True, msg="cannot exec in pod %s: %s" % (target, _short(exc)))
+            return result
+        result.update(ran)
+        if ran["rc"] is None:
+            result.update(
+                failed=True, msg="no exit status from pod %s within %d s" % (target, params["timeout"])
+            )
+        elif ran["rc"] != 0:
+            result.update(failed=True, msg="the command exited with %d in pod %s" % (ran["rc"], target))
+        return result
+
+
+def run(auth, namespace, pod, container, argv, timeout):
+    """{rc, stdout, stderr, stdout_lines, stderr_lines} of argv run in the pod (rc None: no exit status
+    within ``timeout`` seconds)."""
+    import yaml
+    from kubernetes.client.api.core_v1_api import CoreV1Api
+    from kubernetes.stream import stream
+
+    from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
+
+    api = CoreV1Api(get_api_client(**auth).client.client)
+    kwargs = {"container": container} if container else {}
+    ws = stream(
+        api.connect_get_namespaced_pod_exec,
+        pod,
+        namespace,
+        command=argv,
+        stdout=True,
+        stderr=True,
+        stdin=False,
+        tty=False,
+        _preload_content=False,
+        _request_timeout=timeout,
+        **kwargs,
+    )
+    try:
+        ws.run_forever(timeout=timeout)
+        stdout, stderr = ws.read_stdout() or "", ws.read_stderr() or ""
+        status = yaml.safe_load(ws.read_channel(3) or "null")
+    finally:
+        ws.close()
+    return {
+        "rc": exit_code(status),
+        "stdout": stdout,
+        "stderr": stderr,
+        "stdout_lines": stdout.splitlines(),
+        "stderr_lines": stderr.splitlines(),
+    }
+
+
+def exit_code(status):
+    """The exit code in the v1 Status the API server sends on channel 3 when the command ends: 0 for
+    Success, the ExitCode cause of NonZeroExitCode (as kubernetes.stream.ws_client.returncode reads it);
+    None without a Status."""
+    if not isinstance(status, dict):
+        return None
+    if status.get("status") == "Success":
+        return 0
+    for cause in (status.get("details") or {}).get("causes") or []:
+        if cause.get("reason") == "ExitCode":
+            try:
+                return int(cause.get("message"))
+            except (TypeError, ValueError):
+                break
+    return -1
+
+
+def _short(exc):
+    body = getattr(exc, "body", None)
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or str(exc))
+    reason = getattr(exc, "reason", None)
+    status = getattr(exc, "status", None)
+    head = " ".join(str(x) for x in (status, reason) if x)
+    text = " ".join(str(text).split())[:500]
+    return "%s: %s" % (head, text) if head and head not in text else text
