@@ -182,23 +182,78 @@ def lease(results, **params):
     clock = Clock()
     calls = []
 
-    def execute(module, args):
-        calls.append(module)
+    def write(*args):
+        calls.append(args)
         return results.pop(0)
 
     p = dict(name="svc", namespace="ns", retries=5, **params)
-    return lease_client.LeaseClient(execute, None, p, sleep=clock.sleep, rand=lambda: 1.0), calls, clock
+    return lease_client.LeaseClient(None, None, p, sleep=clock.sleep, rand=lambda: 1.0), write, calls, clock
 
 
 def test_lease_write_retries_throttling_but_a_conditional_conflict_is_the_answer():
-    client, calls, clock = lease([{"failed": True, "msg": '{"code":429}'}, {"changed": True}])
-    assert client._module("kubernetes.core.k8s", conditional=True) == {"changed": True}
-    assert clock.slept == [0.5]
-    client, calls, clock = lease([{"failed": True, "msg": '{"code":409}'}, {"changed": True}])
-    assert client._module("kubernetes.core.k8s_json_patch", conditional=True)["failed"]
+    client, write, calls, clock = lease([{"failed": True, "msg": '{"code":429}'}, {"changed": True}])
+    assert client._write(True, write, "lease") == {"changed": True}
+    assert clock.slept == [0.5] and calls == [("lease",), ("lease",)]
+    client, write, calls, clock = lease([{"failed": True, "status": 409}, {"changed": True}])
+    assert client._write(True, write)["failed"]
     assert len(calls) == 1 and clock.slept == []
-    client, calls, clock = lease([{"failed": True, "msg": '{"code":409}'}, {"changed": True}])
-    assert client._module("kubernetes.core.k8s") == {"changed": True}  # a plain create that raced
+    client, write, calls, clock = lease([{"failed": True, "status": 409}, {"changed": True}])
+    assert client._write(False, write) == {"changed": True}  # a plain create that raced
+
+
+def test_the_writer_answers_as_a_module_would():
+    """k8s_api.Writer: the kubernetes client's answer (or its exception) as a module's result, which
+    deploy_retry classifies: a 409 is a conflict, a 429 or no answer transient."""
+    from kubernetes.dynamic.exceptions import ConflictError
+
+    from ansible_collections.specpilot.core.plugins.plugin_utils import k8s_api
+
+    class Reply(object):
+        def __init__(self, status, reason, body):
+            self.status, self.reason, self.data, self.headers = status, reason, body, {}
+
+        def getheaders(self):
+            return self.headers
+
+    class Resource(object):
+        def __init__(self, outcome):
+            self.outcome, self.calls = outcome, []
+
+        def patch(self, **kwargs):
+            self.calls.append(kwargs)
+            if isinstance(self.outcome, BaseException):
+                raise self.outcome
+            return self.outcome
+
+    def writer(outcome):
+        resource = Resource(outcome)
+        fake = type("Client", (), {"resources": type("R", (), {"get": lambda self, **kw: resource})()})()
+        return k8s_api.Writer({}, 7, make_client=lambda auth: fake), resource
+
+    w, resource = writer({"metadata": {"resourceVersion": "2"}})
+    ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": "1"}]
+    assert w.json_patch("coordination.k8s.io/v1", "Lease", "l", "ns", ops) == {
+        "changed": True,
+        "result": {"metadata": {"resourceVersion": "2"}},
+    }
+    assert resource.calls == [
+        {
+            "_request_timeout": 7,
+            "name": "l",
+            "namespace": "ns",
+            "body": ops,
+            "content_type": "application/json-patch+json",
+        }
+    ]
+    from kubernetes.client.rest import ApiException
+
+    conflict = ConflictError(ApiException(http_resp=Reply(409, "Conflict", b'{"code":409}')))
+    w, _unused = writer(conflict)
+    out = w.json_patch("coordination.k8s.io/v1", "Lease", "l", "ns", ops)
+    assert out["failed"] and out["status"] == 409 and not retryable(out, conflict=False)
+    w, _unused = writer(ConnectionRefusedError("Connection refused"))
+    out = w.json_patch("coordination.k8s.io/v1", "Lease", "l", "ns", ops)
+    assert out["failed"] and "status" not in out and retryable(out, conflict=False)
 
 
 # ------------------------------------------------------------------ the OCI registry

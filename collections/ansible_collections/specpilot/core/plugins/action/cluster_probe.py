@@ -23,6 +23,7 @@ from ansible_collections.specpilot.core.plugins.plugin_utils.action import (
     ControllerAction,
     spec_from_task_vars,
 )
+from ansible_collections.specpilot.core.plugins.plugin_utils import k8s_api
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import K8sReader, auth_options
 
 
@@ -212,10 +213,11 @@ class ActionModule(ControllerAction):
         return out
 
     def _log(self, pod, ns):
-        res = self._module("k8s_log", name=pod, namespace=ns, container=cp.CONTAINER)
-        if res.get("failed"):
+        try:
+            api = k8s_api.client(self._auth).client
+        except Exception:  # noqa: BLE001 - no client, no log: the probe says it could not read one
             return ""
-        return "\n".join(res.get("log_lines") or []) or res.get("log") or ""
+        return "\n".join(k8s_api.pod_log(api, pod, ns, cp.CONTAINER) or [])
 
     def _module(self, module, **params):
         params.update(self._auth)

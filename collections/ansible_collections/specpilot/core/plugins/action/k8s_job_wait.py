@@ -3,10 +3,11 @@
 # Apache-2.0 (see LICENSE)
 """Action plugin of specpilot.core.k8s_job_wait: wait for a batch/v1 Job and show its progress.
 
-It runs on the controller and polls the cluster through kubernetes.core's own modules
-(k8s_info, k8s_log), so authentication works exactly as for them: the connection options kubeconfig,
-context, host, api_key, validate_certs and ca_cert (module_defaults group/specpilot.core.k8s), the
-``auth`` option, else KUBECONFIG and K8S_AUTH_*. New log lines of the Job's pod are printed as they
+It runs on the controller and polls the cluster in the worker process - the Job and its pods through
+kubernetes.core's k8s lookup (plugin_utils/k8s_reader.py), the pod's log with kubernetes.core's client
+(plugin_utils/k8s_api.py) - so authentication works exactly as for kubernetes.core: the connection options
+kubeconfig, context, host, api_key, validate_certs and ca_cert (module_defaults group/specpilot.core.k8s),
+the ``auth`` option, else KUBECONFIG and K8S_AUTH_*. New log lines of the Job's pod are printed as they
 arrive, which a module cannot do; the documented module in plugins/modules/k8s_job_wait.py holds the
 options.
 """
@@ -19,7 +20,9 @@ from ansible.errors import AnsibleActionFail
 from ansible.utils.display import Display
 
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, job_watch
+from ansible_collections.specpilot.core.plugins.plugin_utils import k8s_api
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
+from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import K8sReader, ReadError
 
 display = Display()
 
@@ -32,6 +35,8 @@ class ActionModule(ControllerAction):
         # the connection options (module_defaults group/specpilot.core.k8s sets them), then what auth adds
         self._auth = {k: params[k] for k in deploy_args.K8S_CONNECTION if params.get(k) is not None}
         self._auth.update({k: v for k, v in (params["auth"] or {}).items() if v is not None})
+        self._reader = K8sReader(self._loader, self._templar, self._task_vars, self._auth)
+        self._api = None
         host = self._task_vars.get("inventory_hostname", "localhost")
         name, ns = params["name"], params["namespace"]
         result["changed"] = False
@@ -46,13 +51,11 @@ class ActionModule(ControllerAction):
         pending_since = None
         pulling_since = None
         while True:
-            job = self._one("k8s_info", api_version="batch/v1", kind="Job", name=name, namespace=ns)
+            job = self._get("Job", "batch/v1", name=name, namespace=ns)
             state, reason, message = job_watch.job_state(job)
             if state == "missing":
                 raise AnsibleActionFail("Job %s/%s does not exist" % (ns, name))
-            pods = self._list(
-                "k8s_info", api_version="v1", kind="Pod", namespace=ns, label_selectors=["job-name=%s" % name]
-            )
+            pods = self._get("Pod", "v1", namespace=ns, label_selector="job-name=%s" % name)
             pod = job_watch.newest_pod(pods)
             summary = job_watch.pod_summary(pod)
             done = state in ("complete", "failed")
@@ -155,28 +158,16 @@ class ActionModule(ControllerAction):
             "elapsed": round(time.monotonic() - started, 1),
         }
 
-    def _module(self, module, **params):
-        params.update(self._auth)
-        res = self._execute_module(
-            module_name="kubernetes.core." + module, module_args=params, task_vars=self._task_vars
-        )
-        return res
-
-    def _list(self, module, **params):
-        res = self._module(module, **params)
-        if res.get("failed"):
-            raise AnsibleActionFail("kubernetes.core.%s failed: %s" % (module, res.get("msg")))
-        return res.get("resources") or []
-
-    def _one(self, module, **params):
-        items = self._list(module, **params)
-        return items[0] if items else None
+    def _get(self, kind, api_version, **where):
+        try:
+            return self._reader.get(kind, api_version, **where)
+        except ReadError as exc:
+            raise AnsibleActionFail(str(exc)) from exc
 
     def _log(self, pod, ns, container, tail_lines):
-        params = dict(name=pod, namespace=ns, tail_lines=tail_lines)
-        if container:
-            params["container"] = container
-        res = self._module("k8s_log", **params)
-        if res.get("failed"):
-            return None  # not started yet, or already gone
-        return res.get("log_lines") or (res.get("log") or "").splitlines()
+        """The last ``tail_lines`` lines of the pod's log, or None (not started yet, or already gone)."""
+        try:
+            self._api = self._api or k8s_api.client(self._auth).client
+        except Exception as exc:  # noqa: BLE001 - the reads above made a client with the same settings
+            raise AnsibleActionFail("cannot read the log of pod %s/%s: %s" % (ns, pod, exc)) from exc
+        return k8s_api.pod_log(self._api, pod, ns, container, tail_lines)

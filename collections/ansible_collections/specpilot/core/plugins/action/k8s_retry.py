@@ -11,7 +11,7 @@ from __future__ import annotations
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_args
 from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import Backoff
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
-from ansible_collections.specpilot.core.plugins.plugin_utils.module_retry import run_with_retries
+from ansible_collections.specpilot.core.plugins.plugin_utils.module_retry import retried
 
 MODULE = "kubernetes.core.k8s"
 
@@ -26,9 +26,9 @@ class ActionModule(ControllerAction):
             if params.get(key) is not None:
                 args.setdefault(key, params[key])
 
-        def execute(module, module_args):
-            return self._execute_module(module_name=module, module_args=module_args, task_vars=task_vars)
+        def execute():
+            return self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
 
         backoff = Backoff(max(1, params["retries"]), base=0.5, cap=10.0)
-        result.update(run_with_retries(execute, MODULE, args, backoff, conflict=params["conflict"]))
+        result.update(retried(execute, backoff, conflict=params["conflict"]))
         return result

@@ -6,11 +6,10 @@ pods/exec API, from the Ansible worker process.
 
 kubernetes.core.k8s_exec does the same as a module, in a new Python process; with the kubernetes client
 37 its ``from kubernetes.client.apis import core_v1_api`` imports every API class of the client (about
-2.5 s of CPU a task). Here the client is the one ansible-playbook already imported (callback/preload.py),
-made by kubernetes.core's ``get_api_client`` (module_utils/k8s/client.py, what its modules and its k8s
-lookup use), so the connection options and the K8S_AUTH_* variables mean what they mean there; the
-exec itself is the kubernetes client's public ``kubernetes.stream.stream`` over
-``CoreV1Api.connect_get_namespaced_pod_exec``, as in k8s_exec.
+2.5 s of CPU a task). Here the client is plugin_utils/k8s_api.py's (kubernetes.core's ``get_api_client``,
+so the connection options and the K8S_AUTH_* variables mean what they mean there); the exec itself is
+the kubernetes client's public ``kubernetes.stream.stream`` over ``CoreV1Api.connect_get_namespaced_pod_exec``,
+as in k8s_exec.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from __future__ import annotations
 import shlex
 
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_args
+from ansible_collections.specpilot.core.plugins.plugin_utils import k8s_api
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 
 
@@ -56,9 +56,7 @@ def run(auth, namespace, pod, container, argv, timeout):
     from kubernetes.client.api.core_v1_api import CoreV1Api
     from kubernetes.stream import stream
 
-    from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
-
-    api = CoreV1Api(get_api_client(**auth).client.client)
+    api = CoreV1Api(k8s_api.client(auth).client)
     kwargs = {"container": container} if container else {}
     ws = stream(
         api.connect_get_namespaced_pod_exec,

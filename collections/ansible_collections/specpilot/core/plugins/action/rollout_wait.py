@@ -12,8 +12,10 @@ from ansible.errors import AnsibleActionFail
 from ansible.utils.display import Display
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, deploy_rollout
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
+from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_api import Writer
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
     ReadError,
+    auth_options,
     task_reader,
 )
 from ansible_collections.specpilot.core.plugins.plugin_utils.lease_client import LeaseClient
@@ -22,7 +24,6 @@ display = Display()
 
 
 class ActionModule(ControllerAction):
-    _requires_connection = True  # it renews the lock through kubernetes.core modules
     ARGUMENT_SPEC = deploy_args.ROLLOUT_WAIT
 
     def act(self, params, task_vars, result):
@@ -43,9 +44,7 @@ class ActionModule(ControllerAction):
         renewer = None
         if params.get("lock"):
             client = LeaseClient(
-                lambda module, args: self._execute_module(
-                    module_name=module, module_args=args, task_vars=task_vars
-                ),
+                Writer(auth_options(params), params.get("request_timeout")),
                 reader,
                 dict(params, name=plan["name"], namespace=plan["namespace"]),
             )

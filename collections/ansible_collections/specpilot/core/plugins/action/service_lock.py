@@ -19,22 +19,24 @@ from ansible.errors import AnsibleActionFail
 from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, service_lock
 from ansible_collections.specpilot.core.plugins.module_utils.render import LABEL_MANAGED_BY, LABEL_SERVICE
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
+from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_api import Writer
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
     ReadError,
+    auth_options,
     task_reader,
 )
 from ansible_collections.specpilot.core.plugins.plugin_utils.lease_client import LeaseClient
 
 
 class ActionModule(ControllerAction):
-    _requires_connection = True  # it runs kubernetes.core modules
     ARGUMENT_SPEC = deploy_args.SERVICE_LOCK
 
     def act(self, params, task_vars, result):
         self._vars = task_vars or {}
         self._params = params
         reader = task_reader(self._loader, self._templar, self._vars, params)
-        client = LeaseClient(self._run_module, reader, params, check_mode=self._task.check_mode)
+        writer = Writer(auth_options(params), params.get("request_timeout"))
+        client = LeaseClient(writer, reader, params, check_mode=self._task.check_mode)
         holder = params.get("holder") or self._holder()
         version = params.get("resource_version")
         result.update(
@@ -60,9 +62,6 @@ class ActionModule(ControllerAction):
         except ReadError as exc:
             raise AnsibleActionFail("%s: the lock could not be read: %s" % (params["name"], exc)) from exc
         return result
-
-    def _run_module(self, module, args):
-        return self._execute_module(module_name=module, module_args=args, task_vars=self._vars)
 
     # ------------------------------------------------------------ helpers
     def _holder(self):

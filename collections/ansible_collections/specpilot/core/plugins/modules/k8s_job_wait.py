@@ -29,10 +29,11 @@ description:
   - Fails early, with the reason, when the pod cannot start (C(CreateContainerConfigError) such as a missing
     Secret, C(InvalidImageName)), cannot pull its image for O(pull_timeout) seconds, or stays unschedulable for
     O(pending_timeout) seconds.
-  - Runs on the controller as an action plugin; it calls M(kubernetes.core.k8s_info) and
-    M(kubernetes.core.k8s_log) with its connection options (O(kubeconfig), O(context), O(host),
-    O(api_key), O(validate_certs), O(ca_cert), then O(auth)), so the cluster is found as they find it
-    (C(KUBECONFIG) and the C(K8S_AUTH_*) variables when none is set).
+  - Runs on the controller as an action plugin, in the worker process; it reads the Job and its pods through
+    the C(kubernetes.core.k8s) lookup and the pod's log with the client of kubernetes.core's C(get_api_client),
+    with its connection options (O(kubeconfig), O(context), O(host), O(api_key), O(validate_certs), O(ca_cert),
+    then O(auth)), so the cluster is found as kubernetes.core finds it (C(KUBECONFIG) and the C(K8S_AUTH_*)
+    variables when none is set).
   - Never reports C(changed). In check mode it is skipped.
 
 options:
@@ -53,7 +54,7 @@ options:
     type: int
     default: 3600
   poll_interval:
-    description: Seconds between polls (each poll runs two or three kubernetes.core modules).
+    description: Seconds between polls (each poll reads the Job, its pods and, once started, the pod's log).
     type: float
     default: 5.0
   pending_timeout:

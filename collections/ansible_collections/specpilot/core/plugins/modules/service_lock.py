@@ -28,7 +28,8 @@ description:
     it deletes the Lease whoever holds it, only with I(confirm=true), and returns the holder it broke
     (C(playbooks/break_lock.yml)). In check mode, or without I(confirm), it only says who holds the lock.
   - Runs on the controller as an action plugin; it reads through the C(kubernetes.core.k8s) lookup and writes
-    through the C(kubernetes.core.k8s) and C(kubernetes.core.k8s_json_patch) modules.
+    (a create, a JSON patch whose C(test) operations make it a compare-and-swap, a delete with a C(resourceVersion)
+    precondition) with the kubernetes client of kubernetes.core's C(get_api_client), in the worker process.
 options:
   state:
     description: Take, renew, release or break the lock.
@@ -83,7 +84,6 @@ notes:
     (at most 4 times) - so a real race ends in a refusal that names the winner.
 seealso:
   - module: specpilot.core.deploy_state
-  - module: kubernetes.core.k8s_json_patch
 """
 
 EXAMPLES = r"""

@@ -5,10 +5,10 @@
 (take, renew, release) and ``specpilot.core.rollout_wait`` (renews it while it waits).
 
 The decisions are module_utils/service_lock.py's; this class reads the Lease through the
-kubernetes.core ``k8s`` lookup (plugin_utils/k8s_reader.py) and writes it through the
-kubernetes.core modules (``k8s`` to create and delete, ``k8s_json_patch`` for the compare-and-swap),
-run by the calling action (``execute(module_name, module_args)``), so the connection options and
-``K8S_AUTH_*`` variables are kubernetes.core's own.  Transient API errors are retried.
+kubernetes.core ``k8s`` lookup (plugin_utils/k8s_reader.py) and writes it with plugin_utils/k8s_api.py's
+Writer (create, a delete with a resourceVersion precondition, a JSON patch whose tests make it a
+compare-and-swap), in the worker process, with kubernetes.core's client and connection options.
+Transient API errors are retried.
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ import time
 from ansible_collections.specpilot.core.plugins.module_utils import service_lock
 from ansible_collections.specpilot.core.plugins.module_utils.common import k8s_meta
 from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import Backoff, status_code
-from ansible_collections.specpilot.core.plugins.plugin_utils.module_retry import run_with_retries
+from ansible_collections.specpilot.core.plugins.plugin_utils.module_retry import retried
 
-__all__ = ["LeaseClient", "MODULE_AUTH", "ROUNDS"]
+__all__ = ["LeaseClient", "ROUNDS"]
 
-MODULE_AUTH = ("kubeconfig", "context", "host", "api_key", "validate_certs", "ca_cert")
 ROUNDS = 4  # reads and decisions again after a conflict
 
 
@@ -33,12 +32,11 @@ def _conflict(out):
 class LeaseClient(object):
     """The lock of service ``params["name"]`` in ``params["namespace"]``.
 
-    ``params``: name, namespace, retries, the kubernetes.core auth options (MODULE_AUTH), and for
-    the operations that need them duration, labels.  ``execute(module, args)`` runs a module and
-    returns its result; ``reader`` is a K8sReader; ``check_mode`` writes nothing."""
+    ``params``: name, namespace, retries, and for the operations that need them duration, labels.
+    ``writer`` is a k8s_api.Writer; ``reader`` a K8sReader; ``check_mode`` writes nothing."""
 
-    def __init__(self, execute, reader, params, check_mode=False, sleep=time.sleep, rand=None):
-        self._execute = execute
+    def __init__(self, writer, reader, params, check_mode=False, sleep=time.sleep, rand=None):
+        self._writer = writer
         self._reader = reader
         self._params = params
         self._check_mode = check_mode
@@ -67,7 +65,7 @@ class LeaseClient(object):
             if step["do"] == "refuse":
                 return self._refused(step["status"])
             if step["do"] == "create":
-                out = self._module("kubernetes.core.k8s", state="present", definition=manifest)
+                out = self._write(False, self._writer.create, manifest)
             else:
                 out = self._patch(step["patch"])
                 if not out.get("failed"):
@@ -176,31 +174,28 @@ class LeaseClient(object):
 
     def _delete(self, version):
         """Delete the Lease only while it is at ``version`` (a precondition: a conflict otherwise)."""
-        return self._module(
-            "kubernetes.core.k8s",
-            conditional=True,
-            state="absent",
-            delete_options={"preconditions": {"resourceVersion": version}},
-            **self._lease_ref(),
+        ref = self._lease_ref()
+        return self._write(
+            True, self._writer.delete, ref["api_version"], ref["kind"], ref["name"], ref["namespace"], version
         )
 
     def _patch(self, ops):
         """The conditional JSON patch of the Lease (its test operations make it a compare-and-swap)."""
-        return self._module(
-            "kubernetes.core.k8s_json_patch", conditional=True, patch=ops, **self._lease_ref()
+        ref = self._lease_ref()
+        return self._write(
+            True, self._writer.json_patch, ref["api_version"], ref["kind"], ref["name"], ref["namespace"], ops
         )
 
     def _read(self):
         ref = self._lease_ref()
         return self._reader.get(ref["kind"], ref["api_version"], name=ref["name"], namespace=ref["namespace"])
 
-    def _module(self, module, conditional=False, **args):
-        """Run a kubernetes.core module, again while it fails with a transient error (module_retry).
-        For a conditional write (a patch that tests the resourceVersion, a delete with a precondition)
-        a conflict (409; 422 is final anyway) is the answer, not a transient error; for the others (a
+    def _write(self, conditional, write, *args):
+        """``write(*args)``, again while it fails with a transient error (module_retry.retried). For a
+        conditional write (a patch that tests the resourceVersion, a delete with a precondition) a
+        conflict (409; 422 is final anyway) is the answer, not a transient error; for the others (a
         create that raced a delete) it is retried."""
-        args.update({k: self._params[k] for k in MODULE_AUTH if self._params.get(k) is not None})
-        return run_with_retries(self._execute, module, args, self._backoff, conflict=not conditional)
+        return retried(lambda: write(*args), self._backoff, conflict=not conditional)
 
     def _held(self, lease, status, how, key="acquired"):
         version = k8s_meta(lease).get("resourceVersion")

@@ -1,0 +1,114 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see LICENSE)
+"""Writes, execs and log reads from controller-side plugins, in the Ansible worker process, with the kubernetes
+client ansible-playbook has already imported (callback/preload.py) instead of a kubernetes.core module
+run (a new Python process that imports the client again: about a second of CPU a call).
+
+The client is made by kubernetes.core's ``get_api_client`` (module_utils/k8s/client.py, what its modules
+and its k8s lookup use, and what collections that build on kubernetes.core import), so the connection
+options (``kubeconfig``, ``context``, ``host``, ``api_key``, ``validate_certs``, ``ca_cert``) and the
+``K8S_AUTH_*`` variables mean what they mean for kubernetes.core; the calls are the kubernetes client's
+public dynamic client (``resources.get(...).create/delete/patch``).
+
+A write returns what a kubernetes.core module would have: ``{"changed": True, "result": object}``, or
+``{"failed": True, "status": code, "msg": ...}``, which module_utils/deploy_retry.py's ``retryable``
+classifies (429 and 5xx and no answer: transient; 409 on a conditional write: the answer).
+"""
+
+from __future__ import annotations
+
+REQUEST_TIMEOUT = 30
+
+
+def client(auth):
+    """The dynamic client (kubernetes.dynamic.DynamicClient) for kubernetes.core connection options."""
+    from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
+
+    return get_api_client(**auth).client
+
+
+def pod_log(api_client, name, namespace, container=None, tail_lines=None, timeout=REQUEST_TIMEOUT):
+    """The lines of a pod's log (kubernetes.core.k8s_log's ``log_lines``), or None when it cannot be read
+    (the container has not started yet, or the pod is gone)."""
+    from kubernetes.client.api.core_v1_api import CoreV1Api
+
+    kwargs = {"container": container} if container else {}
+    if tail_lines:
+        kwargs["tail_lines"] = tail_lines
+    try:
+        text = CoreV1Api(api_client).read_namespaced_pod_log(
+            name, namespace, _request_timeout=timeout, **kwargs
+        )
+    except Exception:  # noqa: BLE001 - 400 (not started), 404 (gone), no connection: the caller polls again
+        return None
+    return (text or "").splitlines()
+
+
+class Writer(object):
+    """create / delete / json_patch of one object, each a module-like result (see above)."""
+
+    def __init__(self, auth, request_timeout=REQUEST_TIMEOUT, make_client=client):
+        self._auth = dict(auth or {})
+        self._timeout = request_timeout or REQUEST_TIMEOUT
+        self._make_client = make_client
+        self._client = None
+
+    def create(self, manifest):
+        return self._call(
+            manifest["apiVersion"],
+            manifest["kind"],
+            lambda res: res.create(body=manifest, namespace=manifest["metadata"].get("namespace")),
+        )
+
+    def delete(self, api_version, kind, name, namespace, resource_version):
+        """Delete only while the object is at ``resource_version`` (a 409 otherwise)."""
+        body = {"preconditions": {"resourceVersion": resource_version}}
+        return self._call(
+            api_version, kind, lambda res: res.delete(name=name, namespace=namespace, body=body)
+        )
+
+    def json_patch(self, api_version, kind, name, namespace, ops):
+        """A JSON patch (RFC 6902): its ``test`` operations make it a compare-and-swap (a 422 otherwise)."""
+        return self._call(
+            api_version,
+            kind,
+            lambda res: res.patch(
+                name=name, namespace=namespace, body=ops, content_type="application/json-patch+json"
+            ),
+        )
+
+    def _call(self, api_version, kind, do):
+        try:
+            if self._client is None:
+                self._client = self._make_client(self._auth)
+            resource = self._client.resources.get(api_version=api_version, kind=kind)
+            obj = do(_Timed(resource, self._timeout))
+        except Exception as exc:  # noqa: BLE001 - an API error, no connection, bad configuration
+            return failure(exc)
+        return {"changed": True, "result": obj.to_dict() if hasattr(obj, "to_dict") else obj}
+
+
+class _Timed(object):
+    """The resource's calls, each bounded by the request timeout (kubernetes.core passes none)."""
+
+    def __init__(self, resource, timeout):
+        self._resource, self._timeout = resource, timeout
+
+    def __getattr__(self, name):
+        method = getattr(self._resource, name)
+        return lambda **kwargs: method(_request_timeout=self._timeout, **kwargs)
+
+
+def failure(exc):
+    """A failed module-like result for an exception of the kubernetes client."""
+    status = getattr(exc, "status", None)
+    body = getattr(exc, "body", None)
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or str(exc))
+    out = {"failed": True, "msg": " ".join(str(text).split())[:1000] or type(exc).__name__}
+    if isinstance(status, int) and status > 0:
+        out["status"] = status
+    reason = getattr(exc, "reason", None)
+    if reason:
+        out["reason"] = str(reason)
+    return out
