@@ -15,7 +15,7 @@ from emulator_helpers import make_namespace
 from kubernetes import client
 from kubernetes.stream import stream
 
-from specpilot_lab import podexec
+from specpilot_lab import podexec, podlogs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,12 +25,13 @@ def emu(emulator_factory):
     return emulator_factory(crds=[], name="exec")
 
 
-def running_pod(emu, ns: str, name: str = "p", containers=("main", "side")) -> None:
+def running_pod(emu, ns: str, name: str = "p", containers=("main", "side"), labels=None) -> None:
     spec = {"containers": [{"name": c, "image": "img"} for c in containers]}
+    meta = {"name": name, "labels": labels or {}}
     r = emu.request(
         "POST",
         f"/api/v1/namespaces/{ns}/pods",
-        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec},
     )
     assert r.status == 201, r
     for c in containers:
@@ -113,7 +114,8 @@ def test_what_the_api_refuses(emu):
 
 def test_k8s_exec_of_kubernetes_core_and_specpilot_pod_exec(emu, tmp_path):
     ns = make_namespace(emu)
-    running_pod(emu, ns, containers=("main",))
+    running_pod(emu, ns, containers=("main",), labels={"app": "x"})
+    podlogs.append(emu.state_dir, ns, "p", "main", ["first", "second"])
     play = tmp_path / "play.yml"
     play.write_text(
         json.dumps(
@@ -163,11 +165,48 @@ def test_k8s_exec_of_kubernetes_core_and_specpilot_pod_exec(emu, tmp_path):
                             "register": "look_none",
                             "failed_when": False,
                         },
+                        # specpilot.core.pod_log and k8s_read: k8s_log's and k8s_info's answers, in the worker
+                        {
+                            "name": "log",
+                            "specpilot.core.pod_log": {"namespace": ns, "name": "p", "container": "main"},
+                            "register": "log",
+                        },
+                        {
+                            "name": "log tail",
+                            "specpilot.core.pod_log": {"namespace": ns, "name": "p", "tail_lines": 1},
+                            "register": "log_tail",
+                        },
+                        {
+                            "name": "log of no pod",
+                            "specpilot.core.pod_log": {"namespace": ns, "name": "nope"},
+                            "register": "log_none",
+                            "failed_when": False,
+                        },
+                        {
+                            "name": "read",
+                            "specpilot.core.k8s_read": {"kind": "Pod", "namespace": ns, "name": "p"},
+                            "register": "read",
+                        },
+                        {
+                            "name": "read by label",
+                            "specpilot.core.k8s_read": {
+                                "kind": "Pod",
+                                "namespace": ns,
+                                "label_selectors": ["app=x", "tier!=db"],
+                            },
+                            "register": "read_labelled",
+                        },
+                        {
+                            "name": "read none",
+                            "specpilot.core.k8s_read": {"kind": "Pod", "namespace": ns, "name": "nope"},
+                            "register": "read_none",
+                        },
                         {
                             "name": "save",
                             "ansible.builtin.copy": {
                                 "content": "{{ {'ok': ok, 'bad': bad, 'look': look, 'look_bad': look_bad,"
-                                " 'look_none': look_none} | to_json }}",
+                                " 'look_none': look_none, 'log': log, 'log_tail': log_tail, 'log_none': log_none,"
+                                " 'read': read, 'read_labelled': read_labelled, 'read_none': read_none} | to_json }}",
                                 "dest": str(tmp_path / "out.json"),
                             },
                         },
@@ -213,6 +252,12 @@ def test_k8s_exec_of_kubernetes_core_and_specpilot_pod_exec(emu, tmp_path):
     none = out["look_none"]
     assert "rc" not in none and none["msg"].startswith(f"cannot exec in pod {ns}/nope: "), none
     assert "404" in none["msg"] or "not found" in none["msg"].lower(), none
+    assert out["log"]["log"] == "first\nsecond\n" and out["log"]["log_lines"] == ["first", "second", ""]
+    assert out["log_tail"]["log_lines"] == ["second", ""] and not out["log"]["changed"]
+    assert out["log_none"]["msg"].startswith(f"cannot read the log of pod {ns}/nope: "), out["log_none"]
+    assert [r["metadata"]["name"] for r in out["read"]["resources"]] == ["p"] and not out["read"]["changed"]
+    assert [r["metadata"]["name"] for r in out["read_labelled"]["resources"]] == ["p"]
+    assert out["read_none"]["resources"] == []
 
 
 def test_framing_as_rfc_6455_says():

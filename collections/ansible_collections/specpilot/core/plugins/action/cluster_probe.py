@@ -214,10 +214,9 @@ class ActionModule(ControllerAction):
 
     def _log(self, pod, ns):
         try:
-            api = k8s_api.client(self._auth).client
-        except Exception:  # noqa: BLE001 - no client, no log: the probe says it could not read one
+            return k8s_api.pod_log(k8s_api.client(self._auth).client, pod, ns, cp.CONTAINER)
+        except Exception:  # noqa: BLE001 - no log: the probe says it could not read one
             return ""
-        return "\n".join(k8s_api.pod_log(api, pod, ns, cp.CONTAINER) or [])
 
     def _module(self, module, **params):
         params.update(self._auth)

@@ -170,4 +170,7 @@ class ActionModule(ControllerAction):
             self._api = self._api or k8s_api.client(self._auth).client
         except Exception as exc:  # noqa: BLE001 - the reads above made a client with the same settings
             raise AnsibleActionFail("cannot read the log of pod %s/%s: %s" % (ns, pod, exc)) from exc
-        return k8s_api.pod_log(self._api, pod, ns, container, tail_lines)
+        try:
+            return k8s_api.pod_log(self._api, pod, ns, container, tail_lines=tail_lines).splitlines()
+        except Exception:  # noqa: BLE001 - not started yet, or already gone: the next poll reads again
+            return None

@@ -16,6 +16,8 @@ __all__ = [
     "K8S_JOB_WAIT",
     "K8S_RETRY",
     "POD_EXEC",
+    "POD_LOG",
+    "K8S_READ",
 ]
 
 # The connection options of kubernetes.core (doc fragment specpilot.core.k8s_auth) that every module of the
@@ -136,4 +138,27 @@ POD_EXEC = dict(
     command={"type": "raw", "required": True},
     timeout={"type": "int", "default": 120},
     auth={"type": "dict", "default": {}, "no_log": True},
+)
+
+# specpilot.core.pod_log: a pod's log, as kubernetes.core.k8s_log returns it
+POD_LOG = dict(
+    K8S_CONNECTION,
+    name={"type": "str", "required": True},
+    namespace={"type": "str", "required": True},
+    container={"type": "str"},
+    previous={"type": "bool", "default": False},
+    since_seconds={"type": "int"},
+    tail_lines={"type": "int"},
+    request_timeout={"type": "int", "default": 30},
+    auth={"type": "dict", "default": {}, "no_log": True},
+)
+
+# specpilot.core.k8s_read: objects, as kubernetes.core.k8s_info returns them
+K8S_READ = dict(
+    K8S_AUTH,
+    api_version={"type": "str", "default": "v1"},
+    kind={"type": "str", "required": True},
+    name={"type": "str"},
+    namespace={"type": "str"},
+    label_selectors={"type": "list", "elements": "str", "default": []},
 )

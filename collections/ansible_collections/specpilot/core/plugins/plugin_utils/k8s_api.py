@@ -28,21 +28,17 @@ def client(auth):
     return get_api_client(**auth).client
 
 
-def pod_log(api_client, name, namespace, container=None, tail_lines=None, timeout=REQUEST_TIMEOUT):
-    """The lines of a pod's log (kubernetes.core.k8s_log's ``log_lines``), or None when it cannot be read
-    (the container has not started yet, or the pod is gone)."""
+def pod_log(api_client, name, namespace, container=None, timeout=REQUEST_TIMEOUT, **options):
+    """The text of a pod's log (CoreV1Api.read_namespaced_pod_log; ``options``: previous, since_seconds,
+    tail_lines, as kubernetes.core.k8s_log takes them). Raises the client's exception when it cannot be
+    read (400: the container has not started; 404: no such pod; 403: pods/log refused)."""
     from kubernetes.client.api.core_v1_api import CoreV1Api
 
-    kwargs = {"container": container} if container else {}
-    if tail_lines:
-        kwargs["tail_lines"] = tail_lines
-    try:
-        text = CoreV1Api(api_client).read_namespaced_pod_log(
-            name, namespace, _request_timeout=timeout, **kwargs
-        )
-    except Exception:  # noqa: BLE001 - 400 (not started), 404 (gone), no connection: the caller polls again
-        return None
-    return (text or "").splitlines()
+    kwargs = {k: v for k, v in dict(options, container=container).items() if v not in (None, False, 0)}
+    return (
+        CoreV1Api(api_client).read_namespaced_pod_log(name, namespace, _request_timeout=timeout, **kwargs)
+        or ""
+    )
 
 
 class Writer(object):
