@@ -33,8 +33,7 @@ class ActionModule(ControllerAction):
     def act(self, params, task_vars, result):
         self._task_vars = task_vars or {}
         # the connection options (module_defaults group/specpilot.core.k8s sets them), then what auth adds
-        self._auth = {k: params[k] for k in deploy_args.K8S_CONNECTION if params.get(k) is not None}
-        self._auth.update({k: v for k, v in (params["auth"] or {}).items() if v is not None})
+        self._auth = k8s_api.auth_of(params)
         self._reader = K8sReader(self._loader, self._templar, self._task_vars, self._auth)
         self._api = None
         host = self._task_vars.get("inventory_hostname", "localhost")

@@ -25,8 +25,7 @@ class ActionModule(ControllerAction):
     ARGUMENT_SPEC = deploy_args.POD_EXEC
 
     def act(self, params, task_vars, result):
-        auth = {k: params[k] for k in deploy_args.K8S_CONNECTION if params.get(k) is not None}
-        auth.update({k: v for k, v in (params["auth"] or {}).items() if v is not None})
+        auth = k8s_api.auth_of(params)
         command = params["command"]
         argv = shlex.split(command) if isinstance(command, str) else [str(word) for word in command or []]
         result["changed"] = False
@@ -37,7 +36,9 @@ class ActionModule(ControllerAction):
         try:
             ran = run(auth, params["namespace"], params["pod"], params["container"], argv, params["timeout"])
         except Exception as exc:  # noqa: BLE001 - refused (403), no such pod (404), no connection, ...
-            result.update(failed=True, msg="cannot exec in pod %s: %s" % (target, _short(exc)))
+            result.update(
+                failed=True, msg="cannot exec in pod %s: %s" % (target, k8s_api.failure(exc)["msg"])
+            )
             return result
         result.update(ran)
         if ran["rc"] is None:
@@ -101,13 +102,3 @@ def exit_code(status):
             except (TypeError, ValueError):
                 break
     return -1
-
-
-def _short(exc):
-    body = getattr(exc, "body", None)
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or str(exc))
-    reason = getattr(exc, "reason", None)
-    status = getattr(exc, "status", None)
-    head = " ".join(str(x) for x in (status, reason) if x)
-    text = " ".join(str(text).split())[:500]
-    return "%s: %s" % (head, text) if head and head not in text else text

@@ -17,8 +17,7 @@ class ActionModule(ControllerAction):
     ARGUMENT_SPEC = deploy_args.POD_LOG
 
     def act(self, params, task_vars, result):
-        auth = {k: params[k] for k in deploy_args.K8S_CONNECTION if params.get(k) is not None}
-        auth.update({k: v for k, v in (params["auth"] or {}).items() if v is not None})
+        auth = k8s_api.auth_of(params)
         result["changed"] = False
         try:
             log = k8s_api.pod_log(

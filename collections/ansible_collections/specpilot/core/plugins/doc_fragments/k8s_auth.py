@@ -39,3 +39,15 @@ notes:
     as C(group/kubernetes.core.k8s) does for kubernetes.core's modules. Options left out fall back to
     the C(K8S_AUTH_*) variables and C(KUBECONFIG).
 """
+
+    # the ``auth`` option of the actions that take more of kubernetes.core's options (k8s_job_wait,
+    # pod_exec, pod_log): extends_documentation_fragment specpilot.core.k8s_auth.more
+    MORE = r"""
+options:
+  auth:
+    description:
+      - More kubernetes.core connection options passed to every call (C(client_cert), C(proxy), ...); a key that
+        is also an option of this module (C(kubeconfig), C(context), ...) overrides it. Not logged.
+    type: dict
+    default: {}
+"""

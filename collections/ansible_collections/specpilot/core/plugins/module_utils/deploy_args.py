@@ -7,6 +7,7 @@ from __future__ import annotations
 
 __all__ = [
     "K8S_CONNECTION",
+    "K8S_CONNECTION_AUTH",
     "K8S_AUTH",
     "KSERVE_DETECT",
     "DEPLOY_STATE",
@@ -30,6 +31,9 @@ K8S_CONNECTION = {
     "validate_certs": {"type": "bool", "aliases": ["verify_ssl"]},
     "ca_cert": {"type": "path", "aliases": ["ssl_ca_cert"]},
 }
+
+# ... and the ``auth`` dict of the actions that take more of kubernetes.core's options (client_cert, proxy, ...)
+K8S_CONNECTION_AUTH = dict(K8S_CONNECTION, auth={"type": "dict", "default": {}, "no_log": True})
 
 # ... and what the deploy modules that read through kubernetes.core's k8s lookup add (doc fragment k8s_read)
 K8S_AUTH = dict(
@@ -107,7 +111,7 @@ SERVICE_LOCK = dict(
 )
 
 K8S_JOB_WAIT = dict(
-    K8S_CONNECTION,
+    K8S_CONNECTION_AUTH,
     name={"type": "str", "required": True},
     namespace={"type": "str", "required": True},
     container={"type": "str"},
@@ -118,7 +122,6 @@ K8S_JOB_WAIT = dict(
     log_tail_lines={"type": "int", "default": 40},
     show_progress={"type": "bool", "default": True},
     line_prefix={"type": "str", "default": "specpilot-stage: "},
-    auth={"type": "dict", "default": {}, "no_log": True},
 )
 
 # specpilot.core.k8s_retry: kubernetes.core.k8s run again, with backoff, while it fails with a transient error
@@ -131,18 +134,17 @@ K8S_RETRY = dict(
 
 # specpilot.core.pod_exec: a command that reads, run in a pod's container over the exec API
 POD_EXEC = dict(
-    K8S_CONNECTION,
+    K8S_CONNECTION_AUTH,
     namespace={"type": "str", "required": True},
     pod={"type": "str", "required": True},
     container={"type": "str"},
     command={"type": "raw", "required": True},
     timeout={"type": "int", "default": 120},
-    auth={"type": "dict", "default": {}, "no_log": True},
 )
 
 # specpilot.core.pod_log: a pod's log, as kubernetes.core.k8s_log returns it
 POD_LOG = dict(
-    K8S_CONNECTION,
+    K8S_CONNECTION_AUTH,
     name={"type": "str", "required": True},
     namespace={"type": "str", "required": True},
     container={"type": "str"},
@@ -150,7 +152,6 @@ POD_LOG = dict(
     since_seconds={"type": "int"},
     tail_lines={"type": "int"},
     request_timeout={"type": "int", "default": 30},
-    auth={"type": "dict", "default": {}, "no_log": True},
 )
 
 # specpilot.core.k8s_read: objects, as kubernetes.core.k8s_info returns them

@@ -77,15 +77,9 @@ options:
     description: Only log lines with this prefix are printed while waiting (empty - every line).
     type: str
     default: "specpilot-stage: "
-  auth:
-    description:
-      - More kubernetes.core connection options passed to every call (C(client_cert), C(proxy), ...);
-        a key that is also an option of this module (C(kubeconfig), C(context), ...) overrides it.
-        Not logged.
-    type: dict
-    default: {}
 extends_documentation_fragment:
   - specpilot.core.k8s_auth
+  - specpilot.core.k8s_auth.more
 
 notes:
   - "Progress lines appear in the play's output as C([host] specpilot-stage: progress ...) while the task runs."

@@ -56,14 +56,9 @@ options:
     description: Seconds to wait for the API server's answer.
     type: int
     default: 30
-  auth:
-    description:
-      - More kubernetes.core connection options (C(client_cert), C(proxy), ...); a key that is also an option of
-        this module (C(kubeconfig), C(context), ...) overrides it. Not logged.
-    type: dict
-    default: {}
 extends_documentation_fragment:
   - specpilot.core.k8s_auth
+  - specpilot.core.k8s_auth.more
 
 seealso:
   - module: kubernetes.core.k8s_log

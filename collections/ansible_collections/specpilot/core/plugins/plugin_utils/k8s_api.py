@@ -18,7 +18,18 @@ classifies (429 and 5xx and no answer: transient; 409 on a conditional write: th
 
 from __future__ import annotations
 
+from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import auth_options
+
 REQUEST_TIMEOUT = 30
+
+
+def auth_of(params):
+    """The connection of an action's validated ``params``: its connection options (k8s_reader.auth_options),
+    then what its ``auth`` option adds or overrides (unset ones left out, so that kubernetes.core's
+    K8S_AUTH_* defaults apply)."""
+    auth = auth_options(params)
+    auth.update({k: v for k, v in (params.get("auth") or {}).items() if v is not None})
+    return auth
 
 
 def client(auth):
