@@ -150,22 +150,55 @@ def _records() -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_cases(junit_dir: Path) -> list[tuple[float, str, str]]:
-    """(seconds, test id, outcome) of every test case in the JUnit files of junit_dir."""
-    cases = []
+def _junit_cases(junit_dir: Path):
+    """Every <testcase> element of the JUnit files of junit_dir, with its test id."""
     for xml in sorted(junit_dir.glob("*.xml")):
         try:
             tree = ET.parse(xml)
         except ET.ParseError:
             continue
         for case in tree.iter("testcase"):
-            outcome = "passed"
-            for tag in ("failure", "error", "skipped"):
-                if case.find(tag) is not None:
-                    outcome = {"failure": "FAILED", "error": "ERROR", "skipped": "skipped"}[tag]
-            test_id = f"{case.get('classname', '')}::{case.get('name', '')}"
-            cases.append((float(case.get("time") or 0.0), test_id, outcome))
+            yield case, f"{case.get('classname', '')}::{case.get('name', '')}"
+
+
+def test_cases(junit_dir: Path) -> list[tuple[float, str, str]]:
+    """(seconds, test id, outcome) of every test case in the JUnit files of junit_dir."""
+    cases = []
+    for case, test_id in _junit_cases(junit_dir):
+        outcome = "passed"
+        for tag in ("failure", "error", "skipped"):
+            if case.find(tag) is not None:
+                outcome = {"failure": "FAILED", "error": "ERROR", "skipped": "skipped"}[tag]
+        cases.append((float(case.get("time") or 0.0), test_id, outcome))
     return cases
+
+
+def failures(junit_dir: Path, lines: int = 6) -> list[tuple[str, list[str]]]:
+    """(test id, the last ``lines`` lines of its failure or error text) of each failed test case:
+    the end of a pytest traceback is the assertion and its message, which is what a reader of a
+    red CI run's last screen needs first."""
+    out = []
+    for case, test_id in _junit_cases(junit_dir):
+        bad = case.find("failure")
+        bad = bad if bad is not None else case.find("error")
+        if bad is None:
+            continue
+        text = (bad.text or bad.get("message") or "").rstrip().splitlines()
+        out.append((test_id, [t[:160] for t in text[-lines:]]))
+    return out
+
+
+def _failed_lines(junit_dir: Path, scenarios: list[dict]) -> list[str]:
+    """The closing section of a red run: what failed, last, so a log's tail shows it."""
+    found = failures(junit_dir)
+    bad = [r["name"].split(":", 1)[1] for r in scenarios if r["rc"] != 0]
+    if not found and not bad:
+        return []
+    lines = ["What failed (the end of each failure; the stage logs above have the whole of it)"]
+    for test_id, text in found:
+        lines += [f"  FAILED {test_id}"] + [f"    | {t}" for t in text]
+    lines += [f"  FAILED molecule scenario {name} (logs/lane-*.log)" for name in bad]
+    return lines + [""]
 
 
 def file_durations(cases: list[tuple[float, str, str]]) -> dict[str, float]:
@@ -257,6 +290,7 @@ def report(count: int) -> int:
         )
         lines += [f"  {s:7.1f}s  {outcome:7}  {test_id}" for s, test_id, outcome in slow]
         lines.append("")
+    lines += _failed_lines(TIMES / "junit", scenarios)
     over = total - BUDGET_S
     lines.append(
         f"budget: {_clock(BUDGET_S)} on 2 cores from a clean clone; this run {_clock(total)}"

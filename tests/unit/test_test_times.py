@@ -15,7 +15,10 @@ JUNIT = """<testsuites><testsuite>
 <testcase classname="tests.unit.test_a" name="test_fast" time="0.2"/>
 <testcase classname="tests.lab.test_b" name="test_slow" time="42.5"/>
 <testcase classname="tests.lab.test_b" name="test_skipped" time="0.0"><skipped message="no venv"/></testcase>
-<testcase classname="tests.lab.test_c" name="test_broken" time="7.0"><failure message="boom"/></testcase>
+<testcase classname="tests.lab.test_c" name="test_broken" time="7.0"><failure message="boom">Traceback
+  line one
+E   assert 3 == 4
+E    +  where 3 = len(pods)</failure></testcase>
 </testsuite></testsuites>"""
 
 
@@ -51,6 +54,27 @@ def test_report_shows_stages_scenarios_slowest_tests_and_the_closing_counts(tmp_
     assert "to spare" in out
     # pytest cases and molecule scenarios, the last line, in the form CI reads
     assert out.rstrip().splitlines()[-1] == "tests: 3 passed, 1 failed, 1 skipped"
+
+
+def test_a_red_run_ends_with_what_failed_and_the_end_of_each_failure(tmp_path):
+    times(tmp_path, "reset")
+    times(tmp_path, "run", "molecule:rollback", "--", sys.executable, "-c", "raise SystemExit(2)")
+    (tmp_path / "times" / "junit" / "lane-b.xml").write_text(JUNIT)
+    out = times(tmp_path, "report").stdout
+    # after the slowest tests, so the last screen of a CI log names what failed and why
+    failed = out.split("What failed", 1)[1].split("budget:", 1)[0]
+    assert out.index("slowest tests") < out.index("What failed")
+    assert "FAILED tests.lab.test_c::test_broken" in failed
+    assert "| E   assert 3 == 4" in failed and "| E    +  where 3 = len(pods)" in failed
+    assert "test_slow" not in failed and "test_skipped" not in failed
+    assert "FAILED molecule scenario rollback" in failed
+    assert out.rstrip().splitlines()[-1] == "tests: 2 passed, 2 failed, 1 skipped"
+
+
+def test_a_green_run_has_no_failure_section(tmp_path):
+    times(tmp_path, "reset")
+    times(tmp_path, "run", "molecule:rollback", "--", sys.executable, "-c", "pass")
+    assert "What failed" not in times(tmp_path, "report").stdout
 
 
 def test_usage_errors_are_exit_2(tmp_path):
