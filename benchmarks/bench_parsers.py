@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT / "collections") not in sys.path:
     sys.path.insert(0, str(ROOT / "collections"))
 
-from ansible_collections.specpilot.core.plugins.module_utils import vllm_logs, vllm_metrics  # noqa: E402
+from ansible_collections.specpilot.core.plugins.module_utils.engine import vllm_logs, vllm_metrics
 
 REFERENCE = ROOT.parent / "shared" / "reference"
 REAL_LOGS = REFERENCE / "vllm-real-logs"

@@ -37,7 +37,7 @@ for path in (ROOT / "collections", ROOT / "lab", ROOT / "tests"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from ansible_collections.specpilot.core.plugins.module_utils import modelcar, stager  # noqa: E402
+from ansible_collections.specpilot.core.plugins.module_utils.staging import modelcar, stager
 
 SIZE_MIB = int(os.environ.get("SPECPILOT_BENCH_STAGING_MIB", "256"))
 REPEAT = max(1, int(os.environ.get("SPECPILOT_BENCH_STAGING_REPEAT", "2")))

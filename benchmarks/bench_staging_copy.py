@@ -1,6 +1,6 @@
 """PVC staging copy throughput (issue 5): the staging program against ``cp``, side by side in one run.
 
-The staging program (``module_utils/stager.py``, what the staging Job runs) copies a model from a
+The staging program (``module_utils/staging/stager.py``, what the staging Job runs) copies a model from a
 ``pvc://`` source directory: sha256 of every byte (the default ``verify``) or sizes only
 (``verify: size``), fsync of every file it wrote, the layout check and the marker.  The baseline is
 ``cp -r`` of the same directory followed by ``sync <every copied file>`` (coreutils fsyncs each
@@ -31,7 +31,7 @@ for path in (ROOT / "collections", ROOT / "lab", ROOT / "tests"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from ansible_collections.specpilot.core.plugins.module_utils import stager  # noqa: E402
+from ansible_collections.specpilot.core.plugins.module_utils.staging import stager
 
 from benchmarks.bench_staging import SYSTEM_PYTHON, _make_model  # noqa: E402
 

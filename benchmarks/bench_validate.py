@@ -35,8 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT / "collections") not in sys.path:
     sys.path.insert(0, str(ROOT / "collections"))
 
-from ansible_collections.specpilot.core.plugins.module_utils import validator  # noqa: E402
-from ansible_collections.specpilot.core.plugins.module_utils.spec import assemble_from_vars  # noqa: E402
+from ansible_collections.specpilot.core.plugins.module_utils.service import validator
+from ansible_collections.specpilot.core.plugins.module_utils.service.spec import (  # noqa: E402
+    assemble_from_vars,
+)
 
 SERVICES = int(os.environ.get("SPECPILOT_BENCH_SERVICES", "50"))
 PER_SPEC_TARGET_MS = 50.0
@@ -112,7 +114,7 @@ import sys, time, yaml
 t0 = time.perf_counter()
 sys.path.insert(0, sys.argv[1])
 from ansible_collections.specpilot.core.plugins.module_utils import validator
-from ansible_collections.specpilot.core.plugins.module_utils.spec import assemble_from_vars
+from ansible_collections.specpilot.core.plugins.module_utils.service.spec import assemble_from_vars
 doc = yaml.safe_load(open(sys.argv[2]))
 doc.pop("expect", None)
 validator.module_result(dict(spec=assemble_from_vars(doc)[0], fail_on_error=False))

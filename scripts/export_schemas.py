@@ -4,8 +4,8 @@
     python scripts/export_schemas.py          # (re)write schemas/
     python scripts/export_schemas.py --check  # exit 1 when schemas/ is out of date
 
-The service schema lives in module_utils/spec.py and the vLLM profiles in
-module_utils/vllm_profiles.py, so the module carries them wherever the collection is
+The service schema lives in module_utils/service/spec.py and the vLLM profiles in
+module_utils/service/vllm_profiles.py, so the module carries them wherever the collection is
 installed.  The files under schemas/ are their exports, for editors, other tools and
 the module's schema_dir option.
 """
@@ -20,8 +20,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "collections"))
 
-from ansible_collections.specpilot.core.plugins.module_utils import vllm_profiles  # noqa: E402
-from ansible_collections.specpilot.core.plugins.module_utils.spec import SERVICE_SCHEMA  # noqa: E402
+from ansible_collections.specpilot.core.plugins.module_utils.service import vllm_profiles
+from ansible_collections.specpilot.core.plugins.module_utils.service.spec import SERVICE_SCHEMA  # noqa: E402
 
 
 def dump(data):

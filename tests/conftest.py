@@ -2,7 +2,7 @@
 
 import os
 
-# Validation reads model facts at the artifacts' sources (module_utils/model_facts.py) unless
+# Validation reads model facts at the artifacts' sources (module_utils/service/model_facts.py) unless
 # specpilot_model_facts is off: the corpus and the inventories name hf:// repositories that a test
 # machine must not depend on, so the tests run with it off (the variable passes on to the
 # ansible-playbook runs they start); tests/unit/validate/test_model_facts.py turns it on against local

@@ -27,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 COLLECTION = ROOT / "collections" / "ansible_collections" / "specpilot" / "core"
-STAGER = COLLECTION / "plugins" / "module_utils" / "stager.py"
+STAGER = COLLECTION / "plugins" / "module_utils" / "staging" / "stager.py"
 STAGING_VENV = ROOT / ".venv-staging"
 STAGING_PYTHON = STAGING_VENV / "bin" / "python"
 SYSTEM_PYTHON = Path("/usr/bin/python3")

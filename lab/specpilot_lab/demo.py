@@ -86,7 +86,7 @@ def scrape(url: str) -> str:
 
 
 def metrics_facts(text: str) -> dict:
-    from ansible_collections.specpilot.core.plugins.module_utils import vllm_metrics
+    from ansible_collections.specpilot.core.plugins.module_utils.engine import vllm_metrics
 
     return vllm_metrics.parse_metrics_text(text)
 

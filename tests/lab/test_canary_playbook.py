@@ -1,7 +1,7 @@
 """playbooks/canary.yml against the lab (API emulator + controller) on the stand-in engine, with
 live traffic: benchmarks/stream_server.py is every predictor pod's "vLLM" (it streams, exports
 vLLM's latency histograms and, with a speculative config, 3.4 tokens per step and the spec-decode
-counters, acceptance 0.8); the load generator (module_utils/bench_client.py, a new connection per
+counters, acceptance 0.8); the load generator (module_utils/benchmark/bench_client.py, a new connection per
 request so that the lab's Service proxy spreads them by weight) plays production traffic in a
 background thread. One lab for the module: the stable lab-ngram (its plan without the speculative
 config) is canaried twice - an impossible acceptance floor aborts at the first step, leaving the
@@ -18,7 +18,7 @@ import pytest
 
 from test_benchmark_playbook import ISVC_API, Deployed, fake_engine_lab, playbook, wait
 
-from ansible_collections.specpilot.core.plugins.module_utils import bench_client
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_client
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -101,7 +102,10 @@ def test_role_has_argument_specs_and_readme(role):
 
 def test_shared_arguments_are_the_collections_override_variables():
     """The unprefixed role arguments are exactly the variables spec_validate reads (spec.OVERRIDE_VARS)."""
-    from ansible_collections.specpilot.core.plugins.module_utils.spec import CONTROL_VARS, OVERRIDE_VARS
+    from ansible_collections.specpilot.core.plugins.module_utils.service.spec import (
+        CONTROL_VARS,
+        OVERRIDE_VARS,
+    )
 
     assert SHARED_ARGUMENTS == set(OVERRIDE_VARS.values())
     assert SHARED_ARGUMENTS <= set(CONTROL_VARS)  # never mistaken for (misspelt) spec keys
@@ -203,8 +207,58 @@ def test_renamed_modules_keep_their_old_names_for_one_release(tmp_path):
     assert "specpilot.core.spec_monitoring is now specpilot.core.monitoring" in run.stdout + run.stderr
     routing = yaml.safe_load((COLLECTION / "meta" / "runtime.yml").read_text())["plugin_routing"]
     assert routing["modules"]["spec_guard"]["redirect"] == "specpilot.core.acceptance_guard"
+    assert routing["module_utils"]["spec_guard"]["redirect"] == "specpilot.core.operate.acceptance_guard"
     assert (COLLECTION / "plugins" / "modules" / "acceptance_guard.py").is_file()
 
+
+
+def test_module_utils_are_packaged_by_capability_and_the_flat_names_still_import(tmp_path):
+    """module_utils/<capability>/<name>.py, one folder a capability (issue 17); the flat import path of each file
+    is routed to its new one for one release (meta/runtime.yml plugin_routing.module_utils, with a deprecation
+    warning), so a user's own module that imported specpilot.core's module_utils keeps working."""
+    utils = COLLECTION / "plugins" / "module_utils"
+    flat = sorted(p.stem for p in utils.glob("*.py"))
+    assert flat == ["common", "fact_tasks"], "only the shared helpers stay flat: " + repr(flat)
+    packaged = {p.stem: p.parent.name for p in utils.glob("*/*.py") if p.stem != "__init__"}
+    assert len(packaged) > 40
+    routing = yaml.safe_load((COLLECTION / "meta" / "runtime.yml").read_text())["plugin_routing"]["module_utils"]
+    # every flat name of before the move (all but the modules added since) goes where its file is now
+    moved = {name: package for name, package in packaged.items() if name not in ("files", "reports")}
+    for name, package in moved.items():
+        assert routing[name]["redirect"] == f"specpilot.core.{package}.{name}", name
+        assert routing[name]["deprecation"]["removal_version"] == "1.0.0", name
+    for name, entry in routing.items():
+        target = entry["redirect"].split(".", 2)[2].replace(".", "/")
+        assert (utils / target).with_suffix(".py").is_file(), (name, entry["redirect"])
+    for package in set(packaged.values()):
+        assert (utils / package / "__init__.py").read_text() == "", package
+    library = tmp_path / "library"
+    library.mkdir()
+    (library / "old_import.py").write_text(
+        "from ansible.module_utils.basic import AnsibleModule\n"
+        "from ansible_collections.specpilot.core.plugins.module_utils.spec import assemble_from_vars\n"
+        "AnsibleModule(argument_spec={}).exit_json(changed=False, found=callable(assemble_from_vars))\n"
+    )
+    book = tmp_path / "old_import.yml"
+    book.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - old_import: {}\n      register: r\n"
+        "    - ansible.builtin.assert: {that: [r.found]}\n"
+    )
+    env = dict(
+        os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_LIBRARY=str(library)
+    )
+    run = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", "localhost,", "-c", "local"]
+        + ["-e", "ansible_python_interpreter=" + sys.executable, str(book)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "module_utils spec is now service.spec" in run.stdout + run.stderr
 
 MAX_FUNCTION_LINES = 120
 
@@ -223,3 +277,22 @@ def test_no_collection_function_is_longer_than_a_reader_can_hold():
                     where = "%s:%d" % (path.relative_to(ROOT), node.lineno)
                     too_long.append("%s %s (%d lines)" % (where, node.name, lines))
     assert not too_long, "split these functions:\n" + "\n".join(too_long)
+
+
+MAX_JINJA_CHARS = 200
+JINJA = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.S)
+
+
+def test_no_jinja_expression_is_a_program():
+    """Decisions in Python, wiring in YAML (issue 17): no Jinja expression in the roles and playbooks longer than
+    about 200 characters (whitespace collapsed). A longer one is a decision: a filter or module with a unit test,
+    or smaller named steps (task vars)."""
+    long = []
+    for path in sorted([*(ROOT / "roles").rglob("*.yml"), *(ROOT / "playbooks").rglob("*.yml")]):
+        text = path.read_text()
+        for m in JINJA.finditer(text):
+            expr = " ".join(m.group(0).split())
+            if len(expr) > MAX_JINJA_CHARS:
+                line = text[: m.start()].count("\n") + 1
+                long.append(f"{path.relative_to(ROOT)}:{line} ({len(expr)} chars): {expr[:80]}...")
+    assert not long, "\n".join(long)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from ansible_collections.specpilot.core.plugins.module_utils import render
+from ansible_collections.specpilot.core.plugins.module_utils.service import render
 from specpilot_lab.apiserver.auth import ADMIN_TOKEN
 
 ROOT = Path(__file__).resolve().parents[3]

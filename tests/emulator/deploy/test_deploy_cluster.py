@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.specpilot.core.plugins.module_utils import deploy_kserve
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_kserve
 from deploy_helpers import DRAFT, GROUP_VARS, NGRAM, FakeKServe, create_namespace, get, run_deploy, write_inventory
 
 pytestmark = pytest.mark.slow

@@ -241,7 +241,7 @@ def test_option_b_repoints_to_the_modelcar_without_the_draft_in_the_same_apply(e
     import hashlib
 
     import staging_support as ss
-    from ansible_collections.specpilot.core.plugins.module_utils import modelcar
+    from ansible_collections.specpilot.core.plugins.module_utils.staging import modelcar
     from specpilot_lab import registry as lab_registry
 
     ns = "rb-modelcar"

@@ -379,8 +379,8 @@ def test_rollout_workflow_asks_the_overrides_once_for_every_node():
 
 
 def test_override_questions_keep_by_default_and_offer_real_methods():
-    from ansible_collections.specpilot.core.plugins.module_utils import vllm_profiles as vp
-    from ansible_collections.specpilot.core.plugins.module_utils.spec_override import KEEP_METHOD
+    from ansible_collections.specpilot.core.plugins.module_utils.service import vllm_profiles as vp
+    from ansible_collections.specpilot.core.plugins.module_utils.service.spec_override import KEEP_METHOD
 
     newest = vp.all_profiles()[-1]["x-specpilot"]["methods"]
     for obj in list(TEMPLATES.values()) + list(WORKFLOWS.values()):

@@ -51,8 +51,8 @@ def requests_for(ttft_ms, tpot_ms, n=20, tokens=100, prompts=4, jitter=0.0, fail
 
 def run(side, qps, ttft_ms, tpot_ms, duration_s=10.0, acceptance=None, concurrency=None, **kw):
     """One run as vllm_load returns it (summary computed from constructed requests)."""
-    from ansible_collections.specpilot.core.plugins.module_utils.bench_analysis import summarise_run
-    from ansible_collections.specpilot.core.plugins.module_utils.bench_client import level_key
+    from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_analysis import summarise_run
+    from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_client import level_key
 
     raw = {
         "level": {"qps": qps, "concurrency": concurrency, "key": level_key(qps, concurrency)},

@@ -1,4 +1,4 @@
-"""The benchmark analysis and verdict (module_utils/bench_analysis.py), on constructed results."""
+"""The benchmark analysis and verdict (module_utils/benchmark/bench_analysis.py), on constructed results."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy
 import pytest
 from bench_helpers import ACCEPT, metrics_page, requests_for, run
 
-from ansible_collections.specpilot.core.plugins.module_utils import bench_analysis as ba
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_analysis as ba
 
 # ------------------------------------------------------------------ statistics
 

@@ -1,4 +1,4 @@
-"""The streaming load generator (module_utils/bench_client.py) against benchmarks/stream_server.py."""
+"""The streaming load generator (module_utils/benchmark/bench_client.py) against benchmarks/stream_server.py."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import urllib.request
 import pytest
 from bench_helpers import ROOT, WORKLOADS, StreamServer, run_tasks
 
-from ansible_collections.specpilot.core.plugins.module_utils import bench_analysis as ba
-from ansible_collections.specpilot.core.plugins.module_utils import bench_client as bc
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_analysis as ba
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_client as bc
 from ansible_collections.specpilot.core.plugins.modules import vllm_load
 
-CLIENT = ROOT / "collections/ansible_collections/specpilot/core/plugins/module_utils/bench_client.py"
+CLIENT = ROOT / "collections/ansible_collections/specpilot/core/plugins/module_utils/benchmark/bench_client.py"
 SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
 
 

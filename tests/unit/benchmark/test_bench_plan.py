@@ -1,4 +1,4 @@
-"""specpilot.core.benchmark_plan (module_utils/bench_plan.py) and the benchmark role's filters:
+"""specpilot.core.benchmark_plan (module_utils/benchmark/bench_plan.py) and the benchmark role's filters:
 what the role measures and how, decided in Python from the validated plan and the settings."""
 
 from __future__ import annotations
@@ -13,8 +13,11 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from bench_helpers import ROOT, WORKLOADS
 
 from ansible_collections.specpilot.core.plugins.filter import benchmark as filters
-from ansible_collections.specpilot.core.plugins.module_utils import bench_plan
-from ansible_collections.specpilot.core.plugins.module_utils.bench_plan import BenchPlanError, build_plan
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_plan
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_plan import (
+    BenchPlanError,
+    build_plan,
+)
 from ansible_collections.specpilot.core.plugins.modules.benchmark_plan import ARGUMENT_SPEC
 
 PLAN = {

@@ -1,4 +1,4 @@
-"""The benchmark report (module_utils/bench_report.py) and the two modules through ansible-playbook."""
+"""The benchmark report (module_utils/benchmark/bench_report.py) and the two modules through ansible-playbook."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import pytest
 from bench_helpers import ACCEPT, WORKLOADS, StreamServer, run, run_tasks
 
-from ansible_collections.specpilot.core.plugins.module_utils import bench_analysis as ba
-from ansible_collections.specpilot.core.plugins.module_utils import bench_report as br
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_analysis as ba
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_report as br
 
 GPU_NODE = {
     "metadata": {

@@ -1,4 +1,4 @@
-"""The tuning run's choice (module_utils/bench_tune.py) and its report, on verdicts of the benchmark's
+"""The tuning run's choice (module_utils/benchmark/bench_tune.py) and its report, on verdicts of the benchmark's
 own analysis (bench_analysis.analyse) of constructed runs: one baseline, one set of runs per candidate."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import json
 import pytest
 from bench_helpers import ACCEPT, run, run_tasks
 
-from ansible_collections.specpilot.core.plugins.module_utils import bench_analysis as ba
-from ansible_collections.specpilot.core.plugins.module_utils import bench_tune as bt
-from ansible_collections.specpilot.core.plugins.module_utils.plots import pyplot
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_analysis as ba
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_tune as bt
+from ansible_collections.specpilot.core.plugins.module_utils.report.plots import pyplot
 
 BASELINE = [run("baseline", 1, ttft_ms=50, tpot_ms=20, jitter=0.05)]
 

@@ -1,4 +1,4 @@
-"""The decision beyond the noise (module_utils/bench_verdict.py): validity, intervals, the SLO
+"""The decision beyond the noise (module_utils/benchmark/bench_verdict.py): validity, intervals, the SLO
 policy, the recommended k, equivalence and the temperature bands, on constructed runs shaped like
 the cases issue 16 recorded in the lab (qps=1: a clear win with TTFT +10%; qps=4: a stream that
 arrived in one burst)."""
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from bench_helpers import ACCEPT, requests_for, run
 
-from ansible_collections.specpilot.core.plugins.module_utils import bench_analysis as ba
-from ansible_collections.specpilot.core.plugins.module_utils import bench_verdict as bv
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_analysis as ba
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_verdict as bv
 
 
 def _noisy(side, qps, ttft_ms, tpot_ms, jitter, **kw):

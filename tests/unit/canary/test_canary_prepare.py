@@ -1,4 +1,4 @@
-"""What a canary run does with the live service, and how long it holds the lock (module_utils/canary.py
+"""What a canary run does with the live service, and how long it holds the lock (module_utils/operate/canary.py
 todo and lock_seconds, the canary role's prepare step through its filters)."""
 
 from __future__ import annotations

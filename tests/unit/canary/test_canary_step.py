@@ -1,4 +1,4 @@
-"""module_utils/canary.py around the decision: holding a step (scrapes, early end, extensions, the
+"""module_utils/operate/canary.py around the decision: holding a step (scrapes, early end, extensions, the
 100% step against the previous baseline window), the arms' pod URLs, the traffic-split support
 check, and the Markdown report."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from test_canary_window import page
 
-from ansible_collections.specpilot.core.plugins.module_utils import canary
+from ansible_collections.specpilot.core.plugins.module_utils.operate import canary
 
 ARMS = {
     "baseline": [{"pod": "stable-1", "url": "http://b/metrics"}],

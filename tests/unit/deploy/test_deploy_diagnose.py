@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ansible_collections.specpilot.core.plugins.module_utils import deploy_diagnose as dd
-from ansible_collections.specpilot.core.plugins.module_utils import deploy_rollout as dr
-from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import retryable, status_code
-from ansible_collections.specpilot.core.plugins.module_utils.vllm_logs import parse_log_text
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_diagnose as dd
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_rollout as dr
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import retryable, status_code
+from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_logs import parse_log_text
 from deploy_unit_helpers import applied, deployment, plan, pod, ready_status
 
 LOGS = Path(__file__).resolve().parents[2] / "data" / "vllm"

@@ -1,6 +1,6 @@
-"""The one retry helper (module_utils/deploy_retry.py) and its callers: the Kubernetes reads
+"""The one retry helper (module_utils/k8s/deploy_retry.py) and its callers: the Kubernetes reads
 (plugin_utils/k8s_reader.py), the Lease writes (plugin_utils/lease_client.py) and the OCI registry
-client (module_utils/oci_registry.py).  A fake clock: nothing here sleeps."""
+client (module_utils/staging/oci_registry.py).  A fake clock: nothing here sleeps."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import urllib.error
 
 import pytest
 
-from ansible_collections.specpilot.core.plugins.module_utils import oci_registry
-from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import (
+from ansible_collections.specpilot.core.plugins.module_utils.staging import oci_registry
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import (
     Backoff,
     retry_after_of,
     retry_after_seconds,
@@ -308,7 +308,7 @@ def test_registry_without_tls_verify_falls_back_to_http_at_once():
 def test_reads_writes_and_the_registry_classify_a_status_alike(monkeypatch):
     """One rule (transient_status): 429 and every 5xx are retried, a 4xx is not - by the reads
     (k8s_reader.is_transient), the writes (retryable) and the OCI client alike."""
-    from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import transient_status
+    from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import transient_status
 
     for code in (429, 500, 502, 503, 504, 507, 599):
         assert transient_status(code), code

@@ -1,10 +1,10 @@
-"""The service lock's decisions (module_utils/service_lock.py): one holder formula, what taking,
+"""The service lock's decisions (module_utils/k8s/service_lock.py): one holder formula, what taking,
 renewing and releasing the Lease writes, and the message a refused run prints."""
 
 from __future__ import annotations
 
-from ansible_collections.specpilot.core.plugins.module_utils import deploy_state as ds
-from ansible_collections.specpilot.core.plugins.module_utils import service_lock as sl
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_state as ds
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import service_lock as sl
 
 NOW = 1_800_000_000.0
 

@@ -1,4 +1,4 @@
-"""The guard's decisions (module_utils/acceptance_guard.py): reading the InferenceService, statuses,
+"""The guard's decisions (module_utils/operate/acceptance_guard.py): reading the InferenceService, statuses,
 streaks of low readings, history handling, and the Prometheus reading with a canned API."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import urllib.parse
 import pytest
 
 import vllm_pages as vp
-from ansible_collections.specpilot.core.plugins.module_utils import acceptance_guard as g
-from ansible_collections.specpilot.core.plugins.module_utils.vllm_metrics import parse_metrics_text
+from ansible_collections.specpilot.core.plugins.module_utils.operate import acceptance_guard as g
+from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics import parse_metrics_text
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
 
@@ -232,9 +232,8 @@ def test_the_acceptance_band_of_live_traffic_next_to_the_production_temperature(
 
 
 def test_the_guard_markdown_has_the_band_line():
-    import jinja2
+    from ansible_collections.specpilot.core.plugins.module_utils.operate.reports import guard_markdown
 
-    template = (vp.ROOT / "roles" / "specpilot_guard" / "templates" / "report.md.j2").read_text()
     out = g.evaluate(ON, reading(vp.HEALTHY), None, {"min_draft_tokens": 20}, now=0, production_temperature=0)
     service = {"namespace": "ml", "name": "svc", "status": out["status"], "acceptance_rate": 0.8,
                "mean_acceptance_length": 3.4, "per_position": [0.9], "drafted": 30, "streak": 0,
@@ -243,6 +242,6 @@ def test_the_guard_markdown_has_the_band_line():
     report = {"generated_at": "now", "mode": "scrape", "auto_rollback": False, "services": [service, dict(
         service, name="idle", acceptance_band=None)], "thresholds": {
         "min_acceptance_rate": 0.5, "warn_acceptance_rate": 0.65, "min_draft_tokens": 100, "consecutive_readings": 3}}
-    md = jinja2.Environment(trim_blocks=True).from_string(template).render(specpilot_guard_report=report)
+    md = guard_markdown(report)
     assert md.count("Band: ") == 1
     assert "Band: Acceptance 0.800: above 0.65: likely helps (the rule: below 0.5: off" in md

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 import vllm_pages as vp
-from ansible_collections.specpilot.core.plugins.module_utils import monitoring as sm
-from ansible_collections.specpilot.core.plugins.module_utils.vllm_metrics import parse_metrics_text
+from ansible_collections.specpilot.core.plugins.module_utils.operate import monitoring as sm
+from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics import parse_metrics_text
 
 ROOT = vp.ROOT
 PROMTOOL = ROOT / ".venv" / "bin" / "promtool"

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 import vllm_pages as vp
-from ansible_collections.specpilot.core.plugins.module_utils import monitoring as sm
+from ansible_collections.specpilot.core.plugins.module_utils.operate import monitoring as sm
 
 ROOT = vp.ROOT
 V0_PAGE = ROOT / "tests" / "data" / "vllm" / "metrics_v0_0.6.3.txt"

@@ -8,7 +8,7 @@ import io
 import pytest
 from vllm_samples import DATA, draft_weighted, printed_v0, printed_v1, spec_lines
 
-from ansible_collections.specpilot.core.plugins.module_utils.vllm_logs import (
+from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_logs import (
     LogParser,
     parse_log_file,
     parse_log_lines,

@@ -10,7 +10,10 @@ from __future__ import annotations
 import pytest
 from vllm_samples import CPU_RUN, LAB_RUNS, draft_weighted, printed_v0, printed_v1, real, real_log, spec_lines
 
-from ansible_collections.specpilot.core.plugins.module_utils.vllm_logs import parse_log_file, parse_log_lines
+from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_logs import (
+    parse_log_file,
+    parse_log_lines,
+)
 
 APPROX = dict(abs=1e-6)
 V1_FIELDS = ("mean_acceptance_length", "accepted_tokens", "drafted_tokens", "accepted_throughput",

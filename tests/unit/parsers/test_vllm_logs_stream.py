@@ -7,7 +7,7 @@ import tracemalloc
 import pytest
 from vllm_samples import CPU_RUN, printed_v1, real, real_log, spec_lines
 
-from ansible_collections.specpilot.core.plugins.module_utils.vllm_logs import parse_log_file
+from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_logs import parse_log_file
 
 MIB = 1 << 20
 

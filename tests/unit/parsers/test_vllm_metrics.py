@@ -10,7 +10,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from vllm_samples import CPU_RUN, DATA, LAB_RUNS, printed_v1, real, spec_lines
 
-from ansible_collections.specpilot.core.plugins.module_utils.vllm_metrics import (
+from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics import (
     MetricsParseError,
     parse_metrics_file,
     parse_metrics_text,

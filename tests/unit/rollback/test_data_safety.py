@@ -1,4 +1,4 @@
-"""module_utils/data_safety and the PVC draft reclaim that uses it: a delete never reaches what the
+"""module_utils/staging/data_safety and the PVC draft reclaim that uses it: a delete never reaches what the
 service serves, whatever the live object says (a kubectl edit, an older deploy), and the reclaim
 Job repeats the check after resolving symlinks."""
 
@@ -9,7 +9,8 @@ import os
 import subprocess
 
 import pytest
-from ansible_collections.specpilot.core.plugins.module_utils import data_safety, rollback
+from ansible_collections.specpilot.core.plugins.module_utils.staging import data_safety
+from ansible_collections.specpilot.core.plugins.module_utils.operate import rollback
 
 TARGET = {"the target": "target"}
 

@@ -1,5 +1,5 @@
 """The lines the rollback role prints on its decision (decide.yml) and on the draft reclaim (reclaim.yml):
-module_utils/rollback.decision_summary and reclaim_summary, through their filters rollback_decision_summary and
+module_utils/operate/rollback.decision_summary and reclaim_summary, through their filters rollback_decision_summary and
 rollback_reclaim_summary; one test per branch."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.specpilot.core.plugins.filter.rollback import rollback_reclaim_summary
-from ansible_collections.specpilot.core.plugins.module_utils.rollback import reclaim_summary
+from ansible_collections.specpilot.core.plugins.module_utils.operate.rollback import reclaim_summary
 
 DRAFT = "/mnt/models/draft"
 

@@ -1,10 +1,11 @@
-"""module_utils/rollback: what an off/restore rollback writes, decided from the live object."""
+"""module_utils/operate/rollback: what an off/restore rollback writes, decided from the live object."""
 
 from __future__ import annotations
 
 import json
 
-from ansible_collections.specpilot.core.plugins.module_utils import deploy_state, rollback
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_state
+from ansible_collections.specpilot.core.plugins.module_utils.operate import rollback
 
 NGRAM = '--speculative-config={"method":"ngram","num_speculative_tokens":3}'
 DRAFT = '--speculative-config={"method":"draft_model","model":"/mnt/models/draft","num_speculative_tokens":4}'

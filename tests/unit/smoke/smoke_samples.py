@@ -9,11 +9,11 @@ from pathlib import Path
 
 import yaml
 
-from ansible_collections.specpilot.core.plugins.module_utils import render
-from ansible_collections.specpilot.core.plugins.module_utils.spec import assemble_from_vars
-from ansible_collections.specpilot.core.plugins.module_utils.validator import validate
-from ansible_collections.specpilot.core.plugins.module_utils.vllm_logs import parse_log_text
-from ansible_collections.specpilot.core.plugins.module_utils.vllm_metrics import parse_metrics_text
+from ansible_collections.specpilot.core.plugins.module_utils.service import render
+from ansible_collections.specpilot.core.plugins.module_utils.service.spec import assemble_from_vars
+from ansible_collections.specpilot.core.plugins.module_utils.service.validator import validate
+from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_logs import parse_log_text
+from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics import parse_metrics_text
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "tests" / "data" / "vllm"

@@ -1,4 +1,4 @@
-"""The look inside the predictor pod (module_utils/pod_view.py): the command specpilot.core.pod_exec runs, what the
+"""The look inside the predictor pod (module_utils/verify/pod_view.py): the command specpilot.core.pod_exec runs, what the
 verdict makes of its result, and of a look that could not be taken."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import smoke_samples as s
 
 from ansible_collections.specpilot.core.plugins.filter.smoke import smoke_inside_command
-from ansible_collections.specpilot.core.plugins.module_utils import pod_view, smoke
+from ansible_collections.specpilot.core.plugins.module_utils.verify import pod_view, smoke
 
 FORBIDDEN = (
     "Failed to execute on pod lab-draft-predictor-0 due to : (403)\nReason: Forbidden\n"

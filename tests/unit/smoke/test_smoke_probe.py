@@ -1,4 +1,4 @@
-"""The probe client (module_utils/smoke_probe.py) against a local stand-in engine, from the
+"""The probe client (module_utils/verify/smoke_probe.py) against a local stand-in engine, from the
 controller and through the in-pod command that the filter smoke_exec_command builds."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ansible_collections.specpilot.core.plugins.filter.smoke import (
     smoke_log_window,
     smoke_pick_pod,
 )
-from ansible_collections.specpilot.core.plugins.module_utils import smoke_probe
+from ansible_collections.specpilot.core.plugins.module_utils.verify import smoke_probe
 
 
 class Engine:
@@ -195,7 +195,7 @@ def test_exec_command_runs_the_same_probes(engine):
     assert out["ok"] and out["requests"] == 3 and out["completion_tokens"] == 15
     assert [b["prompt"] for b in engine.bodies] == ["one", "two", "one"] and engine.bodies[0]["seed"] == 1
     assert out["metrics_before"] and out["metrics_after"]
-    # the code shipped is exactly module_utils/smoke_probe.py, with no other import of the collection
+    # the code shipped is exactly module_utils/verify/smoke_probe.py, with no other import of the collection
     src = base64.b64decode(shlex.split(cmd)[3]).decode()
     assert src == open(smoke_probe.__file__).read()
     assert "ansible" not in src.replace("ansible_collections.specpilot", "")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import smoke_samples as s
 
-from ansible_collections.specpilot.core.plugins.module_utils import smoke
+from ansible_collections.specpilot.core.plugins.module_utils.verify import smoke
 
 BIN = Path(sys.executable).parent
 
@@ -71,7 +71,7 @@ def test_write_report_files_and_rewrite_only_on_change(plan, tmp_path):
 def test_no_plot_without_per_position_data(plan, tmp_path):
     before, after = s.metrics_pair(plan["name"], spec=False)
     text = s.log_text(None, [], served=plan["name"])
-    from ansible_collections.specpilot.core.plugins.module_utils.vllm_logs import parse_log_text
+    from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_logs import parse_log_text
 
     _result, rep = make_report(
         plan,

@@ -1,4 +1,4 @@
-"""The smoke verdict (module_utils/smoke.py) on inputs built from the validator's plans and the
+"""The smoke verdict (module_utils/verify/smoke.py) on inputs built from the validator's plans and the
 real log and metrics parsers: what passes, warns and fails, and the messages."""
 
 from __future__ import annotations
@@ -9,9 +9,12 @@ import json
 import pytest
 import smoke_samples as s
 
-from ansible_collections.specpilot.core.plugins.module_utils import smoke
-from ansible_collections.specpilot.core.plugins.module_utils.vllm_logs import parse_log_file, parse_log_text
-from ansible_collections.specpilot.core.plugins.module_utils.vllm_metrics import parse_metrics_file
+from ansible_collections.specpilot.core.plugins.module_utils.verify import smoke
+from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_logs import (
+    parse_log_file,
+    parse_log_text,
+)
+from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics import parse_metrics_file
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.specpilot.core.plugins.module_utils import modelcar
+from ansible_collections.specpilot.core.plugins.module_utils.staging import modelcar
 
 DIGEST = "sha256:" + "0f" * 32
 

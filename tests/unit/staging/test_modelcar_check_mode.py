@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 import staging_support as ss
-from ansible_collections.specpilot.core.plugins.module_utils import oci_registry
+from ansible_collections.specpilot.core.plugins.module_utils.staging import oci_registry
 from specpilot_lab import registry as lab_registry
 
 pytestmark = pytest.mark.skipif(

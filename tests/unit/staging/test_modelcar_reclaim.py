@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import staging_support as ss
-from ansible_collections.specpilot.core.plugins.module_utils import (
+from ansible_collections.specpilot.core.plugins.module_utils.staging import (
     modelcar,
     modelcar_reclaim,
     oci_layout,

@@ -9,8 +9,8 @@ import tarfile
 
 import pytest
 
-from ansible_collections.specpilot.core.plugins.module_utils import modelcar_reclaim as mr
-from ansible_collections.specpilot.core.plugins.module_utils import oci_layout
+from ansible_collections.specpilot.core.plugins.module_utils.staging import modelcar_reclaim as mr
+from ansible_collections.specpilot.core.plugins.module_utils.staging import oci_layout
 
 D = {c: "sha256:" + c * 64 for c in "abcdef"}
 

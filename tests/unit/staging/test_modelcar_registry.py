@@ -15,7 +15,7 @@ import tempfile
 import pytest
 
 import staging_support as ss
-from ansible_collections.specpilot.core.plugins.module_utils import modelcar
+from ansible_collections.specpilot.core.plugins.module_utils.staging import modelcar
 from specpilot_lab import registry as lab_registry
 
 pytestmark = pytest.mark.skipif(

@@ -17,7 +17,7 @@ import time
 import pytest
 
 import staging_support as ss
-from ansible_collections.specpilot.core.plugins.module_utils import oci_layout
+from ansible_collections.specpilot.core.plugins.module_utils.staging import oci_layout
 from specpilot_lab import registry as lab_registry
 
 BASE_APPLETS = ["sh", "ln", "sleep"]

@@ -1,5 +1,5 @@
 """Progress of the long modules (model_fetch, modelcar_build) while they run: the module writes its
-lines through module_utils/progress.py into a progress file, and its action plugin
+lines through module_utils/report/progress.py into a progress file, and its action plugin
 (plugin_utils/progress_relay.py) shows the new lines every few seconds."""
 
 from __future__ import annotations
@@ -8,8 +8,12 @@ import threading
 
 import pytest
 
-from ansible_collections.specpilot.core.plugins.module_utils import oci_layout
-from ansible_collections.specpilot.core.plugins.module_utils.progress import ByteProgress, ProgressTee, human
+from ansible_collections.specpilot.core.plugins.module_utils.staging import oci_layout
+from ansible_collections.specpilot.core.plugins.module_utils.report.progress import (
+    ByteProgress,
+    ProgressTee,
+    human,
+)
 from ansible_collections.specpilot.core.plugins.plugin_utils import progress_relay
 
 

@@ -1,6 +1,6 @@
-"""The PVC staging plan (module_utils/pvc_staging.py): request digests, the skip decision from the
+"""The PVC staging plan (module_utils/staging/pvc_staging.py): request digests, the skip decision from the
 status ConfigMap, the Job and ConfigMap manifests (no secret values anywhere), status data; and
-the Job-watching helpers (module_utils/job_watch.py)."""
+the Job-watching helpers (module_utils/k8s/job_watch.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import re
 
 import pytest
 
-from ansible_collections.specpilot.core.plugins.module_utils import job_watch, pvc_staging, stager
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import job_watch
+from ansible_collections.specpilot.core.plugins.module_utils.staging import pvc_staging, stager
 
 ARTIFACTS = [
     {

@@ -1,4 +1,4 @@
-"""The staging program (module_utils/stager.py) as the Job runs it: a subprocess of the
+"""The staging program (module_utils/staging/stager.py) as the Job runs it: a subprocess of the
 machine's python3 with a request file, against a loopback HTTP server (files, checksum
 manifests, archives, a fake Hugging Face hub) and an S3 server (moto), plus the pure helpers."""
 
@@ -13,7 +13,7 @@ import tarfile
 import pytest
 
 import staging_support as ss
-from ansible_collections.specpilot.core.plugins.module_utils import stager
+from ansible_collections.specpilot.core.plugins.module_utils.staging import stager
 
 
 def request(dest_root, *artifacts, **kw):

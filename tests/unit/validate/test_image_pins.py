@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from validate_helpers import base_spec
 
-from ansible_collections.specpilot.core.plugins.module_utils.validator import validate
+from ansible_collections.specpilot.core.plugins.module_utils.service.validator import validate
 
 DIGEST = "sha256:" + "ab" * 32
 

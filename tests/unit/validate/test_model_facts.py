@@ -1,4 +1,4 @@
-"""Model facts read at the artifact's source (module_utils/model_facts.py) and the draft's kind against the
+"""Model facts read at the artifact's source (module_utils/service/model_facts.py) and the draft's kind against the
 method (compat.check_draft_kind): a fake Hugging Face hub (HF_ENDPOINT, HF_TOKEN), the moto S3 server, a
 fake OCI registry that answers Range requests, local paths, and the lab's PVC, which a validate-only run
 cannot read.  Only config.json and the tokenizer are fetched, never weights; results are cached by source
@@ -21,10 +21,10 @@ import yaml
 import staging_support as ss
 from validate_helpers import ROOT, base_spec, paths
 
-from ansible_collections.specpilot.core.plugins.module_utils import compat
-from ansible_collections.specpilot.core.plugins.module_utils import model_facts as mf
-from ansible_collections.specpilot.core.plugins.module_utils.spec import assemble_from_vars
-from ansible_collections.specpilot.core.plugins.module_utils.validator import validate
+from ansible_collections.specpilot.core.plugins.module_utils.service import compat
+from ansible_collections.specpilot.core.plugins.module_utils.service import model_facts as mf
+from ansible_collections.specpilot.core.plugins.module_utils.service.spec import assemble_from_vars
+from ansible_collections.specpilot.core.plugins.module_utils.service.validator import validate
 from specpilot_lab.models import SHAPES, llama_config
 
 TOKEN = "hf_model_facts_test_token"
@@ -355,7 +355,7 @@ def test_the_eagle3_head_size_is_its_target_hidden_size_when_declared():
 
 
 def compat_findings(method, draft, target_uri=None):
-    from ansible_collections.specpilot.core.plugins.module_utils.findings import Findings
+    from ansible_collections.specpilot.core.plugins.module_utils.report.findings import Findings
 
     findings = Findings()
     target = {"architecture": "LlamaForCausalLM", "model_type": "llama", "hidden_size": 4096}

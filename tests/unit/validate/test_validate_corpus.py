@@ -19,8 +19,8 @@ from validate_helpers import (
     validate_file,
 )
 
-from ansible_collections.specpilot.core.plugins.module_utils import vllm_profiles as vp
-from ansible_collections.specpilot.core.plugins.module_utils.versions import parse_version
+from ansible_collections.specpilot.core.plugins.module_utils.service import vllm_profiles as vp
+from ansible_collections.specpilot.core.plugins.module_utils.service.versions import parse_version
 
 VALID = spec_files("valid")
 INVALID = spec_files("invalid")

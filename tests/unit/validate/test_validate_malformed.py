@@ -16,8 +16,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.specpilot.core.plugins.module_utils.spec import assemble_from_vars
-from ansible_collections.specpilot.core.plugins.module_utils.validator import validate
+from ansible_collections.specpilot.core.plugins.module_utils.service.spec import assemble_from_vars
+from ansible_collections.specpilot.core.plugins.module_utils.service.validator import validate
 from validate_helpers import ROOT, SPECS, run_playbook, spec_files
 
 EXAMPLES = int(os.environ.get("SPECPILOT_FUZZ_EXAMPLES", "1500"))

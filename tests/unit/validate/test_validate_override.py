@@ -11,17 +11,17 @@ import sys
 import pytest
 import yaml
 
-from ansible_collections.specpilot.core.plugins.module_utils import spec_override
-from ansible_collections.specpilot.core.plugins.module_utils import vllm_profiles as vp
-from ansible_collections.specpilot.core.plugins.module_utils.findings import Findings
-from ansible_collections.specpilot.core.plugins.module_utils.spec import (
+from ansible_collections.specpilot.core.plugins.module_utils.service import spec_override
+from ansible_collections.specpilot.core.plugins.module_utils.service import vllm_profiles as vp
+from ansible_collections.specpilot.core.plugins.module_utils.report.findings import Findings
+from ansible_collections.specpilot.core.plugins.module_utils.service.spec import (
     CONTROL_VARS,
     OVERRIDE_VARS,
     assemble_from_vars,
 )
-from ansible_collections.specpilot.core.plugins.module_utils.speculative import method_in_scope
-from ansible_collections.specpilot.core.plugins.module_utils.validator import module_result, validate
-from ansible_collections.specpilot.core.plugins.module_utils.versions import parse_version
+from ansible_collections.specpilot.core.plugins.module_utils.service.speculative import method_in_scope
+from ansible_collections.specpilot.core.plugins.module_utils.service.validator import module_result, validate
+from ansible_collections.specpilot.core.plugins.module_utils.service.versions import parse_version
 
 from validate_helpers import ROOT, base_spec, run_playbook
 

@@ -13,10 +13,13 @@ import pytest
 
 from validate_helpers import ROOT, base_spec, paths
 
-from ansible_collections.specpilot.core.plugins.module_utils import speculative
-from ansible_collections.specpilot.core.plugins.module_utils import vllm_profiles as vp
-from ansible_collections.specpilot.core.plugins.module_utils.validator import validate
-from ansible_collections.specpilot.core.plugins.module_utils.versions import VersionError, parse_version
+from ansible_collections.specpilot.core.plugins.module_utils.service import speculative
+from ansible_collections.specpilot.core.plugins.module_utils.service import vllm_profiles as vp
+from ansible_collections.specpilot.core.plugins.module_utils.service.validator import validate
+from ansible_collections.specpilot.core.plugins.module_utils.service.versions import (
+    VersionError,
+    parse_version,
+)
 
 FACTS = ROOT.parent / "shared" / "reference" / "vllm-speculative-config-fields.json"
 

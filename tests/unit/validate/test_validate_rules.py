@@ -15,9 +15,9 @@ import pytest
 
 from validate_helpers import MODELS, ROOT, base_spec, paths
 
-from ansible_collections.specpilot.core.plugins.module_utils import compat
-from ansible_collections.specpilot.core.plugins.module_utils.kserve_rules import common_parent
-from ansible_collections.specpilot.core.plugins.module_utils.validator import validate
+from ansible_collections.specpilot.core.plugins.module_utils.service import compat
+from ansible_collections.specpilot.core.plugins.module_utils.service.kserve_rules import common_parent
+from ansible_collections.specpilot.core.plugins.module_utils.service.validator import validate
 
 MODULE = (
     ROOT
@@ -508,7 +508,7 @@ def test_module_fails_with_every_error_in_msg(tmp_path):
 
 def test_the_v0_note_follows_the_engine_that_runs_speculative_decoding():
     """versions.speculative_engine is the one rule (monitoring's metric names use it too): V1 from 0.8.3."""
-    from ansible_collections.specpilot.core.plugins.module_utils.versions import speculative_engine
+    from ansible_collections.specpilot.core.plugins.module_utils.service.versions import speculative_engine
 
     assert speculative_engine((0, 8, 2)) == "v0" and speculative_engine((0, 8, 3, 1)) == "v1"
     codes = [n["code"] for n in validate(_budget_spec(0.95))["notes"]]

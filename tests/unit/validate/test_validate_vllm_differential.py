@@ -16,7 +16,7 @@ import pytest
 
 from validate_helpers import ROOT, base_spec
 
-from ansible_collections.specpilot.core.plugins.module_utils.validator import validate
+from ansible_collections.specpilot.core.plugins.module_utils.service.validator import validate
 
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 PROBE = ROOT / "tests" / "unit" / "validate" / "vllm_speculative_probe.py"

@@ -11,13 +11,13 @@ import yaml
 
 from validate_helpers import ROOT, base_spec, paths
 
-from ansible_collections.specpilot.core.plugins.module_utils.spec import (
+from ansible_collections.specpilot.core.plugins.module_utils.service.spec import (
     SERVICE_SCHEMA,
     SLO_DEFAULTS,
     SPEC_KEYS,
     assemble_from_vars,
 )
-from ansible_collections.specpilot.core.plugins.module_utils.validator import validate
+from ansible_collections.specpilot.core.plugins.module_utils.service.validator import validate
 
 FULL = {
     "temperature": 0.7,
@@ -164,7 +164,9 @@ def test_every_rejection_is_reported_at_once():
 
 def test_the_verdict_policy_fills_the_spec_defaults():
     """bench_verdict reads the SLO defaults from spec.SLO_DEFAULTS (one source)."""
-    from ansible_collections.specpilot.core.plugins.module_utils.bench_verdict import policy_with_defaults
+    from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_verdict import (
+        policy_with_defaults,
+    )
 
     assert SLO_DEFAULTS == {
         "bound_by": "tpot",

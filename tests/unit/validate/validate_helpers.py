@@ -12,8 +12,8 @@ from pathlib import Path
 import yaml
 from jsonschema import Draft7Validator
 
-from ansible_collections.specpilot.core.plugins.module_utils.spec import assemble_from_vars
-from ansible_collections.specpilot.core.plugins.module_utils.validator import validate
+from ansible_collections.specpilot.core.plugins.module_utils.service.spec import assemble_from_vars
+from ansible_collections.specpilot.core.plugins.module_utils.service.validator import validate
 
 ROOT = Path(__file__).resolve().parents[3]
 SPECS = ROOT / "tests" / "data" / "specs"

@@ -7,7 +7,7 @@ as kubernetes.core.k8s_info returns them (``resources``), without a module proce
 
 from __future__ import annotations
 
-from ansible_collections.specpilot.core.plugins.module_utils import deploy_args
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import ReadError, task_reader
 

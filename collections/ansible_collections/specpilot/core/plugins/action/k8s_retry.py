@@ -8,8 +8,8 @@ kubernetes.core.k8s where its ``args`` do not set them."""
 
 from __future__ import annotations
 
-from ansible_collections.specpilot.core.plugins.module_utils import deploy_args
-from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import Backoff
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import Backoff
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 from ansible_collections.specpilot.core.plugins.plugin_utils.module_retry import retried
 

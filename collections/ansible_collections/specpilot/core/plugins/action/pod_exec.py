@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import shlex
 
-from ansible_collections.specpilot.core.plugins.module_utils import deploy_args
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args
 from ansible_collections.specpilot.core.plugins.plugin_utils import k8s_api
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 

@@ -8,7 +8,7 @@ role reads the engine's log three to six times a service)."""
 
 from __future__ import annotations
 
-from ansible_collections.specpilot.core.plugins.module_utils import deploy_args
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args
 from ansible_collections.specpilot.core.plugins.plugin_utils import k8s_api
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 

@@ -10,7 +10,7 @@ import time
 
 from ansible.errors import AnsibleActionFail
 from ansible.utils.display import Display
-from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, deploy_rollout
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args, deploy_rollout
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_api import Writer
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (

@@ -3,7 +3,7 @@
 # Apache-2.0 (see LICENSE)
 """Action plugin of specpilot.core.service_lock: take, renew or release a service's lock.
 
-The decision is module_utils/service_lock.py's, the reads and writes plugin_utils/lease_client.py's
+The decision is module_utils/k8s/service_lock.py's, the reads and writes plugin_utils/lease_client.py's
 (through kubernetes.core, whose connection options and ``K8S_AUTH_*`` variables apply).  The lock
 is not managed state: the task never reports a change, and in check mode nothing is written.
 """
@@ -16,8 +16,11 @@ import socket
 import string
 
 from ansible.errors import AnsibleActionFail
-from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, service_lock
-from ansible_collections.specpilot.core.plugins.module_utils.render import LABEL_MANAGED_BY, LABEL_SERVICE
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args, service_lock
+from ansible_collections.specpilot.core.plugins.module_utils.service.render import (
+    LABEL_MANAGED_BY,
+    LABEL_SERVICE,
+)
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_api import Writer
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (

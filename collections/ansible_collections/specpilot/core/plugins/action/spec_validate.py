@@ -12,15 +12,15 @@ The run-time overrides specpilot_override_method / specpilot_override_num_specul
 are read from the task variables here (unless the task passes override_* itself), whether the
 spec is assembled from the variables or passed in: every role that validates the spec of a
 host then sees the same effective spec.  So is specpilot_model_facts (auto/off: whether the model
-facts are read at the artifacts' sources, module_utils/model_facts.py).
+facts are read at the artifacts' sources, module_utils/service/model_facts.py).
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
 
-from ansible_collections.specpilot.core.plugins.module_utils import validator
-from ansible_collections.specpilot.core.plugins.module_utils.spec import OVERRIDE_VARS
+from ansible_collections.specpilot.core.plugins.module_utils.service import validator
+from ansible_collections.specpilot.core.plugins.module_utils.service.spec import OVERRIDE_VARS
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import (
     ControllerAction,
     spec_from_task_vars,

@@ -3,7 +3,7 @@
 # Apache-2.0 (see LICENSE)
 """Filters of the benchmark role, for the decisions of one step (the rest is planned once by
 specpilot.core.benchmark_plan): a tuning candidate's twin, where an InferenceService answers,
-and why the deployed service cannot be measured.  The logic lives in module_utils/bench_plan.py."""
+and why the deployed service cannot be measured.  The logic lives in module_utils/benchmark/bench_plan.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.specpilot.core.plugins.module_utils import bench_plan
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_plan
 
 
 def _mapping(value, filter_name, what):

@@ -3,14 +3,14 @@
 # Apache-2.0 (see LICENSE)
 """Filters of the canary role: what a run does with the live service, how long its lock lasts, where
 each arm's pods answer, and whether the cluster can split traffic at all.  The logic lives in
-module_utils/canary.py."""
+module_utils/operate/canary.py."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.specpilot.core.plugins.module_utils import canary
-from ansible_collections.specpilot.core.plugins.module_utils.versions import parse_version
+from ansible_collections.specpilot.core.plugins.module_utils.operate import canary
+from ansible_collections.specpilot.core.plugins.module_utils.service.versions import parse_version
 
 
 def canary_arm_pods(pods, port=8080):

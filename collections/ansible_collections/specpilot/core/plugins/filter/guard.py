@@ -9,7 +9,9 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.specpilot.core.plugins.module_utils.acceptance_guard import isvc_speculative as _state
+from ansible_collections.specpilot.core.plugins.module_utils.operate.acceptance_guard import (
+    isvc_speculative as _state,
+)
 
 
 def isvc_speculative(isvc):

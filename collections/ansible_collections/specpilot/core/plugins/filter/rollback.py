@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
-"""Filters of the rollback role: the decision and the verification (module_utils/rollback)."""
+"""Filters of the rollback role: the decision and the verification (module_utils/operate/rollback)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.specpilot.core.plugins.module_utils import rollback
+from ansible_collections.specpilot.core.plugins.module_utils.operate import rollback
 
 
 def _mapping(value, what):

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.specpilot.core.plugins.module_utils import pod_view, smoke_probe
-from ansible_collections.specpilot.core.plugins.module_utils.vllm_logs import parse_log_text
+from ansible_collections.specpilot.core.plugins.module_utils.verify import pod_view, smoke_probe
+from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_logs import parse_log_text
 
-# Runs the source of module_utils/smoke_probe.py (argv[1]) on the job (argv[2]), both base64,
+# Runs the source of module_utils/verify/smoke_probe.py (argv[1]) on the job (argv[2]), both base64,
 # so that the command has no characters that need quoting beyond this one string.
 _BOOTSTRAP = (
     "import base64,sys;g=dict(__name__='specpilot_smoke_probe');"
@@ -45,7 +45,7 @@ def _b64(data):
 
 
 def probe_source():
-    """The source of module_utils/smoke_probe.py, as shipped to the pod."""
+    """The source of module_utils/verify/smoke_probe.py, as shipped to the pod."""
     with open(smoke_probe.__file__.replace(".pyc", ".py"), "rb") as fh:
         return fh.read()
 
@@ -94,7 +94,7 @@ def smoke_exec_command(settings, python="python3"):
 def smoke_inside_command(plan, python="python3", expect="on"):
     """plan | smoke_inside_command(python, expect) -> the command line for specpilot.core.pod_exec that
     prints, from inside the predictor pod, the vLLM release and the model paths the engine loads
-    (module_utils/pod_view.py)."""
+    (module_utils/verify/pod_view.py)."""
     if not isinstance(plan, Mapping):
         raise AnsibleFilterError("smoke_inside_command expects the plan, got %s" % type(plan).__name__)
     if not python or not str(python).strip():

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.specpilot.core.plugins.module_utils.spec import assemble_from_vars
+from ansible_collections.specpilot.core.plugins.module_utils.service.spec import assemble_from_vars
 
 
 def spec_from_vars(variables, default_name=None):

@@ -12,8 +12,8 @@ from decimal import ROUND_CEILING
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.specpilot.core.plugins.module_utils.pvc_staging import PlanError, status_data
-from ansible_collections.specpilot.core.plugins.module_utils.stager import human
+from ansible_collections.specpilot.core.plugins.module_utils.staging.pvc_staging import PlanError, status_data
+from ansible_collections.specpilot.core.plugins.module_utils.staging.stager import human
 
 
 def stage_status_data(plan, result):

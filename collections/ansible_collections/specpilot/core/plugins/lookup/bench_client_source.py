@@ -12,7 +12,7 @@ version_added: 0.1.0
 author:
   - specpilot maintainers (@specpilot)
 description:
-  - Returns the text of C(plugins/module_utils/bench_client.py) of the installed specpilot.core
+  - Returns the text of C(plugins/module_utils/benchmark/bench_client.py) of the installed specpilot.core
     collection - the load generator that M(specpilot.core.vllm_load) runs on the controller.
   - The file needs only Python and aiohttp, so it can go into a ConfigMap and run as a script in a
     Job (C(python3 bench_client.py --config runs.json)); its output goes back to
@@ -45,7 +45,7 @@ import os
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.specpilot.core.plugins.module_utils import bench_client
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_client
 
 
 class LookupModule(LookupBase):

@@ -88,5 +88,5 @@ def module_source(module):
     try:
         return inspect.getsource(module)
     except (OSError, TypeError):  # pragma: no cover - zip imports without source
-        name = module.__name__.rsplit(".", 1)[-1] + ".py"
-        return pkgutil.get_data(__name__.rsplit(".", 1)[0], name).decode("utf-8")
+        package, name = module.__name__.rsplit(".", 1)
+        return pkgutil.get_data(package, name + ".py").decode("utf-8")

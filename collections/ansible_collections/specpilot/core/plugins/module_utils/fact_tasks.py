@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
-"""The work of the modules that only read and compute (vllm_log_facts, vllm_metrics_facts,
-smoke_verdict), as functions of the task's parameters.
+"""The work of the modules that only read, compute and write reports (vllm_log_facts,
+vllm_metrics_facts, smoke_verdict, report_write and canary_report), as functions of the task's
+parameters.
 
 Each is run two ways, with the same argument spec and the same results:
 * by its action plugin (plugins/action/<name>.py), in the Ansible worker process - what a playbook
@@ -20,14 +21,17 @@ from __future__ import annotations
 import io
 import os
 
-from ansible_collections.specpilot.core.plugins.module_utils import http_get, smoke
-from ansible_collections.specpilot.core.plugins.module_utils.vllm_logs import (
+from ansible_collections.specpilot.core.plugins.module_utils.staging import http_get
+from ansible_collections.specpilot.core.plugins.module_utils.operate import canary, reports
+from ansible_collections.specpilot.core.plugins.module_utils.report.files import write_json_and_markdown
+from ansible_collections.specpilot.core.plugins.module_utils.verify import smoke
+from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_logs import (
     DEFAULT_MAX_ISSUES,
     DEFAULT_MAX_WINDOWS,
     parse_log_file,
     parse_log_text,
 )
-from ansible_collections.specpilot.core.plugins.module_utils.vllm_metrics import (
+from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics import (
     HAS_PROMETHEUS_CLIENT,
     MetricsParseError,
     parse_metrics_file,
@@ -209,3 +213,50 @@ def _smoke_report_files(p, report, check_mode):
     except (IOError, OSError) as exc:
         raise TaskFailure("cannot write the report under %s: %s" % (p["report_dir"], exc)) from exc
     return files, files.pop("changed")
+
+
+# ---------------------------------------------------------------- report_write (and canary_report)
+
+# the reports rendered from a result a role assembled; smoke and benchmark write theirs with their verdicts
+REPORT_KINDS = {
+    "rollback": reports.rollback_markdown,
+    "guard": reports.guard_markdown,
+    "canary": canary.report_markdown,
+}
+REPORT_WRITE_ARGS = dict(
+    kind=dict(type="str", required=True, choices=sorted(REPORT_KINDS)),
+    report=dict(type="dict", required=True),
+    output_dir=dict(type="path", required=True),
+    basename=dict(type="str", default="report"),
+)
+CANARY_REPORT_ARGS = dict(
+    report=dict(type="dict", required=True), output_dir=dict(type="path", required=True)
+)
+
+
+def report_write(p, check_mode=False):
+    """specpilot.core.report_write: <basename>.json and .md of a report under output_dir.
+
+    A report is an output of the run, not managed state: never ``changed`` (``written`` says whether
+    a file's bytes changed). In check mode nothing is written; a task that wants the report of a check
+    run anyway sets ``check_mode: false``, as the rollback role does."""
+    base = p["basename"]
+    if "/" in base or base in ("", ".", ".."):
+        raise TaskFailure("basename must be a plain file name stem, not %r" % base)
+    try:
+        text = REPORT_KINDS[p["kind"]](p["report"])
+    except (KeyError, TypeError, AttributeError) as exc:
+        what = repr(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        raise TaskFailure("report: %s is missing or malformed for a %s report" % (what, p["kind"])) from exc
+    if check_mode:
+        return dict(changed=False, written=False, paths={}, msg="check mode: the report was not written")
+    try:
+        paths, written = write_json_and_markdown(p["output_dir"], base, p["report"], text)
+    except OSError as exc:
+        raise TaskFailure("cannot write the report in %s: %s" % (p["output_dir"], exc)) from exc
+    return dict(changed=False, written=written, paths=paths)
+
+
+def canary_report(p, check_mode=False):
+    """specpilot.core.canary_report: report_write of kind canary, as report.json and report.md."""
+    return report_write(dict(p, kind="canary", basename="report"), check_mode)

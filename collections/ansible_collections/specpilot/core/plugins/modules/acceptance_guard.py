@@ -250,16 +250,16 @@ settings:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specpilot.core.plugins.module_utils import http_get
-from ansible_collections.specpilot.core.plugins.module_utils import monitoring as sm
-from ansible_collections.specpilot.core.plugins.module_utils.acceptance_guard import (
+from ansible_collections.specpilot.core.plugins.module_utils.staging import http_get
+from ansible_collections.specpilot.core.plugins.module_utils.operate import monitoring as sm
+from ansible_collections.specpilot.core.plugins.module_utils.operate.acceptance_guard import (
     GuardError,
     evaluate,
     isvc_speculative,
     prometheus_reading,
     reading_from_facts,
 )
-from ansible_collections.specpilot.core.plugins.module_utils.versions import VersionError
+from ansible_collections.specpilot.core.plugins.module_utils.service.versions import VersionError
 
 
 def main():

@@ -264,7 +264,10 @@ vllm_bench:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specpilot.core.plugins.module_utils.bench_plan import BenchPlanError, build_plan
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_plan import (
+    BenchPlanError,
+    build_plan,
+)
 
 VLLM_BENCH_OPTIONS = dict(
     dataset=dict(type="str", default="workload"),

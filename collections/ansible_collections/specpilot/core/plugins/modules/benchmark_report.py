@@ -267,9 +267,12 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.specpilot.core.plugins.module_utils.common import read_files
-from ansible_collections.specpilot.core.plugins.module_utils.bench_analysis import analyse
-from ansible_collections.specpilot.core.plugins.module_utils.bench_client import RunConfigError, load_workload
-from ansible_collections.specpilot.core.plugins.module_utils.bench_report import (
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_analysis import analyse
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_client import (
+    RunConfigError,
+    load_workload,
+)
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_report import (
     build_context,
     build_report,
     hardware_from_node,

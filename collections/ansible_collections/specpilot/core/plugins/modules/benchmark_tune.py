@@ -139,7 +139,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.specpilot.core.plugins.module_utils.common import read_files
-from ansible_collections.specpilot.core.plugins.module_utils.bench_tune import (
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_tune import (
     build_tune_report,
     row_line,
     write_tune_report,

@@ -3,7 +3,7 @@
 # Copyright: specpilot maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Write the canary's report (module_utils/canary.py report_markdown)."""
+"""Write the canary's report (module_utils/operate/canary.py report_markdown; fact_tasks.canary_report)."""
 
 from __future__ import annotations
 
@@ -41,38 +41,14 @@ paths:
   type: dict
 """
 
-import json
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specpilot.core.plugins.module_utils import canary
+from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            report=dict(type="dict", required=True), output_dir=dict(type="path", required=True)
-        ),
-        supports_check_mode=True,
-    )
-    report, out = module.params["report"], module.params["output_dir"]
-    paths = {"json": os.path.join(out, "report.json"), "markdown": os.path.join(out, "report.md")}
-    if module.check_mode:
-        module.exit_json(changed=False, paths={})
-    try:
-        text = canary.report_markdown(report)
-    except (KeyError, TypeError) as exc:
-        module.fail_json(msg="report: %s is missing or malformed" % exc)
-    try:
-        os.makedirs(out, exist_ok=True)
-        with open(paths["json"], "w") as fh:
-            json.dump(report, fh, indent=2, sort_keys=True)
-        with open(paths["markdown"], "w") as fh:
-            fh.write(text)
-    except OSError as exc:
-        module.fail_json(msg="cannot write the report in %s: %s" % (out, exc))
-    # a report is an output of the run, not managed state
-    module.exit_json(changed=False, paths=paths)
+    # the work is fact_tasks.canary_report; playbooks run it in the worker (plugins/action/canary_report.py)
+    module = AnsibleModule(argument_spec=fact_tasks.CANARY_REPORT_ARGS, supports_check_mode=True)
+    fact_tasks.exit_module(module, fact_tasks.canary_report)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 # Copyright: specpilot maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Hold one canary step on live traffic and decide it (module_utils/canary.py)."""
+"""Hold one canary step on live traffic and decide it (module_utils/operate/canary.py)."""
 
 from __future__ import annotations
 
@@ -127,8 +127,9 @@ notes:
 """
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.specpilot.core.plugins.module_utils import canary, http_get
-from ansible_collections.specpilot.core.plugins.module_utils.vllm_metrics import (
+from ansible_collections.specpilot.core.plugins.module_utils.operate import canary
+from ansible_collections.specpilot.core.plugins.module_utils.staging import http_get
+from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics import (
     HAS_PROMETHEUS_CLIENT,
     PROMETHEUS_CLIENT_IMPORT_ERROR,
     MetricsParseError,

@@ -155,7 +155,7 @@ not_run:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specpilot.core.plugins.module_utils import cluster_probe
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import cluster_probe
 
 
 def main():

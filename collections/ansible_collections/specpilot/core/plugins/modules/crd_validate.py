@@ -73,7 +73,7 @@ checked:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specpilot.core.plugins.module_utils import deploy_args, deploy_kserve
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args, deploy_kserve
 
 
 def _crd_name(manifest):

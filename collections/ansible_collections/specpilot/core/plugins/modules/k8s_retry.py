@@ -67,7 +67,7 @@ result:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specpilot.core.plugins.module_utils import deploy_args
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args
 
 
 def main():

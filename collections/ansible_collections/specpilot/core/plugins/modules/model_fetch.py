@@ -110,9 +110,12 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specpilot.core.plugins.module_utils import stager
-from ansible_collections.specpilot.core.plugins.module_utils.progress import ProgressTee
-from ansible_collections.specpilot.core.plugins.module_utils.pvc_staging import PlanError, artifact_request
+from ansible_collections.specpilot.core.plugins.module_utils.staging import stager
+from ansible_collections.specpilot.core.plugins.module_utils.report.progress import ProgressTee
+from ansible_collections.specpilot.core.plugins.module_utils.staging.pvc_staging import (
+    PlanError,
+    artifact_request,
+)
 
 
 def _would_fetch(p, entry):

@@ -231,8 +231,8 @@ timings:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specpilot.core.plugins.module_utils import modelcar, oci_layout
-from ansible_collections.specpilot.core.plugins.module_utils.progress import ProgressTee
+from ansible_collections.specpilot.core.plugins.module_utils.staging import modelcar, oci_layout
+from ansible_collections.specpilot.core.plugins.module_utils.report.progress import ProgressTee
 
 
 def main():

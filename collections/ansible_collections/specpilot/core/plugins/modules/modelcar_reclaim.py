@@ -230,7 +230,7 @@ verify:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specpilot.core.plugins.module_utils import modelcar_reclaim, oci_registry
+from ansible_collections.specpilot.core.plugins.module_utils.staging import modelcar_reclaim, oci_registry
 
 
 def main():

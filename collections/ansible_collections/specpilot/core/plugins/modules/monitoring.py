@@ -183,8 +183,8 @@ selector:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specpilot.core.plugins.module_utils.monitoring import MonitoringError, render
-from ansible_collections.specpilot.core.plugins.module_utils.versions import VersionError
+from ansible_collections.specpilot.core.plugins.module_utils.operate.monitoring import MonitoringError, render
+from ansible_collections.specpilot.core.plugins.module_utils.service.versions import VersionError
 
 
 def main():

@@ -188,7 +188,7 @@ elapsed_s:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specpilot.core.plugins.module_utils.smoke_probe import build_requests, run
+from ansible_collections.specpilot.core.plugins.module_utils.verify.smoke_probe import build_requests, run
 
 
 def main():

@@ -46,7 +46,7 @@ options:
         (inventory, play and extra variables; role variables such as C(specpilot_validate_*) are not spec
         keys), and I(variable_names) is filled in from the same variables.
       - The filter C(specpilot.core.spec_from_vars) does the same assembly (both call C(assemble_from_vars) of
-        module_utils/spec.py, the one assembly of a spec from variables).
+        module_utils/service/spec.py, the one assembly of a spec from variables).
     type: dict
   spec_patch:
     description:
@@ -396,7 +396,7 @@ plan:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.specpilot.core.plugins.module_utils import validator
+from ansible_collections.specpilot.core.plugins.module_utils.service import validator
 
 
 def main():

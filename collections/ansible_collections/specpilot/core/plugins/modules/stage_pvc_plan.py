@@ -249,7 +249,7 @@ manifests:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specpilot.core.plugins.module_utils.pvc_staging import PlanError, build_plan
+from ansible_collections.specpilot.core.plugins.module_utils.staging.pvc_staging import PlanError, build_plan
 
 
 def main():

@@ -35,7 +35,7 @@ description:
     and right after the last request of each level; the speculative-decoding counter deltas
     between the two scrapes (parsed by the same code as M(specpilot.core.vllm_metrics_facts)) give
     the acceptance of exactly the timed requests.
-  - The load generator is C(plugins/module_utils/bench_client.py), which needs only Python and
+  - The load generator is C(plugins/module_utils/benchmark/bench_client.py), which needs only Python and
     aiohttp; the same file runs as a script in an in-cluster Job. Give that Job's log to
     O(job_output) to get the same result without sending anything from the controller.
   - Never changes anything on the server (it only sends requests); C(changed) is always false.
@@ -347,12 +347,12 @@ import json
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.specpilot.core.plugins.module_utils import vllm_bench
-from ansible_collections.specpilot.core.plugins.module_utils.bench_analysis import (
+from ansible_collections.specpilot.core.plugins.module_utils.engine import vllm_bench
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_analysis import (
     acceptance_from_scrapes,
     summarise_run,
 )
-from ansible_collections.specpilot.core.plugins.module_utils.bench_client import (
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_client import (
     AIOHTTP_IMPORT_ERROR,
     HAS_AIOHTTP,
     RunConfigError,
@@ -360,7 +360,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.bench_client import
     level_key,
     run_many,
 )
-from ansible_collections.specpilot.core.plugins.module_utils.vllm_metrics import HAS_PROMETHEUS_CLIENT
+from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics import HAS_PROMETHEUS_CLIENT
 
 
 def _configs(p):

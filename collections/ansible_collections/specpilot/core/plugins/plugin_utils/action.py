@@ -18,7 +18,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.specpilot.core.plugins.module_utils.fact_tasks import TaskFailure
 
-from ansible_collections.specpilot.core.plugins.module_utils.spec import (
+from ansible_collections.specpilot.core.plugins.module_utils.service.spec import (
     CONTROL_VARS,
     SPEC_KEYS,
     VAR_PREFIX,

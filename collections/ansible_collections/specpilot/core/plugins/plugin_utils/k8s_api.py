@@ -12,7 +12,7 @@ options (``kubeconfig``, ``context``, ``host``, ``api_key``, ``validate_certs``,
 public dynamic client (``resources.get(...).create/delete/patch``).
 
 A write returns what a kubernetes.core module would have: ``{"changed": True, "result": object}``, or
-``{"failed": True, "status": code, "msg": ...}``, which module_utils/deploy_retry.py's ``retryable``
+``{"failed": True, "status": code, "msg": ...}``, which module_utils/k8s/deploy_retry.py's ``retryable``
 classifies (429 and 5xx and no answer: transient; 409 on a conditional write: the answer).
 """
 

@@ -10,7 +10,7 @@ of kubernetes.core takes the same connection settings as its modules (``kubeconf
 environment variables AWX injects) and keeps one API client per configuration, so a poll costs
 an HTTP request instead of a module run (a fresh Python process importing the kubernetes
 client).  Transient API errors (429, 5xx, connection errors, no answer within the request timeout)
-are retried with module_utils/deploy_retry.py's Backoff (full jitter, Retry-After honoured).
+are retried with module_utils/k8s/deploy_retry.py's Backoff (full jitter, Retry-After honoured).
 
 Each request is bounded by ``request_timeout`` seconds: kubernetes.core passes no
 ``_request_timeout`` to the kubernetes client (kubernetes.core 6.2 has no such option; its issue
@@ -25,7 +25,7 @@ import time
 
 from ansible.errors import AnsibleError
 from ansible.plugins.loader import lookup_loader
-from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import (
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import (
     Backoff,
     retry_after_of,
     transient_status,

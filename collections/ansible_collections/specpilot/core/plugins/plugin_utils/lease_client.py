@@ -4,7 +4,7 @@
 """The service lock's writes, for the action plugins that hold it: ``specpilot.core.service_lock``
 (take, renew, release) and ``specpilot.core.rollout_wait`` (renews it while it waits).
 
-The decisions are module_utils/service_lock.py's; this class reads the Lease through the
+The decisions are module_utils/k8s/service_lock.py's; this class reads the Lease through the
 kubernetes.core ``k8s`` lookup (plugin_utils/k8s_reader.py) and writes it with plugin_utils/k8s_api.py's
 Writer (create, a delete with a resourceVersion precondition, a JSON patch whose tests make it a
 compare-and-swap), in the worker process, with kubernetes.core's client and connection options.
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.specpilot.core.plugins.module_utils import service_lock
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import service_lock
 from ansible_collections.specpilot.core.plugins.module_utils.common import k8s_meta
-from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import Backoff, status_code
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import Backoff, status_code
 from ansible_collections.specpilot.core.plugins.plugin_utils.module_retry import retried
 
 __all__ = ["LeaseClient", "ROUNDS"]

@@ -2,14 +2,14 @@
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
 """Run a write from an action plugin (a kubernetes.core module, or a k8s_api.Writer call: both answer
-with a module's result), again while it fails with a transient error (module_utils/deploy_retry.py:
+with a module's result), again while it fails with a transient error (module_utils/k8s/deploy_retry.py:
 ``retryable`` decides, ``Backoff`` waits - exponential backoff with full jitter).  The result carries
 no Retry-After header, so only the backoff applies.  Used by the service lock's writes
 (lease_client.py) and by ``specpilot.core.k8s_retry``."""
 
 from __future__ import annotations
 
-from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import retryable
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import retryable
 
 __all__ = ["retried"]
 

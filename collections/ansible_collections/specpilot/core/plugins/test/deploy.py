@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.specpilot.core.plugins.module_utils.deploy_retry import retryable
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import retryable
 
 
 def k8s_retryable(result):

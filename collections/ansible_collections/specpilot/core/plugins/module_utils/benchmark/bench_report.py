@@ -1,0 +1,835 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot maintainers
+# Apache-2.0 (see LICENSE)
+"""The benchmark report: the five context fields, JSON, Markdown and PNG plots.
+
+Numbers without their context cannot be reproduced or trusted, so every report carries:
+
+1. ``hardware``: GPU product and count (node labels ``nvidia.com/gpu.product`` /
+   ``nvidia.com/gpu.count`` / capacity ``nvidia.com/gpu``, and the pod's GPU request);
+2. ``model``: target and draft identifiers and the speculative config;
+3. ``runtime``: the vLLM version the engine reports (``GET /version``) and the image;
+4. ``request_params``: sampling parameters, warm-ups, runs per prompt, arrivals, levels;
+5. ``workload``: its name, file, number of prompts and token sizes.
+
+A field that could not be filled is named in ``context_missing`` and the report says the
+figures are anecdotal. Plots use matplotlib's Agg backend (no display needed).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from ansible_collections.specpilot.core.plugins.module_utils.report.plots import drawn, pyplot
+from ansible_collections.specpilot.core.plugins.module_utils.common import get_path
+from ansible_collections.specpilot.core.plugins.module_utils.report.files import write_json_and_markdown
+
+__all__ = [
+    "CONTEXT_FIELDS",
+    "build_context",
+    "build_report",
+    "fmt_value",
+    "hardware_from_node",
+    "md_escape",
+    "ratio_ci",
+    "render_markdown",
+    "render_plots",
+    "write_report",
+]
+
+REPORT_FORMAT = 1
+CONTEXT_FIELDS = ("hardware", "model", "runtime", "request_params", "workload")
+GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915", "habana.ai/gaudi")
+
+
+# --------------------------------------------------------------------------- context
+
+
+def _int(value):
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def pod_gpu_request(pod):
+    """{resource: count} requested by the pod's containers (limits, else requests)."""
+    out = {}
+    for c in get_path(pod, "spec", "containers") or []:
+        res = c.get("resources") or {}
+        for name in GPU_RESOURCES:
+            n = _int((res.get("limits") or {}).get(name) or (res.get("requests") or {}).get(name))
+            if n:
+                out[name] = out.get(name, 0) + n
+    return out
+
+
+def hardware_from_node(node, pod=None):
+    """The hardware context from a Node object (and the predictor Pod, for its GPU request)."""
+    if not node:
+        return None
+    labels = get_path(node, "metadata", "labels") or {}
+    cap = get_path(node, "status", "capacity") or {}
+    resource = next((r for r in GPU_RESOURCES if _int(cap.get(r))), None)
+    node_gpus = _int(cap.get(resource)) if resource else _int(labels.get("nvidia.com/gpu.count"))
+    product = (
+        labels.get("nvidia.com/gpu.product")
+        or labels.get("amd.com/gpu.product-name")
+        or labels.get("cloud.google.com/gke-accelerator")
+        or labels.get("gpu.intel.com/product")
+    )
+    mem = _int(labels.get("nvidia.com/gpu.memory"))
+    pod_req = pod_gpu_request(pod) if pod else {}
+    per_replica = sum(pod_req.values()) if pod_req else (0 if pod else None)
+    info = get_path(node, "status", "nodeInfo") or {}
+    hw = {
+        "node": get_path(node, "metadata", "name"),
+        "gpu_resource": resource,
+        "gpu_product": product,
+        "gpu_memory_mib": mem,
+        "gpu_count_node": node_gpus or 0,
+        "gpu_count_pod": per_replica,
+        "instance_type": labels.get("node.kubernetes.io/instance-type"),
+        "cpu": cap.get("cpu"),
+        "memory": cap.get("memory"),
+        "kubelet": info.get("kubeletVersion"),
+        "os_image": info.get("osImage"),
+    }
+    if product and (per_replica or node_gpus):
+        hw["summary"] = "%s x %d%s (node %s%s)" % (
+            product,
+            per_replica or node_gpus,
+            " per replica" if per_replica else "",
+            hw["node"],
+            ", %d on the node" % node_gpus if node_gpus else "",
+        )
+    elif node_gpus:
+        hw["summary"] = "%d x %s, product unknown (no nvidia.com/gpu.product label on node %s)" % (
+            node_gpus,
+            resource,
+            hw["node"],
+        )
+    else:
+        hw["summary"] = "CPU only: no GPU on node %s (%s CPUs, %s memory%s)" % (
+            hw["node"],
+            hw["cpu"],
+            hw["memory"],
+            ", instance type %s" % hw["instance_type"] if hw["instance_type"] else "",
+        )
+    return hw
+
+
+def _present(value):
+    if value is None:
+        return False
+    if isinstance(value, (dict, list, str)):
+        return bool(value)
+    return True
+
+
+def build_context(hardware=None, model=None, runtime=None, request_params=None, workload=None):
+    """(context, missing): the five fields and the names of those that are empty. Each
+    field keeps what the caller gave; a ``summary`` line is added where one is missing."""
+    ctx = {
+        "hardware": hardware or None,
+        "model": model or None,
+        "runtime": runtime or None,
+        "request_params": request_params or None,
+        "workload": workload or None,
+    }
+    missing = []
+    if not _present(ctx["hardware"]) or not (
+        ctx["hardware"].get("summary") or ctx["hardware"].get("gpu_product") or ctx["hardware"].get("node")
+    ):
+        missing.append("hardware")
+    m = ctx["model"] or {}
+    if not m.get("target"):
+        missing.append("model")
+    elif "summary" not in m:
+        spec = m.get("speculative_config") or {}
+        draft = m.get("draft") or (
+            ("%s (no draft model)" % spec.get("method")) if spec.get("method") else None
+        )
+        m["summary"] = "target %s; draft %s; speculative %s" % (
+            m["target"],
+            draft or "none",
+            json.dumps(spec, sort_keys=True) if spec else "off",
+        )
+    r = ctx["runtime"] or {}
+    if not r.get("vllm_version"):
+        missing.append("runtime")
+    elif "summary" not in r:
+        r["summary"] = "vLLM %s%s" % (r["vllm_version"], " (%s)" % r["image"] if r.get("image") else "")
+    if not _present(ctx["request_params"]):
+        missing.append("request_params")
+    w = ctx["workload"] or {}
+    if not w.get("name"):
+        missing.append("workload")
+    return ctx, missing
+
+
+def workload_context(name, path=None, prompts=None, summaries=None, description=None):
+    """The workload field: name, file, number of prompts, characters and token sizes (token
+    sizes from the runs' usage figures)."""
+    w = {"name": name, "file": path, "description": description}
+    if prompts is not None:
+        w["num_prompts"] = len(prompts)
+        chars = [len(p.get("prompt") or json.dumps(p.get("messages") or "")) for p in prompts]
+        w["prompt_chars"] = {"min": min(chars), "max": max(chars), "total": sum(chars)} if chars else None
+        cats = sorted({p.get("category") for p in prompts if p.get("category")})
+        if cats:
+            w["categories"] = cats
+    pt = [
+        s["metrics"]["prompt_tokens"]["p50"]
+        for s in summaries or []
+        if s and (s.get("metrics") or {}).get("prompt_tokens")
+    ]
+    ot = [
+        s["metrics"]["output_tokens"]["p50"]
+        for s in summaries or []
+        if s and (s.get("metrics") or {}).get("output_tokens")
+    ]
+    if pt:
+        w["prompt_tokens_median"] = sorted(pt)[len(pt) // 2]
+    if ot:
+        w["output_tokens_median"] = sorted(ot)[len(ot) // 2]
+    reqs = [s.get("requests") for s in summaries or [] if s]
+    if reqs:
+        w["requests_per_run"] = max(reqs)
+    return w
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _ratio_phrase(fig, entry):
+    value, ci = entry.get("value"), entry.get("ci95")
+    if value is None:
+        return None
+    label = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E", "throughput": "per-request throughput"}[fig]
+    if value >= 1:
+        text = "%s %.2fx %s" % (label, value, "higher" if fig == "throughput" else "faster")
+    else:
+        change = (1.0 / value - 1.0) if fig != "throughput" else (1.0 - value)
+        text = "%s %.0f%% %s" % (label, 100 * change, "lower" if fig == "throughput" else "slower")
+    return text + (" (95%% CI %.2f-%.2fx)" % tuple(ci) if ci else " (no CI)")
+
+
+def summary_paragraph(analysis):
+    """One plain-language paragraph: the decision, the bound figure with its interval, the other
+    figures, acceptance at the production temperature, the recommended k."""
+    verdict = analysis["verdict"]
+    level = verdict.get("level") or {}
+    tl = next((lv for lv in analysis["levels"] if lv["level"].get("key") == level.get("key")), None)
+    parts = ["%s at %s" % (verdict["decision"], level.get("key", "no level"))]
+    if tl and tl["decision"] == "invalid":
+        parts.append("the measurement is invalid: " + "; ".join(tl["invalid_reasons"][:2]))
+    elif tl:
+        bound = verdict["policy"]["bound_by"]
+        figs = tl["ratios"]
+        order = [bound] + [f for f in ("ttft", "tpot", "throughput", "e2e") if f != bound]
+        parts.extend(p for p in (_ratio_phrase(f, figs.get(f) or {}) for f in order) if p)
+    prod = next((r for r in analysis.get("temperature_sweep") or [] if r["production"]), None)
+    if prod and prod.get("acceptance_rate") is not None:
+        parts.append(
+            "acceptance %.2f at the production temperature %g (%s)"
+            % (prod["acceptance_rate"], prod["temperature"], prod["band"].replace("_", " "))
+        )
+    rec = analysis.get("recommendation")
+    if rec:
+        parts.append("recommended num_speculative_tokens %d" % rec["num_speculative_tokens"])
+    return "; ".join(parts) + "."
+
+
+def build_report(analysis, context, missing, service=None, generated_at=None, extra=None):
+    report = {
+        "format": REPORT_FORMAT,
+        "kind": "specpilot-benchmark",
+        "service": service,
+        "generated_at": generated_at
+        or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "verdict": analysis["verdict"],
+        "decision": analysis["decision"],
+        "action": analysis["action"],
+        "summary": summary_paragraph(analysis),
+        "recommendation": analysis.get("recommendation"),
+        "temperature_sweep": analysis.get("temperature_sweep") or [],
+        "temperature_sweep_skipped": analysis.get("temperature_sweep_skipped"),
+        "equivalence": analysis.get("equivalence"),
+        "reasons": analysis["reasons"],
+        "notes": list(analysis.get("notes") or []),
+        "target": analysis["target"],
+        "per_level": analysis.get("per_level"),
+        "policy": analysis.get("policy"),
+        "thresholds": analysis["thresholds"],
+        "context": context,
+        "context_missing": missing,
+        "levels": analysis["levels"],
+        "plots": [],
+    }
+    if missing:
+        report["notes"].insert(
+            0,
+            "context incomplete (%s): treat these figures as anecdotal, not as evidence" % ", ".join(missing),
+        )
+    if extra:
+        report.update(extra)
+    return report
+
+
+def fmt_value(value, fmt="%.2f"):
+    return "n/a" if value is None else fmt % value
+
+
+def _x(value):
+    return "n/a" if value is None else "%.2fx" % value
+
+
+def md_escape(text):
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _st(summary, metric, key):
+    st = ((summary or {}).get("metrics") or {}).get(metric) or {}
+    return st.get(key)
+
+
+def _md_verdict(report):
+    """The title, the plain-language paragraph, the verdict and why."""
+    out = []
+    name = report.get("service") or "service"
+    badge = {
+        "keep": "KEEP speculative decoding",
+        "rollback": "ROLL BACK speculative decoding",
+        "inconclusive": "INCONCLUSIVE",
+        "invalid": "INVALID MEASUREMENT",
+    }[report["decision"]]
+    out.append("# Speculative decoding benchmark: %s" % name)
+    out.append("")
+    out.append(report["summary"])
+    out.append("")
+    out.append("Generated %s." % report["generated_at"])
+    out.append("")
+    tgt = (report.get("target") or {}).get("level") or {}
+    out.append("## Verdict: %s (at %s)" % (badge, tgt.get("key", "n/a")))
+    out.append("")
+    out.append(report["action"] + ".")
+    out.append("")
+    for r in report.get("reasons") or []:
+        out.append("- " + md_escape(r))
+    pol = report.get("policy") or {}
+    if pol:
+        out.append("")
+        out.append(
+            "Policy: %s, bound by %s; allowances TTFT +%d%%, E2E +%d%%, TPOT +%d%%, throughput -%d%%%s."
+            % (
+                pol["policy"],
+                pol["bound_by"],
+                round(100 * pol["ttft_max_regression"]),
+                round(100 * pol["e2e_max_regression"]),
+                round(100 * pol["tpot_max_regression"]),
+                round(100 * pol["throughput_max_regression"]),
+                "; p99 limits %s" % json.dumps(pol["p99_ms"], sort_keys=True) if pol.get("p99_ms") else "",
+            )
+        )
+    if report.get("per_level"):
+        out.append("")
+        out.append(
+            "Per level: " + ", ".join("%s **%s**" % (k, v) for k, v in report["per_level"].items()) + "."
+        )
+    if report.get("notes"):
+        out.append("")
+        out.append("Notes:")
+        out.append("")
+        for n in report["notes"]:
+            out.append("- " + md_escape(n))
+    out.append("")
+    return out
+
+
+def ratio_ci(entry, no_ci=" [no CI]"):
+    """A ratio {value, ci95} as '1.57x [1.51-1.67]' (no_ci appended when the interval is unknown)."""
+    entry = entry or {}
+    if entry.get("value") is None:
+        return "n/a"
+    ci = entry.get("ci95")
+    return "%.2fx [%.2f-%.2f]" % (entry["value"], ci[0], ci[1]) if ci else "%.2fx%s" % (entry["value"], no_ci)
+
+
+def _md_decision(report):
+    """Per level: valid or why not, the ratios with their 95% intervals, the decision."""
+    out = ["## Decision per level (ratios with 95% confidence intervals; > 1 is better)", ""]
+    out.append(
+        "| level | valid | decision | TTFT p50 | TPOT p50 | E2E p50 | tok/s p50 | TPOT p99 | more runs |"
+    )
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    for lv in report["levels"]:
+        figs = lv.get("ratios") or {}
+        out.append(
+            "| %s | %s | **%s** | %s | %s | %s | %s | %s | %s |"
+            % (
+                lv["level"]["key"],
+                "yes" if lv.get("valid") else "no",
+                lv.get("decision"),
+                ratio_ci(figs.get("ttft")),
+                ratio_ci(figs.get("tpot")),
+                ratio_ci(figs.get("e2e")),
+                ratio_ci(figs.get("throughput")),
+                ratio_ci((figs.get("tpot") or {}).get("p99")),
+                lv.get("runs_needed") or "",
+            )
+        )
+    out.append("")
+    for lv in report["levels"]:
+        for reason in lv.get("invalid_reasons") or []:
+            out.append("- %s invalid: %s" % (lv["level"]["key"], md_escape(reason)))
+    out.append("")
+    return out
+
+
+def _md_temperature(report):
+    """Acceptance by temperature, the recommended k, output equivalence."""
+    out = ["## Acceptance by temperature (speculative side)", ""]
+    rows = report.get("temperature_sweep") or []
+    if not rows:
+        out.append("Not measured: %s." % (report.get("temperature_sweep_skipped") or "no sweep runs"))
+    else:
+        out.append("| temperature | acceptance rate | mean acceptance length | per position | band |")
+        out.append("|---|---|---|---|---|")
+        for r in rows:
+            out.append(
+                "| %g%s | %s | %s | %s | %s |"
+                % (
+                    r["temperature"],
+                    " (production)" if r["production"] else "",
+                    fmt_value(r["acceptance_rate"], "%.3f"),
+                    fmt_value(r["mean_acceptance_length"]),
+                    " / ".join("%.2f" % p for p in r["per_position"] if p is not None) or "n/a",
+                    r["band"] or "n/a",
+                )
+            )
+    out.append("")
+    rec = report.get("recommendation")
+    out.append("## num_speculative_tokens")
+    out.append("")
+    if rec:
+        out.append("Recommended: **%d**. %s." % (rec["num_speculative_tokens"], md_escape(rec["reason"])))
+        out.append("")
+        out.append(
+            "Expected tokens per step: "
+            + ", ".join(
+                "k=%s: %.2f" % kv
+                for kv in sorted(rec["expected_tokens_per_step"].items(), key=lambda kv: int(kv[0]))
+            )
+            + "."
+        )
+    else:
+        out.append("No recommendation: no per-position acceptance figures.")
+    out.append("")
+    eq = report.get("equivalence") or {}
+    out.append("## Output equivalence at temperature 0")
+    out.append("")
+    if eq.get("skipped"):
+        out.append("Not compared: %s." % eq["skipped"])
+    else:
+        out.append("%d of %d completions identical." % (eq.get("identical", 0), eq.get("compared", 0)))
+        for d in eq.get("differing") or []:
+            out.append(
+                "- %s run %s: baseline `%s` vs speculative `%s`"
+                % (
+                    md_escape(d["prompt_id"]),
+                    d["run"],
+                    md_escape(d["baseline"]),
+                    md_escape(d["speculative"]),
+                )
+            )
+    out.append("")
+    return out
+
+
+def _md_context(report):
+    """What was measured: hardware, model, runtime, request parameters, workload."""
+    out = []
+    ctx = report.get("context") or {}
+    out.append("## Context")
+    out.append("")
+    if report.get("context_missing"):
+        out.append(
+            "**Missing: %s.** Figures without their context are anecdotal."
+            % ", ".join(report["context_missing"])
+        )
+        out.append("")
+    hw = ctx.get("hardware") or {}
+    model = ctx.get("model") or {}
+    rt = ctx.get("runtime") or {}
+    rp = ctx.get("request_params") or {}
+    wl = ctx.get("workload") or {}
+    out.append("| field | value |")
+    out.append("|---|---|")
+    out.append("| Hardware | %s |" % md_escape(hw.get("summary") or "unknown"))
+    out.append("| Model and draft | %s |" % md_escape(model.get("summary") or "unknown"))
+    out.append("| Runtime | %s |" % md_escape(rt.get("summary") or "unknown"))
+    rp_text = ", ".join(
+        "%s=%s" % (k, json.dumps(v, sort_keys=True)) for k, v in sorted(rp.items()) if k not in ("levels",)
+    )
+    out.append("| Request parameters | %s |" % md_escape(rp_text or "unknown"))
+    wl_bits = [wl.get("name") or "unknown"]
+    if wl.get("num_prompts") is not None:
+        wl_bits.append("%d prompts" % wl["num_prompts"])
+    if wl.get("requests_per_run") is not None:
+        wl_bits.append("%d timed requests per run" % wl["requests_per_run"])
+    if wl.get("prompt_tokens_median") is not None:
+        wl_bits.append("prompt tokens median %s" % fmt_value(wl["prompt_tokens_median"], "%g"))
+    if wl.get("output_tokens_median") is not None:
+        wl_bits.append("output tokens median %s" % fmt_value(wl["output_tokens_median"], "%g"))
+    if wl.get("file"):
+        wl_bits.append("file %s" % wl["file"])
+    out.append("| Workload | %s |" % md_escape("; ".join(wl_bits)))
+    out.append("")
+    return out
+
+
+def _md_results(report):
+    """Latency and throughput per level, both sides."""
+    out = []
+    out.append("## Results per level")
+    out.append("")
+    out.append(
+        "Medians (p50) and tails (p99) over every timed request; latencies in ms, throughput in tok/s. "
+        "Speedup > 1 means speculative decoding is better."
+    )
+    out.append("")
+    out.append(
+        "| level | side | ok/sent | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | ITL p50 | E2E p50 | E2E p99 "
+        "| req tok/s p50 | output tok/s |"
+    )
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for lv in report["levels"]:
+        for side in ("baseline", "speculative"):
+            s = lv.get(side)
+            if not s:
+                out.append("| %s | %s | - | | | | | | | | | |" % (lv["level"]["key"], side))
+                continue
+            out.append(
+                "| %s | %s | %d/%d | %s | %s | %s | %s | %s | %s | %s | %s | %s |"
+                % (
+                    lv["level"]["key"],
+                    side,
+                    s.get("ok", 0),
+                    s.get("requests", 0),
+                    fmt_value(_st(s, "ttft_ms", "p50")),
+                    fmt_value(_st(s, "ttft_ms", "p99")),
+                    fmt_value(_st(s, "tpot_ms", "p50")),
+                    fmt_value(_st(s, "tpot_ms", "p99")),
+                    fmt_value(_st(s, "itl_ms", "p50")),
+                    fmt_value(_st(s, "e2e_ms", "p50")),
+                    fmt_value(_st(s, "e2e_ms", "p99")),
+                    fmt_value(_st(s, "request_tok_s", "p50"), "%.1f"),
+                    fmt_value(s.get("output_throughput"), "%.1f"),
+                )
+            )
+    out.append("")
+    out.append(
+        "| level | decision | TTFT speedup | TPOT speedup | tok/s speedup (per request) | system tok/s ratio "
+        "| acceptance rate | mean acceptance length (ceiling) | headroom converted |"
+    )
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    for lv in report["levels"]:
+        c = lv["comparison"]
+        sp = c.get("speedups") or {}
+        acc = lv.get("acceptance") or {}
+        hr = c.get("headroom") or {}
+        out.append(
+            "| %s | **%s** | %s | %s | %s | %s | %s | %s | %s |"
+            % (
+                lv["level"]["key"],
+                lv["decision"],
+                _x(sp.get("ttft")),
+                _x(sp.get("tpot")),
+                _x(sp.get("request_tok_s")),
+                _x(sp.get("output_throughput")),
+                fmt_value(acc.get("draft_acceptance_rate"), "%.3f"),
+                fmt_value(acc.get("mean_acceptance_length")),
+                (
+                    "n/a"
+                    if hr.get("converted") is None
+                    else "%.0f%% (%s of %s)"
+                    % (100 * hr["converted"], _x(hr.get("realised")), _x(hr.get("ceiling")))
+                ),
+            )
+        )
+    out.append("")
+    return out
+
+
+def _md_acceptance(report):
+    """The speculative side's acceptance per level."""
+    out = []
+    out.append("## Acceptance (speculative side, /metrics deltas over the timed requests)")
+    out.append("")
+    out.append(
+        "| level | drafts | draft tokens | accepted | acceptance rate | mean acceptance length "
+        "| per-position acceptance | reading |"
+    )
+    out.append("|---|---|---|---|---|---|---|---|")
+    for lv in report["levels"]:
+        acc = lv.get("acceptance") or {}
+        pos = acc.get("per_position_acceptance")
+        hr = lv["comparison"].get("headroom") or {}
+        out.append(
+            "| %s | %s | %s | %s | %s | %s | %s | %s |"
+            % (
+                lv["level"]["key"],
+                fmt_value(acc.get("num_drafts"), "%d"),
+                fmt_value(acc.get("num_draft_tokens"), "%d"),
+                fmt_value(acc.get("num_accepted_tokens"), "%d"),
+                fmt_value(acc.get("draft_acceptance_rate"), "%.3f"),
+                fmt_value(acc.get("mean_acceptance_length")),
+                " / ".join("%.2f" % p for p in pos if p is not None) if pos else "n/a",
+                md_escape(hr.get("acceptance_band") or ""),
+            )
+        )
+    out.append("")
+    return out
+
+
+def _md_tails(report):
+    """P50 against P99 per level: the mixed-workload signal."""
+    out = []
+    out.append("## P50 vs P99 (the mixed-workload signal)")
+    out.append("")
+    out.append("| level | metric | baseline p50 -> p99 (gap) | speculative p50 -> p99 (gap) | gap widened |")
+    out.append("|---|---|---|---|---|")
+    for lv in report["levels"]:
+        for metric, entry in sorted((lv["comparison"].get("gaps") or {}).items()):
+            b, s = entry.get("baseline") or {}, entry.get("speculative") or {}
+            out.append(
+                "| %s | %s | %s -> %s (%s) | %s -> %s (%s) | %s |"
+                % (
+                    lv["level"]["key"],
+                    metric.replace("_ms", "").upper(),
+                    fmt_value(b.get("p50")),
+                    fmt_value(b.get("p99")),
+                    fmt_value(b.get("gap")),
+                    fmt_value(s.get("p50")),
+                    fmt_value(s.get("p99")),
+                    fmt_value(s.get("gap")),
+                    {True: "yes", False: "no", None: "n/a"}[entry.get("widened")],
+                )
+            )
+    out.append("")
+    return out
+
+
+def _md_per_prompt(report):
+    """Per-prompt speedups at the target level, and the plots."""
+    out = []
+    tgt = (report.get("target") or {}).get("level") or {}
+    tl = next((lv for lv in report["levels"] if lv["level"]["key"] == tgt.get("key")), None)
+    if tl and tl["comparison"].get("per_prompt"):
+        out.append("## Per prompt at %s (medians over the runs of each prompt)" % tgt["key"])
+        out.append("")
+        out.append("| prompt | runs (base/spec) | TTFT speedup | TPOT speedup | tok/s speedup |")
+        out.append("|---|---|---|---|---|")
+        for p in tl["comparison"]["per_prompt"]:
+            out.append(
+                "| %s | %s | %s | %s | %s |"
+                % (
+                    md_escape(p["prompt_id"]),
+                    "/".join(str(r) for r in p["runs"]),
+                    _x(p["ttft_speedup"]),
+                    _x(p["tpot_speedup"]),
+                    _x(p["tok_s_speedup"]),
+                )
+            )
+        out.append("")
+
+    if report.get("plots"):
+        out.append("## Plots")
+        out.append("")
+        for p in report["plots"]:
+            out.append("![%s](%s)" % (p["title"], p["file"]))
+            out.append("")
+    return out
+
+
+def _md_thresholds(report):
+    """The thresholds the verdict used."""
+    out = []
+    th = report.get("thresholds") or {}
+    out.append("## Thresholds")
+    out.append("")
+    out.append(", ".join("%s=%s" % (k, json.dumps(v)) for k, v in sorted(th.items())))
+    out.append("")
+    return out
+
+
+def render_markdown(report):
+    """The report as Markdown (plots linked by their file names, next to the .md file)."""
+    sections = (
+        _md_verdict,
+        _md_decision,
+        _md_context,
+        _md_results,
+        _md_temperature,
+        _md_acceptance,
+        _md_tails,
+        _md_per_prompt,
+        _md_thresholds,
+    )
+    return "\n".join(line for section in sections for line in section(report))
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def _series(levels, side, metric, key):
+    return [(_st(lv.get(side), metric, key) if lv.get(side) else None) for lv in levels]
+
+
+def _plot_lines(ax, xs, ys, **kw):
+    pts = [(x, y) for x, y in zip(xs, ys) if y is not None]
+    if pts:
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", **kw)
+
+
+def render_plots(report, out_dir):
+    """latency.png, throughput.png and (with acceptance data) acceptance.png under out_dir.
+    Returns [{file, title, path}]; empty without matplotlib."""
+    plt = pyplot()[0]
+    if plt is None:
+        return []
+    levels = report["levels"]
+    labels = [lv["level"]["key"] for lv in levels]
+    xs = list(range(len(levels)))
+    colours = {"baseline": "#4c72b0", "speculative": "#dd8452"}
+    made = []
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    for ax, (metric, title) in zip(
+        axes, (("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"), ("e2e_ms", "End-to-end latency (ms)"))
+    ):
+        for side in ("baseline", "speculative"):
+            _plot_lines(
+                ax, xs, _series(levels, side, metric, "p50"), color=colours[side], label="%s p50" % side
+            )
+            _plot_lines(
+                ax,
+                xs,
+                _series(levels, side, metric, "p99"),
+                color=colours[side],
+                linestyle="--",
+                label="%s p99" % side,
+            )
+        ax.set_title(title)
+        ax.set_xticks(xs)
+        ax.set_xticklabels(labels, rotation=20)
+        ax.set_xlabel("load level")
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Latency vs load: %s" % (report.get("service") or ""))
+    fig.tight_layout()
+    path = os.path.join(out_dir, "latency.png")
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    made.append({"file": "latency.png", "title": "Latency vs load (p50 solid, p99 dashed)", "path": path})
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    width = 0.38
+    for i, side in enumerate(("baseline", "speculative")):
+        req = _series(levels, side, "request_tok_s", "p50")
+        sysr = [(lv.get(side) or {}).get("output_throughput") for lv in levels]
+        axes[0].bar(
+            [x + (i - 0.5) * width for x in xs], [v or 0 for v in req], width, color=colours[side], label=side
+        )
+        axes[1].bar(
+            [x + (i - 0.5) * width for x in xs],
+            [v or 0 for v in sysr],
+            width,
+            color=colours[side],
+            label=side,
+        )
+    axes[0].set_title("Per-request output tok/s (p50)")
+    axes[1].set_title("System output tok/s (all requests / wall time)")
+    for ax in axes:
+        ax.set_xticks(xs)
+        ax.set_xticklabels(labels, rotation=20)
+        ax.set_xlabel("load level")
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = os.path.join(out_dir, "throughput.png")
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    made.append({"file": "throughput.png", "title": "Throughput vs load", "path": path})
+
+    acc = [(lv["level"]["key"], (lv.get("acceptance") or {}).get("per_position_acceptance")) for lv in levels]
+    acc = [(k, [p or 0.0 for p in pos]) for k, pos in acc if pos]
+    if acc:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        k = max(len(pos) for _unused, pos in acc)
+        width = 0.8 / len(acc)
+        for i, (key, pos) in enumerate(acc):
+            ax.bar(
+                [p + 1 + (i - (len(acc) - 1) / 2.0) * width for p in range(len(pos))], pos, width, label=key
+            )
+        ax.set_xticks(list(range(1, k + 1)))
+        ax.set_xlabel("draft position")
+        ax.set_ylabel("acceptance (accepted at position / drafts)")
+        ax.set_ylim(0, 1.05)
+        ax.set_title("Per-position acceptance")
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = os.path.join(out_dir, "acceptance.png")
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        made.append({"file": "acceptance.png", "title": "Per-position acceptance", "path": path})
+    made.extend(_plot_temperature(report, out_dir))
+    return made
+
+
+def _plot_temperature(report, out_dir):
+    """acceptance_temperature.png: acceptance rate against temperature, with the 0.5 / 0.65 bands."""
+    rows = [r for r in report.get("temperature_sweep") or [] if r.get("acceptance_rate") is not None]
+    plt = pyplot()[0]
+    if not rows or plt is None:
+        return []
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.axhspan(0, 0.5, color="#f4cccc", alpha=0.5, label="< 0.5: off")
+    ax.axhspan(0.5, 0.65, color="#fff2cc", alpha=0.6, label="0.5-0.65: measure P99")
+    ax.axhspan(0.65, 1.0, color="#d9ead3", alpha=0.5, label="> 0.65: likely helps")
+    ax.plot(
+        [r["temperature"] for r in rows], [r["acceptance_rate"] for r in rows], marker="o", color="#333333"
+    )
+    for r in rows:
+        if r["production"]:
+            ax.scatter(
+                [r["temperature"]],
+                [r["acceptance_rate"]],
+                s=120,
+                facecolors="none",
+                edgecolors="#cc0000",
+                label="production temperature",
+            )
+    ax.set_xlabel("temperature")
+    ax.set_ylabel("draft acceptance rate")
+    ax.set_ylim(0, 1.0)
+    ax.set_title("Acceptance by temperature: %s" % (report.get("service") or ""))
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    path = os.path.join(out_dir, "acceptance_temperature.png")
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return [{"file": "acceptance_temperature.png", "title": "Acceptance by temperature", "path": path}]
+
+
+def write_report(report, out_dir, plots=True, basename="report"):
+    """Write <basename>.json, <basename>.md and the plots under out_dir. Returns the paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    drawn(report, lambda: render_plots(report, out_dir), plots)
+    paths = write_json_and_markdown(out_dir, basename, report, render_markdown(report))[0]
+    paths["plots"] = [os.path.join(out_dir, p["file"]) for p in report["plots"]]
+    return paths

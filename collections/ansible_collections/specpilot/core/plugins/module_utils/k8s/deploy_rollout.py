@@ -1,0 +1,446 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see LICENSE)
+"""Has the new rollout of an InferenceService finished, is it still going, or has it failed?
+
+KServe's ``Ready`` condition alone cannot answer this: right after an update it still describes
+the old pods, and ``status.observedGeneration`` is copied from the Deployment (Standard) or the
+Knative Service, so it cannot be compared with the InferenceService's own generation.  The
+checks here look at the objects that roll out:
+
+Standard mode (Deployment ``<name>-predictor``):
+  ``metadata.generation == status.observedGeneration``; the pod template's ``kserve-container``
+  carries the expected arguments (the plan's ``args`` at the end of the list, after the
+  runtime's) and, when KServe copied it there, the expected ``specpilot.io/spec-digest``
+  annotation; ``status.replicas == updatedReplicas == availableReplicas >= 1``; then the
+  InferenceService ``Ready=True``.
+Knative mode (``status.components.predictor``):
+  ``latestReadyRevision == latestCreatedRevision``, that revision takes 100% of the traffic,
+  it is a new revision when one was expected (``latestCreatedRevision`` changed since before
+  the apply), and ``Ready=True``.
+
+A rollout has failed for good when a new pod's ``kserve-container`` keeps crashing (restarts at
+or above ``fail_fast_restarts``), is OOMKilled that often, its image cannot be pulled or its
+init container (modelcar-init) keeps failing, when a new pod stays unschedulable longer than
+``pending_grace`` seconds, or when KServe declares the spec invalid.  Pure standard library.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.specpilot.core.plugins.module_utils.service import render
+from ansible_collections.specpilot.core.plugins.module_utils.common import k8s_meta, parse_time
+
+__all__ = [
+    "CONTAINER",
+    "DEFAULT_OPTIONS",
+    "expected_from_plan",
+    "expected_from_isvc",
+    "pod_summary",
+    "rollout_status",
+    "template_container",
+]
+
+CONTAINER = "kserve-container"
+ANN_DIGEST = "specpilot.io/spec-digest"
+DEFAULT_OPTIONS = {
+    "fail_fast_restarts": 2,
+    "pending_grace": 300,
+    "spec_grace": 15,
+    "image_grace": 300,
+}
+_INVALID_REASONS = (
+    "InvalidPredictorSpec",
+    "RuntimeNotRecognized",
+    "NoSupportingRuntime",
+    "RuntimeDisabled",
+    "InvalidSpec",
+)
+_IMAGE_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
+
+
+def _conditions(obj):
+    return {
+        c.get("type"): c
+        for c in ((obj or {}).get("status") or {}).get("conditions") or []
+        if isinstance(c, dict)
+    }
+
+
+def expected_from_plan(plan):
+    """What the new rollout must show, from a validated plan."""
+    return {
+        "name": plan["name"],
+        "namespace": plan["namespace"],
+        "mode": plan.get("deployment_mode") or "Standard",
+        "args": render.in_pod(plan.get("args"), plan["name"], plan["namespace"]),
+        "digest": plan.get("spec_digest"),
+    }
+
+
+def expected_from_isvc(isvc):
+    """What the rollout of a live InferenceService's own spec looks like (its args and digest)."""
+    md = k8s_meta(isvc)
+    model = ((isvc.get("spec") or {}).get("predictor") or {}).get("model") or {}
+    mode = (md.get("annotations") or {}).get("serving.kserve.io/deploymentMode") or "Standard"
+    return {
+        "name": md.get("name"),
+        "namespace": md.get("namespace"),
+        "mode": {"RawDeployment": "Standard", "Serverless": "Knative"}.get(mode, mode),
+        "args": render.in_pod(model.get("args"), md.get("name"), md.get("namespace")),
+        "digest": (md.get("annotations") or {}).get(ANN_DIGEST),
+    }
+
+
+def template_container(deployment):
+    containers = ((((deployment or {}).get("spec") or {}).get("template") or {}).get("spec") or {}).get(
+        "containers"
+    ) or []
+    for container in containers:
+        if container.get("name") == CONTAINER:
+            return container
+    return containers[0] if containers else None
+
+
+def _args_match(args, expected):
+    args = list(args or [])
+    expected = list(expected or [])
+    if not expected:
+        return True
+    return len(args) >= len(expected) and args[len(args) - len(expected) :] == expected
+
+
+def _digest_ok(annotations, expected):
+    have = (annotations or {}).get(ANN_DIGEST)
+    return have is None or expected is None or have == expected
+
+
+def _state_text(state):
+    if not state:
+        return "unknown"
+    if "running" in state:
+        return "running"
+    if "waiting" in state:
+        w = state["waiting"] or {}
+        return "waiting (%s)" % (w.get("reason") or "?")
+    if "terminated" in state:
+        t = state["terminated"] or {}
+        return "terminated (%s, exit %s)" % (t.get("reason") or "?", t.get("exitCode"))
+    return "unknown"
+
+
+def pod_summary(pod, expected=None, now=None):
+    """A short view of one predictor pod: phase, scheduling, kserve-container state, restarts,
+    last termination, and whether it belongs to the expected (new) revision."""
+    md = k8s_meta(pod)
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    main = None
+    for c in spec.get("containers") or []:
+        if c.get("name") == CONTAINER:
+            main = c
+    new = None
+    if expected is not None:
+        new = bool(
+            main is not None
+            and _args_match(main.get("args"), expected.get("args"))
+            and _digest_ok(md.get("annotations"), expected.get("digest"))
+        )
+    cstatus = None
+    for c in status.get("containerStatuses") or []:
+        if c.get("name") == CONTAINER:
+            cstatus = c
+    conds = {c.get("type"): c for c in status.get("conditions") or [] if isinstance(c, dict)}
+    scheduled = conds.get("PodScheduled")
+    unschedulable = None
+    if scheduled and scheduled.get("status") == "False":
+        unschedulable = scheduled.get("message") or scheduled.get("reason") or "Unschedulable"
+    created = parse_time(md.get("creationTimestamp"))
+    last = ((cstatus or {}).get("lastState") or {}).get("terminated")
+    state = (cstatus or {}).get("state") or {}
+    init_failure = None
+    for c in status.get("initContainerStatuses") or []:
+        term = ((c.get("state") or {}).get("terminated")) or ((c.get("lastState") or {}).get("terminated"))
+        waiting = (c.get("state") or {}).get("waiting") or {}
+        if (term and term.get("exitCode") not in (0, None)) or waiting.get("reason") in (
+            "Init:Error",
+            "Init:CrashLoopBackOff",
+        ):
+            init_failure = {
+                "container": c.get("name"),
+                "exit_code": (term or {}).get("exitCode"),
+                "reason": (term or {}).get("reason") or waiting.get("reason"),
+                "message": (term or {}).get("message") or waiting.get("message"),
+                "restarts": c.get("restartCount", 0),
+            }
+    if state.get("waiting", {}).get("reason") == "Init:Error" and init_failure is None:
+        init_failure = {
+            "container": "init",
+            "exit_code": None,
+            "reason": "Init:Error",
+            "message": state["waiting"].get("message"),
+            "restarts": 0,
+        }
+    return {
+        "name": md.get("name"),
+        "new": new,
+        "phase": status.get("phase") or "Pending",
+        "terminating": bool(md.get("deletionTimestamp")),
+        "ready": bool((conds.get("Ready") or {}).get("status") == "True"),
+        "unschedulable": unschedulable,
+        "age": (now - created) if (now is not None and created is not None) else None,
+        "state": _state_text(state),
+        "waiting_reason": (state.get("waiting") or {}).get("reason"),
+        "waiting_message": (state.get("waiting") or {}).get("message"),
+        "terminated": state.get("terminated"),
+        "restarts": int((cstatus or {}).get("restartCount") or 0),
+        "last_exit_code": (last or {}).get("exitCode"),
+        "last_reason": (last or {}).get("reason"),
+        "last_message": (last or {}).get("message"),
+        "init_failure": init_failure,
+        "node": spec.get("nodeName"),
+    }
+
+
+def _failure(pods, expected, options, isvc, now, started):
+    """(cause, message) when the rollout cannot succeed any more, else (None, None)."""
+    threshold = int(options["fail_fast_restarts"])
+    for p in pods:
+        if not p["new"] or p["terminating"]:
+            continue
+        oom = p["last_reason"] == "OOMKilled" or ((p["terminated"] or {}).get("reason") == "OOMKilled")
+        crashed = (
+            p["waiting_reason"] == "CrashLoopBackOff"
+            or p["last_exit_code"] not in (None, 0)
+            or ((p["terminated"] or {}).get("exitCode") not in (None, 0))
+        )
+        if crashed and p["restarts"] >= threshold:
+            cause = "oomkilled" if oom else "crashloop"
+            code = (
+                p["last_exit_code"]
+                if p["last_exit_code"] is not None
+                else (p["terminated"] or {}).get("exitCode")
+            )
+            return cause, "pod %s: %s keeps exiting (exit code %s%s, %d restarts)" % (
+                p["name"],
+                CONTAINER,
+                code,
+                ", OOMKilled" if oom else "",
+                p["restarts"],
+            )
+        if p["init_failure"] and (p["init_failure"]["restarts"] or 0) + 1 >= threshold:
+            return "init", "pod %s: init container %s failed (%s)" % (
+                p["name"],
+                p["init_failure"]["container"],
+                p["init_failure"]["message"] or p["init_failure"]["reason"],
+            )
+        if p["waiting_reason"] in _IMAGE_REASONS:
+            if p["waiting_reason"] == "InvalidImageName" or (p["age"] or 0) >= float(options["image_grace"]):
+                return "image", "pod %s: image cannot be pulled (%s: %s)" % (
+                    p["name"],
+                    p["waiting_reason"],
+                    p["waiting_message"] or "",
+                )
+        if p["unschedulable"] and (p["age"] or 0) >= float(options["pending_grace"]):
+            return "unschedulable", "pod %s cannot be scheduled for %ds: %s" % (
+                p["name"],
+                int(p["age"]),
+                p["unschedulable"],
+            )
+    status = (isvc or {}).get("status") or {}
+    model = status.get("modelStatus") or {}
+    ready = _conditions(isvc).get("Ready") or {}
+    invalid = model.get("transitionStatus") == "InvalidSpec" or (
+        ready.get("status") == "False" and ready.get("reason") in _INVALID_REASONS
+    )
+    if invalid and not any(p["new"] for p in pods):
+        info = model.get("lastFailureInfo") or {}
+        when = parse_time(info.get("time"))
+        fresh = started is None or when is None or when >= started - 5
+        if fresh and (started is None or now is None or now - started >= float(options["spec_grace"])):
+            return "invalid-spec", "KServe rejects the InferenceService: %s" % (
+                info.get("message") or ready.get("message") or ready.get("reason")
+            )
+    return None, None
+
+
+def _knative_checks(isvc, baseline, checks, waiting):
+    """Knative mode: a new revision, ready, with all the traffic.  Fills ``checks`` and ``waiting``;
+    returns the progress headline."""
+    comp = (((isvc or {}).get("status") or {}).get("components") or {}).get("predictor") or {}
+    created = comp.get("latestCreatedRevision")
+    ready_rev = comp.get("latestReadyRevision")
+    traffic = sum(
+        int(t.get("percent") or 0)
+        for t in comp.get("traffic") or []
+        if ready_rev and (t.get("revisionName") == ready_rev)
+    )
+    checks["revision_created"] = bool(created)
+    checks["revision_new"] = (not baseline.get("rollout_expected")) or (
+        bool(created) and created != baseline.get("latest_created_revision")
+    )
+    checks["revision_ready"] = bool(created) and created == ready_rev
+    checks["traffic_100"] = traffic == 100
+    if not checks["revision_created"]:
+        waiting.append("no revision created yet")
+    elif not checks["revision_new"]:
+        waiting.append("KServe has not created a new revision yet (latest %s)" % created)
+    elif not checks["revision_ready"]:
+        waiting.append("revision %s not ready (latest ready %s)" % (created, ready_rev or "none"))
+    elif not checks["traffic_100"]:
+        waiting.append("revision %s has %d%% of the traffic" % (ready_rev, traffic))
+    headline = "revision %s (ready %s), traffic %d%%" % (created or "-", ready_rev or "-", traffic)
+    return headline
+
+
+def predictor_deployment_name(name, isvc=None):
+    """The Deployment (and Service) of InferenceService ``name``'s predictor: ``{name}-predictor``, or
+    ``{name}-{predictor.name}-predictor`` for a named predictor (KServe 0.20: a promoted canary keeps
+    the canary's name, so that its Deployment becomes the stable one without a restart).
+    constants.PredictorServiceName, pkg/constants/constants.go@v0.20.0."""
+    pname = (((isvc or {}).get("spec") or {}).get("predictor") or {}).get("name")
+    return "%s-%s-predictor" % (name, pname) if pname else "%s-predictor" % name
+
+
+def read_workload(reader, name, namespace, deployment_mode="Standard"):
+    """(InferenceService, its predictor's Deployment in Standard mode or None, its pods), read with
+    ``reader.get(kind, api_version, name=, namespace=, label_selector=)``; each None (the pods [])
+    when absent."""
+    isvc = reader.get("InferenceService", "serving.kserve.io/v1beta1", name=name, namespace=namespace)
+    deployment = None
+    if (deployment_mode or "Standard") == "Standard":
+        deployment = reader.get(
+            "Deployment", "apps/v1", name=predictor_deployment_name(name, isvc), namespace=namespace
+        )
+    pods = reader.get(
+        "Pod", "v1", namespace=namespace, label_selector="serving.kserve.io/inferenceservice=%s" % name
+    )
+    return isvc, deployment, pods
+
+
+def _standard_checks(expected, deployment, baseline, checks, waiting):
+    """Standard mode: the predictor's Deployment has the plan's pod template (args, digest), a
+    newer generation observed, every replica updated and available.  Fills ``checks`` and
+    ``waiting``; returns the progress headline."""
+    dmd = k8s_meta(deployment)
+    dstatus = (deployment or {}).get("status") or {}
+    container = template_container(deployment)
+    tmpl_meta = (((deployment or {}).get("spec") or {}).get("template") or {}).get("metadata") or {}
+    generation = dmd.get("generation")
+    observed = dstatus.get("observedGeneration")
+    replicas = int(dstatus.get("replicas") or 0)
+    updated = int(dstatus.get("updatedReplicas") or 0)
+    available = int(dstatus.get("availableReplicas") or 0)
+    checks["deployment_present"] = deployment is not None
+    checks["template_args"] = container is not None and _args_match(
+        container.get("args"), expected.get("args")
+    )
+    checks["template_digest"] = deployment is not None and _digest_ok(
+        tmpl_meta.get("annotations"), expected.get("digest")
+    )
+    checks["generation_observed"] = generation is not None and observed is not None and observed >= generation
+    # Without the digest annotation on the template (a KServe that does not copy the
+    # InferenceService's annotations), a new rollout must at least have bumped the generation.
+    base_gen = baseline.get("deployment_generation")
+    checks["generation_advanced"] = (
+        not baseline.get("rollout_expected")
+        or base_gen is None
+        or (tmpl_meta.get("annotations") or {}).get(ANN_DIGEST) is not None
+        or (generation is not None and generation > base_gen)
+    )
+    checks["replicas_updated"] = replicas >= 1 and updated == replicas
+    checks["replicas_available"] = replicas >= 1 and available == replicas
+    if not checks["deployment_present"]:
+        waiting.append("the predictor's Deployment of %s not created yet" % expected.get("name"))
+    elif not (checks["template_args"] and checks["template_digest"] and checks["generation_advanced"]):
+        waiting.append("Deployment %s still has the previous pod template" % dmd.get("name"))
+    elif not checks["generation_observed"]:
+        waiting.append("Deployment generation %s not observed yet (observed %s)" % (generation, observed))
+    elif not checks["replicas_updated"]:
+        waiting.append("%d/%d replicas updated" % (updated, replicas))
+    elif not checks["replicas_available"]:
+        waiting.append("%d/%d replicas available" % (available, replicas))
+    headline = "Deployment gen %s observed %s, updated %d/%d, available %d/%d" % (
+        generation if generation is not None else "-",
+        observed if observed is not None else "-",
+        updated,
+        replicas,
+        available,
+        replicas,
+    )
+    return headline
+
+
+def _pods_text(summaries):
+    return (
+        "; ".join(
+            "pod %s%s: %s%s%s"
+            % (
+                p["name"],
+                " (new)" if p["new"] else "",
+                p["phase"],
+                ", " + ("ready" if p["ready"] else CONTAINER + " " + p["state"]),
+                ", %d restarts" % p["restarts"] if p["restarts"] else "",
+            )
+            for p in summaries
+            if not p["terminating"]
+        )
+        or "no pods"
+    )
+
+
+def rollout_status(
+    expected, isvc, deployment=None, pods=None, baseline=None, now=None, started=None, options=None
+):
+    """Where the rollout of ``expected`` stands.
+
+    ``expected``: :func:`expected_from_plan` / :func:`expected_from_isvc`.  ``baseline``:
+    ``{latest_created_revision, rollout_expected}`` read before the apply (Knative).  ``started``:
+    when the wait began (epoch), for the grace periods.  Returns ``{done, failed, cause, phase,
+    message, waiting_for, checks, pods}``.
+    """
+    opts = dict(DEFAULT_OPTIONS)
+    opts.update({k: v for k, v in (options or {}).items() if v is not None})
+    baseline = baseline or {}
+    summaries = [pod_summary(p, expected, now) for p in pods or []]
+    checks = {}
+    waiting = []
+    mode = expected.get("mode") or "Standard"
+    ready = _conditions(isvc).get("Ready") or {}
+    checks["isvc_present"] = isvc is not None
+    checks["isvc_ready"] = ready.get("status") == "True"
+    if mode == "Knative":
+        headline = _knative_checks(isvc, baseline, checks, waiting)
+    else:
+        headline = _standard_checks(expected, deployment, baseline, checks, waiting)
+    if not checks["isvc_present"]:
+        waiting.insert(0, "InferenceService not found")
+    elif not waiting and not checks["isvc_ready"]:
+        waiting.append(
+            "InferenceService Ready=%s%s"
+            % (ready.get("status") or "Unknown", " (%s)" % ready.get("reason") if ready.get("reason") else "")
+        )
+    done = not waiting
+    cause, why = (None, None)
+    if not done:
+        cause, why = _failure(summaries, expected, opts, isvc, now, started)
+    new_pods = [p for p in summaries if p["new"] and not p["terminating"]]
+    pod_text = _pods_text(summaries)
+    ready_text = "Ready=%s" % (ready.get("status") or "Unknown")
+    if done:
+        phase, message = "ready", "rolled out: %s; %s" % (headline, ready_text)
+    elif cause:
+        phase, message = "failed", why
+    else:
+        phase = "pending" if not new_pods and not checks.get("revision_created", True) else "progressing"
+        message = "waiting: %s" % waiting[0]
+    return {
+        "done": done,
+        "failed": cause is not None,
+        "cause": cause,
+        "phase": phase,
+        "message": message,
+        "progress": "%s | %s | InferenceService %s" % (headline, pod_text, ready_text),
+        "waiting_for": waiting,
+        "checks": checks,
+        "pods": summaries,
+    }

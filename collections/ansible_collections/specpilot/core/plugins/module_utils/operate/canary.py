@@ -1,0 +1,517 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot maintainers
+# Apache-2.0 (see LICENSE)
+"""The closed-loop canary: one step's window of live traffic per arm, and the step's decision.
+
+Pure functions. An *arm* is the stable predictor (baseline) or the canary (speculative); each
+is read from its own pods' ``/metrics`` at the start and the end of the window.
+
+1. **The window** (:func:`arm_window`): per pod, the later page is parsed against the earlier
+   with ``vllm_metrics.parse_metrics_text(previous=...)`` (deltas of counters and histogram
+   buckets, restarts detected there), then the pods are summed: requests and failed requests
+   (``vllm:request_success_total`` by ``finished_reason``: ``abort`` and ``error`` failed), the
+   latency histograms' bucket deltas (TTFT, per-request TPOT or inter-token latency, E2E) and
+   the spec-decode counters (acceptance rate, mean acceptance length).
+2. **Quantiles** (:func:`histogram_quantile`): Prometheus' histogram_quantile on the bucket
+   deltas (linear inside a bucket; the highest finite bound when the rank falls in +Inf).
+3. **The decision** (:func:`decide_step`), with the benchmark verdict's policy and noise rules
+   (``bench_verdict.ratios`` and ``bench_verdict.decide``, the spec's ``workload.slo``): the
+   window's histogram is expanded into the per-request values it stands for (evenly spread
+   inside each bucket, what histogram_quantile assumes), each value its own resampling unit,
+   so the ratios get the same bootstrap intervals and the same keep / rollback / inconclusive
+   rules as a benchmark. Then:
+
+   * too few requests on either arm: ``extend`` (hold the step longer) while extensions are
+     left, else ``inconclusive``;
+   * the canary's acceptance rate below the floor (``min_acceptance``, default 0.5, the
+     decision framework's "off" band), or no spec-decode counters on the canary: ``abort``;
+   * the verdict's ``rollback``: ``abort``; ``keep``: ``promote-step``; ``inconclusive``:
+     ``extend`` while extensions are left, else ``inconclusive``.
+
+   Only ``promote-step`` and ``abort`` are acted on; the caller never acts on the others.
+
+Per-request throughput has no histogram in vLLM, so the ``throughput`` figure has no data here
+(with ``bound_by: throughput`` every step is undecided: the benchmark measures it). Validity rules
+of the benchmark that describe the load generator (warm-up, client CPU, arrival lag) do not apply
+to live traffic and are not checked.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_verdict
+from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics import parse_metrics_text
+
+__all__ = [
+    "DECISIONS",
+    "DEFAULT_MIN_ACCEPTANCE",
+    "arm_pods",
+    "arm_window",
+    "decide_step",
+    "histogram_quantile",
+    "lock_seconds",
+    "outcome_summary",
+    "report_markdown",
+    "run_step",
+    "support_problem",
+    "todo",
+]
+
+DECISIONS = ("promote-step", "abort", "extend", "inconclusive")
+DEFAULT_MIN_ACCEPTANCE = 0.5
+FAILED_REASONS = ("abort", "error")
+# figure of the verdict -> latency histograms that carry it, first present wins
+FIGURE_HISTOGRAMS = {"ttft": ("ttft",), "tpot": ("request_tpot", "itl", "tpot"), "e2e": ("e2e",)}
+# values per figure and arm the bootstrap resamples; a longer window is represented by this many
+# evenly spaced quantiles of its histogram (a wider interval than its requests would give: the
+# decision errs towards undecided, never towards acting)
+MAX_VALUES = 400
+_SPEC_KEYS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
+
+
+# --------------------------------------------------------------------------- window
+
+
+def _pod_window(before, after):
+    """One pod's window: the later page parsed against the earlier (vllm_metrics), and the
+    window's requests by finished_reason (all of them when the window is not a delta)."""
+    previous = parse_metrics_text(before) if before is not None else None
+    win = parse_metrics_text(after, previous=previous)
+    base = previous["finished"] if previous and win["derived"]["window"] == "delta" else {}
+    finished = dict((k, v - (base.get(k) or 0)) for k, v in win["finished"].items())
+    return win, finished
+
+
+def _add_buckets(total, buckets):
+    for le, n in buckets or []:
+        total[le] = total.get(le, 0) + (n or 0)
+
+
+def arm_window(pages):
+    """The window of one arm: ``pages`` is a list of ``{pod, before, after}`` (/metrics texts;
+    ``before`` None when the pod started inside the window). Returns ``{pods, requests, failed,
+    error_rate, histograms: {ttft, tpot, e2e: {metric, count, buckets}}, acceptance, notes}``."""
+    out = {"pods": [], "requests": 0, "failed": 0, "histograms": {}, "notes": []}
+    spec = dict((k, 0) for k in _SPEC_KEYS)
+    spec_seen = False
+    for page in pages:
+        win, finished = _pod_window(page.get("before"), page["after"])
+        out["pods"].append(page.get("pod"))
+        out["notes"] += ["%s: %s" % (page.get("pod"), n) for n in win["notes"]]
+        out["requests"] += sum(finished.values())
+        out["failed"] += sum(v for k, v in finished.items() if k in FAILED_REASONS)
+        for fig, keys in FIGURE_HISTOGRAMS.items():
+            key = next((k for k in keys if (win["latency"] or {}).get(k)), None)
+            if key is None:
+                continue
+            h = out["histograms"].setdefault(
+                fig, {"metric": win["latency"][key]["metric"], "count": 0, "b": {}}
+            )
+            h["count"] += win["latency"][key]["window_count"] or 0
+            _add_buckets(h["b"], win["latency"][key]["window_buckets"])
+        if win["spec_decode_enabled"]:
+            spec_seen = True
+            for k in _SPEC_KEYS:
+                spec[k] += win["derived"].get(k) or 0
+    for h in out["histograms"].values():
+        b = h.pop("b")
+        h["buckets"] = [[le, b[le]] for le in sorted(b)]
+    out["error_rate"] = out["failed"] / out["requests"] if out["requests"] else 0.0
+    out["acceptance"] = _acceptance(spec) if spec_seen else None
+    return out
+
+
+def _acceptance(spec):
+    drafts, tokens, accepted = spec["num_drafts"], spec["num_draft_tokens"], spec["num_accepted_tokens"]
+    return {
+        "num_drafts": drafts,
+        "num_draft_tokens": tokens,
+        "num_accepted_tokens": accepted,
+        "draft_acceptance_rate": accepted / float(tokens) if tokens else None,
+        "mean_acceptance_length": 1.0 + accepted / float(drafts) if drafts else None,
+    }
+
+
+# --------------------------------------------------------------------------- quantiles
+
+
+def histogram_quantile(q, buckets, count):
+    """Prometheus' histogram_quantile (0 <= q <= 1) of cumulative ``[[le, n], ...]`` finite
+    buckets and the total ``count`` (the +Inf bucket); None without observations."""
+    if not count:
+        return None
+    rank = q * count
+    lower, below = 0.0, 0
+    for le, n in buckets:
+        if n >= rank and n > below:
+            return lower + (le - lower) * (rank - below) / float(n - below)
+        lower, below = le, n
+    return lower  # in the +Inf bucket: the highest finite bound
+
+
+def _expanded(buckets, count):
+    """The per-request values (seconds) a window's histogram stands for: each bucket's
+    observations evenly spread inside it; at most MAX_VALUES (evenly spaced quantiles)."""
+    if count > MAX_VALUES:
+        return [histogram_quantile((i + 0.5) / MAX_VALUES, buckets, count) for i in range(MAX_VALUES)]
+    values, lower, below = [], 0.0, 0
+    for le, n in list(buckets) + [[None, count]]:
+        k = int(round(n - below))
+        for i in range(k):
+            values.append(lower if le is None else lower + (le - lower) * (i + 0.5) / k)
+        if le is not None:
+            lower, below = le, n
+    return values
+
+
+def _summary(arm):
+    """The arm as the benchmark verdict reads a side: requests, failures and one sample per
+    value of each figure (its own prompt id: the resampling unit)."""
+    samples = []
+    for fig, h in arm["histograms"].items():
+        key = bench_verdict.SAMPLE_KEYS[fig][0]
+        for i, v in enumerate(_expanded(h["buckets"], h["count"])):
+            samples.append({"prompt_id": "%s-%d" % (fig, i), key: 1000.0 * v})
+    return {
+        "samples": samples,
+        "requests": arm["requests"],
+        "failed": arm["failed"],
+        "error_rate": arm["error_rate"],
+    }
+
+
+def arm_figures(arm):
+    """{ttft, tpot, e2e: {p50_ms, p99_ms, count}} of one arm's window."""
+    out = {}
+    for fig in FIGURE_HISTOGRAMS:
+        h = arm["histograms"].get(fig)
+        if not h:
+            out[fig] = None
+            continue
+        q = [histogram_quantile(p, h["buckets"], h["count"]) for p in (0.5, 0.99)]
+        out[fig] = {
+            "metric": h["metric"],
+            "count": h["count"],
+            "p50_ms": None if q[0] is None else 1000.0 * q[0],
+            "p99_ms": None if q[1] is None else 1000.0 * q[1],
+        }
+    return out
+
+
+# --------------------------------------------------------------------------- decision
+
+
+def decide_step(
+    baseline,
+    canary,
+    policy=None,
+    min_acceptance=DEFAULT_MIN_ACCEPTANCE,
+    min_requests=20,
+    extensions_left=0,
+):
+    """The step's decision from both arms' windows (:func:`arm_window`).
+
+    Returns ``{decision, reasons, verdict, ratios, arms: {baseline, canary: {requests, failed,
+    figures, acceptance}}}``; ``decision`` is one of DECISIONS."""
+    out = {
+        "arms": dict(
+            (
+                name,
+                {
+                    "requests": arm["requests"],
+                    "failed": arm["failed"],
+                    "figures": arm_figures(arm),
+                    "acceptance": arm["acceptance"],
+                },
+            )
+            for name, arm in (("baseline", baseline), ("canary", canary))
+        ),
+        "verdict": None,
+        "ratios": None,
+    }
+    few = [
+        "%s arm: %d request(s) in the window, fewer than the %d a decision needs"
+        % (name, arm["requests"], min_requests)
+        for name, arm in (("baseline", baseline), ("canary", canary))
+        if arm["requests"] < min_requests
+    ]
+    if few:
+        return _undecided(out, few, extensions_left)
+    acc = (canary["acceptance"] or {}).get("draft_acceptance_rate")
+    if canary["acceptance"] is None or acc is None:
+        return dict(
+            out,
+            decision="abort",
+            reasons=[
+                "the canary exports no speculative-decoding counters (vllm:spec_decode_*): it is not running "
+                "the speculative config"
+            ],
+        )
+    if acc < min_acceptance:
+        return dict(
+            out,
+            decision="abort",
+            reasons=[
+                "canary acceptance rate %.3f is below the floor %.2f (specpilot_canary_min_acceptance_rate)"
+                % (acc, min_acceptance)
+            ],
+        )
+    base, spec = _summary(baseline), _summary(canary)
+    figs = bench_verdict.ratios(base, spec, policy)
+    verdict = bench_verdict.decide(base, spec, figs, policy)
+    out.update(ratios=figs, verdict=verdict)
+    reasons = verdict["reasons"] + ["canary acceptance rate %.3f (floor %.2f)" % (acc, min_acceptance)]
+    if verdict["decision"] == "keep":
+        return dict(out, decision="promote-step", reasons=reasons)
+    if verdict["decision"] == "rollback":
+        return dict(out, decision="abort", reasons=reasons)
+    return _undecided(out, reasons, extensions_left)
+
+
+def _undecided(out, reasons, extensions_left):
+    if extensions_left > 0:
+        return dict(
+            out,
+            decision="extend",
+            reasons=reasons
+            + ["the step is held for another window (%d extension(s) left)" % extensions_left],
+        )
+    return dict(
+        out,
+        decision="inconclusive",
+        reasons=reasons
+        + ["no extension left (specpilot_canary_max_extensions): the canary stops undecided and is removed"],
+    )
+
+
+# --------------------------------------------------------------------------- the step, live
+
+
+def _scrape(fetch, arms):
+    return dict((arm, dict((p["pod"], fetch(p["url"])) for p in pods)) for arm, pods in arms.items())
+
+
+def _windows(arms, before, after):
+    return dict(
+        (
+            arm,
+            arm_window(
+                [
+                    {"pod": p["pod"], "before": before[arm].get(p["pod"]), "after": after[arm][p["pod"]]}
+                    for p in pods
+                ]
+            ),
+        )
+        for arm, pods in arms.items()
+    )
+
+
+def run_step(
+    fetch,
+    arms,
+    window_s,
+    min_requests,
+    max_extensions=0,
+    policy=None,
+    min_acceptance=DEFAULT_MIN_ACCEPTANCE,
+    poll_s=2.0,
+    clock=None,
+    sleep=None,
+    reference=None,
+):
+    """Hold one step and decide it. ``arms``: ``{baseline: [{pod, url}], canary: [{pod, url}]}``
+    (each pod's /metrics URL); ``fetch(url)`` returns a page's text. The window ends after
+    ``window_s`` seconds or as soon as both arms have ``min_requests`` requests; an ``extend``
+    decision holds it another ``window_s`` (the same start), at most ``max_extensions`` times.
+    ``reference``: the baseline's window of an earlier step, compared with instead of the
+    baseline's pods (at 100% the stable predictor serves nothing to measure).
+    Returns :func:`decide_step`'s result with ``window_s`` (seconds held), ``extensions`` and
+    ``baseline_window`` (the baseline's window: the reference of a later step)."""
+    clock = clock or time.monotonic
+    sleep = sleep or time.sleep
+    start = clock()
+    if reference is not None:
+        arms = {"canary": arms["canary"]}
+    before = _scrape(fetch, arms)
+    extensions = 0
+    while True:
+        deadline = clock() + window_s
+        while True:
+            wins = _windows(arms, before, _scrape(fetch, arms))
+            if reference is not None:
+                wins["baseline"] = reference
+            enough = all(w["requests"] >= min_requests for w in wins.values())
+            if enough or clock() >= deadline:
+                break
+            sleep(max(0.0, min(poll_s, deadline - clock())))
+        result = decide_step(
+            wins["baseline"],
+            wins["canary"],
+            policy,
+            min_acceptance,
+            min_requests,
+            max_extensions - extensions,
+        )
+        if result["decision"] != "extend":
+            break
+        extensions += 1
+    result.update(window_s=round(clock() - start, 3), extensions=extensions, baseline_window=wins["baseline"])
+    if reference is not None:
+        result["reasons"] = result["reasons"] + [
+            "the baseline arm is the stable predictor's window of the previous step (it serves no traffic at 100%)"
+        ]
+    result["notes"] = wins["baseline"]["notes"] + wins["canary"]["notes"]
+    return result
+
+
+# --------------------------------------------------------------------------- support and report
+
+
+def todo(isvc, plan, record, retry=False):
+    """What a run does with the live InferenceService: ``interrupted`` (a canary entry is there: a
+    run was killed mid-step), ``promoted`` (the predictor already runs the plan's arguments),
+    ``recorded`` (this spec's canary already ended, on record, and no retry is asked) or ``run``."""
+    spec = (isvc or {}).get("spec") or {}
+    if spec.get("canary"):
+        return "interrupted"
+    live_args = ((spec.get("predictor") or {}).get("model") or {}).get("args") or []
+    if live_args == plan.get("args"):
+        return "promoted"
+    if (record or {}).get("digest", "") == plan.get("spec_digest") and not retry:
+        return "recorded"
+    return "run"
+
+
+def lock_seconds(steps, window, max_extensions, ready_timeout):
+    """How long the service lock of a canary run lasts: every step's window with its extensions,
+    every rollout (the steps', the promotion's and the abort's) and 5 minutes to spare."""
+    n = len(steps or [])
+    return int(n * float(window) * (1 + int(max_extensions)) + (n + 2) * int(ready_timeout) + 300)
+
+
+def outcome_summary(outcome, last_step=None):
+    """One sentence on where the traffic is after a run: its ``outcome`` (promoted, aborted,
+    inconclusive, promotion-failed) and the last step's first reason."""
+    if outcome == "promoted":
+        return "the speculative predictor serves all the traffic"
+    last = last_step or {}
+    reason = (last.get("reasons") or ["the run failed before a decision"])[0]
+    where = "at step %s%%: %s" % (last.get("traffic_percent", "?"), reason)
+    if outcome == "promotion-failed":
+        return (
+            "%s; the predictor took the speculative spec but its rollout did not complete: see the "
+            "rollout message, then deploy.yml (same spec) or rollback.yml" % where
+        )
+    return where + "; the stable predictor serves all the traffic, untouched"
+
+
+def support_problem(kserve_version, deployment_mode):
+    """Why this cluster cannot split traffic for a canary ('' when it can). ``kserve_version`` a
+    (major, minor, patch) tuple or None."""
+    if deployment_mode == "Knative":
+        return (
+            "Knative mode (spec.predictor.canaryTrafficPercent) is not implemented by specpilot_canary yet; "
+            "measure with playbooks/benchmark.yml instead"
+        )
+    if kserve_version is None:
+        return (
+            "the KServe version is unknown: set specpilot_kserve_version (spec.canary needs KServe >= 0.20)"
+        )
+    if tuple(kserve_version[:2]) < (0, 20):
+        return (
+            "KServe %s in Standard mode has no traffic split: spec.canary (trafficPercent) arrived in KServe 0.20 "
+            "(kserve/kserve #5672), and a canary is never faked without one; measure speculative decoding with "
+            "playbooks/benchmark.yml (a baseline twin) instead" % ".".join(str(x) for x in kserve_version)
+        )
+    return ""
+
+
+def _fmt(value, unit=""):
+    return "n/a" if value is None else "%.2f%s" % (value, unit)
+
+
+def _ratio_text(entry):
+    if not entry or entry.get("value") is None:
+        return "n/a"
+    ci = entry.get("ci95")
+    return "%.2fx (%s)" % (entry["value"], "95%% CI %.2f-%.2f" % tuple(ci) if ci else "no CI")
+
+
+def report_markdown(report):
+    """The canary report as Markdown: per step both arms' p50/p99, acceptance, decision, reason."""
+    lines = [
+        "# Canary of %s/%s" % (report["namespace"], report["service"]),
+        "",
+        "**%s** - %s" % (report["outcome"].upper(), report["summary"]),
+        "",
+        "Canary predictor `%s` (speculative config `%s`), steps %s %%, window %s s, at least %s requests per arm, "
+        "acceptance floor %s."
+        % (
+            report["canary_name"],
+            report.get("speculative_config"),
+            report["steps_planned"],
+            report["window_s"],
+            report["min_requests"],
+            report["min_acceptance"],
+        ),
+        "",
+    ]
+    for step in report["steps"]:
+        lines += [
+            "## Step %s%% - %s" % (step["traffic_percent"], step["decision"]),
+            "",
+            "Held %s s (%s extension(s))." % (step.get("window_s", 0), step.get("extensions", 0)),
+            "",
+            "| arm | requests | failed | TTFT p50 / p99 ms | TPOT p50 / p99 ms | E2E p50 / p99 ms | acceptance |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for arm in ("baseline", "canary") if step.get("arms") else ():
+            a = step["arms"][arm]
+            figs = [a["figures"].get(f) or {} for f in ("ttft", "tpot", "e2e")]
+            acc = (a.get("acceptance") or {}).get("draft_acceptance_rate")
+            lines.append(
+                "| %s | %s | %s | %s | %s | %s | %s |"
+                % (
+                    arm,
+                    a["requests"],
+                    a["failed"],
+                    *["%s / %s" % (_fmt(f.get("p50_ms")), _fmt(f.get("p99_ms"))) for f in figs],
+                    _fmt(acc),
+                )
+            )
+        ratios = step.get("ratios") or {}
+        if ratios:
+            lines += [
+                "",
+                "Speedup (baseline / canary): "
+                + ", ".join(
+                    "%s p50 %s, p99 %s"
+                    % (f.upper(), _ratio_text(ratios.get(f)), _ratio_text((ratios.get(f) or {}).get("p99")))
+                    for f in ("ttft", "tpot", "e2e")
+                ),
+            ]
+        lines += ["", "Reasons:", ""] + ["- %s" % r for r in step["reasons"]] + [""]
+    return "\n".join(lines) + "\n"
+
+
+LAB_URL_ANNOTATION = "specpilot.io/lab-url"
+
+
+def arm_pods(pods, port=8080):
+    """[{pod, url}] of an arm's ready pods: each pod's /metrics at its IP and the engine's port,
+    or where the lab publishes the pod's engine (annotation specpilot.io/lab-url)."""
+    out = []
+    for pod in pods or []:
+        md, st = pod.get("metadata") or {}, pod.get("status") or {}
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or []
+        )
+        if md.get("deletionTimestamp") or not ready:
+            continue
+        base = (md.get("annotations") or {}).get(LAB_URL_ANNOTATION) or (
+            "http://%s:%d" % (st["podIP"], int(port)) if st.get("podIP") else None
+        )
+        if base:
+            out.append({"pod": md.get("name"), "url": base.rstrip("/") + "/metrics"})
+    return sorted(out, key=lambda p: p["pod"])

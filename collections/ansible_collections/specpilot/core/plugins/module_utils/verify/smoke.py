@@ -1,0 +1,1628 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot maintainers
+# Apache-2.0 (see LICENSE)
+"""The smoke verdict: is speculative decoding running as planned, and is it paying off?
+
+Inputs are what the smoke role gathered for one service (the plan of
+``specpilot.core.spec_validate``, the InferenceService and predictor pod, the facts of
+``specpilot.core.vllm_log_facts`` for the whole engine log and for the lines after the
+probes started, ``specpilot.core.vllm_metrics_facts`` before and after the probes, and
+the probe results of ``specpilot.core.smoke_probe``). :func:`evaluate` turns them into a
+list of checks and a verdict; :func:`build_report`, :func:`render_markdown`,
+:func:`render_plot` and :func:`write_report` make the per-service report.
+
+Thresholds and readings follow the seed guides: below about 0.5 acceptance speculative
+decoding adds latency, 0.5 to 0.65 is borderline, above 0.65 it likely helps; the mean
+acceptance length is the practical ceiling of the speedup; a per-position curve that
+collapses to near zero by the 2nd slot means the workload does not fit the proposer.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+from ansible_collections.specpilot.core.plugins.module_utils.verify import pod_view
+from ansible_collections.specpilot.core.plugins.module_utils.service import render
+from ansible_collections.specpilot.core.plugins.module_utils.report.plots import pyplot
+from ansible_collections.specpilot.core.plugins.module_utils.operate.acceptance_band import band_reading
+from ansible_collections.specpilot.core.plugins.module_utils.common import get_path, write_if_changed
+from ansible_collections.specpilot.core.plugins.module_utils.report.files import write_json_and_markdown
+
+REPORT_FORMAT = 1
+VERDICTS = ("pass", "warn", "fail")
+STATUS_RANK = {"pass": 0, "info": 0, "skip": 0, "warn": 1, "fail": 2}
+EXPECT_MODES = ("on", "off")
+
+DEFAULT_THRESHOLDS = {
+    "min_acceptance_rate": 0.5,
+    "warn_acceptance_rate": 0.65,
+    "min_mean_acceptance_length": None,
+    "collapse_position": 2,
+    "collapse_threshold": 0.05,
+    "cross_check_tolerance": 0.05,
+}
+
+# Flags that carry speculative decoding, every era (vLLM 0.5.5 .. 0.33.0).
+SPEC_FLAGS = frozenset(
+    [
+        "--speculative-config",
+        "-sc",
+        "--spec-method",
+        "--spec-model",
+        "--spec-tokens",
+        "--speculative-model",
+        "--speculative-model-quantization",
+        "--num-speculative-tokens",
+        "--speculative-disable-mqa-scorer",
+        "--speculative-draft-tensor-parallel-size",
+        "-spec-draft-tp",
+        "--speculative-max-model-len",
+        "--speculative-disable-by-batch-size",
+        "--ngram-prompt-lookup-max",
+        "--ngram-prompt-lookup-min",
+        "--spec-decoding-acceptance-method",
+        "--typical-acceptance-sampler-posterior-threshold",
+        "--typical-acceptance-sampler-posterior-alpha",
+        "--disable-logprobs-during-spec-decoding",
+    ]
+)
+NO_DRAFT_METHODS = ("ngram", "ngram_gpu", "suffix")
+
+INTERPRET = {
+    "fail": (
+        "Below about 0.5 acceptance speculative decoding adds latency instead of removing it: turn it off "
+        "for this workload, or fix the proposer (a draft that does not match the target starts up and "
+        "serves correctly but accepts almost nothing)."
+    ),
+    "warn": (
+        "Between 0.5 and 0.65 the service is near the break-even line: measure P99 latency under real "
+        "load (specpilot benchmark) before keeping it."
+    ),
+    "pass": (
+        "Above 0.65 speculative decoding likely helps: confirm with a baseline comparison at the QPS you "
+        "serve (specpilot benchmark)."
+    ),
+    "mal": (
+        "Mean acceptance length {mal:.2f}: tokens delivered per decode step (1 without speculation). It "
+        "is the practical ceiling of the speedup ({mal:.2f}x) with zero proposer overhead; real gains are "
+        "lower."
+    ),
+    "collapse": (
+        "Per-position acceptance collapses to near zero by slot {pos} ({curve}): almost every step emits "
+        "only the verified token and the later drafted tokens are wasted; the workload is not a fit for "
+        "this proposer (or lower num_speculative_tokens)."
+    ),
+    "decay": (
+        "Per-position acceptance {curve}: a slowly decaying curve; even slot {k} pays off {last:.0%} of "
+        "the time."
+    ),
+    "temperature": (
+        "Probes sampled at temperature {t:g}: higher temperatures lower acceptance; compare with "
+        "production sampling settings."
+    ),
+}
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def _number_or_none(value):
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    if math.isnan(out):
+        return None
+    return out
+
+
+def _fmt(value, digits=2):
+    value = _number_or_none(value)
+    return "n/a" if value is None else ("%.*f" % (digits, value))
+
+
+def _curve(values, digits=2):
+    return " / ".join(_fmt(v, digits) for v in values)
+
+
+def _check(cid, status, title, message, **details):
+    out = {"id": cid, "status": status, "title": title, "message": message}
+    if details:
+        out["details"] = details
+    return out
+
+
+def _details(cmp):
+    return {k: v for k, v in cmp.items() if k != "status"}
+
+
+def thresholds(values=None):
+    """DEFAULT_THRESHOLDS updated with ``values`` (None values keep the default), validated."""
+    out = dict(DEFAULT_THRESHOLDS)
+    for key, value in (values or {}).items():
+        if key not in out:
+            raise ValueError("unknown threshold %r (known: %s)" % (key, ", ".join(sorted(out))))
+        if value is not None:
+            out[key] = value
+    for key in ("min_acceptance_rate", "warn_acceptance_rate", "collapse_threshold", "cross_check_tolerance"):
+        val = _number_or_none(out[key])
+        if val is None or not 0.0 <= val <= 1.0:
+            raise ValueError("%s must be a number between 0 and 1, got %r" % (key, out[key]))
+        out[key] = val
+    if out["warn_acceptance_rate"] < out["min_acceptance_rate"]:
+        raise ValueError(
+            "warn_acceptance_rate (%s) must not be below min_acceptance_rate (%s)"
+            % (out["warn_acceptance_rate"], out["min_acceptance_rate"])
+        )
+    if out["min_mean_acceptance_length"] is not None:
+        mal = _number_or_none(out["min_mean_acceptance_length"])
+        if mal is None or mal < 1.0:
+            raise ValueError(
+                "min_mean_acceptance_length must be >= 1, got %r" % out["min_mean_acceptance_length"]
+            )
+        out["min_mean_acceptance_length"] = mal
+    pos = out["collapse_position"]
+    if isinstance(pos, bool) or not isinstance(pos, int) or pos < 1:
+        raise ValueError("collapse_position must be an integer >= 1, got %r" % pos)
+    return out
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def is_spec_flag(flag):
+    """Whether a command-line flag (without its value) configures speculative decoding."""
+    return flag in SPEC_FLAGS or flag.startswith("--speculative-config.")
+
+
+def spec_args(args):
+    """The speculative arguments in ``args``, each as one ``flag=value`` (or bare ``flag``) item,
+    whether written ``--flag=value`` or ``--flag value``."""
+    out = []
+    args = [str(a) for a in (args or [])]
+    i = 0
+    while i < len(args):
+        item = args[i]
+        flag = item.split("=", 1)[0]
+        if is_spec_flag(flag):
+            if "=" in item:
+                out.append(item)
+            elif i + 1 < len(args) and not args[i + 1].startswith("-"):
+                out.append("%s=%s" % (item, args[i + 1]))
+                i += 1
+            else:
+                out.append(item)
+        i += 1
+    return out
+
+
+def _arg_present(item, args):
+    if item in args:
+        return True
+    if "=" in item:
+        flag, value = item.split("=", 1)
+        return any(a == flag and i + 1 < len(args) and args[i + 1] == value for i, a in enumerate(args))
+    return False
+
+
+def _json_equal(a, b):
+    fa, va = a.split("=", 1) if "=" in a else (a, None)
+    fb, vb = b.split("=", 1) if "=" in b else (b, None)
+    if fa != fb or va is None or vb is None:
+        return False
+    try:
+        return json.loads(va) == json.loads(vb)
+    except ValueError:
+        return False
+
+
+def compare_args(planned, actual, expect="on", required=None):
+    """Compare the speculative arguments of ``actual`` with ``planned`` (the plan's
+    ``speculative_args``). ``required`` are further planned arguments that must be present.
+
+    Returns {status, missing, unexpected, equivalent, found, missing_required}."""
+    actual = [str(a) for a in (actual or [])]
+    found = spec_args(actual)
+    planned_spec = (
+        [p for p in (planned or []) if is_spec_flag(str(p).split("=", 1)[0])] if expect == "on" else []
+    )
+    other_planned = [p for p in (planned or []) if p not in planned_spec] if expect == "on" else []
+    missing = [p for p in planned_spec if p not in found]
+    unexpected = [f for f in found if f not in planned_spec]
+    equivalent = []
+    for m in list(missing):
+        twin = next((u for u in unexpected if _json_equal(m, u)), None)
+        if twin is not None:
+            equivalent.append({"planned": m, "found": twin})
+            missing.remove(m)
+            unexpected.remove(twin)
+    required = [r for r in (required or []) if not is_spec_flag(str(r).split("=", 1)[0])]
+    missing_required = [
+        r
+        for r in required + [o for o in other_planned if o not in required]
+        if not _arg_present(str(r), actual)
+    ]
+    if missing or unexpected or missing_required:
+        status = "fail"
+    elif equivalent:
+        status = "warn"
+    else:
+        status = "pass"
+    return {
+        "status": status,
+        "missing": missing,
+        "unexpected": unexpected,
+        "equivalent": equivalent,
+        "found": found,
+        "missing_required": missing_required,
+    }
+
+
+def isvc_args(isvc, container="kserve-container"):
+    """The vLLM arguments the InferenceService asks for (model args, or its container's)."""
+    pred = get_path(isvc, "spec", "predictor") or {}
+    model = pred.get("model")
+    if isinstance(model, dict) and model.get("args") is not None:
+        return [str(a) for a in model["args"]]
+    for c in pred.get("containers") or []:
+        if c.get("name") == container:
+            return [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
+    return []
+
+
+def pod_container(pod, container="kserve-container"):
+    for c in get_path(pod, "spec", "containers") or []:
+        if c.get("name") == container:
+            return c
+    return None
+
+
+def pod_args(pod, container="kserve-container"):
+    c = pod_container(pod, container) or {}
+    return [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
+
+
+def _condition(obj, ctype):
+    for c in get_path(obj, "status", "conditions") or []:
+        if c.get("type") == ctype:
+            return c
+    return None
+
+
+def _container_status(pod, container):
+    for c in get_path(pod, "status", "containerStatuses") or []:
+        if c.get("name") == container:
+            return c
+    return {}
+
+
+def _args_message(what, cmp, expect):
+    parts = []
+    if cmp["missing"]:
+        parts.append("missing %s" % ", ".join(cmp["missing"]))
+    if cmp["unexpected"]:
+        parts.append(
+            "%s %s"
+            % ("speculative flags present" if expect == "off" else "unexpected", ", ".join(cmp["unexpected"]))
+        )
+    if cmp["missing_required"]:
+        parts.append("planned arguments missing: %s" % ", ".join(cmp["missing_required"]))
+    if cmp["equivalent"]:
+        parts.append("same config, different spelling: %s" % ", ".join(e["found"] for e in cmp["equivalent"]))
+    if not parts:
+        if expect == "off":
+            return "%s carries no speculative-decoding flag" % what
+        return "%s carries the planned %s exactly" % (what, ", ".join(cmp["found"]) or "arguments")
+    return "%s: %s" % (what, "; ".join(parts))
+
+
+# --------------------------------------------------------------------------- engine config
+
+
+def _method_matches(planned, logged):
+    if planned == logged:
+        return True
+    if planned and logged == "mtp" and planned.endswith("_mtp"):
+        return True  # vLLM >= 0.11 rewrites deprecated *_mtp names to mtp
+    return False
+
+
+def unalias(path, aliases=None):
+    """A path the engine printed, with a prefix it sees differently from the pod spec (``aliases``:
+    {seen prefix: path in the pod}) put back; other paths unchanged."""
+    if path is None or not aliases:
+        return path
+    text = str(path)
+    for seen in sorted(aliases, key=len, reverse=True):
+        base = seen.rstrip("/")
+        if base and (text == base or text.startswith(base + "/")):
+            return str(aliases[seen]).rstrip("/") + text[len(base) :]
+    return text
+
+
+def compare_engine_config(plan_cfg, logged, aliases=None):
+    """Differences between the planned speculative config and the resolved one of the
+    engine-init line: list of strings (empty when they match). ``aliases`` maps path prefixes
+    the engine sees to the pod's (see :func:`unalias`)."""
+    diffs = []
+    plan_cfg = plan_cfg or {}
+    logged = dict(logged or {})
+    logged["model"] = unalias(logged.get("model"), aliases)
+    method = plan_cfg.get("method")
+    if (
+        logged.get("method") is not None
+        and method is not None
+        and not _method_matches(method, logged["method"])
+    ):
+        diffs.append("method %s (planned %s)" % (logged["method"], method))
+    planned_model = plan_cfg.get("model")
+    if planned_model is not None and method not in NO_DRAFT_METHODS:
+        got = logged.get("model")
+        if got is None or str(got).rstrip("/") != str(planned_model).rstrip("/"):
+            diffs.append("draft model %s (planned %s)" % (got, planned_model))
+    k = plan_cfg.get("num_speculative_tokens")
+    if (
+        k is not None
+        and logged.get("num_spec_tokens") is not None
+        and int(logged["num_spec_tokens"]) != int(k)
+    ):
+        diffs.append("num_spec_tokens %s (planned %s)" % (logged["num_spec_tokens"], k))
+    return diffs
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def figures(metrics_after, log_window, plan_cfg=None):
+    """Acceptance figures: from the /metrics deltas (primary) and the log windows after the
+    probes (cross-check)."""
+    derived = get_path(metrics_after, "derived") or {}
+    summary = get_path(log_window, "summary") or {}
+    log = {
+        "acceptance_rate": _number_or_none(summary.get("draft_acceptance_rate")),
+        "mean_acceptance_length": _number_or_none(summary.get("mean_acceptance_length")),
+        "per_position_acceptance": [_number_or_none(v) for v in summary.get("per_position_acceptance") or []],
+        "drafted_tokens": summary.get("drafted_tokens"),
+        "accepted_tokens": summary.get("accepted_tokens"),
+        "windows": summary.get("windows") or 0,
+        "format": summary.get("format"),
+        "since_found": get_path(log_window, "since_found"),
+    }
+    metrics = {
+        "acceptance_rate": _number_or_none(derived.get("draft_acceptance_rate")),
+        "mean_acceptance_length": _number_or_none(derived.get("mean_acceptance_length")),
+        "per_position_acceptance": [_number_or_none(v) for v in derived.get("per_position_acceptance") or []],
+        "num_drafts": derived.get("num_drafts"),
+        "num_draft_tokens": derived.get("num_draft_tokens"),
+        "num_accepted_tokens": derived.get("num_accepted_tokens"),
+        "accepted_per_position": derived.get("accepted_per_position") or [],
+        "source": derived.get("source"),
+        "window": derived.get("window"),
+    }
+    out = {
+        "metrics": metrics,
+        "log": log,
+        "source": None,
+        "acceptance_rate": None,
+        "mean_acceptance_length": None,
+        "per_position_acceptance": [],
+        "num_spec_tokens": (plan_cfg or {}).get("num_speculative_tokens"),
+    }
+    if metrics["acceptance_rate"] is not None:
+        out.update(
+            source="metrics",
+            acceptance_rate=metrics["acceptance_rate"],
+            mean_acceptance_length=metrics["mean_acceptance_length"],
+            per_position_acceptance=metrics["per_position_acceptance"],
+        )
+        if out["mean_acceptance_length"] is None:
+            out["mean_acceptance_length"] = log["mean_acceptance_length"]
+        if not out["per_position_acceptance"]:
+            out["per_position_acceptance"] = log["per_position_acceptance"]
+    elif log["acceptance_rate"] is not None:
+        out.update(
+            source="log",
+            acceptance_rate=log["acceptance_rate"],
+            mean_acceptance_length=log["mean_acceptance_length"],
+            per_position_acceptance=log["per_position_acceptance"],
+        )
+    latency = {}
+    for key, lat in (get_path(metrics_after, "latency") or {}).items():
+        if isinstance(lat, dict) and lat.get("mean") is not None:
+            latency[key] = {
+                "mean_s": lat["mean"],
+                "count": lat.get("window_count"),
+                "metric": lat.get("metric"),
+            }
+    out["latency"] = latency
+    return out
+
+
+def _accept_class(rate, th):
+    if rate < th["min_acceptance_rate"]:
+        return "fail"
+    if rate < th["warn_acceptance_rate"]:
+        return "warn"
+    return "pass"
+
+
+def interpretation(fig, th, temperature=None):
+    """The seed guide's reading of the figures, as sentences."""
+    out = []
+    rate = fig.get("acceptance_rate")
+    if rate is not None:
+        out.append(INTERPRET[_accept_class(rate, th)])
+    mal = fig.get("mean_acceptance_length")
+    if mal is not None:
+        out.append(INTERPRET["mal"].format(mal=mal))
+    curve = [v for v in fig.get("per_position_acceptance") or [] if v is not None]
+    pos = th["collapse_position"]
+    if len(curve) >= pos:
+        if curve[pos - 1] < th["collapse_threshold"]:
+            out.append(INTERPRET["collapse"].format(pos=pos, curve=_curve(curve)))
+        else:
+            out.append(INTERPRET["decay"].format(curve=_curve(curve), k=len(curve), last=curve[-1]))
+    t = _number_or_none(temperature)
+    if t:
+        out.append(INTERPRET["temperature"].format(t=t))
+    return out
+
+
+# --------------------------------------------------------------------------- the verdict
+
+
+def _plan_checks(ctx):
+    """The plan itself: expect=on needs a speculative config."""
+    expect, plan_cfg = ctx["expect"], ctx["plan_cfg"]
+    checks = []
+    if expect == "on" and not plan_cfg:
+        checks.append(
+            _check(
+                "plan",
+                "fail",
+                "Plan",
+                "expect is 'on' but the plan has no speculative config: nothing to check",
+            )
+        )
+
+    return checks
+
+
+def _inferenceservice_checks(ctx):
+    """The InferenceService: Ready, and its args against the plan."""
+    expect, container, plan, isvc = ctx["expect"], ctx["container"], ctx["plan"], ctx["isvc"]
+    checks = []
+    if isvc is None:
+        checks.append(
+            _check(
+                "inferenceservice",
+                "fail",
+                "InferenceService",
+                "InferenceService %s/%s not found" % (plan.get("namespace"), plan.get("name")),
+            )
+        )
+    else:
+        ready = _condition(isvc, "Ready") or {}
+        if ready.get("status") == "True":
+            checks.append(_check("inferenceservice", "pass", "InferenceService", "Ready"))
+        else:
+            checks.append(
+                _check(
+                    "inferenceservice",
+                    "fail",
+                    "InferenceService",
+                    "not Ready: %s" % (ready.get("message") or ready.get("reason") or "no Ready condition"),
+                )
+            )
+        cmp = compare_args(plan.get("speculative_args"), isvc_args(isvc, container), expect)
+        checks.append(
+            _check(
+                "isvc_args",
+                cmp["status"],
+                "InferenceService arguments",
+                _args_message("the InferenceService", cmp, expect),
+                **_details(cmp),
+            )
+        )
+
+    return checks
+
+
+def _pod_checks(ctx):
+    """The predictor pod: ready, restarts, and its args against the plan."""
+    expect, container, plan, pod, pod_name = (
+        ctx["expect"],
+        ctx["container"],
+        ctx["plan"],
+        ctx["pod"],
+        ctx["pod_name"],
+    )
+    checks = []
+    if pod is None:
+        checks.append(_check("pod", "fail", "Predictor pod", "no predictor pod found"))
+    else:
+        cs = _container_status(pod, container)
+        restarts = int(cs.get("restartCount") or 0)
+        if cs.get("ready"):
+            status, msg = "pass", "%s: %s Ready" % (pod_name, container)
+        else:
+            state = cs.get("state") or {}
+            why = (
+                (state.get("waiting") or {}).get("reason")
+                or ("running" in state and "not ready")
+                or "not started"
+            )
+            status, msg = "fail", "%s: %s is not ready (%s)" % (pod_name, container, why)
+        if restarts and status == "pass":
+            status, msg = "warn", msg + ", but restarted %d time(s)" % restarts
+        elif restarts:
+            msg += ", restarted %d time(s)" % restarts
+        checks.append(_check("pod", status, "Predictor pod", msg, pod=pod_name, restarts=restarts))
+        cmp = compare_args(
+            plan.get("speculative_args"),
+            pod_args(pod, container),
+            expect,
+            required=_placeholders(plan.get("args"), ctx["isvc"], plan) if expect == "on" else None,
+        )
+        checks.append(
+            _check(
+                "pod_args",
+                cmp["status"],
+                "Pod arguments",
+                _args_message("pod %s" % pod_name, cmp, expect),
+                **_details(cmp),
+            )
+        )
+
+    return checks
+
+
+def _placeholders(args, isvc, plan):
+    """``args`` as the pod has them (render.in_pod), for the InferenceService the pod belongs to."""
+    meta = (isvc or {}).get("metadata") or {}
+    name, namespace = meta.get("name") or plan.get("name"), meta.get("namespace") or plan.get("namespace")
+    return render.in_pod(args, name, namespace)
+
+
+def _engine_start_checks(ctx):
+    """The engine log: start errors, readiness, a failed previous instance."""
+    log_facts, log_prev = ctx["log_facts"], ctx["log_prev"]
+    checks = []
+    if log_facts is None:
+        why = ": %s" % ctx["log_error"] if ctx.get("log_error") else ""
+        return [_check("engine_start", "fail", "Engine start", "the engine log could not be read%s" % why)]
+    errors = [e for e in log_facts.get("log_errors") or [] if not e.get("after_shutdown")]
+    if errors:
+        checks.append(
+            _check(
+                "engine_start",
+                "fail",
+                "Engine start",
+                "start errors in the engine log: %s"
+                % "; ".join("%s: %s" % (e.get("code"), e.get("message")) for e in errors[:5]),
+                errors=errors,
+            )
+        )
+    elif not log_facts.get("ready"):
+        checks.append(
+            _check(
+                "engine_start",
+                "fail",
+                "Engine start",
+                "the engine log has no 'Application startup complete.' (not started yet?)",
+            )
+        )
+    else:
+        checks.append(
+            _check(
+                "engine_start",
+                "pass",
+                "Engine start",
+                "started (vLLM %s, engine %s), no start errors"
+                % (log_facts.get("vllm_version") or "?", log_facts.get("engine") or "?"),
+            )
+        )
+    prev_errors = [e for e in (log_prev or {}).get("log_errors") or [] if not e.get("after_shutdown")]
+    if prev_errors:
+        checks.append(
+            _check(
+                "engine_previous",
+                "warn",
+                "Previous engine instance",
+                "the previous container instance failed: %s"
+                % "; ".join("%s: %s" % (e.get("code"), e.get("message")) for e in prev_errors[:3]),
+                errors=prev_errors,
+            )
+        )
+
+    return checks
+
+
+def _engine_config_checks(ctx):
+    """The engine-init line: speculative_config as the engine resolved it, and as the API server received it."""
+    expect, plan_cfg, aliases, log_facts = ctx["expect"], ctx["plan_cfg"], ctx["aliases"], ctx["log_facts"]
+    checks = []
+    if log_facts is None:
+        return []
+    found = log_facts.get("speculative_config_found")
+    logged = log_facts.get("speculative_config")
+    if expect == "off":
+        if found and logged is None:
+            checks.append(
+                _check(
+                    "engine_config",
+                    "pass",
+                    "Engine speculative_config",
+                    "speculative_config=None: speculative decoding is off",
+                )
+            )
+        elif logged is not None:
+            checks.append(
+                _check(
+                    "engine_config",
+                    "fail",
+                    "Engine speculative_config",
+                    "the engine still runs speculative decoding: %s" % logged.get("repr"),
+                )
+            )
+        else:
+            checks.append(
+                _check(
+                    "engine_config",
+                    "fail",
+                    "Engine speculative_config",
+                    "no engine-init line in the log: cannot confirm speculative_config=None",
+                )
+            )
+    elif plan_cfg:
+        if logged is None:
+            checks.append(
+                _check(
+                    "engine_config",
+                    "fail",
+                    "Engine speculative_config",
+                    (
+                        "the engine logged speculative_config=None: speculative decoding is not " "running"
+                        if found
+                        else "no engine-init line with speculative_config in the log"
+                    ),
+                )
+            )
+        else:
+            diffs = compare_engine_config(plan_cfg, logged, aliases)
+            seen = logged.get("model")
+            alias_note = ""
+            if seen is not None and unalias(seen, aliases) != seen:
+                alias_note = " (the engine sees %s as %s)" % (unalias(seen, aliases), seen)
+            checks.append(
+                _check(
+                    "engine_config",
+                    "fail" if diffs else "pass",
+                    "Engine speculative_config",
+                    (
+                        ("the engine resolved %s: %s" % (logged.get("repr"), "; ".join(diffs)))
+                        if diffs
+                        else "%s matches the plan%s" % (logged.get("repr"), alias_note)
+                    ),
+                    logged=logged,
+                )
+            )
+        requested = log_facts.get("requested_speculative_config")
+        if isinstance(requested, dict) and "model" in requested:
+            requested = dict(requested, model=unalias(requested["model"], aliases))
+        if requested is None:
+            checks.append(
+                _check(
+                    "engine_requested_config",
+                    "skip",
+                    "Requested config",
+                    "no 'non-default args' line with speculative_config in the log",
+                )
+            )
+        elif requested == plan_cfg:
+            checks.append(
+                _check(
+                    "engine_requested_config",
+                    "pass",
+                    "Requested config",
+                    "the API server received exactly the planned config",
+                )
+            )
+        else:
+            keys = sorted(k for k in set(requested) | set(plan_cfg) if requested.get(k) != plan_cfg.get(k))
+            checks.append(
+                _check(
+                    "engine_requested_config",
+                    "fail",
+                    "Requested config",
+                    "the API server received %s, planned %s (differs in %s)"
+                    % (
+                        json.dumps(requested, sort_keys=True),
+                        json.dumps(plan_cfg, sort_keys=True),
+                        ", ".join(keys),
+                    ),
+                    requested=requested,
+                )
+            )
+    return checks
+
+
+def _engine_version_checks(ctx):
+    """The vLLM release the engine runs, and the warnings it logged."""
+    plan, log_facts = ctx["plan"], ctx["log_facts"]
+    checks = []
+    if log_facts is None:
+        return []
+    planned_version = plan.get("vllm_version")
+    logged_version = log_facts.get("vllm_version")
+    if planned_version and logged_version and str(planned_version) != str(logged_version):
+        checks.append(
+            _check(
+                "engine_version",
+                "warn",
+                "vLLM version",
+                "the engine runs vLLM %s, the spec says %s: the config was validated for another "
+                "release" % (logged_version, planned_version),
+            )
+        )
+    warnings = log_facts.get("log_warnings") or []
+    relevant = [w for w in warnings if not w.get("after_shutdown")]
+    checks.append(
+        _check(
+            "engine_warnings",
+            "info",
+            "Engine warnings",
+            "; ".join("%s: %s" % (w.get("code"), w.get("message")) for w in relevant) or "none",
+            warnings=relevant,
+        )
+    )
+
+    return checks
+
+
+def _pod_view_checks(ctx):
+    """Inside the predictor pod (pod_view.py): the vLLM release the image holds and the model paths the
+    engine is told to load. A look that could not be taken says why: a skip in mode auto (exec needs
+    create on pods/exec, which a least-privilege Role may leave out), a failure in mode required."""
+    mode, view = ctx["inside_mode"], pod_view.parse(ctx["inside_pod"])
+    title = "Inside the pod"
+    if mode == "off":
+        return [_check("pod_view", "skip", title, "not looked at (specpilot_smoke_inside_pod: off)")]
+    if view is None:
+        return [_check("pod_view", "skip", title, "not looked at: no predictor pod to exec into")]
+    if view["error"]:
+        status = "fail" if mode == "required" else "skip"
+        why = "could not look inside pod %s: %s" % (ctx["pod_name"], view["error"])
+        if "403" in view["error"] or "forbidden" in view["error"].lower():
+            why += " (exec needs create on pods/exec)"
+        if status == "skip":
+            why += "; skipped (specpilot_smoke_inside_pod: required makes it a failure)"
+        return [_check("pod_view", status, title, why)]
+    return [_pod_version_check(ctx["plan"], view), _pod_models_check(ctx["plan"], ctx["expect"], view)]
+
+
+def _pod_version_check(plan, view):
+    title = "vLLM in the image"
+    if view.get("vllm_error"):
+        return _check(
+            "pod_vllm_version", "warn", title, "the pod's Python cannot import vllm: %s" % view["vllm_error"]
+        )
+    found, planned = view.get("vllm_version"), plan.get("vllm_version")
+    if planned and str(planned) != str(found):
+        return _check(
+            "pod_vllm_version",
+            "warn",
+            title,
+            "the image holds vLLM %s, the spec says %s: the config was validated for another release"
+            % (found, planned),
+            vllm_version=found,
+        )
+    return _check("pod_vllm_version", "pass", title, "the image holds vLLM %s" % found, vllm_version=found)
+
+
+def _pod_models_check(plan, expect, view):
+    title = "Model files in the pod"
+    problems, seen = [], []
+    for what, path in pod_view.expected_paths(plan, expect).items():
+        entry = (view.get("paths") or {}).get(path) or {}
+        if not entry.get("dir"):
+            problems.append("the %s %s is not a directory in the pod" % (what, path))
+        elif not entry.get("config_json"):
+            problems.append(
+                "the %s %s has no config.json (%s)"
+                % (what, path, ", ".join(entry.get("entries") or []) or "empty")
+            )
+        else:
+            seen.append("%s %s" % (what, path))
+    if problems:
+        return _check("pod_models", "fail", title, "; ".join(problems), paths=view.get("paths"))
+    message = ("%s hold config.json" % ", ".join(seen)) if seen else "no model path to look at"
+    return _check("pod_models", "pass", title, message, paths=view.get("paths"))
+
+
+def _probe_checks(ctx):
+    """The probe requests."""
+    probes, skip_reason = ctx["probes"], ctx["skip_reason"]
+    checks = []
+    if probes is None:
+        checks.append(
+            _check(
+                "probes",
+                "fail",
+                "Probe requests",
+                "no probe requests were sent%s" % (": " + skip_reason if skip_reason else ""),
+            )
+        )
+    elif probes.get("error"):
+        checks.append(
+            _check("probes", "fail", "Probe requests", "the probe run failed: %s" % probes["error"])
+        )
+    else:
+        bad = [r for r in probes.get("results") or [] if not r.get("ok")]
+        if probes.get("requests", 0) and not bad:
+            checks.append(
+                _check(
+                    "probes",
+                    "pass",
+                    "Probe requests",
+                    "%d/%d succeeded (%d tokens generated, mean latency %s s) via %s"
+                    % (
+                        probes["succeeded"],
+                        probes["requests"],
+                        probes.get("completion_tokens") or 0,
+                        _fmt(probes.get("latency_mean_s")),
+                        probes.get("url"),
+                    ),
+                )
+            )
+        else:
+            checks.append(
+                _check(
+                    "probes",
+                    "fail",
+                    "Probe requests",
+                    "%d of %d failed: %s"
+                    % (len(bad), probes.get("requests", 0), bad[0].get("error") if bad else "no requests"),
+                )
+            )
+
+    return checks
+
+
+def _metrics_checks(ctx):
+    """/metrics: speculative decoding enabled and active (or not, for expect=off)."""
+    expect, plan_cfg, m_after, probes, fig = (
+        ctx["expect"],
+        ctx["plan_cfg"],
+        ctx["m_after"],
+        ctx["probes"],
+        ctx["fig"],
+    )
+    checks = []
+    if m_after is None:
+        checks.append(
+            _check(
+                "spec_metrics",
+                "fail",
+                "/metrics",
+                "/metrics could not be read%s"
+                % (
+                    ": " + str((probes or {}).get("metrics_error"))
+                    if (probes or {}).get("metrics_error")
+                    else ""
+                ),
+            )
+        )
+    elif expect == "off":
+        if m_after.get("spec_decode_enabled"):
+            checks.append(
+                _check(
+                    "spec_metrics",
+                    "fail",
+                    "/metrics",
+                    "vllm:spec_decode_* series are present (%s): speculative decoding is still on"
+                    % ", ".join(m_after.get("spec_metric_names") or []),
+                )
+            )
+        else:
+            checks.append(_check("spec_metrics", "pass", "/metrics", "no vllm:spec_decode_* series"))
+    else:
+        if not m_after.get("spec_decode_enabled"):
+            checks.append(
+                _check(
+                    "spec_metrics",
+                    "fail",
+                    "/metrics",
+                    "speculative decoding was planned (%s) but /metrics has no vllm:spec_decode_* "
+                    "series: the engine runs without it" % ((plan_cfg or {}).get("method")),
+                )
+            )
+        elif not m_after.get("spec_decode_active") and fig["log"]["acceptance_rate"] is None:
+            checks.append(
+                _check(
+                    "spec_metrics",
+                    "fail",
+                    "/metrics",
+                    "no drafts during the probe requests: acceptance cannot be measured (an n-gram "
+                    "or suffix proposer found no match: use prompts whose output repeats them)",
+                )
+            )
+        else:
+            note = ""
+            if fig["metrics"]["window"] == "since_restart":
+                note = " (the engine restarted between the scrapes: figures cover the time since)"
+            checks.append(
+                _check(
+                    "spec_metrics",
+                    "warn" if note else "pass",
+                    "/metrics",
+                    "%s drafts, %s draft tokens, %s accepted in the probe window%s"
+                    % (
+                        fig["metrics"]["num_drafts"],
+                        fig["metrics"]["num_draft_tokens"],
+                        fig["metrics"]["num_accepted_tokens"],
+                        note,
+                    ),
+                )
+            )
+
+    return checks
+
+
+def _acceptance_checks(ctx):
+    """The acceptance rate against the thresholds."""
+    expect, th, fig = ctx["expect"], ctx["th"], ctx["fig"]
+    checks = []
+    if expect != "on":
+        return []
+    rate = fig["acceptance_rate"]
+    if rate is None:
+        checks.append(
+            _check(
+                "acceptance",
+                "fail",
+                "Acceptance rate",
+                "no acceptance figure: neither /metrics nor the engine log measured any drafts",
+            )
+        )
+    else:
+        cls = _accept_class(rate, th)
+        where = "from /metrics" if fig["source"] == "metrics" else "from the engine log"
+        if cls == "fail":
+            msg = (
+                "draft acceptance rate %s (%s) is below the minimum %s: speculative decoding adds "
+                "latency on this workload" % (_fmt(rate), where, _fmt(th["min_acceptance_rate"]))
+            )
+        elif cls == "warn":
+            msg = (
+                "draft acceptance rate %s (%s) is below %s: borderline, measure P99 latency before "
+                "keeping it" % (_fmt(rate), where, _fmt(th["warn_acceptance_rate"]))
+            )
+        else:
+            msg = "draft acceptance rate %s (%s), at or above %s" % (
+                _fmt(rate),
+                where,
+                _fmt(th["warn_acceptance_rate"]),
+            )
+        checks.append(_check("acceptance", cls, "Acceptance rate", msg, rate=rate))
+    return checks
+
+
+def _acceptance_shape_checks(ctx):
+    """The mean acceptance length and the per-position curve (a collapse)."""
+    expect, th, fig = ctx["expect"], ctx["th"], ctx["fig"]
+    checks = []
+    if expect != "on":
+        return []
+    mal = fig["mean_acceptance_length"]
+    if mal is not None:
+        floor = th["min_mean_acceptance_length"]
+        if floor is not None and mal < floor:
+            checks.append(
+                _check(
+                    "mean_acceptance_length",
+                    "fail",
+                    "Mean acceptance length",
+                    "mean acceptance length %s is below the minimum %s" % (_fmt(mal), _fmt(floor)),
+                )
+            )
+        else:
+            checks.append(
+                _check(
+                    "mean_acceptance_length",
+                    "info",
+                    "Mean acceptance length",
+                    "%s tokens per decode step (ceiling of the speedup)" % _fmt(mal),
+                )
+            )
+    curve = [v for v in fig["per_position_acceptance"] if v is not None]
+    pos = th["collapse_position"]
+    if len(curve) >= pos and curve[pos - 1] < th["collapse_threshold"]:
+        checks.append(
+            _check(
+                "per_position",
+                "warn",
+                "Per-position acceptance",
+                "collapses by slot %d: %s (position %d < %s)"
+                % (pos, _curve(curve), pos, _fmt(th["collapse_threshold"])),
+                curve=curve,
+            )
+        )
+    elif curve:
+        checks.append(_check("per_position", "info", "Per-position acceptance", _curve(curve), curve=curve))
+
+    return checks
+
+
+def _log_window_checks(ctx):
+    """The engine log windows after the probes: cross-check the acceptance (on), no spec lines (off)."""
+    expect, th, window, fig = ctx["expect"], ctx["th"], ctx["window"], ctx["fig"]
+    checks = []
+    if expect != "on":
+        if window is not None and log_window_count(window):
+            checks.append(
+                _check(
+                    "log_cross_check",
+                    "fail",
+                    "Log cross-check",
+                    "the engine log shows %d speculative metrics line(s) after the probes"
+                    % log_window_count(window),
+                )
+            )
+        elif window is not None:
+            checks.append(
+                _check(
+                    "log_cross_check",
+                    "pass",
+                    "Log cross-check",
+                    "no speculative metrics line in the engine log after the probes",
+                )
+            )
+        return checks
+    # cross-check with the log windows after the probes
+    log = fig["log"]
+    met = fig["metrics"]
+    if window is None or log["acceptance_rate"] is None:
+        checks.append(
+            _check(
+                "log_cross_check",
+                "warn",
+                "Log cross-check",
+                "no speculative metrics line in the engine log after the probes (stat logging off "
+                "with --disable-log-stats, or no log interval has passed): acceptance is taken "
+                "from /metrics only",
+            )
+        )
+    elif met["acceptance_rate"] is None:
+        checks.append(
+            _check(
+                "log_cross_check",
+                "warn",
+                "Log cross-check",
+                "only the engine log measured acceptance (%s); /metrics has no usable counters"
+                % _fmt(log["acceptance_rate"]),
+            )
+        )
+    else:
+        diff = abs(log["acceptance_rate"] - met["acceptance_rate"])
+        same = (
+            log["drafted_tokens"] == met["num_draft_tokens"]
+            and log["accepted_tokens"] == met["num_accepted_tokens"]
+            and log["format"] == "v1"
+        )
+        cover = ""
+        if log["format"] == "v1" and met["num_draft_tokens"]:
+            cover = ", the log windows cover %s of %s drafted tokens" % (
+                log["drafted_tokens"],
+                met["num_draft_tokens"],
+            )
+        if same:
+            checks.append(
+                _check(
+                    "log_cross_check",
+                    "pass",
+                    "Log cross-check",
+                    "the log windows match /metrics exactly (%s drafted, %s accepted)"
+                    % (log["drafted_tokens"], log["accepted_tokens"]),
+                )
+            )
+        elif diff <= th["cross_check_tolerance"]:
+            checks.append(
+                _check(
+                    "log_cross_check",
+                    "pass",
+                    "Log cross-check",
+                    "log %s vs /metrics %s (within %s%s)"
+                    % (
+                        _fmt(log["acceptance_rate"], 3),
+                        _fmt(met["acceptance_rate"], 3),
+                        _fmt(th["cross_check_tolerance"]),
+                        cover,
+                    ),
+                )
+            )
+        else:
+            checks.append(
+                _check(
+                    "log_cross_check",
+                    "warn",
+                    "Log cross-check",
+                    "log %s vs /metrics %s differ by more than %s%s: other traffic or partial "
+                    "log windows"
+                    % (
+                        _fmt(log["acceptance_rate"], 3),
+                        _fmt(met["acceptance_rate"], 3),
+                        _fmt(th["cross_check_tolerance"]),
+                        cover,
+                    ),
+                )
+            )
+    if window is not None and log["since_found"] is False:
+        checks.append(
+            _check(
+                "log_window",
+                "warn",
+                "Log window",
+                "the marker line was not found again: the log figures cover the whole log",
+            )
+        )
+    return checks
+
+
+# The checks of one service, in the order the report lists them: one function per check (or per
+# group of checks on one source), each returning its _check() entries.
+CHECK_SECTIONS = (
+    _plan_checks,
+    _inferenceservice_checks,
+    _pod_checks,
+    _engine_start_checks,
+    _engine_config_checks,
+    _engine_version_checks,
+    _pod_view_checks,
+    _probe_checks,
+    _metrics_checks,
+    _acceptance_checks,
+    _acceptance_shape_checks,
+    _log_window_checks,
+)
+
+
+def evaluate(data):
+    """The checks and the verdict for one service.
+
+    ``data`` keys: service, expect ('on'/'off'), plan, inferenceservice, pod, container,
+    log_facts, log_previous, log_error, log_window, metrics_before, metrics_after, probes, access,
+    thresholds, request ({prompts, count, max_tokens, temperature, request_params}), inside_pod (the
+    pod_exec result of pod_view.command) and inside_pod_mode (auto, required, off),
+    skip_reason (why no probes were sent), production_temperature (specpilot_workload.temperature:
+    the acceptance band says whether the probes ran at it). Missing pieces fail the checks that need them.
+    """
+    ctx = _inputs(data)
+    checks = []
+    for section in CHECK_SECTIONS:
+        checks.extend(section(ctx))
+    return _verdict(ctx, checks)
+
+
+def _inputs(data):
+    """What the checks read, from the data evaluate() was given (missing pieces are None)."""
+    expect = data.get("expect") or "on"
+    if expect not in EXPECT_MODES:
+        raise ValueError("expect must be 'on' or 'off', got %r" % expect)
+    th = thresholds(data.get("thresholds"))
+    container = data.get("container") or "kserve-container"
+    plan = data.get("plan") or {}
+    plan_cfg = plan.get("speculative_config") or None
+    isvc = data.get("inferenceservice") or None
+    pod = data.get("pod") or None
+    aliases = data.get("path_aliases") or {}
+    log_facts = data.get("log_facts") or None
+    log_prev = data.get("log_previous") or None
+    window = data.get("log_window") or None
+    m_after = data.get("metrics_after") or None
+    probes = data.get("probes") or None
+    request = data.get("request") or {}
+    svc = data.get("service") or plan.get("name") or "service"
+    pod_name = get_path(pod, "metadata", "name")
+    fig = figures(m_after, window, plan_cfg)
+    return dict(
+        expect=expect,
+        th=th,
+        container=container,
+        plan=plan,
+        plan_cfg=plan_cfg,
+        isvc=isvc,
+        pod=pod,
+        pod_name=pod_name,
+        aliases=aliases,
+        log_facts=log_facts,
+        log_prev=log_prev,
+        window=window,
+        m_after=m_after,
+        probes=probes,
+        request=request,
+        svc=svc,
+        fig=fig,
+        skip_reason=data.get("skip_reason"),
+        log_error=data.get("log_error"),
+        production_temperature=data.get("production_temperature"),
+        inside_pod=data.get("inside_pod"),
+        inside_mode=data.get("inside_pod_mode") or "auto",
+    )
+
+
+def _verdict(ctx, checks):
+    """The worst check decides; the result evaluate() returns."""
+    expect, th, pod_name, request, svc, fig = (
+        ctx["expect"],
+        ctx["th"],
+        ctx["pod_name"],
+        ctx["request"],
+        ctx["svc"],
+        ctx["fig"],
+    )
+    worst = max((STATUS_RANK[c["status"]] for c in checks), default=0)
+    verdict = VERDICTS[worst]
+    failing = [c for c in checks if c["status"] == verdict and verdict != "pass"]
+    if verdict == "pass":
+        if expect == "on":
+            message = (
+                "%s: PASS - speculative decoding runs as planned, acceptance %s, mean acceptance length %s"
+                % (svc, _fmt(fig["acceptance_rate"]), _fmt(fig["mean_acceptance_length"]))
+            )
+        else:
+            message = (
+                "%s: PASS - speculative decoding is off (speculative_config=None, no spec metrics)" % svc
+            )
+    else:
+        message = "%s: %s - %s" % (
+            svc,
+            verdict.upper(),
+            " | ".join("%s: %s" % (c["title"], c["message"]) for c in failing),
+        )
+    return {
+        "service": svc,
+        "expect": expect,
+        "verdict": verdict,
+        "ok": verdict != "fail",
+        "message": message,
+        "checks": checks,
+        "figures": fig,
+        "interpretation": interpretation(fig, th, request.get("temperature")) if expect == "on" else [],
+        # the band rule applied to the probes' acceptance, and whether they ran at the production temperature
+        "acceptance_band": (
+            band_reading(
+                fig["acceptance_rate"],
+                ctx["production_temperature"],
+                request.get("temperature", 0.0) if (ctx["probes"] or {}).get("succeeded") else None,
+                "the probes" if (ctx["probes"] or {}).get("succeeded") else "the engine's own traffic",
+            )
+            if expect == "on"
+            else None
+        ),
+        "thresholds": th,
+        "pod": pod_name,
+    }
+
+
+def log_window_count(window):
+    return int(get_path(window, "summary", "windows") or 0)
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _now():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def build_report(result, data):
+    """The JSON-able report of one smoke run."""
+    plan = data.get("plan") or {}
+    log_facts = data.get("log_facts") or {}
+    probes = data.get("probes") or {}
+    m_after = data.get("metrics_after") or {}
+    request = dict(data.get("request") or {})
+    return {
+        "format": REPORT_FORMAT,
+        "kind": "specpilot-smoke",
+        "generated_at": data.get("generated_at") or _now(),
+        "service": result["service"],
+        "namespace": plan.get("namespace"),
+        "expect": result["expect"],
+        "verdict": result["verdict"],
+        "message": result["message"],
+        "checks": result["checks"],
+        "figures": result["figures"],
+        "interpretation": result["interpretation"],
+        "acceptance_band": result.get("acceptance_band"),
+        "thresholds": result["thresholds"],
+        "plan": {
+            "speculative_config": plan.get("speculative_config"),
+            "speculative_args": plan.get("speculative_args"),
+            "vllm_version": plan.get("vllm_version"),
+            "spec_digest": plan.get("spec_digest"),
+        },
+        "engine": {
+            "pod": result.get("pod"),
+            "vllm_version": log_facts.get("vllm_version"),
+            "engine": log_facts.get("engine"),
+            "speculative_config": log_facts.get("speculative_config"),
+            "requested_speculative_config": log_facts.get("requested_speculative_config"),
+            "served_model_name": log_facts.get("served_model_name"),
+            "warnings": [w for w in log_facts.get("log_warnings") or [] if not w.get("after_shutdown")],
+            "errors": log_facts.get("log_errors") or [],
+        },
+        "access": data.get("access") or {},
+        "request": request,
+        "probes": {
+            k: probes.get(k)
+            for k in (
+                "url",
+                "endpoint",
+                "requests",
+                "succeeded",
+                "failed",
+                "completion_tokens",
+                "prompt_tokens",
+                "latency_mean_s",
+                "elapsed_s",
+            )
+        },
+        "probe_results": [
+            {
+                k: r.get(k)
+                for k in ("status", "ok", "latency_s", "completion_tokens", "finish_reason", "error")
+            }
+            for r in probes.get("results") or []
+        ],
+        "metrics": {
+            "engine_era": m_after.get("engine_era"),
+            "spec_decode_enabled": m_after.get("spec_decode_enabled"),
+            "notes": m_after.get("notes") or [],
+        },
+        "notes": [],
+        "plots": [],
+    }
+
+
+def _status_mark(status):
+    return {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "info": "info", "skip": "skip"}[status]
+
+
+def _md_escape(text):
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(report):
+    """The report as Markdown (one page per service)."""
+    fig = report["figures"]
+    lines = ["# Smoke check: %s - %s" % (report["service"], report["verdict"].upper()), ""]
+    lines.append("%s" % report["message"])
+    lines.append("")
+    lines.append(
+        "- namespace: `%s`; expected speculative decoding: **%s**; generated %s"
+        % (report.get("namespace"), report["expect"], report["generated_at"])
+    )
+    plan_cfg = report["plan"].get("speculative_config")
+    if plan_cfg:
+        lines.append("- planned: `%s`" % json.dumps(plan_cfg, sort_keys=True))
+    eng = report["engine"]
+    lines.append(
+        "- engine: pod `%s`, vLLM %s, %s"
+        % (
+            eng.get("pod"),
+            eng.get("vllm_version") or "?",
+            (eng.get("speculative_config") or {}).get("repr") or "speculative_config=None",
+        )
+    )
+    probes = report["probes"]
+    if probes.get("requests"):
+        req = report["request"]
+        lines.append(
+            "- probes: %s/%s ok via %s (%s), temperature %s, max_tokens %s"
+            % (
+                probes.get("succeeded"),
+                probes.get("requests"),
+                report["access"].get("mode", "?"),
+                probes.get("url"),
+                req.get("temperature"),
+                req.get("max_tokens"),
+            )
+        )
+    lines += ["", "## Checks", "", "| check | status | detail |", "|---|---|---|"]
+    for c in report["checks"]:
+        lines.append("| %s | %s | %s |" % (c["title"], _status_mark(c["status"]), _md_escape(c["message"])))
+    if report["expect"] == "on":
+        met, log = fig["metrics"], fig["log"]
+        lines += [
+            "",
+            "## Acceptance",
+            "",
+            "| figure | /metrics (probe window) | engine log (after the probes) |",
+            "|---|---|---|",
+            "| draft acceptance rate | %s | %s |"
+            % (_fmt(met["acceptance_rate"], 3), _fmt(log["acceptance_rate"], 3)),
+            "| mean acceptance length | %s | %s |"
+            % (_fmt(met["mean_acceptance_length"]), _fmt(log["mean_acceptance_length"])),
+            "| drafted tokens | %s | %s |" % (met["num_draft_tokens"], log["drafted_tokens"]),
+            "| accepted tokens | %s | %s |" % (met["num_accepted_tokens"], log["accepted_tokens"]),
+            "| drafts | %s | |" % met["num_drafts"],
+            "| log windows | | %s |" % log["windows"],
+        ]
+        k = max(len(met["per_position_acceptance"]), len(log["per_position_acceptance"]))
+        if k:
+            lines += ["", "| position | /metrics | log |", "|---|---|---|"]
+            for i in range(k):
+                mv = met["per_position_acceptance"][i] if i < len(met["per_position_acceptance"]) else None
+                lv = log["per_position_acceptance"][i] if i < len(log["per_position_acceptance"]) else None
+                lines.append("| %d | %s | %s |" % (i + 1, _fmt(mv, 3), _fmt(lv, 3)))
+        th = report["thresholds"]
+        lines += [
+            "",
+            "Thresholds: fail below %s, warn below %s%s."
+            % (
+                _fmt(th["min_acceptance_rate"]),
+                _fmt(th["warn_acceptance_rate"]),
+                (
+                    (", mean acceptance length at least %s" % _fmt(th["min_mean_acceptance_length"]))
+                    if th.get("min_mean_acceptance_length")
+                    else ""
+                ),
+            ),
+        ]
+        if report.get("acceptance_band"):
+            lines += ["", "Band: %s" % report["acceptance_band"]["line"]]
+    if fig.get("latency"):
+        lines += [
+            "",
+            "## Latency in the probe window (/metrics)",
+            "",
+            "| histogram | mean (ms) | observations |",
+            "|---|---|---|",
+        ]
+        for key in sorted(fig["latency"]):
+            lat = fig["latency"][key]
+            lines.append(
+                "| %s (`%s`) | %.1f | %s |"
+                % (key, lat.get("metric"), lat["mean_s"] * 1000.0, lat.get("count"))
+            )
+    if report["interpretation"]:
+        lines += ["", "## Reading", ""] + ["- %s" % s for s in report["interpretation"]]
+    if eng.get("warnings"):
+        lines += ["", "## Engine warnings", ""] + [
+            "- `%s` (line %s): %s" % (w.get("code"), w.get("line"), w.get("message")) for w in eng["warnings"]
+        ]
+    for p in report.get("plots") or []:
+        lines += ["", "![%s](%s)" % (p["title"], p["file"])]
+    if report.get("notes"):
+        lines += ["", "## Notes", ""] + ["- %s" % n for n in report["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def render_plot(report, path):
+    """acceptance.png: per-position acceptance (/metrics and log) against the thresholds.
+    Returns False (nothing written) without data or without matplotlib."""
+    plt = pyplot()[0]
+    if plt is None:
+        return False
+    fig_data = report["figures"]
+    met = [v if v is not None else 0.0 for v in fig_data["metrics"]["per_position_acceptance"]]
+    log = [v if v is not None else 0.0 for v in fig_data["log"]["per_position_acceptance"]]
+    if not met and not log:
+        return False
+    th = report["thresholds"]
+    k = max(len(met), len(log))
+    series = [
+        (s, label, colour)
+        for s, label, colour in (
+            (met, "/metrics (probe window)", "#4c72b0"),
+            (log, "engine log windows", "#dd8452"),
+        )
+        if s
+    ]
+    width = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (values, label, colour) in enumerate(series):
+        xs = [p + 1 + (i - (len(series) - 1) / 2.0) * width for p in range(len(values))]
+        ax.bar(xs, values, width, label=label, color=colour)
+        for x, v in zip(xs, values):
+            ax.text(x, v + 0.01, "%.2f" % v, ha="center", va="bottom", fontsize=8)
+    rate = fig_data.get("acceptance_rate")
+    if rate is not None:
+        ax.axhline(rate, color="#333333", linewidth=1.2, label="overall acceptance %.2f" % rate)
+    ax.axhline(
+        th["min_acceptance_rate"],
+        color="#c44e52",
+        linestyle="--",
+        linewidth=1,
+        label="fail below %.2f" % th["min_acceptance_rate"],
+    )
+    ax.axhline(
+        th["warn_acceptance_rate"],
+        color="#dd8452",
+        linestyle=":",
+        linewidth=1,
+        label="warn below %.2f" % th["warn_acceptance_rate"],
+    )
+    ax.axhline(
+        th["collapse_threshold"],
+        color="#8c8c8c",
+        linestyle="-.",
+        linewidth=1,
+        label="collapse %.2f" % th["collapse_threshold"],
+    )
+    ax.set_xticks(list(range(1, k + 1)))
+    ax.set_xlabel("draft position (slot)")
+    ax.set_ylabel("acceptance (accepted at position / drafts)")
+    ax.set_ylim(0, 1.35)
+    mal = fig_data.get("mean_acceptance_length")
+    ax.set_title(
+        "%s: %s - acceptance %s, mean acceptance length %s"
+        % (report["service"], report["verdict"].upper(), _fmt(rate), _fmt(mal)),
+        fontsize=10,
+    )
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper center", ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return True
+
+
+def write_report(report, out_dir, basename="smoke", plot=True):
+    """Write <basename>.json, <basename>.md and (with per-position data) acceptance.png.
+
+    Returns {json, markdown, plot, changed}."""
+    os.makedirs(out_dir, exist_ok=True)
+    plot_path = os.path.join(out_dir, "%s-acceptance.png" % basename)
+    report["plots"] = []
+    drawn = False
+    if plot:
+        missing = pyplot()[1]
+        if missing:
+            report["notes"].append("plot skipped: matplotlib is not installed (%s)" % missing)
+        else:
+            drawn = render_plot(report, plot_path + ".new")
+            if drawn:
+                report["plots"].append(
+                    {"file": os.path.basename(plot_path), "title": "Per-position acceptance"}
+                )
+    changed = False
+    if drawn:
+        with open(plot_path + ".new", "rb") as fh:
+            changed = write_if_changed(plot_path, fh.read()) or changed
+        os.remove(plot_path + ".new")
+    paths, written = write_json_and_markdown(out_dir, basename, report, render_markdown(report))
+    paths.update(plot=plot_path if drawn else None, changed=written or changed)
+    return paths
+
+
+def stats(result, files=None):
+    """The compact figures for set_stats (AWX shows them on the job)."""
+    fig = result["figures"]
+    out = {
+        "verdict": result["verdict"],
+        "expect": result["expect"],
+        "message": result["message"],
+        "acceptance_rate": fig.get("acceptance_rate"),
+        "acceptance_rate_log": fig["log"].get("acceptance_rate"),
+        "mean_acceptance_length": fig.get("mean_acceptance_length"),
+        "per_position_acceptance": fig.get("per_position_acceptance"),
+        "num_draft_tokens": fig["metrics"].get("num_draft_tokens"),
+        "num_accepted_tokens": fig["metrics"].get("num_accepted_tokens"),
+        "acceptance_band": (result.get("acceptance_band") or {}).get("band"),
+        "failed_checks": [c["id"] for c in result["checks"] if c["status"] == "fail"],
+        "warned_checks": [c["id"] for c in result["checks"] if c["status"] == "warn"],
+    }
+    if files:
+        out["report"] = {
+            "json": files.get("json"),
+            "markdown": files.get("markdown"),
+            "plot": files.get("plot"),
+        }
+    return out
