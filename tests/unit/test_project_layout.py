@@ -185,26 +185,8 @@ def test_renamed_modules_keep_their_old_names_for_one_release(tmp_path):
             ]
         )
     )
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    run = subprocess.run(
-        [
-            str(ROOT / ".venv" / "bin" / "ansible-playbook"),
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            "-e",
-            "ansible_python_interpreter=" + sys.executable,
-            str(book),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "specpilot.core.spec_monitoring is now specpilot.core.monitoring" in run.stdout + run.stderr
+    out = _local_playbook(book)
+    assert "specpilot.core.spec_monitoring is now specpilot.core.monitoring" in out
     routing = yaml.safe_load((COLLECTION / "meta" / "runtime.yml").read_text())["plugin_routing"]
     assert routing["modules"]["spec_guard"]["redirect"] == "specpilot.core.acceptance_guard"
     assert routing["module_utils"]["spec_guard"]["redirect"] == "specpilot.core.operate.acceptance_guard"
@@ -245,20 +227,22 @@ def test_module_utils_are_packaged_by_capability_and_the_flat_names_still_import
         "    - old_import: {}\n      register: r\n"
         "    - ansible.builtin.assert: {that: [r.found]}\n"
     )
-    env = dict(
-        os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_LIBRARY=str(library)
-    )
+    assert "module_utils spec is now service.spec" in _local_playbook(book, ANSIBLE_LIBRARY=str(library))
+
+
+def _local_playbook(book, **env):
+    """ansible-playbook BOOK on localhost with the project's ansible.cfg; its output (it must succeed)."""
     run = subprocess.run(
         [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", "localhost,", "-c", "local"]
         + ["-e", "ansible_python_interpreter=" + sys.executable, str(book)],
         cwd=ROOT,
-        env=env,
+        env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", **env),
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "module_utils spec is now service.spec" in run.stdout + run.stderr
+    return run.stdout + run.stderr
 
 MAX_FUNCTION_LINES = 120
 
