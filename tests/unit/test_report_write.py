@@ -157,6 +157,7 @@ def test_report_write_writes_once_and_never_counts_as_a_change(tmp_path):
     assert first["paths"] == {
         "json": str(tmp_path / "out" / "svc.json"),
         "markdown": str(tmp_path / "out" / "svc.md"),
+        "plots": [],
     }
     mtime = (tmp_path / "out" / "svc.md").stat().st_mtime_ns
     again = write(tmp_path, "rollback", ROLLBACK)
@@ -195,7 +196,7 @@ def test_canary_report_is_report_write_of_kind_canary(tmp_path):
         "min_acceptance": 0.5,
         "steps": [],
     }
-    out = fact_tasks.canary_report({"report": report, "output_dir": str(tmp_path)})
+    out = fact_tasks.canary_report({"report": report, "output_dir": str(tmp_path), "plots": True})
     assert out["paths"]["markdown"] == str(tmp_path / "report.md")
     assert (tmp_path / "report.md").read_text().startswith("# Canary of ml/svc\n\n**ABORTED** - too slow")
 
@@ -212,3 +213,61 @@ def test_one_writer_for_every_report(tmp_path):
         paths,
         False,
     )
+
+
+def _arm(p50, p99, acceptance=None):
+    figures = {
+        f: {"p50_ms": p50 * k, "p99_ms": p99 * k} for f, k in (("ttft", 10), ("tpot", 1), ("e2e", 100))
+    }
+    return {
+        "requests": 120,
+        "failed": 0,
+        "figures": figures,
+        "acceptance": {"draft_acceptance_rate": acceptance},
+    }
+
+
+def test_the_canary_report_draws_both_arms_per_step(tmp_path):
+    pytest.importorskip("matplotlib")
+    steps = [
+        {
+            "traffic_percent": pct,
+            "decision": "promote-step",
+            "reasons": ["faster"],
+            "window_s": 60,
+            "extensions": 0,
+            "arms": {"baseline": _arm(20, 40), "canary": _arm(12, 30, 0.8)},
+            "ratios": {},
+        }
+        for pct in (50, 100)
+    ]
+    report = {
+        "service": "svc",
+        "namespace": "ml",
+        "outcome": "promoted",
+        "summary": "promoted",
+        "canary_name": "c",
+        "speculative_config": None,
+        "steps_planned": [50, 100],
+        "window_s": 60,
+        "min_requests": 20,
+        "min_acceptance": 0.5,
+        "steps": steps,
+    }
+    out = fact_tasks.canary_report({"report": report, "output_dir": str(tmp_path), "plots": True})
+    png = tmp_path / "latency.png"
+    assert out["paths"]["plots"] == [str(png)] and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (tmp_path / "report.md").read_text()
+    assert "![Latency of both arms per step](latency.png)" in md
+    assert json.loads((tmp_path / "report.json").read_text())["plots"] == [
+        {"file": "latency.png", "title": "Latency of both arms per step"}
+    ]
+    # an abort before any window measured: no plot, no link
+    empty = dict(report, outcome="aborted", steps=[dict(steps[0], arms={})])
+    out = fact_tasks.canary_report({"report": empty, "output_dir": str(tmp_path / "e"), "plots": True})
+    assert out["paths"]["plots"] == [] and "![" not in (tmp_path / "e" / "report.md").read_text()
+    # plots off
+    out = fact_tasks.canary_report(
+        {"report": dict(report), "output_dir": str(tmp_path / "off"), "plots": False}
+    )
+    assert out["paths"]["plots"] == [] and not (tmp_path / "off" / "latency.png").exists()

@@ -68,7 +68,8 @@ def test_configure_creates_everything_then_changes_nothing(awx, tmp_path):
 
     templates = {t["name"]: t for t in awx.objects("job_templates")}
     assert set(templates) == {"specpilot validate", "specpilot deploy", "specpilot smoke", "specpilot rollback",
-                              "specpilot benchmark", "specpilot tune", "specpilot guard", "specpilot monitoring"}
+                              "specpilot benchmark", "specpilot tune", "specpilot canary", "specpilot guard",
+                              "specpilot monitoring"}
     tune = awx.survey("job_templates", templates["specpilot tune"]["id"])
     assert {q["variable"]: q["type"] for q in tune["spec"]}["specpilot_benchmark_tune_num_speculative_tokens"] == "multiselect"
     guard = templates["specpilot guard"]
@@ -82,7 +83,8 @@ def test_configure_creates_everything_then_changes_nothing(awx, tmp_path):
 
     wf = awx.find("workflow_job_templates", name="specpilot rollout")
     assert wf["allow_simultaneous"] is False and awx.survey("workflow_job_templates", wf["id"])["spec"]
-    nodes = {n["identifier"]: n for n in awx.objects("workflow_job_template_nodes")}
+    all_nodes = awx.objects("workflow_job_template_nodes")
+    nodes = {n["identifier"]: n for n in all_nodes if n["workflow_job_template"] == wf["id"]}
     ujt = {v["id"]: v["name"] for c in fake_awx.UNIFIED for v in awx.objects(c)}
     assert {i: ujt[n["unified_job_template"]] for i, n in nodes.items()} == {
         "validate": "specpilot validate", "deploy": "specpilot deploy", "smoke": "specpilot smoke",
@@ -95,6 +97,12 @@ def test_configure_creates_everything_then_changes_nothing(awx, tmp_path):
     assert links("deploy", "success_nodes") == ["smoke"] and links("deploy", "failure_nodes") == ["rollback-restore"]
     assert links("smoke", "failure_nodes") == ["rollback-off"] and links("smoke", "success_nodes") == []
     assert nodes["rollback-off"]["extra_data"] == {"specpilot_rollback_mode": "off"}
+    canary_wf = awx.find("workflow_job_templates", name="specpilot canary rollout")
+    canary_nodes = {n["identifier"]: n for n in all_nodes if n["workflow_job_template"] == canary_wf["id"]}
+    assert {i: ujt[n["unified_job_template"]] for i, n in canary_nodes.items()} == {
+        "canary": "specpilot canary", "guard": "specpilot guard"}
+    assert [n["identifier"] for n in awx.associated(
+        "workflow_job_template_nodes", canary_nodes["canary"]["id"], "success_nodes")] == ["guard"]
 
     schedule = awx.find("schedules", name="specpilot guard hourly")
     assert schedule["unified_job_template"] == guard["id"]

@@ -38,7 +38,7 @@ for _f in sorted(DATA.glob("*.yml")):
 TEMPLATES = {t["name"]: t for t in DEFS["controller_templates"]}
 WORKFLOWS = {w["name"]: w for w in DEFS["controller_workflows"]}
 # the templates that act on the cluster per service
-MUTATING = {"specpilot deploy", "specpilot smoke", "specpilot rollback", "specpilot benchmark", "specpilot guard",
+MUTATING = {"specpilot canary", "specpilot deploy", "specpilot smoke", "specpilot rollback", "specpilot benchmark", "specpilot guard",
             "specpilot monitoring", "specpilot tune"}
 SURVEY_TYPES = {"text", "textarea", "password", "integer", "float", "multiplechoice", "multiselect"}
 
@@ -97,7 +97,7 @@ def test_files_hold_only_infra_aap_configuration_variables_and_settings():
 
 def test_the_templates_the_issue_asks_for():
     playbooks = {t["playbook"] for t in TEMPLATES.values()}
-    for name in ("validate", "deploy", "smoke", "rollback", "benchmark", "guard", "tune"):
+    for name in ("validate", "deploy", "smoke", "rollback", "benchmark", "guard", "tune", "canary"):
         assert f"playbooks/{name}.yml" in playbooks
 
 
@@ -144,6 +144,9 @@ def check_question_against_argument(where: str, q: dict, arg: dict) -> None:
         assert q["type"] == "multiplechoice" and set(q["choices"]) <= {str(c) for c in arg["choices"]}, (where, var)
     elif typ == "str":
         assert q["type"] in ("text", "textarea", "password", "multiplechoice"), (where, var)
+    elif typ == "dict":
+        # JSON text: the role reads it (from_json), and its argument validation accepts a JSON object string
+        assert q["type"] == "textarea" and "JSON" in q["question_name"], (where, var)
     elif typ == "list" and arg.get("elements") in ("int", "str"):
         # AWX sends a multiselect answer as a list of the chosen strings (the role converts int elements)
         assert q["type"] == "multiselect", (where, var)
@@ -239,6 +242,25 @@ def test_rollout_workflow():
     asked_by_nodes = {q["variable"] for n in nodes.values()
                       for q in survey_questions(TEMPLATES[n["unified_job_template"]])}
     assert {q["variable"] for q in survey_questions(w)} <= asked_by_nodes
+
+
+def test_canary_workflow():
+    """canary (an abort fails it, so nothing follows) -> a first guard reading, report only."""
+    w = WORKFLOWS["specpilot canary rollout"]
+    nodes = {n["identifier"]: n for n in w["simplified_workflow_nodes"]}
+    assert set(nodes) == {"canary", "guard"}
+    assert nodes["canary"]["unified_job_template"] == "specpilot canary"
+    assert nodes["canary"]["success_nodes"] == ["guard"] and not nodes["canary"].get("failure_nodes")
+    assert nodes["canary"]["extra_data"] == {"specpilot_canary_fail_on_abort": "true"}
+    assert nodes["guard"]["unified_job_template"] == "specpilot guard"
+    assert nodes["guard"]["extra_data"] == {"specpilot_guard_auto_rollback": "false"}
+    for node in nodes.values():
+        asked = {q["variable"] for q in survey_questions(TEMPLATES[node["unified_job_template"]])}
+        assert set(node.get("extra_data", {})) <= asked, node
+    canary = {q["variable"]: q for q in survey_questions(TEMPLATES["specpilot canary"])}
+    for q in survey_questions(w):  # the workflow asks what the canary template asks, the same way
+        assert q == canary[q["variable"]], q["variable"]
+    assert {"specpilot_canary_steps", "specpilot_canary_window", "specpilot_canary_slo"} <= set(canary)
 
 
 def test_schedules():

@@ -24,6 +24,7 @@ import os
 from ansible_collections.specpilot.core.plugins.module_utils.staging import http_get
 from ansible_collections.specpilot.core.plugins.module_utils.operate import canary, reports
 from ansible_collections.specpilot.core.plugins.module_utils.report.files import write_json_and_markdown
+from ansible_collections.specpilot.core.plugins.module_utils.report.plots import drawn
 from ansible_collections.specpilot.core.plugins.module_utils.verify import smoke
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_logs import (
     DEFAULT_MAX_ISSUES,
@@ -223,14 +224,19 @@ REPORT_KINDS = {
     "guard": reports.guard_markdown,
     "canary": canary.report_markdown,
 }
+# ... and the plots a kind draws beside its Markdown (render(report, out_dir) -> [{file, title, path}])
+REPORT_PLOTS = {"canary": canary.render_plots}
 REPORT_WRITE_ARGS = dict(
     kind=dict(type="str", required=True, choices=sorted(REPORT_KINDS)),
     report=dict(type="dict", required=True),
     output_dir=dict(type="path", required=True),
     basename=dict(type="str", default="report"),
+    plots=dict(type="bool", default=True),
 )
 CANARY_REPORT_ARGS = dict(
-    report=dict(type="dict", required=True), output_dir=dict(type="path", required=True)
+    report=dict(type="dict", required=True),
+    output_dir=dict(type="path", required=True),
+    plots=dict(type="bool", default=True),
 )
 
 
@@ -250,10 +256,17 @@ def report_write(p, check_mode=False):
         raise TaskFailure("report: %s is missing or malformed for a %s report" % (what, p["kind"])) from exc
     if check_mode:
         return dict(changed=False, written=False, paths={}, msg="check mode: the report was not written")
+    report, out_dir = p["report"], p["output_dir"]
     try:
-        paths, written = write_json_and_markdown(p["output_dir"], base, p["report"], text)
+        if p["kind"] in REPORT_PLOTS:
+            os.makedirs(out_dir, exist_ok=True)
+            report.setdefault("notes", [])
+            drawn(report, lambda: REPORT_PLOTS[p["kind"]](report, out_dir), p["plots"])
+            text = REPORT_KINDS[p["kind"]](report)  # again, with the plots
+        paths, written = write_json_and_markdown(out_dir, base, report, text)
     except OSError as exc:
-        raise TaskFailure("cannot write the report in %s: %s" % (p["output_dir"], exc)) from exc
+        raise TaskFailure("cannot write the report in %s: %s" % (out_dir, exc)) from exc
+    paths["plots"] = [os.path.join(out_dir, plot["file"]) for plot in report.get("plots") or []]
     return dict(changed=False, written=written, paths=paths)
 
 

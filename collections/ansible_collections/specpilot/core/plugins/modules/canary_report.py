@@ -25,6 +25,10 @@ options:
     description: Where the files go.
     type: path
     required: true
+  plots:
+    description: Draw C(latency.png) (both arms' p50 and p99 of TTFT, TPOT and E2E per step), linked from the Markdown.
+    type: bool
+    default: true
 """
 
 EXAMPLES = r"""

@@ -42,6 +42,12 @@ options:
     description: The files' name without C(.json)/C(.md); a plain name, no C(/).
     type: str
     default: report
+  plots:
+    description:
+      - Draw the kind's plots beside the report (C(canary) - C(latency.png), both arms' p50 and p99 of TTFT, TPOT and
+        E2E per step), linked from the Markdown. Without matplotlib the report's notes say why there is none.
+    type: bool
+    default: true
 """
 
 EXAMPLES = r"""
@@ -56,7 +62,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 paths:
-  description: C(json) and C(markdown) paths written; empty in check mode.
+  description: C(json) and C(markdown) paths written, and C(plots) (a list); empty in check mode.
   returned: always
   type: dict
 written:

@@ -38,9 +38,11 @@ to live traffic and are not checked.
 
 from __future__ import annotations
 
+import os
 import time
 
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_verdict
+from ansible_collections.specpilot.core.plugins.module_utils.report.plots import pyplot
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics import parse_metrics_text
 
 __all__ = [
@@ -52,6 +54,7 @@ __all__ = [
     "histogram_quantile",
     "lock_seconds",
     "outcome_summary",
+    "render_plots",
     "report_markdown",
     "run_step",
     "support_problem",
@@ -492,7 +495,52 @@ def report_markdown(report):
                 ),
             ]
         lines += ["", "Reasons:", ""] + ["- %s" % r for r in step["reasons"]] + [""]
+    lines += ["![%s](%s)" % (plot["title"], plot["file"]) for plot in report.get("plots") or []]
     return "\n".join(lines) + "\n"
+
+
+PLOT_FIGURES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E"))
+ARM_STYLE = {"baseline": "#1f77b4", "canary": "#d62728"}
+
+
+def _arm_series(steps, arm, figure, quantile):
+    """(traffic percents, values in ms) of one arm's figure over the steps that measured it."""
+    xs, ys = [], []
+    for step in steps:
+        value = (((step.get("arms") or {}).get(arm) or {}).get("figures") or {}).get(figure) or {}
+        if value.get(quantile) is not None:
+            xs.append(step["traffic_percent"])
+            ys.append(value[quantile])
+    return xs, ys
+
+
+def render_plots(report, out_dir):
+    """latency.png: per step (traffic percent), both arms' p50 (solid) and p99 (dashed) of TTFT, TPOT
+    and E2E. Nothing when no step measured both arms (an abort before the first window)."""
+    plt = pyplot()[0]
+    steps = [s for s in report.get("steps") or [] if s.get("arms")]
+    if plt is None or not steps:
+        return []
+    fig, axes = plt.subplots(1, len(PLOT_FIGURES), figsize=(12, 4))
+    for ax, (figure, title) in zip(axes, PLOT_FIGURES):
+        for arm, colour in ARM_STYLE.items():
+            for quantile, style in (("p50_ms", "-"), ("p99_ms", "--")):
+                xs, ys = _arm_series(steps, arm, figure, quantile)
+                if xs:
+                    label = "%s %s" % (arm, quantile[:3])
+                    ax.plot(xs, ys, style, marker="o", color=colour, label=label)
+        ax.set_title("%s (ms)" % title)
+        ax.set_xlabel("canary share of traffic (%)")
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(
+        "Canary of %s/%s: %s" % (report.get("namespace"), report.get("service"), report.get("outcome"))
+    )
+    fig.tight_layout()
+    path = os.path.join(out_dir, "latency.png")
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return [{"file": "latency.png", "title": "Latency of both arms per step", "path": path}]
 
 
 LAB_URL_ANNOTATION = "specpilot.io/lab-url"
