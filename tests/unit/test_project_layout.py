@@ -193,7 +193,6 @@ def test_renamed_modules_keep_their_old_names_for_one_release(tmp_path):
     assert (COLLECTION / "plugins" / "modules" / "acceptance_guard.py").is_file()
 
 
-
 def test_module_utils_are_packaged_by_capability_and_the_flat_names_still_import(tmp_path):
     """module_utils/<capability>/<name>.py, one folder a capability (issue 17); the flat import path of each file
     is routed to its new one for one release (meta/runtime.yml plugin_routing.module_utils, with a deprecation
@@ -203,7 +202,9 @@ def test_module_utils_are_packaged_by_capability_and_the_flat_names_still_import
     assert flat == ["common", "fact_tasks"], "only the shared helpers stay flat: " + repr(flat)
     packaged = {p.stem: p.parent.name for p in utils.glob("*/*.py") if p.stem != "__init__"}
     assert len(packaged) > 40
-    routing = yaml.safe_load((COLLECTION / "meta" / "runtime.yml").read_text())["plugin_routing"]["module_utils"]
+    routing = yaml.safe_load((COLLECTION / "meta" / "runtime.yml").read_text())["plugin_routing"][
+        "module_utils"
+    ]
     # every flat name of before the move (all but the modules added since) goes where its file is now
     moved = {name: package for name, package in packaged.items() if name not in ("files", "reports")}
     for name, package in moved.items():
@@ -244,6 +245,7 @@ def _local_playbook(book, **env):
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return run.stdout + run.stderr
 
+
 MAX_FUNCTION_LINES = 120
 
 
@@ -280,3 +282,30 @@ def test_no_jinja_expression_is_a_program():
                 line = text[: m.start()].count("\n") + 1
                 long.append(f"{path.relative_to(ROOT)}:{line} ({len(expr)} chars): {expr[:80]}...")
     assert not long, "\n".join(long)
+
+
+def test_the_contributing_map_names_files_that_exist():
+    """CONTRIBUTING.md's map of one service's path through the code stays true: every file it names exists
+    (MU/ is the collection's module_utils; action/, filter/, plugin_utils/ its plugins)."""
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    plugins = COLLECTION / "plugins"
+    bases = {
+        "MU/": plugins / "module_utils",
+        "action/": plugins / "action",
+        "filter/": plugins / "filter",
+        "plugin_utils/": plugins / "plugin_utils",
+        "roles/": ROOT / "roles",
+        "playbooks/": ROOT / "playbooks",
+    }
+    named = set(
+        re.findall(
+            r"(?<![\w/.])((?:MU|action|filter|plugin_utils|roles|playbooks)/[\w./-]+\.(?:py|yml))", text
+        )
+    )
+    assert len(named) > 40
+    missing = [
+        n
+        for n in sorted(named)
+        if not next(b / n[len(k) :] for k, b in bases.items() if n.startswith(k)).is_file()
+    ]
+    assert not missing, missing
