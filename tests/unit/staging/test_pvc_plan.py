@@ -332,6 +332,45 @@ def test_job_and_pod_states():
     assert job_watch.newest_pod([newer, older])["metadata"]["name"] == "b"
 
 
+
+def test_a_job_pod_is_stuck_only_after_its_own_grace():
+    """job_watch.stuck_reason, what k8s_job_wait asks at each poll: a fatal waiting reason at once, an image
+    that cannot be pulled after pull_timeout, an unschedulable pod after pending_timeout (each counted from
+    when it began, reset when it ends), the overall timeout last."""
+    params = {"pull_timeout": 30, "pending_timeout": 60, "timeout": 600}
+
+    def summary(reason=None, unschedulable=None):
+        return {"waiting_reason": reason, "waiting_message": "m" if reason else None, "unschedulable": unschedulable}
+
+    waits = {}
+    assert job_watch.stuck_reason(summary("CreateContainerConfigError"), 1, 0, waits, params) == (
+        "CreateContainerConfigError: m",
+        False,
+    )
+    # pulling from t=10: fine at 40, stuck after 40 (30 s of grace)
+    assert job_watch.stuck_reason(summary("ImagePullBackOff"), 10, 0, waits, params) is None
+    assert job_watch.stuck_reason(summary("ImagePullBackOff"), 40, 0, waits, params) is None
+    assert job_watch.stuck_reason(summary("ErrImagePull"), 41, 0, waits, params) == (
+        "the image cannot be pulled (ErrImagePull): m",
+        False,
+    )
+    # the pull that recovers resets the clock: a new pull failure gets its full grace again
+    assert job_watch.stuck_reason(summary(), 42, 0, waits, params) is None and waits["pulling"] is None
+    assert job_watch.stuck_reason(summary("ImagePullBackOff"), 50, 0, waits, params) is None
+    assert job_watch.stuck_reason(summary("ImagePullBackOff"), 79, 0, waits, params) is None
+    # unschedulable from t=100: stuck after 160
+    waits = {}
+    assert job_watch.stuck_reason(summary(unschedulable="0/3 nodes"), 100, 0, waits, params) is None
+    assert job_watch.stuck_reason(summary(unschedulable="0/3 nodes"), 160, 0, waits, params) is None
+    assert job_watch.stuck_reason(summary(unschedulable="0/3 nodes"), 161, 0, waits, params) == (
+        "the pod cannot be scheduled: 0/3 nodes",
+        False,
+    )
+    # a running pod only times out, and says the Job keeps running
+    why, timed_out = job_watch.stuck_reason(summary(), 601, 0, {}, params)
+    assert timed_out and why.startswith("still running after 600s; it keeps running")
+    assert job_watch.stuck_reason(summary(), 600, 0, {}, params) is None
+
 def _live(uri="pvc://models/chat", args=("--model=/mnt/models/target",)):
     return {"spec": {"predictor": {"model": {"storageUri": uri, "args": list(args)}}}}
 

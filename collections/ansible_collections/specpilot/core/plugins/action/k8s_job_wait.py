@@ -47,8 +47,7 @@ class ActionModule(ControllerAction):
         started = time.monotonic()
         shown: list[str] = []
         last_tail: list[str] = []
-        pending_since = None
-        pulling_since = None
+        waits: dict = {}  # since when the pod has been pulling its image, and pending (job_watch.stuck_reason)
         while True:
             job = self._get("Job", "batch/v1", name=name, namespace=ns)
             state, reason, message = job_watch.job_state(job)
@@ -82,58 +81,9 @@ class ActionModule(ControllerAction):
                 )
                 return result
             now = time.monotonic()
-            # a pod that cannot start never will without the user: say why instead of waiting for the timeout
-            if summary["waiting_reason"] in job_watch.FATAL_WAITING:
-                return self._stuck(
-                    result,
-                    name,
-                    ns,
-                    summary,
-                    started,
-                    params,
-                    "%s: %s" % (summary["waiting_reason"], summary["waiting_message"] or ""),
-                )
-            if summary["waiting_reason"] in job_watch.PULL_WAITING:
-                pulling_since = pulling_since or now
-                if now - pulling_since > params["pull_timeout"]:
-                    return self._stuck(
-                        result,
-                        name,
-                        ns,
-                        summary,
-                        started,
-                        params,
-                        "the image cannot be pulled (%s): %s"
-                        % (summary["waiting_reason"], summary["waiting_message"] or ""),
-                    )
-            else:
-                pulling_since = None
-            if summary["unschedulable"]:
-                pending_since = pending_since or now
-                if now - pending_since > params["pending_timeout"]:
-                    return self._stuck(
-                        result,
-                        name,
-                        ns,
-                        summary,
-                        started,
-                        params,
-                        "the pod cannot be scheduled: %s" % summary["unschedulable"],
-                    )
-            else:
-                pending_since = None
-            if now - started > params["timeout"]:
-                return self._stuck(
-                    result,
-                    name,
-                    ns,
-                    summary,
-                    started,
-                    params,
-                    "still running after %ds; it keeps running - run the play again to wait "
-                    "for it (it is found by name)" % params["timeout"],
-                    timeout=True,
-                )
+            stuck = job_watch.stuck_reason(summary, now, started, waits, params)
+            if stuck:
+                return self._stuck(result, name, ns, summary, started, params, *stuck)
             time.sleep(params["poll_interval"])
 
     # ------------------------------------------------------------ helpers

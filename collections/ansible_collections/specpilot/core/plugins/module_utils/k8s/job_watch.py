@@ -144,6 +144,31 @@ def displayable(lines, pattern_prefix="specpilot-stage: "):
     return shown
 
 
+def stuck_reason(summary, now, started, waits, params):
+    """(why, timed_out) when the Job's pod will not get anywhere by waiting longer, else None.
+
+    A pod that cannot start never will without the user (FATAL_WAITING); an image that cannot be
+    pulled for ``pull_timeout`` seconds, or a pod that cannot be scheduled for ``pending_timeout``,
+    is stuck too; past ``timeout`` the wait ends (the Job keeps running). ``waits`` keeps, between
+    polls, since when (``now`` values) the pod has been pulling and pending; it is updated here."""
+    reason, message = summary["waiting_reason"], summary["waiting_message"] or ""
+    if reason in FATAL_WAITING:
+        return "%s: %s" % (reason, message), False
+    waits["pulling"] = (waits.get("pulling") or now) if reason in PULL_WAITING else None
+    waits["pending"] = (waits.get("pending") or now) if summary["unschedulable"] else None
+    if waits["pulling"] is not None and now - waits["pulling"] > params["pull_timeout"]:
+        return "the image cannot be pulled (%s): %s" % (reason, message), False
+    if waits["pending"] is not None and now - waits["pending"] > params["pending_timeout"]:
+        return "the pod cannot be scheduled: %s" % summary["unschedulable"], False
+    if now - started > params["timeout"]:
+        return (
+            "still running after %ds; it keeps running - run the play again to wait for it (it is found by name)"
+            % params["timeout"],
+            True,
+        )
+    return None
+
+
 def failure_message(name, namespace, reason, message, error, tail, pod=None):
     parts = ["Job %s/%s failed" % (namespace, name)]
     if reason:
