@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
-from ansible_collections.specpilot.core.plugins.module_utils.report.plots import drawn, pyplot
+from ansible_collections.specpilot.core.plugins.module_utils.report.plots import drawn, plot_links, pyplot
 from ansible_collections.specpilot.core.plugins.module_utils.common import get_path
 from ansible_collections.specpilot.core.plugins.module_utils.report.files import write_json_and_markdown
 
@@ -646,11 +646,7 @@ def _md_per_prompt(report):
         out.append("")
 
     if report.get("plots"):
-        out.append("## Plots")
-        out.append("")
-        for p in report["plots"]:
-            out.append("![%s](%s)" % (p["title"], p["file"]))
-            out.append("")
+        out += ["## Plots", ""] + plot_links(report)
     return out
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import datetime
 import os
 
-from ansible_collections.specpilot.core.plugins.module_utils.report.plots import drawn, pyplot
+from ansible_collections.specpilot.core.plugins.module_utils.report.plots import drawn, plot_links, pyplot
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_report import (
     fmt_value,
     md_escape,
@@ -275,8 +275,7 @@ def render_markdown(report, out_dir=None):
     out.append("")
     if report.get("notes"):
         out += ["Notes:", ""] + ["- " + md_escape(n) for n in report["notes"]] + [""]
-    for p in report.get("plots") or []:
-        out += ["![%s](%s)" % (p["title"], p["file"]), ""]
+    out += plot_links(report)
     return "\n".join(out)
 
 

@@ -42,7 +42,7 @@ import os
 import time
 
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_verdict
-from ansible_collections.specpilot.core.plugins.module_utils.report.plots import pyplot
+from ansible_collections.specpilot.core.plugins.module_utils.report.plots import plot_links, pyplot
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics import parse_metrics_text
 
 __all__ = [
@@ -495,7 +495,7 @@ def report_markdown(report):
                 ),
             ]
         lines += ["", "Reasons:", ""] + ["- %s" % r for r in step["reasons"]] + [""]
-    lines += ["![%s](%s)" % (plot["title"], plot["file"]) for plot in report.get("plots") or []]
+    lines += plot_links(report)
     return "\n".join(lines) + "\n"
 
 

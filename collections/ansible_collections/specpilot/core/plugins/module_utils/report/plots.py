@@ -8,7 +8,7 @@ a playbook there. Reports that draw get the same matplotlib; without it they say
 
 from __future__ import annotations
 
-__all__ = ["drawn", "pyplot"]
+__all__ = ["drawn", "plot_links", "pyplot"]
 
 _LOADED = {}
 
@@ -42,3 +42,8 @@ def drawn(report, render, wanted=True):
     out = render()
     report["plots"] = [{"file": p["file"], "title": p["title"]} for p in out]
     return out
+
+
+def plot_links(report):
+    """The Markdown lines that show a report's plots (files beside the .md), each followed by a blank line."""
+    return [line for p in report.get("plots") or [] for line in ("![%s](%s)" % (p["title"], p["file"]), "")]

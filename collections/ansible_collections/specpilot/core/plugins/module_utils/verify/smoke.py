@@ -25,7 +25,7 @@ import math
 import os
 from ansible_collections.specpilot.core.plugins.module_utils.verify import pod_view
 from ansible_collections.specpilot.core.plugins.module_utils.service import render
-from ansible_collections.specpilot.core.plugins.module_utils.report.plots import pyplot
+from ansible_collections.specpilot.core.plugins.module_utils.report.plots import plot_links, pyplot
 from ansible_collections.specpilot.core.plugins.module_utils.operate.acceptance_band import band_reading
 from ansible_collections.specpilot.core.plugins.module_utils.common import get_path, write_if_changed
 from ansible_collections.specpilot.core.plugins.module_utils.report.files import write_json_and_markdown
@@ -1497,8 +1497,8 @@ def render_markdown(report):
         lines += ["", "## Engine warnings", ""] + [
             "- `%s` (line %s): %s" % (w.get("code"), w.get("line"), w.get("message")) for w in eng["warnings"]
         ]
-    for p in report.get("plots") or []:
-        lines += ["", "![%s](%s)" % (p["title"], p["file"])]
+    if report.get("plots"):
+        lines += [""] + plot_links(report)[:-1]
     if report.get("notes"):
         lines += ["", "## Notes", ""] + ["- %s" % n for n in report["notes"]]
     return "\n".join(lines) + "\n"
