@@ -113,7 +113,7 @@ _FRESH = """
 import sys, time, yaml
 t0 = time.perf_counter()
 sys.path.insert(0, sys.argv[1])
-from ansible_collections.specpilot.core.plugins.module_utils import validator
+from ansible_collections.specpilot.core.plugins.module_utils.service import validator
 from ansible_collections.specpilot.core.plugins.module_utils.service.spec import assemble_from_vars
 doc = yaml.safe_load(open(sys.argv[2]))
 doc.pop("expect", None)

@@ -385,7 +385,7 @@ def test_a_local_copy_that_contradicts_the_spec_is_an_error(tmp_path, cache_env)
 # ---------------------------------------------------------------- s3:// (moto)
 S3_PROGRAM = """
 import json, sys
-from ansible_collections.specpilot.core.plugins.module_utils import model_facts as mf
+from ansible_collections.specpilot.core.plugins.module_utils.service import model_facts as mf
 cache = mf.Cache(sys.argv[2])
 out = []
 for _ in range(2):
