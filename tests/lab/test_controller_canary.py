@@ -81,7 +81,9 @@ def test_canary_split_abort_and_promotion(fake_lab, fake_models):
     lab.patch(*ISVC, "tiny", ns, {"spec": {"canary": None}})
     lab.wait(lambda: set(_deployments(lab, ns)) == {"tiny-predictor"}, 20, "canary Deployment deleted")
     lab.wait(lambda: len(lab.pods(ns, "tiny")) == 1, 20, "canary pod deleted")
-    assert lab.get("v1", "Service", "tiny-spec-predictor", ns) is None
+    # the Service goes after the Deployment and its pods, as garbage collection takes them one by one: wait
+    # for it rather than catch the controller between two deletes (a CI run did)
+    lab.wait(lambda: lab.get("v1", "Service", "tiny-spec-predictor", ns) is None, 20, "canary Service deleted")
     assert lab.pods(ns, "tiny")[0]["metadata"]["name"] == stable_pod
     assert _deployments(lab, ns)["tiny-predictor"]["metadata"]["resourceVersion"] == stable_rv
     lab.wait(lambda: "canaryStatuses" not in lab.get_isvc(ns, "tiny")["status"], 10, "canaryStatuses cleared")
@@ -106,7 +108,7 @@ def test_canary_split_abort_and_promotion(fake_lab, fake_models):
     )
     lab.wait(lambda: [p["metadata"]["name"] for p in lab.pods(ns, "tiny")] == [canary_pod], 20, "one pod")
     lab.wait_ready(ns, "tiny", 20)
-    assert lab.get("v1", "Service", "tiny-predictor", ns) is None
+    lab.wait(lambda: lab.get("v1", "Service", "tiny-predictor", ns) is None, 20, "old stable Service deleted")
     assert all(_served_by_canary(url) for _ in range(10))
     assert lab.get_isvc(ns, "tiny")["status"]["url"] == url
     assert_quiet(lab)
