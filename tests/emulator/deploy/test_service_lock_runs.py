@@ -60,7 +60,9 @@ HOLD = [
         "name": "show",
         "ansible.builtin.debug": {"msg": "HOLDER={{ lock.holder }} VERSION={{ lock.resource_version }}"},
     },
-    {"name": "hold it", "ansible.builtin.pause": {"seconds": 6}},
+    # held until the test says the other run has had its try (a fixed pause raced a slow start: on a busy
+    # machine the second run could start after the first had released, and both took the lock in turn)
+    {"name": "hold it", "ansible.builtin.wait_for": {"path": "{{ barrier }}", "timeout": 120}},
     dict(
         name="release",
         register="freed",
@@ -91,7 +93,14 @@ def test_of_two_runs_at_once_one_holds_the_lock_and_the_other_is_told_who(emulat
     create_namespace(emulator, ns)
     inv = _inventory(tmp_path / "inv", ns)
     book = _playbook(tmp_path / "hold.yml", HOLD)
-    runs = [Run(emulator, tmp_path / f"run{i}", inv, playbook=book) for i in range(2)]
+    barrier = tmp_path / "the-other-run-tried"
+    runs = [Run(emulator, tmp_path / f"run{i}", inv, "-e", f"barrier={barrier}", playbook=book) for i in range(2)]
+    # the winner holds the lock until the barrier exists; the loser ends as soon as its take is refused. If both
+    # took it (the bug this test is for), neither ends, and the barrier comes after 90 s
+    deadline = time.monotonic() + 90
+    while all(r.running() for r in runs) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    barrier.touch()
     for run in runs:
         run.wait(180)
     won = [r for r in runs if r.rc == 0]
