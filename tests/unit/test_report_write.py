@@ -41,7 +41,7 @@ ROLLBACK = {
 
 
 def write(tmp_path, kind, report, check_mode=False, **extra):
-    p = dict(kind=kind, report=report, output_dir=str(tmp_path / "out"), basename="svc", **extra)
+    p = dict(kind=kind, report=report, output_dir=str(tmp_path / "out"), basename="svc", plots=True, **extra)
     return fact_tasks.report_write(p, check_mode)
 
 
@@ -177,7 +177,7 @@ def test_report_write_refuses_what_it_cannot_render_or_name(tmp_path):
         write(tmp_path, "guard", {"services": []})
     with pytest.raises(fact_tasks.TaskFailure, match="basename must be a plain file name stem"):
         fact_tasks.report_write(
-            dict(kind="rollback", report=ROLLBACK, output_dir=str(tmp_path), basename="../x")
+            dict(kind="rollback", report=ROLLBACK, output_dir=str(tmp_path), basename="../x", plots=True)
         )
     assert not (tmp_path / "out").exists()
 

@@ -83,11 +83,11 @@ class ActionModule(ControllerAction):
             now = time.monotonic()
             stuck = job_watch.stuck_reason(summary, now, started, waits, params)
             if stuck:
-                return self._stuck(result, name, ns, summary, started, params, *stuck)
+                return self._stuck(result, name, ns, summary, started, *stuck)
             time.sleep(params["poll_interval"])
 
     # ------------------------------------------------------------ helpers
-    def _stuck(self, result, name, ns, summary, started, args, why, timeout=False):
+    def _stuck(self, result, name, ns, summary, started, why, timeout=False):
         result["failed"] = True
         result["timed_out"] = timeout
         result["elapsed"] = round(time.monotonic() - started, 1)

@@ -23,8 +23,7 @@ import os
 
 from ansible_collections.specpilot.core.plugins.module_utils.staging import http_get
 from ansible_collections.specpilot.core.plugins.module_utils.operate import canary, reports
-from ansible_collections.specpilot.core.plugins.module_utils.report.files import write_json_and_markdown
-from ansible_collections.specpilot.core.plugins.module_utils.report.plots import drawn
+from ansible_collections.specpilot.core.plugins.module_utils.report.files import write_report
 from ansible_collections.specpilot.core.plugins.module_utils.verify import smoke
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_logs import (
     DEFAULT_MAX_ISSUES,
@@ -249,24 +248,19 @@ def report_write(p, check_mode=False):
     base = p["basename"]
     if "/" in base or base in ("", ".", ".."):
         raise TaskFailure("basename must be a plain file name stem, not %r" % base)
+    kind, report, out_dir = p["kind"], p["report"], p["output_dir"]
     try:
-        text = REPORT_KINDS[p["kind"]](p["report"])
+        if check_mode:  # rendered all the same: a report the renderer cannot read fails in check mode too
+            REPORT_KINDS[kind](report)
+            return dict(changed=False, written=False, paths={}, msg="check mode: the report was not written")
+        paths, written = write_report(
+            out_dir, base, report, REPORT_KINDS[kind], REPORT_PLOTS.get(kind), p["plots"]
+        )
     except (KeyError, TypeError, AttributeError) as exc:
         what = repr(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-        raise TaskFailure("report: %s is missing or malformed for a %s report" % (what, p["kind"])) from exc
-    if check_mode:
-        return dict(changed=False, written=False, paths={}, msg="check mode: the report was not written")
-    report, out_dir = p["report"], p["output_dir"]
-    try:
-        if p["kind"] in REPORT_PLOTS:
-            os.makedirs(out_dir, exist_ok=True)
-            report.setdefault("notes", [])
-            drawn(report, lambda: REPORT_PLOTS[p["kind"]](report, out_dir), p["plots"])
-            text = REPORT_KINDS[p["kind"]](report)  # again, with the plots
-        paths, written = write_json_and_markdown(out_dir, base, report, text)
+        raise TaskFailure("report: %s is missing or malformed for a %s report" % (what, kind)) from exc
     except OSError as exc:
         raise TaskFailure("cannot write the report in %s: %s" % (out_dir, exc)) from exc
-    paths["plots"] = [os.path.join(out_dir, plot["file"]) for plot in report.get("plots") or []]
     return dict(changed=False, written=written, paths=paths)
 
 

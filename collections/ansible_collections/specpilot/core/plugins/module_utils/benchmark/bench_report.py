@@ -21,9 +21,9 @@ from __future__ import annotations
 import datetime
 import json
 import os
-from ansible_collections.specpilot.core.plugins.module_utils.report.plots import drawn, plot_links, pyplot
+from ansible_collections.specpilot.core.plugins.module_utils.report.plots import plot_links, pyplot
 from ansible_collections.specpilot.core.plugins.module_utils.common import get_path
-from ansible_collections.specpilot.core.plugins.module_utils.report.files import write_json_and_markdown
+from ansible_collections.specpilot.core.plugins.module_utils.report import files as report_files
 
 __all__ = [
     "CONTEXT_FIELDS",
@@ -824,8 +824,4 @@ def _plot_temperature(report, out_dir):
 
 def write_report(report, out_dir, plots=True, basename="report"):
     """Write <basename>.json, <basename>.md and the plots under out_dir. Returns the paths."""
-    os.makedirs(out_dir, exist_ok=True)
-    drawn(report, lambda: render_plots(report, out_dir), plots)
-    paths = write_json_and_markdown(out_dir, basename, report, render_markdown(report))[0]
-    paths["plots"] = [os.path.join(out_dir, p["file"]) for p in report["plots"]]
-    return paths
+    return report_files.write_report(out_dir, basename, report, render_markdown, render_plots, plots)[0]

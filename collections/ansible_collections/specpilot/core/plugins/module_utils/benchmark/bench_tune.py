@@ -22,13 +22,13 @@ from __future__ import annotations
 import datetime
 import os
 
-from ansible_collections.specpilot.core.plugins.module_utils.report.plots import drawn, plot_links, pyplot
+from ansible_collections.specpilot.core.plugins.module_utils.report.plots import plot_links, pyplot
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_report import (
     fmt_value,
     md_escape,
     ratio_ci,
 )
-from ansible_collections.specpilot.core.plugins.module_utils.report.files import write_json_and_markdown
+from ansible_collections.specpilot.core.plugins.module_utils.report import files as report_files
 
 __all__ = [
     "build_tune_report",
@@ -346,8 +346,6 @@ def render_plot(report, out_dir):
 
 def write_tune_report(report, out_dir, plots=True):
     """Write tune.json, tune.md and tune.png under out_dir; returns {json, markdown, plots}."""
-    os.makedirs(out_dir, exist_ok=True)
-    drawn(report, lambda: render_plot(report, out_dir), plots)
-    paths = write_json_and_markdown(out_dir, "tune", report, render_markdown(report, out_dir))[0]
-    paths["plots"] = [os.path.join(out_dir, p["file"]) for p in report["plots"]]
-    return paths
+    return report_files.write_report(
+        out_dir, "tune", report, lambda r: render_markdown(r, out_dir), render_plot, plots
+    )[0]

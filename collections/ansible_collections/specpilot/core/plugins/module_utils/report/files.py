@@ -14,8 +14,9 @@ import json
 import os
 
 from ansible_collections.specpilot.core.plugins.module_utils.common import write_if_changed
+from ansible_collections.specpilot.core.plugins.module_utils.report.plots import drawn
 
-__all__ = ["report_json", "write_json_and_markdown"]
+__all__ = ["report_json", "write_json_and_markdown", "write_report"]
 
 
 def report_json(report):
@@ -35,4 +36,16 @@ def write_json_and_markdown(out_dir, basename, report, markdown):
     }
     written = write_if_changed(paths["json"], report_json(report))
     written = write_if_changed(paths["markdown"], markdown.encode("utf-8")) or written
+    return paths, written
+
+
+def write_report(out_dir, basename, report, markdown, plots=None, wanted=True):
+    """A report with its plots: draws them first (``plots(report, out_dir)``, when given and ``wanted``;
+    :func:`plots.drawn`), then writes <basename>.json and the Markdown ``markdown(report)`` renders, which
+    links them. Returns ({"json", "markdown", "plots": [paths]}, written)."""
+    if plots is not None:
+        os.makedirs(out_dir, exist_ok=True)  # the plots go there first
+        drawn(report, lambda: plots(report, out_dir), wanted)
+    paths, written = write_json_and_markdown(out_dir, basename, report, markdown(report))
+    paths["plots"] = [os.path.join(out_dir, p["file"]) for p in report.get("plots") or []]
     return paths, written

@@ -37,7 +37,7 @@ def drawn(report, render, wanted=True):
         return []
     missing = pyplot()[1]
     if missing:
-        report["notes"].append("plots skipped: matplotlib is not installed (%s)" % missing)
+        report.setdefault("notes", []).append("plots skipped: matplotlib is not installed (%s)" % missing)
         return []
     out = render()
     report["plots"] = [{"file": p["file"], "title": p["title"]} for p in out]
