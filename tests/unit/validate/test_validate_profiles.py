@@ -475,3 +475,159 @@ def test_mlp_speculator_broken_on_v1_only_releases():
         assert bool(rules) == broken, version
     profile, _ = vp.profile_for(parse_version("0.33.0"))
     assert "mlp_speculator" not in profile["properties"]["method"]["enum"]
+
+
+# ------------------------------------------------------------------ pipeline parallelism (issue 15 item 6)
+
+PP = "vllm_args.pipeline_parallel_size"
+
+
+class _Collect:
+    def __init__(self):
+        self.found = []
+
+    def add(self, severity, path, message, hint, code):
+        self.found.append(
+            {"severity": severity, "path": path, "message": message, "hint": hint, "code": code}
+        )
+
+    def error(self, *args):
+        self.add("error", *args)
+
+    def warning(self, *args):
+        self.add("warning", *args)
+
+    def note(self, *args):
+        self.add("note", *args)
+
+
+def pp_verdict(version, cfg, pp=2, extra_args=()):
+    """(severity, text) of the pipeline-parallel finding for ``cfg`` on ``version``; (None, "") if none."""
+    ctx = {
+        "version": parse_version(version),
+        "version_label": version,
+        "profile": profile(version),
+        "target_tp": 1,
+        "target_pp": pp,
+        "async_requested": False,
+        "extra_args": list(extra_args),
+        "target": {},
+        "draft": {},
+    }
+    collect = _Collect()
+    speculative.check(dict(cfg), ctx, collect)
+    found = [f for f in collect.found if f["path"] == PP]
+    assert len(found) <= 1, found
+    return (found[0]["severity"], found[0]["message"] + " | " + found[0]["hint"]) if found else (None, "")
+
+
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
+EAGLE3 = {"method": "eagle3", "model": "/mnt/models/draft", "num_speculative_tokens": 3}
+MEDUSA = {"method": "medusa", "model": "/mnt/models/draft", "num_speculative_tokens": 3}
+DRAFT = {"method": "draft_model", "model": "/mnt/models/draft", "num_speculative_tokens": 3}
+
+
+@pytest.mark.parametrize(
+    "version,cfg,severity,quote",
+    [
+        # no check in the engine; vllm#10975 added the V0 worker's refusal in 0.6.5
+        ("0.5.5", NGRAM, "warning", "no start-up check"),
+        ("0.6.3.post1", dict(NGRAM, method="eagle", model="/d"), "error", "SupportsPP"),
+        # V0 spec-decode worker (vllm/spec_decode/spec_decode_worker.py create_spec_worker)
+        ("0.6.6.post1", NGRAM, "error", "Speculative decoding is currently incompatible with pipeline"),
+        ("0.7.3", NGRAM, "error", "create_spec_worker"),
+        # 0.8.x: EngineArgs._is_v1_supported_oracle sends PP to V0
+        ("0.8.3", NGRAM, "error", "_is_v1_supported_oracle"),
+        ("0.8.5.post1", EAGLE3, "error", "SupportsPP"),
+        ("0.9.0", EAGLE3, "error", "V0"),
+        # 0.9.1-0.9.2: the V1 methods run on V1, the others fall back to V0
+        ("0.9.2", EAGLE3, "warning", "last pipeline stage"),
+        ("0.9.2", NGRAM, "warning", "not verified"),
+        ("0.9.2", DRAFT, "error", "create_spec_worker"),
+        ("0.9.2", MEDUSA, "error", "SupportsPP"),
+        # V1 only: the draft gets the target's PP size until 0.29.x
+        ("0.10.0", MEDUSA, "error", "SupportsPP"),
+        ("0.14.1", dict(NGRAM, method="suffix"), "warning", "last pipeline stage"),
+        ("0.29.0", dict(EAGLE3, method="dspark"), "error", "DSpark does not support pipeline parallelism"),
+        ("0.30.0", dict(EAGLE3, method="dspark"), "warning", "last pipeline stage"),
+        ("0.32.0", EAGLE3, "warning", "last pipeline stage"),
+        ("0.33.0", NGRAM, "warning", "vllm#44697"),
+    ],
+)
+def test_pipeline_parallel_with_speculative_decoding_per_release(version, cfg, severity, quote):
+    got, text = pp_verdict(version, cfg)
+    assert got == severity, (version, cfg["method"], text)
+    assert quote in text, text
+    assert "%s=2" % PP in text and "'%s'" % cfg["method"] in text, text
+
+
+@pytest.mark.parametrize("version,cfg", [("0.7.3", NGRAM), ("0.9.2", MEDUSA), ("0.32.0", EAGLE3)])
+def test_one_pipeline_stage_gives_no_pipeline_finding(version, cfg):
+    assert pp_verdict(version, cfg, pp=1) == (None, "")
+
+
+def test_0_9_0_takes_the_v1_route_only_with_an_explicit_executor_backend():
+    severity, text = pp_verdict("0.9.0", EAGLE3)
+    assert severity == "error" and "--distributed-executor-backend=ray|mp|external_launcher" in text
+    assert pp_verdict("0.9.0", EAGLE3, extra_args=["--distributed-executor-backend=mp"])[0] == "warning"
+    assert pp_verdict("0.9.0", DRAFT, extra_args=["--distributed-executor-backend=mp"])[0] == "error"
+    assert pp_verdict("0.9.0", MEDUSA, extra_args=["--distributed-executor-backend=ray"])[0] == "error"
+
+
+def test_adaptive_verification_refuses_pipeline_parallelism():
+    cfg = {"method": "dspark", "num_speculative_tokens": 3, "enable_adaptive_verification": True}
+    severity, text = pp_verdict("0.33.0", cfg)
+    assert severity == "error" and "Adaptive verification is not currently compatible" in text, text
+    assert pp_verdict("0.33.0", dict(cfg, enable_adaptive_verification=False))[0] == "warning"
+
+
+def _pp_spec(version, pp, **changes):
+    spec = base_spec(
+        vllm_version=version,
+        kserve_version="0.17",
+        gpu={"count": 4},
+        vllm_args={"pipeline_parallel_size": pp} if pp is not None else {},
+        acknowledged_warnings=["async-scheduling-disabled"],
+    )
+    spec.update(changes)
+    return spec
+
+
+def test_validate_refuses_pipeline_parallel_speculation_on_a_refusing_release():
+    result = validate(_pp_spec("0.7.3", 2, draft=None, delivery="storage_uri", speculative=dict(NGRAM)))
+    errors = [e for e in result["errors"] if e["path"] == PP]
+    assert [e["code"] for e in errors] == ["pp-spec-refused"], result["report"]
+    assert "%s=2" % PP in errors[0]["message"] and "0.7.3" in errors[0]["message"]
+    assert PP in errors[0]["hint"]
+    assert "specpilot_vllm_args.pipeline_parallel_size" in result["report"]
+
+
+def test_validate_warns_on_a_release_that_starts_it_and_renders_the_stages():
+    result = validate(_pp_spec("0.32.0", 2))
+    assert PP not in paths(result["errors"]), result["report"]
+    assert [w["code"] for w in result["warnings"] if w["path"] == PP] == ["pp-spec-unverified"]
+    args = result["plan"]["args"]
+    # 4 GPUs over 2 stages: tensor parallel 2 unless set
+    assert "--pipeline-parallel-size=2" in args and "--tensor-parallel-size=2" in args, args
+    acknowledged = _pp_spec(
+        "0.32.0", 2, acknowledged_warnings=["async-scheduling-disabled", "pp-spec-unverified"]
+    )
+    assert PP not in paths(validate(acknowledged)["warnings"])
+
+
+@pytest.mark.parametrize("pp", [1, None])
+def test_validate_has_no_pipeline_finding_for_one_stage(pp):
+    result = validate(_pp_spec("0.7.3", pp, draft=None, delivery="storage_uri", speculative=dict(NGRAM)))
+    everything = result["errors"] + result["warnings"] + result["notes"]
+    assert PP not in paths(everything), result["report"]
+    assert not any(a.startswith("--pipeline-parallel-size") for a in result["plan"]["args"])
+    assert "--tensor-parallel-size=4" in result["plan"]["args"]
+
+
+def test_pipeline_parallel_size_belongs_to_vllm_args():
+    bad = validate(
+        _pp_spec("0.32.0", None, vllm_args={"extra_args": ["--pipeline-parallel-size=2", "-pp=2"]})
+    )
+    assert {"vllm_args.extra_args[0]", "vllm_args.extra_args[1]"} <= paths(bad["errors"]), bad["report"]
+    zero = validate(_pp_spec("0.32.0", 0))
+    assert PP in paths(zero["errors"]), zero["report"]

@@ -102,10 +102,15 @@ def mount_paths(spec, draft_needed):
     }
 
 
+def pipeline_parallel_size(spec):
+    return spec["vllm_args"].get("pipeline_parallel_size") or 1
+
+
 def tensor_parallel_size(spec):
+    """vllm_args.tensor_parallel_size, else the GPUs of a replica over the pipeline stages."""
     tp = spec["vllm_args"].get("tensor_parallel_size")
     if tp is None:
-        tp = max(1, spec["gpu"]["count"])
+        tp = max(1, spec["gpu"]["count"] // pipeline_parallel_size(spec))
     return tp
 
 
@@ -121,6 +126,8 @@ def engine_args(spec, mounts, speculative_args):
     tp = tensor_parallel_size(spec)
     if tp > 1:
         args.append("--tensor-parallel-size=%d" % tp)
+    if pipeline_parallel_size(spec) > 1:
+        args.append("--pipeline-parallel-size=%d" % pipeline_parallel_size(spec))
     if va.get("gpu_memory_utilization") is not None:
         args.append("--gpu-memory-utilization=%s" % _arg_number(va["gpu_memory_utilization"]))
     if va.get("max_model_len") is not None:

@@ -476,7 +476,18 @@ SERVICE_SCHEMA = {
                 ),
                 "max_model_len": _s("--max-model-len.", type="integer", minimum=1),
                 "tensor_parallel_size": _s(
-                    "--tensor-parallel-size (default: gpu.count).", type="integer", minimum=1, maximum=1024
+                    "--tensor-parallel-size (default: gpu.count / pipeline_parallel_size).",
+                    type="integer",
+                    minimum=1,
+                    maximum=1024,
+                ),
+                "pipeline_parallel_size": _s(
+                    "--pipeline-parallel-size (default 1): pipeline stages of one replica; the replica "
+                    "uses tensor_parallel_size x pipeline_parallel_size GPUs.  With speculative decoding "
+                    "many vLLM releases refuse it at start-up (checked per release).",
+                    type="integer",
+                    minimum=1,
+                    maximum=1024,
                 ),
                 "dtype": _s(
                     "--dtype.",
@@ -507,8 +518,9 @@ SERVICE_SCHEMA = {
                     "GPUs per replica (0: CPU-only, e.g. the lab).", type="integer", minimum=0, maximum=1024
                 ),
                 "memory_gib": _s(
-                    "Memory of one GPU in GiB (e.g. 80 for an H100 80GB).  Enables the GPU "
-                    "memory budget check.",
+                    "Memory of one GPU in GiB as vLLM counts it: the total of torch.cuda.mem_get_info() "
+                    "in the runtime image, less than the card's sales size and nvidia-smi's total (an H200: "
+                    "139.8, where nvidia-smi shows 143771 MiB).  Enables the GPU memory budget check.",
                     type="number",
                     exclusiveMinimum=0,
                 ),

@@ -590,6 +590,73 @@ def _async_scheduling(cfg, ctx, findings, path):
         )
 
 
+PP_FIELD = "vllm_args.pipeline_parallel_size"
+
+
+def _extra_arg(extra, flag):
+    """The value of ``--flag=value`` among the extra args (the last one wins), or None."""
+    value = None
+    for arg in extra or ():
+        name, _, rest = str(arg).partition("=")
+        if name.replace("_", "-") == flag:
+            value = rest
+    return value
+
+
+def _pp_route(facts, ctx):
+    route = facts["default"]
+    alt = facts.get("v1_backends")
+    if alt and _extra_arg(ctx.get("extra_args"), "--distributed-executor-backend") in alt["backends"]:
+        route = alt
+    return route
+
+
+def _pp_fix(facts, route, path):
+    fix = (
+        "set %s to 1 (spread the target with tensor_parallel_size instead), or turn speculative decoding off "
+        "(%s: null)" % (PP_FIELD, path)
+    )
+    alt = facts.get("v1_backends")
+    if alt and route is not alt:
+        fix += (
+            "; this release runs ngram, eagle, eagle3, deepseek_mtp and medusa on the V1 engine only with "
+            "--distributed-executor-backend=%s in extra_args" % "|".join(alt["backends"])
+        )
+    return fix
+
+
+def _pipeline_parallel(cfg, ctx, findings, path):
+    """Speculative decoding with vllm_args.pipeline_parallel_size > 1 (see vllm_profiles._pp_policy)."""
+    pp = ctx.get("target_pp") or 1
+    x = ctx["profile"]["x-specpilot"]
+    facts = x.get("pipeline_parallel")
+    method = cfg.get("method")
+    if pp <= 1 or not facts or not isinstance(method, str):
+        return
+    version = _ctx_version(ctx)
+    route = _pp_route(facts, ctx)
+    # "others": a method the release does not list (reported as such already), taking the fallback route
+    why = route["refused"].get(method) if method in x["methods"] else route["others"]
+    if cfg.get("enable_adaptive_verification") is True and facts.get("adaptive_verification"):
+        why = why or facts["adaptive_verification"]
+    head = "%s=%d with speculative method '%s': " % (PP_FIELD, pp, method)
+    if why:
+        findings.error(
+            PP_FIELD,
+            head + "vLLM %s refuses it at start-up: %s" % (version, why),
+            _pp_fix(facts, route, path),
+            "pp-spec-refused",
+        )
+        return
+    findings.warning(
+        PP_FIELD,
+        head + facts["accepted"].format(version=version),
+        "prefer %s=1 with tensor_parallel_size; or verify it on the runtime image and acknowledge with "
+        "acknowledged_warnings: [pp-spec-unverified]" % PP_FIELD,
+        "pp-spec-unverified",
+    )
+
+
 def version_ge(ctx, label):
     return ctx["version"] >= parse_version(label)
 
@@ -690,6 +757,7 @@ def _check(cfg, ctx, findings, path="speculative"):
     _method_scoped_keys(known, ctx, findings, path)
     _method_semantics(known, ctx, findings, path)
     _async_scheduling(known, ctx, findings, path)
+    _pipeline_parallel(known, ctx, findings, path)
     x = profile["x-specpilot"]
     if x["min_p_logit_bias_ignored"]:
         findings.note(

