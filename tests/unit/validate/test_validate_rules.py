@@ -516,3 +516,21 @@ def test_the_v0_note_follows_the_engine_that_runs_speculative_decoding():
     old = _budget_spec(0.95)
     old["vllm_version"] = "0.8.2"
     assert "budget-v0-unverified" in [n["code"] for n in validate(old)["notes"]]
+
+
+def test_an_h200_declared_by_its_sales_size_is_budgeted_as_vllm_counts_it():
+    """vLLM's budget is gpu_memory_utilization x torch.cuda.mem_get_info()'s total (vllm/v1/worker/utils.py
+    request_memory): 139.80 GiB measured on an H200 (benchmarks/gpu_flow.py), not the 141 it is sold by."""
+    spec = _budget_spec(0.9, memory=141)
+    spec["gpu"]["product"] = "NVIDIA H200"
+    result = validate(spec)
+    warning = next(w for w in result["warnings"] if w["code"] == "gpu-memory-nominal")
+    assert warning["path"].endswith("gpu.memory_gib") and "139.80" in warning["hint"]
+    assert result["plan"]["gpu_budget"]["gpu_memory_gib"] == 139.80
+    measured = _budget_spec(0.9, memory=139.8)
+    measured["gpu"]["node_selector"] = {"nvidia.com/gpu.product": "NVIDIA-H200"}
+    result = validate(measured)
+    assert not [w for w in result["warnings"] if w["code"] == "gpu-memory-nominal"]
+    unknown = _budget_spec(0.9, memory=141)
+    unknown["gpu"]["product"] = "NVIDIA-H200-NVL"  # not measured: taken as declared
+    assert validate(unknown)["plan"]["gpu_budget"]["gpu_memory_gib"] == 141

@@ -38,11 +38,25 @@ __all__ = ["bytes_per_param", "check_budget"]
 GIB = float(1 << 30)
 DEFAULT_GMU = 0.9
 ACTIVATION_RESERVE_GIB = 1.0  # activations and sampler buffers inside the budget
-CONTEXT_MARGIN_GIB = 0.5  # CUDA context and allocator slack outside the budget
+# CUDA context and allocator slack outside the budget: torch's CUDA context alone took 526 MiB on an
+# H200 (torch 2.11 / CUDA 13.0, driver 580; benchmarks/gpu_flow.py, 2026-11-27)
+CONTEXT_MARGIN_GIB = 0.6
 CUDAGRAPH_GIB = 1.0  # captured CUDA graphs, outside the budget (none with enforce_eager)
 KV_FALLBACK_GIB = 1.0  # minimal KV cache when the architecture facts are unknown
 TARGET_SHARE_WARN = 0.70
 DRAFT_SHARE_WARN = 0.15
+
+# What vLLM takes as a GPU's total memory: torch.cuda.mem_get_info()[1], read by MemorySnapshot in
+# vllm/utils/mem_utils.py and scaled by gpu_memory_utilization in vllm/v1/worker/utils.py request_memory.
+# It is less than nvidia-smi's memory.total and less than the size the card is sold by. Measured only:
+# product label (GPU feature discovery's nvidia.com/gpu.product, spaces as dashes) -> (GiB, evidence).
+VLLM_TOTAL_GIB = {
+    "NVIDIA-H200": (
+        139.80,
+        "torch.cuda.mem_get_info total 150109880320 bytes; nvidia-smi memory.total 143771 MiB "
+        "(benchmarks/gpu_flow.py on an H200, driver 580.159.04, 2026-11-27)",
+    ),
+}
 
 _QUANT_BYTES = {
     "fp8": 1.0,
@@ -276,11 +290,34 @@ def _share_warnings(f, findings):
         )
 
 
+def _product(gpu):
+    label = gpu.get("product") or (gpu.get("node_selector") or {}).get("nvidia.com/gpu.product") or ""
+    return str(label).strip().upper().replace(" ", "-")
+
+
+def _memory_as_vllm_counts(gpu, findings):
+    """gpu.memory_gib, or the total vLLM measured on this product when the declared figure is larger
+    (a card's sales size, or nvidia-smi's total): the budget is a share of what vLLM sees."""
+    memory = gpu.get("memory_gib")
+    known = VLLM_TOTAL_GIB.get(_product(gpu))
+    if not memory or not known or memory <= known[0] + 0.005:
+        return memory
+    findings.warning(
+        "gpu.memory_gib",
+        "gpu.memory_gib %g is more than the %.2f GiB vLLM counts on an %s (%s): the budget check uses %.2f"
+        % (memory, known[0], _product(gpu), known[1], known[0]),
+        "set specpilot_gpu.memory_gib to %.2f, the total torch.cuda.mem_get_info() reports in the runtime image"
+        % known[0],
+        "gpu-memory-nominal",
+    )
+    return known[0]
+
+
 def check_budget(spec, target, draft, draft_tp, findings):
     """Returns the budget figures (dict) or None when it cannot be computed."""
     if spec["gpu"]["count"] == 0:
         return None
-    memory = spec["gpu"].get("memory_gib")
+    memory = _memory_as_vllm_counts(spec["gpu"], findings)
     target_w = _weights_gib(target)
     if not memory or target_w is None:
         findings.note(
