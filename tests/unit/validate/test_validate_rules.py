@@ -534,3 +534,40 @@ def test_an_h200_declared_by_its_sales_size_is_budgeted_as_vllm_counts_it():
     unknown = _budget_spec(0.9, memory=141)
     unknown["gpu"]["product"] = "NVIDIA-H200-NVL"  # not measured: taken as declared
     assert validate(unknown)["plan"]["gpu_budget"]["gpu_memory_gib"] == 141
+
+
+# ------------------------------------------------------------------ runtime securityContext
+
+
+def _runtime_container(result):
+    return result["plan"]["servingruntime"]["spec"]["containers"][0]
+
+
+def test_the_runtime_container_gets_the_restricted_context_a_root_image_can_meet():
+    result = validate(base_spec())
+    assert _runtime_container(result)["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert not [f for f in result["errors"] + result["warnings"] if f["path"].startswith("runtime.security")]
+
+
+def test_the_runtime_security_context_can_be_replaced_or_removed():
+    own = {"runAsNonRoot": True, "runAsUser": 1001, "allowPrivilegeEscalation": False}
+    result = validate(base_spec(runtime={"image": "quay.io/acme/vllm:0.32.0", "security_context": own}))
+    assert result["ok"] and _runtime_container(result)["securityContext"] == own
+    bare = validate(base_spec(runtime={"image": "vllm/vllm-openai:v0.32.0", "security_context": {}}))
+    assert "securityContext" not in _runtime_container(bare)
+    assert "runtime-security-context-none" in [w["code"] for w in bare["warnings"]]
+
+
+def test_run_as_non_root_on_the_root_upstream_image_is_refused_before_any_write():
+    sc = {"runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}
+    result = validate(base_spec(runtime={"image": "vllm/vllm-openai:v0.32.0", "security_context": sc}))
+    error = next(e for e in result["errors"] if e["code"] == "runtime-nonroot-root-image")
+    assert error["path"].endswith("runtime.security_context.runAsNonRoot") and "runAsUser" in error["hint"]
+    privileged = validate(
+        base_spec(runtime={"image": "vllm/vllm-openai:v0.32.0", "security_context": {"privileged": True}})
+    )
+    assert "runtime-privileged" in [w["code"] for w in privileged["warnings"]]

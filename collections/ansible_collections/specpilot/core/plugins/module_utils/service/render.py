@@ -229,6 +229,8 @@ def servingruntime(spec, mounts, guard, startup_seconds, digest):
     }
     if runtime.get("image_pull_policy"):
         container["imagePullPolicy"] = runtime["image_pull_policy"]
+    if runtime.get("security_context"):
+        container["securityContext"] = copy.deepcopy(runtime["security_context"])
     metadata = {"name": runtime["name"], "labels": _labels(spec), "annotations": {ANN_DIGEST: digest}}
     if runtime["kind"] == "ServingRuntime":
         metadata["namespace"] = spec["namespace"]

@@ -69,6 +69,16 @@ _LABEL_VALUE = {"type": "string", "maxLength": 63, "pattern": "^([A-Za-z0-9]([-A
 DAY = 86400
 _VERSION = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)*([.+-]?[0-9A-Za-z.+-]*)?$"
 _VERSION_OR_AUTO = "^(auto|%s)$" % _VERSION[1:-1]
+# The runtime container's default securityContext: what Kubernetes' restricted Pod Security profile asks
+# that a root image can meet. vLLM's docker/Dockerfile (stage vllm-openai) sets no USER, so the upstream
+# image runs as root (its docs mount /root/.cache/huggingface): runAsNonRoot would stop it at the kubelet
+# ("container has runAsNonRoot and image will run as root"). The runtime writes only under /tmp (HF_HOME,
+# VLLM_CONFIG_ROOT, see render.servingruntime) and /dev/shm, and needs no capability on a single node.
+RUNTIME_SECURITY_CONTEXT = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$"
 
 
@@ -384,6 +394,14 @@ SERVICE_SCHEMA = {
                     "Size limit of the /dev/shm memory volume (default 2Gi).",
                     type="string",
                     pattern=_QUANTITY,
+                ),
+                "security_context": _s(
+                    "securityContext of the runtime container (a Kubernetes SecurityContext, replacing the "
+                    "default; {} for none).  Default: no privilege escalation, every capability dropped, "
+                    "the RuntimeDefault seccomp profile - the strongest context the upstream "
+                    "vllm/vllm-openai image starts under, since it runs as root (add runAsNonRoot with a "
+                    "runAsUser only for an image built to run as that user).",
+                    type="object",
                 ),
             },
         ),
@@ -743,6 +761,7 @@ def normalise(spec):
     runtime.setdefault("kind", "ServingRuntime")
     runtime.setdefault("name", "%s-vllm" % spec["name"])
     runtime.setdefault("shm_size", "2Gi")
+    runtime.setdefault("security_context", copy.deepcopy(RUNTIME_SECURITY_CONTEXT))
     spec["target"].setdefault("subdir", "target")
     if spec.get("draft"):
         spec["draft"].setdefault("subdir", "draft")

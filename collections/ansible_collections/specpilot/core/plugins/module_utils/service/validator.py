@@ -597,6 +597,7 @@ def _validate(spec, options):
                 origins=facts_report["origins"],
             )
     _check_runtime_image(spec, findings, options.get("image_pins"))
+    _check_runtime_security(spec["runtime"], findings)
     budget = gpu_budget.check_budget(
         spec, target, draft if draft_artifact else {}, (cfg or {}).get("draft_tensor_parallel_size"), findings
     )
@@ -812,6 +813,42 @@ def _check_runtime_image(spec, findings, image_pins=None):
     base = (spec.get("modelcar") or {}).get("base_image")
     if image_pins == "digest" and isinstance(base, str) and base and not base.startswith("oci:"):
         _check_image_digest("modelcar.base_image", base, findings)  # oci:PATH is a local layout, not pulled
+
+
+UPSTREAM_ROOT_IMAGES = ("vllm/vllm-openai", "docker.io/vllm/vllm-openai")
+
+
+def _check_runtime_security(runtime, findings):
+    """The runtime container's securityContext (spec.RUNTIME_SECURITY_CONTEXT is the default)."""
+    if not runtime.get("create"):
+        return
+    sc = runtime.get("security_context")
+    path = "runtime.security_context"
+    if not isinstance(sc, dict) or not sc:
+        findings.warning(
+            path,
+            "the runtime container runs without a securityContext",
+            "leave runtime.security_context unset for the default (no privilege escalation, no capabilities, "
+            "RuntimeDefault seccomp)",
+            "runtime-security-context-none",
+        )
+        return
+    if sc.get("privileged") is True or sc.get("allowPrivilegeEscalation") is True:
+        findings.warning(
+            path,
+            "the runtime container may run privileged or escalate privileges; vLLM needs neither",
+            "drop privileged and set allowPrivilegeEscalation: false",
+            "runtime-privileged",
+        )
+    image = str(runtime.get("image") or "").split("@")[0].rsplit(":", 1)[0]
+    if sc.get("runAsNonRoot") is True and sc.get("runAsUser") in (None, 0) and image in UPSTREAM_ROOT_IMAGES:
+        findings.error(
+            path_join(path, "runAsNonRoot"),
+            "runAsNonRoot with the upstream image %s, which runs as root: the kubelet refuses to start it "
+            "('container has runAsNonRoot and image will run as root')" % runtime["image"],
+            "set runAsUser (and fsGroup on the pod) to a non-root id, or use an image built to run as non-root",
+            "runtime-nonroot-root-image",
+        )
 
 
 def _check_image_digest(path, image, findings):
