@@ -34,7 +34,7 @@ STAMP_VENV := $(VENV)/.stamp-python
 STAMP_COLL := $(VENV)/.stamp-collections
 STAMP_APT := $(VENV)/.stamp-apt
 
-.PHONY: install venv collections system-packages staging-tools sanity-venvs vllm models test test-pytest test-unit test-lab lint syntax-check sanity molecule \
+.PHONY: changelog install venv collections system-packages staging-tools sanity-venvs vllm models test test-pytest test-unit test-lab lint syntax-check sanity molecule \
 	test-lab-engines test-lab-stand-in test-lab-stand-in-a lane-a lane-b molecule-lane molecule-models fuzz \
         demo bench lab-up lab-down lab-status clean distclean
 
@@ -242,6 +242,11 @@ molecule-lane: install vllm molecule-models
 	  $(TIMES) run "molecule:$$scenario" -- $(VBIN)/molecule test -s "$$scenario" || status=1; \
 	done; \
 	exit "$$status"
+
+# The collection's CHANGELOG.rst, built by antsibull-changelog from changelogs/changelog.yaml after it
+# checks every fragment (changelogs/fragments). tests/unit/test_changelog.py keeps the file current.
+changelog: install
+	cd $(COLLECTION) && $(CURDIR)/$(VBIN)/antsibull-changelog lint && $(CURDIR)/$(VBIN)/antsibull-changelog generate
 
 lint: install
 	$(VBIN)/yamllint --strict .

@@ -29,7 +29,7 @@ def test_build_install_and_load_from_the_tarball(tmp_path):
     tarball = tmp_path / f"specpilot-core-{version}.tar.gz"
     with tarfile.open(tarball) as tar:
         names = set(tar.getnames())
-    assert {"README.md", "LICENSE", "MANIFEST.json", "FILES.json", "meta/runtime.yml"} <= names
+    assert {"README.md", "LICENSE", "CHANGELOG.rst", "MANIFEST.json", "FILES.json", "meta/runtime.yml"} <= names
     assert "plugins/modules/service_lock.py" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     cols = tmp_path / "cols"
