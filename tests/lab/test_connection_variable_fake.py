@@ -62,8 +62,8 @@ def _env(lab: SmokeLab, root: Path) -> dict[str, str]:
     return env
 
 
-def _run(env, inv: Path, playbook: str, extra: dict, timeout: float = 300) -> tuple[int, str]:
-    cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(inv), str(ROOT / "playbooks" / playbook)]
+def _run(env, inv: Path, playbook: str, extra: dict, timeout: float = 300, flags=()) -> tuple[int, str]:
+    cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(inv), str(ROOT / "playbooks" / playbook), *flags]
     cmd += ["-e", json.dumps(extra)]
     proc = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=timeout)
     return proc.returncode, proc.stdout + proc.stderr

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from smoke_lab import NAMESPACE, SmokeLab
 from test_connection_variable_fake import SERVICE, _env, _inventory, _run, _words
 
@@ -84,6 +85,49 @@ def _token_kubeconfig(lab: SmokeLab, root: Path) -> Path:
     )
 
 
+PLANTED = "hf_PlantedNeverPrinted0123456789abcd"
+
+
+def _plant_secret(lab: SmokeLab) -> None:
+    """A Secret the service's env names (valueFrom): the engine gets it, the playbooks never read it."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "hf-token"},
+        "stringData": {"token": PLANTED},
+    }
+    assert lab.emu.request("POST", f"/api/v1/namespaces/{NAMESPACE}/secrets", body).status == 201
+
+
+def _kubeconfig_token(path: Path) -> str:
+    token = yaml.safe_load(path.read_text())["users"][0]["user"]["token"]
+    assert len(token) > 20
+    return token
+
+
+def _assert_no_secret(lab: SmokeLab, reports: Path, out: str, token: str) -> None:
+    """Issue 19, item 5: at -vvv, neither the planted Secret's value nor the automation's token shows in the
+    output, the reports, or what the runs left in the cluster (manifests, annotations, history ConfigMaps)."""
+    assert "ESTABLISH LOCAL CONNECTION" in out, out[:2000]  # the runs were at -vvv
+    objects = [
+        lab.emu.request("GET", f"{api}/namespaces/{NAMESPACE}/{kind}").body.decode()
+        for api, kind in (
+            ("/apis/serving.kserve.io/v1beta1", "inferenceservices"),
+            ("/apis/serving.kserve.io/v1alpha1", "servingruntimes"),
+            ("/api/v1", "configmaps"),
+            ("/apis/batch/v1", "jobs"),
+        )
+    ]
+    written = [
+        p.read_text(errors="replace") for p in reports.rglob("*") if p.is_file() and p.suffix != ".png"
+    ]
+    assert written and "HF_TOKEN" in objects[0]  # the reference is there, by name
+    for secret in (PLANTED, token):
+        assert secret not in out
+        assert not [w for w in written if secret in w]
+        assert not [o for o in objects if secret in o]
+
+
 def _without_rule(lab: SmokeLab, path: str, resource: str) -> dict:
     """Take the rule naming ``resource`` out of the (Cluster)Role at ``path``; returns the object before."""
     before = lab.emu.request("GET", path).json()
@@ -119,16 +163,24 @@ def test_playbooks_run_with_only_the_shipped_role_and_each_rule_is_needed(tmp_pa
             jobs_sa = lab.get("v1", "ServiceAccount", "specpilot-jobs", NAMESPACE)
             assert jobs_sa["automountServiceAccountToken"] is False
 
+            _plant_secret(lab)
             mark = lab.emu.control.mark()
+            kubeconfig = _token_kubeconfig(lab, tmp_path)
             automation = dict(
                 reports,
-                specpilot_k8s_kubeconfig=str(_token_kubeconfig(lab, tmp_path)),
+                specpilot_k8s_kubeconfig=str(kubeconfig),
                 specpilot_stage_pvc_service_account="specpilot-jobs",
                 specpilot_rollback_reclaim_service_account="specpilot-jobs",
+                specpilot_env=[
+                    {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
+                ],
             )
+            outs = []
             for playbook in ("validate.yml", "deploy.yml", "smoke.yml", "rollback.yml"):
-                rc, out = _run(env, inv, playbook, automation)
+                rc, out = _run(env, inv, playbook, automation, flags=("-vvv",))
                 assert rc == 0, f"{playbook}:\n{out[-6000:]}"
+                outs.append(out)
+            _assert_no_secret(lab, tmp_path / "reports", "\n".join(outs), _kubeconfig_token(kubeconfig))
             assert not [
                 a for a in lab.isvc(SERVICE)["spec"]["predictor"]["model"]["args"] if "speculative" in a
             ]
