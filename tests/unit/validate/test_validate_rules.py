@@ -571,3 +571,17 @@ def test_run_as_non_root_on_the_root_upstream_image_is_refused_before_any_write(
         base_spec(runtime={"image": "vllm/vllm-openai:v0.32.0", "security_context": {"privileged": True}})
     )
     assert "runtime-privileged" in [w["code"] for w in privileged["warnings"]]
+
+
+def test_pipeline_stages_split_the_target_but_the_draft_sits_whole_on_the_last_stage():
+    """V1 puts the entire drafter on the last PP rank (vllm/v1/worker/gpu_model_runner.py): two stages of one
+    GPU hold half the target each, the last one the whole draft too."""
+    tp2 = validate(_budget_spec(0.95, max_model_len=8192))["plan"]["gpu_budget"]
+    pp2 = validate(_budget_spec(0.95, max_model_len=8192, pipeline_parallel_size=2))["plan"]["gpu_budget"]
+    assert (pp2["tensor_parallel_size"], pp2["pipeline_parallel_size"]) == (1, 2)
+    assert pp2["target_weights_gib_per_gpu"] == tp2["target_weights_gib_per_gpu"]
+    assert (
+        pp2["draft_weights_gib_per_gpu"] == 2 * tp2["draft_weights_gib_per_gpu"]
+    )  # not split by TP any more
+    # the target's KV cache: half the layers with every KV head, or every layer with half the heads
+    assert pp2["kv_cache_min_gib_per_gpu"] == tp2["kv_cache_min_gib_per_gpu"] > 1

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 
 from ansible_collections.specpilot.core.plugins.module_utils.report.findings import path_join
+from ansible_collections.specpilot.core.plugins.module_utils.service import render
 from ansible_collections.specpilot.core.plugins.module_utils.service.versions import (
     VersionError,
     parse_version,
@@ -151,23 +152,29 @@ def _draft_figures(draft, draft_tp, tp, tokens, kv_dtype, findings):
 
 
 def _figures(spec, memory, target_w, target, draft, draft_tp, findings):
+    """Per GPU of the last pipeline stage: the target's layers are split over tensor_parallel_size x
+    pipeline_parallel_size GPUs (its KV cache too), while V1 puts the whole drafter on the last stage
+    (vllm/v1/worker/gpu_model_runner.py, GPUModelRunner.__init__: "currently we put the entire draft
+    model on the last PP rank"), split only over its own tensor parallel size."""
     va = spec["vllm_args"]
-    tp = va.get("tensor_parallel_size") or max(1, spec["gpu"]["count"])
+    tp, pp = render.tensor_parallel_size(spec), render.pipeline_parallel_size(spec)
+    shards = tp * pp
     gmu = va.get("gpu_memory_utilization") or DEFAULT_GMU
     tokens = va.get("max_model_len") or target.get("max_position_embeddings")
-    kv_target = _kv_min_gib(target, tokens, tp, va.get("kv_cache_dtype"))
+    kv_target = _kv_min_gib(target, tokens, shards, va.get("kv_cache_dtype"))
     draft_w, kv_draft = _draft_figures(draft, draft_tp, tp, tokens, va.get("kv_cache_dtype"), findings)
     kv_min = (kv_target if kv_target is not None else KV_FALLBACK_GIB) + kv_draft
     budget = gmu * memory
-    fixed = target_w / tp + draft_w + ACTIVATION_RESERVE_GIB
+    fixed = target_w / shards + draft_w + ACTIVATION_RESERVE_GIB
     return {
         "engine": "v1",
         "source": "vllm/v1/worker/gpu_worker.py Worker.determine_available_memory",
         "gpu_memory_gib": memory,
         "gpu_memory_utilization": gmu,
         "tensor_parallel_size": tp,
+        "pipeline_parallel_size": pp,
         "max_model_len": tokens,
-        "target_weights_gib_per_gpu": round(target_w / tp, 2),
+        "target_weights_gib_per_gpu": round(target_w / shards, 2),
         "draft_weights_gib_per_gpu": round(draft_w, 2),
         "activation_gib_per_gpu": ACTIVATION_RESERVE_GIB,
         "kv_cache_min_gib_per_gpu": round(kv_min, 2),
@@ -187,7 +194,7 @@ def _weights_do_not_fit(f, findings):
     findings.error(
         "gpu.memory_gib",
         "weights do not fit: target %.1f GiB%s + %.1f GiB activations + %.1f GiB CUDA context and graphs exceed "
-        "the %.0f GiB of one GPU (tensor_parallel_size=%d), before any KV cache"
+        "the %.0f GiB of one GPU (tensor_parallel_size=%d, pipeline_parallel_size=%d), before any KV cache"
         % (
             f["target_weights_gib_per_gpu"],
             (" + draft %.1f GiB" % f["draft_weights_gib_per_gpu"]) if f["draft_weights_gib_per_gpu"] else "",
@@ -195,6 +202,7 @@ def _weights_do_not_fit(f, findings):
             f["outside_needed_gib"],
             f["gpu_memory_gib"],
             f["tensor_parallel_size"],
+            f["pipeline_parallel_size"],
         ),
         "use more GPUs (gpu.count / tensor_parallel_size), a quantized target, or a smaller draft",
         "gpu-oom",
