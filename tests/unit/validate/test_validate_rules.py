@@ -585,3 +585,20 @@ def test_pipeline_stages_split_the_target_but_the_draft_sits_whole_on_the_last_s
     )  # not split by TP any more
     # the target's KV cache: half the layers with every KV head, or every layer with half the heads
     assert pp2["kv_cache_min_gib_per_gpu"] == tp2["kv_cache_min_gib_per_gpu"] > 1
+
+
+def test_more_parallel_gpus_than_the_pod_gets_is_refused_and_fewer_leave_some_idle():
+    """vllm/config/parallel.py ParallelConfig.__post_init__: a world size above the node's GPUs does not start."""
+    result = validate(_budget_spec(0.95, count=2, tensor_parallel_size=2, pipeline_parallel_size=2))
+    error = next(e for e in result["errors"] if e["code"] == "gpu-world-size")
+    assert error["path"].endswith("vllm_args.tensor_parallel_size") and error["hint"].startswith(
+        "set gpu.count to 4"
+    )
+    idle = validate(_budget_spec(0.95, count=4, tensor_parallel_size=2))
+    assert "gpu-idle" in [w["code"] for w in idle["warnings"]]
+    fits = validate(_budget_spec(0.95, count=4, tensor_parallel_size=2, pipeline_parallel_size=2))
+    assert not [f for f in fits["errors"] + fits["warnings"] if f["code"] in ("gpu-world-size", "gpu-idle")]
+    multi = validate(
+        _budget_spec(0.95, count=2, tensor_parallel_size=4, extra_args=["--distributed-executor-backend=ray"])
+    )
+    assert not [e for e in multi["errors"] if e["code"] == "gpu-world-size"]  # told it spans nodes

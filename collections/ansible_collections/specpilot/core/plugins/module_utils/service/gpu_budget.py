@@ -321,10 +321,44 @@ def _memory_as_vllm_counts(gpu, findings):
     return known[0]
 
 
+MULTI_NODE_FLAGS = ("--distributed-executor-backend", "--nnodes")
+
+
+def _check_world_size(spec, findings):
+    """tensor x pipeline parallel GPUs against the GPUs of the predictor's one pod. vLLM refuses a world
+    size larger than the node's devices unless told it spans nodes (vllm/config/parallel.py,
+    ParallelConfig.__post_init__, 0.24.0 read: "World size (N) is larger than the number of available
+    GPUs (M) in this node")."""
+    count = spec["gpu"]["count"]
+    tp, pp = render.tensor_parallel_size(spec), render.pipeline_parallel_size(spec)
+    extra = [str(a).split("=")[0] for a in spec["vllm_args"].get("extra_args") or []]
+    if count == 0 or any(flag in extra for flag in MULTI_NODE_FLAGS):
+        return
+    world = tp * pp
+    if world > count:
+        findings.error(
+            "vllm_args.tensor_parallel_size",
+            "tensor_parallel_size %d x pipeline_parallel_size %d = %d GPUs, but the predictor's pod gets %d "
+            "(gpu.count): vLLM refuses to start ('World size (%d) is larger than the number of available GPUs')"
+            % (tp, pp, world, count, world),
+            "set gpu.count to %d, or lower tensor_parallel_size / pipeline_parallel_size" % world,
+            "gpu-world-size",
+        )
+    elif world < count:
+        findings.warning(
+            "gpu.count",
+            "gpu.count %d but vLLM uses tensor_parallel_size %d x pipeline_parallel_size %d = %d: %d GPU(s) idle"
+            % (count, tp, pp, world, count - world),
+            "set gpu.count to %d, or raise tensor_parallel_size" % world,
+            "gpu-idle",
+        )
+
+
 def check_budget(spec, target, draft, draft_tp, findings):
     """Returns the budget figures (dict) or None when it cannot be computed."""
     if spec["gpu"]["count"] == 0:
         return None
+    _check_world_size(spec, findings)
     memory = _memory_as_vllm_counts(spec["gpu"], findings)
     target_w = _weights_gib(target)
     if not memory or target_w is None:
