@@ -1,8 +1,17 @@
-"""The fault matrix (issue 19): deploy, rollback and the guard (auto-rollback through the rollback role)
-against the API emulator injecting about 20% faults in the service's namespace - 500s, 409s, 429s with
-Retry-After, and delays - with fixed seeds.  Each run either converges or fails cleanly (a summary, no
-traceback) with the service whole: the previous spec, or the new one complete, never a mix of the
-two.  Then a clean run converges.  The test plays KServe (deploy's FakeKServe)."""
+"""The fault matrix (issue 19): deploy, rollback, the guard (auto-rollback through the rollback role) and
+the canary against the API emulator injecting about 20% faults in the service's namespace - 500s, 409s,
+429s with Retry-After, and delays - with fixed seeds.  Each run either converges or fails cleanly (a
+summary, no traceback) with the service whole: the previous spec, or the new one complete, never a mix
+of the two (for the canary: no canary entry left behind, unless the run says so).  Then a clean run
+converges.  The test plays KServe (deploy's FakeKServe; for the canary canary_kserve.CanaryKServe, with
+spec.canary and each pod's /metrics).
+
+Then the canary under one fault at a time, each injected by the fake KServe at the moment it matters
+(before it rolls out the step or the promotion that the playbook waits for), one shared stable service
+copied into each test's namespace: transient faults of every kind are retried and the canary promoted;
+an abort whose write keeps failing says that the canary is still in place, releases the lock, and the
+next run removes it; a read that keeps failing after the promotion was written says so, and never
+tries to abort a promoted service."""
 
 from __future__ import annotations
 
@@ -17,6 +26,7 @@ sys.path.insert(0, str(HERE / "deploy"))
 sys.path.insert(0, str(HERE.parents[0] / "unit" / "monitoring"))
 import guard_support as gs  # noqa: E402
 import vllm_pages as vp  # noqa: E402
+from canary_kserve import ArmPages, CanaryKServe, canary_at, promoted  # noqa: E402
 from deploy_helpers import (
     NGRAM,
     FakeKServe,
@@ -24,6 +34,7 @@ from deploy_helpers import (
     create_namespace,
     get,
     run_deploy,
+    wait_for,
     write_inventory,
 )  # noqa: E402
 
@@ -39,6 +50,17 @@ GROUP = {
     "specpilot_guard_min_draft_tokens": 20,
     "specpilot_guard_consecutive_readings": 1,
     "specpilot_guard_auto_rollback": True,
+    "specpilot_canary_api_retries": 8,
+}
+# short steps on CanaryKServe's pages (40 requests more per scrape): each step is decided at its first poll
+CANARY = {
+    "specpilot_canary_steps": [50, 100],
+    "specpilot_canary_window": 5,
+    "specpilot_canary_min_requests": 30,
+    "specpilot_canary_max_extensions": 0,
+    "specpilot_canary_poll": 0.5,
+    "specpilot_canary_ready_timeout": 30,
+    "specpilot_canary_smoke": False,
 }
 
 
@@ -52,7 +74,7 @@ def _inject(ctl, ns, seed):
 
 
 def _state(emu, ns):
-    """(InferenceService spec digest, runtime spec digest, speculative on): what serves."""
+    """(InferenceService spec digest, runtime spec digest, speculative on, canary entries): what serves."""
     isvc = get(emu, ISVC_API, "InferenceService", "svc", ns)
     runtime = get(emu, "serving.kserve.io/v1alpha1", "ServingRuntime", "svc-vllm", ns) or {"metadata": {}}
     args = isvc["spec"]["predictor"]["model"]["args"]
@@ -60,6 +82,7 @@ def _state(emu, ns):
         isvc["metadata"]["annotations"]["specpilot.io/spec-digest"],
         (runtime["metadata"].get("annotations") or {}).get("specpilot.io/spec-digest"),
         any("speculative" in a for a in args),
+        tuple(c["predictor"]["name"] for c in isvc["spec"].get("canary") or []),
     )
 
 
@@ -89,19 +112,33 @@ def _guard(emu, tmp, inv, ns, metrics_url):
     return Run(emu, tmp, inv, "-e", json.dumps(extra), playbook="playbooks/guard.yml").wait(600)
 
 
+def _canary(emu, tmp, inv, ns, metrics_url, **extra):
+    # the stable service runs without speculative decoding; the canary puts the spec's on a slice
+    write_inventory(inv, ns, {"svc": {"specpilot_speculative": NGRAM}}, GROUP)
+    extra = dict(CANARY, specpilot_canary_report_dir=str(tmp / "canary"), **extra)
+    return Run(emu, tmp, inv, "-e", json.dumps(extra), playbook="playbooks/canary.yml").wait(600)
+
+
 @pytest.mark.parametrize(
     "operation, run, seed",
-    [("deploy", _deploy, 101), ("rollback", _rollback, 202), ("guard", _guard, 303)],
+    [
+        ("deploy", _deploy, 101),
+        ("rollback", _rollback, 202),
+        ("guard", _guard, 303),
+        ("canary", _canary, 404),
+    ],
 )
 def test_converges_or_fails_cleanly_under_api_faults(emulator, tmp_path, operation, run, seed):
     ns = f"faults-{operation}"
     create_namespace(emulator, ns)
-    inv = write_inventory(tmp_path / "inv", ns, {"svc": {"specpilot_speculative": NGRAM}}, GROUP)
+    host = {} if operation == "canary" else {"specpilot_speculative": NGRAM}  # the canary's: the stable
+    inv = write_inventory(tmp_path / "inv", ns, {"svc": host}, GROUP)
     metrics = gs.MetricsServer()
     metrics_url = metrics.add("svc", vp.LOW) + "/metrics"  # low acceptance: the guard rolls back
+    pages = ArmPages()
     ctl = emulator.control
     try:
-        with FakeKServe(emulator, ns):
+        with CanaryKServe(emulator, ns, pages) if operation == "canary" else FakeKServe(emulator, ns):
             first = run_deploy(emulator, tmp_path, inv)
             assert first.rc == 0, first.out[-4000:]
             before = _state(emulator, ns)
@@ -116,17 +153,206 @@ def test_converges_or_fails_cleanly_under_api_faults(emulator, tmp_path, operati
             after = _state(emulator, ns)
     finally:
         metrics.close()
+        pages.close()
     assert hits > 0
     if faulty.rc != 0:  # a clean failure: the summary names it, no traceback, the service whole
         assert "Traceback" not in faulty.out and "MODULE FAILURE" not in faulty.out, faulty.out[-4000:]
-        assert during in (before, after), (before, during, after)
+        said = _said(faulty)
+        if operation == "canary" and "could not be removed" in said:
+            # the one half-state allowed, and said: a canary entry left beside the untouched stable predictor
+            assert during[:3] == before[:3], (before, during, after)
+        else:
+            assert during in (before, after), (before, during, after)
         if operation == "deploy":  # as the deploy-only fault test asserted: the summary says which failed
             assert "FAILED" in faulty.out.split("TASK [Summary of every service]", 1)[-1], faulty.out[-4000:]
+        if operation == "canary":  # the failure names the call; once the canary began, where the traffic is
+            assert (
+                "Error while evaluating conditional" not in faulty.out and "Unknown error" not in said
+            ), said
+            if "TASK [specpilot_canary : Take the lock of the service]" in faulty.out:
+                assert "the canary run failed at" in said or "could not be removed" in said, said
     else:
         assert during == after
     assert clean.rc == 0, clean.out[-4000:]
-    assert after != before  # converged: the new config (deploy) or speculative decoding off
-    assert after[2] == (operation == "deploy")
+    assert after != before  # converged: the new config (deploy, canary) or speculative decoding off
+    assert after[2] == (operation in ("deploy", "canary")) and after[3] == ()
+    if operation == "canary":
+        # promoted by the clean run, or by the faulty one: then the clean one finds it so and changes nothing
+        assert "svc: canary PROMOTED" in clean.out or "already runs the speculative spec" in _text(clean)
+        assert faulty.rc != 0 or clean.recap()["svc"]["changed"] == 0, clean.out[-4000:]
+        assert _deployments(emulator, ns) == ["svc-s%s-predictor" % after[0][:8]]
     if operation == "deploy":  # the runtime and the InferenceService carry the same digest
         assert before[0] == before[1] and during[0] == during[1] and after[0] == after[1]
     assert get(emulator, "coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", ns) is None
+
+
+# ---------------------------------------------------------------------------- the canary, one fault at a time
+
+
+def _deployments(emu, ns):
+    items = emu.dynamic_client().resources.get(api_version="apps/v1", kind="Deployment").get(namespace=ns)
+    return sorted(d["metadata"]["name"] for d in items.to_dict()["items"])
+
+
+def _clean(obj, ns):
+    md = {k: obj["metadata"][k] for k in ("name", "labels", "annotations") if obj["metadata"].get(k)}
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "metadata": dict(md, namespace=ns),
+        "spec": obj["spec"],
+    }
+
+
+@pytest.fixture(scope="module")
+def stable(emulator, tmp_path_factory):
+    """The stable service (speculative decoding off) as deploy.yml applies it: its ServingRuntime and
+    InferenceService, deployed once and copied into each test's namespace."""
+    tmp, ns = tmp_path_factory.mktemp("canary-stable"), "canary-stable"
+    create_namespace(emulator, ns)
+    pages = ArmPages()
+    try:
+        with CanaryKServe(emulator, ns, pages):
+            done = run_deploy(emulator, tmp, write_inventory(tmp / "inv", ns, {"svc": {}}, GROUP))
+    finally:
+        pages.close()
+    assert done.rc == 0, done.out[-4000:]
+    return [
+        get(emulator, "serving.kserve.io/v1alpha1", "ServingRuntime", "svc-vllm", ns),
+        get(emulator, ISVC_API, "InferenceService", "svc", ns),
+    ]
+
+
+class Canary:
+    """One test's service: the stable one copied into namespace ``ns`` and rolled out by CanaryKServe."""
+
+    def __init__(self, emu, tmp, ns, stable):
+        self.emu, self.tmp, self.ns, self.ctl = emu, tmp, ns, emu.control
+        create_namespace(emu, ns)
+        dyn = emu.dynamic_client()
+        for obj in stable:
+            dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"]).create(
+                body=_clean(obj, ns), namespace=ns
+            )
+        self.inv = write_inventory(tmp / "inv", ns, {"svc": {}}, GROUP)
+        self.pages = ArmPages()
+        self.kserve = CanaryKServe(emu, ns, self.pages).__enter__()
+        wait_for(lambda: self.pods(), 30, what="the stable predictor's pod")
+        self.before = self.stable()
+
+    def run(self, **extra):
+        return _canary(self.emu, self.tmp, self.inv, self.ns, None, **extra)
+
+    def stable(self):
+        """(resourceVersion of the stable predictor's Deployment, its pods)."""
+        dep = get(self.emu, "apps/v1", "Deployment", "svc-predictor", self.ns)
+        return dep and dep["metadata"]["resourceVersion"], self.pods()
+
+    def pods(self):
+        items = self.emu.dynamic_client().resources.get(api_version="v1", kind="Pod").get(namespace=self.ns)
+        return sorted(p["metadata"]["name"] for p in items.to_dict()["items"])
+
+    def fault(self, verb, resource, **rule):
+        self.ctl.add_fault(verb=verb, resource=resource, namespace=self.ns, **rule)
+
+    def clear(self):
+        faults = [f for f in self.ctl.faults() if f.get("namespace") == self.ns]
+        self.ctl.clear_faults()
+        return faults
+
+    def close(self):
+        self.kserve.__exit__(None, None, None)
+        self.pages.close()
+
+
+@pytest.fixture
+def canary(emulator, tmp_path, stable, request):
+    svc = Canary(emulator, tmp_path, "canary-" + request.node.name[5:30].replace("_", "-").strip("-"), stable)
+    yield svc
+    svc.close()
+
+
+def _text(run):
+    return " ".join(run.out.split())  # the YAML callback wraps long messages
+
+
+def _said(run):
+    """The run's last failure message, on one line."""
+    return " ".join(run.out.split("fatal: [svc]: FAILED!")[-1].split("PLAY RECAP")[0].split())
+
+
+def _clean_failure(run, *phrases):
+    assert run.rc != 0, run.out[-4000:]
+    assert "Traceback" not in run.out and "MODULE FAILURE" not in run.out, run.out[-4000:]
+    assert "Error while evaluating conditional" not in run.out, run.out[-4000:]
+    said = _said(run)
+    for phrase in phrases:
+        assert phrase in said, said[:3000]
+
+
+def test_transient_faults_of_every_kind_are_retried_and_the_canary_promoted(canary):
+    """At the first step, the InferenceService's writes answer 409, then 429 (Retry-After), then 500,
+    a read 500, and 20% of the requests are slow; after the promotion, the lists of Deployments answer
+    500, then 429. Every one is retried: the canary is promoted, and a re-run changes nothing."""
+
+    def first_step():
+        for code in (409, 429, 500):
+            canary.fault("patch", "inferenceservices", code=code, count=1, retry_after=1)
+        canary.fault("get", "inferenceservices", code=500, count=1)
+        canary.fault("*", "*", rate=0.2, delay_ms=200, seed=11)
+
+    def promotion():
+        for code in (500, 429):
+            canary.fault("list", "deployments", code=code, count=1, retry_after=1)
+
+    canary.kserve.when(canary_at(50), first_step).when(promoted, promotion)
+    run = canary.run(specpilot_canary_api_retries=4)
+    faults = canary.clear()
+    again = canary.run()
+    assert run.rc == 0 and "svc: canary PROMOTED" in run.out, run.out[-4000:]
+    assert [f["injected"] for f in faults if f.get("count")] == [1] * 6, faults
+    name = _state(canary.emu, canary.ns)[0][:8]
+    assert _state(canary.emu, canary.ns)[2:] == (True, ())
+    assert _deployments(canary.emu, canary.ns) == ["svc-s%s-predictor" % name]
+    assert get(canary.emu, "coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", canary.ns) is None
+    assert again.rc == 0 and "already runs the speculative spec" in _text(again), again.out[-4000:]
+    assert again.recap()["svc"]["changed"] == 0
+
+
+def test_an_abort_whose_write_keeps_failing_says_the_canary_is_left_and_the_next_run_removes_it(canary):
+    """An impossible acceptance floor aborts the first step, and every write of the InferenceService
+    answers 500 from then on: the run fails saying that the canary still takes 50% of the traffic and
+    how to remove it, and releases the service's lock; after the fault, the next run aborts the canary it
+    finds, and the stable predictor was never touched."""
+    canary.kserve.when(canary_at(50), lambda: canary.fault("patch", "inferenceservices", code=500))
+    run = canary.run(specpilot_canary_min_acceptance_rate=1.01, specpilot_canary_api_retries=2)
+    canary.clear()
+    left = _state(canary.emu, canary.ns)
+    lease = get(canary.emu, "coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", canary.ns)
+    again = canary.run(specpilot_canary_min_acceptance_rate=1.01)
+    _clean_failure(run, "could not be removed", "50%", "spec.canary")
+    assert left[3] and not left[2]  # the canary entry the run could not remove, the stable spec
+    assert lease is None  # released: the next run is not refused
+    assert again.rc == 0 and "svc: canary ABORTED" in again.out, again.out[-4000:]
+    assert "found and aborted" in _text(again)
+    assert _state(canary.emu, canary.ns)[2:] == (False, ())
+    assert _deployments(canary.emu, canary.ns) == ["svc-predictor"]
+    assert canary.stable() == canary.before  # the stable predictor: same Deployment, same pod
+
+
+def test_a_read_that_keeps_failing_after_the_promotion_says_so_and_never_aborts(canary):
+    """The promotion is written, then every list of Deployments answers 500 (the wait for the old
+    stable Deployment to go): the run fails at once naming that read and saying that the predictor
+    took the speculative spec - it does not try to remove a canary that is the service now - and
+    releases the lock; after the fault, the next run finds the service promoted and changes nothing."""
+    canary.kserve.when(promoted, lambda: canary.fault("list", "deployments", code=500))
+    run = canary.run(specpilot_canary_api_retries=2)
+    canary.clear()
+    lease = get(canary.emu, "coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", canary.ns)
+    again = canary.run()
+    _clean_failure(run, "old stable predictor", "500", "The promotion was written")
+    assert "Abort |" not in run.out, run.out[-4000:]
+    assert lease is None
+    assert again.rc == 0 and "already runs the speculative spec" in _text(again), again.out[-4000:]
+    assert again.recap()["svc"]["changed"] == 0
+    assert _state(canary.emu, canary.ns)[2:] == (True, ())

@@ -32,7 +32,8 @@ FAST_CANARY = {
     "specpilot_canary_max_extensions": 1,
     "specpilot_canary_poll": 1,
     "specpilot_canary_ready_timeout": 120,
-    "specpilot_canary_slo": {"ttft_max_regression": 10, "e2e_max_regression": 10},
+    # as the AWX survey gives it: JSON text (a textarea), which the role reads as the mapping it holds
+    "specpilot_canary_slo": json.dumps({"ttft_max_regression": 10, "e2e_max_regression": 10}),
     # the stand-in engine writes no vLLM log lines for the smoke role's checks
     "specpilot_canary_smoke": False,
 }
@@ -133,6 +134,7 @@ def test_an_impossible_acceptance_floor_aborts_at_the_first_step_leaving_the_sta
     proc, rep = run(lab, tmp_path, specpilot_canary_min_acceptance_rate=1.01)
     assert "lab-ngram: canary ABORTED" in proc.stdout, proc.stdout[-5000:]
     assert rep["outcome"] == "aborted" and [s["traffic_percent"] for s in rep["steps"]] == [50]
+    assert rep["policy"] == {"ttft_max_regression": 10, "e2e_max_regression": 10}  # read from its JSON text
     step = rep["steps"][0]
     assert step["decision"] == "abort" and "below the floor 1.01" in step["reasons"][0]
     assert 0.5 < step["arms"]["canary"]["acceptance"]["draft_acceptance_rate"] < 1.01
