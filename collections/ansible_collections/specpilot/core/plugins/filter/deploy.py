@@ -17,14 +17,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.k8s import (
     deploy_state,
     service_lock,
 )
-
-
-def _mapping(value, what):
-    if value is None:
-        return None
-    if not isinstance(value, Mapping):
-        raise AnsibleFilterError("%s expects a mapping, got %s" % (what, type(value).__name__))
-    return dict(value)
+from ansible_collections.specpilot.core.plugins.plugin_utils.filter_args import mapping_or_none as _mapping
 
 
 def _now(now):

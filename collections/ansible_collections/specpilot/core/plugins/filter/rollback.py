@@ -6,19 +6,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.specpilot.core.plugins.module_utils.operate import rollback
-
-
-def _mapping(value, what):
-    if value is None:
-        return None
-    if not isinstance(value, Mapping):
-        raise AnsibleFilterError("%s expects a mapping, got %s" % (what, type(value).__name__))
-    return dict(value)
+from ansible_collections.specpilot.core.plugins.plugin_utils.filter_args import mapping_or_none as _mapping
 
 
 def rollback_decision(live, mode="off", options=None, now=None):

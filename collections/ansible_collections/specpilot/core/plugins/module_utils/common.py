@@ -2,7 +2,8 @@
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
 """Small helpers every part of the collection uses: nested lookups in API objects, Kubernetes
-timestamps, and files written only when their content changes.  Pure standard library."""
+timestamps, defaults a caller's settings override, and files written only when their content changes.
+Pure standard library."""
 
 from __future__ import annotations
 
@@ -11,7 +12,16 @@ import inspect
 import os
 import pkgutil
 
-__all__ = ["get_path", "k8s_meta", "micro_time", "parse_time", "read_files", "write_if_changed"]
+__all__ = [
+    "get_path",
+    "k8s_meta",
+    "key_paths",
+    "micro_time",
+    "parse_time",
+    "read_files",
+    "with_defaults",
+    "write_if_changed",
+]
 
 
 def get_path(obj, *keys):
@@ -26,6 +36,28 @@ def get_path(obj, *keys):
 def k8s_meta(obj):
     """The ``metadata`` of an API object ({} when there is none)."""
     return (obj or {}).get("metadata") or {}
+
+
+def key_paths(desired, other, path, compare):
+    """The paths (``path.key``) of the keys of the dict ``desired`` that the dict ``other`` lacks, and for
+    each key both hold, what ``compare(value, other_value, path.key)`` returns (a list of paths)."""
+    out = []
+    for key, value in desired.items():
+        sub = "%s.%s" % (path, key) if path else str(key)
+        out.extend(compare(value, other[key], sub) if key in other else [sub])
+    return out
+
+
+def with_defaults(defaults, given, what, keep_none=()):
+    """``defaults`` updated with ``given``: a None value keeps the default, but for the keys in
+    ``keep_none``; a key ``defaults`` lacks is a ValueError naming it (``unknown <what> 'key'``)."""
+    out = dict(defaults)
+    for key, value in (given or {}).items():
+        if key not in defaults:
+            raise ValueError("unknown %s %r (known: %s)" % (what, key, ", ".join(sorted(defaults))))
+        if value is not None or key in keep_none:
+            out[key] = value
+    return out
 
 
 def micro_time(epoch):

@@ -21,6 +21,8 @@ from __future__ import annotations
 import io
 import os
 
+from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.specpilot.core.plugins.module_utils.staging import http_get
 from ansible_collections.specpilot.core.plugins.module_utils.operate import canary, reports
 from ansible_collections.specpilot.core.plugins.module_utils.report.files import write_report
@@ -56,6 +58,12 @@ def exit_module(module, task):
     except TaskFailure as exc:
         module.fail_json(msg=exc.msg, **exc.fields)
     module.exit_json(**result)
+
+
+def run_module(task, argument_spec, rules=None):
+    """main() of ``task``'s module: its AnsibleModule (``argument_spec``, and ``rules``: mutually_exclusive,
+    required_one_of, ... as its action plugin's VALIDATION) runs the task (exit_module)."""
+    exit_module(AnsibleModule(argument_spec=argument_spec, supports_check_mode=True, **(rules or {})), task)
 
 
 # ---------------------------------------------------------------- vllm_log_facts

@@ -154,13 +154,12 @@ not_run:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import cluster_probe
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.cluster_probe import ARGUMENT_SPEC
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import action_only
 
 
 def main():
-    module = AnsibleModule(argument_spec=cluster_probe.ARGUMENT_SPEC, supports_check_mode=True)
-    module.fail_json(msg="specpilot.core.cluster_probe runs as an action plugin on the controller")
+    action_only("cluster_probe", ARGUMENT_SPEC)
 
 
 if __name__ == "__main__":

@@ -186,13 +186,11 @@ problem:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import DEPLOY_STATE, action_only
 
 
 def main():
-    module = AnsibleModule(argument_spec=deploy_args.DEPLOY_STATE, supports_check_mode=True)
-    module.fail_json(msg="specpilot.core.deploy_state runs as an action plugin on the controller")
+    action_only("deploy_state", DEPLOY_STATE)
 
 
 if __name__ == "__main__":

@@ -65,14 +65,11 @@ result:
   returned: success
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import K8S_RETRY, action_only
 
 
 def main():
-    module = AnsibleModule(argument_spec=deploy_args.K8S_RETRY, supports_check_mode=True)
-    module.fail_json(msg="specpilot.core.k8s_retry runs as an action plugin on the controller")
+    action_only("k8s_retry", K8S_RETRY)
 
 
 if __name__ == "__main__":

@@ -99,13 +99,11 @@ stderr_lines:
   returned: when the command ran
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import POD_EXEC, action_only
 
 
 def main():
-    module = AnsibleModule(argument_spec=deploy_args.POD_EXEC, supports_check_mode=True)
-    module.fail_json(msg="specpilot.core.pod_exec runs as an action plugin on the controller")
+    action_only("pod_exec", POD_EXEC)
 
 
 if __name__ == "__main__":

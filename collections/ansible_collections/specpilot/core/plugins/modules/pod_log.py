@@ -85,13 +85,11 @@ log_lines:
   returned: success
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import POD_LOG, action_only
 
 
 def main():
-    module = AnsibleModule(argument_spec=deploy_args.POD_LOG, supports_check_mode=True)
-    module.fail_json(msg="specpilot.core.pod_log runs as an action plugin on the controller")
+    action_only("pod_log", POD_LOG)
 
 
 if __name__ == "__main__":

@@ -71,14 +71,16 @@ written:
   type: bool
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
+from ansible_collections.specpilot.core.plugins.module_utils.fact_tasks import (
+    REPORT_WRITE_ARGS,
+    report_write,
+    run_module,
+)
 
 
 def main():
     # the work is fact_tasks.report_write; playbooks run it in the worker (plugins/action/report_write.py)
-    module = AnsibleModule(argument_spec=fact_tasks.REPORT_WRITE_ARGS, supports_check_mode=True)
-    fact_tasks.exit_module(module, fact_tasks.report_write)
+    run_module(report_write, REPORT_WRITE_ARGS)
 
 
 if __name__ == "__main__":

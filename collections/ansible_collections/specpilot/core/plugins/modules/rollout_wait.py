@@ -154,13 +154,11 @@ pods:
   elements: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import ROLLOUT_WAIT, action_only
 
 
 def main():
-    module = AnsibleModule(argument_spec=deploy_args.ROLLOUT_WAIT, supports_check_mode=True)
-    module.fail_json(msg="specpilot.core.rollout_wait runs as an action plugin on the controller")
+    action_only("rollout_wait", ROLLOUT_WAIT)
 
 
 if __name__ == "__main__":

@@ -156,13 +156,11 @@ message:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import SERVICE_LOCK, action_only
 
 
 def main():
-    module = AnsibleModule(argument_spec=deploy_args.SERVICE_LOCK, supports_check_mode=True)
-    module.fail_json(msg="specpilot.core.service_lock runs as an action plugin on the controller")
+    action_only("service_lock", SERVICE_LOCK)
 
 
 if __name__ == "__main__":

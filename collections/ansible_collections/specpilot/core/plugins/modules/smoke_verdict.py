@@ -266,14 +266,16 @@ stats:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
+from ansible_collections.specpilot.core.plugins.module_utils.fact_tasks import (
+    SMOKE_VERDICT_ARGS,
+    smoke_verdict,
+    run_module,
+)
 
 
 def main():
     # the work is fact_tasks.smoke_verdict; playbooks run it in the worker (plugins/action/smoke_verdict.py)
-    module = AnsibleModule(argument_spec=fact_tasks.SMOKE_VERDICT_ARGS, supports_check_mode=True)
-    fact_tasks.exit_module(module, fact_tasks.smoke_verdict)
+    run_module(smoke_verdict, SMOKE_VERDICT_ARGS)
 
 
 if __name__ == "__main__":

@@ -411,16 +411,17 @@ since_line:
   type: int
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
+from ansible_collections.specpilot.core.plugins.module_utils.fact_tasks import (
+    LOG_FACTS_ARGS,
+    LOG_FACTS_RULES,
+    log_facts,
+    run_module,
+)
 
 
 def main():
     # the work is fact_tasks.log_facts; playbooks run it in the worker (plugins/action/vllm_log_facts.py)
-    module = AnsibleModule(
-        argument_spec=fact_tasks.LOG_FACTS_ARGS, supports_check_mode=True, **fact_tasks.LOG_FACTS_RULES
-    )
-    fact_tasks.exit_module(module, fact_tasks.log_facts)
+    run_module(log_facts, LOG_FACTS_ARGS, LOG_FACTS_RULES)
 
 
 if __name__ == "__main__":

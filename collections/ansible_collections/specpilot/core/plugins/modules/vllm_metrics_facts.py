@@ -307,18 +307,17 @@ notes:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
+from ansible_collections.specpilot.core.plugins.module_utils.fact_tasks import (
+    METRICS_FACTS_ARGS,
+    METRICS_FACTS_RULES,
+    metrics_facts,
+    run_module,
+)
 
 
 def main():
     # the work is fact_tasks.metrics_facts; playbooks run it in the worker (plugins/action/vllm_metrics_facts.py)
-    module = AnsibleModule(
-        argument_spec=fact_tasks.METRICS_FACTS_ARGS,
-        supports_check_mode=True,
-        **fact_tasks.METRICS_FACTS_RULES
-    )
-    fact_tasks.exit_module(module, fact_tasks.metrics_facts)
+    run_module(metrics_facts, METRICS_FACTS_ARGS, METRICS_FACTS_RULES)
 
 
 if __name__ == "__main__":

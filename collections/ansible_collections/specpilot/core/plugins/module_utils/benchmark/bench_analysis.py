@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_verdict
+from ansible_collections.specpilot.core.plugins.module_utils.common import with_defaults
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics import parse_metrics_text
 
 __all__ = [
@@ -275,14 +276,7 @@ def _fmt(value, unit=""):
 
 
 def thresholds_with_defaults(thresholds):
-    out = dict(DEFAULT_THRESHOLDS)
-    for key, value in (thresholds or {}).items():
-        if key not in DEFAULT_THRESHOLDS:
-            raise ValueError(
-                "unknown threshold %r (known: %s)" % (key, ", ".join(sorted(DEFAULT_THRESHOLDS)))
-            )
-        if value is not None or key == "p99_max_regression":
-            out[key] = value
+    out = with_defaults(DEFAULT_THRESHOLDS, thresholds, "threshold", keep_none=("p99_max_regression",))
     if out["statistic"] not in STATISTICS:
         raise ValueError("statistic must be one of %s" % ", ".join(STATISTICS))
     if out["throughput_metric"] not in ("request", "system"):

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
-from ansible_collections.specpilot.core.plugins.module_utils.report.plots import plot_links, pyplot
+from ansible_collections.specpilot.core.plugins.module_utils.report.plots import plot_links, pyplot, saved
 from ansible_collections.specpilot.core.plugins.module_utils.common import get_path
 from ansible_collections.specpilot.core.plugins.module_utils.report import files as report_files
 
@@ -359,11 +358,12 @@ def ratio_ci(entry, no_ci=" [no CI]"):
 
 def _md_decision(report):
     """Per level: valid or why not, the ratios with their 95% intervals, the decision."""
-    out = ["## Decision per level (ratios with 95% confidence intervals; > 1 is better)", ""]
-    out.append(
-        "| level | valid | decision | TTFT p50 | TPOT p50 | E2E p50 | tok/s p50 | TPOT p99 | more runs |"
-    )
-    out.append("|---|---|---|---|---|---|---|---|---|")
+    out = [
+        "## Decision per level (ratios with 95% confidence intervals; > 1 is better)",
+        "",
+        "| level | valid | decision | TTFT p50 | TPOT p50 | E2E p50 | tok/s p50 | TPOT p99 | more runs |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for lv in report["levels"]:
         figs = lv.get("ratios") or {}
         out.append(
@@ -450,10 +450,8 @@ def _md_temperature(report):
 
 def _md_context(report):
     """What was measured: hardware, model, runtime, request parameters, workload."""
-    out = []
     ctx = report.get("context") or {}
-    out.append("## Context")
-    out.append("")
+    out = ["## Context", ""]
     if report.get("context_missing"):
         out.append(
             "**Missing: %s.** Figures without their context are anecdotal."
@@ -492,19 +490,16 @@ def _md_context(report):
 
 def _md_results(report):
     """Latency and throughput per level, both sides."""
-    out = []
-    out.append("## Results per level")
-    out.append("")
-    out.append(
+    out = [
+        "## Results per level",
+        "",
         "Medians (p50) and tails (p99) over every timed request; latencies in ms, throughput in tok/s. "
-        "Speedup > 1 means speculative decoding is better."
-    )
-    out.append("")
-    out.append(
+        "Speedup > 1 means speculative decoding is better.",
+        "",
         "| level | side | ok/sent | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | ITL p50 | E2E p50 | E2E p99 "
-        "| req tok/s p50 | output tok/s |"
-    )
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        "| req tok/s p50 | output tok/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for lv in report["levels"]:
         for side in ("baseline", "speculative"):
             s = lv.get(side)
@@ -565,14 +560,13 @@ def _md_results(report):
 
 def _md_acceptance(report):
     """The speculative side's acceptance per level."""
-    out = []
-    out.append("## Acceptance (speculative side, /metrics deltas over the timed requests)")
-    out.append("")
-    out.append(
+    out = [
+        "## Acceptance (speculative side, /metrics deltas over the timed requests)",
+        "",
         "| level | drafts | draft tokens | accepted | acceptance rate | mean acceptance length "
-        "| per-position acceptance | reading |"
-    )
-    out.append("|---|---|---|---|---|---|---|---|")
+        "| per-position acceptance | reading |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for lv in report["levels"]:
         acc = lv.get("acceptance") or {}
         pos = acc.get("per_position_acceptance")
@@ -596,11 +590,12 @@ def _md_acceptance(report):
 
 def _md_tails(report):
     """P50 against P99 per level: the mixed-workload signal."""
-    out = []
-    out.append("## P50 vs P99 (the mixed-workload signal)")
-    out.append("")
-    out.append("| level | metric | baseline p50 -> p99 (gap) | speculative p50 -> p99 (gap) | gap widened |")
-    out.append("|---|---|---|---|---|")
+    out = [
+        "## P50 vs P99 (the mixed-workload signal)",
+        "",
+        "| level | metric | baseline p50 -> p99 (gap) | speculative p50 -> p99 (gap) | gap widened |",
+        "|---|---|---|---|---|",
+    ]
     for lv in report["levels"]:
         for metric, entry in sorted((lv["comparison"].get("gaps") or {}).items()):
             b, s = entry.get("baseline") or {}, entry.get("speculative") or {}
@@ -652,10 +647,8 @@ def _md_per_prompt(report):
 
 def _md_thresholds(report):
     """The thresholds the verdict used."""
-    out = []
     th = report.get("thresholds") or {}
-    out.append("## Thresholds")
-    out.append("")
+    out = ["## Thresholds", ""]
     out.append(", ".join("%s=%s" % (k, json.dumps(v)) for k, v in sorted(th.items())))
     out.append("")
     return out
@@ -725,11 +718,7 @@ def render_plots(report, out_dir):
         ax.grid(True, alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle("Latency vs load: %s" % (report.get("service") or ""))
-    fig.tight_layout()
-    path = os.path.join(out_dir, "latency.png")
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    made.append({"file": "latency.png", "title": "Latency vs load (p50 solid, p99 dashed)", "path": path})
+    made.append(saved(fig, out_dir, "latency.png", "Latency vs load (p50 solid, p99 dashed)"))
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
     width = 0.38
@@ -754,11 +743,7 @@ def render_plots(report, out_dir):
         ax.set_xlabel("load level")
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = os.path.join(out_dir, "throughput.png")
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    made.append({"file": "throughput.png", "title": "Throughput vs load", "path": path})
+    made.append(saved(fig, out_dir, "throughput.png", "Throughput vs load"))
 
     acc = [(lv["level"]["key"], (lv.get("acceptance") or {}).get("per_position_acceptance")) for lv in levels]
     acc = [(k, [p or 0.0 for p in pos]) for k, pos in acc if pos]
@@ -777,11 +762,7 @@ def render_plots(report, out_dir):
         ax.set_title("Per-position acceptance")
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = os.path.join(out_dir, "acceptance.png")
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
-        made.append({"file": "acceptance.png", "title": "Per-position acceptance", "path": path})
+        made.append(saved(fig, out_dir, "acceptance.png", "Per-position acceptance"))
     made.extend(_plot_temperature(report, out_dir))
     return made
 
@@ -815,11 +796,7 @@ def _plot_temperature(report, out_dir):
     ax.set_title("Acceptance by temperature: %s" % (report.get("service") or ""))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="lower left")
-    fig.tight_layout()
-    path = os.path.join(out_dir, "acceptance_temperature.png")
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return [{"file": "acceptance_temperature.png", "title": "Acceptance by temperature", "path": path}]
+    return [saved(fig, out_dir, "acceptance_temperature.png", "Acceptance by temperature")]
 
 
 def write_report(report, out_dir, plots=True, basename="report"):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import datetime
 import os
 
-from ansible_collections.specpilot.core.plugins.module_utils.report.plots import plot_links, pyplot
+from ansible_collections.specpilot.core.plugins.module_utils.report.plots import plot_links, pyplot, saved
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_report import (
     fmt_value,
     md_escape,
@@ -337,11 +337,7 @@ def render_plot(report, out_dir):
     ax.set_title("Acceptance per candidate")
     ax.grid(True, axis="y", alpha=0.3)
     fig.suptitle("Tuning run: %s" % (report.get("service") or ""))
-    fig.tight_layout()
-    path = os.path.join(out_dir, "tune.png")
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return [{"file": "tune.png", "title": "Candidates against the baseline", "path": path}]
+    return [saved(fig, out_dir, "tune.png", "Candidates against the baseline")]
 
 
 def write_tune_report(report, out_dir, plots=True):

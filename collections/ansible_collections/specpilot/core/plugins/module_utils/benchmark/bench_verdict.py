@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import random
 
+from ansible_collections.specpilot.core.plugins.module_utils.common import with_defaults
 from ansible_collections.specpilot.core.plugins.module_utils.service.spec import SLO_DEFAULTS
 
 __all__ = [
@@ -112,12 +113,7 @@ PROPOSER_COST = {
 
 def policy_with_defaults(policy):
     """The policy with defaults filled in; ValueError names a bad key or value."""
-    out = dict(DEFAULT_POLICY)
-    for key, value in (policy or {}).items():
-        if key not in DEFAULT_POLICY:
-            raise ValueError("unknown policy key %r (known: %s)" % (key, ", ".join(sorted(DEFAULT_POLICY))))
-        if value is not None:
-            out[key] = value
+    out = with_defaults(DEFAULT_POLICY, policy, "policy key")
     if out["policy"] not in POLICIES:
         raise ValueError("policy must be one of %s, not %r" % (", ".join(POLICIES), out["policy"]))
     if out["bound_by"] not in FIGURES:

@@ -229,6 +229,21 @@ def acceptance_from_flat(flat):
     }
 
 
+def _mean_only(total, completed):
+    """The per-request distribution of a token count of which vllm bench serve gives only the total."""
+    if not completed or total is None:
+        return None
+    return {
+        "count": completed,
+        "mean": total / completed,
+        "min": None,
+        "p50": None,
+        "p90": None,
+        "p99": None,
+        "max": None,
+    }
+
+
 def summarise(flat, level=None):
     """bench_analysis's per-level summary (the shape of summarise_run) from a flat result."""
     level = level or {}
@@ -239,33 +254,8 @@ def summarise(flat, level=None):
     total_out = flat.get("total_output_tokens")
     metrics = {ours: _metric(flat, name) for name, ours in OURS.items()}
     metrics.update(queue_ms=None, request_tok_s=None)
-    metrics["output_tokens"] = (
-        {
-            "count": completed,
-            "mean": total_out / completed,
-            "min": None,
-            "p50": None,
-            "p90": None,
-            "p99": None,
-            "max": None,
-        }
-        if completed and total_out is not None
-        else None
-    )
-    total_in = flat.get("total_input_tokens")
-    metrics["prompt_tokens"] = (
-        {
-            "count": completed,
-            "mean": total_in / completed,
-            "min": None,
-            "p50": None,
-            "p90": None,
-            "p99": None,
-            "max": None,
-        }
-        if completed and total_in is not None
-        else None
-    )
+    metrics["output_tokens"] = _mean_only(total_out, completed)
+    metrics["prompt_tokens"] = _mean_only(flat.get("total_input_tokens"), completed)
     out_tp = flat.get("output_throughput")
     if out_tp is None and total_out is not None and duration:
         out_tp = total_out / duration

@@ -1,11 +1,15 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
-"""Argument specs of the deploy modules (shared by each module and its action plugin)."""
+"""Argument specs of the deploy modules (shared by each module and its action plugin), and the main() of
+the modules whose work only their action plugin does."""
 
 from __future__ import annotations
 
+from ansible.module_utils.basic import AnsibleModule
+
 __all__ = [
+    "action_only",
     "K8S_CONNECTION",
     "K8S_CONNECTION_AUTH",
     "K8S_AUTH",
@@ -163,3 +167,11 @@ K8S_READ = dict(
     namespace={"type": "str"},
     label_selectors={"type": "list", "elements": "str", "default": []},
 )
+
+
+def action_only(name, argument_spec):
+    """main() of the module ``name``, whose work its action plugin (plugins/action/<name>.py) does on the
+    controller: the module file documents ``argument_spec`` (validate-modules compares the two); run as a
+    module, it fails."""
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    module.fail_json(msg="specpilot.core.%s runs as an action plugin on the controller" % name)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import json
 
+from ansible_collections.specpilot.core.plugins.module_utils.common import key_paths
 from ansible_collections.specpilot.core.plugins.module_utils.service.versions import (
     VersionError,
     format_version,
@@ -316,17 +317,12 @@ def pruned_paths(desired, stored, path=""):
     """Paths set in ``desired`` that the apiserver's answer (``stored``, e.g. a server-side dry
     run) no longer holds: fields its CRD schema does not declare, pruned silently.  Values that
     differ are not reported (defaulting and normalisation change values, never drop keys)."""
-    out = []
     if isinstance(desired, dict):
         if not isinstance(stored, dict):
             return [path or "."] if desired else []
-        for key, value in desired.items():
-            sub = "%s.%s" % (path, key) if path else str(key)
-            if key not in stored:
-                out.append(sub)
-            else:
-                out.extend(pruned_paths(value, stored[key], sub))
-    elif isinstance(desired, list) and isinstance(stored, list):
+        return key_paths(desired, stored, path, pruned_paths)
+    out = []
+    if isinstance(desired, list) and isinstance(stored, list):
         for index, value in enumerate(desired):
             if index < len(stored):
                 out.extend(pruned_paths(value, stored[index], "%s[%d]" % (path, index)))

@@ -22,7 +22,12 @@ import copy
 import json
 
 from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_rollout
-from ansible_collections.specpilot.core.plugins.module_utils.common import k8s_meta, micro_time, parse_time
+from ansible_collections.specpilot.core.plugins.module_utils.common import (
+    k8s_meta,
+    key_paths,
+    micro_time,
+    parse_time,
+)
 
 # the lock's Lease helpers live with the lock; re-exported here, where the deploy decision uses them
 from ansible_collections.specpilot.core.plugins.module_utils.k8s.service_lock import (  # noqa: F401
@@ -91,14 +96,7 @@ def subset_diff(desired, live, path=""):
     if isinstance(desired, dict):
         if not isinstance(live, dict):
             return [path or "."]
-        out = []
-        for key, value in desired.items():
-            sub = "%s.%s" % (path, key) if path else str(key)
-            if key not in live:
-                out.append(sub)
-            else:
-                out.extend(subset_diff(value, live[key], sub))
-        return out
+        return key_paths(desired, live, path, subset_diff)
     if isinstance(desired, list):
         if not isinstance(live, list) or len(live) != len(desired):
             return [path or "."]

@@ -219,64 +219,46 @@ def prometheus_rule(name, namespace, vllm_version, planned=True, selector=None, 
             _paren(expr["acceptance_rate"]), _promql_number(s["min_acceptance_rate"]), keys, traffic)
         window_words = "over %s" % s["window"] if profile["era"] == "v1" else \
             "since the engine started (V0 gauge)"
-        rules.append({
-            "alert": "SpecDecodeLowAcceptance",
-            "expr": low,
-            "for": s["for"],
-            "labels": dict(labels_common, severity=s["severity"]),
-            "annotations": {
-                "summary": "Speculative decoding on %s accepts {{ $value | humanizePercentage }} of drafted "
-                           "tokens (< %s)" % (service, _pct(s["min_acceptance_rate"])),
-                "description": "Draft acceptance %s is below %s while the service drafts at least %s tokens "
-                               "in %s. Below about 0.5 speculative decoding adds latency: turn it off with "
-                               "`ansible-playbook playbooks/rollback.yml --limit %s`, or let the specpilot "
-                               "guard do it (specpilot_guard_auto_rollback)."
-                               % (window_words, _pct(s["min_acceptance_rate"]), s["min_draft_tokens"],
-                                  s["window"], name),
-            },
-        })
-        rules.append({
-            "alert": "SpecDecodeBorderlineAcceptance",
-            "expr": "%s < %s and %s >= %s and on (%s) %s" % (
+        rules.append(_alert(
+            "SpecDecodeLowAcceptance", low, s["for"], dict(labels_common, severity=s["severity"]),
+            "Speculative decoding on %s accepts {{ $value | humanizePercentage }} of drafted "
+            "tokens (< %s)" % (service, _pct(s["min_acceptance_rate"])),
+            "Draft acceptance %s is below %s while the service drafts at least %s tokens "
+            "in %s. Below about 0.5 speculative decoding adds latency: turn it off with "
+            "`ansible-playbook playbooks/rollback.yml --limit %s`, or let the specpilot "
+            "guard do it (specpilot_guard_auto_rollback)."
+            % (window_words, _pct(s["min_acceptance_rate"]), s["min_draft_tokens"], s["window"], name),
+        ))
+        rules.append(_alert(
+            "SpecDecodeBorderlineAcceptance",
+            "%s < %s and %s >= %s and on (%s) %s" % (
                 _paren(expr["acceptance_rate"]), _promql_number(s["warn_acceptance_rate"]),
                 _paren(expr["acceptance_rate"]), _promql_number(s["min_acceptance_rate"]), keys, traffic),
-            "for": s["for"],
-            "labels": dict(labels_common, severity="info"),
-            "annotations": {
-                "summary": "Speculative decoding on %s is borderline: {{ $value | humanizePercentage }} "
-                           "accepted (%s to %s)" % (service, _pct(s["min_acceptance_rate"]),
-                                                    _pct(s["warn_acceptance_rate"])),
-                "description": "Between 0.5 and 0.65 acceptance the gain depends on the workload; "
-                               "measure it with playbooks/benchmark.yml before keeping it.",
-            },
-        })
-        rules.append({
-            "alert": "SpecDecodeMetricsMissing",
-            "expr": "%s unless on (%s) %s" % (_paren(expr["engine_up"]), keys, _paren(expr["spec_series"])),
-            "for": s["for"],
-            "labels": dict(labels_common, severity=s["missing_severity"]),
-            "annotations": {
-                "summary": "%s runs without speculative-decoding metrics although specpilot planned it"
-                           % service,
-                "description": "vLLM registers the vllm:spec_decode_* series only when a speculative config is "
-                               "active. The engine is scraped but has none: the config was dropped (a runtime "
-                               "that ignores args, a rollback, a manual edit). Run playbooks/smoke.yml --limit %s."
-                               % name,
-            },
-        })
+            s["for"], dict(labels_common, severity="info"),
+            "Speculative decoding on %s is borderline: {{ $value | humanizePercentage }} "
+            "accepted (%s to %s)"
+            % (service, _pct(s["min_acceptance_rate"]), _pct(s["warn_acceptance_rate"])),
+            "Between 0.5 and 0.65 acceptance the gain depends on the workload; "
+            "measure it with playbooks/benchmark.yml before keeping it.",
+        ))
+        rules.append(_alert(
+            "SpecDecodeMetricsMissing",
+            "%s unless on (%s) %s" % (_paren(expr["engine_up"]), keys, _paren(expr["spec_series"])),
+            s["for"], dict(labels_common, severity=s["missing_severity"]),
+            "%s runs without speculative-decoding metrics although specpilot planned it" % service,
+            "vLLM registers the vllm:spec_decode_* series only when a speculative config is "
+            "active. The engine is scraped but has none: the config was dropped (a runtime "
+            "that ignores args, a rollback, a manual edit). Run playbooks/smoke.yml --limit %s." % name,
+        ))
         if expr.get("per_position_acceptance"):
-            rules.append({
-                "alert": "SpecDecodePositionCollapse",
-                "expr": _collapse_expr(profile, selector, s, keys, traffic),
-                "for": s["for"],
-                "labels": dict(labels_common, severity=s["severity"]),
-                "annotations": {
-                    "summary": "Draft position {{ $labels.position }} of %s is almost never accepted "
-                               "({{ $value | humanizePercentage }} < %s)" % (service, _pct(s["collapse_threshold"])),
-                    "description": "Acceptance collapses at this draft position: the tokens drafted from here "
-                                   "on are wasted work. Lower num_speculative_tokens to the position number.",
-                },
-            })
+            rules.append(_alert(
+                "SpecDecodePositionCollapse", _collapse_expr(profile, selector, s, keys, traffic),
+                s["for"], dict(labels_common, severity=s["severity"]),
+                "Draft position {{ $labels.position }} of %s is almost never accepted "
+                "({{ $value | humanizePercentage }} < %s)" % (service, _pct(s["collapse_threshold"])),
+                "Acceptance collapses at this draft position: the tokens drafted from here "
+                "on are wasted work. Lower num_speculative_tokens to the position number.",
+            ))
     group = {"name": "specpilot.speculative.%s.%s" % (namespace, name), "rules": rules}
     labels = {"app.kubernetes.io/managed-by": "specpilot", "specpilot.io/inferenceservice": name}
     labels.update(rule_labels or {})
@@ -285,6 +267,17 @@ def prometheus_rule(name, namespace, vllm_version, planned=True, selector=None, 
         "kind": "PrometheusRule",
         "metadata": {"name": rule_name(name), "namespace": namespace, "labels": labels},
         "spec": {"groups": [group]},
+    }
+
+
+def _alert(alert, expr, for_, labels, summary, description):
+    """One alerting rule of the PrometheusRule's group."""
+    return {
+        "alert": alert,
+        "expr": expr,
+        "for": for_,
+        "labels": labels,
+        "annotations": {"summary": summary, "description": description},
     }
 
 

@@ -8,7 +8,9 @@ a playbook there. Reports that draw get the same matplotlib; without it they say
 
 from __future__ import annotations
 
-__all__ = ["drawn", "plot_links", "pyplot"]
+import os
+
+__all__ = ["drawn", "plot_links", "pyplot", "saved"]
 
 _LOADED = {}
 
@@ -47,3 +49,13 @@ def drawn(report, render, wanted=True):
 def plot_links(report):
     """The Markdown lines that show a report's plots (files beside the .md), each followed by a blank line."""
     return [line for p in report.get("plots") or [] for line in ("![%s](%s)" % (p["title"], p["file"]), "")]
+
+
+def saved(fig, out_dir, name, title):
+    """Lays ``fig`` out, writes it to out_dir/name (PNG, 90 dpi) and closes it; returns the plot's
+    {file, title, path}."""
+    fig.tight_layout()
+    path = os.path.join(out_dir, name)
+    fig.savefig(path, dpi=90)
+    pyplot()[0].close(fig)
+    return {"file": name, "title": title, "path": path}

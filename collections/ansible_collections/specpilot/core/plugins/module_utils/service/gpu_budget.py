@@ -331,7 +331,7 @@ def _check_world_size(spec, findings):
     GPUs (M) in this node")."""
     count = spec["gpu"]["count"]
     tp, pp = render.tensor_parallel_size(spec), render.pipeline_parallel_size(spec)
-    extra = [str(a).split("=")[0] for a in spec["vllm_args"].get("extra_args") or []]
+    extra = [str(a).split("=", maxsplit=1)[0] for a in spec["vllm_args"].get("extra_args") or []]
     if count == 0 or any(flag in extra for flag in MULTI_NODE_FLAGS):
         return
     world = tp * pp

@@ -67,10 +67,51 @@ def _ctx_version(ctx):
     return ctx["version_label"]
 
 
+def _rule_inputs(cfg, ctx):
+    """What the method rules read: the configured method, the profile's x-specpilot facts and the
+    version label."""
+    return cfg.get("method"), ctx["profile"]["x-specpilot"], _ctx_version(ctx)
+
+
 def _history_text(since, until):
     if until:
         return "exists in vLLM %s up to (not including) %s" % (since, until)
     return "exists from vLLM %s" % since
+
+
+def _misplaced_key(key, value, version, policy):
+    """(message, hint, code) of a key that belongs in no release's speculative config, or None."""
+    if key in vp.INTERNAL_KEYS:
+        return (
+            "'%s' is an engine-internal field that vLLM fills in itself; it is not user "
+            "configuration (vLLM %s)" % (key, version),
+            "remove it: the engine derives it from the target model and parallel settings",
+            "internal-key",
+        )
+    if key == "tensor_parallel_size":
+        return (
+            "tensor_parallel_size=%r inside the speculative config is wrong in every vLLM "
+            "release: 0.16+ rejects it, 0.9.1-0.14 silently ignore it, older ones crash "
+            "(vLLM %s)" % (value, version),
+            "use draft_tensor_parallel_size (1 or the target's tensor_parallel_size); the target's "
+            "TP is vllm_args.tensor_parallel_size",
+            "tp-in-config",
+        )
+    if key in vp.SAMPLING_KEYS:
+        return (
+            "'%s' is a per-request sampling parameter, not a speculative-config key "
+            "(vLLM %s)" % (key, version),
+            "send it with the request (or --override-generation-config), and remove it here",
+            "sampling-param",
+        )
+    if key in vp.LEGACY_KEYS:
+        return (
+            "'%s' is an old CLI flag spelling, not a --speculative-config key; vLLM %s %s it"
+            % (key, version, "would silently ignore" if policy == "ignored" else "rejects"),
+            "rename it to '%s'" % vp.LEGACY_KEYS[key],
+            "legacy-key",
+        )
+    return None
 
 
 def _classify_extra_key(key, value, ctx, findings, path):
@@ -79,44 +120,9 @@ def _classify_extra_key(key, value, ctx, findings, path):
     version = _ctx_version(ctx)
     kpath = path_join(path, key)
     policy = x["unknown_keys"]
-    if key in vp.INTERNAL_KEYS:
-        findings.error(
-            kpath,
-            "'%s' is an engine-internal field that vLLM fills in itself; it is not user "
-            "configuration (vLLM %s)" % (key, version),
-            "remove it: the engine derives it from the target model and parallel settings",
-            "internal-key",
-        )
-        return
-    if key == "tensor_parallel_size":
-        findings.error(
-            kpath,
-            "tensor_parallel_size=%r inside the speculative config is wrong in every vLLM "
-            "release: 0.16+ rejects it, 0.9.1-0.14 silently ignore it, older ones crash "
-            "(vLLM %s)" % (value, version),
-            "use draft_tensor_parallel_size (1 or the target's tensor_parallel_size); the target's "
-            "TP is vllm_args.tensor_parallel_size",
-            "tp-in-config",
-        )
-        return
-    if key in vp.SAMPLING_KEYS:
-        findings.error(
-            kpath,
-            "'%s' is a per-request sampling parameter, not a speculative-config key "
-            "(vLLM %s)" % (key, version),
-            "send it with the request (or --override-generation-config), and remove it here",
-            "sampling-param",
-        )
-        return
-    if key in vp.LEGACY_KEYS:
-        new = vp.LEGACY_KEYS[key]
-        findings.error(
-            kpath,
-            "'%s' is an old CLI flag spelling, not a --speculative-config key; vLLM %s %s it"
-            % (key, version, "would silently ignore" if policy == "ignored" else "rejects"),
-            "rename it to '%s'" % new,
-            "legacy-key",
-        )
+    misplaced = _misplaced_key(key, value, version, policy)
+    if misplaced is not None:
+        findings.error(kpath, *misplaced)
         return
     history = vp.key_history(key)
     severity = "warning" if policy == "ignored" else "error"
@@ -420,9 +426,7 @@ def _method_scoped_keys(cfg, ctx, findings, path):
 
 
 def _method_semantics(cfg, ctx, findings, path):
-    method = cfg.get("method")
-    x = ctx["profile"]["x-specpilot"]
-    version = _ctx_version(ctx)
+    method, x, version = _rule_inputs(cfg, ctx)
     if not isinstance(method, str) or method not in x["methods"]:
         return
     info = x["methods"][method]
@@ -484,9 +488,7 @@ def _method_semantics(cfg, ctx, findings, path):
 
 
 def _v0_semantics(cfg, ctx, findings, path):
-    method = cfg.get("method")
-    version = _ctx_version(ctx)
-    x = ctx["profile"]["x-specpilot"]
+    method, x, version = _rule_inputs(cfg, ctx)
     draft = ctx.get("draft") or {}
     target = ctx.get("target") or {}
     if method == "deepseek_mtp":
@@ -536,9 +538,7 @@ def _v0_semantics(cfg, ctx, findings, path):
 
 
 def _async_scheduling(cfg, ctx, findings, path):
-    method = cfg.get("method")
-    x = ctx["profile"]["x-specpilot"]
-    version = _ctx_version(ctx)
+    method, x, version = _rule_inputs(cfg, ctx)
     policy = x["async_scheduling"]
     requested = ctx.get("async_requested")
     info = x["methods"].get(method) if isinstance(method, str) else None
@@ -597,7 +597,7 @@ def _extra_arg(extra, flag):
     """The value of ``--flag=value`` among the extra args (the last one wins), or None."""
     value = None
     for arg in extra or ():
-        name, _, rest = str(arg).partition("=")
+        name, _sep, rest = str(arg).partition("=")
         if name.replace("_", "-") == flag:
             value = rest
     return value

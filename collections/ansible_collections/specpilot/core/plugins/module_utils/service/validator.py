@@ -840,7 +840,7 @@ def _check_runtime_security(runtime, findings):
             "drop privileged and set allowPrivilegeEscalation: false",
             "runtime-privileged",
         )
-    image = str(runtime.get("image") or "").split("@")[0].rsplit(":", 1)[0]
+    image = str(runtime.get("image") or "").split("@", maxsplit=1)[0].rsplit(":", 1)[0]
     if sc.get("runAsNonRoot") is True and sc.get("runAsUser") in (None, 0) and image in UPSTREAM_ROOT_IMAGES:
         findings.error(
             path_join(path, "runAsNonRoot"),

@@ -34,9 +34,9 @@ import shutil
 import stat
 import tarfile
 import tempfile
-import threading
 
 from ansible_collections.specpilot.core.plugins.module_utils.report.progress import ByteProgress
+from ansible_collections.specpilot.core.plugins.module_utils.staging.stager import Hasher
 
 __metaclass__ = type
 
@@ -74,47 +74,22 @@ def sha256_bytes(data):
 
 
 class _HashingWriter(object):
-    """Writes to a file while sha256 runs in a second thread (hashlib releases the GIL)."""
+    """Writes to a file while sha256 runs in a second thread (stager.Hasher)."""
 
     def __init__(self, fh):
         self.fh = fh
         self.size = 0
-        self.sha = hashlib.sha256()
-        self._pending = []
-        self._cv = threading.Condition()
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="oci-hash")
-        self._thread.daemon = True
-        self._thread.start()
-
-    def _run(self):
-        while True:
-            with self._cv:
-                while not self._pending and not self._closed:
-                    self._cv.wait()
-                if not self._pending:
-                    return
-                block = self._pending.pop(0)
-                self._cv.notify_all()
-            self.sha.update(block)
+        self._hasher = Hasher()
 
     def write(self, block):
         if not block:
             return
-        with self._cv:
-            while len(self._pending) >= 4:
-                self._cv.wait()
-            self._pending.append(block)
-            self._cv.notify_all()
+        self._hasher.update(block)
         self.fh.write(block)
         self.size += len(block)
 
     def finish(self):
-        with self._cv:
-            self._closed = True
-            self._cv.notify_all()
-        self._thread.join()
-        return "sha256:" + self.sha.hexdigest(), self.size
+        return "sha256:" + self._hasher.finish()[0], self.size
 
 
 def _tarinfo(name, kind, mode, size=0):

@@ -167,15 +167,25 @@ def canonical_json(data):
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
-def sha256_file(path, chunk=CHUNK):
-    h = hashlib.sha256()
+def _file_blocks(path, chunk=CHUNK):
+    """The bytes of the file at ``path``, ``chunk`` bytes at a time."""
     with open(path, "rb") as fh:
         while True:
             block = fh.read(chunk)
             if not block:
-                break
-            h.update(block)
+                return
+            yield block
+
+
+def _file_hexdigest(h, path, chunk=CHUNK):
+    """The hex digest of the file at ``path`` by ``h``, a new hashlib object."""
+    for block in _file_blocks(path, chunk):
+        h.update(block)
     return h.hexdigest()
+
+
+def sha256_file(path, chunk=CHUNK):
+    return _file_hexdigest(hashlib.sha256(), path, chunk)
 
 
 def safe_rel(rel):
@@ -798,9 +808,9 @@ def make_source(art, env):
 
 
 # ---------------------------------------------------------------- copying
-class _Hasher(object):
+class Hasher(object):
     """sha256 (and md5 when asked) in a second thread: hashlib releases the GIL on large
-    blocks, so hashing overlaps the reads and writes of the copy loop."""
+    blocks, so hashing overlaps the reads and writes of the copy loop (and oci_layout's layer writes)."""
 
     def __init__(self, md5=False, initial=None):
         self.sha = hashlib.sha256()
@@ -1206,14 +1216,10 @@ class Stager(object):
         if offset:
             sha = hashlib.sha256()
             md5 = hashlib.md5() if want_md5 else None
-            with open(part, "rb") as fh:
-                while True:
-                    block = fh.read(CHUNK)
-                    if not block:
-                        break
-                    sha.update(block)
-                    if md5 is not None:
-                        md5.update(block)
+            for block in _file_blocks(part):
+                sha.update(block)
+                if md5 is not None:
+                    md5.update(block)
             initial = (sha, md5)
         stream, start = f.open(offset)
         if start != offset:  # the source ignored the range request
@@ -1222,7 +1228,7 @@ class Stager(object):
             self.log("%s: %s: resuming at %s of %s" % (role, f.rel, human(offset), human(f.size)))
             stats["resumed"] += offset
             progress.add(offset)
-        hasher = _Hasher(md5=want_md5, initial=initial)
+        hasher = Hasher(md5=want_md5, initial=initial)
         written = offset
         unhashed = False
         try:
@@ -1428,14 +1434,7 @@ class Stager(object):
 
 
 def _md5_file(path):
-    h = hashlib.md5()
-    with open(path, "rb") as fh:
-        while True:
-            block = fh.read(CHUNK)
-            if not block:
-                break
-            h.update(block)
-    return h.hexdigest()
+    return _file_hexdigest(hashlib.md5(), path)
 
 
 def iter_archive(path):

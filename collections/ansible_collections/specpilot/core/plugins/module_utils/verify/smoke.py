@@ -27,7 +27,11 @@ from ansible_collections.specpilot.core.plugins.module_utils.verify import pod_v
 from ansible_collections.specpilot.core.plugins.module_utils.service import render
 from ansible_collections.specpilot.core.plugins.module_utils.report.plots import plot_links, pyplot
 from ansible_collections.specpilot.core.plugins.module_utils.operate.acceptance_band import band_reading
-from ansible_collections.specpilot.core.plugins.module_utils.common import get_path, write_if_changed
+from ansible_collections.specpilot.core.plugins.module_utils.common import (
+    get_path,
+    with_defaults,
+    write_if_changed,
+)
 from ansible_collections.specpilot.core.plugins.module_utils.report.files import write_json_and_markdown
 
 REPORT_FORMAT = 1
@@ -142,12 +146,7 @@ def _details(cmp):
 
 def thresholds(values=None):
     """DEFAULT_THRESHOLDS updated with ``values`` (None values keep the default), validated."""
-    out = dict(DEFAULT_THRESHOLDS)
-    for key, value in (values or {}).items():
-        if key not in out:
-            raise ValueError("unknown threshold %r (known: %s)" % (key, ", ".join(sorted(out))))
-        if value is not None:
-            out[key] = value
+    out = with_defaults(DEFAULT_THRESHOLDS, values, "threshold")
     for key in ("min_acceptance_rate", "warn_acceptance_rate", "collapse_threshold", "cross_check_tolerance"):
         val = _number_or_none(out[key])
         if val is None or not 0.0 <= val <= 1.0:
