@@ -17,6 +17,16 @@ the same code the playbooks run in the pod's place:
   judged by ``bench_analysis.analyse`` (keep / rollback / undecided).
 
 Writes ``gpu_flow.json`` and ``gpu_flow.md`` under ``--out``; progress goes to stderr.
+
+A GPU machine without vLLM or a package index (how the recorded run was made): take the newest vLLM
+release whose ``torch==`` pin matches the machine's torch (0.24.0 for torch 2.11; ``unzip -p`` the
+wheel's METADATA), resolve its requirements for the machine's Python (``pip install --dry-run
+--ignore-installed --report``), drop what the machine already has and the optional kernel packages
+(flashinfer, tilelang, cutlass-dsl, quack, humming, tokenspeed; keep ``apache-tvm-ffi``, which xgrammar
+imports), ``pip install --no-deps --target DIR --platform manylinux_2_28_x86_64 --python-version 3.12``,
+remove ``vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so`` (Hopper runs FA3), ``vllm/vllm-rs`` and the
+third_party ``include`` trees, and carry DIR as ``tar.xz`` parts; pass it as ``--site``. The engines
+run with ``VLLM_USE_FLASHINFER_SAMPLER=0`` (ENGINE_ENV) so that vLLM does not import FlashInfer.
 """
 
 from __future__ import annotations
