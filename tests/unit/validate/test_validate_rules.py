@@ -567,6 +567,16 @@ def test_run_as_non_root_on_the_root_upstream_image_is_refused_before_any_write(
     result = validate(base_spec(runtime={"image": "vllm/vllm-openai:v0.32.0", "security_context": sc}))
     error = next(e for e in result["errors"] if e["code"] == "runtime-nonroot-root-image")
     assert error["path"].endswith("runtime.security_context.runAsNonRoot") and "runAsUser" in error["hint"]
+    pinned = "docker.io/vllm/vllm-openai:v0.32.0@sha256:" + "a" * 64  # tag and digest: still the root image
+    assert "runtime-nonroot-root-image" in [
+        e["code"] for e in validate(base_spec(runtime={"image": pinned, "security_context": sc}))["errors"]
+    ]
+    ported = (
+        "registry.local:5000/vllm/vllm-openai"  # a mirror's port is not a tag, and not the upstream image
+    )
+    assert "runtime-nonroot-root-image" not in [
+        e["code"] for e in validate(base_spec(runtime={"image": ported, "security_context": sc}))["errors"]
+    ]
     privileged = validate(
         base_spec(runtime={"image": "vllm/vllm-openai:v0.32.0", "security_context": {"privileged": True}})
     )

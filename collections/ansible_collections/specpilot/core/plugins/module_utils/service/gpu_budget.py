@@ -331,8 +331,8 @@ def _check_world_size(spec, findings):
     GPUs (M) in this node")."""
     count = spec["gpu"]["count"]
     tp, pp = render.tensor_parallel_size(spec), render.pipeline_parallel_size(spec)
-    extra = [str(a).split("=", maxsplit=1)[0] for a in spec["vllm_args"].get("extra_args") or []]
-    if count == 0 or any(flag in extra for flag in MULTI_NODE_FLAGS):
+    extra = spec["vllm_args"].get("extra_args")
+    if count == 0 or any(render.extra_arg(extra, flag) is not None for flag in MULTI_NODE_FLAGS):
         return
     world = tp * pp
     if world > count:

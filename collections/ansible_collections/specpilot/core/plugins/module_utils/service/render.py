@@ -102,6 +102,24 @@ def mount_paths(spec, draft_needed):
     }
 
 
+def flag_name(arg):
+    """The flag of one ``--flag=value`` argument as vLLM's parser reads it (``--a_b`` is ``--a-b``)."""
+    name = str(arg).split("=", 1)[0]
+    if name.startswith("--"):
+        name = "--" + name[2:].replace("_", "-")
+    return name
+
+
+def extra_arg(extra, flag):
+    """The value of ``flag`` among ``--flag=value`` arguments (the last one wins; "" for a bare flag), or
+    None when none sets it."""
+    value = None
+    for arg in extra or ():
+        if flag_name(arg) == flag:
+            value = str(arg).partition("=")[2]
+    return value
+
+
 def pipeline_parallel_size(spec):
     return spec["vllm_args"].get("pipeline_parallel_size") or 1
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import json
 
+from ansible_collections.specpilot.core.plugins.module_utils.service import render
 from ansible_collections.specpilot.core.plugins.module_utils.service import vllm_profiles as vp
 from ansible_collections.specpilot.core.plugins.module_utils.report.findings import path_join
 from ansible_collections.specpilot.core.plugins.module_utils.service.versions import parse_version
@@ -593,20 +594,10 @@ def _async_scheduling(cfg, ctx, findings, path):
 PP_FIELD = "vllm_args.pipeline_parallel_size"
 
 
-def _extra_arg(extra, flag):
-    """The value of ``--flag=value`` among the extra args (the last one wins), or None."""
-    value = None
-    for arg in extra or ():
-        name, _sep, rest = str(arg).partition("=")
-        if name.replace("_", "-") == flag:
-            value = rest
-    return value
-
-
 def _pp_route(facts, ctx):
     route = facts["default"]
     alt = facts.get("v1_backends")
-    if alt and _extra_arg(ctx.get("extra_args"), "--distributed-executor-backend") in alt["backends"]:
+    if alt and render.extra_arg(ctx.get("extra_args"), "--distributed-executor-backend") in alt["backends"]:
         route = alt
     return route
 

@@ -202,19 +202,12 @@ def _pattern_hint(path):
     return "fix the value"
 
 
-def _flag_name(arg):
-    name = arg.split("=", 1)[0]
-    if name.startswith("--"):
-        name = "--" + name[2:].replace("_", "-")
-    return name
-
-
 def _check_extra_args(spec, version, findings):
     extra = spec["vllm_args"].get("extra_args") or []
     requested_async = bool(spec["vllm_args"].get("async_scheduling"))
     for i, arg in enumerate(extra):
         path = path_join("vllm_args.extra_args", i)
-        name = _flag_name(arg)
+        name = render.flag_name(arg)
         if " " in arg.split("=", 1)[0] or (" " in arg and "=" not in arg):
             findings.error(
                 path,
@@ -417,6 +410,12 @@ def _delivery(spec, draft_artifact, options, findings):
 def _has_tag(image):
     last = image.rsplit("/", 1)[-1]
     return ":" in last
+
+
+def _repository(image):
+    """registry/repo of an image reference, without its digest and tag (a registry's :port stays)."""
+    image = image.split("@", 1)[0]
+    return image.rsplit(":", 1)[0] if _has_tag(image) else image
 
 
 def _resolve_speculative(spec, x, mounts, findings):
@@ -840,7 +839,7 @@ def _check_runtime_security(runtime, findings):
             "drop privileged and set allowPrivilegeEscalation: false",
             "runtime-privileged",
         )
-    image = str(runtime.get("image") or "").split("@", maxsplit=1)[0].rsplit(":", 1)[0]
+    image = _repository(str(runtime.get("image") or ""))
     if sc.get("runAsNonRoot") is True and sc.get("runAsUser") in (None, 0) and image in UPSTREAM_ROOT_IMAGES:
         findings.error(
             path_join(path, "runAsNonRoot"),
