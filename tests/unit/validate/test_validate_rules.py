@@ -536,6 +536,19 @@ def test_an_h200_declared_by_its_sales_size_is_budgeted_as_vllm_counts_it():
     assert validate(unknown)["plan"]["gpu_budget"]["gpu_memory_gib"] == 141
 
 
+def test_an_h100_declared_as_80_gib_is_budgeted_as_the_79_18_vllm_counts():
+    """Measured on an H100 80GB HBM3 (benchmarks/results/gpu_facts_h100_2026-11-27.json): torch's total is
+    85017493504 bytes, 79.18 GiB; nvidia-smi says 81559 MiB. A spec that declares 80 is budgeted at 79.18."""
+    spec = _budget_spec(0.9, memory=80)
+    spec["gpu"]["node_selector"] = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    result = validate(spec)
+    warning = next(w for w in result["warnings"] if w["code"] == "gpu-memory-nominal")
+    assert "79.18" in warning["hint"] and "81559 MiB" in warning["message"]
+    assert result["plan"]["gpu_budget"]["gpu_memory_gib"] == 79.18
+    spec["gpu"]["memory_gib"] = 79.18
+    assert "gpu-memory-nominal" not in [w["code"] for w in validate(spec)["warnings"]]
+
+
 # ------------------------------------------------------------------ runtime securityContext
 
 

@@ -40,7 +40,7 @@ GIB = float(1 << 30)
 DEFAULT_GMU = 0.9
 ACTIVATION_RESERVE_GIB = 1.0  # activations and sampler buffers inside the budget
 # CUDA context and allocator slack outside the budget: torch's CUDA context alone took 526 MiB on an
-# H200 (torch 2.11 / CUDA 13.0, driver 580; benchmarks/gpu_flow.py, 2026-11-27)
+# H200 and on an H100 (torch 2.11 / CUDA 13.0, driver 580; benchmarks/gpu_flow.py, 2026-11-27)
 CONTEXT_MARGIN_GIB = 0.6
 CUDAGRAPH_GIB = 1.0  # captured CUDA graphs, outside the budget (none with enforce_eager)
 KV_FALLBACK_GIB = 1.0  # minimal KV cache when the architecture facts are unknown
@@ -52,6 +52,11 @@ DRAFT_SHARE_WARN = 0.15
 # It is less than nvidia-smi's memory.total and less than the size the card is sold by. Measured only:
 # product label (GPU feature discovery's nvidia.com/gpu.product, spaces as dashes) -> (GiB, evidence).
 VLLM_TOTAL_GIB = {
+    "NVIDIA-H100-80GB-HBM3": (
+        79.18,
+        "torch.cuda.mem_get_info total 85017493504 bytes; nvidia-smi memory.total 81559 MiB "
+        "(benchmarks/gpu_flow.py gpu_facts on an H100 80GB HBM3, driver 580.159.04, 2026-11-27)",
+    ),
     "NVIDIA-H200": (
         139.80,
         "torch.cuda.mem_get_info total 150109880320 bytes; nvidia-smi memory.total 143771 MiB "
