@@ -655,15 +655,19 @@ class AuthRegistry:
     def addr(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def auth_config(self) -> dict:
+        """The registry config's ``auth`` section."""
+        (self.work / "htpasswd").write_text(f"{REGISTRY_USER}:{bcrypt_hash(REGISTRY_PASSWORD)}\n")
+        return {"htpasswd": {"realm": "specpilot-test", "path": str(self.work / "htpasswd")}}
+
     def start(self) -> "AuthRegistry":
         self.work.mkdir(parents=True, exist_ok=True)
-        (self.work / "htpasswd").write_text(f"{REGISTRY_USER}:{bcrypt_hash(REGISTRY_PASSWORD)}\n")
         config = {
             "version": 0.1,
             "log": {"level": "warn", "accesslog": {"disabled": True}},
             "storage": {"filesystem": {"rootdirectory": str(self.work / "data")}},
             "http": {"addr": self.addr},
-            "auth": {"htpasswd": {"realm": "specpilot-test", "path": str(self.work / "htpasswd")}},
+            "auth": self.auth_config(),
         }
         (self.work / "config.yml").write_text(json.dumps(config))
         log = open(self.work / "registry.log", "ab")
@@ -703,3 +707,144 @@ class AuthRegistry:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+class TokenAuthRegistry(AuthRegistry):
+    """Debian's docker-registry with token authentication (distribution's ``auth: token``), and the token
+    service it sends clients to: a loopback server issuing JWTs (ES256, the signing certificate in the
+    ``x5c`` header, trusted through ``rootcertbundle``) as the Docker token specification describes -
+    Basic credentials on ``GET /token?service=...&scope=repository:NAME:ACTIONS``; the robot gets every
+    action it asks for, an anonymous request a token with no access, wrong credentials 401. What was
+    asked is kept in ``requests`` (user or None, scopes); credentials are never stored."""
+
+    SERVICE = "specpilot-test-registry"
+    ISSUER = "specpilot-test-token-issuer"
+
+    def __init__(self, work: Path, lifetime: int = 300):
+        super().__init__(work)
+        self.lifetime = lifetime
+        self.requests: list[tuple[str | None, list[str]]] = []
+        self.token_port = free_port()
+        self._httpd: http.server.ThreadingHTTPServer | None = None
+
+    @staticmethod
+    def available() -> bool:
+        import importlib.util
+
+        has_crypto = importlib.util.find_spec("cryptography") is not None
+        return bool(has_crypto and shutil.which("docker-registry") and shutil.which("skopeo"))
+
+    @property
+    def realm(self) -> str:
+        return f"http://127.0.0.1:{self.token_port}/token"
+
+    def auth_config(self) -> dict:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
+
+        import datetime
+
+        self._key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, self.ISSUER)])
+        now = datetime.datetime.now(datetime.timezone.utc)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(self._key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=2))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(self._key, hashes.SHA256())
+        )
+        self._x5c = base64.b64encode(cert.public_bytes(serialization.Encoding.DER)).decode()
+        (self.work / "token-ca.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        self._serve_tokens()
+        return {
+            "token": {
+                "realm": self.realm,
+                "service": self.SERVICE,
+                "issuer": self.ISSUER,
+                "rootcertbundle": str(self.work / "token-ca.pem"),
+            }
+        }
+
+    def token(self, user: str | None, scopes: list[str]) -> str:
+        """A JWT as distribution's registry/auth/token/token.go verifies it: issuer, audience = service,
+        exp/nbf, the access list, an ES256 signature (raw r||s) by the key of the x5c certificate."""
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+
+        def b64(raw: bytes) -> str:
+            return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+        access = []
+        for scope in scopes if user else []:
+            kind, _, rest = scope.partition(":")
+            name, _, actions = rest.rpartition(":")
+            access.append({"type": kind, "name": name, "actions": [a for a in actions.split(",") if a]})
+        now = int(time.time())
+        claims = {
+            "iss": self.ISSUER,
+            "sub": user or "",
+            "aud": self.SERVICE,
+            "exp": now + self.lifetime,
+            "nbf": now - 10,
+            "iat": now,
+            "jti": os.urandom(8).hex(),
+            "access": access,
+        }
+        header = {"typ": "JWT", "alg": "ES256", "x5c": [self._x5c]}
+        signed = b64(json.dumps(header).encode()) + "." + b64(json.dumps(claims).encode())
+        r, s = decode_dss_signature(self._key.sign(signed.encode(), ec.ECDSA(hashes.SHA256())))
+        return signed + "." + b64(r.to_bytes(32, "big") + s.to_bytes(32, "big"))
+
+    def _serve_tokens(self) -> None:
+        registry = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                url = urllib.parse.urlsplit(self.path)
+                query = urllib.parse.parse_qs(url.query)
+                user = None
+                header = self.headers.get("Authorization") or ""
+                if header.startswith("Basic "):
+                    given = base64.b64decode(header[6:]).decode("utf-8", "replace")
+                    if given != f"{REGISTRY_USER}:{REGISTRY_PASSWORD}":
+                        return self._reply(
+                            401, {"errors": [{"code": "UNAUTHORIZED", "message": "bad login"}]}
+                        )
+                    user = REGISTRY_USER
+                if url.path != "/token" or query.get("service") != [registry.SERVICE]:
+                    return self._reply(
+                        400, {"errors": [{"code": "BAD_REQUEST", "message": "no such service"}]}
+                    )
+                scopes = [s for value in query.get("scope", []) for s in value.split(" ") if s]
+                registry.requests.append((user, scopes))
+                token = registry.token(user, scopes)
+                self._reply(200, {"token": token, "access_token": token, "expires_in": registry.lifetime})
+
+            def _reply(self, code, body):
+                raw = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", self.token_port), Handler)
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        super().stop()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
