@@ -1,7 +1,9 @@
 """specpilot_benchmark client: vllm_bench against the API emulator, the test playing the Job
 controller: the role's measure_side.yml renders one `vllm bench serve` Job per level, waits for it
 with specpilot.core.k8s_job_wait, reads its pod log (REAL vllm bench serve output, from
-tests/data/vllm) and parses it into the run the report compares; the Job is deleted after a
+tests/data/vllm: the Job's own sh -c wrapper around vLLM 0.32.0, its printed block and then its
+--save-result --save-detailed JSON) and parses it into the run the report compares, with per-request
+samples; the Job is deleted after a
 success, kept after a failure (with the log tail in the error); check mode creates nothing.
 """
 
@@ -21,9 +23,11 @@ from deploy_helpers import ROOT, Run, create_namespace, get  # noqa: E402
 
 from specpilot_lab import podlogs  # noqa: E402
 
+from ansible_collections.specpilot.core.plugins.module_utils.engine import vllm_bench as vb  # noqa: E402
+
 pytestmark = pytest.mark.slow
 
-LOG = (ROOT / "tests" / "data" / "vllm" / "bench_serve_0.32.0_random_qps4_ngram.log").read_text()
+LOG = (ROOT / "tests" / "data" / "vllm" / "bench_serve_0.32.0_detailed_speculative.log").read_text()
 URL = "http://svc-predictor.%s.svc.cluster.local"
 # the connection as the project's playbooks pass it to every role (no variable is set here: KUBECONFIG)
 MODULE_DEFAULTS = yaml.safe_load((ROOT / "playbooks" / "benchmark.yml").read_text())[0]["module_defaults"]
@@ -179,7 +183,8 @@ def test_job_spec_parsed_log_and_cleanup(emulator, tmp_path):
     job = jobs["svc-vbench-spec-0"]
     c = job["spec"]["template"]["spec"]["containers"][0]
     assert c["image"] == "vllm/vllm-openai:v0.32.0"
-    assert c["command"] == ["vllm", "bench", "serve"]
+    # vllm bench serve under sh -c, which prints the result JSON after it
+    assert c["command"] == ["sh", "-c", vb.JOB_SCRIPT, "vllm-bench-serve", "vllm", "bench", "serve"]
     args = c["args"]
 
     def arg(flag):
@@ -191,6 +196,7 @@ def test_job_spec_parsed_log_and_cleanup(emulator, tmp_path):
     assert arg("--dataset-name") == "sharegpt" and arg("--sharegpt-output-len") == "16"
     assert arg("--percentile-metrics") == "ttft,tpot,itl,e2el" and "--disable-shuffle" in args
     assert "--max-concurrency" not in args
+    assert "--save-detailed" in args and arg("--result-dir") == vb.RESULT_DIR
     # the token comes from the Secret, never from the arguments
     assert {
         "name": "OPENAI_API_KEY",
@@ -203,10 +209,12 @@ def test_job_spec_parsed_log_and_cleanup(emulator, tmp_path):
     assert len(runs) == 1 and runs[0]["side"] == "speculative"
     assert runs[0]["level"]["key"] == "qps=4"
     s = runs[0]["summary"]
-    assert s["client"] == "vllm bench serve" and s["ok"] == 16
-    assert s["metrics"]["tpot_ms"]["p50"] == 3.51 and s["metrics"]["ttft_ms"]["p99"] == 31.69
-    assert s["metrics"]["request_tok_s"] is None and s["unavailable"]
-    assert runs[0]["acceptance"]["mean_acceptance_length"] == 4.0
+    flat = vb.parse_any(LOG)
+    assert s["client"] == "vllm bench serve" and s["ok"] == 24 and len(s["samples"]) == 24
+    assert s["metrics"]["tpot_ms"]["p50"] == pytest.approx(flat["median_tpot_ms"])
+    assert s["metrics"]["ttft_ms"]["p99"] == pytest.approx(flat["p99_ttft_ms"])
+    assert s["metrics"]["request_tok_s"]["count"] == 24 and s["samples"][0]["text_sha256"]
+    assert runs[0]["config"]["sampling"]["temperature"] == 0.0
     # succeeded: Job and ConfigMap deleted
     assert _jobs(emulator, ns) == []
     assert get(emulator, "v1", "ConfigMap", "svc-vbench-spec-0", ns) is None

@@ -283,6 +283,26 @@ def test_vllm_bench_random_dataset_and_options():
     }
 
 
+def test_vllm_bench_saves_its_per_request_detail_unless_turned_off():
+    from ansible_collections.specpilot.core.plugins.module_utils.engine import vllm_bench as vb
+
+    on = build_plan(params(client="vllm_bench", vllm_bench={"image": "i", "extra_args": ["--x"]}))[
+        "vllm_bench"
+    ]
+    args = on["args"][0]
+    # --save-result --save-detailed into the file the wrapper prints; the user's arguments still come last
+    assert args[args.index("--save-result") :][:6] == vb.SAVE_ARGS and args[-1] == "--x"
+    assert on["command"] == ["sh", "-c", vb.JOB_SCRIPT, "vllm-bench-serve", "vllm", "bench", "serve"]
+    off = build_plan(
+        params(
+            client="vllm_bench",
+            vllm_bench={"image": "i", "save_detailed": False, "command": ["python", "-m", "b"]},
+        )
+    )["vllm_bench"]
+    assert off["command"] == ["python", "-m", "b"]
+    assert "--save-result" not in off["args"][0] and "--save-detailed" not in off["args"][0]
+
+
 def test_vllm_bench_job_name_keeps_the_end_and_starts_clean():
     name = bench_plan.vllm_bench_job_name("a" * 60, "speculative", 3)
     assert name == ("a" * 60 + "-vbench-spec-3")[-63:] and len(name) == 63

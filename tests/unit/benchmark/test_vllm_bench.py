@@ -149,3 +149,163 @@ def test_bench_loadgen_uses_the_shared_wrapper():
 
     assert bench_loadgen.VLLM_BENCH is vb.LAB_WRAPPER
     assert json.loads(RESULT)["completed"] == 16
+
+
+# --------------------------------------------------------------------------- --save-detailed
+#
+# tests/data/vllm/bench_serve_0.32.0_detailed_{baseline,speculative,failures}.log: REAL Job logs, made
+# by the Job's own command (vllm_bench.job_command: sh -c JOB_SCRIPT around vllm bench serve of the
+# lab's .venv-vllm, vLLM 0.32.0, with bench_plan's arguments and SAVE_ARGS, --max-concurrency 2, the
+# ShareGPT dataset of 6 prompts x 4 runs (12 for failures), 16 output tokens, 3 warm-ups) against a
+# tiny stand-in OpenAI /v1/completions server streaming one token per chunk: 8 ms a step for the
+# baseline, 4 ms for the speculative side, and for failures 4 ms with every 5th request answered
+# HTTP 500. So the printed block, the marker and the JSON (its keys: vllm/benchmarks/serve.py
+# `benchmark`'s result dict and `main_async`, all of them, ttfts / itls / latencies / output_lens /
+# input_lens / start_times / generated_texts / errors included) are what vLLM 0.32.0 writes.
+DETAILED = {
+    side: (DATA / ("bench_serve_0.32.0_detailed_%s.log" % side)).read_text()
+    for side in ("baseline", "speculative", "failures")
+}
+LEVEL = {"qps": None, "concurrency": 2}
+
+
+def _run(side, text, level=LEVEL):
+    """One run as vllm_load returns it; the stand-in server has no /metrics, so the speculative side
+    takes the acceptance vllm bench serve scraped from the lab engine (the n-gram fixture above)."""
+    flat = vb.parse_any(text)
+    return {
+        "side": side,
+        "level": dict(level, key="concurrency=2"),
+        "summary": vb.summarise(flat, level),
+        "acceptance": (
+            vb.acceptance_from_flat(vb.parse_result_json(RESULT)) if side == "speculative" else None
+        ),
+        "config": {"client": vb.CLIENT, "sampling": {"temperature": 0.0}},  # as vllm_load returns it
+    }
+
+
+def test_detailed_log_gives_per_request_samples_that_match_vllms_own_figures():
+    text = DETAILED["failures"]
+    flat = vb.parse_any(text)
+    # the JSON below the marker wins; the printed block before it says the same counts
+    assert isinstance(flat["ttfts"], list) and len(flat["ttfts"]) == 12
+    assert (vb.parse_output(text)["completed"], vb.parse_output(text)["failed"]) == (9, 3)
+    s = vb.summarise(flat, LEVEL)
+    assert (s["requests"], s["ok"], s["failed"], s["error_rate"]) == (12, 9, 3, 0.25)
+    # the reason of each failure, no longer "gives no reason"
+    assert s["errors"] == [{"error": "Internal Server Error", "count": 3}]
+    assert len(s["samples"]) == 9 and s["vllm_bench"]["per_request"] == 12
+    m = s["metrics"]
+    # the statistics of the samples are vLLM's own (calculate_metrics, np.percentile)
+    for ours, theirs in (
+        (m["ttft_ms"]["p50"], flat["median_ttft_ms"]),
+        (m["ttft_ms"]["p90"], flat["p90_ttft_ms"]),
+        (m["tpot_ms"]["p50"], flat["median_tpot_ms"]),
+        (m["tpot_ms"]["p99"], flat["p99_tpot_ms"]),
+        (m["itl_ms"]["p99"], flat["p99_itl_ms"]),
+        (m["e2e_ms"]["p50"], flat["median_e2el_ms"]),
+        (m["e2e_ms"]["mean"], flat["mean_e2el_ms"]),
+    ):
+        assert ours == pytest.approx(theirs, rel=1e-9)
+    assert m["tpot_ms"]["count"] == 9 and m["tpot_ms"]["min"] <= m["tpot_ms"]["p50"] <= m["tpot_ms"]["max"]
+    assert m["request_tok_s"]["count"] == 9 and m["output_tokens"]["mean"] == 16.0
+    assert s["output_tokens_total"] == flat["total_output_tokens"] == 9 * 16
+    # one sample: TPOT as calculate_metrics computes it, its chunks, its output's hash
+    i = next(k for k, e in enumerate(flat["errors"]) if not e)
+    sample = next(x for x in s["samples"] if x["prompt_id"] == str(i))
+    e2e, ttft, n = flat["latencies"][i], flat["ttfts"][i], flat["output_lens"][i]
+    assert sample["tpot_ms"] == pytest.approx((e2e - ttft) / (n - 1) * 1000)
+    assert sample["e2e_ms"] == pytest.approx(e2e * 1000) and sample["request_tok_s"] == pytest.approx(n / e2e)
+    assert sample["chunks"] == len(flat["itls"][i]) + 1 and sample["text_head"] == flat["generated_texts"][i]
+    # the failed requests are not samples
+    failed_ids = {str(k) for k, e in enumerate(flat["errors"]) if e}
+    assert len(failed_ids) == 3 and not failed_ids & {x["prompt_id"] for x in s["samples"]}
+    # what is now available is no longer listed as unavailable
+    assert not any("request_tok_s" in u or "error messages" in u or "min/max" in u for u in s["unavailable"])
+    assert "per-prompt figures" in s["unavailable"] and vb.NO_DETAIL not in s["unavailable"]
+
+
+def test_samples_give_ratios_with_ci95_and_keep_or_rollback():
+    runs = [_run("baseline", DETAILED["baseline"]), _run("speculative", DETAILED["speculative"])]
+    res = ba.analyse(runs, thresholds={"throughput_metric": "system"})
+    level = res["levels"][0]
+    assert level["valid"] is True, level["invalid_reasons"]
+    tpot = level["ratios"]["tpot"]
+    # 8 ms vs 4 ms a step: about 2x, with an interval above 1 from 24 requests a side
+    assert 1.5 < tpot["value"] < 2.5 and tpot["samples"] == [24, 24]
+    lo, hi = tpot["ci95"]
+    assert 1.0 < lo <= tpot["value"] <= hi
+    assert level["ratios"]["throughput"]["ci95"] is not None
+    assert res["decision"] == "keep", res["reasons"]
+    assert res["reasons"][0].startswith("at concurrency=2: TPOT") and "95% CI" in res["reasons"][0]
+    # the same outputs on both sides (temperature 0): compared by their hashes
+    assert res["equivalence"]["compared"] == 24 and res["equivalence"]["identical"] == 24
+    # the other way round the speculative side is slower beyond the noise
+    swapped = [_run("baseline", DETAILED["speculative"]), _run("speculative", DETAILED["baseline"])]
+    worse = ba.analyse(swapped, thresholds={"throughput_metric": "system"})
+    assert worse["decision"] == "rollback", worse["reasons"]
+    assert worse["levels"][0]["ratios"]["tpot"]["ci95"][1] < 1.0
+
+
+def test_without_the_detail_the_aggregates_still_work_and_say_what_is_missing():
+    # the same run saved without --save-detailed: main_async drops the per-request lists but latencies
+    data = json.loads(DETAILED["baseline"].rpartition(vb.RESULT_MARKER)[2])
+    for key in ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors"):
+        del data[key]
+    s = vb.summarise(vb.parse_any(json.dumps(data)), LEVEL)
+    assert (
+        "samples" not in s
+        and s["metrics"]["request_tok_s"] is None
+        and s["metrics"]["tpot_ms"]["min"] is None
+    )
+    assert s["metrics"]["tpot_ms"]["p50"] == pytest.approx(data["median_tpot_ms"])
+    assert vb.NO_DETAIL in s["unavailable"] and any("request_tok_s" in u for u in s["unavailable"])
+    # an older Job log (no marker): the printed block, as before
+    printed = DETAILED["speculative"].rpartition(vb.RESULT_MARKER)[0]
+    old = vb.summarise(vb.parse_any(printed), LEVEL)
+    assert "samples" not in old and old["ok"] == 24 and vb.NO_DETAIL in old["unavailable"]
+    runs = [
+        dict(_run("baseline", json.dumps(data)), summary=s),
+        dict(_run("speculative", printed), summary=old),
+    ]
+    res = ba.analyse(runs, thresholds={"throughput_metric": "system"})
+    # the speedup is shown, but without an interval there is no decision either way
+    assert res["decision"] == "inconclusive" and "no per-request samples" in res["reasons"][0]
+    assert res["levels"][0]["comparison"]["speedups"]["tpot"] == pytest.approx(
+        data["median_tpot_ms"] / old["metrics"]["tpot_ms"]["p50"], rel=0.01
+    )
+    assert res["equivalence"]["compared"] == 0
+
+
+def test_failed_requests_without_a_saved_reason_are_still_counted():
+    flat = vb.parse_any(DETAILED["failures"])
+    # a vLLM that counts more failures than it saved errors for: its count rules
+    s = vb.summarise(dict(flat, failed=5), LEVEL)
+    assert (s["requests"], s["failed"]) == (14, 5)
+    assert s["errors"] == [
+        {"error": "Internal Server Error", "count": 3},
+        {"error": "failed (vllm bench serve gives no reason)", "count": 2},
+    ]
+    # a traceback is named by its last line; an HTTP error without a reason, by what it is
+    errors = list(flat["errors"])
+    errors[errors.index("Internal Server Error")] = (
+        "Traceback (most recent call last):\n  x\nTimeoutError: read\n"
+    )
+    errors[errors.index("Internal Server Error")] = ""
+    s = vb.summarise(dict(flat, errors=errors), LEVEL)
+    assert {e["error"] for e in s["errors"]} == {
+        "TimeoutError: read",
+        "failed (vllm bench serve recorded no reason)",
+        "Internal Server Error",
+    }
+    assert len(s["samples"]) == 9
+
+
+def test_a_cut_off_result_json_fails_clearly_and_the_job_command_wraps_only_with_detail():
+    text = DETAILED["speculative"]
+    with pytest.raises(vb.BenchServeOutputError, match="cut off or not JSON"):
+        vb.parse_any(text[: len(text) - 200])
+    assert vb.job_command(["vllm", "bench", "serve"], False) == ["vllm", "bench", "serve"]
+    cmd = vb.job_command(["vllm", "bench", "serve"])
+    assert cmd[:2] == ["sh", "-c"] and cmd[-3:] == ["vllm", "bench", "serve"]
+    assert vb.RESULT_MARKER in cmd[2] and vb.SAVE_ARGS[vb.SAVE_ARGS.index("--result-dir") + 1] in cmd[2]

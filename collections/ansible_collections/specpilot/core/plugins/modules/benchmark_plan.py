@@ -174,6 +174,14 @@ options:
         type: list
         elements: str
         default: [vllm, bench, serve]
+      save_detailed:
+        description:
+          - Save the result with its per-request detail (C(--save-result --save-detailed)) and print it after
+            the output, so the report gets per-request samples and confidence intervals. The container then
+            runs O(vllm_bench.command) under C(sh -c) (the image needs C(sh)); C(false) - the command as given
+            and vLLM's aggregates only (a vLLM without C(--save-detailed)).
+        type: bool
+        default: true
       model:
         description: C(--model) (empty - the served name).
         type: str
@@ -256,8 +264,9 @@ job:
   type: dict
   returned: always
 vllm_bench:
-  description: With O(client=vllm_bench) - C(jobs) (per side, a Job name per level), C(args) (per level, all but
-    C(--base-url)), C(env), C(num_prompts), C(dataset) (ShareGPT records, or null for the random dataset); else null.
+  description: With O(client=vllm_bench) - C(jobs) (per side, a Job name per level), C(command) (the container's
+    command), C(args) (per level, all but C(--base-url)), C(env), C(num_prompts), C(dataset) (ShareGPT records, or
+    null for the random dataset); else null.
   type: dict
   returned: always
 """
@@ -273,6 +282,7 @@ VLLM_BENCH_OPTIONS = dict(
     dataset=dict(type="str", default="workload"),
     image=dict(type="str", default=""),
     command=dict(type="list", elements="str", default=["vllm", "bench", "serve"]),
+    save_detailed=dict(type="bool", default=True),
     model=dict(type="str", default=""),
     tokenizer=dict(type="str", default="", no_log=False),  # a model name, not a credential
     random_input_len=dict(type="raw", default=256),

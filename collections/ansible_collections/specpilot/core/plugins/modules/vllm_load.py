@@ -189,10 +189,19 @@ options:
   vllm_bench_output:
     description:
       - The output (e.g. the pod log) of vLLM's own C(vllm bench serve), or its C(--save-result) JSON.
-        Its last C(Serving Benchmark Result) block becomes one run of O(side) at the single level of
-        O(levels) (the level that run was made at); nothing is sent.
-      - C(vllm bench serve) reports aggregates only; what it does not give (per-request tok/s, min/max,
-        per-prompt figures...) is null in RV(runs[].summary) and named in its C(unavailable) list.
+        It becomes one run of O(side) at the single level of O(levels) (the level that run was made at);
+        nothing is sent. The result JSON that the role's Job prints after the output, below its marker
+        line (C(specpilot_benchmark_vllm_bench_save_detailed)), wins over the last
+        C(Serving Benchmark Result) block.
+      - With the per-request detail of C(--save-detailed) (C(ttfts), C(itls), C(latencies),
+        C(output_lens), C(generated_texts), C(errors)), RV(runs[].summary) has per-request C(samples)
+        (TTFT, TPOT, E2E, tok/s, output hashes) as for the built-in client, so the report gives
+        confidence intervals, and the error messages of failed requests.
+      - Without it C(vllm bench serve) reports aggregates only; what it does not give (per-request tok/s,
+        min/max, per-prompt figures...) is null in RV(runs[].summary) and named in its C(unavailable)
+        list.
+      - Give O(temperature) the C(--temperature) it ran at; at 0 the report compares the outputs of both
+        sides (their hashes, from C(generated_texts)).
       - Mutually exclusive with O(url) and O(job_output).
     type: str
 
@@ -472,11 +481,7 @@ def _vllm_bench_run(module, p):
     level["key"] = level_key(level["qps"], level["concurrency"])
     text = p["vllm_bench_output"]
     try:
-        flat = (
-            vllm_bench.parse_result_json(text)
-            if text.lstrip().startswith("{")
-            else vllm_bench.parse_output(text)
-        )
+        flat = vllm_bench.parse_any(text)
     except vllm_bench.BenchServeOutputError as exc:
         module.fail_json(msg="cannot read the output of vllm bench serve: %s" % exc)
     return {
@@ -491,7 +496,9 @@ def _vllm_bench_run(module, p):
         "client_cpu_share": None,
         "summary": vllm_bench.summarise(flat, level),
         "acceptance": vllm_bench.acceptance_from_flat(flat),
-        "config": {"client": vllm_bench.CLIENT},
+        # the temperature it ran at (the role passes its --temperature): the report compares the
+        # outputs' hashes of both sides at 0 only
+        "config": {"client": vllm_bench.CLIENT, "sampling": {"temperature": p["temperature"]}},
         "metrics_errors": [],
         "tag": p["tag"],
     }

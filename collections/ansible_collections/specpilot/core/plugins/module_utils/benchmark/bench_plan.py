@@ -20,6 +20,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_cli
     load_workload,
 )
 from ansible_collections.specpilot.core.plugins.module_utils.common import get_path
+from ansible_collections.specpilot.core.plugins.module_utils.engine import vllm_bench
 from ansible_collections.specpilot.core.plugins.module_utils.service.render import deep_merge
 
 __metaclass__ = type
@@ -206,7 +207,8 @@ def sweep(p):
 
 def report_inputs(p):
     """{thresholds, policy} of benchmark_report: specpilot_benchmark.min_speedup sets the gains
-    (min_speedup - 1), vllm bench serve (no per-request tok/s) compares the system output throughput;
+    (min_speedup - 1), vllm bench serve (no per-request tok/s without its --save-detailed JSON, e.g. an
+    older vLLM) compares the system output throughput;
     the role's thresholds and SLO win."""
     gain = None if p["min_speedup"] is None else float(p["min_speedup"]) - 1
     thresholds = {} if gain is None else {"tpot_min_gain": gain, "throughput_min_gain": gain}
@@ -305,6 +307,9 @@ def vllm_bench_args(p, name, num_prompts, level):
         "50,90,99",
         "--disable-tqdm",
     ]
+    if vb.get("save_detailed", True):
+        # the result JSON with one entry per request, printed after the output (vllm_bench.JOB_SCRIPT)
+        args += vllm_bench.SAVE_ARGS
     if vb["dataset"] == "workload":
         args += ["--dataset-name", "sharegpt", "--dataset-path", VLLM_BENCH_DATASET_PATH]
         args += ["--sharegpt-output-len", str(p["max_tokens"]), "--disable-shuffle"]
@@ -339,7 +344,9 @@ def vllm_bench_job_name(name, side, idx):
 
 
 def vllm_bench_client(p, name, levels, wl):
-    """{jobs (per side, one per level), args (per level), env, num_prompts, dataset}: the ShareGPT
+    """{jobs (per side, one per level), command (the container's: the settings' command, wrapped in
+    sh -c with save_detailed so the per-request JSON follows the output), args (per level), env,
+    num_prompts, dataset}: the ShareGPT
     dataset (plain JSON: vLLM's custom JSONL dataset needs pandas) repeats the prompts in order up to
     num_prompts (max_requests, else every prompt runs_per_prompt times)."""
     check_vllm_bench(p)
@@ -358,6 +365,9 @@ def vllm_bench_client(p, name, levels, wl):
         ]
     return {
         "jobs": {side: [vllm_bench_job_name(name, side, i) for i in range(len(levels))] for side in SIDES},
+        "command": vllm_bench.job_command(
+            p["vllm_bench"]["command"], p["vllm_bench"].get("save_detailed", True)
+        ),
         "args": [vllm_bench_args(p, name, num, lv) for lv in levels],
         "env": vllm_bench_env(p["vllm_bench"]),
         "num_prompts": num,

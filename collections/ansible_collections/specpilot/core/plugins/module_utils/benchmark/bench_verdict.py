@@ -559,9 +559,10 @@ def decide(baseline, speculative, figs, policy, thresholds=None, runs_per_prompt
         result.update(
             decision="inconclusive",
             reasons=[
-                "no per-request samples on both sides (vllm bench serve reports aggregates only): no "
-                "confidence interval, so no decision; measure with specpilot_benchmark_client controller "
-                "or job for one"
+                "no per-request samples on both sides (vllm bench serve without its --save-detailed result "
+                "reports aggregates only): no confidence interval, so no decision; measure with "
+                "specpilot_benchmark_client controller or job, or vllm_bench with "
+                "specpilot_benchmark_vllm_bench_save_detailed on a vLLM that has --save-detailed, for one"
             ],
         )
         return result
@@ -682,5 +683,8 @@ def equivalence(pairs, temperature):
                 }
             )
     if not out["compared"]:
-        out["skipped"] = "the load generator recorded no output hashes (vllm bench serve, or an older client)"
+        out["skipped"] = (
+            "the load generator recorded no output hashes (vllm bench serve without --save-detailed, "
+            "or an older client)"
+        )
     return out

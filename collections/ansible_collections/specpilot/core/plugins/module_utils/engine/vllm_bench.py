@@ -4,11 +4,18 @@
 """vLLM's own ``vllm bench serve``: read what it prints (or its ``--save-result`` JSON) and turn
 it into the per-level summary that bench_analysis compares (the shape of ``summarise_run``).
 
-``vllm bench serve`` reports aggregates only: counts, duration, throughputs, and mean / median /
+``vllm bench serve`` prints aggregates only: counts, duration, throughputs, and mean / median /
 chosen percentiles of TTFT, TPOT, ITL and E2EL (``--percentile-metrics``,
-``--metric-percentiles``), plus the speculative-decoding counters it scraped. What it does not
-give (per-request output tok/s, min / max, queueing, per-prompt figures, error texts) is None in
-the summary and listed in its ``unavailable`` field, so the report can say so.
+``--metric-percentiles``), plus the speculative-decoding counters it scraped. With
+``--save-result --save-detailed`` its JSON also holds one entry per timed request (vLLM 0.32.0,
+vllm/benchmarks/serve.py ``benchmark``: ``ttfts``, ``itls``, ``latencies``, ``output_lens``,
+``input_lens``, ``start_times``, ``generated_texts``, ``errors``; ``main_async`` drops all but
+``latencies`` without ``--save-detailed``). The Job prints that JSON after its output
+(``JOB_SCRIPT``, below ``RESULT_MARKER``), and ``summarise`` turns it into the per-request
+``samples`` of bench_client's runs, so the verdict's bootstrap intervals work as for the built-in
+client. Without the detail (an older vLLM, ``specpilot_benchmark_vllm_bench_save_detailed:
+false``) what it does not give (per-request output tok/s, min / max, error texts...) is None in the
+summary and listed in its ``unavailable`` field, so the report can say so.
 
 Both inputs become the same flat dict, with the keys of the ``--save-result`` JSON
 (``completed``, ``failed``, ``duration``, ``median_tpot_ms``, ``p99_ttft_ms``...).
@@ -16,18 +23,26 @@ Both inputs become the same flat dict, with the keys of the ``--save-result`` JS
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_analysis
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_client import TEXT_HEAD_CHARS
 
 __all__ = [
     "BenchServeOutputError",
+    "JOB_SCRIPT",
     "LAB_WRAPPER",
+    "RESULT_MARKER",
+    "SAVE_ARGS",
     "UNAVAILABLE",
     "acceptance_from_flat",
+    "job_command",
+    "parse_any",
     "parse_output",
     "parse_result_json",
+    "requests_from_detail",
     "summarise",
 ]
 
@@ -80,6 +95,33 @@ UNAVAILABLE = [
     "error messages of failed requests",
     "server version",
 ]
+# what it still does not report with the per-request detail of --save-detailed: the requests carry no
+# prompt id (each one is its own prompt in the samples: the same index is the same prompt on both sides,
+# the seed and --disable-shuffle fix the order), and its queue_times are the wait for the concurrency
+# semaphore, not the pacing lag the built-in client measures
+UNAVAILABLE_WITH_DETAIL = ["queueing time", "per-prompt figures", "server version"]
+NO_DETAIL = "per-request samples (no --save-detailed result in the output: no confidence intervals)"
+
+# The Job saves the result with the per-request detail and prints it after vllm bench serve's own
+# output, below RESULT_MARKER (the pod log is all the role reads back). Flags as vLLM 0.32.0 defines
+# them: vllm/benchmarks/serve.py add_cli_args (--save-result, --save-detailed, --result-dir,
+# --result-filename; compute_result_filename joins the last two).
+RESULT_DIR = "/tmp/specpilot-vllm-bench"
+RESULT_FILE = RESULT_DIR + "/result.json"
+SAVE_ARGS = [
+    "--save-result",
+    "--save-detailed",
+    "--result-dir",
+    RESULT_DIR,
+    "--result-filename",
+    "result.json",
+]
+RESULT_MARKER = "==== specpilot: the --save-result JSON of vllm bench serve follows ===="
+# sh -c JOB_SCRIPT vllm-bench-serve <command> <arguments>: runs the command, then prints the file
+JOB_SCRIPT = (
+    '"$@"; rc=$?; if [ "$rc" -eq 0 ] && [ -s %s ]; then echo; echo "%s"; cat %s; echo; fi; exit "$rc"'
+    % (RESULT_FILE, RESULT_MARKER, RESULT_FILE)
+)
 
 
 class BenchServeOutputError(ValueError):
@@ -183,6 +225,92 @@ def parse_result_json(data):
     return flat
 
 
+def job_command(command, save_detailed=True):
+    """The Job container's command: ``command`` as given, or (``save_detailed``) wrapped in
+    ``sh -c JOB_SCRIPT`` so the result JSON with the per-request detail follows the output in the log
+    (the Job's args - vllm bench serve's arguments, SAVE_ARGS among them - come after it)."""
+    command = [str(c) for c in command or []]
+    return ["sh", "-c", JOB_SCRIPT, "vllm-bench-serve"] + command if save_detailed else command
+
+
+def parse_any(text):
+    """The flat result of whatever the Job printed: the JSON below the last RESULT_MARKER (its
+    per-request detail included), a ``--save-result`` JSON on its own, else the printed block."""
+    if not isinstance(text, str):
+        return parse_output(text)
+    if text.lstrip().startswith("{"):
+        return parse_result_json(text)
+    head, marker, tail = text.rpartition(RESULT_MARKER)
+    if not marker:
+        return parse_output(text)
+    try:
+        data, _unused = json.JSONDecoder().raw_decode(tail.lstrip())
+    except ValueError as exc:
+        raise BenchServeOutputError(
+            "the result JSON below '%s' is cut off or not JSON (%s): the log is incomplete"
+            % (RESULT_MARKER, exc)
+        )
+    return parse_result_json(data)
+
+
+def _error_text(error):
+    """The line of a failure that says what it was: vLLM records a failed request's traceback
+    (endpoint_request_func.py, ``traceback.format_exception``) or the HTTP reason."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def requests_from_detail(flat):
+    """bench_client's request records (what bench_analysis.summarise_requests reads) from the
+    per-request lists of a ``--save-result --save-detailed`` JSON; None without them.
+
+    vLLM 0.32.0, vllm/benchmarks/serve.py: ``benchmark`` saves one entry per timed request (the
+    warm-ups are not among them), in the order of the dataset: ``ttfts`` (s), ``itls`` (s, one per
+    chunk after the first), ``latencies`` (s, end to end), ``input_lens``, ``output_lens`` (from
+    ``calculate_metrics``: the token count of a successful request, 0 for a failed one),
+    ``generated_texts`` and ``errors`` ("" unless it failed). TPOT is ``calculate_metrics``'s:
+    (latency - ttft) / (output_len - 1), only for more than one output token. A request succeeded
+    when it has no error and got a first chunk (``ttft`` set) or tokens: an HTTP error may leave the
+    error empty (``response.reason or ""``), never a first chunk."""
+    lists = {k: flat.get(k) for k in ("ttfts", "itls", "output_lens", "errors")}
+    if any(not isinstance(v, list) for v in lists.values()):
+        return None
+    n = len(lists["ttfts"])
+    extra = {k: flat.get(k) for k in ("latencies", "input_lens", "generated_texts")}
+    extra = {k: v for k, v in extra.items() if isinstance(v, list) and len(v) == n}
+    if not n or any(len(v) != n for v in lists.values()):
+        return None
+    records = []
+    for i in range(n):
+        ttft, itl = lists["ttfts"][i] or 0.0, lists["itls"][i] or []
+        out, error = int(lists["output_lens"][i] or 0), lists["errors"][i] or ""
+        # same prompt index on both sides: the same seed and dataset order send the same prompts
+        rec = {"prompt_id": str(i), "run": 0, "ok": not error and (ttft > 0 or out > 0)}
+        if not rec["ok"]:
+            rec["error"] = _error_text(error) or "failed (vllm bench serve recorded no reason)"
+            records.append(rec)
+            continue
+        # older releases save no latencies: the end of the last chunk, as main_async's timeline
+        e2e = extra["latencies"][i] if "latencies" in extra else ttft + sum(itl)
+        rec.update(
+            ttft_s=ttft,
+            e2e_s=e2e,
+            itl_s=list(itl),
+            chunks=len(itl) + 1,
+            output_tokens=out,
+            prompt_tokens=extra["input_lens"][i] if "input_lens" in extra else None,
+            token_source=CLIENT,
+            tpot_s=(e2e - ttft) / (out - 1) if out > 1 else None,
+        )
+        text = extra["generated_texts"][i] if "generated_texts" in extra else None
+        if isinstance(text, str):
+            rec.update(
+                text_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(), text_head=text[:TEXT_HEAD_CHARS]
+            )
+        records.append(rec)
+    return records
+
+
 def _pct(flat, name, p):
     for key in ("p%s_%s_ms" % (p, name), "p%s.0_%s_ms" % (p, name)):
         if flat.get(key) is not None:
@@ -245,36 +373,51 @@ def _mean_only(total, completed):
 
 
 def summarise(flat, level=None):
-    """bench_analysis's per-level summary (the shape of summarise_run) from a flat result."""
+    """bench_analysis's per-level summary (the shape of summarise_run) from a flat result: with
+    the per-request detail of --save-detailed, its ``samples`` and statistics as summarise_run makes
+    them; without, vLLM's aggregates."""
     level = level or {}
     completed = int(flat.get("completed") or 0)
     failed = int(flat.get("failed") or 0)
     n = completed + failed
     duration = flat.get("duration")
     total_out = flat.get("total_output_tokens")
-    metrics = {ours: _metric(flat, name) for name, ours in OURS.items()}
-    metrics.update(queue_ms=None, request_tok_s=None)
-    metrics["output_tokens"] = _mean_only(total_out, completed)
-    metrics["prompt_tokens"] = _mean_only(flat.get("total_input_tokens"), completed)
+    records = requests_from_detail(flat)
+    if records is not None:
+        detail = bench_analysis.summarise_requests(records, duration)
+        metrics = detail["metrics"]
+        errors = list(detail["errors"])
+        # vLLM's counts rule (a run that failed more than it saved, if ever); the reasons are the saved ones
+        unexplained = failed - sum(e["count"] for e in errors)
+        if unexplained > 0:
+            errors.append({"error": "failed (vllm bench serve gives no reason)", "count": unexplained})
+        unavailable = list(UNAVAILABLE_WITH_DETAIL)
+    else:
+        detail = None
+        metrics = {ours: _metric(flat, name) for name, ours in OURS.items()}
+        metrics.update(queue_ms=None, request_tok_s=None)
+        metrics["output_tokens"] = _mean_only(total_out, completed)
+        metrics["prompt_tokens"] = _mean_only(flat.get("total_input_tokens"), completed)
+        errors = [{"error": "failed (vllm bench serve gives no reason)", "count": failed}] if failed else []
+        unavailable = list(UNAVAILABLE) + [NO_DETAIL]
+        for name, ours in OURS.items():
+            if metrics[ours] is None:
+                unavailable.append("%s (not in --percentile-metrics)" % ours)
+            elif metrics[ours]["p99"] is None:
+                unavailable.append("%s p99 (not in --metric-percentiles)" % ours)
     out_tp = flat.get("output_throughput")
     if out_tp is None and total_out is not None and duration:
         out_tp = total_out / duration
     req_tp = flat.get("request_throughput")
     if req_tp is None and duration:
         req_tp = completed / duration
-    unavailable = list(UNAVAILABLE)
-    for name, ours in OURS.items():
-        if metrics[ours] is None:
-            unavailable.append("%s (not in --percentile-metrics)" % ours)
-        elif metrics[ours]["p99"] is None:
-            unavailable.append("%s p99 (not in --metric-percentiles)" % ours)
-    return {
+    summary = {
         "client": CLIENT,
         "requests": n,
         "ok": completed,
         "failed": failed,
         "error_rate": (failed / n) if n else None,
-        "errors": [{"error": "failed (vllm bench serve gives no reason)", "count": failed}] if failed else [],
+        "errors": errors,
         "duration_s": duration,
         "output_tokens_total": total_out if total_out is not None else 0,
         "output_throughput": out_tp,
@@ -301,3 +444,8 @@ def summarise(flat, level=None):
             if flat.get(k) is not None
         },
     }
+    if detail is not None:
+        summary["samples"] = detail["samples"]
+        summary["token_sources"] = detail["token_sources"]
+        summary["vllm_bench"]["per_request"] = len(records)
+    return summary
