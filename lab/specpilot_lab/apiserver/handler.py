@@ -9,7 +9,6 @@ import os
 import select
 import socket
 import ssl
-import subprocess
 import threading
 import time
 import uuid
@@ -977,7 +976,7 @@ class Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------------ pod exec
     def _pod_exec(self, rt: ResourceType, info: ReqInfo) -> None:
-        """pods/exec over WebSocket (podexec.py): the command runs in the running container's sandbox."""
+        """pods/exec over WebSocket or SPDY/3.1 (podexec.py): the command runs in the running container."""
         if rt.group_resource != ("", "pods"):
             raise errors.resource_not_found()
         pod = self.server.cluster.get(rt, info.namespace, info.name)
@@ -988,91 +987,83 @@ class Handler(BaseHTTPRequestHandler):
         container = self._query.get("container") or (names[0] if names else "")
         if container not in names:
             raise errors.bad_request(f"container {container} is not valid for pod {info.name}")
-        if (self.headers.get("Upgrade") or "").lower() != "websocket":
+        upgrade = (self.headers.get("Upgrade") or "").lower()
+        over_spdy = "spdy/3.1" in upgrade and "upgrade" in (self.headers.get("Connection") or "").lower()
+        if upgrade != "websocket" and not over_spdy:
             raise errors.bad_request("Upgrade request required")
+        opened = self._exec_spdy_upgrade() if over_spdy else self._exec_websocket_upgrade()
+        where = podexec.target(self.server.cluster.state_dir, info.namespace or "", info.name, container)
+        if where is None:
+            raise errors.bad_request(f'unable to upgrade connection: container not found ("{container}")')
+        self._code = 101
+        self._streamed = True
+        self._record_request()
+        wire = opened()
+        self.close_connection = True
+        if wire is not None:
+            podexec.run(wire, where, command, _truthy(self._query.get("stdin")))
+
+    def _switch_protocols(self, headers: list[tuple[str, str]]) -> None:
+        self.send_response(101)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.flush()
+
+    def _exec_websocket_upgrade(self):
+        """The checks of a WebSocket exec; returns what answers 101 and opens the wire."""
         protocol = podexec.choose_protocol(self.headers.get("Sec-WebSocket-Protocol"))
         if protocol is None:
             raise errors.bad_request(
                 "unable to upgrade connection: none of the offered subprotocols is supported (%s)"
                 % ", ".join(podexec.PROTOCOLS)
             )
-        argv = podexec.sandbox(self.server.cluster.state_dir, info.namespace or "", info.name, container)
-        if argv is None:
-            raise errors.bad_request(f'unable to upgrade connection: container not found ("{container}")')
-        self._code = 101
-        self._streamed = True
-        self._record_request()
-        self.send_response(101)
-        self.send_header("Upgrade", "websocket")
-        self.send_header("Connection", "Upgrade")
-        self.send_header(
-            "Sec-WebSocket-Accept", podexec.accept_key(self.headers.get("Sec-WebSocket-Key", ""))
-        )
-        self.send_header("Sec-WebSocket-Protocol", protocol)
-        self.end_headers()
-        self.wfile.flush()
-        self.close_connection = True
-        self._exec_session(argv + command, command, _truthy(self._query.get("stdin")))
 
-    def _exec_session(self, argv: list[str], command: list[str], stdin: bool) -> None:
-        """Run argv; stdout and stderr go out on their channels as they come, stdin comes in on channel
-        0 (closed by v5's close signal); the exit status goes out on channel 3, then a close frame."""
-        lock = threading.Lock()
+        def opened() -> podexec.WebSocketWire:
+            key = podexec.accept_key(self.headers.get("Sec-WebSocket-Key", ""))
+            self._switch_protocols(
+                [
+                    ("Upgrade", "websocket"),
+                    ("Connection", "Upgrade"),
+                    ("Sec-WebSocket-Accept", key),
+                    ("Sec-WebSocket-Protocol", protocol),
+                ]
+            )
+            wire = podexec.WebSocketWire(self.rfile, self.wfile)
+            wire.open()
+            return wire
 
-        def send(data: bytes) -> None:
-            with lock:
-                try:
-                    self.wfile.write(data)
-                    self.wfile.flush()
-                except OSError:
-                    pass
+        return opened
 
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
+    def _exec_spdy_upgrade(self):
+        """The checks of a SPDY exec (apimachinery httpstream.Handshake, the kubelet's NewOptions);
+        returns what answers 101 (spdy upgrade.go UpgradeResponse) and waits for the client's streams."""
+        offered = self.headers.get_all("X-Stream-Protocol-Version") or []
+        protocol = podexec.spdy_protocol(offered)
+        if not offered:
+            raise errors.bad_request("unable to upgrade: X-Stream-Protocol-Version is required")
+        if protocol is None:
+            raise errors.ApiError(
+                403,
+                "Forbidden",
+                "unable to upgrade: unable to negotiate protocol: client supports %s, server accepts %s"
+                % (offered, list(podexec.SPDY_PROTOCOLS)),
+                headers={"X-Accepted-Stream-Protocol-Versions": ", ".join(podexec.SPDY_PROTOCOLS)},
+            )
+        q = self._query
+        tty = _truthy(q.get("tty"))
+        flags = [_truthy(q.get(k)) for k in ("stdin", "stdout")] + [_truthy(q.get("stderr")) and not tty]
+        if not any(flags):
+            raise errors.bad_request("you must specify at least 1 of stdin, stdout, stderr")
 
-        def pump(stream, channel: int) -> None:
-            for chunk in iter(lambda: stream.read1(65536), b""):
-                send(podexec.channel_frame(channel, chunk))
+        def opened() -> podexec.SpdyWire | None:
+            self._switch_protocols(
+                [("Connection", "Upgrade"), ("Upgrade", "SPDY/3.1"), ("X-Stream-Protocol-Version", protocol)]
+            )
+            wire = podexec.SpdyWire(self.rfile, self.wfile, protocol)
+            return wire if wire.open(podexec.spdy_streams(protocol, *flags, tty)) else None
 
-        pumps = [
-            threading.Thread(target=pump, args=(s, c), daemon=True)
-            for s, c in ((proc.stdout, podexec.STDOUT), (proc.stderr, podexec.STDERR))
-        ]
-        for t in pumps:
-            t.start()
-        threading.Thread(target=self._exec_input, args=(proc,), daemon=True).start()
-        code = proc.wait()
-        for t in pumps:
-            t.join()
-        send(podexec.channel_frame(podexec.ERROR, json.dumps(podexec.exit_status(code, command)).encode()))
-        send(podexec.close_frame())
-
-    def _exec_input(self, proc: subprocess.Popen) -> None:
-        """The client's frames: stdin data, v5's close signal for stdin, or the end of the session."""
-        while True:
-            try:
-                got = podexec.read_frame(self.rfile)
-            except (OSError, ValueError):
-                got = None
-            if got is None or got[0] == podexec.OP_CLOSE:
-                if proc.poll() is None and got is None:
-                    proc.kill()
-                return
-            opcode, data = got
-            if opcode not in (podexec.OP_BINARY, podexec.OP_TEXT) or not data or proc.stdin is None:
-                continue
-            if data[0] == podexec.CLOSE and data[1:2] == bytes([podexec.STDIN]):
-                proc.stdin.close()
-            elif data[0] == podexec.STDIN:
-                try:
-                    proc.stdin.write(data[1:])
-                    proc.stdin.flush()
-                except OSError:
-                    pass
+        return opened
 
     # ------------------------------------------------------------------ pod logs
     def _pod_log(self, rt: ResourceType, info: ReqInfo) -> None:

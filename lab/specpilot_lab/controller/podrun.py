@@ -209,12 +209,13 @@ class PredictorRun:
                 # a fresh container: its own /tmp and HOME (emptyDirs and PVCs keep their data)
                 for d in ("container-tmp", "home"):
                     shutil.rmtree(self.run_dir / d, ignore_errors=True)
+                container_env = sandbox.engine_env(env, self.name, Path(prefix[0]))
                 command = sandbox.engine_command(
                     hostname=self.name,
                     run_dir=self.run_dir,
                     interpreter=Path(prefix[0]),
                     binds=binds,
-                    env=sandbox.engine_env(env, self.name, Path(prefix[0])),
+                    env=container_env,
                     working_dir=self.container.get("workingDir"),
                 )
                 self._tail.clear()
@@ -239,8 +240,18 @@ class PredictorRun:
                 self._engine = eng
                 eng.start()
                 (self.run_dir / "engine.pid").write_text(f"{eng.proc.pid}\n")
-                # kubectl exec / k8s_exec run in this sandbox while the container runs (podexec.py)
-                podexec.publish(self.ctl.podlogs_dir, self.namespace, self.name, kserve.CONTAINER, command)
+                # kubectl exec / k8s_exec run in this sandbox's namespaces (the pid of its first
+                # process), or a fresh one from its argv, while the container runs (podexec.py)
+                podexec.publish(
+                    self.ctl.podlogs_dir,
+                    self.namespace,
+                    self.name,
+                    kserve.CONTAINER,
+                    command,
+                    pid=podexec.sandbox_init(eng.proc.pid),
+                    env=container_env,
+                    workdir=self.container.get("workingDir") or "/",
+                )
                 with self.lock:
                     self.phase = "Running"
                     self.started_once = True

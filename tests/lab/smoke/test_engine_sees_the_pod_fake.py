@@ -2,18 +2,21 @@
 the engine in the pod's filesystem (bubblewrap, controller/sandbox.py), so the container's args reach
 it unchanged - model paths and --speculative-config included - and smoke.yml's engine checks pass on
 what the engine itself prints, with no path aliases, as on a cluster (issue 14, item 2); k8s_exec into
-the pod lists /mnt/models (item 5). Fast: the
+the pod lists /mnt/models, and kubectl 1.20's exec (SPDY) sees the engine among the pod's processes
+where the API server may enter the container's namespaces (item 5). Fast: the
 same check on the real engine is test_smoke_role_vllm.py::test_draft_model_service_passes."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
 from smoke_lab import NAMESPACE, checks, report
 
-from specpilot_lab import engine
+from specpilot_lab import engine, podexec
 from specpilot_lab.controller.jobs import bwrap_available
 from specpilot_lab.controller.mapping import engine_args
 
@@ -24,6 +27,7 @@ pytestmark = [
 ]
 
 SERVICE = "lab-draft"
+KUBECTL = Path(__file__).resolve().parents[3] / ".venv" / "bin" / "kubectl"
 
 
 def _argv(pid: int) -> list[str]:
@@ -38,6 +42,27 @@ def engine_process(lab, pod: str) -> int:
     found = [p for p in tree if _argv(p)[:1] != ["bwrap"] and any("fake_engine" in a for a in _argv(p))]
     assert found, [_argv(p) for p in tree]
     return found[0]
+
+
+def kubectl_exec_sees_the_engine(lab, pod: str, tmp_path) -> None:
+    """Debian's kubectl (1.20: SPDY) execs into the predictor pod; where the API server may enter the
+    container's namespaces (podexec.target), the engine is among the processes it sees, as in a pod."""
+    look = "ls /mnt/models; for c in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $c; echo; done"
+    out = subprocess.run(
+        [str(KUBECTL), "exec", "-n", NAMESPACE, pod, "-c", "kserve-container", "--", "sh", "-c", look],
+        env=dict(os.environ, KUBECONFIG=str(lab.emu.kubeconfig), HOME=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0 and {"target", "draft"} <= set(out.stdout.split()), out
+    engines = [
+        line
+        for line in out.stdout.splitlines()
+        if "--speculative-config" in line and os.path.basename(line.split()[0]) != "bwrap"
+    ]
+    assert bool(engines) == (podexec.nsenter_path() is not None), out.stdout
 
 
 def test_the_engine_gets_the_container_args_and_sees_mnt_models(fake_smoke_lab, tmp_path):
@@ -103,6 +128,8 @@ def test_the_engine_gets_the_container_args_and_sees_mnt_models(fake_smoke_lab, 
     assert run.rc == 0, run.output
     listing = json.loads((tmp_path / "exec.json").read_text())
     assert listing["rc"] == 0 and {"target", "draft"} <= set(listing["stdout_lines"]), listing
+    if KUBECTL.exists():
+        kubectl_exec_sees_the_engine(lab, name, tmp_path)
 
     # so smoke.yml's engine checks pass on what the engine printed, with no path aliases
     run = lab.smoke(SERVICE, tmp_path)
