@@ -173,6 +173,57 @@ def test_exec_runs_inside_the_containers_namespaces(emu, tmp_path):
         proc.wait()
 
 
+@pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run sandboxes here")
+def test_exec_beside_the_main_process_when_it_cannot_enter(emu, tmp_path):
+    """A pid exec may not enter (here: one in the API server's own pid namespace, as for an API server
+    without CAP_SYS_ADMIN): a fresh sandbox with the container's mounts, the main process out of sight."""
+    ns = make_namespace(emu)
+    assert emu.request("POST", f"/api/v1/namespaces/{ns}/pods", _pod()).status == 201
+    proc, argv = _sandbox_with_a_main_process(tmp_path)
+    try:
+        podexec.publish(emu.state_dir, ns, "p", "main", argv, pid=os.getpid(), env={}, workdir="/")
+        look = "pwd; ls; cat /proc/[0-9]*/cmdline | tr '\\0' ' '"
+        api = client.CoreV1Api(emu.api_client())
+        seen = stream(
+            api.connect_get_namespaced_pod_exec, "p", ns, command=["sh", "-c", look], stderr=True, stdout=True
+        )
+        assert seen.splitlines()[:2] == ["/mnt/models", "config.json"], seen
+        assert "sleep 271828" not in seen, seen
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def _pod() -> dict:
     spec = {"containers": [{"name": "main", "image": "img"}]}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+
+
+def test_where_the_command_runs(tmp_path, monkeypatch):
+    """Inside the container's namespaces where this process may enter them, else a fresh sandbox."""
+    env = {"PATH": "/usr/bin", "X": "1"}
+    podexec.publish(tmp_path, "ns", "p", "c", ["bwrap", "--"], pid=4242, env=env, workdir="/w")
+    monkeypatch.setattr(podexec, "can_enter", lambda pid: pid == 4242)
+    monkeypatch.setattr(podexec, "nsenter_path", lambda: "/usr/bin/nsenter")
+    monkeypatch.setattr(podexec, "_has_wdns", lambda nsenter: True)
+    inside = podexec.target(tmp_path, "ns", "p", "c")
+    assert inside.entered and inside.env == env
+    assert inside.argv == [
+        "/usr/bin/nsenter",
+        "--target",
+        "4242",
+        "--pid",
+        "--mount",
+        "--uts",
+        "--ipc",
+        "--root",
+        "--wdns=/w",
+        "--",
+    ]
+    monkeypatch.setattr(podexec, "can_enter", lambda pid: False)  # not privileged, or the sandbox is gone
+    beside = podexec.target(tmp_path, "ns", "p", "c")
+    assert (beside.argv, beside.env, beside.entered) == (["bwrap", "--"], None, False)
+    podexec.publish(tmp_path, "ns", "p", "c", ["bwrap", "--"])  # published without a pid: the same
+    assert podexec.target(tmp_path, "ns", "p", "c").argv == ["bwrap", "--"]
+    podexec.withdraw(tmp_path, "ns", "p", "c")
+    assert podexec.target(tmp_path, "ns", "p", "c") is None
