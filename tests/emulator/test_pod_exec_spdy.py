@@ -50,6 +50,7 @@ def kubectl(emu, tmp_path, *args: str, stdin: str | None = None) -> subprocess.C
     )
 
 
+@pytest.mark.kubectl
 @needs_kubectl
 def test_kubectl_exec_output_exit_code_and_stdin(emu, tmp_path):
     ns = make_namespace(emu)
@@ -73,6 +74,33 @@ def test_kubectl_exec_output_exit_code_and_stdin(emu, tmp_path):
     assert counted.returncode == 0 and counted.stdout.strip() == "2", counted
 
 
+def _newer_kubectls() -> list:
+    """kubectl 1.29 (SPDY, a newer client-go) and 1.33 (WebSocket) where the machine has them."""
+    found = [Path(f"/usr/lib/google-cloud-sdk/bin/kubectl.1.{minor}") for minor in (29, 33)]
+    return [pytest.param(k, id=k.name) for k in found if k.exists()] or [
+        pytest.param(None, marks=pytest.mark.skip(reason="no newer kubectl on this machine"))
+    ]
+
+
+@pytest.mark.parametrize("binary", _newer_kubectls())
+def test_newer_kubectls_exec_too(emu, tmp_path, binary):
+    ns = make_namespace(emu)
+    running_pod(emu, ns)
+    env = dict(os.environ, KUBECONFIG=str(emu.kubeconfig), HOME=str(tmp_path))
+
+    def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(binary), "exec", *args], input=stdin, capture_output=True, text=True, env=env, timeout=60
+        )
+
+    failed = run("-n", ns, "p", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+    assert (failed.returncode, failed.stdout) == (3, "out\n"), failed
+    assert failed.stderr == "err\ncommand terminated with exit code 3\n", failed.stderr
+    fed = run("-i", "-n", ns, "p", "--", "cat", stdin="hello\n")
+    assert (fed.returncode, fed.stdout) == (0, "hello\n"), fed
+
+
+@pytest.mark.kubectl
 @needs_kubectl
 def test_kubectl_exec_refusals(emu, tmp_path):
     ns = make_namespace(emu)
