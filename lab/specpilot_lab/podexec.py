@@ -104,12 +104,6 @@ def _spec(state_dir, namespace: str, pod: str, container: str) -> dict | None:
     return spec if isinstance(spec, dict) and isinstance(spec.get("argv"), list) else None
 
 
-def sandbox(state_dir, namespace: str, pod: str, container: str) -> list[str] | None:
-    """The running container's sandbox argv, or None when it does not run."""
-    spec = _spec(state_dir, namespace, pod, container)
-    return None if spec is None else spec["argv"]
-
-
 @dataclass
 class Target:
     """Where an exec'd command runs: argv + the command, with env (None: the argv sets it)."""
