@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -356,3 +357,50 @@ def test_a_read_that_keeps_failing_after_the_promotion_says_so_and_never_aborts(
     assert again.rc == 0 and "already runs the speculative spec" in _text(again), again.out[-4000:]
     assert again.recap()["svc"]["changed"] == 0
     assert _state(canary.emu, canary.ns)[2:] == (True, ())
+
+
+def test_the_lock_is_short_and_renewed_while_a_step_is_held(canary):
+    """A lock of 9 s (the ready timeout 8 s): the first step is held its whole 8 s window (the minimum
+    of requests is out of reach) and the Lease is renewed while it is held, every third of its duration,
+    as well as at the step's start - its renewTime moves at least three times after it was taken, and
+    its duration stays 9 s. A run that died would leave the service locked for 9 s, not for the whole
+    canary. The step ends inconclusive: the canary is removed and the lock released."""
+    seen, done = [], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            lease = get(canary.emu, "coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", canary.ns)
+            if lease:
+                spec = lease["spec"]
+                seen.append(
+                    (spec.get("renewTime"), spec.get("leaseDurationSeconds"), spec.get("holderIdentity"))
+                )
+            done.wait(0.25)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        run = canary.run(
+            specpilot_canary_lock_seconds=9,
+            specpilot_canary_ready_timeout=8,
+            specpilot_canary_window=8,
+            specpilot_canary_min_requests=100000,
+        )
+    finally:
+        done.set()
+        watcher.join(5)
+    assert run.rc == 0 and "svc: canary INCONCLUSIVE" in run.out, run.out[-4000:]
+    assert {duration for _t, duration, _h in seen} == {9}, seen
+    assert len({holder for _t, _d, holder in seen}) == 1
+    renewals = len({renewed for renewed, _d, _h in seen}) - 1
+    assert renewals >= 3, seen  # the step's start, then at least twice while the 8 s window is held
+    assert get(canary.emu, "coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", canary.ns) is None
+    assert _state(canary.emu, canary.ns)[2:] == (False, ())
+    assert canary.stable() == canary.before
+
+
+def test_a_lock_shorter_than_a_readiness_wait_is_refused_before_any_write(canary):
+    run = canary.run(specpilot_canary_lock_seconds=20, specpilot_canary_ready_timeout=30)
+    _clean_failure(run, "canary_lock_seconds", "a lock of 20 s would expire", "more than 30 s")
+    assert _state(canary.emu, canary.ns)[2:] == (False, ())
+    assert get(canary.emu, "coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", canary.ns) is None

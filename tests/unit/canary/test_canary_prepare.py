@@ -35,12 +35,17 @@ def test_promoted_recorded_or_run():
         canary_todo(None, PLAN)
 
 
-def test_the_lock_covers_every_window_extension_and_rollout():
-    # 2 steps x 60 s x (1 + 1 extension) + (2 + 2) rollouts x 120 s + 300 s
-    assert canary_lock_seconds([50, 100], 60, 1, 120) == 2 * 60 * 2 + 4 * 120 + 300
-    assert canary_lock_seconds([10, 25, 50, 100], "600", "2", "300") == 4 * 600 * 3 + 6 * 300 + 300
-    with pytest.raises(AnsibleFilterError):
-        canary_lock_seconds([50], "a while")
+def test_the_lock_outlasts_the_waits_that_do_not_renew_it():
+    """Renewed at each step, while a step is held and while the promotion rolls out: it must outlast a
+    readiness wait and, when a run fails there, the abort's wait - twice the ready timeout and 300 s by
+    default, whatever the number of steps and the window (the lock no longer covers the whole canary)."""
+    assert canary_lock_seconds(300) == 900 and canary_lock_seconds("120", 0) == 540
+    assert canary_lock_seconds(300, 301) == 301 and canary_lock_seconds(8, "9") == 9
+    with pytest.raises(AnsibleFilterError, match="a lock of 300 s would expire while the run waits 300 s"):
+        canary_lock_seconds(300, 300)
+    for bad in ("a while", 0, -5):
+        with pytest.raises(AnsibleFilterError):
+            canary_lock_seconds(bad)
 
 
 def test_the_stable_predictors_deployment_keeps_a_promoted_name():

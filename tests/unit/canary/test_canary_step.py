@@ -56,6 +56,26 @@ def test_too_few_requests_extend_the_window_then_stop_inconclusive():
     assert out["window_s"] == 30.0  # three windows of 10 s, the same start
 
 
+def test_the_lock_is_kept_at_every_scrape_of_a_held_step_and_a_lost_one_stops_it():
+    """keep(now) (the action's lock renewal) runs at each scrape while the step is held, with the step's
+    clock; a message from it stops the step (the lock is another run's now)."""
+    live, seen = Live({"http://b/metrics": 1, "http://c/metrics": 1}), []
+    out = canary.run_step(
+        live.fetch, ARMS, 20, 100, clock=live.clock, sleep=live.sleep, poll_s=5, keep=seen.append
+    )
+    assert out["decision"] == "inconclusive" and seen == [0.0, 5.0, 10.0, 15.0]
+    live = Live({"http://b/metrics": 1, "http://c/metrics": 1})
+    lost = iter([None, "svc: the lock could not be renewed - it is no longer this run's"])
+    try:
+        canary.run_step(
+            live.fetch, ARMS, 20, 100, clock=live.clock, sleep=live.sleep, keep=lambda now: next(lost)
+        )
+    except canary.StepStopped as exc:
+        assert "no longer this run's" in str(exc) and live.now == 2.0  # stopped at the second scrape
+    else:
+        raise AssertionError("a lost lock did not stop the step")
+
+
 def test_the_100_percent_step_compares_with_the_previous_baseline_window():
     live = Live({"http://b/metrics": 30, "http://c/metrics": 30})
     first = canary.run_step(live.fetch, ARMS, 600, 60, clock=live.clock, sleep=live.sleep, poll_s=5)

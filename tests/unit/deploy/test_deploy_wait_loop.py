@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ansible_collections.specpilot.core.plugins.action import rollout_wait
+from ansible_collections.specpilot.core.plugins.plugin_utils import lease_client
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import ReadError
 from deploy_unit_helpers import applied, deployment, plan, pod, ready_status
 
@@ -149,7 +150,7 @@ def _wait_renewing(states, client, lines=None, **renewer_kw):
     """The wait over ``states`` with a fake clock, renewing the lock through ``client``."""
     new = _states()[0]
     clock = Clock()
-    renewer = rollout_wait.Renewer(client, LOCK, clock=clock, **renewer_kw)
+    renewer = lease_client.Renewer(client, LOCK, clock=clock, **renewer_kw)
     out = rollout_wait.wait(
         ScriptedReader(states),
         new,

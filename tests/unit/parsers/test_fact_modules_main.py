@@ -89,3 +89,16 @@ def test_a_module_fails_with_the_task_message(tmp_path):
     assert failed and result["msg"] == "max_windows and max_issues must be >= 0"
     result, failed = run_main("vllm_metrics_facts", {"content": "x", "path": "y"})
     assert failed and "mutually exclusive" in result["msg"]
+
+
+def test_the_canary_step_module_refuses_what_only_its_action_can_do_and_names_a_missing_arm():
+    """canary_step as a module: no pods of an arm fails naming it, as the action does; a lock to renew
+    is refused (renewing needs the worker's Kubernetes client: the action plugin, a playbook task)."""
+    arms = {"baseline": [], "canary": [{"pod": "c-1", "url": "http://127.0.0.1:9/metrics"}]}
+    result, failed = run_main("canary_step", {"arms": arms, "window": 1})
+    assert failed and result["msg"] == "arms.baseline: no pod of the baseline arm to read (is it Running?)"
+    with pytest.raises(fact_tasks.TaskFailure, match="arms.baseline"):
+        as_task(fact_tasks.canary_step, {"arms": arms, "window": 1}, fact_tasks.CANARY_STEP_ARGS)
+    lock = {"holder": "h", "resource_version": "1", "duration": 60, "name": "svc", "namespace": "ml"}
+    result, failed = run_main("canary_step", {"arms": arms, "window": 1, "lock": lock})
+    assert failed and "renewed by the action plugin" in result["msg"]

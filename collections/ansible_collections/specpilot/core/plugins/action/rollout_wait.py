@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 from ansible.errors import AnsibleActionFail
@@ -18,7 +17,7 @@ from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
     auth_options,
     task_reader,
 )
-from ansible_collections.specpilot.core.plugins.plugin_utils.lease_client import LeaseClient
+from ansible_collections.specpilot.core.plugins.plugin_utils.lease_client import LeaseClient, Renewer
 
 display = Display()
 
@@ -71,44 +70,6 @@ def read_workload(reader, plan):
     return deploy_rollout.read_workload(
         reader, plan["name"], plan["namespace"], plan.get("deployment_mode") or "Standard"
     )
-
-
-class Renewer(object):
-    """Renews the lock a run holds every third of its duration (``keep(now)``: None, or why the
-    wait must stop).
-
-    The worker process that runs the wait is ansible-playbook's child: when ansible-playbook is
-    killed (SIGKILL, a lost controller) the worker lives on, re-parented.  It then releases the
-    lock at once and stops, rather than keep a service locked for a run that no longer exists."""
-
-    def __init__(self, client, lock, clock=time.time, parent=os.getppid):
-        self._client = client
-        self._holder = lock["holder"]
-        self._version = lock["resource_version"]
-        self._every = max(1.0, lock["duration"] / 3.0)
-        self._last = clock()
-        self._renewals = 0
-        self._parent = parent
-        self._run = parent()
-
-    def __call__(self, now):
-        if self._parent() != self._run:
-            out = self._client.release(self._holder, self._version)
-            return "ansible-playbook (pid %s) is gone; the lock was %s" % (
-                self._run,
-                "released" if out.get("released") else "left to expire (%s)" % out.get("message"),
-            )
-        if now - self._last < self._every:
-            return None
-        out = self._client.renew(self._holder, self._version)
-        if out.get("failed"):
-            return out.get("msg") or "the lock could not be renewed"
-        self._version, self._last = out["resource_version"], now
-        self._renewals += 1
-        return None
-
-    def state(self):
-        return {"holder": self._holder, "resource_version": self._version, "renewals": self._renewals}
 
 
 def _failed(cause, message):

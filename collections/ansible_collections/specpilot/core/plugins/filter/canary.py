@@ -38,10 +38,10 @@ def canary_todo(isvc, plan, record=None, retry=False):
     return canary.todo(isvc, plan, record if isinstance(record, dict) else {}, bool(retry))
 
 
-def canary_lock_seconds(steps, window, max_extensions=0, ready_timeout=300):
-    """specpilot_canary_steps | canary_lock_seconds(window, max_extensions, ready_timeout) -> seconds."""
+def canary_lock_seconds(ready_timeout, requested=0):
+    """specpilot_canary_ready_timeout | canary_lock_seconds(specpilot_canary_lock_seconds) -> seconds."""
     try:
-        return canary.lock_seconds(list(steps or []), window, max_extensions, ready_timeout)
+        return canary.lock_seconds(ready_timeout, requested or 0)
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError("canary_lock_seconds: %s" % exc)
 

@@ -2,8 +2,8 @@
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
 """The work of the modules that only read, compute and write reports (vllm_log_facts,
-vllm_metrics_facts, smoke_verdict, report_write and canary_report), as functions of the task's
-parameters.
+vllm_metrics_facts, smoke_verdict, report_write, canary_report and canary_step), as functions of the
+task's parameters.
 
 Each is run two ways, with the same argument spec and the same results:
 * by its action plugin (plugins/action/<name>.py), in the Ansible worker process - what a playbook
@@ -23,6 +23,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import HELD_LOCK, K8S_AUTH
 from ansible_collections.specpilot.core.plugins.module_utils.staging import http_get
 from ansible_collections.specpilot.core.plugins.module_utils.operate import canary, reports
 from ansible_collections.specpilot.core.plugins.module_utils.report.files import write_report
@@ -275,3 +276,68 @@ def report_write(p, check_mode=False):
 def canary_report(p, check_mode=False):
     """specpilot.core.canary_report: report_write of kind canary, as report.json and report.md."""
     return report_write(dict(p, kind="canary", basename="report"), check_mode)
+
+
+# ---------------------------------------------------------------- canary_step
+
+CANARY_STEP_ARGS = dict(
+    K8S_AUTH,  # the service lock's API (lock); module_defaults of group/specpilot.core.k8s set them
+    arms=dict(type="dict", required=True),
+    window=dict(type="float", required=True),
+    min_requests=dict(type="int", default=100),
+    max_extensions=dict(type="int", default=2),
+    policy=dict(type="dict", default={}),
+    min_acceptance=dict(type="float", default=canary.DEFAULT_MIN_ACCEPTANCE),
+    poll=dict(type="float", default=2.0),
+    reference=dict(type="dict"),
+    headers=dict(type="dict", default={}, no_log=True),
+    timeout=dict(type="float", default=10.0),
+    metrics_validate_certs=dict(type="bool", default=True),
+    # the service's lock, renewed at every scrape (with its name and namespace)
+    lock=dict(type="dict", options=HELD_LOCK, required_together=[("name", "namespace")]),
+)
+
+
+def canary_step(p, check_mode=False, keep=None):
+    """specpilot.core.canary_step: hold one step on live traffic and decide it (canary.run_step).
+    ``keep``: the action's renewal of the service lock (``lock``) at every scrape."""
+    del check_mode  # reads only
+    if not HAS_PROMETHEUS_CLIENT:
+        raise TaskFailure(MISSING_PROMETHEUS_CLIENT)
+    if p["lock"] and keep is None:
+        raise TaskFailure(
+            "lock: the lock is renewed by the action plugin (a playbook task), not by the module"
+        )
+    if p["lock"] and not p["lock"]["name"]:
+        raise TaskFailure("lock.name and lock.namespace: the service whose lock to renew")
+    for arm in ("baseline", "canary") if p["reference"] is None else ("canary",):
+        if not p["arms"].get(arm):
+            raise TaskFailure("arms.%s: no pod of the %s arm to read (is it Running?)" % (arm, arm))
+    try:
+        result = canary.run_step(
+            lambda url: _page(p, url),
+            p["arms"],
+            p["window"],
+            p["min_requests"],
+            p["max_extensions"],
+            p["policy"],
+            p["min_acceptance"],
+            poll_s=p["poll"],
+            reference=p["reference"],
+            keep=keep,
+        )
+    except MetricsParseError as exc:
+        raise TaskFailure(str(exc)) from exc
+    except canary.StepStopped as exc:
+        raise TaskFailure("the step was stopped: %s" % exc) from exc
+    except ValueError as exc:  # a bad policy key or value (bench_verdict.policy_with_defaults)
+        raise TaskFailure("policy: %s" % exc) from exc
+    return dict(result, changed=False)
+
+
+def _page(p, url):
+    try:
+        raw = http_get.get_bytes(url, p["headers"], p["timeout"], p["metrics_validate_certs"])
+    except Exception as exc:  # noqa: BLE001 - HTTPError, URLError, socket and SSL errors
+        raise TaskFailure("cannot read %s: %s" % (url, exc), url=url) from exc
+    return raw.decode("utf-8", "replace")

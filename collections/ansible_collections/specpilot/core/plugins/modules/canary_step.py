@@ -19,7 +19,7 @@ description:
     C(workload.slo)), plus the acceptance floor O(min_acceptance) for the canary. Too few requests, or a
     difference within the noise, extends the window up to O(max_extensions) times, then the step is
     V(inconclusive). Only V(promote-step) and V(abort) are meant to be acted on.
-  - Reads only (GET /metrics); never changes anything.
+  - Reads only (GET /metrics); never changes anything, but for renewing the service's lock it holds (O(lock)).
 version_added: "0.2.0"
 author: specpilot maintainers (@specpilot)
 options:
@@ -64,10 +64,18 @@ options:
     description: Seconds one scrape may take.
     type: float
     default: 10
-  validate_certs:
-    description: Verify TLS certificates.
+  metrics_validate_certs:
+    description: Verify the TLS certificates of the pods' /metrics endpoints.
     type: bool
     default: true
+extends_documentation_fragment:
+  - specpilot.core.held_lock
+  - specpilot.core.k8s_auth
+  - specpilot.core.k8s_read
+notes:
+  - With O(lock), the lock is renewed while the step is held (give O(lock.name) and O(lock.namespace)); a lost lock
+    stops the step and fails the task. Only the action plugin (a playbook task) renews it; the module alone refuses
+    O(lock).
 requirements:
   - prometheus-client
 """
@@ -124,69 +132,17 @@ notes:
   returned: always
   type: list
   elements: str
+lock:
+  description: The lock after the step (C(holder), C(resource_version), C(renewals)), with O(lock).
+  returned: when O(lock) is given
+  type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.specpilot.core.plugins.module_utils.operate import canary
-from ansible_collections.specpilot.core.plugins.module_utils.staging import http_get
-from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics import (
-    HAS_PROMETHEUS_CLIENT,
-    PROMETHEUS_CLIENT_IMPORT_ERROR,
-    MetricsParseError,
-)
+from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            arms=dict(type="dict", required=True),
-            window=dict(type="float", required=True),
-            min_requests=dict(type="int", default=100),
-            max_extensions=dict(type="int", default=2),
-            policy=dict(type="dict", default={}),
-            min_acceptance=dict(type="float", default=canary.DEFAULT_MIN_ACCEPTANCE),
-            poll=dict(type="float", default=2.0),
-            reference=dict(type="dict"),
-            headers=dict(type="dict", default={}, no_log=True),
-            timeout=dict(type="float", default=10.0),
-            validate_certs=dict(type="bool", default=True),
-        ),
-        supports_check_mode=True,
-    )
-    if not HAS_PROMETHEUS_CLIENT:
-        module.fail_json(
-            msg=missing_required_lib("prometheus-client"), exception=str(PROMETHEUS_CLIENT_IMPORT_ERROR)
-        )
-    p = module.params
-    for arm in ("baseline", "canary") if p["reference"] is None else ("canary",):
-        if not p["arms"].get(arm):
-            module.fail_json(msg="arms.%s: no pod of the %s arm to read (is it Running?)" % (arm, arm))
-
-    def fetch(url):
-        try:
-            return http_get.get_bytes(url, p["headers"], p["timeout"], p["validate_certs"]).decode(
-                "utf-8", "replace"
-            )
-        except Exception as exc:  # HTTPError, URLError, socket and SSL errors
-            module.fail_json(msg="cannot read %s: %s" % (url, exc), url=url)
-
-    try:
-        result = canary.run_step(
-            fetch,
-            p["arms"],
-            p["window"],
-            p["min_requests"],
-            p["max_extensions"],
-            p["policy"],
-            p["min_acceptance"],
-            poll_s=p["poll"],
-            reference=p["reference"],
-        )
-    except MetricsParseError as exc:
-        module.fail_json(msg=str(exc))
-    except ValueError as exc:  # a bad policy key or value (bench_verdict.policy_with_defaults)
-        module.fail_json(msg="policy: %s" % exc)
-    module.exit_json(changed=False, **result)
+    fact_tasks.run_module(fact_tasks.canary_step, fact_tasks.CANARY_STEP_ARGS)
 
 
 if __name__ == "__main__":

@@ -71,30 +71,12 @@ options:
     description: Fail the task when the rollout is not done (the message is the last status).
     type: bool
     default: false
-  lock:
-    description:
-      - The service's lock (C(specpilot.core.service_lock)) this run holds, renewed every third of its I(duration)
-        while the task waits - so that the lock can be short (a run that dies leaves it for minutes, not the
-        whole startup budget) and still cover a long wait.
-      - A renewal that fails (the lock expired and another run took it) stops the wait with C(cause=lock).
-    type: dict
-    suboptions:
-      holder:
-        description: The C(holder) C(service_lock) returned.
-        type: str
-        required: true
-      resource_version:
-        description: The C(resource_version) C(service_lock) returned.
-        type: str
-        required: true
-      duration:
-        description: The lock's C(duration) in seconds.
-        type: int
-        required: true
 extends_documentation_fragment:
+  - specpilot.core.held_lock
   - specpilot.core.k8s_auth
   - specpilot.core.k8s_read
 notes:
+  - A lost lock stops the wait with C(cause=lock).
   - Read-only; never reports C(changed). In check mode it returns at once with C(skipped).
 seealso:
   - module: specpilot.core.deploy_state

@@ -2,7 +2,8 @@
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
 """The service lock's writes, for the action plugins that hold it: ``specpilot.core.service_lock``
-(take, renew, release) and ``specpilot.core.rollout_wait`` (renews it while it waits).
+(take, renew, release), and ``specpilot.core.rollout_wait`` and ``specpilot.core.canary_step``, which
+renew it while they wait (:class:`Renewer`).
 
 The decisions are module_utils/k8s/service_lock.py's; this class reads the Lease through the
 kubernetes.core ``k8s`` lookup (plugin_utils/k8s_reader.py) and writes it with plugin_utils/k8s_api.py's
@@ -13,6 +14,7 @@ Transient API errors are retried.
 
 from __future__ import annotations
 
+import os
 import time
 
 from ansible_collections.specpilot.core.plugins.module_utils.k8s import service_lock
@@ -20,7 +22,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.common import k8s_m
 from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import Backoff, status_code
 from ansible_collections.specpilot.core.plugins.plugin_utils.module_retry import retried
 
-__all__ = ["LeaseClient", "ROUNDS"]
+__all__ = ["LeaseClient", "ROUNDS", "Renewer"]
 
 ROUNDS = 4  # reads and decisions again after a conflict
 
@@ -220,3 +222,41 @@ class LeaseClient(object):
             acquired=False,
             msg="%s: %s: %s" % (self._params["name"], what, str(out.get("msg") or "")[:300]),
         )
+
+
+class Renewer(object):
+    """Renews the lock a run holds every third of its duration (``keep(now)``: None, or why the
+    wait must stop).
+
+    The worker process that runs the wait is ansible-playbook's child: when ansible-playbook is
+    killed (SIGKILL, a lost controller) the worker lives on, re-parented.  It then releases the
+    lock at once and stops, rather than keep a service locked for a run that no longer exists."""
+
+    def __init__(self, client, lock, clock=time.time, parent=os.getppid):
+        self._client = client
+        self._holder = lock["holder"]
+        self._version = lock["resource_version"]
+        self._every = max(1.0, lock["duration"] / 3.0)
+        self._last = clock()
+        self._renewals = 0
+        self._parent = parent
+        self._run = parent()
+
+    def __call__(self, now):
+        if self._parent() != self._run:
+            out = self._client.release(self._holder, self._version)
+            return "ansible-playbook (pid %s) is gone; the lock was %s" % (
+                self._run,
+                "released" if out.get("released") else "left to expire (%s)" % out.get("message"),
+            )
+        if now - self._last < self._every:
+            return None
+        out = self._client.renew(self._holder, self._version)
+        if out.get("failed"):
+            return out.get("msg") or "the lock could not be renewed"
+        self._version, self._last = out["resource_version"], now
+        self._renewals += 1
+        return None
+
+    def state(self):
+        return {"holder": self._holder, "resource_version": self._version, "renewals": self._renewals}

@@ -80,6 +80,16 @@ CRD_VALIDATE = dict(
     fail_on_error={"type": "bool", "default": True},
 )
 
+# the service lock a run holds (what service_lock returned), for the actions that renew it while they wait
+# (doc fragment specpilot.core.held_lock); name and namespace where the task has no plan to take them from
+HELD_LOCK = {
+    "holder": {"type": "str", "required": True},
+    "resource_version": {"type": "str", "required": True},
+    "duration": {"type": "int", "required": True},
+    "name": {"type": "str"},
+    "namespace": {"type": "str"},
+}
+
 ROLLOUT_WAIT = dict(
     K8S_AUTH,
     plan={"type": "dict", "required": True},
@@ -91,14 +101,7 @@ ROLLOUT_WAIT = dict(
     image_grace={"type": "int", "default": 300},
     progress_interval={"type": "int", "default": 30},
     fail_on_error={"type": "bool", "default": False},
-    lock={
-        "type": "dict",
-        "options": {
-            "holder": {"type": "str", "required": True},
-            "resource_version": {"type": "str", "required": True},
-            "duration": {"type": "int", "required": True},
-        },
-    },
+    lock={"type": "dict", "options": HELD_LOCK},
 )
 
 SERVICE_LOCK = dict(

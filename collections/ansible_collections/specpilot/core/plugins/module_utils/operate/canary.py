@@ -48,6 +48,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics
 __all__ = [
     "DECISIONS",
     "DEFAULT_MIN_ACCEPTANCE",
+    "StepStopped",
     "arm_pods",
     "arm_window",
     "decide_step",
@@ -310,6 +311,16 @@ def _windows(arms, before, after):
     )
 
 
+class StepStopped(Exception):
+    """The step could not be held to its end: ``keep`` said why (the service's lock was lost)."""
+
+
+def _keep(keep, now):
+    stop = keep(now) if keep is not None else None
+    if stop:
+        raise StepStopped(stop)
+
+
 def run_step(
     fetch,
     arms,
@@ -322,6 +333,7 @@ def run_step(
     clock=None,
     sleep=None,
     reference=None,
+    keep=None,
 ):
     """Hold one step and decide it. ``arms``: ``{baseline: [{pod, url}], canary: [{pod, url}]}``
     (each pod's /metrics URL); ``fetch(url)`` returns a page's text. The window ends after
@@ -329,6 +341,8 @@ def run_step(
     decision holds it another ``window_s`` (the same start), at most ``max_extensions`` times.
     ``reference``: the baseline's window of an earlier step, compared with instead of the
     baseline's pods (at 100% the stable predictor serves nothing to measure).
+    ``keep(now)``, when given, runs at every scrape (the service lock's renewal, with ``clock``'s
+    time): a message it returns stops the step (:class:`StepStopped`).
     Returns :func:`decide_step`'s result with ``window_s`` (seconds held), ``extensions`` and
     ``baseline_window`` (the baseline's window: the reference of a later step)."""
     clock = clock or time.monotonic
@@ -347,6 +361,7 @@ def run_step(
             enough = all(w["requests"] >= min_requests for w in wins.values())
             if enough or clock() >= deadline:
                 break
+            _keep(keep, clock())
             sleep(max(0.0, min(poll_s, deadline - clock())))
         result = decide_step(
             wins["baseline"],
@@ -386,11 +401,24 @@ def todo(isvc, plan, record, retry=False):
     return "run"
 
 
-def lock_seconds(steps, window, max_extensions, ready_timeout):
-    """How long the service lock of a canary run lasts: every step's window with its extensions,
-    every rollout (the steps', the promotion's and the abort's) and 5 minutes to spare."""
-    n = len(steps or [])
-    return int(n * float(window) * (1 + int(max_extensions)) + (n + 2) * int(ready_timeout) + 300)
+def lock_seconds(ready_timeout, requested=0):
+    """How long the service lock of a canary run lasts between renewals. It is renewed at the start of
+    every step and while each step is held (canary_step) and the promotion rolls out (rollout_wait), so
+    it must outlast what is waited for without a renewal: a step's readiness wait and, when a run fails
+    there, the abort's own wait (each up to ``ready_timeout``). Default (``requested`` 0): twice
+    ``ready_timeout`` and 5 minutes to spare; a ``requested`` duration must be longer than one wait."""
+    ready = int(ready_timeout)
+    if ready <= 0:
+        raise ValueError("the ready timeout must be a positive number of seconds, not %r" % ready_timeout)
+    if not int(requested):
+        return 2 * ready + 300
+    if int(requested) <= ready:
+        raise ValueError(
+            "a lock of %s s would expire while the run waits %s s for the canary to be ready without "
+            "renewing it: give more than %s s (or 0, the default: %s s)"
+            % (requested, ready, ready, 2 * ready + 300)
+        )
+    return int(requested)
 
 
 def outcome_summary(outcome, last_step=None):

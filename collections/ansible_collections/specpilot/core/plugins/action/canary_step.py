@@ -1,0 +1,41 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot contributors
+# Apache-2.0 (see LICENSE)
+"""Action plugin of specpilot.core.canary_step: the step (fact_tasks.canary_step) in the worker, renewing
+the service's lock (``lock``) at every scrape as rollout_wait does while it waits."""
+
+from __future__ import annotations
+
+import time
+
+from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
+from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_api import Writer
+from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import auth_options, task_reader
+from ansible_collections.specpilot.core.plugins.plugin_utils.lease_client import LeaseClient, Renewer
+
+
+class ActionModule(ControllerAction):
+    ARGUMENT_SPEC = fact_tasks.CANARY_STEP_ARGS
+
+    def act(self, params, task_vars, result):
+        renewer = self._renewer(params, task_vars) if params.get("lock") else None
+        try:
+            result.update(fact_tasks.canary_step(params, bool(self._task.check_mode), keep=renewer))
+        except fact_tasks.TaskFailure as exc:
+            result.update(exc.fields, failed=True, msg=exc.msg)
+        if renewer:
+            result["lock"] = renewer.state()
+        return result
+
+    def _renewer(self, params, task_vars):
+        lock = params["lock"]
+        reader = task_reader(self._loader, self._templar, task_vars, params)
+        client = LeaseClient(
+            Writer(auth_options(params), params.get("request_timeout")),
+            reader,
+            dict(params, name=lock["name"], namespace=lock["namespace"]),
+            check_mode=self._task.check_mode,
+        )
+        # the step's clock (canary.run_step: time.monotonic) is the one the renewer counts with
+        return Renewer(client, lock, clock=time.monotonic)
