@@ -16,6 +16,8 @@ tries to abort a promoted service."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -404,3 +406,63 @@ def test_a_lock_shorter_than_a_readiness_wait_is_refused_before_any_write(canary
     _clean_failure(run, "canary_lock_seconds", "a lock of 20 s would expire", "more than 30 s")
     assert _state(canary.emu, canary.ns)[2:] == (False, ())
     assert get(canary.emu, "coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", canary.ns) is None
+
+
+def _workers(pid):
+    """The processes ansible-playbook ``pid`` forked (its task workers), by /proc."""
+    out = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/stat" % entry) as fh:
+                if int(fh.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(entry))
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
+def _running(pid):
+    try:
+        with open("/proc/%s/stat" % pid) as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_run_killed_mid_step_releases_the_lock_and_the_next_run_resumes_its_canary(canary):
+    """SIGKILL of ansible-playbook while the first step (50%) is held: the worker holding the step sees
+    ansible-playbook gone at its next scrape, releases the service's lock and stops; the canary stays at 50%,
+    the stable predictor untouched. The next run, with specpilot_canary_on_interrupted resume, takes this
+    spec's canary up at 50% (held again), goes on to 100% and promotes it; the report says where."""
+    write_inventory(canary.inv, canary.ns, {"svc": {"specpilot_speculative": NGRAM}}, GROUP)
+    held = dict(CANARY, specpilot_canary_window=120, specpilot_canary_min_requests=10**6)
+    held["specpilot_canary_report_dir"] = str(canary.tmp / "canary")
+    first = Run(canary.emu, canary.tmp, canary.inv, "-e", json.dumps(held), playbook="playbooks/canary.yml")
+    lease = lambda: get(
+        canary.emu, "coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", canary.ns
+    )  # noqa: E731
+    try:
+        wait_for(
+            lambda: "Step | Hold the step on live traffic" in first.log.read_text(), 120, what="the step held"
+        )
+        wait_for(lambda: _workers(first.proc.pid), 10, what="the worker holding the step")
+        workers = _workers(first.proc.pid)
+        assert lease() is not None
+        os.kill(first.proc.pid, signal.SIGKILL)
+        first.wait(30)
+        wait_for(lambda: lease() is None, 30, what="the lock released by the worker")
+        wait_for(lambda: not [w for w in workers if _running(w)], 30, what="the worker gone")
+    finally:
+        for w in _workers(first.proc.pid):
+            os.kill(w, signal.SIGKILL)
+    left = _state(canary.emu, canary.ns)
+    assert len(left[3]) == 1 and not left[2], left  # the canary at 50%, the stable spec
+    rv, pods = canary.stable()  # the stable predictor's Deployment and pod untouched, the canary's pod beside
+    assert rv == canary.before[0] and set(canary.before[1]) < set(pods)
+
+    again = canary.run(specpilot_canary_on_interrupted="resume")
+    assert again.rc == 0 and "svc: canary PROMOTED" in again.out, again.out[-4000:]
+    report = json.loads((canary.tmp / "canary" / "svc" / "report.json").read_text())
+    assert report["resumed_at"] == 50 and [s["traffic_percent"] for s in report["steps"]] == [50, 100]
+    assert _state(canary.emu, canary.ns)[2:] == (True, ()) and lease() is None
+    assert "left this canary at 50%" in (canary.tmp / "canary" / "svc" / "report.md").read_text()

@@ -25,6 +25,14 @@ def test_a_canary_entry_left_is_an_interrupted_run_whatever_else_holds():
     assert canary_todo(left, PLAN, {"digest": "d1"}) == "interrupted"
 
 
+def test_this_specs_own_canary_left_in_place_is_resumed_when_asked_and_another_is_aborted():
+    mine = isvc(canary=[{"trafficPercent": 25, "predictor": {"name": "sd1"}}])
+    assert canary_todo(mine, PLAN, {}, False, "sd1") == "resume"
+    assert canary_todo(mine, PLAN, {}, False, "") == "interrupted"  # on_interrupted abort: no name given
+    other = isvc(canary=[{"trafficPercent": 25, "predictor": {"name": "s0ther"}}])
+    assert canary_todo(other, PLAN, {}, False, "sd1") == "interrupted"  # another spec's canary
+
+
 def test_promoted_recorded_or_run():
     assert canary_todo(isvc(PLAN["args"]), PLAN, {}) == "promoted"
     assert canary_todo(isvc(), PLAN, {"digest": "d1"}) == "recorded"  # this spec's canary ended before

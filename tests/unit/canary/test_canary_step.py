@@ -148,3 +148,25 @@ def test_the_report_has_both_arms_figures_per_step():
     can = next(line for line in md.splitlines() if line.startswith("| canary |"))
     assert base.split("|")[2].strip() == "60" and can.split("|")[-2].strip() == "0.80"
     assert "TPOT p50" in md and "95% CI" in md
+    assert "Resumed" not in md
+
+
+def test_the_report_of_a_resumed_canary_says_where_it_was_taken_up():
+    report = {
+        "service": "lab-ngram",
+        "namespace": "ns",
+        "outcome": "promoted",
+        "summary": "s",
+        "canary_name": "s1234",
+        "speculative_config": {"method": "ngram"},
+        "steps_planned": [25, 50, 100],
+        "window_s": 60,
+        "min_requests": 60,
+        "min_acceptance": 0.5,
+        "steps": [],
+        "resumed_at": 50,
+    }
+    assert (
+        "a run killed mid-step left this canary at 50%; that step was held again"
+        in canary.report_markdown(report)
+    )

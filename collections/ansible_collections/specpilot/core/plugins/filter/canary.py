@@ -31,11 +31,14 @@ def canary_support_problem(kserve_version, deployment_mode):
     return canary.support_problem(version, deployment_mode)
 
 
-def canary_todo(isvc, plan, record=None, retry=False):
-    """live InferenceService | canary_todo(plan, record, retry) -> interrupted, promoted, recorded or run."""
+def canary_todo(isvc, plan, record=None, retry=False, resume_name=None):
+    """live InferenceService | canary_todo(plan, record, retry, resume_name) -> resume, interrupted, promoted,
+    recorded or run."""
     if not isinstance(isvc, dict) or not isinstance(plan, dict):
         raise AnsibleFilterError("canary_todo expects the live InferenceService and the validated plan")
-    return canary.todo(isvc, plan, record if isinstance(record, dict) else {}, bool(retry))
+    return canary.todo(
+        isvc, plan, record if isinstance(record, dict) else {}, bool(retry), resume_name or None
+    )
 
 
 def canary_lock_seconds(ready_timeout, requested=0):

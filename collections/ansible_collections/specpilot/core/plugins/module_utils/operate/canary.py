@@ -386,13 +386,16 @@ def run_step(
 # --------------------------------------------------------------------------- support and report
 
 
-def todo(isvc, plan, record, retry=False):
-    """What a run does with the live InferenceService: ``interrupted`` (a canary entry is there: a
-    run was killed mid-step), ``promoted`` (the predictor already runs the plan's arguments),
-    ``recorded`` (this spec's canary already ended, on record, and no retry is asked) or ``run``."""
+def todo(isvc, plan, record, retry=False, resume_name=None):
+    """What a run does with the live InferenceService: ``resume`` (a canary entry named ``resume_name``
+    is there - this spec's own canary, left by a run killed mid-step - and resuming is asked for),
+    ``interrupted`` (another canary entry is there: it is aborted), ``promoted`` (the predictor already
+    runs the plan's arguments), ``recorded`` (this spec's canary already ended, on record, and no retry
+    is asked) or ``run``."""
     spec = (isvc or {}).get("spec") or {}
     if spec.get("canary"):
-        return "interrupted"
+        left = (spec["canary"][0] or {}).get("predictor") or {}
+        return "resume" if resume_name and left.get("name") == resume_name else "interrupted"
     live_args = ((spec.get("predictor") or {}).get("model") or {}).get("args") or []
     if live_args == plan.get("args"):
         return "promoted"
@@ -488,6 +491,12 @@ def report_markdown(report):
         ),
         "",
     ]
+    if report.get("resumed_at"):
+        lines += [
+            "Resumed: a run killed mid-step left this canary at %s%%; that step was held again from the start of a "
+            "new window, then the steps above it." % report["resumed_at"],
+            "",
+        ]
     for step in report["steps"]:
         lines += [
             "## Step %s%% - %s" % (step["traffic_percent"], step["decision"]),
