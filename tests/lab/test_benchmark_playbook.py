@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from automation import Automation
 from specpilot_lab.controller import Controller
 from specpilot_lab.testing import LAB_CRDS, Emulator
 
@@ -68,9 +69,14 @@ def stream_lab(tmp_path):
         yield emu
 
 
-def playbook(tmp_path, emu, *args, playbook_file="playbooks/benchmark.yml", check=True):
+def playbook(tmp_path, emu, *args, playbook_file="playbooks/benchmark.yml", check=True, automation=None):
+    """ansible-playbook on lab-ngram of inventories/lab, as the lab admin, or with ``automation``
+    (automation.Automation) as the shipped ServiceAccount only."""
     env = ansible_env(tmp_path)
     env["KUBECONFIG"] = str(emu.kubeconfig)
+    if automation is not None:
+        env = automation.env(env)
+        args = (*args, "-e", json.dumps(automation.extra))
     cmd = [
         str(BIN / "ansible-playbook"),
         "-i",
@@ -128,6 +134,18 @@ FAST_BENCHMARK = {
 }
 
 
+def as_automation(tmp_path, lab):
+    """The shipped ServiceAccount of lab-ngram's namespace (playbooks/rbac.yml on inventories/lab)."""
+    return Automation(
+        lab.emu,
+        tmp_path,
+        BIN / "ansible-playbook",
+        ROOT / "inventories" / "lab",
+        ansible_env(tmp_path),
+        lab.ns,
+    )
+
+
 class Deployed:
     """The lab's ngram service applied from its validated plan (what the deploy role would apply)."""
 
@@ -177,9 +195,14 @@ class Deployed:
 
 
 def test_benchmark_playbook_side_by_side_in_the_lab(stream_lab, tmp_path):
+    """As the shipped ServiceAccount only (playbooks/rbac.yml): keep; then an invalid measurement with auto
+    rollback (nothing acted on); then a rollback verdict with auto rollback (the rollback role runs); then a
+    service whose arguments drifted (refused before anything is created). Nothing the runs asked for was
+    refused but the look inside the pod (pods/exec, which the shipped Role leaves out)."""
     emu = stream_lab
     lab = Deployed(tmp_path, emu)
     plan, ns, res, isvc, ready = lab.plan, lab.ns, lab.res, lab.isvc, lab.ready
+    automation = as_automation(tmp_path, lab)
 
     reports = tmp_path / "reports"
     extra = dict(
@@ -188,7 +211,7 @@ def test_benchmark_playbook_side_by_side_in_the_lab(stream_lab, tmp_path):
         specpilot_benchmark_qps_levels=[5, 20],
         specpilot_benchmark_target_qps=20,
     )
-    proc = playbook(tmp_path, emu, "-e", json.dumps(extra))
+    proc = playbook(tmp_path, emu, "-e", json.dumps(extra), automation=automation)
     out = proc.stdout
     assert "lab-ngram: KEEP at qps=20" in out, out[-4000:]
     assert "baseline qps=5" in out and "speculative qps=20" in out  # loop labels
@@ -219,7 +242,7 @@ def test_benchmark_playbook_side_by_side_in_the_lab(stream_lab, tmp_path):
     # an invalid measurement (no warm-up) with auto rollback: no decision, so nothing is rolled back
     invalid = dict(extra, specpilot_benchmark_warmup_requests=0, specpilot_benchmark_auto_rollback=True)
     invalid["specpilot_benchmark_slo"] = {"ttft_max_regression": 10, "min_gain": 100}  # would be a rollback
-    proc = playbook(tmp_path, emu, "-e", json.dumps(invalid), check=False)
+    proc = playbook(tmp_path, emu, "-e", json.dumps(invalid), check=False, automation=automation)
     assert proc.returncode == 0 and "lab-ngram: INVALID at qps=20" in proc.stdout, proc.stdout[-4000:]
     assert "specpilot_rollback : " not in proc.stdout
     assert isvc("lab-ngram")["spec"]["predictor"]["model"]["args"] == plan["args"]
@@ -233,7 +256,7 @@ def test_benchmark_playbook_side_by_side_in_the_lab(stream_lab, tmp_path):
             "specpilot_benchmark_auto_rollback": True,
         }
     )
-    proc = playbook(tmp_path, emu, "-e", json.dumps(extra), check=False)
+    proc = playbook(tmp_path, emu, "-e", json.dumps(extra), check=False, automation=automation)
     assert "lab-ngram: ROLLBACK at qps=20" in proc.stdout, proc.stdout[-4000:]
     data = json.loads((d / "report.json").read_text())
     assert (
@@ -259,10 +282,11 @@ def test_benchmark_playbook_side_by_side_in_the_lab(stream_lab, tmp_path):
     body = isvc("lab-ngram")
     body["spec"]["predictor"]["model"]["args"] = plan["args_without_speculative"]
     res(*ISVC_API).replace(body=body, namespace=ns)
-    proc = playbook(tmp_path, emu, "-e", json.dumps(extra), check=False)
+    proc = playbook(tmp_path, emu, "-e", json.dumps(extra), check=False, automation=automation)
     assert proc.returncode != 0 and "its arguments differ from the validated plan" in proc.stdout
     assert isvc("lab-ngram-baseline") is None
     assert os.path.exists(d / "report.json")
+    assert automation.refused_since_start() <= {("pods", "exec")}
 
 
 def test_benchmark_playbook_sequential_in_the_lab(stream_lab, tmp_path):

@@ -6,7 +6,9 @@ request so that the lab's Service proxy spreads them by weight) plays production
 background thread. One lab for the module: the stable lab-ngram (its plan without the speculative
 config) is canaried twice - an impossible acceptance floor aborts at the first step, leaving the
 stable predictor untouched; a canary left by an interrupted run is aborted by the next run; then
-the healthy canary is promoted through every step, and a re-run changes nothing.
+the healthy canary is promoted through every step, and a re-run changes nothing. Every canary run goes
+as the shipped ServiceAccount only (playbooks/rbac.yml; tests/lab/automation.py), and nothing it asks
+for is refused.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import threading
 
 import pytest
 
-from test_benchmark_playbook import ISVC_API, Deployed, fake_engine_lab, playbook, wait
+from test_benchmark_playbook import ISVC_API, Deployed, as_automation, fake_engine_lab, playbook, wait
 
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_client
 
@@ -103,6 +105,8 @@ def canary_lab(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("canary-lab")
     with fake_engine_lab(tmp, "--step-ms", "30", "--spec-step-cost", "1.3") as emu:
         stable = Stable(tmp, emu)
+        # every canary run as the shipped ServiceAccount only (playbooks/rbac.yml)
+        stable.automation = as_automation(tmp, stable)
         traffic = Traffic(stable.isvc()["status"]["url"])
         try:
             yield stable
@@ -118,6 +122,7 @@ def run(lab, tmp_path, **extra):
         "-e",
         json.dumps(dict(FAST_CANARY, specpilot_canary_report_dir=str(reports), **extra)),
         playbook_file="playbooks/canary.yml",
+        automation=lab.automation,
     )
     report = reports / "lab-ngram" / "report.json"
     return proc, (json.loads(report.read_text()) if report.exists() else None)
@@ -223,3 +228,5 @@ def test_a_healthy_ngram_canary_is_promoted_through_every_step_and_a_rerun_chang
     assert list(lab.deployments()) == [promoted]
     assert lab.deployments()[promoted]["metadata"]["resourceVersion"] == rv and lab.pods() == pods
     assert lab.isvc()["spec"]["predictor"]["name"] == name and lab.ready()
+    # the module's canary runs went as the shipped ServiceAccount, and it was refused nothing
+    assert lab.automation.refused_since_start() == set()

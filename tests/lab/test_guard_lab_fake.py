@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from smoke_lab import INVENTORY, ROOT, fake_env
+from automation import Automation
+from smoke_lab import INVENTORY, NAMESPACE, ROOT, VENV_BIN, fake_env
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -81,9 +82,11 @@ class Traffic:
         self._thread.join(10)
 
 
-def _guard(lab, inv: Path, out: Path):
-    """One scheduled run of guard.yml over both services (its own ansible-playbook process)."""
+def _guard(lab, inv: Path, out: Path, automation):
+    """One scheduled run of guard.yml over both services (its own ansible-playbook process), as the shipped
+    ServiceAccount only."""
     extra = {
+        **automation.extra,
         "specpilot_guard_auto_rollback": True,
         "specpilot_guard_consecutive_readings": K,
         "specpilot_guard_window_seconds": WINDOW,
@@ -92,7 +95,7 @@ def _guard(lab, inv: Path, out: Path):
         "specpilot_smoke_report_dir": str(out / "smoke"),
         "specpilot_rollback_wait_delay": 1,
     }
-    run = lab.playbook(GUARD, f"{LOW},{OK}", "-i", str(inv), extra=extra)
+    run = lab.playbook(GUARD, f"{LOW},{OK}", "-i", str(inv), extra=extra, env=automation.env(lab.env()))
     assert run.rc == 0, run.output[-6000:]
     report = json.loads((out / "guard" / "guard.json").read_text())
     run.by = {s["name"]: s for s in report["services"]}
@@ -120,6 +123,8 @@ def test_scheduled_guard_rolls_back_the_low_service_after_k_readings(fake_spec_l
     lab.deploy(f"{LOW},{OK}", "-i", str(inv))
     pods = {s: lab.wait_single_ready_pod(s, 120)["metadata"]["name"] for s in (LOW, OK)}
     low_before, ok_before = lab.isvc(LOW), lab.isvc(OK)
+    # every guard run (and the rollback it runs) as the shipped ServiceAccount only (playbooks/rbac.yml)
+    automation = Automation(lab.emu, tmp_path, VENV_BIN / "ansible-playbook", INVENTORY, lab.env(), NAMESPACE)
     assert any(a.startswith("--speculative-config=") and '"ngram"' in a for a in _args(low_before))
     # the same n-gram config: only the engines' acceptance differs
     assert _args(ok_before) == _args(low_before)
@@ -136,7 +141,7 @@ def test_scheduled_guard_rolls_back_the_low_service_after_k_readings(fake_spec_l
     with Traffic(lab, [LOW, OK]) as traffic:
         # readings 1..K-1: watched, untouched
         for n in range(1, K):
-            run = _guard(lab, inv, tmp_path / f"run{n}")
+            run = _guard(lab, inv, tmp_path / f"run{n}", automation)
             runs.append(run)
             low = run.by[LOW]
             assert (low["status"], low["action"], low["streak"]) == ("low", "watch", n), low
@@ -148,7 +153,7 @@ def test_scheduled_guard_rolls_back_the_low_service_after_k_readings(fake_spec_l
             ok_untouched()
 
         # reading K: the real rollback role turns speculative decoding off
-        run = _guard(lab, inv, tmp_path / f"run{K}")
+        run = _guard(lab, inv, tmp_path / f"run{K}", automation)
         runs.append(run)
         low = run.by[LOW]
         assert (low["status"], low["action"], low["streak"]) == ("low", "rollback", K), low
@@ -158,7 +163,7 @@ def test_scheduled_guard_rolls_back_the_low_service_after_k_readings(fake_spec_l
         off, new, off_history = lab.isvc(LOW), lab.live_pods(LOW), _history(lab, LOW)
 
         # one more scheduled run: nothing to do for the rolled-back service
-        again = _guard(lab, inv, tmp_path / "again")
+        again = _guard(lab, inv, tmp_path / "again", automation)
         runs.append(again)
         ok_untouched()
     assert traffic.failed[OK] == 0, traffic.failed
@@ -189,3 +194,5 @@ def test_scheduled_guard_rolls_back_the_low_service_after_k_readings(fake_spec_l
     assert lab.live_pods(LOW) == new
     assert _history(lab, LOW) == off_history and off_history[0] == ["low"] * K
     assert _history(lab, OK)[0] == ["healthy"] * (K + 1)
+    # nothing the guard and its rollback asked for was refused but the look inside the pod (pods/exec)
+    assert automation.refused_since_start() <= {("pods", "exec")}

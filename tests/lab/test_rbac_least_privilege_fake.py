@@ -5,7 +5,9 @@ validate, deploy (its staging Job included, as the token-less ``specpilot-jobs``
 the lab, whose API emulator enforces RBAC as kube-apiserver does. Then a few representative rules, one at
 a time, are taken out of the shipped Role or ClusterRole: the playbook that needs the rule fails, with the
 API server's message naming the verb, the resource and the namespace. (Not every rule: each failing run
-costs an ansible-playbook; tests/emulator/test_auth.py covers the matching itself.)
+costs an ansible-playbook; tests/emulator/test_auth.py covers the matching itself.) The benchmark, guard and
+canary playbooks run as the same ServiceAccount only in their own lab tests (tests/lab/automation.py):
+test_benchmark_playbook.py, test_guard_lab_fake.py, test_canary_playbook.py.
 
 The lab: the emulator and the controller (KServe's stand-in, with the admin's kubeconfig), the stand-in
 engine (lab/specpilot_lab/fake_engine.py); staging copies the model over HTTP onto the PVC.
@@ -20,12 +22,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from automation import SA, token_kubeconfig, user
 from smoke_lab import NAMESPACE, SmokeLab
 from test_connection_variable_fake import SERVICE, _env, _inventory, _run, _words
 
 import staging_support as ss
 from specpilot_lab import engine
-from specpilot_lab.apiserver.server import write_kubeconfig
 from specpilot_lab.controller.jobs import bwrap_available
 
 pytestmark = [
@@ -34,8 +36,7 @@ pytestmark = [
     pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run lab Jobs here"),
 ]
 
-SA = "specpilot-automation"
-USER = f"system:serviceaccount:{NAMESPACE}:{SA}"
+USER = user(NAMESPACE)
 RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
 ROLE = f"{RBAC_API}/namespaces/{NAMESPACE}/roles/{SA}"
 CLUSTER_ROLE = f"{RBAC_API}/clusterroles/{SA}-{NAMESPACE}-cluster-read"
@@ -69,20 +70,6 @@ WITHOUT = [
         "at the cluster scope",
     ),
 ]
-
-
-def _token_kubeconfig(lab: SmokeLab, root: Path) -> Path:
-    """A kubeconfig holding only a token of the shipped ServiceAccount (TokenRequest, one hour)."""
-    r = lab.emu.request("POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{SA}/token", {"spec": {}})
-    assert r.status == 201, r
-    return write_kubeconfig(
-        root / "automation.kubeconfig",
-        lab.emu.url.replace("http://", "https://"),
-        NAMESPACE,
-        token=r.json()["status"]["token"],
-        user=SA,
-        ca_file=lab.emu.state_dir / "apiserver.crt",
-    )
 
 
 PLANTED = "hf_PlantedNeverPrinted0123456789abcd"
@@ -165,7 +152,7 @@ def test_playbooks_run_with_only_the_shipped_role_and_each_rule_is_needed(tmp_pa
 
             _plant_secret(lab)
             mark = lab.emu.control.mark()
-            kubeconfig = _token_kubeconfig(lab, tmp_path)
+            kubeconfig = token_kubeconfig(lab.emu, tmp_path, NAMESPACE)
             automation = dict(
                 reports,
                 specpilot_k8s_kubeconfig=str(kubeconfig),

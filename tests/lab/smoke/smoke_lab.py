@@ -164,7 +164,13 @@ class SmokeLab:
         return env
 
     def playbook(
-        self, playbook: Path, service: str, *args: str, extra: dict | None = None, timeout: float = 600
+        self,
+        playbook: Path,
+        service: str,
+        *args: str,
+        extra: dict | None = None,
+        timeout: float = 600,
+        env: dict | None = None,
     ) -> "Run":
         cmd = [
             str(VENV_BIN / "ansible-playbook"),
@@ -179,7 +185,7 @@ class SmokeLab:
             cmd += ["-e", json.dumps(extra)]
         t0 = time.monotonic()
         proc = subprocess.run(
-            cmd, cwd=str(ROOT), env=self.env(), capture_output=True, text=True, timeout=timeout
+            cmd, cwd=str(ROOT), env=env or self.env(), capture_output=True, text=True, timeout=timeout
         )
         return Run(proc, time.monotonic() - t0)
 
