@@ -626,6 +626,31 @@ REGISTRY_USER = "robot"
 REGISTRY_PASSWORD = "Reg1stry-Passw0rd-must-not-leak"
 
 
+def robot_authfile(path: Path, addr: str) -> Path:
+    """A containers-auth.json at ``path`` holding the robot's credentials for the registry at ``addr``."""
+    token = base64.b64encode(f"{REGISTRY_USER}:{REGISTRY_PASSWORD}".encode()).decode()
+    path.write_text(json.dumps({"auths": {addr: {"auth": token}}}))
+    return path
+
+
+def reclaim_by_authfile(reclaim, image: str, authfile: Path) -> dict:
+    """modelcar_reclaim's ``reclaim`` of ``image``'s draft with the credentials of ``authfile`` only."""
+    return reclaim({"image": image, "draft_subdir": "draft", "tls_verify": False, "authfile": str(authfile)})
+
+
+def record_skopeo_calls(monkeypatch, skopeo_class) -> list[list[str]]:
+    """Every command line ``skopeo_class.run`` (modelcar.Skopeo) runs from now on, in a list."""
+    seen = []
+    orig = skopeo_class.run
+
+    def run(self, args, *a, **kw):
+        seen.append(list(args))
+        return orig(self, args, *a, **kw)
+
+    monkeypatch.setattr(skopeo_class, "run", run)
+    return seen
+
+
 def bcrypt_hash(password: str) -> str | None:
     try:
         import warnings

@@ -7,17 +7,11 @@ that every task has one). Here the emulator holds the read for far longer than t
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
+from test_kubernetes_core import playbook_proc
 
-ROOT = Path(__file__).resolve().parents[2]
-PLAYBOOK = Path(__file__).resolve().parent / "playbooks" / "stalled_read.yml"
 STALL_S = 120  # the emulator's delay: the run must end long before it
 TIMEOUT_S = 2
 
@@ -27,24 +21,10 @@ pytestmark = pytest.mark.slow
 def test_a_stalled_read_fails_at_the_task_timeout(emulator, tmp_path):
     ns = "stalled"
     rule = emulator.control.add_fault(verb="get", resource="configmaps", namespace=ns, delay_ms=STALL_S * 1000, count=1)
-    env = dict(os.environ)
-    env.update(
-        K8S_AUTH_KUBECONFIG=str(emulator.kubeconfig),
-        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-        ANSIBLE_COLLECTIONS_PATH=f"{ROOT / 'collections'}:{ROOT / '.venv' / 'collections'}",
-        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-        TMPDIR=str(tmp_path),
-        ANSIBLE_NOCOLOR="1",
-    )
-    cmd = [
-        str(Path(sys.executable).with_name("ansible-playbook")),
-        "-i", "localhost,", "-c", "local",
-        "-e", f"ansible_python_interpreter={sys.executable}",
-        "-e", json.dumps({"ns": ns, "api_timeout": TIMEOUT_S}),
-        str(PLAYBOOK),
-    ]
     started = time.monotonic()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT, timeout=STALL_S - 30)
+    proc = playbook_proc(
+        emulator, tmp_path, "stalled_read.yml", {"ns": ns, "api_timeout": TIMEOUT_S}, timeout=STALL_S - 30
+    )
     elapsed = time.monotonic() - started
     out = proc.stdout + proc.stderr
     # the read reached the server and was held there

@@ -20,7 +20,9 @@ PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
 RECAP = re.compile(r"localhost\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)")
 
 
-def run_playbook(emulator, tmp_path: Path, name: str, extra: dict, check: bool = False) -> dict:
+def playbook_proc(emulator, tmp_path: Path, name: str, extra: dict, check: bool = False, timeout: float = 300):
+    """ansible-playbook of tests/emulator/playbooks/``name`` on localhost against the emulator (its
+    CompletedProcess)."""
     env = dict(os.environ)
     env.update(
         K8S_AUTH_KUBECONFIG=str(emulator.kubeconfig),
@@ -39,7 +41,11 @@ def run_playbook(emulator, tmp_path: Path, name: str, extra: dict, check: bool =
     ]
     if check:
         cmd.append("--check")
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+
+
+def run_playbook(emulator, tmp_path: Path, name: str, extra: dict, check: bool = False) -> dict:
+    proc = playbook_proc(emulator, tmp_path, name, extra, check)
     match = RECAP.search(proc.stdout)
     assert proc.returncode == 0 and match, f"ansible-playbook failed:\n{proc.stdout}\n{proc.stderr}"
     ok, changed, _, failed = map(int, match.groups())

@@ -13,26 +13,15 @@ import re
 from pathlib import Path
 
 import yaml
+from test_project_layout import _tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ROOT / "roles"
 TASK_FILES = sorted(
     p for d in ("tasks", "handlers") for p in ROLES.glob(f"*/{d}/**/*.yml")
 ) + sorted((ROOT / "playbooks").glob("*.yml"))
-NESTED = ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks", "handlers")
 VARIABLE = re.compile(r"\b(?:__)?specpilot_\w+")
 NUMBER = re.compile(r"\b\d+\b")
-
-
-def _tasks(node):
-    """Every task-like mapping of a tasks file or playbook: plays, blocks, rescue and always included."""
-    if isinstance(node, list):
-        for item in node:
-            yield from _tasks(item)
-    elif isinstance(node, dict):
-        yield node
-        for key in NESTED:
-            yield from _tasks(node.get(key))
 
 
 def _waits(args) -> bool:

@@ -8,7 +8,6 @@ another host (token scope widened for the push, no Authorization header sent to 
 
 from __future__ import annotations
 
-import base64
 import http.server
 import json
 import shutil
@@ -305,17 +304,8 @@ def test_basic_auth_and_the_password_never_shows(models, tmp_path):
         assert "refused" in str(err.value) and "wrong-password-xyz" not in str(err.value)
         with pytest.raises(oci_registry.RegistryError, match="asks for credentials"):
             modelcar_reclaim.reclaim(dict(p, username=None, password=None, tag="other"))
-        authfile = tmp_path / "auth.json"
-        token = base64.b64encode(f"{ss.REGISTRY_USER}:{ss.REGISTRY_PASSWORD}".encode()).decode()
-        authfile.write_text(json.dumps({"auths": {reg.addr: {"auth": token}}}))
-        by_file = modelcar_reclaim.reclaim(
-            {
-                "image": built["storage_uri"],
-                "draft_subdir": "draft",
-                "tls_verify": False,
-                "authfile": str(authfile),
-            }
-        )
+        authfile = ss.robot_authfile(tmp_path / "auth.json", reg.addr)
+        by_file = ss.reclaim_by_authfile(modelcar_reclaim.reclaim, built["storage_uri"], authfile)
         assert not by_file["changed"] and by_file["digest"] == res["digest"]
 
 

@@ -35,15 +35,7 @@ params = ss.modelcar_params
 @pytest.fixture
 def calls(monkeypatch):
     """Every skopeo command line of the test."""
-    seen = []
-    orig = modelcar.Skopeo.run
-
-    def run(self, args, *a, **kw):
-        seen.append(list(args))
-        return orig(self, args, *a, **kw)
-
-    monkeypatch.setattr(modelcar.Skopeo, "run", run)
-    return seen
+    return ss.record_skopeo_calls(monkeypatch, modelcar.Skopeo)
 
 
 @pytest.mark.skipif(

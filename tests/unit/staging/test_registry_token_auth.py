@@ -70,14 +70,7 @@ def test_the_registry_verifies_the_tokens_it_is_given(reg):
 
 
 def test_modelcar_build_pushes_with_a_token_and_refuses_wrong_or_no_credentials(models, reg, monkeypatch):
-    seen = []
-    orig = modelcar.Skopeo.run
-
-    def run(self, args, *a, **kw):
-        seen.append(list(args))
-        return orig(self, args, *a, **kw)
-
-    monkeypatch.setattr(modelcar.Skopeo, "run", run)
+    seen = ss.record_skopeo_calls(monkeypatch, modelcar.Skopeo)
     p = ss.modelcar_params(models, f"{reg.addr}/models/chat:v1", **CREDS)
     first = modelcar.build_push(p)
     assert first["pushed"] and first["verify"]["ok"] and first["verify"]["tag_pinned"]
@@ -116,17 +109,8 @@ def test_the_draft_reclaim_takes_a_token_per_scope_and_names_the_fix(models, reg
         modelcar_reclaim.reclaim(dict(p, username=None, password=None, tag="other"))
     assert "HTTP 401" in str(anonymous.value) and "credentials missing or refused" in str(anonymous.value)
 
-    authfile = tmp_path / "auth.json"
-    token = base64.b64encode(f"{ss.REGISTRY_USER}:{ss.REGISTRY_PASSWORD}".encode()).decode()
-    authfile.write_text(json.dumps({"auths": {reg.addr: {"auth": token}}}))
-    by_file = modelcar_reclaim.reclaim(
-        {
-            "image": built["storage_uri"],
-            "draft_subdir": "draft",
-            "tls_verify": False,
-            "authfile": str(authfile),
-        }
-    )
+    authfile = ss.robot_authfile(tmp_path / "auth.json", reg.addr)
+    by_file = ss.reclaim_by_authfile(modelcar_reclaim.reclaim, built["storage_uri"], authfile)
     assert not by_file["changed"] and by_file["digest"] == res["digest"]
 
 
