@@ -13,6 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from specpilot_lab.apiserver.auth import Attributes, User, rule_allows
 from specpilot_lab.apiserver.server import write_kubeconfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,6 +63,52 @@ def refused(emu, mark, namespace: str) -> set[tuple[str, str]]:
     return {(e["resource"], e["subresource"]) for e in mine if e["code"] in (401, 403)}
 
 
+RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
+
+
+def label(rule: dict) -> str:
+    """A rule as ``group/resources`` (``core`` for the core group), e.g. ``coordination.k8s.io/leases``."""
+    return "%s/%s" % (
+        ",".join(g or "core" for g in rule.get("apiGroups") or []),
+        ",".join(rule.get("resources") or []),
+    )
+
+
+def shipped_rules(emu, namespace: str) -> list[tuple[bool, dict]]:
+    """(namespaced, rule) of the shipped Role of ``namespace`` and its cluster-read ClusterRole."""
+    role = emu.request("GET", f"{RBAC_API}/namespaces/{namespace}/roles/{SA}").json()
+    cluster = emu.request("GET", f"{RBAC_API}/clusterroles/{SA}-{namespace}-cluster-read").json()
+    return [(True, r) for r in role["rules"]] + [(False, r) for r in cluster["rules"]]
+
+
+def rules_needed(emu, mark, namespace: str) -> set[str]:
+    """The shipped rules without which some request the ServiceAccount made since ``mark`` (and was granted)
+    would have been refused: the rules no other rule could stand in for, judged as the lab's authorizer
+    judges (lab/specpilot_lab/apiserver/auth.py rule_allows)."""
+    rules = shipped_rules(emu, namespace)
+    sa = User(user(namespace))
+    needed = set()
+    for e in emu.control.requests(since=mark):
+        if e["user"] != sa.name or not e["resource"] or not 200 <= int(e["code"] or 0) < 300:
+            continue
+        # a Namespace's own namespace is its name, as kube-apiserver's RequestInfo has it (the log leaves it out)
+        ns = e["name"] if e["resource"] == "namespaces" else e["namespace"]
+        attrs = Attributes(
+            sa,
+            e["verb"],
+            True,
+            api_group=e["group"],
+            namespace=ns,
+            resource=e["resource"],
+            subresource=e["subresource"],
+            name=e["name"],
+        )
+        allowing = [r for ns_rule, r in rules if (not ns_rule or ns == namespace) and rule_allows(attrs, r)]
+        if len(allowing) == 1:
+            needed.add(label(allowing[0]))
+    return needed
+
+
 class Automation:
     """The ServiceAccount's kubeconfig for the lab of ``emu``, after rbac.yml; ``env(base)`` is an
     ansible-playbook environment with no other way to the cluster, ``extra`` the variable that gives it."""
@@ -79,3 +126,6 @@ class Automation:
 
     def refused_since_start(self) -> set[tuple[str, str]]:
         return refused(self.emu, self.mark, self.namespace)
+
+    def rules_needed_since_start(self) -> set[str]:
+        return rules_needed(self.emu, self.mark, self.namespace)

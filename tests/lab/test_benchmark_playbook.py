@@ -287,6 +287,7 @@ def test_benchmark_playbook_side_by_side_in_the_lab(stream_lab, tmp_path):
     assert isvc("lab-ngram-baseline") is None
     assert os.path.exists(d / "report.json")
     assert automation.refused_since_start() <= {("pods", "exec")}
+    assert "core/nodes" in automation.rules_needed_since_start()  # the predictor's Node, for the report
 
 
 def test_benchmark_playbook_sequential_in_the_lab(stream_lab, tmp_path):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from automation import SA, token_kubeconfig, user
+from automation import SA, label, rules_needed, shipped_rules, token_kubeconfig, user
 from smoke_lab import NAMESPACE, SmokeLab
 from test_connection_variable_fake import SERVICE, _env, _inventory, _run, _words
 
@@ -70,6 +70,14 @@ WITHOUT = [
         "at the cluster scope",
     ),
 ]
+
+
+# shipped rules these runs (validate, deploy, smoke, rollback of one healthy service) do not need, and who does
+NOT_HERE = {
+    "core/nodes": "the benchmark reads its predictor's Node (test_benchmark_playbook.py asserts it needs the rule)",
+    "core/events": "deploy's diagnosis of a failed rollout (not run under the Role in a test)",
+    "serving.kserve.io/clusterservingruntimes": "deploy of a service on a ClusterServingRuntime (not run under the Role)",
+}
 
 
 PLANTED = "hf_PlantedNeverPrinted0123456789abcd"
@@ -193,6 +201,9 @@ def test_playbooks_run_with_only_the_shipped_role_and_each_rule_is_needed(tmp_pa
             view = {c["id"]: c for c in smoke["checks"]}["pod_view"]
             assert view["status"] == "skip" and "(exec needs create on pods/exec)" in view["message"], view
             assert not [e for e in mine if e["resource"] == "secrets"]
+            # every shipped rule is the only one that granted some request of these runs, but for NOT_HERE
+            every = {label(r) for _ns, r in shipped_rules(lab.emu, NAMESPACE)}
+            assert every - rules_needed(lab.emu, mark, NAMESPACE) == set(NOT_HERE), NOT_HERE
 
             for path, resource, playbook, message in WITHOUT:
                 before = _without_rule(lab, path, resource)
