@@ -432,8 +432,9 @@ def _running(pid):
 def test_a_run_killed_mid_step_releases_the_lock_and_the_next_run_resumes_its_canary(canary):
     """SIGKILL of ansible-playbook while the first step (50%) is held: the worker holding the step sees
     ansible-playbook gone at its next scrape, releases the service's lock and stops; the canary stays at 50%,
-    the stable predictor untouched. The next run, with specpilot_canary_on_interrupted resume, takes this
-    spec's canary up at 50% (held again), goes on to 100% and promotes it; the report says where."""
+    the stable predictor untouched. Moved to 100% (as a run killed at its last step leaves it), the next run,
+    with specpilot_canary_on_interrupted resume, takes this spec's canary up at 50% again (at 100% there is no
+    baseline to compare with), goes on to 100% and promotes it; the report says where."""
     write_inventory(canary.inv, canary.ns, {"svc": {"specpilot_speculative": NGRAM}}, GROUP)
     held = dict(CANARY, specpilot_canary_window=120, specpilot_canary_min_requests=10**6)
     held["specpilot_canary_report_dir"] = str(canary.tmp / "canary")
@@ -459,10 +460,21 @@ def test_a_run_killed_mid_step_releases_the_lock_and_the_next_run_resumes_its_ca
     assert len(left[3]) == 1 and not left[2], left  # the canary at 50%, the stable spec
     rv, pods = canary.stable()  # the stable predictor's Deployment and pod untouched, the canary's pod beside
     assert rv == canary.before[0] and set(canary.before[1]) < set(pods)
+    # as if the run had been killed at the last step: at 100% the stable predictor serves nothing to compare
+    # with, so the resumed canary goes back to the last step below 100 (50%) first
+    isvc = get(canary.emu, ISVC_API, "InferenceService", "svc", canary.ns)
+    at_100 = [dict(isvc["spec"]["canary"][0], trafficPercent=100)]
+    canary.emu.dynamic_client().resources.get(api_version=ISVC_API, kind="InferenceService").patch(
+        name="svc",
+        namespace=canary.ns,
+        body={"spec": {"canary": at_100}},
+        content_type="application/merge-patch+json",
+    )
 
     again = canary.run(specpilot_canary_on_interrupted="resume")
     assert again.rc == 0 and "svc: canary PROMOTED" in again.out, again.out[-4000:]
     report = json.loads((canary.tmp / "canary" / "svc" / "report.json").read_text())
     assert report["resumed_at"] == 50 and [s["traffic_percent"] for s in report["steps"]] == [50, 100]
+    assert "(s%s at 100%%)" % report["spec_digest"][:8] not in again.out  # resumed, not aborted
     assert _state(canary.emu, canary.ns)[2:] == (True, ()) and lease() is None
-    assert "left this canary at 50%" in (canary.tmp / "canary" / "svc" / "report.md").read_text()
+    assert "Resumed at 50%: this canary" in (canary.tmp / "canary" / "svc" / "report.md").read_text()

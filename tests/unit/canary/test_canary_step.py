@@ -167,6 +167,6 @@ def test_the_report_of_a_resumed_canary_says_where_it_was_taken_up():
         "resumed_at": 50,
     }
     assert (
-        "a run killed mid-step left this canary at 50%; that step was held again"
+        "Resumed at 50%: this canary, left in place by a run killed mid-step, was taken up again"
         in canary.report_markdown(report)
     )

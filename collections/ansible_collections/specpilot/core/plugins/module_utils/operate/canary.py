@@ -493,8 +493,8 @@ def report_markdown(report):
     ]
     if report.get("resumed_at"):
         lines += [
-            "Resumed: a run killed mid-step left this canary at %s%%; that step was held again from the start of a "
-            "new window, then the steps above it." % report["resumed_at"],
+            "Resumed at %s%%: this canary, left in place by a run killed mid-step, was taken up again at that step "
+            "(held from the start of a new window), then the steps above it." % report["resumed_at"],
             "",
         ]
     for step in report["steps"]:
