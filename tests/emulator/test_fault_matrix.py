@@ -256,7 +256,7 @@ class Canary:
         return sorted(p["metadata"]["name"] for p in items.to_dict()["items"])
 
     def fault(self, verb, resource, **rule):
-        self.ctl.add_fault(verb=verb, resource=resource, namespace=self.ns, **rule)
+        return self.ctl.add_fault(verb=verb, resource=resource, namespace=self.ns, **rule)
 
     def clear(self):
         faults = [f for f in self.ctl.faults() if f.get("namespace") == self.ns]
@@ -295,16 +295,22 @@ def _clean_failure(run, *phrases):
 
 def test_transient_faults_of_every_kind_are_retried_and_the_canary_promoted(canary):
     """At the first step, the InferenceService's writes answer 409, then 429 (Retry-After), then 500,
-    a read 500, and 20% of the requests are slow; after the promotion, the lists of Deployments answer
-    500, then 429. Every one is retried: the canary is promoted, and a re-run changes nothing."""
+    a read 500, and 20% of the requests are slow until the promotion; after the promotion, the lists of
+    Deployments answer 500, then 429. Every one is retried: the canary is promoted, and a re-run changes
+    nothing."""
+
+    slow = {}
 
     def first_step():
         for code in (409, 429, 500):
             canary.fault("patch", "inferenceservices", code=code, count=1, retry_after=1)
         canary.fault("get", "inferenceservices", code=500, count=1)
-        canary.fault("*", "*", rate=0.2, delay_ms=200, seed=11)
+        slow.update(canary.fault("*", "*", rate=0.2, delay_ms=200, seed=11))
 
     def promotion():
+        # the emulator answers with the first rule that fires: the slow rule would take the place of these
+        # faults on one request in five, and the list they wait for may be the only one the wait makes
+        canary.ctl.remove_fault(slow["id"])
         for code in (500, 429):
             canary.fault("list", "deployments", code=code, count=1, retry_after=1)
 
@@ -372,7 +378,8 @@ def test_the_lock_is_short_and_renewed_while_a_step_is_held(canary):
     def watch():
         while not done.is_set():
             lease = get(canary.emu, "coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", canary.ns)
-            if lease:
+            # service_lock creates the Lease empty, then takes it with a compare-and-swap patch that adds spec
+            if lease and lease.get("spec"):
                 spec = lease["spec"]
                 seen.append(
                     (spec.get("renewTime"), spec.get("leaseDurationSeconds"), spec.get("holderIdentity"))
