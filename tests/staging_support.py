@@ -178,6 +178,18 @@ class ModelHTTPServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def settled_bytes_sent(self, quiet: float = 0.5, timeout: float = 15.0) -> int:
+        """``bytes_sent`` once it has not moved for ``quiet`` seconds: a response to a client that was killed
+        goes on being written until the server's write fails, one more chunk may still land after the kill."""
+        deadline = time.monotonic() + timeout
+        last = self.bytes_sent
+        while time.monotonic() < deadline:
+            time.sleep(quiet)
+            if self.bytes_sent == last:
+                return last
+            last = self.bytes_sent
+        return last
+
     def files_url(self, rel: str = "") -> str:
         return f"{self.url}/files/{rel}"
 
