@@ -57,7 +57,10 @@ def test_canary_split_abort_and_promotion(fake_lab, fake_models):
     )
     url = lab.wait_ready(ns, "tiny", 20)["status"]["url"]
     stable_pod = lab.pods(ns, "tiny")[0]["metadata"]["name"]
-    stable_rv = _deployments(lab, ns)["tiny-predictor"]["metadata"]["resourceVersion"]
+    # what the canary must never write: the stable Deployment's spec (its generation and pod template); its
+    # status is the lab kubelet's and may still settle after the InferenceService reads Ready
+    stable = _deployments(lab, ns)["tiny-predictor"]
+    stable_spec = (stable["metadata"]["generation"], stable["spec"]["template"])
 
     # a canary: its own Deployment {isvc}-{name}-predictor and Service, half the traffic once ready
     lab.patch(*ISVC, "tiny", ns, _canary(50))
@@ -85,7 +88,8 @@ def test_canary_split_abort_and_promotion(fake_lab, fake_models):
     # for it rather than catch the controller between two deletes (a CI run did)
     lab.wait(lambda: lab.get("v1", "Service", "tiny-spec-predictor", ns) is None, 20, "canary Service deleted")
     assert lab.pods(ns, "tiny")[0]["metadata"]["name"] == stable_pod
-    assert _deployments(lab, ns)["tiny-predictor"]["metadata"]["resourceVersion"] == stable_rv
+    after = _deployments(lab, ns)["tiny-predictor"]
+    assert (after["metadata"]["generation"], after["spec"]["template"]) == stable_spec
     lab.wait(lambda: "canaryStatuses" not in lab.get_isvc(ns, "tiny")["status"], 10, "canaryStatuses cleared")
     assert "CanaryPredictorReady" not in lab.conditions(ns, "tiny")
     assert not any(_served_by_canary(url) for _ in range(10))
