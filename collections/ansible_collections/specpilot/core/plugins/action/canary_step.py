@@ -10,9 +10,8 @@ import time
 
 from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
-from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_api import Writer
-from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import auth_options, task_reader
-from ansible_collections.specpilot.core.plugins.plugin_utils.lease_client import LeaseClient, Renewer
+from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import task_reader
+from ansible_collections.specpilot.core.plugins.plugin_utils.lease_client import renewer_for
 
 
 class ActionModule(ControllerAction):
@@ -31,11 +30,7 @@ class ActionModule(ControllerAction):
     def _renewer(self, params, task_vars):
         lock = params["lock"]
         reader = task_reader(self._loader, self._templar, task_vars, params)
-        client = LeaseClient(
-            Writer(auth_options(params), params.get("request_timeout")),
-            reader,
-            dict(params, name=lock["name"], namespace=lock["namespace"]),
-            check_mode=self._task.check_mode,
-        )
         # the step's clock (canary.run_step: time.monotonic) is the one the renewer counts with
-        return Renewer(client, lock, clock=time.monotonic)
+        return renewer_for(
+            params, reader, lock["name"], lock["namespace"], self._task.check_mode, clock=time.monotonic
+        )

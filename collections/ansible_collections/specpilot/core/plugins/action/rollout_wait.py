@@ -11,13 +11,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.utils.display import Display
 from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args, deploy_rollout
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
-from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_api import Writer
-from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
-    ReadError,
-    auth_options,
-    task_reader,
-)
-from ansible_collections.specpilot.core.plugins.plugin_utils.lease_client import LeaseClient, Renewer
+from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import ReadError, task_reader
+from ansible_collections.specpilot.core.plugins.plugin_utils.lease_client import renewer_for
 
 display = Display()
 
@@ -40,14 +35,7 @@ class ActionModule(ControllerAction):
         timeout = params["timeout"] or int(plan.get("startup_timeout_seconds") or 900) + 300
         reader = task_reader(self._loader, self._templar, task_vars or {}, params)
         host = (task_vars or {}).get("inventory_hostname") or plan["name"]
-        renewer = None
-        if params.get("lock"):
-            client = LeaseClient(
-                Writer(auth_options(params), params.get("request_timeout")),
-                reader,
-                dict(params, name=plan["name"], namespace=plan["namespace"]),
-            )
-            renewer = Renewer(client, params["lock"])
+        renewer = renewer_for(params, reader, plan["name"], plan["namespace"]) if params.get("lock") else None
         out = wait(
             reader,
             plan,

@@ -20,9 +20,11 @@ import time
 from ansible_collections.specpilot.core.plugins.module_utils.k8s import service_lock
 from ansible_collections.specpilot.core.plugins.module_utils.common import k8s_meta
 from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import Backoff, status_code
+from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_api import Writer
+from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import auth_options
 from ansible_collections.specpilot.core.plugins.plugin_utils.module_retry import retried
 
-__all__ = ["LeaseClient", "ROUNDS", "Renewer"]
+__all__ = ["LeaseClient", "ROUNDS", "Renewer", "renewer_for"]
 
 ROUNDS = 4  # reads and decisions again after a conflict
 
@@ -260,3 +262,15 @@ class Renewer(object):
 
     def state(self):
         return {"holder": self._holder, "resource_version": self._version, "renewals": self._renewals}
+
+
+def renewer_for(params, reader, name, namespace, check_mode=False, clock=time.time):
+    """The Renewer of ``params["lock"]`` (the lock of service ``name`` in ``namespace``) for an action that
+    waits: its writes with the task's connection options (``params``), its reads through ``reader``."""
+    client = LeaseClient(
+        Writer(auth_options(params), params.get("request_timeout")),
+        reader,
+        dict(params, name=name, namespace=namespace),
+        check_mode=check_mode,
+    )
+    return Renewer(client, params["lock"], clock=clock)
