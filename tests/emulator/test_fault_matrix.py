@@ -418,6 +418,39 @@ def test_a_lock_shorter_than_a_readiness_wait_is_refused_before_any_write(canary
     assert get(canary.emu, "coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", canary.ns) is None
 
 
+def test_prometheus_settings_that_cannot_read_a_step_are_refused_before_any_write(canary):
+    """specpilot_canary_prometheus_url with a window shorter than two scrape intervals: increase() would read
+    nothing, so the run stops in prepare, naming both variables, before the lock or the canary is written."""
+    run = canary.run(specpilot_canary_prometheus_url="http://127.0.0.1:9")  # 5 s window, 30 s scrapes
+    _clean_failure(
+        run,
+        "specpilot_canary_window: a step window of 5 s spans fewer than 2 scrapes 30 s apart "
+        "(specpilot_canary_prometheus_scrape_interval)",
+        "hold each step at least 60 s",
+    )
+    assert _state(canary.emu, canary.ns)[2:] == (False, ())
+    assert get(canary.emu, "coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", canary.ns) is None
+
+
+def test_an_unreachable_prometheus_fails_the_step_and_the_canary_is_removed(canary):
+    """The arms read from a Prometheus that does not answer (port 9 refuses): the first step fails with the
+    URL (without its password) and the error, the run removes the canary as on any failure, the stable
+    predictor untouched, and the lock released."""
+    run = canary.run(
+        specpilot_canary_prometheus_url="http://admin:s3cret@127.0.0.1:9",
+        specpilot_canary_prometheus_scrape_interval=1,
+    )
+    _clean_failure(
+        run,
+        "prometheus_url: the arms could not be read: Prometheus query failed (http://127.0.0.1:9)",
+        "The canary was removed (spec.canary); the stable predictor serves all the traffic, untouched.",
+    )
+    assert "s3cret" not in run.out
+    assert _state(canary.emu, canary.ns)[2:] == (False, ())
+    assert canary.stable() == canary.before
+    assert get(canary.emu, "coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", canary.ns) is None
+
+
 def _workers(pid):
     """The processes ansible-playbook ``pid`` forked (its task workers), by /proc."""
     out = []

@@ -190,11 +190,13 @@ def fetch(url: str) -> str:
 
 class Prometheus:
     """A real Prometheus (Debian's build, unpacked by `make`) scraping the MetricsServer every second,
-    with the namespace target label a PodMonitor would add."""
+    with the namespace target label a PodMonitor would add (and a service's own target labels, ``labels``:
+    the pod label of a canary's arms)."""
 
     BINARY = ROOT / ".venv" / "bin" / "prometheus"
 
-    def __init__(self, workdir: Path, server: MetricsServer, ns: str, services: list[str]):
+    def __init__(self, workdir: Path, server: MetricsServer, ns: str, services: list[str],
+                 labels: dict[str, dict] | None = None):
         import socket
         import time
 
@@ -204,7 +206,8 @@ class Prometheus:
         config = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
                   "scrape_configs": [{"job_name": name, "metrics_path": f"/svc/{name}/metrics",
                                       "static_configs": [{"targets": [f"127.0.0.1:{server.port}"],
-                                                          "labels": {"namespace": ns}}]}
+                                                          "labels": {"namespace": ns,
+                                                                     **(labels or {}).get(name, {})}}]}
                                      for name in services]}
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))

@@ -25,7 +25,12 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import HELD_LOCK, K8S_AUTH
 from ansible_collections.specpilot.core.plugins.module_utils.staging import http_get
-from ansible_collections.specpilot.core.plugins.module_utils.operate import canary, reports
+from ansible_collections.specpilot.core.plugins.module_utils.operate import (
+    canary,
+    canary_prometheus,
+    prometheus_api,
+    reports,
+)
 from ansible_collections.specpilot.core.plugins.module_utils.report.files import write_report
 from ansible_collections.specpilot.core.plugins.module_utils.verify import smoke
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_logs import (
@@ -293,6 +298,21 @@ CANARY_STEP_ARGS = dict(
     headers=dict(type="dict", default={}, no_log=True),
     timeout=dict(type="float", default=10.0),
     metrics_validate_certs=dict(type="bool", default=True),
+    # the arms from Prometheus instead of their pods (canary_prometheus), the guard's options
+    prometheus_url=dict(type="str", default=""),
+    prometheus_headers=dict(type="dict", default={}, no_log=True),
+    prometheus_validate_certs=dict(type="bool", default=True),
+    prometheus_labels=dict(
+        type="dict",
+        default={},
+        options=dict(
+            pod=dict(type="str", default=canary_prometheus.DEFAULT_LABELS["pod"]),
+            namespace=dict(type="str", default=canary_prometheus.DEFAULT_LABELS["namespace"]),
+        ),
+    ),
+    prometheus_selector=dict(type="dict", default={}),
+    prometheus_scrape_interval=dict(type="float", default=canary_prometheus.DEFAULT_SCRAPE_INTERVAL),
+    namespace=dict(type="str"),
     # the service's lock, renewed at every scrape (with its name and namespace)
     lock=dict(type="dict", options=HELD_LOCK, required_together=[("name", "namespace")]),
 )
@@ -313,6 +333,7 @@ def canary_step(p, check_mode=False, keep=None):
     for arm in ("baseline", "canary") if p["reference"] is None else ("canary",):
         if not p["arms"].get(arm):
             raise TaskFailure("arms.%s: no pod of the %s arm to read (is it Running?)" % (arm, arm))
+    source = _canary_source(p)
     try:
         result = canary.run_step(
             lambda url: _page(p, url),
@@ -325,14 +346,48 @@ def canary_step(p, check_mode=False, keep=None):
             poll_s=p["poll"],
             reference=p["reference"],
             keep=keep,
+            source=source,
         )
     except MetricsParseError as exc:
         raise TaskFailure(str(exc)) from exc
+    except prometheus_api.PrometheusError as exc:
+        raise TaskFailure(
+            "prometheus_url: the arms could not be read: %s" % exc,
+            url=prometheus_api.public_url(p["prometheus_url"]),
+        ) from exc
     except canary.StepStopped as exc:
         raise TaskFailure("the step was stopped: %s" % exc) from exc
     except ValueError as exc:  # a bad policy key or value (bench_verdict.policy_with_defaults)
         raise TaskFailure("policy: %s" % exc) from exc
     return dict(result, changed=False)
+
+
+def _canary_source(p):
+    """What reads the arms: their pods (canary.PodPages, the default) or Prometheus, once its settings
+    are checked (before anything is read)."""
+    if not p["prometheus_url"]:
+        return None
+    problem = canary_prometheus.settings_problem(
+        p["prometheus_url"],
+        p["window"],
+        p["prometheus_scrape_interval"],
+        p["prometheus_labels"],
+        p["prometheus_selector"],
+    )
+    if not problem and not p["namespace"]:
+        problem = "namespace: the namespace of the arms' pods is needed to select their series in Prometheus"
+    if problem:
+        raise TaskFailure(problem)
+    return canary_prometheus.PrometheusArms(
+        http_get.get_bytes,
+        p["prometheus_url"],
+        p["namespace"],
+        p["prometheus_labels"],
+        p["prometheus_selector"],
+        p["prometheus_headers"],
+        p["timeout"],
+        p["prometheus_validate_certs"],
+    )
 
 
 def _page(p, url):

@@ -19,7 +19,14 @@ description:
     C(workload.slo)), plus the acceptance floor O(min_acceptance) for the canary. Too few requests, or a
     difference within the noise, extends the window up to O(max_extensions) times, then the step is
     V(inconclusive). Only V(promote-step) and V(abort) are meant to be acted on.
-  - Reads only (GET /metrics); never changes anything, but for renewing the service's lock it holds (O(lock)).
+  - With O(prometheus_url) both arms are read from Prometheus instead of their pods - per read, instant queries of
+    C(increase()) over the step's window (from the step's start to the query's evaluation time) of the same histograms
+    and counters, selected by each arm's pods and O(namespace) (O(prometheus_labels)) - the same figures, fed to the
+    same decision; an extension re-queries the longer window. An arm Prometheus has no series of (or a single sample
+    of each) is named first in RV(reasons), never read as a window of zero requests. An unreachable Prometheus, or
+    one refusing a query, fails the task with its URL and the error.
+  - Reads only (GET /metrics, or Prometheus' query API); never changes anything, but for renewing the service's lock it
+    holds (O(lock)).
 version_added: "0.2.0"
 author: specpilot maintainers (@specpilot)
 options:
@@ -68,6 +75,46 @@ options:
     description: Verify the TLS certificates of the pods' /metrics endpoints.
     type: bool
     default: true
+  prometheus_url:
+    description:
+      - Base URL of a Prometheus (or Thanos querier) HTTP API to read both arms from instead of their pods' /metrics;
+        empty reads the pods. O(timeout) applies to each query.
+    type: str
+    default: ""
+  prometheus_headers:
+    description: Extra HTTP headers for O(prometheus_url), e.g. C(Authorization). Values are not logged.
+    type: dict
+    default: {}
+  prometheus_validate_certs:
+    description: Verify the TLS certificate of an C(https) O(prometheus_url).
+    type: bool
+    default: true
+  prometheus_scrape_interval:
+    description:
+      - Seconds between two scrapes of the pods by that Prometheus. O(window) must span at least two (C(increase()) needs
+        two samples of each series inside the window); a shorter one fails the task before anything is read.
+    type: float
+    default: 30
+  prometheus_labels:
+    description: The labels naming each series' pod and namespace in that Prometheus.
+    type: dict
+    default: {}
+    suboptions:
+      pod:
+        description: The label of the pod's name (a PodMonitor's or ServiceMonitor's target label).
+        type: str
+        default: pod
+      namespace:
+        description: The label of the pod's namespace.
+        type: str
+        default: namespace
+  prometheus_selector:
+    description: More labels every series of the service carries in that Prometheus, matched exactly (e.g. a C(cluster)).
+    type: dict
+    default: {}
+  namespace:
+    description: The namespace of the arms' pods; required with O(prometheus_url).
+    type: str
 extends_documentation_fragment:
   - specpilot.core.held_lock
   - specpilot.core.k8s_auth
@@ -90,6 +137,17 @@ EXAMPLES = r"""
     min_requests: 100
     policy: {bound_by: tpot}
     min_acceptance: 0.5
+  register: step
+
+- name: Or read both arms from Prometheus over the step's window
+  specpilot.core.canary_step:
+    arms:
+      baseline: [{pod: lab-ngram-predictor-abc12, url: "http://10.0.0.5:8080/metrics"}]
+      canary: [{pod: lab-ngram-s1a2b3c4-predictor-def34, url: "http://10.0.0.6:8080/metrics"}]
+    window: 600
+    namespace: ml
+    prometheus_url: http://prometheus-operated.monitoring.svc:9090
+    prometheus_scrape_interval: 30
   register: step
 """
 
@@ -127,8 +185,18 @@ baseline_window:
   description: The baseline arm's window (requests, histogram buckets, acceptance), the O(reference) of a later step.
   returned: always
   type: dict
+source:
+  description: Where the figures come from, V(pods) (their /metrics) or V(prometheus).
+  returned: always
+  type: str
+prometheus:
+  description:
+    - With O(prometheus_url), the last read - C(url) (without credentials), C(range) (the window, a PromQL
+      range), C(evaluated_at) (UTC) and C(selectors) (each arm's label matchers).
+  returned: when O(prometheus_url) is given
+  type: dict
 notes:
-  description: Caveats of the scrapes (engine restarts).
+  description: Caveats of the scrapes (engine restarts; with Prometheus, an arm's pods without series).
   returned: always
   type: list
   elements: str

@@ -5,8 +5,8 @@
 
 One guard run per service gives one *reading* (acceptance, drafted tokens, per-position acceptance)
 from two scrapes of the engine's ``/metrics`` (a ``vllm_metrics_facts`` result with ``previous``) or
-from a Prometheus server (the same PromQL as the PrometheusRule, with ``increase()``). The reading
-gets a *status*:
+from a Prometheus server (the same PromQL as the PrometheusRule, with ``increase()``, through
+``prometheus_api``, the client the canary shares). The reading gets a *status*:
 
 ``off``          the InferenceService carries no speculative flags: nothing to guard
 ``absent``       the InferenceService does not exist
@@ -31,13 +31,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import shlex
 import time
-import urllib.parse
 
 from ansible_collections.specpilot.core.plugins.module_utils.operate import monitoring as sm
+from ansible_collections.specpilot.core.plugins.module_utils.operate import prometheus_api
 from ansible_collections.specpilot.core.plugins.module_utils.operate.acceptance_band import band_reading
 
 HISTORY_ANNOTATION = "specpilot.io/guard-history"
@@ -155,34 +154,13 @@ def reading_from_facts(facts):
 
 
 def _vector(fetch, base_url, expr, headers, timeout, validate_certs, at):
-    query = {"query": expr, "time": "%.3f" % at}
-    url = base_url.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode(query)
     try:
-        body = fetch(url, headers, timeout, validate_certs)
-    except Exception as exc:  # HTTP and socket errors of whatever fetch is used
-        raise GuardError("Prometheus query failed (%s): %s" % (base_url, exc))
-    try:
-        data = json.loads(body)
-    except ValueError:
-        raise GuardError("Prometheus at %s answered no JSON" % base_url)
-    if data.get("status") != "success":
-        raise GuardError("Prometheus refused the query %r: %s" % (expr, data.get("error") or data))
-    result = (data.get("data") or {}).get("result") or []
-    if (data.get("data") or {}).get("resultType") != "vector":
-        raise GuardError("Prometheus answered a %s, not a vector" % (data.get("data") or {}).get("resultType"))
-    out = []
-    for item in result:
-        try:
-            value = float(item["value"][1])
-        except (KeyError, IndexError, TypeError, ValueError):
-            continue
-        out.append((item.get("metric") or {}, value))
-    return out
+        return prometheus_api.instant_vector(fetch, base_url, expr, headers, timeout, validate_certs, at)
+    except prometheus_api.PrometheusError as exc:
+        raise GuardError(str(exc)) from exc
 
 
-def _total(vector):
-    values = [v for _m, v in vector if not math.isnan(v)]
-    return sum(values) if values else None
+_total = prometheus_api.vector_total
 
 
 def prometheus_reading(base_url, selector, window, vllm_version, headers=None, timeout=10.0,

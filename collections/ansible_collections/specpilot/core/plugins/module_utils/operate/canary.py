@@ -4,7 +4,10 @@
 """The closed-loop canary: one step's window of live traffic per arm, and the step's decision.
 
 Pure functions. An *arm* is the stable predictor (baseline) or the canary (speculative); each
-is read from its own pods' ``/metrics`` at the start and the end of the window.
+is read from its own pods' ``/metrics`` at the start and the end of the window (:class:`PodPages`),
+or from Prometheus over the window (``canary_prometheus.PrometheusArms``: the same window, from
+``increase()`` queries); both give :func:`arm_window`'s shape to the one decision, and the step says
+which (``source``: ``pods`` or ``prometheus``).
 
 1. **The window** (:func:`arm_window`): per pod, the later page is parsed against the earlier
    with ``vllm_metrics.parse_metrics_text(previous=...)`` (deltas of counters and histogram
@@ -48,7 +51,9 @@ from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics
 __all__ = [
     "DECISIONS",
     "DEFAULT_MIN_ACCEPTANCE",
+    "PodPages",
     "StepStopped",
+    "acceptance_figures",
     "arm_pods",
     "arm_window",
     "decide_step",
@@ -122,11 +127,12 @@ def arm_window(pages):
         b = h.pop("b")
         h["buckets"] = [[le, b[le]] for le in sorted(b)]
     out["error_rate"] = out["failed"] / out["requests"] if out["requests"] else 0.0
-    out["acceptance"] = _acceptance(spec) if spec_seen else None
+    out["acceptance"] = acceptance_figures(spec) if spec_seen else None
     return out
 
 
-def _acceptance(spec):
+def acceptance_figures(spec):
+    """Acceptance rate and mean acceptance length of an arm's summed spec-decode counters."""
     drafts, tokens, accepted = spec["num_drafts"], spec["num_draft_tokens"], spec["num_accepted_tokens"]
     return {
         "num_drafts": drafts,
@@ -234,11 +240,17 @@ def decide_step(
         "verdict": None,
         "ratios": None,
     }
-    few = [
+    # an arm its source could not read (Prometheus has no series of its pods): said first, never a silent 0
+    unread = [
+        "%s arm: %s" % (name, arm["unread"])
+        for name, arm in (("baseline", baseline), ("canary", canary))
+        if arm.get("unread")
+    ]
+    few = unread + [
         "%s arm: %d request(s) in the window, fewer than the %d a decision needs"
         % (name, arm["requests"], min_requests)
         for name, arm in (("baseline", baseline), ("canary", canary))
-        if arm["requests"] < min_requests
+        if arm["requests"] < min_requests and not arm.get("unread")
     ]
     if few:
         return _undecided(out, few, extensions_left)
@@ -292,6 +304,27 @@ def _undecided(out, reasons, extensions_left):
 # --------------------------------------------------------------------------- the step, live
 
 
+class PodPages(object):
+    """The arms read from their own pods' /metrics: every pod scraped when the step begins, the
+    window of each read the later pages against those."""
+
+    name = "pods"
+
+    def __init__(self, fetch):
+        self.fetch = fetch
+        self.arms = self.before = None
+
+    def begin(self, arms):
+        self.arms = arms
+        self.before = _scrape(self.fetch, arms)
+
+    def read(self):
+        return _windows(self.arms, self.before, _scrape(self.fetch, self.arms))
+
+    def details(self):
+        return {}
+
+
 def _scrape(fetch, arms):
     return dict((arm, dict((p["pod"], fetch(p["url"])) for p in pods)) for arm, pods in arms.items())
 
@@ -334,28 +367,32 @@ def run_step(
     sleep=None,
     reference=None,
     keep=None,
+    source=None,
 ):
     """Hold one step and decide it. ``arms``: ``{baseline: [{pod, url}], canary: [{pod, url}]}``
-    (each pod's /metrics URL); ``fetch(url)`` returns a page's text. The window ends after
+    (each pod's /metrics URL); ``fetch(url)`` returns a page's text. ``source``: what reads the
+    arms (``begin(arms)``, then ``read()`` -> ``{arm: window}``, ``name`` and ``details()``), by
+    default :class:`PodPages` over ``fetch``. The window ends after
     ``window_s`` seconds or as soon as both arms have ``min_requests`` requests; an ``extend``
     decision holds it another ``window_s`` (the same start), at most ``max_extensions`` times.
     ``reference``: the baseline's window of an earlier step, compared with instead of the
     baseline's pods (at 100% the stable predictor serves nothing to measure).
     ``keep(now)``, when given, runs at every scrape (the service lock's renewal, with ``clock``'s
     time): a message it returns stops the step (:class:`StepStopped`).
-    Returns :func:`decide_step`'s result with ``window_s`` (seconds held), ``extensions`` and
-    ``baseline_window`` (the baseline's window: the reference of a later step)."""
+    Returns :func:`decide_step`'s result with ``window_s`` (seconds held), ``extensions``,
+    ``baseline_window`` (the baseline's window: the reference of a later step) and ``source``."""
     clock = clock or time.monotonic
     sleep = sleep or time.sleep
+    source = source or PodPages(fetch)
     start = clock()
     if reference is not None:
         arms = {"canary": arms["canary"]}
-    before = _scrape(fetch, arms)
+    source.begin(arms)
     extensions = 0
     while True:
         deadline = clock() + window_s
         while True:
-            wins = _windows(arms, before, _scrape(fetch, arms))
+            wins = source.read()
             if reference is not None:
                 wins["baseline"] = reference
             enough = all(w["requests"] >= min_requests for w in wins.values())
@@ -374,7 +411,13 @@ def run_step(
         if result["decision"] != "extend":
             break
         extensions += 1
-    result.update(window_s=round(clock() - start, 3), extensions=extensions, baseline_window=wins["baseline"])
+    result.update(
+        window_s=round(clock() - start, 3),
+        extensions=extensions,
+        baseline_window=wins["baseline"],
+        source=source.name,
+        **source.details(),
+    )
     if reference is not None:
         result["reasons"] = result["reasons"] + [
             "the baseline arm is the stable predictor's window of the previous step (it serves no traffic at 100%)"
@@ -472,6 +515,26 @@ def _ratio_text(entry):
     return "%.2fx (%s)" % (entry["value"], "95%% CI %.2f-%.2f" % tuple(ci) if ci else "no CI")
 
 
+READ_FROM = {
+    "pods": " Both arms are read from their own pods' /metrics.",
+    "prometheus": " Both arms are read from Prometheus {url} (specpilot_canary_prometheus_url).",
+}
+
+
+def _source_text(step):
+    """Where a step's figures come from, in words ('' for a step that read nothing)."""
+    if step.get("source") == "prometheus":
+        prom = step.get("prometheus") or {}
+        return "; figures from Prometheus %s (increase() over %s, evaluated at %s)" % (
+            prom.get("url", "?"),
+            prom.get("range", "?"),
+            prom.get("evaluated_at", "?"),
+        )
+    if step.get("source") == "pods":
+        return "; figures from the arms' pods' /metrics (deltas between scrapes)"
+    return ""
+
+
 def report_markdown(report):
     """The canary report as Markdown: per step both arms' p50/p99, acceptance, decision, reason."""
     lines = [
@@ -480,7 +543,7 @@ def report_markdown(report):
         "**%s** - %s" % (report["outcome"].upper(), report["summary"]),
         "",
         "Canary predictor `%s` (speculative config `%s`), steps %s %%, window %s s, at least %s requests per arm, "
-        "acceptance floor %s."
+        "acceptance floor %s.%s"
         % (
             report["canary_name"],
             report.get("speculative_config"),
@@ -488,6 +551,7 @@ def report_markdown(report):
             report["window_s"],
             report["min_requests"],
             report["min_acceptance"],
+            READ_FROM.get(report.get("source"), "").format(url=report.get("prometheus_url")),
         ),
         "",
     ]
@@ -501,7 +565,8 @@ def report_markdown(report):
         lines += [
             "## Step %s%% - %s" % (step["traffic_percent"], step["decision"]),
             "",
-            "Held %s s (%s extension(s))." % (step.get("window_s", 0), step.get("extensions", 0)),
+            "Held %s s (%s extension(s))%s."
+            % (step.get("window_s", 0), step.get("extensions", 0), _source_text(step)),
             "",
             "| arm | requests | failed | TTFT p50 / p99 ms | TPOT p50 / p99 ms | E2E p50 / p99 ms | acceptance |",
             "|---|---|---|---|---|---|---|",
@@ -532,6 +597,8 @@ def report_markdown(report):
                 ),
             ]
         lines += ["", "Reasons:", ""] + ["- %s" % r for r in step["reasons"]] + [""]
+        if step.get("notes"):
+            lines += ["Notes:", ""] + ["- %s" % n for n in step["notes"]] + [""]
     lines += plot_links(report)
     return "\n".join(lines) + "\n"
 

@@ -60,6 +60,8 @@ DEFAULTS = {
 
 _DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+# RE2's metacharacters outside a character class (a pod name's "-" needs no escape)
+_RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
 
 
 class MonitoringError(ValueError):
@@ -110,6 +112,16 @@ def selector_text(selector):
             raise MonitoringError("not a Prometheus label name: %r" % (key,))
         parts.append("%s=%s" % (key, _quote(selector[key])))
     return ",".join(parts)
+
+
+def one_of_matcher(label, values):
+    """'pod=~"a|b"': the label is exactly one of ``values`` (each an escaped RE2 literal; PromQL regex
+    matchers are fully anchored)."""
+    if not _LABEL_NAME.match(str(label)):
+        raise MonitoringError("not a Prometheus label name: %r" % (label,))
+    if not values:
+        raise MonitoringError("no value for the %s matcher" % label)
+    return "%s=~%s" % (label, _quote("|".join(_RE2_SPECIAL.sub(r"\\\1", str(v)) for v in values)))
 
 
 def _check_duration(name, value):
