@@ -52,6 +52,14 @@ def pod_page(name: str, after: bool) -> str:
     return page(0.03, tpot, n, spec=spec)
 
 
+class QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        if not isinstance(
+            sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)
+        ):  # Prometheus stopped mid-scrape
+            super().handle_error(request, client_address)
+
+
 class ArmServer:
     """/svc/<name>/metrics: each pod's page as it was before the window's traffic, until switch()."""
 
@@ -72,7 +80,7 @@ class ArmServer:
             def log_message(self, *args):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = QuietServer(("127.0.0.1", 0), Handler)
         self.port = self.httpd.server_address[1]
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
@@ -204,10 +212,28 @@ def test_a_steps_figures_from_prometheus_match_the_pods_within_bucket_resolution
 
 def test_an_arm_prometheus_has_no_series_of_is_said_never_read_as_zero_requests(prom):
     _server, prometheus = prom
+    in_window = 'max by (pod) (count_over_time(vllm:request_success_total{namespace="%s"}[10s]))' % NS
+    wait(lambda: min(latest(prometheus, in_window).values() or [0]) >= 2, what="two scrapes of each pod")
+    # the canary's pods are not scraped (no PodMonitor on them): the baseline is read, the canary is not
+    unscraped = {"baseline": ARMS["baseline"], "canary": [{"pod": "svc-s9f8e7d6-predictor-0a1b", "url": "-"}]}
+    source = canary_prometheus.PrometheusArms(get, prometheus.url, NS)
+    source.begin(unscraped)
+    source.start -= 10  # a 10 s window, scraped ten times
+    wins = source.read()
+    assert wins["baseline"]["unread"] is None and wins["baseline"]["pods"] == ["svc-predictor-7f9c"]
+    assert wins["canary"]["pods"] == [] and wins["canary"]["requests"] == 0
+    assert wins["canary"]["unread"].startswith(
+        'Prometheus %s has no series of vllm:request_success_total{namespace="ml",pod=~"svc-s9f8e7d6-predictor-0a1b"}'
+        " in the last 10 s: the arm is not scraped" % prometheus.url
+    )
+    out = canary.decide_step(wins["baseline"], wins["canary"], extensions_left=1)
+    assert out["decision"] == "extend" and out["reasons"][0].startswith("canary arm: Prometheus")
+    assert not any("canary arm: 0 request(s)" in r for r in out["reasons"])
+
     # the pods are scraped, but their series carry no kubernetes_pod_name label (the wrong label name)
     source = canary_prometheus.PrometheusArms(get, prometheus.url, NS, labels={"pod": "kubernetes_pod_name"})
     source.begin(ARMS)
-    source.start -= 10  # a 10 s window, already scraped ten times
+    source.start -= 10
     wins = source.read()
     for arm in ARMS:
         assert wins[arm]["pods"] == [] and wins[arm]["requests"] == 0
