@@ -379,3 +379,26 @@ def test_the_roles_check_names_its_variables():
     assert canary_prometheus_problem(dict(settings, window=600)) == ""
     with pytest.raises(AnsibleFilterError, match="expects a mapping"):
         canary_prometheus_problem(URL)
+
+
+def test_a_step_read_from_the_pods_says_so():
+    from test_canary_step import ARMS as POD_ARMS, Live
+
+    live = Live({"http://b/metrics": 30, "http://c/metrics": 30})
+    out = canary.run_step(live.fetch, POD_ARMS, 600, 60, clock=live.clock, sleep=live.sleep, poll_s=5)
+    assert out["source"] == "pods" and "prometheus" not in out
+    assert "figures from the arms' pods' /metrics" in canary.report_markdown(
+        {
+            "namespace": NS,
+            "service": "svc",
+            "outcome": "promoted",
+            "summary": "s",
+            "canary_name": "s1",
+            "steps_planned": [50, 100],
+            "window_s": 600,
+            "min_requests": 60,
+            "min_acceptance": 0.5,
+            "source": "pods",
+            "steps": [dict(out, traffic_percent=50)],
+        }
+    )
