@@ -204,6 +204,19 @@ def test_the_services_slo_policy_applies():
     assert out["decision"] == "promote-step", out["reasons"]
 
 
+def test_arms_of_different_sizes_are_compared_quantile_for_quantile():
+    """A 10% step's baseline serves nine times the canary's requests; the 100% step compares the canary with
+    the smaller window of the step before. The same latencies are the same whatever the sizes: neither a
+    regression (abort) nor a gain (promote) comes from the sizes alone."""
+    spec = (1000, 3000, 2400)
+    tenth = canary.decide_step(arm(0.03, 0.04, 900), arm(0.03, 0.04, 100, spec=spec), extensions_left=0)
+    assert tenth["decision"] == "inconclusive", tenth["reasons"]
+    assert tenth["ratios"]["ttft"]["value"] == pytest.approx(1.0, abs=0.01)
+    full = canary.decide_step(arm(0.03, 0.04, 120), arm(0.03, 0.04, 360, spec=spec), extensions_left=0)
+    assert full["decision"] == "inconclusive", full["reasons"]
+    assert full["ratios"]["tpot"]["value"] == pytest.approx(1.0, abs=0.01)
+
+
 def test_failed_requests_on_the_canary_abort():
     out = canary.decide_step(arm(**BASE), arm(0.03, 0.018, 120, spec=(1000, 3000, 2400), aborted=30))
     assert out["arms"]["canary"]["failed"] == 30

@@ -160,11 +160,13 @@ def histogram_quantile(q, buckets, count):
     return lower  # in the +Inf bucket: the highest finite bound
 
 
-def _expanded(buckets, count):
+def _expanded(buckets, count, size=None):
     """The per-request values (seconds) a window's histogram stands for: each bucket's
-    observations evenly spread inside it; at most MAX_VALUES (evenly spaced quantiles)."""
-    if count > MAX_VALUES:
-        return [histogram_quantile((i + 0.5) / MAX_VALUES, buckets, count) for i in range(MAX_VALUES)]
+    observations evenly spread inside it; ``size`` of them at most (default MAX_VALUES), as evenly
+    spaced quantiles when the window holds more."""
+    size = MAX_VALUES if size is None else min(size, MAX_VALUES)
+    if count > size:
+        return [histogram_quantile((i + 0.5) / size, buckets, count) for i in range(size)]
     values, lower, below = [], 0.0, 0
     for le, n in list(buckets) + [[None, count]]:
         k = int(round(n - below))
@@ -175,13 +177,26 @@ def _expanded(buckets, count):
     return values
 
 
-def _summary(arm):
+def _sizes(baseline, canary):
+    """Values per figure of both arms: the smaller window's count. The verdict pairs the arms' samples
+    by prompt id (value i of one arm with value i of the other, both ascending), so the arms must be
+    the same quantiles: a 10% step's baseline has nine times the canary's requests, and pairing the
+    lowest ninth of its values with all of the canary's would make the canary look slower (and, at
+    the 100% step against a smaller reference, faster)."""
+    both = set(baseline["histograms"]) & set(canary["histograms"])
+    return dict(
+        (fig, int(round(min(baseline["histograms"][fig]["count"], canary["histograms"][fig]["count"]))))
+        for fig in both
+    )
+
+
+def _summary(arm, sizes=None):
     """The arm as the benchmark verdict reads a side: requests, failures and one sample per
-    value of each figure (its own prompt id: the resampling unit)."""
+    value of each figure (its own prompt id: the resampling unit), ``sizes[fig]`` values of each."""
     samples = []
     for fig, h in arm["histograms"].items():
         key = bench_verdict.SAMPLE_KEYS[fig][0]
-        for i, v in enumerate(_expanded(h["buckets"], h["count"])):
+        for i, v in enumerate(_expanded(h["buckets"], h["count"], (sizes or {}).get(fig))):
             samples.append({"prompt_id": "%s-%d" % (fig, i), key: 1000.0 * v})
     return {
         "samples": samples,
@@ -273,7 +288,8 @@ def decide_step(
                 % (acc, min_acceptance)
             ],
         )
-    base, spec = _summary(baseline), _summary(canary)
+    sizes = _sizes(baseline, canary)
+    base, spec = _summary(baseline, sizes), _summary(canary, sizes)
     figs = bench_verdict.ratios(base, spec, policy)
     verdict = bench_verdict.decide(base, spec, figs, policy)
     out.update(ratios=figs, verdict=verdict)
