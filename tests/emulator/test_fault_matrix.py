@@ -229,7 +229,7 @@ def stable(emulator, tmp_path_factory):
 class Canary:
     """One test's service: the stable one copied into namespace ``ns`` and rolled out by CanaryKServe."""
 
-    def __init__(self, emu, tmp, ns, stable):
+    def __init__(self, emu, tmp, ns, stable, pages=None):
         self.emu, self.tmp, self.ns, self.ctl = emu, tmp, ns, emu.control
         create_namespace(emu, ns)
         dyn = emu.dynamic_client()
@@ -238,7 +238,7 @@ class Canary:
                 body=_clean(obj, ns), namespace=ns
             )
         self.inv = write_inventory(tmp / "inv", ns, {"svc": {}}, GROUP)
-        self.pages = ArmPages()
+        self.pages = pages or ArmPages()
         self.kserve = CanaryKServe(emu, ns, self.pages).__enter__()
         wait_for(lambda: self.pods(), 30, what="the stable predictor's pod")
         self.before = self.stable()
@@ -449,6 +449,80 @@ def test_an_unreachable_prometheus_fails_the_step_and_the_canary_is_removed(cana
     assert _state(canary.emu, canary.ns)[2:] == (False, ())
     assert canary.stable() == canary.before
     assert get(canary.emu, "coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", canary.ns) is None
+
+
+class ScrapedPages(ArmPages):
+    """ArmPages whose every pod Prometheus scrapes: each pod, as CanaryKServe makes it, is written to a
+    file_sd target file with the pod and namespace labels a PodMonitor adds."""
+
+    def __init__(self, targets: Path):
+        super().__init__()
+        self.targets, self.entries = targets, []
+        targets.write_text("[]")
+
+    def add(self, pod: str, speculative: bool) -> str:
+        url = super().add(pod, speculative)
+        ns, name = pod.split(".", 1)
+        self.entries.append(
+            {
+                "targets": [url.split("/")[2]],
+                "labels": {"__metrics_path__": "/pod/%s/metrics" % pod, "pod": name, "namespace": ns},
+            }
+        )
+        tmp = self.targets.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.entries))
+        tmp.replace(self.targets)  # file_sd reads whole files
+        return url
+
+
+@pytest.mark.skipif(not gs.Prometheus.BINARY.exists(), reason="prometheus missing: run `make`")
+def test_a_canary_read_from_prometheus_is_decided_on_its_figures_and_says_so(emulator, tmp_path, stable):
+    """specpilot_canary_prometheus_url: a real Prometheus discovers each predictor pod (file_sd, as a PodMonitor
+    would) and scrapes it every second; the role reads both arms there (the pods' pages advance only when
+    Prometheus scrapes them). The canary's acceptance, 0.8 as read there, is below a floor of 0.9: the first
+    step aborts on it, the stable predictor untouched, and the step and the report say the figures come from
+    Prometheus. (An abort, not a promotion: the promotion's path does not depend on the source, and costs 20 s.)
+    """
+    pages = ScrapedPages(tmp_path / "targets.json")
+    scrape = [
+        {
+            "job_name": "pods",
+            "file_sd_configs": [{"files": [str(tmp_path / "targets.json")], "refresh_interval": "1s"}],
+        }
+    ]
+    prom = gs.Prometheus(tmp_path / "prometheus", None, "", [], scrape_configs=scrape)
+    svc = Canary(emulator, tmp_path, "canary-from-prometheus", stable, pages=pages)
+    try:
+        # Prometheus scrapes the canary's pod within seconds (its scrape manager applies new targets every 5 s):
+        # the step ends as soon as both arms served 30 requests, each scraped twice in its window
+        run = svc.run(
+            specpilot_canary_prometheus_url=prom.url,
+            specpilot_canary_prometheus_scrape_interval=1,
+            specpilot_canary_window=60,
+            specpilot_canary_min_acceptance_rate=0.9,
+        )
+        after = svc.stable()
+    finally:
+        svc.close()
+        prom.close()
+    assert run.rc == 0 and "svc: canary ABORTED" in run.out, run.out[-4000:]
+    assert after == svc.before and _state(emulator, svc.ns)[2:] == (False, ())
+    report = json.loads((tmp_path / "canary" / "svc" / "report.json").read_text())
+    assert report["source"] == "prometheus" and report["prometheus_url"] == prom.url
+    (step,) = report["steps"]
+    assert step["source"] == "prometheus" and step["decision"] == "abort"
+    assert (
+        step["prometheus"]["selectors"]["baseline"] == 'namespace="%s",pod=~"svc-predictor-1-abcde"' % svc.ns
+    )
+    assert step["arms"]["baseline"]["requests"] >= 30 and step["arms"]["canary"]["requests"] >= 30
+    assert step["arms"]["canary"]["acceptance"]["draft_acceptance_rate"] == pytest.approx(0.8)
+    assert step["reasons"][0] == (
+        "canary acceptance rate 0.800 is below the floor 0.90 (specpilot_canary_min_acceptance_rate)"
+    )
+    assert (
+        "Both arms are read from Prometheus %s" % prom.url
+        in (tmp_path / "canary" / "svc" / "report.md").read_text()
+    )
 
 
 def _workers(pid):

@@ -191,12 +191,12 @@ def fetch(url: str) -> str:
 class Prometheus:
     """A real Prometheus (Debian's build, unpacked by `make`) scraping the MetricsServer every second,
     with the namespace target label a PodMonitor would add (and a service's own target labels, ``labels``:
-    the pod label of a canary's arms)."""
+    the pod label of a canary's arms), or with the given ``scrape_configs``."""
 
     BINARY = ROOT / ".venv" / "bin" / "prometheus"
 
-    def __init__(self, workdir: Path, server: MetricsServer, ns: str, services: list[str],
-                 labels: dict[str, dict] | None = None):
+    def __init__(self, workdir: Path, server: MetricsServer | None, ns: str, services: list[str],
+                 labels: dict[str, dict] | None = None, scrape_configs: list[dict] | None = None):
         import socket
         import time
 
@@ -204,7 +204,7 @@ class Prometheus:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
         config = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
-                  "scrape_configs": [{"job_name": name, "metrics_path": f"/svc/{name}/metrics",
+                  "scrape_configs": scrape_configs or [{"job_name": name, "metrics_path": f"/svc/{name}/metrics",
                                       "static_configs": [{"targets": [f"127.0.0.1:{server.port}"],
                                                           "labels": {"namespace": ns,
                                                                      **(labels or {}).get(name, {})}}]}
