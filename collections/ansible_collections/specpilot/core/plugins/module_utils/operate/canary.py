@@ -22,7 +22,9 @@ which (``source``: ``pods`` or ``prometheus``).
    window's histogram is expanded into the per-request values it stands for (evenly spread
    inside each bucket, what histogram_quantile assumes), each value its own resampling unit,
    so the ratios get the same bootstrap intervals and the same keep / rollback / inconclusive
-   rules as a benchmark. Then:
+   rules as a benchmark. The verdict pairs the arms' values by index, so both arms give as many
+   values as the smaller window holds (evenly spaced quantiles of the larger): the same quantile
+   of each (:func:`_sizes`). Then:
 
    * too few requests on either arm: ``extend`` (hold the step longer) while extensions are
      left, else ``inconclusive``;
