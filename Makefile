@@ -149,7 +149,8 @@ models: $(STAMP_VLLM)
 # The order keeps both cores busy without crowding them:
 #   1. the Debian packages (one apt-get: two at once would fight over dpkg's lock);
 #   2. the vLLM engine's install (mostly downloads) beside .venv, the collections and the staging
-#      tools (make -j), then lint and the syntax checks (neither needs the engine);
+#      tools (make -j), then lint beside the syntax checks (neither needs the engine; the engine's
+#      install has ended by then, so the second core is free);
 #   3. unit and emulator tests on two workers (they keep both cores busy; three were slower);
 #   4. two lanes side by side, each one process at a time (each lab test and scenario waits on
 #      engines and rollouts part of the time; they share no port, directory or process):
@@ -174,7 +175,7 @@ test:
 	@$(TIMES) run debian-packages -- $(SUBMAKE) system-packages || { $(TIMES) report; exit 1; }
 	@status=0; \
 	$(TIMES) parallel "vllm-install=$(SUBMAKE) vllm" \
-	  "install+lint=$(SUBMAKE) -j$(INSTALL_JOBS) install && $(SUBMAKE) lint syntax-check" || status=1; \
+	  "install+lint=$(SUBMAKE) -j$(INSTALL_JOBS) install && $(SUBMAKE) -j2 lint syntax-check" || status=1; \
 	$(TIMES) run test-unit -- $(SUBMAKE) test-unit || status=1; \
 	$(SUBMAKE) molecule-models || status=1; \
 	$(PYTHON) scripts/molecule_queue.py init $(MOLECULE_QUEUE) molecule $(MOLECULE_FIRST); \
