@@ -16,8 +16,10 @@ standard library.
 
 from __future__ import annotations
 
+import json
 import re
 
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import status_code
 from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_rollout import (
     CONTAINER,
     expected_from_plan,
@@ -404,10 +406,25 @@ def _diagnosis_lines(d, cause, hints, engine):
     return summary, lines
 
 
+# the message of the API server's Status in a kubernetes client error (after its HTTP headers)
+_STATUS_MESSAGE = re.compile(r'"message"\s*:\s*("(?:[^"\\]|\\.)*")')
+
+
 def _reason(error):
-    """A failed task's message, without Ansible's "Task failed: " prefix."""
+    """A failed task's message, without Ansible's "Task failed: " prefix; for an API error, its HTTP status
+    and the Status message (what RBAC refused, say), not the client's dump of the response headers."""
     text = str(error)
-    return (text[len("Task failed: ") :] if text.startswith("Task failed: ") else text)[:300]
+    text = text[len("Task failed: ") :] if text.startswith("Task failed: ") else text
+    # a body shown as Python bytes (b'{...}') has its JSON escapes doubled: \\" for \"
+    match = _STATUS_MESSAGE.search(text.replace('\\\\"', '\\"'))
+    try:
+        message = json.loads(match.group(1)) if match else None
+    except ValueError:
+        message = None
+    if message:
+        code = status_code({"msg": text})
+        return ("%s %s" % (code, message) if code else message)[:400]
+    return text[:300]
 
 
 def _unread(context, namespace):
