@@ -75,8 +75,11 @@ WITHOUT = [
 # shipped rules these runs (validate, deploy, smoke, rollback of one healthy service) do not need, and who does
 NOT_HERE = {
     "core/nodes": "the benchmark reads its predictor's Node (test_benchmark_playbook.py asserts it needs the rule)",
-    "core/events": "deploy's diagnosis of a failed rollout (not run under the Role in a test)",
-    "serving.kserve.io/clusterservingruntimes": "deploy of a service on a ClusterServingRuntime (not run under the Role)",
+    # both proven under the shipped Role against the emulator: tests/emulator/test_rbac_reads.py (read, and named
+    # when the rule is taken out)
+    "core/events": "deploy's diagnosis of a failed rollout (tests/emulator/test_rbac_reads.py)",
+    "serving.kserve.io/clusterservingruntimes": "deploy of a service on a ClusterServingRuntime "
+    "(tests/emulator/test_rbac_reads.py)",
 }
 
 

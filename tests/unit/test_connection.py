@@ -82,6 +82,16 @@ def test_every_play_sets_the_one_connection(playbook):
         assert defaults.get("group/specpilot.core.k8s") == _expected_defaults(), play["name"]
 
 
+@pytest.mark.parametrize("name", ["benchmark.yml", "tune.yml"])
+def test_the_benchmark_playbooks_give_the_load_the_connection_that_renews_the_twin_lock(name):
+    """vllm_load is not in the group (its validate_certs is the engine's): its lock_connection is set apart."""
+    for play in yaml.safe_load((ROOT / "playbooks" / name).read_text()):
+        defaults = play.get("module_defaults") or {}
+        assert defaults.get("specpilot.core.vllm_load") == {"lock_connection": _expected_defaults()}, play[
+            "name"
+        ]
+
+
 def _k8s_action(task: dict) -> str | None:
     for key in task:
         if key.startswith("kubernetes.core.") or key.removeprefix("specpilot.core.") in GROUP and "." in key:

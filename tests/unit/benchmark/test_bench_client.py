@@ -15,7 +15,7 @@ from bench_helpers import ROOT, WORKLOADS, StreamServer, run_tasks
 
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_analysis as ba
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_client as bc
-from ansible_collections.specpilot.core.plugins.modules import vllm_load
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_load
 
 CLIENT = ROOT / "collections/ansible_collections/specpilot/core/plugins/module_utils/benchmark/bench_client.py"
 SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
@@ -450,11 +450,11 @@ def test_vllm_load_finish_carries_cpu_tag_and_request_fields():
     }
     tag = {"sweep": "temperature", "temperature": 0.4}
     p = {"side": "speculative", "return_requests": True, "tag": tag}
-    (run,) = vllm_load._finish([raw], p)
+    (run,) = bench_load.finish([raw], p)
     assert run["client_cpu_s"] == 0.5 and run["client_cpu_share"] == 0.25
     assert run["tag"] == tag
     assert run["requests"][0]["text_sha256"] == sha("hi") and run["requests"][0]["text_head"] == "hi"
-    (run,) = vllm_load._finish([dict(raw, client_cpu_s=None, client_cpu_share=None)], dict(p, tag=None))
+    (run,) = bench_load.finish([dict(raw, client_cpu_s=None, client_cpu_share=None)], dict(p, tag=None))
     assert run["tag"] is None and run["client_cpu_share"] is None and "requests" in run
 
 

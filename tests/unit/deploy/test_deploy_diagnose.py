@@ -136,6 +136,41 @@ def test_oomkilled_and_timeout():
     assert out["cause"] == "timeout" and "startup_timeout_seconds" in out["text"]
 
 
+def test_reads_that_failed_are_named_and_what_was_read_is_kept():
+    """A stalled or refusing API server during the diagnosis: each read that failed is named with its reason,
+    after what could be read; the cause and the hints come from what was read."""
+    p = plan()
+    isvc = applied(p["inferenceservice"])
+    oom = [pod(isvc, ready=False, restarts=2, last={"exitCode": 137, "reason": "OOMKilled"})]
+    timeout = "Task failed: Timed out after 120 second(s)."
+    logs = [
+        {"pod": "svc-predictor-abc-1", "previous": True, "text": "", "error": timeout},
+        {"pod": "svc-predictor-abc-1", "previous": False, "text": "INFO still loading\n", "error": ""},
+    ]
+    forbidden = (
+        "Exception '403\nReason: Forbidden\nHTTP response headers: HTTPHeaderDict({'Audit-Id': 'x'})\n"
+        'HTTP response body: b\'{"kind":"Status","message":"events is forbidden: User \\\\"sa\\\\" cannot list '
+        'resource \\\\"events\\\\" in API group \\\\"\\\\" in the namespace \\\\"ml\\\\"","code":403}\''
+    )
+    out = dd.diagnose(_context(p, oom, events_error=forbidden, logs=logs))
+    assert out["cause"] == "oomkilled"
+    assert out["unread"] == [
+        # the API server's Status message, not the client's dump of the response headers
+        'could not read the Events of namespace ml: 403 events is forbidden: User "sa" cannot list resource '
+        '"events" in API group "" in the namespace "ml"',
+        "could not read the kserve-container log of pod svc-predictor-abc-1 (previous run): "
+        "Timed out after 120 second(s).",
+    ]
+    text = out["text"]
+    assert "INFO still loading" in text  # the current run's log, which was read
+    assert text.index("INFO still loading") < text.index("Not in this diagnosis") < text.index("What to do:")
+    assert "    - could not read the Events of namespace ml: 403 events is forbidden" in text
+    assert (
+        dd.diagnose(_context(p, oom))["unread"] == []
+        and "Not in this diagnosis" not in dd.diagnose(_context(p, oom))["text"]
+    )
+
+
 def test_scheduling_hints_for_taints():
     hints = dd.scheduling_hints(
         "0/1 nodes are available: 1 node(s) had untolerated taint {nvidia.com/gpu: present}."

@@ -47,7 +47,12 @@ def test_log_entry_and_lease_helpers():
         "container": "kserve-container",
         "previous": True,
         "text": "x",
+        "error": "",
     }
+    # a read that failed or timed out (ignore_errors in diagnose.yml): its message, for deploy_diagnosis
+    timed_out = {"item": False, "failed": True, "msg": "Task failed: Timed out after 2 second(s)."}
+    assert filters.log_entry(timed_out, "pod-1")["error"] == "Task failed: Timed out after 2 second(s)."
+    assert filters.log_entry({"item": False, "failed": True}, "pod-1")["error"] == "failed"
     spec = filters.lease_spec("me", 60, now=1_800_000_000)
     assert filters.lease_status({"spec": spec}, "other", now=1_800_000_030)["held"]
     assert filters.lease_status({"spec": spec}, "other", now=1_800_000_061)["expired"]

@@ -9,7 +9,8 @@ kubernetes.core's k8s lookup (plugin_utils/k8s_reader.py), the pod's log with ku
 kubeconfig, context, host, api_key, validate_certs and ca_cert (module_defaults group/specpilot.core.k8s),
 the ``auth`` option, else KUBECONFIG and K8S_AUTH_*. New log lines of the Job's pod are printed as they
 arrive, which a module cannot do; the documented module in plugins/modules/k8s_job_wait.py holds the
-options.
+options. With ``lock`` it renews that lock at every poll while it waits (plugin_utils/lease_client.py
+``renewer_for``, as rollout_wait does): a lost lock stops the wait.
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ from ansible.utils.display import Display
 from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args, job_watch
 from ansible_collections.specpilot.core.plugins.plugin_utils import k8s_api
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
-from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import K8sReader, ReadError
+from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
+    REQUEST_TIMEOUT,
+    K8sReader,
+    ReadError,
+)
+from ansible_collections.specpilot.core.plugins.plugin_utils.lease_client import renewer_for
 
 display = Display()
 
@@ -44,10 +50,19 @@ class ActionModule(ControllerAction):
             result["msg"] = "check mode: not waiting for Job %s/%s" % (ns, name)
             return result
 
+        renewer = self._renewer(params) if params["lock"] else None
+        out = self._wait(params, name, ns, host, result, renewer)
+        if renewer:
+            out["lock"] = renewer.state()
+        return out
+
+    def _wait(self, params, name, ns, host, result, keep):
         started = time.monotonic()
         shown: list[str] = []
         last_tail: list[str] = []
-        waits: dict = {}  # since when the pod has been pulling its image, and pending (job_watch.stuck_reason)
+        waits: dict = (
+            {}
+        )  # since when the pod has been pulling its image, and pending (job_watch.stuck_reason)
         while True:
             job = self._get("Job", "batch/v1", name=name, namespace=ns)
             state, reason, message = job_watch.job_state(job)
@@ -84,9 +99,22 @@ class ActionModule(ControllerAction):
             stuck = job_watch.stuck_reason(summary, now, started, waits, params)
             if stuck:
                 return self._stuck(result, name, ns, summary, started, *stuck)
+            lost = keep(now) if keep else None
+            if lost:
+                return self._stuck(result, name, ns, summary, started, "stopped waiting, the lock: %s" % lost)
             time.sleep(params["poll_interval"])
 
     # ------------------------------------------------------------ helpers
+    def _renewer(self, params):
+        lock = params["lock"]
+        if not lock["name"]:
+            raise AnsibleActionFail("lock.name and lock.namespace: the service whose lock to renew")
+        conn = dict(self._auth, retries=8, request_timeout=REQUEST_TIMEOUT, lock=lock)
+        # renewed at the first poll (an earlier task renewed it last), then every third of its duration
+        return renewer_for(
+            conn, self._reader, lock["name"], lock["namespace"], clock=time.monotonic, renew_first=True
+        )
+
     def _stuck(self, result, name, ns, summary, started, why, timeout=False):
         result["failed"] = True
         result["timed_out"] = timeout

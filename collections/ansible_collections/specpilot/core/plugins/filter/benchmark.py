@@ -2,8 +2,9 @@
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
 """Filters of the benchmark role, for the decisions of one step (the rest is planned once by
-specpilot.core.benchmark_plan): a tuning candidate's twin, where an InferenceService answers,
-and why the deployed service cannot be measured.  The logic lives in module_utils/benchmark/bench_plan.py."""
+specpilot.core.benchmark_plan): a tuning candidate's twin, how long the twin's lock lasts, where an
+InferenceService answers, and why the deployed service cannot be measured.  The logic lives in module_utils/benchmark/bench_plan.py.
+"""
 
 from __future__ import annotations
 
@@ -52,12 +53,21 @@ def benchmark_target_problem(resources, planned_args):
     return bench_plan.target_problem(list(resources), list(planned_args or []))
 
 
+def benchmark_twin_lock_seconds(api_timeout, requested=0):
+    """specpilot_benchmark_api_timeout | benchmark_twin_lock_seconds(specpilot_benchmark_twin_lock_seconds) -> s."""
+    try:
+        return bench_plan.twin_lock_seconds(api_timeout, requested or 0)
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError("benchmark_twin_lock_seconds: %s" % exc)
+
+
 class FilterModule(object):
     """specpilot benchmark filters."""
 
     def filters(self):
         return {
             "benchmark_twin": benchmark_twin,
+            "benchmark_twin_lock_seconds": benchmark_twin_lock_seconds,
             "benchmark_url": benchmark_url,
             "benchmark_target_problem": benchmark_target_problem,
         }

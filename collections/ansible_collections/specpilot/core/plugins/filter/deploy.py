@@ -82,15 +82,17 @@ def runtime_manifest(snapshot):
 
 
 def log_entry(result, pod, container="kserve-container"):
-    """k8s_log loop result | log_entry(pod): {pod, container, previous, text} for deploy_diagnosis.
+    """k8s_log loop result | log_entry(pod): {pod, container, previous, text, error} for deploy_diagnosis.
 
-    The loop item is the ``previous`` flag the log was read with."""
+    The loop item is the ``previous`` flag the log was read with; ``error`` is why the read failed or
+    timed out (the task's message), empty when it was read."""
     result = _mapping(result, "log_entry") or {}
     return {
         "pod": pod,
         "container": container,
         "previous": bool(result.get("item")),
         "text": result.get("log") or "",
+        "error": str(result.get("msg") or "failed") if result.get("failed") else "",
     }
 
 

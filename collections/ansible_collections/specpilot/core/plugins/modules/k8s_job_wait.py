@@ -78,6 +78,7 @@ options:
     type: str
     default: "specpilot-stage: "
 extends_documentation_fragment:
+  - specpilot.core.held_lock
   - specpilot.core.k8s_auth
   - specpilot.core.k8s_auth.more
 
@@ -100,6 +101,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+lock:
+  description: The lock after the wait (C(holder), C(resource_version), C(renewals)), with O(lock).
+  returned: when O(lock) is given
+  type: dict
 succeeded:
   description: Whether the Job completed.
   type: bool

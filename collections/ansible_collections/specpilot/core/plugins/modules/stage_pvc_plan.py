@@ -188,7 +188,7 @@ EXAMPLES = r"""
     artifacts: "{{ specpilot_validate_result.plan.staging.artifacts }}"
     speculative_method: draft_model
     status_data: "{{ (status_info.resources | first).data | default({}) if status_info.resources else omit }}"
-    image: python:3.12-slim
+    image: docker.io/library/python:3.12-slim@sha256:78387bc3881b8273120a12ebe6c1ab22b018ccc2c9adf565ae1ac9b536e184ea
   register: stage_plan
 """
 

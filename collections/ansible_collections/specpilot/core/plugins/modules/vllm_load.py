@@ -204,8 +204,24 @@ options:
         sides (their hashes, from C(generated_texts)).
       - Mutually exclusive with O(url) and O(job_output).
     type: str
+  lock_connection:
+    description:
+      - The API connection of O(lock)'s renewal - kubernetes.core's connection options C(kubeconfig),
+        C(context), C(host), C(api_key), C(validate_certs), C(ca_cert), and C(retries) and C(request_timeout)
+        of the Lease writes. Unset, kubernetes.core's defaults apply (C(K8S_AUTH_*), C(KUBECONFIG)).
+      - This module is not in the action group C(specpilot.core.k8s) (its O(validate_certs) is the engine's);
+        the project's playbooks set this option with C(module_defaults) from the same C(specpilot_k8s_*)
+        variables as the group's.
+    type: dict
+    default: {}
+
+extends_documentation_fragment:
+  - specpilot.core.held_lock
 
 notes:
+  - With O(lock) the load is sent from the controller (the action plugin runs it in the Ansible worker, which
+    renews the lock every third of its duration while the load runs, warm-ups and scrapes included; a lost
+    lock stops the load and fails the task with RV(stopped)). Only with O(url).
   - Runs on the host the task runs on (in specpilot's inventories, the controller with
     C(ansible_connection=local)); that host must reach O(url).
   - Acceptance deltas assume nothing else sends traffic to the engine during a level.
@@ -278,6 +294,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+lock:
+  description: The lock after the load (C(holder), C(resource_version), C(renewals)), with O(lock).
+  returned: when O(lock) is given
+  type: dict
+stopped:
+  description: True when the load was stopped because its lock was lost (the task fails).
+  returned: when the load was stopped
+  type: bool
 runs:
   description: One entry per level, in the order measured.
   returned: always
@@ -352,240 +376,22 @@ output_path:
   type: str
 """
 
-import json
-import traceback
-
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.specpilot.core.plugins.module_utils.engine import vllm_bench
-from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_analysis import (
-    acceptance_from_scrapes,
-    summarise_run,
-)
-from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_client import (
-    AIOHTTP_IMPORT_ERROR,
-    HAS_AIOHTTP,
-    RunConfigError,
-    extract_job_output,
-    level_key,
-    run_many,
-)
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_load
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics import HAS_PROMETHEUS_CLIENT
 
 
-def _configs(p):
-    sampling = {"temperature": p["temperature"], "max_tokens": p["max_tokens"], "seed": p["seed"]}
-    if p["ignore_eos"]:
-        sampling["ignore_eos"] = True
-    sampling.update(p["request_params"] or {})
-    base = {
-        "base_url": p["url"],
-        "model": p["model"],
-        "api": p["api"],
-        "workload": p["workload"],
-        "prompts": p["prompts"],
-        "runs_per_prompt": p["runs_per_prompt"],
-        "max_requests": p["max_requests"],
-        "warmup_requests": p["warmup_requests"],
-        "arrival": p["arrival"],
-        "seed": p["seed"],
-        "sampling": sampling,
-        "headers": dict((str(k), str(v)) for k, v in (p["headers"] or {}).items()),
-        "timeout": p["timeout"],
-        "verify_ssl": p["validate_certs"],
-        "metrics_url": p["metrics_url"],
-        "scrape_metrics": p["scrape_metrics"],
-        "progress_interval": p["progress_interval"] if p["progress_file"] else 0,
-    }
-    out = []
-    for level in p["levels"] or [{"qps": None, "concurrency": 1}]:
-        if not isinstance(level, dict):
-            raise RunConfigError("each level is a dict with qps and/or concurrency, not %r" % (level,))
-        unknown = set(level) - {"qps", "concurrency"}
-        if unknown:
-            raise RunConfigError("unknown level keys: %s" % ", ".join(sorted(unknown)))
-        cfg = dict(base, qps=level.get("qps"), concurrency=level.get("concurrency"))
-        q = cfg["qps"]
-        if (q is None or str(q).lower() in ("inf", "none", "")) and not cfg["concurrency"]:
-            raise RunConfigError("level %r: an unpaced level (no qps) needs a concurrency" % (level,))
-        label = "%s %s" % (
-            p["label"] or p["side"] or "run",
-            "qps=%s%s"
-            % (
-                "inf" if q in (None, "") else q,
-                "" if not cfg["concurrency"] else ",c=%s" % cfg["concurrency"],
-            ),
-        )
-        cfg["label"] = label
-        out.append(cfg)
-    return out
-
-
-def _progress_writer(path):
-    def write(info):
-        with open(path, "a") as fh:
-            fh.write(
-                "%(label)s: %(done)d/%(total)d done, %(failed)d failed, %(in_flight)d in flight, "
-                "%(elapsed).1fs\n" % info
-            )
-
-    return write
-
-
-def _finish(raw, p):
-    runs = []
-    for r in raw:
-        model = (r.get("config") or {}).get("model")
-        try:
-            acceptance = acceptance_from_scrapes(
-                r.get("metrics_before"), r.get("metrics_after"), model_name=model
-            )
-        except ValueError as exc:  # a malformed page: keep the latency figures
-            acceptance = {"error": str(exc)}
-        run = {
-            "side": p["side"] or r.get("side"),
-            "level": r.get("level"),
-            "label": r.get("label"),
-            "server": r.get("server"),
-            "warmup": r.get("warmup"),
-            "started_at": r.get("started_at"),
-            "duration_s": r.get("duration_s"),
-            "client_cpu_s": r.get("client_cpu_s"),
-            "client_cpu_share": r.get("client_cpu_share"),
-            "summary": summarise_run(r),
-            "acceptance": acceptance,
-            "config": r.get("config"),
-            "metrics_errors": r.get("metrics_errors") or [],
-            "tag": p["tag"],
-        }
-        if p["return_requests"]:
-            run["requests"] = r.get("requests")
-        runs.append(run)
-    return runs
-
-
-def _vllm_bench_run(module, p):
-    levels = p["levels"] or []
-    if len(levels) != 1 or not isinstance(levels[0], dict):
-        module.fail_json(
-            msg="vllm_bench_output: give levels with exactly one level (the qps/concurrency it ran at)"
-        )
-    try:
-        qps, conc = levels[0].get("qps"), levels[0].get("concurrency")
-        qps = None if qps in (None, "", "inf", "none") else float(qps)
-        conc = int(conc) if conc not in (None, "", 0) else None
-    except (TypeError, ValueError):
-        module.fail_json(
-            msg="vllm_bench_output: levels[0] needs a numeric qps and/or concurrency, not %r" % levels[0]
-        )
-    level = {"qps": qps, "concurrency": conc}
-    level["key"] = level_key(level["qps"], level["concurrency"])
-    text = p["vllm_bench_output"]
-    try:
-        flat = vllm_bench.parse_any(text)
-    except vllm_bench.BenchServeOutputError as exc:
-        module.fail_json(msg="cannot read the output of vllm bench serve: %s" % exc)
-    return {
-        "side": p["side"],
-        "level": level,
-        "label": "%s %s" % (p["label"] or p["side"] or "run", level["key"]),
-        "server": None,
-        "warmup": None,
-        "started_at": None,
-        "duration_s": flat.get("duration"),
-        "client_cpu_s": None,
-        "client_cpu_share": None,
-        "summary": vllm_bench.summarise(flat, level),
-        "acceptance": vllm_bench.acceptance_from_flat(flat),
-        # the temperature it ran at (the role passes its --temperature): the report compares the
-        # outputs' hashes of both sides at 0 only
-        "config": {"client": vllm_bench.CLIENT, "sampling": {"temperature": p["temperature"]}},
-        "metrics_errors": [],
-        "tag": p["tag"],
-    }
-
-
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            url=dict(type="str"),
-            model=dict(type="str"),
-            api=dict(type="str", default="completions", choices=["completions", "chat"]),
-            workload=dict(type="path"),
-            prompts=dict(type="list", elements="raw"),
-            runs_per_prompt=dict(type="int", default=5),
-            max_requests=dict(type="int"),
-            warmup_requests=dict(type="int", default=3),
-            levels=dict(type="list", elements="dict"),
-            arrival=dict(type="str", default="poisson", choices=["poisson", "constant"]),
-            seed=dict(type="int", default=42),
-            temperature=dict(type="float", default=0.0),
-            max_tokens=dict(type="int", default=128, no_log=False),  # a count, not a credential
-            ignore_eos=dict(type="bool", default=False),
-            request_params=dict(type="dict", default={}),
-            headers=dict(type="dict", default={}, no_log=True),
-            timeout=dict(type="float", default=600),
-            validate_certs=dict(type="bool", default=True),
-            metrics_url=dict(type="str"),
-            scrape_metrics=dict(type="bool", default=True),
-            side=dict(type="str"),
-            label=dict(type="str"),
-            tag=dict(type="dict"),
-            progress_file=dict(type="path"),
-            progress_interval=dict(type="float", default=10),
-            output_path=dict(type="path"),
-            return_requests=dict(type="bool", default=False),
-            job_output=dict(type="str"),
-            vllm_bench_output=dict(type="str"),
-        ),
-        mutually_exclusive=[
-            ("workload", "prompts"),
-            ("job_output", "url"),
-            ("vllm_bench_output", "url"),
-            ("vllm_bench_output", "job_output"),
-        ],
-        required_one_of=[("url", "job_output", "vllm_bench_output")],
-        supports_check_mode=True,
-    )
-    p = module.params
+    module = AnsibleModule(argument_spec=bench_load.ARGS, supports_check_mode=True, **bench_load.VALIDATION)
     if not HAS_PROMETHEUS_CLIENT:
         module.warn(
             "prometheus-client is missing: no acceptance figures (%s)"
             % missing_required_lib("prometheus-client")
         )
-    if p["vllm_bench_output"] is not None:
-        module.exit_json(changed=False, runs=[_vllm_bench_run(module, p)])
-    if p["job_output"] is not None:
-        try:
-            raw = extract_job_output(p["job_output"])["runs"]
-        except (RunConfigError, ValueError, KeyError, TypeError) as exc:
-            module.fail_json(msg="cannot read the load generator's output: %s" % exc)
-    else:
-        if not HAS_AIOHTTP:
-            module.fail_json(msg=missing_required_lib("aiohttp"), exception=str(AIOHTTP_IMPORT_ERROR))
-        if not p["workload"] and not p["prompts"]:
-            module.fail_json(msg="give a workload file or prompts")
-        try:
-            configs = _configs(p)
-        except RunConfigError as exc:
-            module.fail_json(msg=str(exc))
-        if module.check_mode:
-            module.exit_json(changed=False, runs=[], msg="check mode: %d level(s) not run" % len(configs))
-        progress = _progress_writer(p["progress_file"]) if p["progress_file"] else (lambda info: None)
-        try:
-            raw = run_many(configs, progress=progress)
-        except RunConfigError as exc:
-            module.fail_json(msg=str(exc))
-        except Exception as exc:  # noqa: BLE001 - report, with the traceback
-            module.fail_json(msg="load generation failed: %s" % exc, exception=traceback.format_exc())
-    result = {"changed": False, "runs": _finish(raw, p)}
-    if p["output_path"]:
-        try:
-            with open(p["output_path"], "w") as fh:
-                json.dump({"format": 1, "side": p["side"], "tag": p["tag"], "runs": raw}, fh)
-        except (IOError, OSError) as exc:
-            module.fail_json(msg="cannot write %s: %s" % (p["output_path"], exc))
-        result["output_path"] = p["output_path"]
-    module.exit_json(**result)
+    try:
+        module.exit_json(**bench_load.run(module.params, module.check_mode))
+    except bench_load.LoadFailure as exc:
+        module.fail_json(msg=exc.msg, **exc.fields)
 
 
 if __name__ == "__main__":

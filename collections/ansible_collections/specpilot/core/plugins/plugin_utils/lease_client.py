@@ -2,8 +2,9 @@
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
 """The service lock's writes, for the action plugins that hold it: ``specpilot.core.service_lock``
-(take, renew, release), and ``specpilot.core.rollout_wait`` and ``specpilot.core.canary_step``, which
-renew it while they wait (:class:`Renewer`).
+(take, renew, release), and ``specpilot.core.rollout_wait``, ``specpilot.core.canary_step``,
+``specpilot.core.k8s_job_wait`` and ``specpilot.core.vllm_load``, which renew it while they wait
+(:class:`Renewer`).
 
 The decisions are module_utils/k8s/service_lock.py's; this class reads the Lease through the
 kubernetes.core ``k8s`` lookup (plugin_utils/k8s_reader.py) and writes it with plugin_utils/k8s_api.py's
@@ -234,12 +235,13 @@ class Renewer(object):
     killed (SIGKILL, a lost controller) the worker lives on, re-parented.  It then releases the
     lock at once and stops, rather than keep a service locked for a run that no longer exists."""
 
-    def __init__(self, client, lock, clock=time.time, parent=os.getppid):
+    def __init__(self, client, lock, clock=time.time, parent=os.getppid, renew_first=False):
         self._client = client
         self._holder = lock["holder"]
         self._version = lock["resource_version"]
         self._every = max(1.0, lock["duration"] / 3.0)
-        self._last = clock()
+        # renew_first: the lock was renewed by an earlier task, when is not known - renew at the first call
+        self._last = float("-inf") if renew_first else clock()
         self._renewals = 0
         self._parent = parent
         self._run = parent()
@@ -264,13 +266,14 @@ class Renewer(object):
         return {"holder": self._holder, "resource_version": self._version, "renewals": self._renewals}
 
 
-def renewer_for(params, reader, name, namespace, check_mode=False, clock=time.time):
+def renewer_for(params, reader, name, namespace, check_mode=False, clock=time.time, renew_first=False):
     """The Renewer of ``params["lock"]`` (the lock of service ``name`` in ``namespace``) for an action that
-    waits: its writes with the task's connection options (``params``), its reads through ``reader``."""
+    waits: its writes with the task's connection options (``params``), its reads through ``reader``;
+    ``renew_first``: renew at its first call (Renewer)."""
     client = LeaseClient(
         Writer(auth_options(params), params.get("request_timeout")),
         reader,
         dict(params, name=name, namespace=namespace),
         check_mode=check_mode,
     )
-    return Renewer(client, params["lock"], clock=clock)
+    return Renewer(client, params["lock"], clock=clock, renew_first=renew_first)

@@ -69,6 +69,8 @@ __all__ = [
     "BEGIN_MARKER",
     "END_MARKER",
     "HAS_AIOHTTP",
+    "KEEP_EVERY",
+    "LoadStopped",
     "RunConfigError",
     "arrival_offsets",
     "extract_job_output",
@@ -113,6 +115,14 @@ APIS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 class RunConfigError(ValueError):
     """A run configuration or a workload file is not usable."""
+
+
+class LoadStopped(RuntimeError):
+    """``keep`` (run_many) said the load must stop (the lock it runs under is lost)."""
+
+
+# seconds between two calls of run_many's ``keep`` while the load runs
+KEEP_EVERY = 1.0
 
 
 # --------------------------------------------------------------------------- workloads
@@ -602,6 +612,29 @@ async def _run(cfg, session, progress=None):
     return result
 
 
+async def _kept(work, keep, every=KEEP_EVERY, clock=time.monotonic):
+    """``await work`` while ``keep(clock())`` runs at once and then every ``every`` seconds in a thread
+    (it may block on the network: the requests in flight go on meanwhile). A message from ``keep``
+    cancels ``work`` and raises LoadStopped. The same loop as the rollout's wait (action/rollout_wait.py
+    ``wait``), here beside the requests rather than between polls."""
+    task = asyncio.ensure_future(work)
+    if keep is None:
+        return await task
+    loop = asyncio.get_running_loop()
+    try:
+        while True:
+            lost = await loop.run_in_executor(None, keep, clock())
+            if lost:
+                raise LoadStopped(lost)
+            done, _pending = await asyncio.wait({task}, timeout=every)
+            if done:
+                return task.result()
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
 async def _run_many_async(configs, progress=None):
     results = []
     timeout = max(c["timeout"] for c in configs)
@@ -618,12 +651,15 @@ async def _run_many_async(configs, progress=None):
     return results
 
 
-def run_many(configs, progress=None):
-    """Run the configurations one after the other (one client session); returns their results."""
+def run_many(configs, progress=None, keep=None, keep_every=KEEP_EVERY, clock=time.monotonic):
+    """Run the configurations one after the other (one client session); returns their results.
+    ``keep(now)``, when given, is called every ``keep_every`` seconds (``now``: ``clock()``) while they
+    run, warm-ups and scrapes included (the renewal of the lock the load runs under,
+    plugin_utils/lease_client.py Renewer): a message from it stops the load (LoadStopped)."""
     if not HAS_AIOHTTP:
         raise AIOHTTP_IMPORT_ERROR
     cfgs = [normalise_config(c) for c in configs]
-    return asyncio.run(_run_many_async(cfgs, progress))
+    return asyncio.run(_kept(_run_many_async(cfgs, progress), keep, keep_every, clock))
 
 
 def run_one(config, progress=None):

@@ -144,6 +144,43 @@ def render_twin(plan, suffix, variant=None):
 # --------------------------------------------------------------------------- where a service answers, is it ready
 
 
+# seconds the twin's removal waits for it to be gone (roles/specpilot_benchmark/tasks/twin_cleanup.yml)
+TWIN_DELETE_WAIT = 300
+
+
+def _seconds(value, name):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError("%s must be a whole number of seconds, not %r" % (name, value)) from None
+
+
+def twin_lock_seconds(api_timeout, requested=0, delete_wait=TWIN_DELETE_WAIT):
+    """How long the benchmark's twin lock lasts between renewals. It is renewed while the twin rolls out
+    (rollout_wait), while every level's load runs (vllm_load), while every in-cluster Job is waited for
+    (k8s_job_wait) and before the twin is removed, so it must outlast what runs without a renewal: the
+    twin's removal (``delete_wait`` plus one API timeout), which is also longer than the removal of an
+    earlier run's Job (120 s plus one API timeout). Default (``requested`` 0): that and 5 minutes to spare
+    (the applies, reads and the report between two renewals); a ``requested`` duration must be longer
+    than that wait. The same rule as the canary's lock (module_utils/operate/canary.py lock_seconds)."""
+    api = _seconds(api_timeout, "specpilot_benchmark_api_timeout")
+    requested = _seconds(requested, "specpilot_benchmark_twin_lock_seconds")
+    if api <= 0:
+        raise ValueError(
+            "specpilot_benchmark_api_timeout must be a positive number of seconds, not %r" % api_timeout
+        )
+    wait = int(delete_wait) + api
+    if not requested:
+        return wait + 300
+    if requested <= wait:
+        raise ValueError(
+            "specpilot_benchmark_twin_lock_seconds: a lock of %s s would expire while the run waits up to "
+            "%s s for the twin to be removed (%s s and the API timeout %s s) without renewing it: give more than "
+            "%s s (or 0, the default: %s s)" % (requested, wait, delete_wait, api, wait, wait + 300)
+        )
+    return requested
+
+
 def service_url(isvc, client, override=""):
     """Where the load reaches an InferenceService: the override, else (in-cluster clients) the
     cluster-local address, else the external status URL, else the address."""

@@ -129,6 +129,8 @@ K8S_JOB_WAIT = dict(
     log_tail_lines={"type": "int", "default": 40},
     show_progress={"type": "bool", "default": True},
     line_prefix={"type": "str", "default": "specpilot-stage: "},
+    # the lock of the service the Job works for, renewed while it is waited for (with its name and namespace)
+    lock={"type": "dict", "options": HELD_LOCK, "required_together": [("name", "namespace")]},
 )
 
 # specpilot.core.k8s_retry: kubernetes.core.k8s run again, with backoff, while it fails with a transient error

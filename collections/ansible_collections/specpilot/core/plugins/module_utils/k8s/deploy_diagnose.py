@@ -6,8 +6,9 @@
 Input: what the deploy role gathered after the wait failed or timed out: the rollout status
 (:mod:`deploy_rollout`), the InferenceService, its Deployment, the predictor pods, recent
 Events, the tail of the ``kserve-container`` log (current and previous run) and the facts
-``specpilot.core.vllm_log_facts`` parsed from it.  Output: ``{summary, cause, hints, text,
-engine_errors, scheduling}``.  The hints map what Kubernetes and vLLM said to the words an
+``specpilot.core.vllm_log_facts`` parsed from it; ``events_error`` and each log's ``error`` when
+that read failed or timed out (named in the text as "could not read X: reason").  Output: ``{summary,
+cause, hints, text, engine_errors, scheduling, unread}``.  The hints map what Kubernetes and vLLM said to the words an
 on-call engineer needs (insufficient ``nvidia.com/gpu``, selector/taint mismatch, OOMKilled,
 CrashLoopBackOff exit codes, and the engine errors the log parser recognises).  Pure
 standard library.
@@ -15,8 +16,10 @@ standard library.
 
 from __future__ import annotations
 
+import json
 import re
 
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import status_code
 from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_rollout import (
     CONTAINER,
     expected_from_plan,
@@ -390,11 +393,60 @@ def _diagnosis_lines(d, cause, hints, engine):
                     (error.get("message") or "")[:300],
                 )
             )
+    unread = d["unread"]
+    if unread:
+        lines.append(
+            "  Not in this diagnosis (a read failed or timed out; what is above is what could be read):"
+        )
+        lines.extend("    - " + line for line in unread)
     lines.append("  What to do:")
     for hint in hints:
         lines.append("    - " + hint)
     summary = "%s: %s" % (headline, (engine[0] if engine else hints[0]) if hints else headline)
     return summary, lines
+
+
+# the message of the API server's Status in a kubernetes client error (after its HTTP headers)
+_STATUS_MESSAGE = re.compile(r'"message"\s*:\s*("(?:[^"\\]|\\.)*")')
+
+
+def _reason(error):
+    """A failed task's message, without Ansible's "Task failed: " prefix; for an API error, its HTTP status
+    and the Status message (what RBAC refused, say), not the client's dump of the response headers."""
+    text = str(error)
+    text = text[len("Task failed: ") :] if text.startswith("Task failed: ") else text
+    # a body shown as Python bytes (b'{...}') has its JSON escapes doubled: \\" for \"
+    match = _STATUS_MESSAGE.search(text.replace('\\\\"', '\\"'))
+    try:
+        message = json.loads(match.group(1)) if match else None
+    except ValueError:
+        message = None
+    if message:
+        code = status_code({"msg": text})
+        return ("%s %s" % (code, message) if code else message)[:400]
+    return text[:300]
+
+
+def _unread(context, namespace):
+    """ "could not read X: reason" for each read of the diagnosis that failed or timed out (the role's
+    ``events_error`` and the ``error`` of each log entry): the diagnosis says what it lacks, and why."""
+    out = []
+    if context.get("events_error"):
+        out.append(
+            "could not read the Events of namespace %s: %s" % (namespace, _reason(context["events_error"]))
+        )
+    for log in context.get("logs") or []:
+        if log.get("error"):
+            out.append(
+                "could not read the %s log of pod %s (%s): %s"
+                % (
+                    log.get("container") or CONTAINER,
+                    log.get("pod"),
+                    "previous run" if log.get("previous") else "current run",
+                    _reason(log["error"]),
+                )
+            )
+    return out
 
 
 def diagnose(context):
@@ -429,6 +481,7 @@ def diagnose(context):
         errors=errors,
         ready=_cond(isvc, "Ready") or {},
         model_status=((isvc or {}).get("status") or {}).get("modelStatus") or {},
+        unread=_unread(context, namespace),
     )
     cause, hints, engine, scheduling = _hints(d)
     summary, lines = _diagnosis_lines(d, cause, hints, engine)
@@ -439,4 +492,5 @@ def diagnose(context):
         "text": "\n".join(lines),
         "engine_errors": errors,
         "scheduling": scheduling,
+        "unread": d["unread"],
     }
