@@ -15,6 +15,7 @@ Transient API errors are retried.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 
@@ -227,6 +228,14 @@ class LeaseClient(object):
         )
 
 
+def _run_pid():
+    """The pid of ansible-playbook as the worker was forked from it: multiprocessing records it in the child
+    (ansible's WorkerProcess is a multiprocessing.Process), so a run killed between the fork and the Renewer
+    is still seen as gone; os.getppid() where the worker is not one (no parent_process)."""
+    parent = multiprocessing.parent_process()
+    return parent.pid if parent is not None else os.getppid()
+
+
 class Renewer(object):
     """Renews the lock a run holds every third of its duration (``keep(now)``: None, or why the
     wait must stop).
@@ -244,7 +253,7 @@ class Renewer(object):
         self._last = float("-inf") if renew_first else clock()
         self._renewals = 0
         self._parent = parent
-        self._run = parent()
+        self._run = _run_pid() if parent is os.getppid else parent()
 
     def __call__(self, now):
         if self._parent() != self._run:
