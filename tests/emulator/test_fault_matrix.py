@@ -34,9 +34,11 @@ from deploy_helpers import (
     NGRAM,
     FakeKServe,
     Run,
+    children,
     create_namespace,
     get,
     run_deploy,
+    running,
     wait_for,
     write_inventory,
 )  # noqa: E402
@@ -525,27 +527,6 @@ def test_a_canary_read_from_prometheus_is_decided_on_its_figures_and_says_so(emu
     )
 
 
-def _workers(pid):
-    """The processes ansible-playbook ``pid`` forked (its task workers), by /proc."""
-    out = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open("/proc/%s/stat" % entry) as fh:
-                if int(fh.read().rsplit(")", 1)[1].split()[1]) == pid:
-                    out.append(int(entry))
-        except (OSError, IndexError, ValueError):
-            pass
-    return out
-
-
-def _running(pid):
-    try:
-        with open("/proc/%s/stat" % pid) as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def test_a_run_killed_mid_step_releases_the_lock_and_the_next_run_resumes_its_canary(canary):
     """SIGKILL of ansible-playbook while the first step (50%) is held: the worker holding the step sees
     ansible-playbook gone at its next scrape, releases the service's lock and stops; the canary stays at 50%,
@@ -563,15 +544,15 @@ def test_a_run_killed_mid_step_releases_the_lock_and_the_next_run_resumes_its_ca
         wait_for(
             lambda: "Step | Hold the step on live traffic" in first.log.read_text(), 120, what="the step held"
         )
-        wait_for(lambda: _workers(first.proc.pid), 10, what="the worker holding the step")
-        workers = _workers(first.proc.pid)
+        wait_for(lambda: children(first.proc.pid), 10, what="the worker holding the step")
+        workers = children(first.proc.pid)
         assert lease() is not None
         os.kill(first.proc.pid, signal.SIGKILL)
         first.wait(30)
         wait_for(lambda: lease() is None, 30, what="the lock released by the worker")
-        wait_for(lambda: not [w for w in workers if _running(w)], 30, what="the worker gone")
+        wait_for(lambda: not [w for w in workers if running(w)], 30, what="the worker gone")
     finally:
-        for w in _workers(first.proc.pid):
+        for w in children(first.proc.pid):
             os.kill(w, signal.SIGKILL)
     left = _state(canary.emu, canary.ns)
     assert len(left[3]) == 1 and not left[2], left  # the canary at 50%, the stable spec

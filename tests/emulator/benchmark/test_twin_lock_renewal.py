@@ -20,8 +20,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from deploy_helpers import ROOT, Run, create_namespace, get, wait_for  # noqa: E402
-from test_vllm_bench_job import LOG, MODULE_DEFAULTS, FakeJobController, _jobs  # noqa: E402
+from deploy_helpers import ROOT, Run, children, create_namespace, get, running, wait_for  # noqa: E402
+from test_vllm_bench_job import LOG, MODULE_DEFAULTS, FakeJobController, _jobs, plan_vars  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import stream_server  # noqa: E402
@@ -48,18 +48,7 @@ def _playbook(tmp: Path, ns: str, url: str, lock_seconds: int, extra: dict) -> P
                 "specpilot_benchmark_vllm_bench_poll_interval": 0.3,
                 "specpilot_benchmark_vllm_bench_api_key_secret": {"name": "bench-token", "key": "token"},
                 "specpilot_report_dir": str(tmp / "reports"),
-                "__specpilot_benchmark_plan": {
-                    "name": "svc",
-                    "namespace": ns,
-                    "args_without_speculative": [],
-                    "spec_digest": "0" * 64,
-                    "inferenceservice": {"metadata": {"name": "svc"}},
-                },
-                "__specpilot_benchmark_service": {
-                    "runtime": {"image": "vllm/vllm-openai:v0.32.0"},
-                    "target": {"uri": "hf://org/model@main"},
-                },
-                "__specpilot_benchmark_runs": [],
+                **plan_vars(ns),
             },
             **extra,
         ),
@@ -253,27 +242,6 @@ class GatedJobController(FakeJobController):
         super().run()
 
 
-def _workers(pid):
-    """The processes ansible-playbook ``pid`` forked (its task workers), by /proc."""
-    out = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open("/proc/%s/stat" % entry) as fh:
-                if int(fh.read().rsplit(")", 1)[1].split()[1]) == pid:
-                    out.append(int(entry))
-        except (OSError, IndexError, ValueError):
-            pass
-    return out
-
-
-def _running(pid):
-    try:
-        with open("/proc/%s/stat" % pid) as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def test_a_benchmark_killed_mid_load_releases_the_twin_lock_at_once(emulator, tmp_path, slow_engine):
     """SIGKILL of ansible-playbook while a long load runs under a lock of 60 s: the worker sending the load
     sees ansible-playbook gone at its next renewal check (every second), releases the lock and stops the
@@ -287,15 +255,15 @@ def test_a_benchmark_killed_mid_load_releases_the_twin_lock_at_once(emulator, tm
             wait_for(lambda: watch.renewals() >= 1, 120, what="the load renewing the lock")
             _kill_and_see_the_lock_released(emulator, ns, run)
         finally:
-            for w in _workers(run.proc.pid):
+            for w in children(run.proc.pid):
                 os.kill(w, signal.SIGKILL)
 
 
 def _kill_and_see_the_lock_released(emulator, ns, run):
-    wait_for(lambda: _workers(run.proc.pid), 10, what="the worker sending the load")
-    workers = _workers(run.proc.pid)
+    wait_for(lambda: children(run.proc.pid), 10, what="the worker sending the load")
+    workers = children(run.proc.pid)
     assert get(emulator, *LEASE, ns) is not None
     os.kill(run.proc.pid, signal.SIGKILL)
     run.wait(30)
     wait_for(lambda: get(emulator, *LEASE, ns) is None, 20, what="the twin's lock released by the worker")
-    wait_for(lambda: not [w for w in workers if _running(w)], 30, what="the worker gone")
+    wait_for(lambda: not [w for w in workers if running(w)], 30, what="the worker gone")

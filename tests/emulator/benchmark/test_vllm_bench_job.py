@@ -90,6 +90,24 @@ class FakeJobController(threading.Thread):
         assert r.status == 200, (path, r.status, r.text)
 
 
+def plan_vars(ns):
+    """What benchmark_plan reads of the validated plan (the twin's parts are not used by these runs)."""
+    return {
+        "__specpilot_benchmark_plan": {
+            "name": "svc",
+            "namespace": ns,
+            "args_without_speculative": [],
+            "spec_digest": "0" * 64,
+            "inferenceservice": {"metadata": {"name": "svc"}},
+        },
+        "__specpilot_benchmark_service": {
+            "runtime": {"image": "vllm/vllm-openai:v0.32.0"},
+            "target": {"uri": "hf://org/model@main"},
+        },
+        "__specpilot_benchmark_runs": [],
+    }
+
+
 def _playbook(tmp: Path, ns: str, extra: dict | None = None) -> Path:
     play = {
         "hosts": "localhost",
@@ -104,19 +122,7 @@ def _playbook(tmp: Path, ns: str, extra: dict | None = None) -> Path:
                 "specpilot_benchmark_vllm_bench_poll_interval": 0.3,
                 "specpilot_benchmark_vllm_bench_api_key_secret": {"name": "bench-token", "key": "token"},
                 "specpilot_benchmark_qps_levels": [4],
-                # what benchmark_plan reads of the validated plan (the twin's parts are not used here)
-                "__specpilot_benchmark_plan": {
-                    "name": "svc",
-                    "namespace": ns,
-                    "args_without_speculative": [],
-                    "spec_digest": "0" * 64,
-                    "inferenceservice": {"metadata": {"name": "svc"}},
-                },
-                "__specpilot_benchmark_service": {
-                    "runtime": {"image": "vllm/vllm-openai:v0.32.0"},
-                    "target": {"uri": "hf://org/model@main"},
-                },
-                "__specpilot_benchmark_runs": [],
+                **plan_vars(ns),
             },
             **(extra or {}),
         ),

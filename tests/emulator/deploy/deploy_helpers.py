@@ -463,3 +463,23 @@ def wait_for(pred, timeout: float = 60.0, interval: float = 0.2, what: str = "co
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def children(pid):
+    """The processes ``pid`` forked (ansible-playbook's task workers), by /proc."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
+def running(pid):
+    """Whether process ``pid`` runs (exists and is not a zombie)."""
+    try:
+        return Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

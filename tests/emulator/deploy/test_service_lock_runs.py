@@ -12,7 +12,6 @@ import datetime
 import os
 import signal
 import time
-from pathlib import Path
 
 import pytest
 import yaml
@@ -20,9 +19,11 @@ from deploy_helpers import (
     NGRAM,
     FakeKServe,
     Run,
+    children,
     create_namespace,
     get,
     run_deploy,
+    running,
     wait_for,
     write_inventory,
 )
@@ -94,7 +95,9 @@ def test_of_two_runs_at_once_one_holds_the_lock_and_the_other_is_told_who(emulat
     inv = _inventory(tmp_path / "inv", ns)
     book = _playbook(tmp_path / "hold.yml", HOLD)
     barrier = tmp_path / "the-other-run-tried"
-    runs = [Run(emulator, tmp_path / f"run{i}", inv, "-e", f"barrier={barrier}", playbook=book) for i in range(2)]
+    runs = [
+        Run(emulator, tmp_path / f"run{i}", inv, "-e", f"barrier={barrier}", playbook=book) for i in range(2)
+    ]
     # the winner holds the lock until the barrier exists; the loser ends as soon as its take is refused. If both
     # took it (the bug this test is for), neither ends, and the barrier comes after 90 s
     deadline = time.monotonic() + 90
@@ -216,18 +219,6 @@ def test_a_conflict_that_was_no_race_is_read_again_not_taken_as_the_answer(emula
     assert _lease(emulator, ns) is None
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            out.append(int(stat.parent.name))
-    return out
-
-
 def test_a_killed_deploy_leaves_the_service_locked_for_minutes_at_most(emulator, tmp_path):
     """SIGKILL of a deploy mid-rollout.  The lock is short (here 30 s) and renewed while the deploy
     waits, so a killed run holds the service for at most that long: killed alone, ansible-playbook's
@@ -256,14 +247,12 @@ def test_a_killed_deploy_leaves_the_service_locked_for_minutes_at_most(emulator,
     )
     assert renewed["spec"]["holderIdentity"] == taken["spec"]["holderIdentity"]
     assert renewed["spec"]["leaseDurationSeconds"] == 30
-    worker = _children(first.proc.pid)
+    worker = children(first.proc.pid)
     os.kill(first.proc.pid, signal.SIGKILL)  # ansible-playbook alone: its worker lives on
     first.wait(30)
     wait_for(lambda: _lease(emulator, ns) is None, 30, what="the orphaned worker to release the lock")
     for pid in worker:
-        wait_for(
-            lambda: not Path("/proc/%d" % pid).exists() or "Z" in _state(pid), 30, what="the worker to end"
-        )
+        wait_for(lambda: not running(pid), 30, what="the worker to end")
 
     # killed with its worker (a changed spec, so that it writes under the lock): nobody releases
     # the lock; a re-run is refused until it expires
@@ -271,7 +260,7 @@ def test_a_killed_deploy_leaves_the_service_locked_for_minutes_at_most(emulator,
     inv = write_inventory(tmp_path / "inv", ns, {"svc": {"specpilot_speculative": spec}}, group)
     second = Run(emulator, tmp_path / "second", inv)
     wait_for(held, 120, what="the second deploy's lock")
-    for pid in _children(second.proc.pid) + [second.proc.pid]:
+    for pid in children(second.proc.pid) + [second.proc.pid]:
         os.kill(pid, signal.SIGKILL)
     second.wait(30)
     killed_at = time.monotonic()
@@ -290,13 +279,6 @@ def test_a_killed_deploy_leaves_the_service_locked_for_minutes_at_most(emulator,
     assert rerun.rc == 0, rerun.out[-4000:]
     assert time.monotonic() - killed_at < 120  # well within minutes, not the 1,800 s of before
     assert _lease(emulator, ns) is None
-
-
-def _state(pid: int) -> str:
-    try:
-        return Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "Z"
 
 
 def test_break_lock_shows_the_holder_and_breaks_only_when_confirmed(emulator, tmp_path):

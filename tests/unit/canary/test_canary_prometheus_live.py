@@ -70,12 +70,7 @@ class ArmServer:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802 (http.server API)
                 name = self.path.strip("/").split("/")[1]
-                body = pod_page(name, server.after).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                gs.send_metrics_page(self, pod_page(name, server.after))
 
             def log_message(self, *args):
                 pass

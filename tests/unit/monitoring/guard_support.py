@@ -26,6 +26,16 @@ NGRAM_ARG = '--speculative-config={"method":"ngram","num_speculative_tokens":3,"
 ISVC_PATH = "/apis/serving.kserve.io/v1beta1/namespaces/{ns}/inferenceservices"
 
 
+
+def send_metrics_page(handler: BaseHTTPRequestHandler, text: str) -> None:
+    """Answer ``handler``'s request with a /metrics page (Prometheus' text format)."""
+    body = text.encode()
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
 class MetricsServer:
     """One /metrics page per service at /svc/<name>/metrics; every GET is one unit (a "minute") of
     that service's traffic later than the previous one."""
@@ -42,12 +52,7 @@ class MetricsServer:
                 if len(parts) != 3 or parts[0] != "svc" or parts[2] != "metrics" or parts[1] not in server.services:
                     self.send_error(404)
                     return
-                body = server.page(parts[1]).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                send_metrics_page(self, server.page(parts[1]))
 
             def log_message(self, *args):
                 pass
