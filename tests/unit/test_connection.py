@@ -2,7 +2,7 @@
 modules that talk to Kubernetes and each takes the six connection options; every playbook that reaches a
 cluster sets the same module_defaults for group/kubernetes.core.k8s and group/specpilot.core.k8s from the
 specpilot_k8s_* variables; no task of a role or playbook names a connection option itself. The run through
-the lab with the kubeconfig only as a variable: tests/lab/test_connection_variable_fake.py."""
+the lab with the kubeconfig only as a variable: tests/lab/test_rbac_least_privilege_fake.py."""
 
 from __future__ import annotations
 
