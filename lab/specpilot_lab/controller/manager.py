@@ -714,11 +714,19 @@ class Controller:
             for r in old:
                 self._kill(r)
             old = []
+        shown_ready = []
         for r in old + new:
-            self.kube.patch_status("pod", r.name, ns, r.pod_status())
-            self._annotate_engine_url(r)
+            # the engine's address before Ready: a reader that finds the pod Ready finds where it answers (a canary
+            # step read a Ready pod between the two writes and scraped podIP:8080, which nothing serves in the lab)
+            status = r.pod_status()
+            if any(
+                c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+            ):
+                self._annotate_engine_url(r)
+                shown_ready.append(r)
+            self.kube.patch_status("pod", r.name, ns, status)
         self._deployment_status(deploy, old, new, thash)
-        return dict(plan, deploy=deploy, old=old, new=new)
+        return dict(plan, deploy=deploy, old=old, new=new, shown_ready=shown_ready)
 
     def _annotate_engine_url(self, run: PredictorRun) -> None:
         """The pod's engine as this machine reaches it (podIP:8080 on a cluster; here the engine's
@@ -1451,8 +1459,10 @@ def pred_without_traffic(predictor: dict) -> dict:
 
 
 def _ready(rolled: dict) -> bool:
-    """The Deployment has an available replica (deploy.Status.AvailableReplicas > 0)."""
-    return any(r.ready for r in rolled["old"] + rolled["new"])
+    """The Deployment has an available replica (deploy.Status.AvailableReplicas > 0): a pod this reconcile wrote
+    Ready (not one whose engine became ready since: its pod still reads not Ready, and a reader that trusts the
+    InferenceService's status - canaryStatuses, the revisions - must find it Ready)."""
+    return bool(rolled["shown_ready"])
 
 
 def _traffic_weights(stable: dict, canaries: list[dict]) -> list[tuple[str, int]]:
