@@ -3,19 +3,21 @@ Serverless mode: a revision per predictor template, canaryTrafficPercent splitti
 latest revision and the one rolled out before it) on the stand-in engine, with live traffic - as
 test_canary_playbook.py does for Standard mode, and sharing its helpers. One lab for the module: an impossible
 acceptance floor aborts at the first step (canaryTrafficPercent 0, the stable spec written back as a new
-revision that then takes all the traffic); then the healthy canary is promoted through [50, 100]
+revision that then takes all the traffic); a canary a killed run left (canaryTrafficPercent 25) is aborted with the
+stable spec on record; then the healthy canary is promoted through [50, 100]
 (canaryTrafficPercent removed: the canary's revision keeps all the traffic). A watcher records the service's
 canaryTrafficPercent and traffic split while the playbook runs. Every run goes as the shipped ServiceAccount only.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
 
 from test_canary_playbook import Stable, Traffic, run
-from test_benchmark_playbook import as_automation, fake_engine_lab
+from test_benchmark_playbook import ISVC_API, as_automation, fake_engine_lab, wait
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -56,6 +58,13 @@ class Watch:
         self.stop_event.set()
         self.thread.join(timeout=10)
         return self.seen
+
+
+def revision_number(isvc):
+    """The generation of the revision with all the traffic."""
+    ((revision, percent),) = traffic_of(isvc)
+    assert percent == 100
+    return int(revision.rsplit("-", 1)[1])
 
 
 def traffic_of(isvc):
@@ -106,10 +115,38 @@ def test_an_impossible_floor_aborts_the_knative_canary_and_the_stable_spec_takes
     assert traffic_of(isvc) == [(third, 100)]
     assert isvc["status"]["components"]["predictor"]["latestRolledoutRevision"] == third
     assert lab.revisions_running() in ([third], [first, third])  # revision 1 goes once unrouted
+    # what the abort wrote back was on record before the first step
+    record = lab.res("v1", "ConfigMap").get(name="specpilot-canary-lab-ngram", namespace=lab.ns).to_dict()
+    assert json.loads(record["data"]["stable"])["predictor"] == stable_spec
+
+
+def test_a_knative_canary_left_by_an_interrupted_run_is_aborted_with_the_stable_spec_on_record(
+    knative_lab, tmp_path
+):
+    lab = knative_lab
+    stable_spec, stable_rev = lab.isvc()["spec"]["predictor"], revision_number(lab.isvc())
+    # what a run killed mid-step leaves: the plan's predictor at 25% beside the stable revision
+    predictor = dict(lab.plan["inferenceservice"]["spec"]["predictor"], canaryTrafficPercent=25)
+    lab.res(*ISVC_API).patch(
+        name="lab-ngram",
+        namespace=lab.ns,
+        body={"metadata": lab.plan["inferenceservice"]["metadata"], "spec": {"predictor": predictor}},
+        content_type="application/merge-patch+json",
+    )
+    left = "lab-ngram-predictor-%05d" % (stable_rev + 1)
+    wait(lambda: dict(traffic_of(lab.isvc())).get(left) == 25, 60, "the left canary's revision at 25%")
+    proc, rep = run(lab, tmp_path, **KNATIVE)
+    assert "lab-ngram: canary ABORTED" in proc.stdout, proc.stdout[-5000:]
+    assert "(canaryTrafficPercent at 25%) was found and aborted" in rep["steps"][0]["reasons"][0]
+    isvc = lab.isvc()
+    assert isvc["spec"]["predictor"] == stable_spec
+    assert isvc["metadata"]["annotations"]["specpilot.io/spec-digest"] == "stable"
+    assert traffic_of(isvc) == [("lab-ngram-predictor-%05d" % (stable_rev + 2), 100)]
 
 
 def test_a_healthy_knative_canary_is_promoted_through_canary_traffic_percent(knative_lab, tmp_path):
     lab = knative_lab
+    stable_number = revision_number(lab.isvc())
     watch = Watch(lab)
     proc, rep = run(lab, tmp_path, specpilot_canary_retry=True, **KNATIVE)
     seen = watch.stop()
@@ -123,9 +160,11 @@ def test_a_healthy_knative_canary_is_promoted_through_canary_traffic_percent(kna
         step["arms"]["canary"]["figures"]["tpot"]["p50_ms"]
         < step["arms"]["baseline"]["figures"]["tpot"]["p50_ms"]
     )
-    # during the first step: canaryTrafficPercent 50, the new revision and the stable one (3, restored by the
-    # abort) half each
-    canary_rev, stable_rev = "lab-ngram-predictor-00004", "lab-ngram-predictor-00003"
+    # during the first step: canaryTrafficPercent 50, the new revision and the stable one (restored by the
+    # aborts) half each
+    stable_rev = "lab-ngram-predictor-%05d" % stable_number
+    canary_rev = "lab-ngram-predictor-%05d" % (stable_number + 1)
+    assert rep["canary_name"] == canary_rev
     assert (50, ((canary_rev, 50), (stable_rev, 50))) in seen, seen
     assert (100, ((canary_rev, 100),)) in seen, seen
     # promoted: no canaryTrafficPercent, the speculative config, the canary's revision rolled out with all the traffic
