@@ -92,7 +92,8 @@ def playbook(tmp_path, emu, *args, playbook_file="playbooks/benchmark.yml", chec
     return proc
 
 
-def plan_of_lab_ngram(tmp_path, emu):
+def plan_of_lab_ngram(tmp_path, emu, extra=None):
+    """lab-ngram's validated plan (``extra``: extra vars, e.g. another deployment mode)."""
     out = tmp_path / "plan.json"
     play = tmp_path / "plan.yml"
     play.write_text(
@@ -109,7 +110,7 @@ def plan_of_lab_ngram(tmp_path, emu):
             ]
         )
     )
-    playbook(tmp_path, emu, playbook_file=str(play))
+    playbook(tmp_path, emu, *(("-e", json.dumps(extra)) if extra else ()), playbook_file=str(play))
     return json.loads(out.read_text())
 
 
@@ -149,10 +150,12 @@ def as_automation(tmp_path, lab):
 class Deployed:
     """The lab's ngram service applied from its validated plan (what the deploy role would apply)."""
 
+    PLAN_VARS: dict = {}  # extra vars of the plan (a subclass: another deployment mode)
+
     def __init__(self, tmp_path, emu):
         self.emu = emu
         self.dyn = emu.dynamic_client()
-        self.plan = plan_of_lab_ngram(tmp_path, emu)
+        self.plan = plan_of_lab_ngram(tmp_path, emu, self.PLAN_VARS)
         self.ns = ns = self.plan["namespace"]
         self.res("v1", "Namespace").create(
             body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}

@@ -434,3 +434,56 @@ def test_node_options_parse():
     n = node(2, {"x": "y"})
     assert n["status"]["capacity"]["nvidia.com/gpu"] == "2" and n["metadata"]["labels"]["x"] == "y"
     assert "nvidia.com/gpu" not in node(0)["status"]["capacity"]
+
+
+# ---------------------------------------------------------------- Knative mode (canaryTrafficPercent)
+def test_knative_traffic_targets_follow_ksvc_reconciler():
+    assert kserve.traffic_targets(None, "r-00001", False) == [{"latestRevision": True, "percent": 100}]
+    # no revision rolled out yet: canaryTrafficPercent is ignored (blue-green)
+    assert kserve.traffic_targets(10, "", True) == [{"latestRevision": True, "percent": 100, "tag": "latest"}]
+    assert kserve.traffic_targets(10, "r-00001", False) == [
+        {"latestRevision": True, "percent": 10},
+        {"revisionName": "r-00001", "latestRevision": False, "percent": 90, "tag": "prev"},
+    ]
+    assert kserve.traffic_targets(100, "r-00001", True) == [
+        {"latestRevision": True, "percent": 100, "tag": "latest"}
+    ]
+
+
+def test_knative_route_sends_the_latest_share_to_the_latest_ready_revision():
+    targets = kserve.traffic_targets(50, "r-00001", False)
+    assert kserve.route_traffic(targets, None) == []
+    # revision 2 not ready yet: the latest target still resolves to revision 1
+    assert [(t["revisionName"], t["percent"]) for t in kserve.route_traffic(targets, "r-00001")] == [
+        ("r-00001", 50),
+        ("r-00001", 50),
+    ]
+    assert [(t["revisionName"], t["percent"]) for t in kserve.route_traffic(targets, "r-00002")] == [
+        ("r-00002", 50),
+        ("r-00001", 50),
+    ]
+
+
+def _rollout(comp, created, ready, percent, rolledout):
+    traffic = kserve.route_traffic(kserve.traffic_targets(percent, rolledout, False), ready)
+    return kserve.propagate_rollout(comp, created, ready, traffic)
+
+
+def test_knative_rolled_out_revisions_as_propagate_status_keeps_them():
+    comp = _rollout({}, "r-1", "r-1", None, "")
+    assert (comp["latestRolledoutRevision"], comp["previousRolledoutRevision"]) == ("r-1", "")
+    comp = _rollout(comp, "r-2", "r-2", 50, "r-1")  # a canary: nothing rolled out
+    assert comp["latestRolledoutRevision"] == "r-1" and comp["latestReadyRevision"] == "r-2"
+    promoted = _rollout(comp, "r-2", "r-2", None, "r-1")
+    assert (promoted["latestRolledoutRevision"], promoted["previousRolledoutRevision"]) == ("r-2", "r-1")
+    # rolled out at canaryTrafficPercent 100, then pinned back with 0: the previous revision is rolled out again
+    at_100 = _rollout(comp, "r-2", "r-2", 100, "r-1")
+    assert at_100["latestRolledoutRevision"] == "r-2"
+    pinned = _rollout(at_100, "r-2", "r-2", 0, "r-2")
+    assert pinned["latestRolledoutRevision"] == "r-1"
+    assert [
+        (t["revisionName"], t["percent"]) for t in _rollout(pinned, "r-2", "r-2", 0, "r-1")["traffic"]
+    ] == [
+        ("r-2", 0),
+        ("r-1", 100),
+    ]

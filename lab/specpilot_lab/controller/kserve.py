@@ -16,6 +16,8 @@
 - :func:`predictor_variants`: the stable predictor and each ``spec.canary[]`` entry as the
   Deployment KServe 0.20 renders for it (``{isvc}[-{name}]-predictor``), with its traffic weight;
   :func:`validate_canary` the webhook's canary rules.
+- Knative (Serverless) mode: :func:`revision_name`, :func:`traffic_targets` (canaryTrafficPercent),
+  :func:`route_traffic` and :func:`propagate_rollout` (status.components.predictor's revisions).
 
 Sources: kserve/kserve v0.20.0, ``pkg/apis/serving/v1beta1/inference_service_validation.go``,
 ``pkg/controller/v1beta1/inferenceservice/components/predictor.go``,
@@ -274,6 +276,113 @@ def predictor_variants(isvc: dict) -> list[Variant]:
                 int(c.get("trafficPercent") or 0),
             )
         )
+    return out
+
+
+# ---------------------------------------------------------------- Knative (Serverless) mode
+# KServe renders a Serverless predictor as a Knative Service {isvc}-predictor; every change of its
+# template is a new Revision {isvc}-predictor-{generation:05d} (its own Deployment
+# {revision}-deployment); the Route splits the traffic over revisions. The lab keeps no
+# serving.knative.dev objects (nothing in specpilot reads them): the revisions are their Deployments.
+SERVERLESS_MODES = ("Serverless", "Knative")
+TAG_ROUTING_ANNOTATION = "serving.kserve.io/enable-tag-routing"
+KN_REVISION_LABEL = "serving.knative.dev/revision"
+KN_CONFIGURATION_LABEL = "serving.knative.dev/configuration"
+KN_SERVICE_LABEL = "serving.knative.dev/service"
+KN_GENERATION_LABEL = "serving.knative.dev/configurationGeneration"
+
+
+def is_serverless(isvc: dict) -> bool:
+    """deploymentMode Serverless (or its post-0.16 name Knative)."""
+    mode = ((isvc.get("metadata") or {}).get("annotations") or {}).get("serving.kserve.io/deploymentMode")
+    return mode in SERVERLESS_MODES
+
+
+def revision_name(isvc_name: str, generation: int) -> str:
+    """Knative names a Configuration's revisions {configuration}-{generation, 5 digits}
+    (knative.dev/serving pkg/reconciler/configuration/resources/revision.go, kmeta.ChildName);
+    KServe's configuration is the predictor's Knative Service, constants.PredictorServiceName."""
+    return f"{predictor_service_name(isvc_name)}-{generation:05d}"
+
+
+def revision_labels(isvc_name: str, revision: str, generation: int) -> dict:
+    """What Knative adds to a revision's pod template (the user's labels kept): the revision,
+    its configuration and service, and ``app`` (the revision's name when not set)."""
+    ksvc = predictor_service_name(isvc_name)
+    return {
+        KN_REVISION_LABEL: revision,
+        KN_CONFIGURATION_LABEL: ksvc,
+        KN_SERVICE_LABEL: ksvc,
+        KN_GENERATION_LABEL: str(generation),
+        "app": revision,
+    }
+
+
+def traffic_targets(canary_percent, latest_rolledout: str, tag_routing: bool) -> list[dict]:
+    """The Knative Service's spec.traffic as KServe writes it (createKnativeService,
+    pkg/controller/v1beta1/inferenceservice/reconcilers/knative/ksvc_reconciler.go): with
+    canaryTrafficPercent and a rolled-out revision, the latest revision takes that share
+    (tag ``latest`` with the enable-tag-routing annotation) and, below 100, the last revision rolled out
+    with 100% the rest (tag ``prev``, always); otherwise the latest revision takes 100% (blue-green)."""
+    latest = {"latestRevision": True, "percent": 100}
+    if tag_routing:
+        latest["tag"] = "latest"
+    if canary_percent is None or not latest_rolledout:
+        return [latest]
+    latest["percent"] = int(canary_percent)
+    out = [latest]
+    if int(canary_percent) < 100:
+        out.append(
+            {
+                "revisionName": latest_rolledout,
+                "latestRevision": False,
+                "percent": 100 - int(canary_percent),
+                "tag": "prev",
+            }
+        )
+    return out
+
+
+def route_traffic(targets: list[dict], latest_ready: str | None) -> list[dict]:
+    """The Route's status.traffic: each target with the revision it resolves to (a latestRevision
+    target: the latest *ready* revision, so a new revision takes no traffic before it is ready); none
+    before any revision is ready (knative.dev/serving pkg/reconciler/route/traffic/traffic.go)."""
+    if not latest_ready:
+        return []
+    out = []
+    for t in targets:
+        entry = dict(t)
+        if t.get("latestRevision"):
+            entry["revisionName"] = latest_ready
+        out.append(entry)
+    return out
+
+
+def propagate_rollout(component: dict, latest_created: str, latest_ready: str, traffic: list[dict]) -> dict:
+    """status.components.predictor's revisions as PropagateStatus keeps them
+    (pkg/apis/serving/v1beta1/inference_service_status.go): the latest ready revision becomes the
+    latest rolled out (the one before it the previous) once its latestRevision target has 100%; a
+    revision rolled out and then sent back below 100% while the same revision takes all the traffic
+    (canaryTrafficPercent 0 after 100) hands latestRolledoutRevision back to the previous one."""
+    out = dict(component or {})
+    out["latestCreatedRevision"] = latest_created
+    by_revision: dict[str, int] = {}
+    for t in traffic:
+        by_revision[t.get("revisionName")] = by_revision.get(t.get("revisionName"), 0) + int(
+            t.get("percent") or 0
+        )
+    for t in traffic:
+        if t.get("revisionName") != latest_ready or not t.get("latestRevision"):
+            continue
+        if out.get("latestRolledoutRevision") != latest_ready:
+            if int(t.get("percent") or 0) == 100:
+                out["previousRolledoutRevision"] = out.get("latestRolledoutRevision") or ""
+                out["latestRolledoutRevision"] = latest_ready
+        elif latest_ready == latest_created and int(t.get("percent") or 0) < 100:
+            if by_revision.get(t.get("revisionName")) == 100 and out.get("previousRolledoutRevision"):
+                out["latestRolledoutRevision"] = out["previousRolledoutRevision"]
+    out["latestReadyRevision"] = latest_ready or ""
+    out["traffic"] = traffic
     return out
 
 

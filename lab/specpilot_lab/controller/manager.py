@@ -1,4 +1,4 @@
-"""The lab controller: KServe (Standard mode), the Deployment/ReplicaSet controllers, a
+"""The lab controller: KServe (Standard and Knative modes), the Deployment/ReplicaSet controllers, a
 scheduler, a kubelet, the PVC binder and the Job controller, for one lab node.
 
 One worker thread reconciles keys from a queue fed by list+watch informers and by the pod
@@ -46,6 +46,9 @@ log = logging.getLogger("specpilot_lab.controller")
 
 KSERVE_COMPONENT = "v1beta1Controllers"
 TEMPLATE_HASH_ANNOTATION = "specpilot.io/lab-template-hash"
+# a Knative-mode revision's Deployment keeps the InferenceService as that revision was made from it
+# (its predictor, its metadata): what a routed revision scaled to zero starts its pod from again
+REVISION_SPEC_ANNOTATION = "specpilot.io/lab-revision-spec"
 LOCAL_URL_ANNOTATION = "specpilot.io/lab-url"
 REGISTRY_ALIASES = ("registry.lab", "lab-registry", "registry.lab.local")
 
@@ -90,6 +93,9 @@ class Controller:
         self.job_pods: dict[tuple[str, str], JobPodRun] = {}
         self.proxies: dict[tuple[str, str], ServiceProxy] = {}
         self.weights: dict[tuple[str, str], list[tuple[str, int]]] = {}  # (deployment, traffic %)
+        # Knative mode's tag routes: (ns, isvc, tag) -> its address, and the revision Deployment behind it
+        self.tag_proxies: dict[tuple[str, str, str], ServiceProxy] = {}
+        self.tag_routes: dict[tuple[str, str, str], str] = {}
         self.rollout_started: dict[tuple[str, str, str], float] = {}
         self.isvc_keys: set[tuple[str, str]] = set()
         self._informers: list[Informer] = []
@@ -137,7 +143,7 @@ class Controller:
             threads.append(t)
         for t in threads:
             t.join(timeout=40)
-        for p in self.proxies.values():
+        for p in list(self.proxies.values()) + list(self.tag_proxies.values()):
             p.close()
 
     def _collect_stale_state(self) -> None:
@@ -410,7 +416,10 @@ class Controller:
         try:
             kserve.validate_webhook(isvc)
             kserve.validate_canary(isvc)
-            plans = [self._plan(v) for v in kserve.predictor_variants(isvc)]
+            if kserve.is_serverless(isvc):
+                plans = [self._plan(kserve.Variant(kserve.predictor_service_name(name), isvc))]
+            else:
+                plans = [self._plan(v) for v in kserve.predictor_variants(isvc)]
         except kserve.SpecError as exc:
             self.recorder.event(
                 isvc,
@@ -427,16 +436,224 @@ class Controller:
             pmd = pod["metadata"]
             if (ns, pmd["name"]) not in self.runs and not pmd.get("deletionTimestamp"):
                 self.kube.delete("pod", pmd["name"], ns)
+        if kserve.is_serverless(isvc):
+            self._reconcile_serverless(isvc, plans[0], proxy)
+            return
         # reconcileCanaryDeployments (components/predictor.go@v0.20.0) runs after the stable one
         rolled = [self._reconcile_predictor(isvc, plan) for plan in plans]
         self._delete_orphans(ns, name, {plan["variant"].deployment for plan in plans})
+        self._replicaset_statuses(ns, name)
+        stable, canaries = rolled[0], rolled[1:]
+        self.weights[(ns, name)] = _traffic_weights(stable, canaries)
+        self._isvc_status(isvc, stable, canaries, proxy)
+
+    def _replicaset_statuses(self, ns: str, name: str) -> None:
         runs = [r for r in self.runs.values() if r.namespace == ns and r.isvc == name]
         for stale in self.kube.list("replicaset", ns, label_selector=f"{kserve.ISVC_LABEL}={name}"):
             live = [r for r in runs if f"{r.deployment}-{r.hash}" == stale["metadata"]["name"]]
             self._rs_status(stale, live)
-        stable, canaries = rolled[0], rolled[1:]
-        self.weights[(ns, name)] = _traffic_weights(stable, canaries)
-        self._isvc_status(isvc, stable, canaries, proxy)
+
+    # ---------------------------------------------------------------- Knative (Serverless) mode
+    def _reconcile_serverless(self, isvc: dict, current: dict, proxy: ServiceProxy) -> None:
+        """Knative mode: a new revision for each new predictor template, the traffic split over the
+        revisions as KServe's Knative Service asks (canaryTrafficPercent; kserve.traffic_targets) and
+        the Route resolves it (kserve.route_traffic), the revisions that take no traffic scaled to zero
+        (the newest always runs: it must become ready), and status.components.predictor as KServe's
+        PropagateStatus writes it (kserve.propagate_rollout)."""
+        md = isvc["metadata"]
+        ns, name = md["namespace"], md["name"]
+        pred = (isvc.get("spec") or {}).get("predictor") or {}
+        comp = ((isvc.get("status") or {}).get("components") or {}).get("predictor") or {}
+        revisions = self._revisions(ns, name)
+        if not revisions or _revision_hash(revisions[-1]) != current["hash"]:
+            generation = (
+                int(revisions[-1]["metadata"]["labels"][kserve.KN_GENERATION_LABEL]) + 1 if revisions else 1
+            )
+            revisions.append(
+                self._reconcile_predictor(isvc, self._revision_plan(current, generation))["deploy"]
+            )
+        names = [d["metadata"]["labels"][kserve.KN_REVISION_LABEL] for d in revisions]
+        by_name = dict(zip(names, revisions))
+        latest = names[-1]
+        rolled = {
+            latest: self._reconcile_predictor(isvc, self._stored_revision_plan(by_name[latest], current))
+        }
+        ready = latest if _ready(rolled[latest]) else comp.get("latestReadyRevision")
+        ready = ready if ready in by_name else None
+        annotations = md.get("annotations") or {}
+        rolledout = (
+            comp.get("latestRolledoutRevision") if comp.get("latestRolledoutRevision") in by_name else ""
+        )
+        targets = kserve.traffic_targets(
+            pred.get("canaryTrafficPercent"),
+            rolledout,
+            annotations.get(kserve.TAG_ROUTING_ANNOTATION) == "true",
+        )
+        traffic = kserve.route_traffic(targets, ready)
+        # a revision with traffic, or reachable at a tag, runs; the others are scaled to zero
+        routed = {t["revisionName"] for t in traffic if int(t.get("percent") or 0) > 0 or t.get("tag")}
+        for rev in names[:-1]:
+            if rev in routed:
+                rolled[rev] = self._reconcile_predictor(
+                    isvc, self._stored_revision_plan(by_name[rev], current)
+                )
+            else:
+                self._scale_to_zero(by_name[rev])
+        self._delete_orphans(ns, name, {d["metadata"]["name"] for d in revisions})
+        self._replicaset_statuses(ns, name)
+        weights: dict[str, int] = {}
+        for t in traffic:
+            dname = f"{t['revisionName']}-deployment"
+            weights[dname] = weights.get(dname, 0) + int(t.get("percent") or 0)
+            if t.get("tag"):
+                self.tag_routes[(ns, name, t["tag"])] = dname
+                t["url"] = self._tag_proxy(ns, name, t["tag"]).url
+        self.weights[(ns, name)] = list(weights.items())
+        new_comp = kserve.propagate_rollout(comp, latest, ready, traffic)
+        if new_comp.get("latestRolledoutRevision") != comp.get("latestRolledoutRevision"):
+            self.enqueue(("isvc", ns, name), 0.1)  # KServe's next reconcile writes the new targets
+        self._serverless_status(isvc, current, rolled, new_comp, proxy)
+
+    def _revisions(self, ns: str, name: str) -> list[dict]:
+        """The revisions' Deployments, oldest first."""
+        sel = f"{kserve.KN_CONFIGURATION_LABEL}={kserve.predictor_service_name(name)}"
+        items = self.kube.list("deployment", ns, label_selector=sel)
+        return sorted(items, key=lambda d: int(d["metadata"]["labels"][kserve.KN_GENERATION_LABEL]))
+
+    def _revision_plan(self, current: dict, generation: int) -> dict:
+        """A new revision of the current predictor: its pod template with Knative's labels."""
+        isvc = current["variant"].isvc
+        rev = kserve.revision_name(isvc["metadata"]["name"], generation)
+        template = copy.deepcopy(current["template"])
+        template["metadata"]["labels"].update(
+            kserve.revision_labels(isvc["metadata"]["name"], rev, generation)
+        )
+        view = {
+            "metadata": {k: isvc["metadata"].get(k) for k in ("name", "namespace", "labels", "annotations")},
+            "spec": {"predictor": pred_without_traffic((isvc.get("spec") or {}).get("predictor") or {})},
+        }
+        return dict(
+            current,
+            variant=kserve.Variant(f"{rev}-deployment", isvc),
+            template=template,
+            revision=rev,
+            revision_spec=json.dumps(view, sort_keys=True),
+        )
+
+    def _stored_revision_plan(self, deploy: dict, current: dict) -> dict:
+        """A revision as its Deployment keeps it (a revision never changes): its template and hash; the
+        mounts of the InferenceService it was made from."""
+        ann = deploy["metadata"].get("annotations") or {}
+        view = json.loads(ann.get(REVISION_SPEC_ANNOTATION) or "{}")
+        isvc = current["variant"].isvc
+        rev_isvc = copy.deepcopy(isvc)
+        rev_isvc["metadata"].update(view.get("metadata") or {})
+        rev_isvc["spec"]["predictor"] = (view.get("spec") or {}).get("predictor") or {}
+        return dict(
+            current,
+            variant=kserve.Variant(deploy["metadata"]["name"], rev_isvc),
+            template=copy.deepcopy(deploy["spec"]["template"]),
+            hash=_revision_hash(deploy),
+            mounts=kserve.resolve_storage(rev_isvc),
+            revision=deploy["metadata"]["labels"][kserve.KN_REVISION_LABEL],
+            revision_spec=ann.get(REVISION_SPEC_ANNOTATION),
+        )
+
+    def _scale_to_zero(self, deploy: dict) -> None:
+        """A revision that no route reaches any more: its pods stop (Knative's autoscaler scales an
+        unreachable revision to zero whatever its min-scale), its Deployment stays, at 0 replicas."""
+        md = deploy["metadata"]
+        for r in [
+            r for r in self.runs.values() if r.namespace == md["namespace"] and r.deployment == md["name"]
+        ]:
+            self._kill(r)
+        if (deploy.get("spec") or {}).get("replicas") != 0:
+            self.kube.patch("deployment", md["name"], md["namespace"], {"spec": {"replicas": 0}})
+        status = {"replicas": 0, "updatedReplicas": 0, "readyReplicas": 0, "availableReplicas": 0}
+        if any((deploy.get("status") or {}).get(k) for k in status):
+            self.kube.patch_status("deployment", md["name"], md["namespace"], status)
+
+    def _tag_proxy(self, ns: str, name: str, tag: str) -> ServiceProxy:
+        """The tag's own address (Knative's {tag}-{route} URL): always the revision behind the tag."""
+        proxy = self.tag_proxies.get((ns, name, tag))
+        if proxy is None:
+
+            def target(key=(ns, name, tag)) -> int | None:
+                dname = self.tag_routes.get(key)
+                ready = [
+                    r
+                    for r in list(self.runs.values())
+                    if r.namespace == ns and r.deployment == dname and r.ready
+                ]
+                return ready[-1].port if ready else None
+
+            proxy = self.tag_proxies[(ns, name, tag)] = ServiceProxy(target)
+        return proxy
+
+    def _serverless_status(
+        self, isvc: dict, current: dict, rolled: dict, comp: dict, proxy: ServiceProxy
+    ) -> None:
+        """The InferenceService's status in Serverless mode: the Knative Service's conditions propagated
+        (PredictorConfigurationReady: the latest revision ready; PredictorRouteReady: traffic routed;
+        PredictorReady and Ready: both), status.components.predictor, url and address."""
+        prev = isvc.get("status") or {}
+        latest = rolled[comp["latestCreatedRevision"]]
+        newest = latest["new"][-1] if latest["new"] else None
+        snap = newest.snapshot() if newest else {}
+        config_ok = comp["latestReadyRevision"] == comp["latestCreatedRevision"]
+        route_ok = bool(comp["traffic"])
+        detail = _pod_detail(newest, snap)
+        config = (
+            {"type": "PredictorConfigurationReady", "status": "True"}
+            if config_ok
+            else {
+                "type": "PredictorConfigurationReady",
+                "status": "Unknown",
+                "reason": "RevisionMissing",
+                "message": f"Configuration is waiting for a Revision to become ready. {detail}".strip(),
+            }
+        )
+        route = (
+            {"type": "PredictorRouteReady", "status": "True"}
+            if route_ok
+            else {"type": "PredictorRouteReady", "status": "Unknown", "reason": "RevisionMissing"}
+        )
+        bad = config if not config_ok else route
+        pred = (
+            {"type": "PredictorReady", "status": "True"}
+            if config_ok and route_ok
+            else {
+                "type": "PredictorReady",
+                "status": bad["status"],
+                "reason": bad["reason"],
+                "message": bad.get("message", ""),
+            }
+        )
+        top = dict(pred, type="Ready")
+        ingress = (
+            {"type": "IngressReady", "status": "True"}
+            if route_ok
+            else {"type": "IngressReady", "status": "Unknown"}
+        )
+        url = proxy.url
+        component = dict(comp, url=url, address={"url": url})
+        if not component.get("previousRolledoutRevision"):
+            component["previousRolledoutRevision"] = None
+        serving = [r for x in rolled.values() for r in x["old"] + x["new"] if r.ready]
+        kind, rt = current["kind"], current["rt"]
+        status = {
+            "url": url,
+            "address": {"url": url},
+            "components": {"predictor": component},
+            "conditions": conditions_merge(prev.get("conditions"), [ingress, config, route, pred, top]),
+            "deploymentMode": "Serverless",
+            "modelStatus": _model_status(serving, newest, snap),
+            "observedGeneration": isvc["metadata"].get("generation", 1),
+            "servingRuntimeName" if kind == "ServingRuntime" else "clusterServingRuntimeName": rt["metadata"][
+                "name"
+            ],
+        }
+        self.kube.patch_status("isvc", isvc["metadata"]["name"], isvc["metadata"]["namespace"], status)
 
     def _plan(self, variant: kserve.Variant) -> dict:
         """What one predictor Deployment should run (raises SpecError)."""
@@ -463,8 +680,11 @@ class Controller:
         variant, template, thash = plan["variant"], plan["template"], plan["hash"]
         ns, name, dname = isvc["metadata"]["namespace"], isvc["metadata"]["name"], variant.deployment
         key = ("isvc", ns, name)
-        deploy = self._ensure_deployment(variant.isvc, dname, template, thash)
-        self._ensure_service(variant.isvc, dname)
+        deploy = self._ensure_deployment(
+            variant.isvc, dname, template, thash, plan.get("revision"), plan.get("revision_spec")
+        )
+        if not plan.get("revision"):  # Knative's revisions have their own Services; nothing reads them
+            self._ensure_service(variant.isvc, dname)
         rs = self._ensure_replicaset(deploy, template, thash)
         runs = sorted(
             (r for r in self.runs.values() if r.namespace == ns and r.deployment == dname),
@@ -494,11 +714,19 @@ class Controller:
             for r in old:
                 self._kill(r)
             old = []
+        shown_ready = []
         for r in old + new:
-            self.kube.patch_status("pod", r.name, ns, r.pod_status())
-            self._annotate_engine_url(r)
+            # the engine's address before Ready: a reader that finds the pod Ready finds where it answers (a canary
+            # step read a Ready pod between the two writes and scraped podIP:8080, which nothing serves in the lab)
+            status = r.pod_status()
+            if any(
+                c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+            ):
+                self._annotate_engine_url(r)
+                shown_ready.append(r)
+            self.kube.patch_status("pod", r.name, ns, status)
         self._deployment_status(deploy, old, new, thash)
-        return dict(plan, deploy=deploy, old=old, new=new)
+        return dict(plan, deploy=deploy, old=old, new=new, shown_ready=shown_ready)
 
     def _annotate_engine_url(self, run: PredictorRun) -> None:
         """The pod's engine as this machine reaches it (podIP:8080 on a cluster; here the engine's
@@ -536,6 +764,9 @@ class Controller:
             self._kill(r)
         proxy = self.proxies.pop((ns, name), None)
         self.weights.pop((ns, name), None)
+        for key in [k for k in self.tag_proxies if k[:2] == (ns, name)]:
+            self.tag_proxies.pop(key).close()
+            self.tag_routes.pop(key, None)
         if proxy is not None:
             proxy.close()
         # what a garbage collector would remove with its owner
@@ -553,12 +784,22 @@ class Controller:
         self.runs.pop((run.namespace, run.name), None)
         run.cleanup()
 
-    def _ensure_deployment(self, isvc: dict, name: str, template: dict, thash: str) -> dict:
+    def _ensure_deployment(
+        self,
+        isvc: dict,
+        name: str,
+        template: dict,
+        thash: str,
+        revision: str | None = None,
+        revision_spec=None,
+    ) -> dict:
         md = isvc["metadata"]
         pred = isvc["spec"].get("predictor") or {}
+        # a Knative revision's Deployment selects its pods by revision, and carries the revision's labels
+        selector = {kserve.KN_REVISION_LABEL: revision} if revision else {"app": f"isvc.{name}"}
         spec = {
             "replicas": 1,
-            "selector": {"matchLabels": {"app": f"isvc.{name}"}},
+            "selector": {"matchLabels": selector},
             "template": copy.deepcopy(template),
             "strategy": copy.deepcopy(pred.get("deploymentStrategy"))
             or {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
@@ -571,6 +812,12 @@ class Controller:
             kserve.COMPONENT_LABEL: "predictor",
             "app": f"isvc.{name}",
         }
+        if revision:
+            labels = {
+                k: v
+                for k, v in template["metadata"]["labels"].items()
+                if k in labels or k.startswith("serving.")
+            }
         if existing is None:
             body = {
                 "apiVersion": "apps/v1",
@@ -582,12 +829,15 @@ class Controller:
                     "annotations": {
                         TEMPLATE_HASH_ANNOTATION: thash,
                         "deployment.kubernetes.io/revision": "1",
+                        **({REVISION_SPEC_ANNOTATION: revision_spec} if revision_spec else {}),
                     },
                     "ownerReferences": [owner_ref(isvc)],
                 },
                 "spec": spec,
             }
             return self.kube.create("deployment", body, namespace=md["namespace"])
+        if revision and (existing.get("spec") or {}).get("replicas") == 0:  # routed again: scaled from zero
+            return self.kube.patch("deployment", name, md["namespace"], {"spec": {"replicas": 1}}) or existing
         ann = existing["metadata"].get("annotations") or {}
         strategy_now = json.dumps(existing["spec"].get("strategy"), sort_keys=True)
         if ann.get(TEMPLATE_HASH_ANNOTATION) != thash or (
@@ -1199,9 +1449,20 @@ class Controller:
 
 
 # ---------------------------------------------------------------- small helpers
+def _revision_hash(deploy: dict) -> str:
+    return (deploy["metadata"].get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION, "")
+
+
+def pred_without_traffic(predictor: dict) -> dict:
+    """The predictor as its revision keeps it: canaryTrafficPercent is the Route's, not the revision's."""
+    return {k: v for k, v in predictor.items() if k != "canaryTrafficPercent"}
+
+
 def _ready(rolled: dict) -> bool:
-    """The Deployment has an available replica (deploy.Status.AvailableReplicas > 0)."""
-    return any(r.ready for r in rolled["old"] + rolled["new"])
+    """The Deployment has an available replica (deploy.Status.AvailableReplicas > 0): a pod this reconcile wrote
+    Ready (not one whose engine became ready since: its pod still reads not Ready, and a reader that trusts the
+    InferenceService's status - canaryStatuses, the revisions - must find it Ready)."""
+    return bool(rolled["shown_ready"])
 
 
 def _traffic_weights(stable: dict, canaries: list[dict]) -> list[tuple[str, int]]:

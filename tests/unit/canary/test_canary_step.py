@@ -120,7 +120,7 @@ def test_no_traffic_split_before_kserve_0_20_names_the_field_and_suggests_the_be
     assert "KServe 0.16.0 in Standard mode has no traffic split: spec.canary" in msg
     assert "playbooks/benchmark.yml" in msg
     assert canary.support_problem((0, 20, 0), "Standard") == ""
-    assert "not implemented" in canary.support_problem((0, 20, 0), "Knative")
+    assert canary.support_problem((0, 20, 0), "Knative") == ""  # canaryTrafficPercent (issue 20)
     assert "unknown" in canary.support_problem(None, "Standard")
 
 

@@ -2,12 +2,14 @@
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
 """Filters of the canary role: what a run does with the live service, how long its lock lasts, where
-each arm's pods answer, and whether the cluster can split traffic at all.  The logic lives in
+each arm's pods answer, whether the cluster can split traffic at all, and Knative mode's split, waits and
+abort.  The logic lives in
 module_utils/operate/canary.py."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.specpilot.core.plugins.module_utils.operate import canary
 from ansible_collections.specpilot.core.plugins.module_utils.service.versions import parse_version
@@ -54,12 +56,75 @@ def canary_summary(outcome, last_step=None):
     return canary.outcome_summary(str(outcome), last_step if isinstance(last_step, dict) else {})
 
 
+def _isvc(value, name):
+    if not isinstance(value, dict):
+        raise AnsibleFilterError(
+            "%s expects an InferenceService (a mapping), got %s" % (name, type(value).__name__)
+        )
+    return value
+
+
+def canary_left(isvc):
+    """live InferenceService | canary_left -> {name, percent} of the canary a run left on it, or None."""
+    return canary.left_canary(_isvc(isvc, "canary_left"))
+
+
+def canary_arm_selectors(deployment_mode, baseline, canary_arm):
+    """deployment_mode | canary_arm_selectors(baseline, canary) -> {baseline, canary} label selectors of the
+    arms' pods (Standard: the predictor Deployments; Knative: the revisions)."""
+    return canary.arm_selectors(str(deployment_mode), baseline, canary_arm)
+
+
+def canary_knative_split(isvc):
+    """InferenceService | canary_knative_split -> the Knative traffic split (revisions, shares, Ready)."""
+    return canary.knative_split(_isvc(isvc, "canary_knative_split"))
+
+
+def canary_knative_step_problem(isvc, percent, stable_revision=None):
+    """InferenceService | canary_knative_step_problem(percent, stable revision) -> '' once the step's split is
+    in place, else what is missing."""
+    return canary.knative_step_problem(
+        _isvc(isvc, "canary_knative_step_problem"), int(percent), stable_revision
+    )
+
+
+def canary_knative_restored_problem(isvc, before_revision, new_revision=True):
+    """InferenceService | canary_knative_restored_problem(newest revision before the abort's write, whether it makes
+    one) -> '' once the restored spec's revision is the newest and ready, else what is missing."""
+    return canary.knative_restored_problem(
+        _isvc(isvc, "canary_knative_restored_problem"), before_revision, boolean(new_revision, strict=False)
+    )
+
+
+def canary_stable(isvc):
+    """live InferenceService | canary_stable -> {labels, annotations, predictor}: what a Knative abort restores."""
+    return canary.stable_of(_isvc(isvc, "canary_stable"))
+
+
+def canary_knative_abort_patch(isvc, stable):
+    """live InferenceService | canary_knative_abort_patch(stable) -> the abort's merge patch (canaryTrafficPercent
+    0, the stable metadata and predictor)."""
+    if not isinstance(stable, dict) or not isinstance(stable.get("predictor"), dict):
+        raise AnsibleFilterError(
+            "canary_knative_abort_patch: the stable spec on record is missing or not {labels, annotations, "
+            "predictor}: %r" % (stable,)
+        )
+    return canary.knative_abort_patch(_isvc(isvc, "canary_knative_abort_patch"), stable)
+
+
 class FilterModule(object):
     """specpilot canary filters."""
 
     def filters(self):
         return {
             "canary_arm_pods": canary_arm_pods,
+            "canary_arm_selectors": canary_arm_selectors,
+            "canary_knative_abort_patch": canary_knative_abort_patch,
+            "canary_knative_restored_problem": canary_knative_restored_problem,
+            "canary_knative_split": canary_knative_split,
+            "canary_knative_step_problem": canary_knative_step_problem,
+            "canary_left": canary_left,
+            "canary_stable": canary_stable,
             "canary_lock_seconds": canary_lock_seconds,
             "canary_summary": canary_summary,
             "canary_support_problem": canary_support_problem,

@@ -35,6 +35,13 @@ which (``source``: ``pods`` or ``prometheus``).
 
    Only ``promote-step`` and ``abort`` are acted on; the caller never acts on the others.
 
+Where the canary runs (:func:`support_problem`): KServe >= 0.20 in Standard mode (``spec.canary[]``:
+a second Deployment per canary) or Knative mode (``spec.predictor.canaryTrafficPercent``: the predictor's
+new spec is a new revision, which takes that share of the traffic while the revision rolled out before it
+keeps the rest; :func:`knative_split` reads the split from ``status.components.predictor``, the arms are
+the two revisions' pods (:func:`arm_selectors`), and the abort restores the stable spec
+(:func:`stable_of`, :func:`knative_abort_patch`)).
+
 Per-request throughput has no histogram in vLLM, so the ``throughput`` figure has no data here
 (with ``bound_by: throughput`` every step is undecided: the benchmark measures it). Validity rules
 of the benchmark that describe the load generator (warm-up, client CPU, arrival lag) do not apply
@@ -57,14 +64,22 @@ __all__ = [
     "StepStopped",
     "acceptance_figures",
     "arm_pods",
+    "arm_selectors",
     "arm_window",
     "decide_step",
     "histogram_quantile",
+    "knative_abort_patch",
+    "knative_restored_problem",
+    "knative_split",
+    "knative_step_problem",
+    "left_canary",
     "lock_seconds",
+    "merge_patch",
     "outcome_summary",
     "render_plots",
     "report_markdown",
     "run_step",
+    "stable_of",
     "support_problem",
     "todo",
 ]
@@ -447,17 +462,36 @@ def run_step(
 # --------------------------------------------------------------------------- support and report
 
 
+def left_canary(isvc):
+    """The canary a run left on the live InferenceService, or None: ``{name, percent}`` - Standard mode's
+    first ``spec.canary`` entry (its predictor's name), or Knative mode's ``spec.predictor.canaryTrafficPercent``
+    (name None: the predictor itself carries the canary's spec, its newest revision takes that share)."""
+    spec = (isvc or {}).get("spec") or {}
+    if spec.get("canary"):
+        entry = spec["canary"][0] or {}
+        return {
+            "name": (entry.get("predictor") or {}).get("name"),
+            "percent": int(entry.get("trafficPercent") or 0),
+        }
+    percent = (spec.get("predictor") or {}).get("canaryTrafficPercent")
+    if percent is not None:
+        return {"name": None, "percent": int(percent)}
+    return None
+
+
 def todo(isvc, plan, record, retry=False, resume_name=None):
-    """What a run does with the live InferenceService: ``resume`` (a canary entry named ``resume_name``
-    is there - this spec's own canary, left by a run killed mid-step - and resuming is asked for),
-    ``interrupted`` (another canary entry is there: it is aborted), ``promoted`` (the predictor already
+    """What a run does with the live InferenceService: ``resume`` (this spec's own canary, left by a run
+    killed mid-step, is there - a canary entry named ``resume_name``, or in Knative mode
+    canaryTrafficPercent on a predictor running the plan's arguments - and resuming is asked for),
+    ``interrupted`` (another canary is there: it is aborted), ``promoted`` (the predictor already
     runs the plan's arguments), ``recorded`` (this spec's canary already ended, on record, and no retry
     is asked) or ``run``."""
     spec = (isvc or {}).get("spec") or {}
-    if spec.get("canary"):
-        left = (spec["canary"][0] or {}).get("predictor") or {}
-        return "resume" if resume_name and left.get("name") == resume_name else "interrupted"
     live_args = ((spec.get("predictor") or {}).get("model") or {}).get("args") or []
+    left = left_canary(isvc)
+    if left is not None:
+        mine = left["name"] == resume_name if left["name"] is not None else live_args == plan.get("args")
+        return "resume" if resume_name and mine else "interrupted"
     if live_args == plan.get("args"):
         return "promoted"
     if (record or {}).get("digest", "") == plan.get("spec_digest") and not retry:
@@ -501,14 +535,28 @@ def outcome_summary(outcome, last_step=None):
     return where + "; the stable predictor serves all the traffic, untouched"
 
 
+# KServe's canaryTrafficPercent rollout as the role follows it (the last revision rolled out with 100% keeps
+# the rest, tag "prev"; a revision sent back below 100% hands the rollout back): kserve/kserve #2040 and #2097
+# (2022), in every release since 0.9
+KNATIVE_SINCE = (0, 9)
+
+
 def support_problem(kserve_version, deployment_mode):
     """Why this cluster cannot split traffic for a canary ('' when it can). ``kserve_version`` a
     (major, minor, patch) tuple or None."""
     if deployment_mode == "Knative":
-        return (
-            "Knative mode (spec.predictor.canaryTrafficPercent) is not implemented by specpilot_canary yet; "
-            "measure with playbooks/benchmark.yml instead"
-        )
+        if kserve_version is None:
+            return (
+                "the KServe version is unknown: set specpilot_kserve_version (the canary's Knative mode, "
+                "spec.predictor.canaryTrafficPercent, needs KServe >= %d.%d)" % KNATIVE_SINCE
+            )
+        if tuple(kserve_version[:2]) < KNATIVE_SINCE:
+            return (
+                "KServe %s: its canaryTrafficPercent rollout could send the traffic back to an older revision "
+                "(fixed in 0.9, kserve/kserve #2040 and #2097); upgrade KServe, or measure with playbooks/benchmark.yml"
+                % ".".join(str(x) for x in kserve_version)
+            )
+        return ""
     if kserve_version is None:
         return (
             "the KServe version is unknown: set specpilot_kserve_version (spec.canary needs KServe >= 0.20)"
@@ -666,6 +714,131 @@ def render_plots(report, out_dir):
 
 
 LAB_URL_ANNOTATION = "specpilot.io/lab-url"
+KNATIVE_REVISION_LABEL = "serving.knative.dev/revision"
+
+
+# --------------------------------------------------------------------------- Knative mode
+
+
+def knative_split(isvc):
+    """The split of a Knative-mode InferenceService, from ``status.components.predictor`` as KServe
+    writes it (PropagateStatus, pkg/apis/serving/v1beta1/inference_service_status.go): the canary is the
+    traffic target on the latest revision (``latestRevision: true``, tag ``latest`` with tag routing), the
+    baseline the revision last rolled out with 100% (``latestRevision: false``, tag ``prev``), as
+    createKnativeService (reconcilers/knative/ksvc_reconciler.go) writes the targets.
+    Returns ``{latest_created, latest_ready, rolled_out, canary: {revision, percent}, baseline: {revision,
+    percent} or None, ready}`` (``ready``: the Ready condition is True)."""
+    status = (isvc or {}).get("status") or {}
+    comp = (status.get("components") or {}).get("predictor") or {}
+    latest, baseline = {"revision": None, "percent": 0}, None
+    for t in comp.get("traffic") or []:
+        entry = {"revision": t.get("revisionName"), "percent": int(t.get("percent") or 0)}
+        if t.get("latestRevision"):
+            latest = entry
+        elif t.get("tag") == "prev" or baseline is None:
+            baseline = entry
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+    return {
+        "latest_created": comp.get("latestCreatedRevision"),
+        "latest_ready": comp.get("latestReadyRevision"),
+        "rolled_out": comp.get("latestRolledoutRevision"),
+        "canary": latest,
+        "baseline": baseline,
+        "ready": ready,
+    }
+
+
+def knative_step_problem(isvc, percent, stable_revision=None):
+    """'' once a step's split is in place, else what is still missing: the newest revision ready (not
+    ``stable_revision``, the one the canary started from) with ``percent`` of the traffic and, below 100,
+    the revision rolled out before it the rest."""
+    split = knative_split(isvc)
+    created, canary, base = split["latest_created"], split["canary"], split["baseline"]
+    if not created or created != split["latest_ready"]:
+        return "the newest revision %s is not ready (latest ready: %s)" % (created, split["latest_ready"])
+    if stable_revision and created == stable_revision:
+        return "KServe has not made a revision of the canary's spec yet (latest %s)" % created
+    if canary["revision"] != created or canary["percent"] != int(percent):
+        return "revision %s has %s%% of the traffic, not %s%%" % (created, canary["percent"], percent)
+    if int(percent) < 100 and (
+        not base or base["revision"] == created or base["percent"] != 100 - int(percent)
+    ):
+        return "the revision rolled out before %s does not have the other %s%%: %s" % (
+            created,
+            100 - int(percent),
+            base,
+        )
+    return ""
+
+
+def knative_restored_problem(isvc, before_revision, new_revision=True):
+    """'' once an abort's restored spec runs: the newest revision ready and, when the restoring write changed
+    the template (``new_revision``), newer than ``before_revision`` (the newest before that write: a stale
+    status still shows the canary's revision as the newest ready one); else what is still missing."""
+    split = knative_split(isvc)
+    created = split["latest_created"]
+    if new_revision and (not created or created == before_revision):
+        return "KServe has not made a revision of the restored spec yet (newest %s)" % created
+    if not created or created != split["latest_ready"]:
+        return "the restored spec's revision %s is not ready yet (latest ready %s)" % (
+            created,
+            split["latest_ready"],
+        )
+    return ""
+
+
+def stable_of(isvc):
+    """What a Knative-mode abort restores: the live service's metadata labels and annotations and its
+    predictor (without canaryTrafficPercent), read before the canary's first step."""
+    md = (isvc or {}).get("metadata") or {}
+    predictor = dict(((isvc or {}).get("spec") or {}).get("predictor") or {})
+    predictor.pop("canaryTrafficPercent", None)
+    return {
+        "labels": dict(md.get("labels") or {}),
+        "annotations": dict(md.get("annotations") or {}),
+        "predictor": predictor,
+    }
+
+
+def merge_patch(current, target):
+    """The JSON merge patch (RFC 7386) that turns ``current`` into ``target``: keys only ``current`` has
+    become null, objects are patched key by key, anything else is ``target``'s."""
+    if not isinstance(current, dict) or not isinstance(target, dict):
+        return target
+    out = dict((k, None) for k in current if k not in target)
+    for k, v in target.items():
+        if k not in current or current[k] != v:
+            out[k] = merge_patch(current.get(k), v)
+    return out
+
+
+def knative_abort_patch(live, stable):
+    """The abort's one write (KServe's documented rollback, docs/samples/v1beta1/rollout/README.md
+    "Rollback and pin the model"): canaryTrafficPercent 0, so the revision rolled out before the canary
+    takes all the traffic, and the metadata and predictor back to ``stable`` (:func:`stable_of`), which
+    Knative makes a new revision of; canaryTrafficPercent is removed once that revision is ready."""
+    now = stable_of(live)
+    patch = merge_patch(now, stable)
+    predictor = dict(patch.get("predictor") or {}, canaryTrafficPercent=0)
+    out = {"spec": {"predictor": predictor}}
+    meta = dict((k, patch[k]) for k in ("labels", "annotations") if k in patch)
+    if meta:
+        out["metadata"] = meta
+    return out
+
+
+def arm_selectors(deployment_mode, baseline, canary):
+    """The label selector of each arm's pods: in Standard mode ``baseline`` and ``canary`` are the two
+    predictor Deployments (their pods' ``app: isvc.<Deployment>``, constants.GetRawServiceLabel), in Knative
+    mode the two revisions (Knative's ``serving.knative.dev/revision`` label)."""
+    if deployment_mode == "Knative":
+        return {
+            "baseline": "%s=%s" % (KNATIVE_REVISION_LABEL, baseline),
+            "canary": "%s=%s" % (KNATIVE_REVISION_LABEL, canary),
+        }
+    return {"baseline": "app=isvc.%s" % baseline, "canary": "app=isvc.%s" % canary}
 
 
 def arm_pods(pods, port=8080):
