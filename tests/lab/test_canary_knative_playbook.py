@@ -16,8 +16,8 @@ import threading
 
 import pytest
 
-from test_canary_playbook import Stable, Traffic, run
-from test_benchmark_playbook import ISVC_API, as_automation, fake_engine_lab, wait
+from test_canary_playbook import Stable, lab_under_traffic, run
+from test_benchmark_playbook import ISVC_API, wait
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -73,16 +73,7 @@ def traffic_of(isvc):
 
 @pytest.fixture(scope="module")
 def knative_lab(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("canary-knative-lab")
-    with fake_engine_lab(tmp, "--step-ms", "30", "--spec-step-cost", "1.3") as emu:
-        stable = KnativeStable(tmp, emu)
-        # every run as the shipped ServiceAccount only (playbooks/rbac.yml)
-        stable.automation = as_automation(tmp, stable)
-        traffic = Traffic(stable.isvc()["status"]["url"])
-        try:
-            yield stable
-        finally:
-            traffic.stop()
+    yield from lab_under_traffic(tmp_path_factory.mktemp("canary-knative-lab"), KnativeStable)
 
 
 def test_an_impossible_floor_aborts_the_knative_canary_and_the_stable_spec_takes_all_the_traffic(

@@ -100,18 +100,22 @@ class Stable(Deployed):
         return sorted(p["metadata"]["name"] for p in items.items)
 
 
-@pytest.fixture(scope="module")
-def canary_lab(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("canary-lab")
+def lab_under_traffic(tmp, stable_class):
+    """A lab (stand-in engine) with the stable service of ``stable_class`` serving the traffic generator's
+    requests; every canary run as the shipped ServiceAccount only (playbooks/rbac.yml)."""
     with fake_engine_lab(tmp, "--step-ms", "30", "--spec-step-cost", "1.3") as emu:
-        stable = Stable(tmp, emu)
-        # every canary run as the shipped ServiceAccount only (playbooks/rbac.yml)
+        stable = stable_class(tmp, emu)
         stable.automation = as_automation(tmp, stable)
         traffic = Traffic(stable.isvc()["status"]["url"])
         try:
             yield stable
         finally:
             traffic.stop()
+
+
+@pytest.fixture(scope="module")
+def canary_lab(tmp_path_factory):
+    yield from lab_under_traffic(tmp_path_factory.mktemp("canary-lab"), Stable)
 
 
 def run(lab, tmp_path, **extra):
