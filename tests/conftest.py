@@ -60,3 +60,13 @@ def longest_files_first(items):
         return -seconds.get(os.path.relpath(str(item.path), root).replace(os.sep, "/"), 0.0)
 
     items.sort(key=key)  # stable: a file's tests stay together and in order
+
+
+def pytest_runtest_teardown(item):
+    """ansible-core's open_url installs its opener as urllib's global one (urllib.request.install_opener, with
+    the auth handlers of the URL it opened): a test that calls it in-process would change what
+    urllib.request.urlopen does in the tests after it on the same worker (a digest handler that raises on a
+    registry's Bearer challenge). Each test ends with urllib's default opener back."""
+    import urllib.request
+
+    urllib.request.install_opener(None)
