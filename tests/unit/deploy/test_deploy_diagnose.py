@@ -70,7 +70,7 @@ def test_engine_errors_become_hints(log_name, code, words):
     assert text.startswith("specpilot deploy: svc (namespace ml) is not ready: the engine keeps crashing")
     assert "Pod svc-predictor-abc-1 (new): Running, kserve-container waiting (CrashLoopBackOff)" in text
     assert "restarts 2, last exit code 1 (Error)" in text
-    assert "log of svc-predictor-abc-1 (previous run" in text
+    assert "log of pod svc-predictor-abc-1 (previous run" in text
     for word in words:
         assert word in text, word
     assert out["summary"].startswith("the engine keeps crashing: ")

@@ -294,14 +294,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-lock:
-  description: The lock after the load (C(holder), C(resource_version), C(renewals)), with O(lock).
-  returned: when O(lock) is given
-  type: dict
 stopped:
   description: True when the load was stopped because its lock was lost (the task fails).
   returned: when the load was stopped
   type: bool
+lock:
+  description: The lock after the load (C(holder), C(resource_version), C(renewals)), with O(lock).
+  type: dict
+  returned: when O(lock) is given
 runs:
   description: One entry per level, in the order measured.
   returned: always

@@ -372,15 +372,7 @@ def _diagnosis_lines(d, cause, hints, engine):
     previous = [log for log in logs if log.get("previous")]
     for log in previous[:1] or logs[:1]:  # the crashed run when there is one, else the current one
         rows = _tail(log.get("text"), tail_lines)
-        lines.append(
-            "  %s log of %s (%s, last %d lines):"
-            % (
-                log.get("container") or CONTAINER,
-                log.get("pod"),
-                "previous run" if log.get("previous") else "current",
-                len(rows),
-            )
-        )
+        lines.append("  %s log of pod %s (%s, last %d lines):" % (_which_log(log) + (len(rows),)))
         lines.extend("    | " + row[:400] for row in rows)
     if errors:
         lines.append("  Engine errors%s:" % (" (vLLM %s)" % image_vllm if image_vllm else ""))
@@ -427,6 +419,15 @@ def _reason(error):
     return text[:300]
 
 
+def _which_log(log):
+    """(container, pod, which run) of a log entry of the diagnosis."""
+    return (
+        log.get("container") or CONTAINER,
+        log.get("pod"),
+        "previous run" if log.get("previous") else "current run",
+    )
+
+
 def _unread(context, namespace):
     """ "could not read X: reason" for each read of the diagnosis that failed or timed out (the role's
     ``events_error`` and the ``error`` of each log entry): the diagnosis says what it lacks, and why."""
@@ -438,13 +439,7 @@ def _unread(context, namespace):
     for log in context.get("logs") or []:
         if log.get("error"):
             out.append(
-                "could not read the %s log of pod %s (%s): %s"
-                % (
-                    log.get("container") or CONTAINER,
-                    log.get("pod"),
-                    "previous run" if log.get("previous") else "current run",
-                    _reason(log["error"]),
-                )
+                "could not read the %s log of pod %s (%s): %s" % (_which_log(log) + (_reason(log["error"]),))
             )
     return out
 
