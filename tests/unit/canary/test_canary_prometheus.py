@@ -339,20 +339,7 @@ def test_the_report_says_where_the_figures_come_from():
         "notes": ["b: under two samples"],
         "prometheus": {"url": URL, "range": "60000ms", "evaluated_at": "2027-01-15T08:00:20Z"},
     }
-    report = {
-        "namespace": NS,
-        "service": "svc",
-        "outcome": "promoted",
-        "summary": "s",
-        "canary_name": "s1",
-        "steps_planned": [50, 100],
-        "window_s": 60,
-        "min_requests": 10,
-        "min_acceptance": 0.5,
-        "source": "prometheus",
-        "prometheus_url": URL,
-        "steps": [step, dict(step, source="pods")],
-    }
+    report = _report(60, 10, "prometheus", [step, dict(step, source="pods")], prometheus_url=URL)
     md = canary.report_markdown(report)
     assert "Both arms are read from Prometheus %s (specpilot_canary_prometheus_url)." % URL in md
     assert (
@@ -388,17 +375,23 @@ def test_a_step_read_from_the_pods_says_so():
     out = canary.run_step(live.fetch, POD_ARMS, 600, 60, clock=live.clock, sleep=live.sleep, poll_s=5)
     assert out["source"] == "pods" and "prometheus" not in out
     assert "figures from the arms' pods' /metrics" in canary.report_markdown(
-        {
-            "namespace": NS,
-            "service": "svc",
-            "outcome": "promoted",
-            "summary": "s",
-            "canary_name": "s1",
-            "steps_planned": [50, 100],
-            "window_s": 600,
-            "min_requests": 60,
-            "min_acceptance": 0.5,
-            "source": "pods",
-            "steps": [dict(out, traffic_percent=50)],
-        }
+        _report(600, 60, "pods", [dict(out, traffic_percent=50)])
+    )
+
+
+def _report(window_s, min_requests, source, steps, **extra):
+    """A promoted canary's report of these steps, for report_markdown."""
+    return dict(
+        namespace=NS,
+        service="svc",
+        outcome="promoted",
+        summary="s",
+        canary_name="s1",
+        steps_planned=[50, 100],
+        window_s=window_s,
+        min_requests=min_requests,
+        min_acceptance=0.5,
+        source=source,
+        steps=steps,
+        **extra,
     )

@@ -60,9 +60,8 @@ class ActionModule(ControllerAction):
         started = time.monotonic()
         shown: list[str] = []
         last_tail: list[str] = []
-        waits: dict = (
-            {}
-        )  # since when the pod has been pulling its image, and pending (job_watch.stuck_reason)
+        # since when the pod has been pulling its image, and pending (job_watch.stuck_reason)
+        waits: dict = {}
         while True:
             job = self._get("Job", "batch/v1", name=name, namespace=ns)
             state, reason, message = job_watch.job_state(job)
