@@ -21,7 +21,9 @@ Writes ``gpu_flow.json`` and ``gpu_flow.md`` under ``--out``; progress goes to s
 A GPU machine without vLLM or a package index (how the recorded run was made): take the newest vLLM
 release whose ``torch==`` pin matches the machine's torch (0.24.0 for torch 2.11; ``unzip -p`` the
 wheel's METADATA), resolve its requirements for the machine's Python (``pip install --dry-run
---ignore-installed --report``), drop what the machine already has and the optional kernel packages
+--ignore-installed --report``; pip 26 matches ``--platform`` tags exactly, so name every one the machine
+takes: ``manylinux_2_17_x86_64`` to ``manylinux_2_39_x86_64``, ``manylinux2014_x86_64``,
+``manylinux1_x86_64``, or older wheels such as blake3's are not found), drop what the machine already has and the optional kernel packages
 (flashinfer, tilelang, cutlass-dsl, quack, humming, tokenspeed; keep ``apache-tvm-ffi``, which xgrammar
 imports), ``pip install --no-deps --target DIR --platform manylinux_2_28_x86_64 --python-version 3.12``,
 remove ``vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so`` (Hopper runs FA3), ``vllm/vllm-rs`` and the
@@ -32,6 +34,7 @@ run with ``VLLM_USE_FLASHINFER_SAMPLER=0`` (ENGINE_ENV) so that vLLM does not im
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import subprocess
@@ -48,6 +51,9 @@ from ansible_collections.specpilot.core.plugins.module_utils.benchmark import (
     bench_analysis as ba,
 )  # noqa: E402
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_client as bc  # noqa: E402
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import (
+    bench_verdict as bv,
+)  # noqa: E402
 from ansible_collections.specpilot.core.plugins.module_utils.engine import (
     vllm_logs,
     vllm_metrics,
@@ -195,7 +201,9 @@ def smoke_view(eng, plan_cfg, raw_runs):
         "config_differences": smoke.compare_engine_config(plan_cfg, logged) if plan_cfg else [],
         "figures": {k: fig.get(k) for k in ("source", "acceptance_rate", "mean_acceptance_length")},
         "interpretation": smoke.interpretation(fig, smoke.thresholds()) if plan_cfg else [],
-        "log_issues": parsed.get("issues") or [],
+        # the parser's names (vllm_logs: "warnings" is reserved in Ansible module results)
+        "log_warnings": parsed.get("log_warnings") or [],
+        "log_errors": parsed.get("log_errors") or [],
     }
 
 
@@ -232,6 +240,11 @@ def run_side(name, models, plan_cfg, opts, prompts):
     return {"name": name, "started": True, "ready_s": round(ready_s, 1), "smoke": view, "raw": raw}
 
 
+# what each judged level keeps in the report (bench_analysis._judge_level's keys): its decision and
+# why, whether it was valid, and the p50 ratios with their 95% intervals (bench_verdict.ratios)
+LEVEL_KEYS = ("level", "decision", "reasons", "valid", "invalid_reasons", "ratios", "acceptance")
+
+
 def verdicts(base, sides):
     out = {}
     for name, side in sides.items():
@@ -244,14 +257,7 @@ def verdicts(base, sides):
             "decision": res["decision"],
             "reasons": res["reasons"],
             "per_level": res["per_level"],
-            "levels": [
-                {
-                    k: lv.get(k)
-                    for k in ("level", "decision", "speedup", "ttft", "tpot", "acceptance")
-                    if k in lv
-                }
-                for lv in res["levels"]
-            ],
+            "levels": [{k: lv.get(k) for k in LEVEL_KEYS} for lv in res["levels"]],
         }
     return out
 
@@ -295,7 +301,38 @@ def markdown(doc):
         why = "; ".join(v.get("reasons") or [v.get("why", "")])
         levels = ", ".join("%s %s" % kv for kv in (v.get("per_level") or {}).items())
         lines.append("- %s: %s (%s); per level: %s" % (name, v.get("decision"), why, levels or "-"))
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + ratio_table(doc["verdicts"])) + "\n"
+
+
+def ratio_table(verdicts_by_method):
+    """Each level's p50 ratios, speculative against baseline (above 1 is better), with the 95% interval."""
+    rows = [
+        "",
+        "p50 ratios, speculative against baseline (above 1 is better; 95% interval):",
+        "",
+        "| method | level | decision | TTFT | TPOT | E2E | throughput |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, v in verdicts_by_method.items():
+        for lv in v.get("levels") or []:
+            figs = lv.get("ratios") or {}
+            rows.append(
+                "| %s | %s | %s | %s |"
+                % (
+                    name,
+                    (lv.get("level") or {}).get("key", "-"),
+                    lv.get("decision"),
+                    " | ".join(_ratio(figs.get(f)) for f in bv.FIGURES),
+                )
+            )
+    return rows if len(rows) > 5 else []
+
+
+def _ratio(fig):
+    if not fig or fig.get("value") is None:
+        return "-"
+    ci = fig.get("ci95")
+    return "%.2fx" % fig["value"] + (" (%.2f-%.2f)" % tuple(ci) if ci else " (no interval)")
 
 
 def _num(value):
@@ -336,7 +373,12 @@ def main(argv=None):
 
 
 def save(doc, out):
-    """gpu_flow.json (without the raw request records) and gpu_flow.md; returns the Markdown."""
+    """gpu_flow.json (without the raw request records), gpu_flow.md, and the raw records of each side
+    (gpu_flow_raw.json.gz: every request and /metrics page, to judge again offline); returns the Markdown."""
+    raw = {"baseline": doc["baseline"].get("raw")}
+    raw.update({m: side.get("raw") for m, side in doc["speculative"].items()})
+    with gzip.open(out / "gpu_flow_raw.json.gz", "wt") as fh:
+        json.dump(raw, fh, default=str)
     slim = dict(doc, baseline={k: v for k, v in doc["baseline"].items() if k != "raw"})
     slim["speculative"] = {
         m: {k: v for k, v in side.items() if k != "raw"} for m, side in doc["speculative"].items()
