@@ -71,3 +71,30 @@ def test_the_smoke_view_reports_the_engine_logs_warnings():
     assert view["log_errors"] == []
     assert view["config_differences"] == []
     assert view["logged_speculative_config"]["method"] == "eagle3"
+
+
+def test_the_recorded_gpu_runs_are_judged_today_as_on_the_day():
+    """The raw requests and /metrics pages of the H200 run (vLLM 0.24.0) judged again with today's
+    analysis: each method's decision, each level's decision and ratios as recorded. A change to the
+    benchmark's statistics that moves a verdict on real GPU data shows here; if it is meant, say so
+    in the commit and update the expectations below, not the recorded files."""
+    import gzip
+    import json
+
+    results = bh.ROOT / "benchmarks" / "results"
+    with gzip.open(results / "gpu_flow_h200_2026-11-27c_raw.json.gz", "rt") as fh:
+        raw = json.load(fh)
+    recorded = json.loads((results / "gpu_flow_h200_2026-11-27c.json").read_text())["verdicts"]
+    sides = {m: {"started": True, "raw": raw[m]} for m in ("ngram", "draft_model", "eagle3")}
+    again = gf.verdicts({"started": True, "raw": raw["baseline"]}, sides)
+    assert {m: v["decision"] for m, v in again.items()} == {
+        "ngram": "keep",
+        "draft_model": "inconclusive",
+        "eagle3": "rollback",
+    }
+    for method, verdict in again.items():
+        assert verdict["per_level"] == recorded[method]["per_level"]
+        for lv, rec in zip(verdict["levels"], recorded[method]["levels"]):
+            assert lv["ratios"]["tpot"]["value"] == rec["ratios"]["tpot"]["value"]
+            assert lv["ratios"]["ttft"]["ci95"] == rec["ratios"]["ttft"]["ci95"]
+            assert lv["acceptance"]["num_accepted_tokens"] == rec["acceptance"]["num_accepted_tokens"]
