@@ -444,7 +444,15 @@ def test_pending_on_insufficient_gpu_then_scheduled(fake_lab, fake_models):
     ev = lab.wait(pending_event, 10, "FailedScheduling")[0]
     assert "0/1 nodes are available: 1 Insufficient nvidia.com/gpu." in ev["message"]
     assert ev["type"] == "Warning"
-    pod = lab.pods(ns, "big")[0]
+    # the event and the pod's PodScheduled condition are two writes (kube-scheduler's
+    # handleSchedulingFailure, pkg/scheduler/schedule_one.go, records the event through an asynchronous
+    # broadcaster and updates the pod's status apart), so a reader may see the event first: wait for both
+    def unscheduled_pod():
+        pods = lab.pods(ns, "big")
+        conds = (pods[0].get("status") or {}).get("conditions") if pods else None
+        return pods[0] if conds else None
+
+    pod = lab.wait(unscheduled_pod, 10, "the pod's PodScheduled condition")
     assert pod["status"]["phase"] == "Pending" and "nodeName" not in pod["spec"]
     sched = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
     assert sched["status"] == "False" and sched["reason"] == "Unschedulable"
