@@ -132,6 +132,54 @@ def test_isvc_becomes_ready_only_after_health(fake_lab, fake_models):
     assert_quiet(lab)
 
 
+def test_isvc_ready_only_once_its_pod_is_written_ready(fake_lab, fake_models):
+    """The engine turns ready while a reconcile runs, after that reconcile wrote its pod (not Ready yet):
+    neither the Deployment nor the InferenceService may then say ready in that pass (KServe's PredictorReady
+    follows the Deployment's availability, which follows the pods' Ready conditions); the next pass writes
+    the pod Ready, then them. A reader that waits for Ready=True and reads the pod at once found it not
+    Ready when the lab read the engine's live flag for the InferenceService."""
+    lab = fake_lab()
+    ns = lab.namespace()
+    lab.runtime()
+    gate = lab.pvc_with_models(ns, fake_models) / "healthy"
+    ctl = lab.ctl
+    written: list[tuple[str, bool]] = []  # (kind, says ready), in the order the controller wrote them
+    patch_status = ctl.kube.patch_status
+
+    def recording(kind, name, namespace, status):
+        conds = {c.get("type"): c.get("status") for c in (status or {}).get("conditions") or []}
+        if kind == "deployment":
+            written.append((kind, bool(status.get("availableReplicas"))))
+        elif kind in ("pod", "isvc"):
+            written.append((kind, conds.get("Ready") == "True"))
+        return patch_status(kind, name, namespace, status)
+
+    deployment_status = ctl._deployment_status
+    flipped: list[str] = []
+
+    def engine_ready_meanwhile(deploy, old, new, *rest):
+        # once, after the pod was written running and not ready: the engine turns ready right now
+        if not flipped and any("running" in r.snapshot()["state"] and not r.ready for r in new):
+            gate.write_text("")
+            lab.wait(lambda: new[-1].ready, 20, "the engine ready (inside the reconcile)")
+            flipped.append(new[-1].name)
+        return deployment_status(deploy, old, new, *rest)
+
+    ctl.kube.patch_status = recording
+    ctl._deployment_status = engine_ready_meanwhile
+    lab.isvc(ns, "tiny", ["--model=/mnt/models/target", "--fake-health-gate=/mnt/models/healthy"])
+    lab.wait_ready(ns, "tiny", 20)
+    assert flipped
+    pod = lab.pods(ns, "tiny")[0]
+    assert next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")["status"] == "True"
+    pod_ready = False
+    for kind, ready in list(written):
+        if kind == "pod":
+            pod_ready = ready
+        else:
+            assert pod_ready or not ready, written
+
+
 def assert_quiet(lab, seconds: float = 3.0, within: float = 30.0):
     """The controller converges: with nothing changing, it soon writes nothing for ``seconds`` in a
     row (a busy machine may delay its last status writes; a controller that keeps writing never
@@ -238,7 +286,8 @@ def test_recreate_strategy_stops_the_old_engine_first(fake_lab, fake_models):
             len(pods) == 1
             and pods[0]["metadata"]["name"] != old_pod
             and any(
-                c["type"] == "Ready" and c["status"] == "True" for c in (pods[0].get("status") or {}).get("conditions") or []
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in (pods[0].get("status") or {}).get("conditions") or []
             )
         )
 
@@ -256,7 +305,12 @@ def test_crash_loop_reports_exit_code_events_and_previous_log(fake_lab, fake_mod
     lab.isvc(
         ns,
         "tiny",
-        ["--model=/mnt/models/target", "--fake-exit-code=3", "--fake-exit-after=0.3", "--fake-health-gate=/mnt/models/never"],
+        [
+            "--model=/mnt/models/target",
+            "--fake-exit-code=3",
+            "--fake-exit-after=0.3",
+            "--fake-health-gate=/mnt/models/never",
+        ],
     )
 
     def crashed():
@@ -423,7 +477,9 @@ def test_single_storage_uri_honours_the_pvc_sub_path(fake_lab, fake_models):
         if "fake_vllm_server" in _cmdline(p) and not _cmdline(p).startswith("bwrap ")
     ]
     assert inner, engine.process_tree(engine_pid)
-    assert sorted(os.listdir(f"/proc/{inner[0]}/root/mnt/models")) == sorted(os.listdir(fake_models / "draft"))
+    assert sorted(os.listdir(f"/proc/{inner[0]}/root/mnt/models")) == sorted(
+        os.listdir(fake_models / "draft")
+    )
 
 
 def test_pending_on_insufficient_gpu_then_scheduled(fake_lab, fake_models):
@@ -444,6 +500,7 @@ def test_pending_on_insufficient_gpu_then_scheduled(fake_lab, fake_models):
     ev = lab.wait(pending_event, 10, "FailedScheduling")[0]
     assert "0/1 nodes are available: 1 Insufficient nvidia.com/gpu." in ev["message"]
     assert ev["type"] == "Warning"
+
     # the event and the pod's PodScheduled condition are two writes (kube-scheduler's
     # handleSchedulingFailure, pkg/scheduler/schedule_one.go, records the event through an asynchronous
     # broadcaster and updates the pod's status apart), so a reader may see the event first: wait for both

@@ -599,7 +599,7 @@ class Controller:
         prev = isvc.get("status") or {}
         latest = rolled[comp["latestCreatedRevision"]]
         newest = latest["new"][-1] if latest["new"] else None
-        snap = newest.snapshot() if newest else {}
+        snap = dict(newest.snapshot(), ready=newest in latest["shown_ready"]) if newest else {}
         config_ok = comp["latestReadyRevision"] == comp["latestCreatedRevision"]
         route_ok = bool(comp["traffic"])
         detail = _pod_detail(newest, snap)
@@ -639,7 +639,7 @@ class Controller:
         component = dict(comp, url=url, address={"url": url})
         if not component.get("previousRolledoutRevision"):
             component["previousRolledoutRevision"] = None
-        serving = [r for x in rolled.values() for r in x["old"] + x["new"] if r.ready]
+        serving = [r for x in rolled.values() for r in x["shown_ready"]]  # as written (see _isvc_status)
         kind, rt = current["kind"], current["rt"]
         status = {
             "url": url,
@@ -725,7 +725,7 @@ class Controller:
                 self._annotate_engine_url(r)
                 shown_ready.append(r)
             self.kube.patch_status("pod", r.name, ns, status)
-        self._deployment_status(deploy, old, new, thash)
+        self._deployment_status(deploy, old, new, thash, shown_ready)
         return dict(plan, deploy=deploy, old=old, new=new, shown_ready=shown_ready)
 
     def _annotate_engine_url(self, run: PredictorRun) -> None:
@@ -979,11 +979,14 @@ class Controller:
             },
         )
 
-    def _deployment_status(self, deploy: dict, old: list, new: list, thash: str) -> None:
+    def _deployment_status(self, deploy: dict, old: list, new: list, thash: str, shown_ready: list) -> None:
+        """shown_ready: the pods this reconcile wrote Ready. The Deployment controller counts ready and
+        available replicas from the pods' Ready conditions (podutil.IsPodAvailable), never from an engine
+        that became ready after its pod was written."""
         md = deploy["metadata"]
         prev = deploy.get("status") or {}
-        ready_new = [r for r in new if r.ready]
-        ready_all = [r for r in old + new if r.ready]
+        ready_new = [r for r in new if r in shown_ready]
+        ready_all = [r for r in old + new if r in shown_ready]
         gen = md.get("generation", 1)
         observed = gen if ready_new else prev.get("observedGeneration")
         rs_name = f"{md['name']}-{thash}"
@@ -1055,9 +1058,15 @@ class Controller:
         kind, rt, deploy, old, new = (stable[k] for k in ("kind", "rt", "deploy", "old", "new"))
         prev = isvc.get("status") or {}
         dstatus = deploy.get("status") or {}
-        serving = [r for r in old + new if r.ready]
+        # ready as this reconcile wrote the pods (stable["shown_ready"]), not as the engines are now: an
+        # engine that becomes ready while this reconcile runs has its pod still written not Ready, and
+        # KServe's PredictorReady follows the Deployment's availability, which follows the pods' Ready
+        # conditions; a reader that finds the InferenceService Ready must find its pod Ready (the next
+        # reconcile, which the engine's readiness queues, writes both)
+        shown = stable["shown_ready"]
+        serving = [r for r in old + new if r in shown]
         newest = new[-1] if new else None
-        snap = newest.snapshot() if newest else {}
+        snap = dict(newest.snapshot(), ready=newest in shown) if newest else {}
         progress = next((c for c in dstatus.get("conditions") or [] if c["type"] == "Progressing"), {})
         ready = bool(serving) and progress.get("status") != "False"
         if ready:
