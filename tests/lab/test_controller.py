@@ -323,12 +323,13 @@ def test_crash_loop_reports_exit_code_events_and_previous_log(fake_lab, fake_mod
     assert cs["lastState"]["terminated"]["exitCode"] == 3
     assert cs["lastState"]["terminated"]["reason"] == "Error"
     assert pod["status"]["phase"] == "Running"
-    lab.wait(
-        lambda: "waiting" in lab.pods(ns, "tiny")[0]["status"]["containerStatuses"][0]["state"],
+    # the state the wait found, not a second read: the back-off (2 s, then 4 s) may end between two reads, and
+    # the restarted container is running again (a KeyError on "waiting")
+    waiting = lab.wait(
+        lambda: lab.pods(ns, "tiny")[0]["status"]["containerStatuses"][0]["state"].get("waiting"),
         10,
         "CrashLoopBackOff",
     )
-    waiting = lab.pods(ns, "tiny")[0]["status"]["containerStatuses"][0]["state"]["waiting"]
     assert waiting["reason"] == "CrashLoopBackOff"
     # the InferenceService follows the pod one reconcile later, as KServe does
     conds = lab.wait(
