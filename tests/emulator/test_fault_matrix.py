@@ -242,8 +242,22 @@ class Canary:
         self.inv = write_inventory(tmp / "inv", ns, {"svc": {}}, GROUP)
         self.pages = pages or ArmPages()
         self.kserve = CanaryKServe(emu, ns, self.pages).__enter__()
-        wait_for(lambda: self.pods(), 30, what="the stable predictor's pod")
+        # what the tests compare with (canary.before) is the Deployment's resourceVersion as well as the pods:
+        # CanaryKServe creates the Deployment, then the pod, then writes the pod's status and last the
+        # Deployment's, so a pod is there before the Deployment's last write - wait for that write too
+        wait_for(
+            lambda: self.pods() and self._rolled_out(), 30, what="the stable predictor's pod and its rollout"
+        )
         self.before = self.stable()
+
+    def _rolled_out(self):
+        dep = get(self.emu, "apps/v1", "Deployment", "svc-predictor", self.ns)
+        st = (dep or {}).get("status") or {}
+        return (
+            bool(dep)
+            and st.get("observedGeneration") == dep["metadata"]["generation"]
+            and st.get("availableReplicas") == 1
+        )
 
     def run(self, **extra):
         return _canary(self.emu, self.tmp, self.inv, self.ns, None, **extra)
