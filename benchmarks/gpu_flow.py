@@ -23,8 +23,8 @@ release whose ``torch==`` pin matches the machine's torch (0.24.0 for torch 2.11
 wheel's METADATA), resolve its requirements for the machine's Python (``pip install --dry-run
 --ignore-installed --report``; pip 26 matches ``--platform`` tags exactly, so name every one the machine
 takes: ``manylinux_2_17_x86_64`` to ``manylinux_2_39_x86_64``, ``manylinux2014_x86_64``,
-``manylinux1_x86_64``, or older wheels such as blake3's are not found), drop what the machine already has and the optional kernel packages
-(flashinfer, tilelang, cutlass-dsl, quack, humming, tokenspeed; keep ``apache-tvm-ffi``, which xgrammar
+``manylinux1_x86_64``, or older wheels such as blake3's are not found), drop what the machine already
+has and the optional kernel packages (flashinfer, tilelang, cutlass-dsl, quack, humming, tokenspeed; keep ``apache-tvm-ffi``, which xgrammar
 imports), ``pip install --no-deps --target DIR --platform manylinux_2_28_x86_64 --python-version 3.12``,
 remove ``vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so`` (Hopper runs FA3), ``vllm/vllm-rs`` and the
 third_party ``include`` trees, and carry DIR as ``tar.xz`` parts; pass it as ``--site``. The engines

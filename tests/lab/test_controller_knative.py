@@ -110,15 +110,14 @@ def test_revisions_canary_traffic_percent_and_promotion(fake_lab, fake_models):
     lab.wait(lambda: _component(lab, ns)["latestRolledoutRevision"] == second, 20, "the rollout recorded")
     assert _component(lab, ns)["previousRolledoutRevision"] == first
     lab.wait(lambda: _running(lab, ns) == [second], 20, "revision 1 scaled to zero")
+
     # its pods go first, then its Deployment is written at 0 replicas (the lab's _scale_to_zero): two writes,
     # a reader may come between them, so wait for the Deployment too
-    old = lab.wait(
-        lambda: (lambda d: d if d and d["spec"]["replicas"] == 0 else None)(
-            lab.get("apps/v1", "Deployment", first + "-deployment", ns)
-        ),
-        10,
-        "revision 1's Deployment at 0 replicas",
-    )
+    def scaled_to_zero():
+        dep = lab.get("apps/v1", "Deployment", first + "-deployment", ns)
+        return dep if dep and dep["spec"]["replicas"] == 0 else None
+
+    old = lab.wait(scaled_to_zero, 10, "revision 1's Deployment at 0 replicas")
     assert old["spec"]["replicas"] == 0
     assert all(_served_by_canary(url) for _ in range(10))
     lab.wait_ready(ns, "tiny", 20)

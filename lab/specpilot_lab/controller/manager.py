@@ -599,7 +599,7 @@ class Controller:
         prev = isvc.get("status") or {}
         latest = rolled[comp["latestCreatedRevision"]]
         newest = latest["new"][-1] if latest["new"] else None
-        snap = dict(newest.snapshot(), ready=newest in latest["shown_ready"]) if newest else {}
+        snap = _shown_snapshot(newest, latest["shown_ready"])
         config_ok = comp["latestReadyRevision"] == comp["latestCreatedRevision"]
         route_ok = bool(comp["traffic"])
         detail = _pod_detail(newest, snap)
@@ -1066,7 +1066,7 @@ class Controller:
         shown = stable["shown_ready"]
         serving = [r for r in old + new if r in shown]
         newest = new[-1] if new else None
-        snap = dict(newest.snapshot(), ready=newest in shown) if newest else {}
+        snap = _shown_snapshot(newest, shown)
         progress = next((c for c in dstatus.get("conditions") or [] if c["type"] == "Progressing"), {})
         ready = bool(serving) and progress.get("status") != "False"
         if ready:
@@ -1535,6 +1535,12 @@ def _max_unavailable(deploy: dict) -> int:
         return 0
     ru = strategy.get("rollingUpdate") or {}
     return _int_or_percent(ru.get("maxUnavailable", "25%"), 1, round_up=False)
+
+
+def _shown_snapshot(run: PredictorRun | None, shown_ready: list) -> dict:
+    """The run's snapshot with ``ready`` as this reconcile wrote its pod (in ``shown_ready``), not as the
+    engine is now (see _isvc_status); {} without a run."""
+    return dict(run.snapshot(), ready=run in shown_ready) if run else {}
 
 
 def _pod_detail(run: PredictorRun | None, snap: dict) -> str:
