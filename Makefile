@@ -35,7 +35,7 @@ STAMP_COLL := $(VENV)/.stamp-collections
 STAMP_APT := $(VENV)/.stamp-apt
 
 .PHONY: changelog install venv collections system-packages staging-tools sanity-venvs vllm models test test-pytest test-unit test-lab lint syntax-check sanity molecule \
-	test-lab-engines test-lab-stand-in test-lab-stand-in-a lane-a lane-b molecule-lane molecule-models fuzz \
+	test-unit-workers test-unit-waits test-lab-engines test-lab-stand-in test-lab-stand-in-a lane-a lane-b molecule-lane molecule-models fuzz \
         demo bench lab-up lab-down lab-status clean distclean
 
 install: venv collections system-packages staging-tools sanity-venvs
@@ -151,7 +151,8 @@ models: $(STAMP_VLLM)
 #   2. the vLLM engine's install (mostly downloads) beside .venv, the collections and the staging
 #      tools (make -j), then lint beside the syntax checks (neither needs the engine; the engine's
 #      install has ended by then, so the second core is free);
-#   3. unit and emulator tests on two workers (they keep both cores busy; three were slower);
+#   3. unit and emulator tests: two workers on the files that keep a core busy, and beside them one
+#      process on UNIT_WAITS, the files that mostly wait (see test-unit);
 #   4. two lanes side by side, each one process at a time (each lab test and scenario waits on
 #      engines and rollouts part of the time; they share no port, directory or process):
 #        lane-a: the lab tests that start real engines (-m real_engine), then the stand-in lab
@@ -188,6 +189,17 @@ test:
 # Unit and emulator tests are isolated (own emulator, port, tmp dirs) and run on two
 # workers; the lab tests share their real engines (module/session fixtures) and run one at a time.
 PYTEST_WORKERS ?= 2
+# The unit and emulator files that spend most of their time waiting - on retries after a 429's
+# Retry-After and injected delays, on a lock left to expire, on watches and stalled reads - run in
+# one process beside the two workers (test-unit-waits). Measured per test (CPU of the test and the
+# processes it waited for, over its wall time): these use about half a core (283 s of CPU in 538 s),
+# the others about 0.8. On two workers alone the stage kept 1.44 of the 2 cores busy; three plain
+# workers were slower (three CPU-bound files at once). Only files that wait belong here.
+UNIT_TESTS ?= tests/unit tests/emulator
+UNIT_WAITS ?= tests/emulator/test_fault_matrix.py tests/emulator/deploy/test_service_lock_runs.py \
+  tests/emulator/benchmark/test_twin_lock_renewal.py tests/emulator/test_kubectl_basics.py \
+  tests/unit/staging/test_stager.py tests/emulator/test_api_timeout_stall.py tests/emulator/test_watch.py \
+  tests/unit/canary/test_canary_prometheus_live.py
 PYTEST_REPORT = --durations=15 --junitxml=$(JUNIT_DIR)/$@.xml
 # whole files to a worker, the longest first (tests/conftest.py orders them by tests/file_durations.json;
 # refresh it after a make test with: scripts/test_times.py durations tests/file_durations.json)
@@ -200,9 +212,18 @@ else
 	$(MAKE) --no-print-directory test-lab
 endif
 
+# both halves side by side, each timed (their output in .cache/test-times/logs, printed whole when each
+# ends, with a progress line a minute meanwhile; their JUnit files are named after the target)
 test-unit: install
-	@echo "==> pytest: unit and emulator tests ($(PYTEST_WORKERS) workers)"
-	$(VBIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_XDIST) $(PYTEST_REPORT) tests/unit tests/emulator
+	@echo "==> pytest: unit and emulator tests ($(PYTEST_WORKERS) workers, and beside them the files that wait)"
+	@$(TIMES) parallel "unit-workers=$(SUBMAKE) test-unit-workers" "unit-waits=$(SUBMAKE) test-unit-waits"
+
+test-unit-workers: install
+	$(VBIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_XDIST) $(PYTEST_REPORT) \
+	  $(UNIT_WAITS:%=--ignore=%) $(UNIT_TESTS)
+
+test-unit-waits: install
+	$(VBIN)/python -m pytest $(PYTEST_REPORT) $(UNIT_WAITS)
 
 test-lab: install vllm
 	@echo "==> pytest: lab tests (real engines shared per module, one test at a time)"

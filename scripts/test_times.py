@@ -22,6 +22,9 @@ line a timed command) and ``junit/*.xml`` (the pytest stages write there). A nam
 even when a stage failed, so a red run still says where its time went. A stage's CPU time is
 its process tree's (user + system, from ``wait4``), and ``cores`` is CPU over wall time: how many
 of the cores the stage kept busy on average, which is what balancing side-by-side stages needs.
+``wait4`` misses what the tree did not wait for (a daemon, an engine reaped by init), so ``busy``
+adds the whole machine's share of busy CPU while the stage ran (``/proc/stat``): near 100% means
+the cores were full, and running more side by side would only slow each stage down.
 
 Only the standard library: this runs before ``.venv`` exists (the install stage is timed too).
 """
@@ -54,13 +57,40 @@ def reset() -> int:
     return 0
 
 
-def _record(name: str, start: float, rc: int, cpu: float | None = None) -> None:
-    """Append one stage (wall clock start, seconds, CPU seconds, exit code) to stages.jsonl."""
+def machine_cpu() -> tuple[int, int] | None:
+    """(busy, all) clock ticks of every core since boot (/proc/stat's first line); None without it."""
+    try:
+        with open("/proc/stat") as fh:
+            ticks = [int(x) for x in fh.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    if len(ticks) < 5:
+        return None
+    # user nice system idle iowait irq softirq steal (guest time is inside user)
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+
+
+def _busy(since: tuple[int, int] | None) -> float | None:
+    """The machine's share of busy CPU since the machine_cpu() reading since, in percent."""
+    now = machine_cpu()
+    if since is None or now is None or now[1] <= since[1]:
+        return None
+    return 100.0 * (now[0] - since[0]) / (now[1] - since[1])
+
+
+def _record(
+    name: str, start: float, rc: int, cpu: float | None = None, machine: tuple[int, int] | None = None
+) -> None:
+    """Append one stage (wall clock start, seconds, CPU seconds, the machine's busy share, exit
+    code) to stages.jsonl."""
     TIMES.mkdir(parents=True, exist_ok=True)
     seconds = time.time() - start
     rec = {"name": name, "start": round(start, 1), "seconds": round(seconds, 1), "rc": rc}
     if cpu is not None:
         rec["cpu"] = round(cpu, 1)
+    busy = _busy(machine)
+    if busy is not None:
+        rec["busy"] = round(busy)
     with _stages_file().open("a") as fh:
         fh.write(json.dumps(rec) + "\n")
     print(f"==> {name}: {'ok' if rc == 0 else f'FAILED (exit {rc})'} in {_clock(seconds)}", flush=True)
@@ -78,13 +108,13 @@ def _reap(proc: subprocess.Popen, block: bool) -> tuple[int, float] | None:
 def run(name: str, command: list[str]) -> int:
     """Run command, record it as a stage, return its exit code."""
     print(f"==> [{time.strftime('%H:%M:%S')}] {name}: {' '.join(command)}", flush=True)
-    start = time.time()
+    start, machine = time.time(), machine_cpu()
     proc = subprocess.Popen(command)
     try:
         rc, cpu = _reap(proc, block=True)
     except KeyboardInterrupt:
         rc, cpu = 130, None
-    _record(name, start, rc, cpu)
+    _record(name, start, rc, cpu, machine)
     return rc
 
 
@@ -112,11 +142,11 @@ def parallel(stages: list[tuple[str, str]], heartbeat: float = 60.0) -> int:
         )
         fh = (logs / f"{name}.log").open("w")
         proc = subprocess.Popen(line, shell=True, stdout=fh, stderr=subprocess.STDOUT)
-        running[name] = (proc, fh, time.time())
+        running[name] = (proc, fh, time.time(), machine_cpu())
     status, beat = 0, time.monotonic()
     while running:
         time.sleep(1)
-        for name, (proc, fh, start) in list(running.items()):
+        for name, (proc, fh, start, machine) in list(running.items()):
             ended = _reap(proc, block=False)
             if ended is None:
                 continue
@@ -125,11 +155,11 @@ def parallel(stages: list[tuple[str, str]], heartbeat: float = 60.0) -> int:
             print(
                 f"\n==> {name}: its output\n" + (logs / f"{name}.log").read_text(errors="replace"), flush=True
             )
-            _record(name, start, *ended)
+            _record(name, start, *ended, machine)
             status = status or ended[0]
         if running and time.monotonic() - beat >= heartbeat:
             beat = time.monotonic()
-            for name, (_, _, start) in running.items():
+            for name, (_, _, start, _) in running.items():
                 print(
                     f"... [{time.strftime('%H:%M:%S')}] {name} running for {_clock(time.time() - start)}: "
                     f"{_last_line(logs / f'{name}.log')}",
@@ -241,7 +271,7 @@ def _table(title: str, rows: list[tuple[str, str, str]], cpu: list[str] | None =
     width = max(len(r[0]) for r in rows)
     cpu = cpu or [""] * len(rows)
     cw = max([len(c) for c in cpu] + [0])
-    head = f"  {'cpu (cores)':>{cw}}" if cw else ""
+    head = f"  {'cpu (cores) busy':>{cw}}" if cw else ""
     lines = [f"{title}", f"  {'':{width}}  {'wall':>7}{head}  result"]
     lines += [
         f"  {name:{width}}  {wall:>7}" + (f"  {c:>{cw}}" if cw else "") + f"  {result}"
@@ -251,10 +281,12 @@ def _table(title: str, rows: list[tuple[str, str, str]], cpu: list[str] | None =
 
 
 def _cpu(r: dict) -> str:
-    """``CPU (cores)`` of a record: its CPU time and the cores it kept busy on average."""
+    """``CPU (cores) busy`` of a record: its CPU time, the cores it kept busy on average, and the
+    machine's share of busy CPU meanwhile (whoever used it)."""
     if r.get("cpu") is None:
         return ""
-    return f"{_clock(r['cpu'])} ({r['cpu'] / max(r['seconds'], 0.1):.1f})"
+    busy = f"{r['busy']:>4}%" if r.get("busy") is not None else "    ?"
+    return f"{_clock(r['cpu'])} ({r['cpu'] / max(r['seconds'], 0.1):.1f}) {busy}"
 
 
 def report(count: int) -> int:

@@ -107,7 +107,8 @@ def test_parallel_stages_run_side_by_side_and_print_their_output_whole(tmp_path)
 
 def test_a_stage_records_the_cpu_time_of_its_whole_process_tree(tmp_path):
     """The CPU column is what balancing the lanes needs: a stage that idles shows about 0 cores, one
-    whose grandchild burns CPU shows it (wait4 counts the waited-for descendants)."""
+    whose grandchild burns CPU shows it (wait4 counts the waited-for descendants). Beside it, the
+    machine's busy share while the stage ran (/proc/stat), which counts what wait4 cannot."""
     times(tmp_path, "reset")
     py = sys.executable
     burn = "import time; t = time.process_time(); exec('while time.process_time() - t < 0.6: pass')"
@@ -121,6 +122,10 @@ def test_a_stage_records_the_cpu_time_of_its_whole_process_tree(tmp_path):
     assert recs["idle"]["cpu"] < 0.5 and recs["idle"]["seconds"] >= 1
     stages = times(tmp_path, "report").stdout.split("Stages", 1)[1].split("budget:", 1)[0]
     assert "cpu (cores)" in stages and re.search(r"idle .*\(0\.\d\)", stages), stages
+    # the burn kept one core full for 0.6 s: the machine was busy at least that share of its cores
+    share = 100 * recs["burn"]["cpu"] / (recs["burn"]["seconds"] * os.cpu_count())
+    assert share * 0.8 <= recs["burn"]["busy"] <= 100, recs["burn"]
+    assert "busy" in stages and re.search(r"burn .*\(\d\.\d\)\s+\d+%", stages), stages
 
 
 def test_durations_sums_each_test_file_for_the_workers_order(tmp_path):
