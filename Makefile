@@ -35,7 +35,7 @@ STAMP_COLL := $(VENV)/.stamp-collections
 STAMP_APT := $(VENV)/.stamp-apt
 
 .PHONY: changelog install venv collections system-packages staging-tools sanity-venvs vllm models test test-pytest test-unit test-lab lint syntax-check sanity molecule \
-	test-unit-workers test-unit-waits test-lab-engines test-lab-stand-in test-lab-stand-in-a lane-a lane-b lane-c molecule-lane molecule-models fuzz \
+	test-unit-workers test-unit-waits test-lab-engines test-lab-stand-in test-lab-stand-in-a lane-a lane-b molecule-lane molecule-models fuzz \
         demo bench lab-up lab-down lab-status clean distclean
 
 install: venv collections system-packages staging-tools sanity-venvs
@@ -151,21 +151,20 @@ models: $(STAMP_VLLM)
 #   2. the vLLM engine's install (mostly downloads) beside .venv, the collections and the staging
 #      tools (make -j), then lint beside the syntax checks (neither needs the engine; the engine's
 #      install has ended by then, so the second core is free);
-#   3. unit and emulator tests on two workers, but the files of UNIT_WAITS (see test-unit);
-#   4. three lanes side by side, each one process at a time (each lab test and scenario waits on
+#   3. unit and emulator tests: two workers on the files that keep a core busy, and beside them one
+#      process on UNIT_WAITS, the files that mostly wait (see test-unit);
+#   4. two lanes side by side, each one process at a time (each lab test and scenario waits on
 #      engines and rollouts part of the time; they share no port, directory or process):
 #        lane-a: the lab tests that start real engines (-m real_engine), then the stand-in lab
 #                tests of LAB_STAND_IN_A (the longest files, so the lanes' fixed parts are even),
 #        lane-b: the other lab tests on the stand-in engine;
 #      then each lane takes the next molecule scenario from one shared queue (longest first,
 #      MOLECULE_FIRST; scripts/molecule_queue.py) until none is left, so both lanes end together;
-#        lane-c: the unit files that mostly wait (UNIT_WAITS, ~0.5 of a core), then ansible-test
-#                sanity (make sanity: ~1.5 min of one core, offline). lane-a and lane-b leave about
-#                a fifth of the CPU idle while they wait on rollouts; lane-c uses it and ends long
-#                before them.
-#      Not the stand-in lab tests on two xdist workers beside lane-a: the CPU ran at 98% and the
-#      side-by-side benchmark lab test measured a speedup above its acceptance ceiling, which the
-#      benchmark rightly called invalid - the tests that measure time need that CPU.
+#      beside them, ansible-test sanity (make sanity: ~1 min of one core, offline).
+#      Not three: with the stand-in lab tests on two xdist workers beside lane-a the CPU ran at 98%
+#      and the side-by-side benchmark lab test measured a speedup above its acceptance ceiling,
+#      which the benchmark rightly called invalid - the tests that measure time need the CPU the
+#      third stream takes.
 #      The table's CPU column says how busy each stage kept the cores.
 TIMES := $(PYTHON) scripts/test_times.py
 JUNIT_DIR := .cache/test-times/junit
@@ -178,10 +177,10 @@ test:
 	@status=0; \
 	$(TIMES) parallel "vllm-install=$(SUBMAKE) vllm" \
 	  "install+lint=$(SUBMAKE) -j$(INSTALL_JOBS) install && $(SUBMAKE) -j2 lint syntax-check" || status=1; \
-	$(TIMES) run unit-workers -- $(SUBMAKE) test-unit-workers || status=1; \
+	$(TIMES) run test-unit -- $(SUBMAKE) test-unit || status=1; \
 	$(SUBMAKE) molecule-models || status=1; \
 	$(PYTHON) scripts/molecule_queue.py init $(MOLECULE_QUEUE) molecule $(MOLECULE_FIRST); \
-	$(TIMES) parallel "lane-a=$(SUBMAKE) lane-a" "lane-b=$(SUBMAKE) lane-b" "lane-c=$(SUBMAKE) lane-c" || status=1; \
+	$(TIMES) parallel "lane-a=$(SUBMAKE) lane-a" "lane-b=$(SUBMAKE) lane-b" "sanity=$(SUBMAKE) sanity" || status=1; \
 	$(TIMES) report; \
 	if [ "$$status" = 0 ]; then echo "==> make test: all stages passed"; \
 	else echo "==> make test: FAILED (the table above names the stage)"; fi; \
@@ -257,10 +256,6 @@ lane-a: install vllm
 lane-b: install vllm
 	@s=0; $(TIMES) run lab-stand-in -- $(SUBMAKE) test-lab-stand-in || s=1; \
 	$(SUBMAKE) molecule-lane || s=1; exit $$s
-
-lane-c: install
-	@s=0; $(TIMES) run unit-waits -- $(SUBMAKE) test-unit-waits || s=1; \
-	$(TIMES) run sanity -- $(SUBMAKE) sanity || s=1; exit $$s
 
 # scenarios from the shared queue until it is empty
 molecule-lane: install vllm molecule-models
