@@ -79,7 +79,8 @@ def test_every_kubernetes_core_task_has_a_bounded_timeout():
         found, count = timeout_problems(str(path.relative_to(ROOT)), yaml.safe_load(path.read_text()), _api_var(path))
         problems += found
         seen += count
-    assert seen >= 30, f"only {seen} kubernetes.core tasks found: the test looks at too little"
+    # 26 when written (the plain reads go through specpilot.core.k8s_read, bounded by its request_timeout)
+    assert seen >= 20, f"only {seen} kubernetes.core tasks found: the test looks at too little"
     assert problems == []
 
 
