@@ -71,6 +71,20 @@ def test_fault_500_then_recovery_with_count(emu):
     assert emu.control.faults()[0]["injected"] == 1
 
 
+def test_fault_409_answers_writes_only_as_the_api_server_does(emu):
+    """A conflict is an answer to a write (a stale resourceVersion, AlreadyExists): a verb="*" 409 rule
+    leaves the reads alone and is not counted for them (the fault matrix's canary, CI of fc7ac0d, failed on a
+    409 to a Lease GET, which no API server sends)."""
+    ns = make_namespace(emu)
+    emu.request("POST", f"/api/v1/namespaces/{ns}/configmaps", cm("c"))
+    emu.control.add_fault(verb="*", resource="configmaps", namespace=ns, code=409)
+    assert emu.request("GET", f"/api/v1/namespaces/{ns}/configmaps/c").status == 200
+    assert emu.request("GET", f"/api/v1/namespaces/{ns}/configmaps").status == 200
+    assert emu.control.faults()[0]["injected"] == 0
+    assert emu.request("DELETE", f"/api/v1/namespaces/{ns}/configmaps/c").status == 409
+    assert emu.control.faults()[0]["injected"] == 1
+
+
 def test_fault_409_is_an_optimistic_concurrency_conflict(emu):
     ns = make_namespace(emu)
     emu.request("POST", f"/api/v1/namespaces/{ns}/configmaps", cm("c"))

@@ -70,7 +70,8 @@ CANARY = {
 
 
 def _inject(ctl, ns, seed):
-    """About 20% of the namespace's requests fail (500, 409, 429 with Retry-After), 10% are slow."""
+    """About 20% of the namespace's requests fail (500, 409, 429 with Retry-After), 10% are slow.  The
+    emulator answers a 409 to writes only, as the API server does: the reads see 500s and 429s."""
     for offset, (code, rate) in enumerate(((500, 0.07), (409, 0.07), (429, 0.06))):
         ctl.add_fault(
             verb="*", resource="*", namespace=ns, rate=rate, code=code, seed=seed + offset, retry_after=1

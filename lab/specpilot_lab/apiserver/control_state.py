@@ -13,6 +13,7 @@ from .errors import ApiError
 
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 FAULT_CODES = (409, 429, 500, 503)
+READ_VERBS = ("get", "list", "watch")
 
 
 class RequestLog:
@@ -129,6 +130,8 @@ class FaultRule:
     def matches(self, verb: str, resource: str, subresource: str, namespace: str, name: str) -> bool:
         if self.verb != "*" and self.verb != verb:
             return False
+        if self.code == 409 and verb in READ_VERBS:
+            return False  # a conflict answers a write only, as the API server's (never a get, list or watch)
         if self.resource != "*":
             want = self.resource
             full = f"{resource}/{subresource}" if subresource else resource

@@ -219,6 +219,46 @@ def test_a_conflict_that_was_no_race_is_read_again_not_taken_as_the_answer(emula
     assert _lease(emulator, ns) is None
 
 
+def test_a_release_the_api_keeps_failing_leaves_the_lock_with_a_warning_not_a_failed_run(emulator, tmp_path):
+    """The release runs in the always: section of the deploy, the rollback and the canary: when the API keeps
+    failing it must not fail the run (which would hide where the traffic is: the canary's fault matrix, CI of
+    fc7ac0d: a 409 on the delete, then a read that failed for good).  The lock is left to expire, with a warning that
+    says how to break it sooner; a later release that goes through releases it."""
+    ns = "lock-left"
+    create_namespace(emulator, ns)
+    inv = _inventory(tmp_path / "inv", ns)
+    take = [dict(name="take", register="lock", **_lock(duration=60, retries=1))]
+    take.append(
+        {
+            "name": "show",
+            "ansible.builtin.debug": {"msg": "HOLDER={{ lock.holder }} VERSION={{ lock.resource_version }}"},
+        }
+    )
+    first = Run(emulator, tmp_path / "take", inv, playbook=_playbook(tmp_path / "take.yml", take))
+    assert first.wait(180).rc == 0, first.out[-4000:]
+    holder, version = (first.out.split(key, 1)[1].split()[0] for key in ("HOLDER=", "VERSION="))
+    ctl = emulator.control
+    ctl.add_fault(verb="delete", resource="leases", namespace=ns, code=500, count=1)
+    ctl.add_fault(verb="delete", resource="leases", namespace=ns, code=409, count=1)
+    ctl.add_fault(verb="get", resource="leases", namespace=ns, code=500, count=1)
+    held = {"state": "released", "holder": holder, "resource_version": version, "retries": 1}
+    tasks = [
+        dict(name=name, register=name, **_lock(**held)) for name in ("failed_delete", "failed_read", "freed")
+    ]
+    check = ["not failed_delete.released", "not failed_read.released", "freed.released"]
+    tasks.append({"name": "check", "ansible.builtin.assert": {"that": check}})
+    try:
+        run = Run(emulator, tmp_path / "release", inv, playbook=_playbook(tmp_path / "release.yml", tasks))
+        assert run.wait(180).rc == 0, run.out[-4000:]
+        assert [f["injected"] for f in ctl.faults()] == [1, 1, 1]
+    finally:
+        ctl.clear_faults()
+    said = " ".join(run.out.split())
+    assert said.count("svc: the lock was left in place (not released: ") == 2, run.out[-4000:]
+    assert "the Lease could not be read (" in said and "playbooks/break_lock.yml --limit svc" in said
+    assert _lease(emulator, ns) is None
+
+
 def test_a_killed_deploy_leaves_the_service_locked_for_minutes_at_most(emulator, tmp_path):
     """SIGKILL of a deploy mid-rollout.  The lock is short (here 30 s) and renewed while the deploy
     waits, so a killed run holds the service for at most that long: killed alone, ansible-playbook's

@@ -318,3 +318,23 @@ def test_reads_writes_and_the_registry_classify_a_status_alike(monkeypatch):
         assert not transient_status(code), code
         assert not k8s_reader.is_transient(ApiError(code)), code
     assert not transient_status(None)
+
+
+class FailingReader(object):
+    def get(self, *args, **kwargs):
+        raise k8s_reader.ReadError("reading Lease ns/specpilot-deploy-svc failed: HTTP 409")
+
+
+def test_a_release_never_fails_and_says_when_the_lock_is_left():
+    """A release whose delete conflicts and whose read again fails (the emulator's fault matrix, CI of
+    fc7ac0d): released=false, left=true, the read's error in the message; no exception out of the
+    always: section that releases it."""
+    client, write, calls, clock = lease([])
+    client._reader = FailingReader()
+    client._delete = lambda version: {"failed": True, "status": 409, "msg": "conflict"}
+    out = client.release("me", "41")
+    assert out["released"] is False and out["left"] is True
+    assert "could not be read" in out["message"] and "HTTP 409" in out["message"]
+    client._delete = lambda version: {"failed": True, "status": 500, "msg": "internal error"}
+    out = client.release("me", "41")
+    assert out == {"released": False, "left": True, "message": "not released: internal error"}

@@ -62,11 +62,21 @@ class ActionModule(ControllerAction):
                 result.update(client.break_lock(params["confirm"]))
             else:
                 result.update(client.release(params.get("holder"), version))
+                if result.pop("left", False):
+                    result["warnings"] = [self._left_warning(result["message"])]
         except ReadError as exc:
             raise AnsibleActionFail("%s: the lock could not be read: %s" % (params["name"], exc)) from exc
         return result
 
     # ------------------------------------------------------------ helpers
+    def _left_warning(self, message):
+        p = self._params
+        return (
+            "%s: the lock was left in place (%s); it expires on its own once its duration has passed, "
+            "or playbooks/break_lock.yml --limit %s -e specpilot_break_lock_confirm=true breaks it now"
+            % (p["name"], message, p["name"])
+        )
+
     def _holder(self):
         job = self._vars.get("awx_job_id") or self._vars.get("tower_job_id")
         nonce = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _unused in range(8))

@@ -23,7 +23,9 @@ description:
     again.
   - I(state=renewed) moves C(renewTime) to now, only while this holder still holds the lock at I(resource_version).
   - I(state=released) deletes the Lease with I(resource_version) as precondition, so a lock another run took over
-    after this one's expired is left alone (C(released=false), not a failure).
+    after this one's expired is left alone (C(released=false), not a failure). A release never fails - when the API
+    keeps failing (after the retries) the lock is left to expire, C(released=false), with a warning that says so
+    and how to break it sooner.
   - I(state=broken) is the operator's way out when a holder is known to be gone and its lock has not expired yet -
     it deletes the Lease whoever holds it, only with I(confirm=true), and returns the holder it broke
     (C(playbooks/break_lock.yml)). In check mode, or without I(confirm), it only says who holds the lock.
@@ -121,7 +123,8 @@ renewed:
   returned: state is renewed
   type: bool
 released:
-  description: The Lease was deleted (I(state=released)); false when it was not this run's any more.
+  description: The Lease was deleted (I(state=released)); false when it was not this run's any more, or when the
+    API kept failing (then with a warning; the lock expires on its own).
   returned: state is released
   type: bool
 broken:

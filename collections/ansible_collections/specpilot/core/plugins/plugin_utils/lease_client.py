@@ -23,7 +23,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.k8s import service_
 from ansible_collections.specpilot.core.plugins.module_utils.common import k8s_meta
 from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import Backoff, status_code
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_api import Writer
-from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import auth_options
+from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import ReadError, auth_options
 from ansible_collections.specpilot.core.plugins.plugin_utils.module_retry import retried
 
 __all__ = ["LeaseClient", "ROUNDS", "Renewer", "renewer_for"]
@@ -119,7 +119,8 @@ class LeaseClient(object):
         )
 
     def release(self, holder, version):
-        """Delete the Lease while it is ``holder``'s (or, without a holder, still at ``version``)."""
+        """Delete the Lease while it is ``holder``'s (or, without a holder, still at ``version``).  It never
+        fails: ``left`` says the Lease may still be this run's (a write or a read that failed for good)."""
         if not version:
             return dict(released=False, message="not held by this run: nothing to release")
         if self._check_mode:
@@ -130,7 +131,13 @@ class LeaseClient(object):
                 return dict(released=True, message="released")
             if not _conflict(out):
                 break
-            lease = self._read()
+            try:
+                lease = self._read()
+            except ReadError as exc:
+                # the release never fails the run (the lock expires on its own): it says why it was left
+                return dict(
+                    released=False, left=True, message="not released: the Lease could not be read (%s)" % exc
+                )
             status = service_lock.lease_status(lease, holder, time.time())
             if not lease:
                 return dict(released=True, message="released (the Lease was already gone)")
@@ -139,7 +146,7 @@ class LeaseClient(object):
                 # a lock taken over after it expired stays with its new holder
                 return dict(released=False, message="not released: %s" % status["message"])
             version = status["resource_version"]
-        return dict(released=False, message="not released: %s" % str(out.get("msg") or "")[:300])
+        return dict(released=False, left=True, message="not released: %s" % str(out.get("msg") or "")[:300])
 
     def break_lock(self, confirm):
         """Delete the Lease whoever holds it (the operator's way out), only when ``confirm``; the
