@@ -98,8 +98,8 @@ class ControlClient:
 
         ``resource`` is a plural (``configmaps``), ``plural/subresource`` or ``*``; ``code`` one of
         409, 429, 500, 503 (or None for a pure delay) - a 409 only ever answers a write, as the API
-        server's conflicts do, so ``verb="*"`` with 409 leaves reads alone; ``count`` limits how many requests are hit;
-        ``seed`` makes ``rate`` < 1 reproducible.
+        server's conflicts do, so ``verb="*"`` with 409 leaves reads alone; ``count`` limits how many
+        requests are hit; ``seed`` makes ``rate`` < 1 reproducible.
         """
         rule: dict[str, Any] = {
             "verb": verb,

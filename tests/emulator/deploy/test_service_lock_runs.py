@@ -221,19 +221,13 @@ def test_a_conflict_that_was_no_race_is_read_again_not_taken_as_the_answer(emula
 
 def test_a_release_the_api_keeps_failing_leaves_the_lock_with_a_warning_not_a_failed_run(emulator, tmp_path):
     """The release runs in the always: section of the deploy, the rollback and the canary: when the API keeps
-    failing it must not fail the run (which would hide where the traffic is: the canary's fault matrix, CI of
-    fc7ac0d: a 409 on the delete, then a read that failed for good).  The lock is left to expire, with a warning that
-    says how to break it sooner; a later release that goes through releases it."""
+    failing it must not fail the run (which would hide where the traffic is: the canary's fault matrix, CI
+    of fc7ac0d: a 409 on the delete, then a read that failed for good).  The lock is left to expire, with a
+    warning that says how to break it sooner; a later release that goes through releases it."""
     ns = "lock-left"
     create_namespace(emulator, ns)
     inv = _inventory(tmp_path / "inv", ns)
-    take = [dict(name="take", register="lock", **_lock(duration=60, retries=1))]
-    take.append(
-        {
-            "name": "show",
-            "ansible.builtin.debug": {"msg": "HOLDER={{ lock.holder }} VERSION={{ lock.resource_version }}"},
-        }
-    )
+    take = HOLD[:2]  # take the lock and show its holder and version, without holding it
     first = Run(emulator, tmp_path / "take", inv, playbook=_playbook(tmp_path / "take.yml", take))
     assert first.wait(180).rc == 0, first.out[-4000:]
     holder, version = (first.out.split(key, 1)[1].split()[0] for key in ("HOLDER=", "VERSION="))
