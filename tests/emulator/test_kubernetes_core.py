@@ -147,9 +147,13 @@ def test_k8s_info_lists_with_selectors(emulator, tmp_path):
         ({"fields": ["metadata.name=c"]}, ["c"]),
         ({"labels": ["tier"], "fields": ["metadata.name!=a"]}, ["b", "c"]),
     ]
-    for selectors, expected in cases:
-        run_playbook(emulator, tmp_path, "info.yml", {"ns": "selectors", "out": str(out), **selectors})
-        assert json.loads(out.read_text()) == expected, selectors
+    # one ansible-playbook run, one k8s_info call a case
+    extra = {"ns": "selectors", "out": str(out), "cases": [selectors for selectors, _ in cases]}
+    run_playbook(emulator, tmp_path, "info.yml", extra)
+    found = json.loads(out.read_text())
+    assert len(found) == len(cases)
+    for (selectors, expected), names in zip(cases, found):
+        assert names == expected, selectors
 
 
 def test_state_absent_with_label_selectors(emulator, tmp_path):

@@ -3,6 +3,7 @@ tasks' worker processes are forked from it."""
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 from pathlib import Path
@@ -48,3 +49,27 @@ def test_the_project_config_enables_it_and_a_playbook_runs_with_it():
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "preload" not in proc.stderr  # no warning about the callback
+
+
+def _collectable(obj):
+    """True while the garbage collector can visit obj (gc.get_objects leaves out the frozen ones)."""
+    return any(o is obj for o in gc.get_objects())
+
+
+def test_the_playbook_and_each_play_freeze_what_the_parent_holds_before_the_workers_fork(monkeypatch):
+    """The workers' garbage collections must not visit (and so copy) the parent's objects: at the playbook's
+    start, after the imports, and at each play's start, everything the parent holds is frozen."""
+    monkeypatch.setattr(preload, "preload", lambda: [])
+    callback = preload.CallbackModule()
+    gc.unfreeze()
+    try:
+        imported = ["the imports"]  # a list: always tracked (a dict of strings is not)
+        assert _collectable(imported)
+        callback.v2_playbook_on_start(None)
+        assert not _collectable(imported) and gc.get_freeze_count() > 0
+        play = ["built since the playbook started"]
+        assert _collectable(play)
+        callback.v2_playbook_on_play_start(None)
+        assert not _collectable(play)
+    finally:
+        gc.unfreeze()
