@@ -196,8 +196,10 @@ PYTEST_WORKERS ?= 2
 # the others about 0.8. On two workers alone the stage kept 1.44 of the 2 cores busy; three plain
 # workers were slower (three CPU-bound files at once). Only files that wait belong here.
 UNIT_TESTS ?= tests/unit tests/emulator
+# The two halves must end together: once the workers got faster (the in-worker applies, gc.freeze),
+# the waits ran 1.5 min alone, so test_twin_lock_renewal.py (52 s, half waiting) went to the workers.
 UNIT_WAITS ?= tests/emulator/test_fault_matrix.py tests/emulator/deploy/test_service_lock_runs.py \
-  tests/emulator/benchmark/test_twin_lock_renewal.py tests/emulator/test_kubectl_basics.py \
+  tests/emulator/test_kubectl_basics.py \
   tests/unit/staging/test_stager.py tests/emulator/test_api_timeout_stall.py tests/emulator/test_watch.py \
   tests/unit/canary/test_canary_prometheus_live.py
 PYTEST_REPORT = --durations=15 --junitxml=$(JUNIT_DIR)/$@.xml

@@ -15,12 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import status_code
+
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
 RECAP = re.compile(r"localhost\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)")
 
 
-def playbook_proc(emulator, tmp_path: Path, name: str, extra: dict, check: bool = False, timeout: float = 300):
+def playbook_proc(
+    emulator, tmp_path: Path, name: str, extra: dict, check: bool = False, timeout: float = 300, diff: bool = False
+):
     """ansible-playbook of tests/emulator/playbooks/``name`` on localhost against the emulator (its
     CompletedProcess)."""
     env = dict(os.environ)
@@ -41,6 +45,8 @@ def playbook_proc(emulator, tmp_path: Path, name: str, extra: dict, check: bool 
     ]
     if check:
         cmd.append("--check")
+    if diff:
+        cmd.append("--diff")
     return subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT, timeout=timeout)
 
 
@@ -164,3 +170,74 @@ def test_state_absent_with_label_selectors(emulator, tmp_path):
     assert names == ["c"]
     again = run_playbook(emulator, tmp_path, "absent_by_label.yml", {"ns": "absent", "selector": "tier=spec"})
     assert again["changed"] == 0
+
+
+# ------------------------------------------------------------------ the in-worker server-side apply
+VOLATILE = {"resourceVersion", "uid", "creationTimestamp", "time", "generation"}
+
+
+def _same_shape(value, names=("by-module", "in-worker")):
+    """value with the object's name made one and what differs between two objects by nature (uid,
+    resourceVersion, timestamps) left out, so the module's answer and the worker's compare."""
+    if isinstance(value, dict):
+        return {k: _same_shape(v, names) for k, v in value.items() if k not in VOLATILE}
+    if isinstance(value, list):
+        return [_same_shape(v, names) for v in value]
+    return "OBJECT" if value in names else value
+
+
+def _answer(result):
+    """What the roles read of a kubernetes.core.k8s result (and what --diff prints)."""
+    keys = ("changed", "failed", "method", "result", "diff")
+    return _same_shape({k: result[k] for k in keys if k in result})
+
+
+def test_the_in_worker_server_side_apply_answers_as_kubernetes_core_does(emulator, tmp_path):
+    """specpilot.core.k8s_retry makes a server-side apply in the worker (plugin_utils/k8s_api.py
+    Writer.apply) instead of running kubernetes.core.k8s. Step by step, with --diff, the same arguments
+    given to the module (one ConfigMap) and to the worker (another): a create, the same again, a change in
+    check mode, a change that drops a field the manager no longer sets, another manager's conflicting
+    write refused without force and taken with it. Each pair of answers is the same, and so is what each
+    write left on the API server."""
+    mine = {"manager": "specpilot", "force": False, "check": False}
+    steps = [
+        dict(mine, data={"a": "1"}, annotations={"x": "1"}),
+        dict(mine, data={"a": "1"}, annotations={"x": "1"}),
+        dict(mine, data={"a": "2"}, annotations={"x": "1"}, check=True),
+        dict(mine, data={"a": "2", "b": "3"}, annotations={}),
+        dict(mine, data={"a": "9"}, annotations={}, manager="someone-else"),
+        dict(mine, data={"a": "9"}, annotations={}, manager="someone-else", force=True),
+    ]
+    out = tmp_path / "pairs.json"
+    mark = emulator.control.mark()
+    proc = playbook_proc(emulator, tmp_path, "ssa_twins.yml", {"ns": "ssa", "out": str(out), "steps": steps},
+                         diff=True)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    requests = emulator.control.requests(mark)
+    pairs = json.loads(out.read_text())
+    assert len(pairs) == len(steps)
+    for step, pair in zip(steps, pairs):
+        module, worker = pair["module"], pair["worker"]
+        if step["manager"] == "someone-else" and not step["force"]:
+            assert module.get("failed") and worker.get("failed"), pair
+            assert status_code(module) == status_code(worker) == 409, pair
+            assert worker["msg"].startswith("Failed to apply object: "), worker["msg"]
+            continue
+        assert _answer(worker) == _answer(module), step
+    changed = [p["worker"].get("changed") for p in pairs]
+    assert changed == [True, False, True, True, False, True]
+    assert pairs[3]["worker"]["diff"]["before"]["metadata"]["annotations"] == {"x": "1"}
+
+    by_module = get(emulator, "/api/v1/namespaces/ssa/configmaps/by-module")
+    in_worker = get(emulator, "/api/v1/namespaces/ssa/configmaps/in-worker")
+    assert _same_shape(in_worker) == _same_shape(by_module)
+    assert in_worker["data"] == {"a": "9", "b": "3"}
+    # every write of the worker was a server-side apply, its check-mode one a dry run; each was read once
+    # before it (the module reads twice: perform_action's retrieve, then k8s_apply's apply_object)
+    patches = [r for r in requests if r["name"] == "in-worker" and r["verb"] == "patch"]
+    reads = [r for r in requests if r["verb"] == "get" and r["name"] in ("in-worker", "by-module")]
+    assert [r["name"] for r in reads].count("in-worker") == len(steps)
+    assert [r["name"] for r in reads].count("by-module") == 2 * len(steps)
+    assert [r["content_type"] for r in patches] == ["application/apply-patch+yaml"] * 6
+    assert [r["dry_run"] for r in patches] == [False, False, True, False, False, False]
+    assert [r["field_manager"] for r in patches] == ["specpilot"] * 4 + ["someone-else"] * 2

@@ -4,13 +4,26 @@
 """Action plugin of specpilot.core.k8s_retry: kubernetes.core.k8s, run again while it fails with a
 transient error, with exponential backoff and full jitter (the retries an ``until:`` loop would make at
 a fixed delay).  The connection options (module_defaults group/specpilot.core.k8s) are passed on to
-kubernetes.core.k8s where its ``args`` do not set them."""
+kubernetes.core.k8s where its ``args`` do not set them.
+
+A server-side apply (``state: present``, ``apply: true``, ``server_side_apply`` and a ``definition``, and
+nothing else) is made here, in the worker, by plugin_utils/k8s_api.py ``Writer.apply``, which makes the
+same calls and answers the same result as the module (check mode: a server-side dry run; ``--diff``: the
+diff). The module would start a Python process that imports the kubernetes client again: about half a
+second of CPU for each write of a deploy or a rollback. Any other arguments (the canary's merge patches,
+another state, ``wait``) go to the module."""
 
 from __future__ import annotations
+
+import json
+
+from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args
 from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import Backoff
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
+from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_api import Writer
+from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import auth_options
 from ansible_collections.specpilot.core.plugins.plugin_utils.module_retry import retried
 
 MODULE = "kubernetes.core.k8s"
@@ -26,9 +39,59 @@ class ActionModule(ControllerAction):
             if params.get(key) is not None:
                 args.setdefault(key, params[key])
 
-        def execute():
-            return self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
+        ssa = server_side_apply(args)
+        if ssa is not None:
+            writer = Writer(auth_options(args))
+            ssa.update(dry_run=bool(self._task.check_mode), diff=bool(self._task.diff))
+
+            def execute():
+                return writer.apply(**ssa)
+
+        else:
+
+            def execute():
+                return self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
 
         backoff = Backoff(max(1, params["retries"]), base=0.5, cap=10.0)
         result.update(retried(execute, backoff, conflict=params["conflict"]))
         return result
+
+
+# what a server-side apply made in the worker may be given: kubernetes.core.k8s's arguments that
+# Writer.apply implements, and the connection options
+SSA_ARGS = {"state", "apply", "server_side_apply", "definition"} | set(deploy_args.K8S_CONNECTION)
+
+
+def server_side_apply(args):
+    """Writer.apply's ``manifest`` (the definition as JSON has it), ``field_manager`` and
+    ``force_conflicts`` when ``args`` ask kubernetes.core.k8s for a server-side apply of one object and
+    nothing more, else None (the module is run, as for a definition JSON cannot carry)."""
+    ssa, definition = args.get("server_side_apply"), args.get("definition")
+    if set(args) - SSA_ARGS or args.get("state", "present") != "present" or not _true(args.get("apply")):
+        return None
+    if (
+        not isinstance(ssa, dict)
+        or set(ssa) - {"field_manager", "force_conflicts"}
+        or not ssa.get("field_manager")
+    ):
+        return None
+    if not isinstance(definition, dict) or not (definition.get("metadata") or {}).get("name"):
+        return None
+    if not (definition.get("apiVersion") and definition.get("kind")):
+        return None
+    try:
+        body = json.loads(json.dumps(definition))
+    except (TypeError, ValueError):
+        return None
+    return {
+        "manifest": body,
+        "field_manager": str(ssa["field_manager"]),
+        "force_conflicts": _true(ssa.get("force_conflicts")),
+    }
+
+
+def _true(value):
+    try:
+        return boolean(value, strict=True)
+    except TypeError:
+        return False

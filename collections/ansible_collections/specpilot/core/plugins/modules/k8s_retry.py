@@ -19,6 +19,15 @@ description:
     returned at once.
   - Returns the last C(kubernetes.core.k8s) result as it is (C(changed), C(result), C(diff), C(msg)...). Check mode
     and diff mode are passed on.
+  - A server-side apply of one object (O(args) with only C(state=present), C(apply=true), C(server_side_apply) with
+    C(field_manager) and C(force_conflicts), C(definition) as a dict, and the connection options) is made in the
+    Ansible worker with the kubernetes client instead of a C(kubernetes.core.k8s) run, which starts a new Python
+    process that imports the client again (about half a second of CPU a write). It makes the module's calls (the
+    object is read, then applied with its field manager, in check mode as a server-side dry run) and returns the
+    module's result (C(changed) when the answer differs from what was read beyond C(metadata.generation) and
+    C(metadata.resourceVersion), C(method=apply), C(result), C(diff) in diff mode); a failure's C(msg) starts as
+    the module's does (V(Failed to apply object:)) and carries the HTTP C(status). Any other O(args) (another
+    state, C(wait), an alias, a definition as YAML text) go to C(kubernetes.core.k8s).
   - Runs on the controller as an action plugin.
 options:
   args:
@@ -37,7 +46,9 @@ extends_documentation_fragment:
   - specpilot.core.k8s_auth
 notes:
   - The connection options (module_defaults C(group/specpilot.core.k8s)) are passed to C(kubernetes.core.k8s) where
-    O(args) does not set them.
+    O(args) does not set them. An apply made in the worker takes them the same way, and the C(K8S_AUTH_*)
+    variables of the ansible-playbook process where they are unset (not a task's C(environment), which only
+    modules see).
 requirements:
   - kubernetes.core >= 6.0 and the kubernetes Python client on the controller
 """
@@ -63,6 +74,14 @@ result:
   description: The object as kubernetes.core.k8s returns it.
   type: dict
   returned: success
+method:
+  description: What kubernetes.core.k8s did (V(apply) for a server-side apply).
+  type: str
+  returned: success
+diff:
+  description: The fields that differ before and after, in diff mode.
+  type: dict
+  returned: success, in diff mode
 """
 
 from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import K8S_RETRY, action_only

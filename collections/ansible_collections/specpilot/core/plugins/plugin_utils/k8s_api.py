@@ -18,7 +18,17 @@ classifies (429 and 5xx and no answer: transient; 409 on a conditional write: th
 
 from __future__ import annotations
 
+from ansible.module_utils.common.dict_transformations import recursive_diff
+
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import auth_options
+
+try:
+    from kubernetes.dynamic.exceptions import NotFoundError
+except ImportError:  # the client is missing: client() says so when a write is made
+
+    class NotFoundError(Exception):
+        pass
+
 
 REQUEST_TIMEOUT = 30
 
@@ -53,7 +63,7 @@ def pod_log(api_client, name, namespace, container=None, timeout=REQUEST_TIMEOUT
 
 
 class Writer(object):
-    """create / delete / json_patch of one object, each a module-like result (see above)."""
+    """create / delete / json_patch / apply of one object, each a module-like result (see above)."""
 
     def __init__(self, auth, request_timeout=REQUEST_TIMEOUT, make_client=client):
         self._auth = dict(auth or {})
@@ -85,6 +95,39 @@ class Writer(object):
             ),
         )
 
+    def apply(self, manifest, field_manager, force_conflicts=False, dry_run=False, diff=False):
+        """Server-side apply of ``manifest`` as kubernetes.core.k8s makes it with ``apply: true`` and
+        ``server_side_apply`` (module_utils/k8s/runner.py ``perform_action``, service.py ``apply``,
+        apply.py ``k8s_apply``): the object is read, then applied (``dryRun=All`` with ``dry_run``: check
+        mode), and it changed when the answer differs from what was read beyond metadata.generation and
+        metadata.resourceVersion (service.py ``diff_objects``). The result is that module's: ``changed``,
+        ``method`` "apply", ``result``, ``diff`` when asked, and its warning when only those two changed."""
+        meta = manifest.get("metadata") or {}
+        name, namespace = meta.get("name"), meta.get("namespace")
+        step = ["retrieve requested"]
+
+        def do(resource):
+            try:
+                before = resource.get(name=name, namespace=namespace).to_dict()
+            except NotFoundError:
+                before = {}
+            step[0] = "apply"
+            after = resource.server_side_apply(
+                body=manifest,
+                name=name,
+                namespace=namespace,
+                field_manager=field_manager,
+                force_conflicts=force_conflicts,
+                dry_run="All" if dry_run else None,
+            )
+            return before, after.to_dict()
+
+        out = self._call(manifest["apiVersion"], manifest["kind"], do)
+        if out.get("failed"):
+            out["msg"] = "Failed to %s object: %s" % (step[0], out["msg"])
+            return out
+        return _applied(*out["result"], diff=diff)
+
     def _call(self, api_version, kind, do):
         try:
             if self._client is None:
@@ -94,6 +137,24 @@ class Writer(object):
         except Exception as exc:  # noqa: BLE001 - an API error, no connection, bad configuration
             return failure(exc)
         return {"changed": True, "result": obj.to_dict() if hasattr(obj, "to_dict") else obj}
+
+
+def _applied(before, after, diff=False):
+    """kubernetes.core.k8s's result of an apply that read ``before`` ({} when absent) and got ``after``
+    back (runner.py ``perform_action`` with service.py ``diff_objects``)."""
+    delta = recursive_diff(before, after)
+    result = {"changed": bool(delta), "method": "apply", "result": after}
+    shown = {"before": delta[0], "after": delta[1]} if delta else {}
+    if delta and set(delta[0]) == set(delta[1]) == {"metadata"}:
+        if set(delta[0]["metadata"]) | set(delta[1]["metadata"]) <= {"generation", "resourceVersion"}:
+            result["changed"] = False
+            result["warnings"] = [
+                "No meaningful diff was generated, but the API may not be idempotent "
+                "(only metadata.generation or metadata.resourceVersion were changed)"
+            ]
+    if diff:
+        result["diff"] = shown
+    return result
 
 
 class _Timed(object):
