@@ -45,6 +45,7 @@ def test_a_server_side_apply_of_one_object_is_made_in_the_worker():
         {"validate_certs": None, "verify_ssl": False},  # an alias: the module knows it
         {"server_side_apply": {"force_conflicts": True}},  # no field manager
         {"server_side_apply": {"field_manager": "f", "other": 1}},
+        {"server_side_apply": {"field_manager": "f", "force_conflicts": "maybe"}},  # the module refuses it
         {"definition": "apiVersion: v1\nkind: ConfigMap\n"},  # a YAML string
         {"definition": dict(CM, metadata={"namespace": "ns"})},  # no name
         {"definition": {"kind": "ConfigMap", "metadata": {"name": "c"}}},  # no apiVersion
@@ -106,6 +107,9 @@ def test_a_refused_read_or_apply_says_which_with_the_status_the_retries_classify
             "dry_run": "All",
         },
     )
+    resource = _Resource(get_status=404, apply_status=422)  # none yet: the apply is still made
+    out = _writer(resource).apply(CM, "specpilot")
+    assert [c[0] for c in resource.calls] == ["get", "apply"] and out["status"] == 422
     out = _writer(_Resource(apply_status=503)).apply(CM, "specpilot")
     assert out["failed"] and retryable(out)
 

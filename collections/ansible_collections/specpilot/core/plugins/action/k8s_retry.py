@@ -16,6 +16,7 @@ another state, ``wait``) go to the module."""
 from __future__ import annotations
 
 import json
+from functools import partial
 
 from ansible.module_utils.parsing.convert_bool import boolean
 
@@ -40,17 +41,11 @@ class ActionModule(ControllerAction):
                 args.setdefault(key, params[key])
 
         ssa = server_side_apply(args)
-        if ssa is not None:
-            writer = Writer(auth_options(args))
-            ssa.update(dry_run=bool(self._task.check_mode), diff=bool(self._task.diff))
-
-            def execute():
-                return writer.apply(**ssa)
-
+        if ssa is None:
+            execute = partial(self._execute_module, module_name=MODULE, module_args=args, task_vars=task_vars)
         else:
-
-            def execute():
-                return self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
+            mode = {"dry_run": bool(self._task.check_mode), "diff": bool(self._task.diff)}
+            execute = partial(Writer(auth_options(args)).apply, **dict(ssa, **mode))
 
         backoff = Backoff(max(1, params["retries"]), base=0.5, cap=10.0)
         result.update(retried(execute, backoff, conflict=params["conflict"]))
@@ -60,38 +55,28 @@ class ActionModule(ControllerAction):
 # what a server-side apply made in the worker may be given: kubernetes.core.k8s's arguments that
 # Writer.apply implements, and the connection options
 SSA_ARGS = {"state", "apply", "server_side_apply", "definition"} | set(deploy_args.K8S_CONNECTION)
+SSA_OPTIONS = {"field_manager", "force_conflicts"}
 
 
 def server_side_apply(args):
     """Writer.apply's ``manifest`` (the definition as JSON has it), ``field_manager`` and
     ``force_conflicts`` when ``args`` ask kubernetes.core.k8s for a server-side apply of one object and
-    nothing more, else None (the module is run, as for a definition JSON cannot carry)."""
+    nothing more, else None: the module is run (and says what is wrong with arguments it would refuse, a
+    flag that is not a boolean, a definition JSON cannot carry)."""
     ssa, definition = args.get("server_side_apply"), args.get("definition")
-    if set(args) - SSA_ARGS or args.get("state", "present") != "present" or not _true(args.get("apply")):
+    if set(args) - SSA_ARGS or args.get("state", "present") != "present":
         return None
-    if (
-        not isinstance(ssa, dict)
-        or set(ssa) - {"field_manager", "force_conflicts"}
-        or not ssa.get("field_manager")
-    ):
+    if not (isinstance(ssa, dict) and ssa.get("field_manager") and set(ssa) <= SSA_OPTIONS):
         return None
-    if not isinstance(definition, dict) or not (definition.get("metadata") or {}).get("name"):
+    if not (isinstance(definition, dict) and definition.get("apiVersion") and definition.get("kind")):
         return None
-    if not (definition.get("apiVersion") and definition.get("kind")):
+    if not (definition.get("metadata") or {}).get("name"):
         return None
     try:
+        if not boolean(args.get("apply"), strict=True):
+            return None
+        force = boolean(ssa.get("force_conflicts", False), strict=True)
         body = json.loads(json.dumps(definition))
     except (TypeError, ValueError):
         return None
-    return {
-        "manifest": body,
-        "field_manager": str(ssa["field_manager"]),
-        "force_conflicts": _true(ssa.get("force_conflicts")),
-    }
-
-
-def _true(value):
-    try:
-        return boolean(value, strict=True)
-    except TypeError:
-        return False
+    return {"manifest": body, "field_manager": str(ssa["field_manager"]), "force_conflicts": force}

@@ -22,14 +22,6 @@ from ansible.module_utils.common.dict_transformations import recursive_diff
 
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import auth_options
 
-try:
-    from kubernetes.dynamic.exceptions import NotFoundError
-except ImportError:  # the client is missing: client() says so when a write is made
-
-    class NotFoundError(Exception):
-        pass
-
-
 REQUEST_TIMEOUT = 30
 
 
@@ -104,14 +96,12 @@ class Writer(object):
         ``method`` "apply", ``result``, ``diff`` when asked, and its warning when only those two changed."""
         meta = manifest.get("metadata") or {}
         name, namespace = meta.get("name"), meta.get("namespace")
-        step = ["retrieve requested"]
-
-        def do(resource):
-            try:
-                before = resource.get(name=name, namespace=namespace).to_dict()
-            except NotFoundError:
-                before = {}
-            step[0] = "apply"
+        try:
+            resource = self._resource(manifest["apiVersion"], manifest["kind"])
+            before = _read(resource, name, namespace)
+        except Exception as exc:  # noqa: BLE001 - as in _call
+            return _failed("retrieve requested", exc)
+        try:
             after = resource.server_side_apply(
                 body=manifest,
                 name=name,
@@ -120,23 +110,40 @@ class Writer(object):
                 force_conflicts=force_conflicts,
                 dry_run="All" if dry_run else None,
             )
-            return before, after.to_dict()
+        except Exception as exc:  # noqa: BLE001 - as in _call
+            return _failed("apply", exc)
+        return _applied(before, after.to_dict(), diff=diff)
 
-        out = self._call(manifest["apiVersion"], manifest["kind"], do)
-        if out.get("failed"):
-            out["msg"] = "Failed to %s object: %s" % (step[0], out["msg"])
-            return out
-        return _applied(*out["result"], diff=diff)
+    def _resource(self, api_version, kind):
+        """The kind's resource of the dynamic client (made at the first call), its calls timed."""
+        if self._client is None:
+            self._client = self._make_client(self._auth)
+        return _Timed(self._client.resources.get(api_version=api_version, kind=kind), self._timeout)
 
     def _call(self, api_version, kind, do):
         try:
-            if self._client is None:
-                self._client = self._make_client(self._auth)
-            resource = self._client.resources.get(api_version=api_version, kind=kind)
-            obj = do(_Timed(resource, self._timeout))
+            obj = do(self._resource(api_version, kind))
         except Exception as exc:  # noqa: BLE001 - an API error, no connection, bad configuration
             return failure(exc)
         return {"changed": True, "result": obj.to_dict() if hasattr(obj, "to_dict") else obj}
+
+
+def _read(resource, name, namespace):
+    """The object as a dict, {} when there is none (a 404); any other error is raised."""
+    try:
+        return resource.get(name=name, namespace=namespace).to_dict()
+    except Exception as exc:  # noqa: BLE001 - the client's ApiException subclasses carry .status
+        if getattr(exc, "status", None) == 404:
+            return {}
+        raise
+
+
+def _failed(what, exc):
+    """failure(exc), its message worded as kubernetes.core.k8s words it (service.py: "Failed to apply
+    object: ...", "Failed to retrieve requested object: ...")."""
+    out = failure(exc)
+    out["msg"] = "Failed to %s object: %s" % (what, out["msg"])
+    return out
 
 
 def _applied(before, after, diff=False):
