@@ -499,6 +499,18 @@ def todo(isvc, plan, record, retry=False, resume_name=None):
     return "run"
 
 
+def ready_seconds(requested, plan):
+    """How long the canary waits for its predictor to be ready (a step's, the promotion's, the abort's
+    rollout): ``requested`` seconds, or (0, the default) the plan's ``startup_timeout_seconds`` (the
+    startupProbe's budget, which the engine may use up) + 300 s for scheduling and pulling, as deploy
+    waits for a rollout (action/rollout_wait.py)."""
+    if int(requested or 0) < 0:
+        raise ValueError("the ready timeout must be 0 (the plan's startup timeout + 300 s) or more, not %r" % requested)
+    if int(requested or 0):
+        return int(requested)
+    return int((plan or {}).get("startup_timeout_seconds") or 900) + 300
+
+
 def lock_seconds(ready_timeout, requested=0):
     """How long the service lock of a canary run lasts between renewals. It is renewed at the start of
     every step and while each step is held (canary_step) and the promotion rolls out (rollout_wait), so
