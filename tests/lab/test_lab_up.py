@@ -63,8 +63,8 @@ def fresh_copy(dest: Path) -> Path:
     ).stdout
     for name in filter(None, listed.decode().split("\0")):
         src, dst = ROOT / name, dest / name
-        if not (src.is_file() or src.is_symlink()):
-            continue  # deleted in the working tree
+        if name.split("/", 1)[0] in TOOLCHAIN or not (src.is_file() or src.is_symlink()):
+            continue  # the toolchain (a worktree may link it), or deleted in the working tree
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dst, follow_symlinks=False)
         os.utime(dst, (OLD, OLD), follow_symlinks=False)
@@ -89,7 +89,7 @@ def user_env() -> dict[str, str]:
 
 def shell(clone: Path, lines: list[str], timeout: int = 1500) -> list[tuple[str, str]]:
     """Run the lines as one bash session in the copy (exports carry over), stopping at the first failure;
-    [(line, its output)]."""
+    [(command without its comment, its output)]."""
     script = "set -e\n" + "".join(f"echo '>>> {i}'\n{line}\n" for i, line in enumerate(lines))
     proc = subprocess.run(
         ["bash", "-c", script],
@@ -103,7 +103,7 @@ def shell(clone: Path, lines: list[str], timeout: int = 1500) -> list[tuple[str,
     parts = re.split(r"^>>> (\d+)$", proc.stdout, flags=re.M)
     outs = {int(parts[i]): parts[i + 1] for i in range(1, len(parts) - 1, 2)}
     assert proc.returncode == 0, f"the README's walk failed at {lines[max(outs)]!r}:\n{proc.stdout[-6000:]}"
-    return [(line, outs[i]) for i, line in enumerate(lines)]
+    return [(line.split(" #", 1)[0].strip(), outs[i]) for i, line in enumerate(lines)]  # the command, its output
 
 
 def _recap(out: str) -> dict[str, tuple[int, int]]:
