@@ -102,13 +102,15 @@ def batch_config(url: str, service: str, qps: float, seconds: float, max_tokens:
     }
 
 
-def send(url: str, service: str, seconds: float, qps: float, max_tokens: int, out=sys.stdout) -> tuple[int, int]:
-    """Traffic until ``seconds`` pass; (answered, failed)."""
+def send(
+    url: str, service: str, seconds: float, qps: float, max_tokens: int, out=sys.stdout, stop=None
+) -> tuple[int, int]:
+    """Traffic until ``seconds`` pass (or ``stop``, a threading.Event, is set); (answered, failed)."""
     from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_client
 
     ok = failed = 0
     deadline = time.monotonic() + seconds
-    while (left := deadline - time.monotonic()) > 0.5:
+    while (left := deadline - time.monotonic()) > 0.5 and not (stop is not None and stop.is_set()):
         cfg = batch_config(url, service, qps, min(BATCH_SECONDS, left), max_tokens)
         try:
             result = bench_client.run_one(cfg)
