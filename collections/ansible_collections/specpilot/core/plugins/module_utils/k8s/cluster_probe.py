@@ -302,7 +302,7 @@ def _short(text, limit=400):
 
 def probed(result, plan_, image, digest=None, source="probe"):
     """What spec_validate's option ``probed`` takes: {image, digest, source, vllm_version or vllm_error,
-    models: {role: {uri, facts, problem}}}."""
+    models: {role: {uri, facts, problem, read}}}."""
     out = {"image": image, "digest": digest, "source": source, "models": {}}
     vllm = (result or {}).get("vllm")
     if isinstance(vllm, dict) and vllm.get("version"):
@@ -316,6 +316,7 @@ def probed(result, plan_, image, digest=None, source="probe"):
                 "uri": by_role[role]["uri"],
                 "facts": entry.get("facts") or {},
                 "problem": entry.get("problem"),
+                "read": True,  # the Job looked at the directory (not check mode, not an unreadable claim)
             }
     return out
 

@@ -577,8 +577,9 @@ def _role_facts(role, artifact, spec, mode, read_local, cache, environ, findings
 
 
 def _probe_read(probed, uri):
-    """Whether the cluster probe read this pvc:// directory (its result names it)."""
-    return any(e.get("uri") == uri for e in ((probed or {}).get("models") or {}).values())
+    """Whether the cluster probe's Job looked at this pvc:// directory (not check mode, where no Job runs,
+    nor a claim it could not mount: cluster_probe.probed marks what the Job read)."""
+    return any(e.get("uri") == uri and e.get("read") for e in ((probed or {}).get("models") or {}).values())
 
 
 def _missing_on_pvc(role, artifact, spec, source, problem, findings):
