@@ -29,10 +29,12 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.vllm]
 CANARY = {
     "specpilot_canary_steps": [50, 100],
     "specpilot_canary_window": 60,
-    "specpilot_canary_min_requests": 30,
+    "specpilot_canary_min_requests": 20,
+    "specpilot_canary_max_extensions": 2,
     "specpilot_canary_poll": 2,
 }
-QPS = 2  # about 60 requests per arm in a 60 s window at 50%: a tiny engine on one core keeps up
+QPS = 1  # lab-ngram's workload.qps (the rate the 2-core lab sustains): about 30 requests per arm a window at 50%
+MAX_TOKENS = 64  # as lab-ngram's benchmark measures it
 
 
 class RealStable(Stable):
@@ -76,7 +78,7 @@ class Sender:
 
     def _run(self, url):
         self.answered, self.failed = traffic.send(
-            url, "lab-ngram", traffic.MAX_SECONDS, QPS, 32, out=open("/dev/null", "w"), stop=self.stop_event
+            url, "lab-ngram", traffic.MAX_SECONDS, QPS, MAX_TOKENS, out=open("/dev/null", "w"), stop=self.stop_event
         )
 
     def _watch(self):
@@ -128,13 +130,15 @@ def test_a_healthy_ngram_canary_promotes_on_the_real_engine_and_a_rerun_changes_
         sender.stop()
     rep_file = reports / "lab-ngram" / "report.json"
     rep = json.loads(rep_file.read_text()) if rep_file.exists() else {}
-    assert proc.returncode == 0 and "lab-ngram: canary PROMOTED" in proc.stdout, (
-        proc.stdout[-6000:],
-        json.dumps(rep.get("steps"), indent=1)[-4000:],
-    )
+    if proc.returncode != 0 or "lab-ngram: canary PROMOTED" not in proc.stdout:
+        md = reports / "lab-ngram" / "report.md"
+        pytest.fail(
+            "not promoted:\n" + proc.stdout[-4000:] + "\n" + (md.read_text() if md.exists() else "(no report)"),
+            pytrace=False,
+        )
     assert [(s["traffic_percent"], s["decision"]) for s in rep["steps"]] == [(50, "promote-step"), (100, "promote-step")]
     half = rep["steps"][0]["arms"]
-    assert half["canary"]["requests"] >= 30 and half["baseline"]["requests"] >= 30, half
+    assert half["canary"]["requests"] >= 20 and half["baseline"]["requests"] >= 20, half
     assert half["canary"]["acceptance"]["draft_acceptance_rate"] >= 0.5, half["canary"]["acceptance"]
     assert sender.answered > 0 and sender.answered >= 10 * sender.failed, (sender.answered, sender.failed)
     # while both arms ran, each engine held a core of its own
