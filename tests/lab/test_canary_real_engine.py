@@ -115,7 +115,7 @@ def test_a_healthy_ngram_canary_promotes_on_the_real_engine_and_a_rerun_changes_
     """The stand-in engine cannot show this: the point is that the real engine's canary becomes ready beside
     the stable one (each on a core of its own) and that its measured latency and acceptance promote it."""
     tmp, emu, lab = real_lab
-    sender = Sender(lab.isvc()["status"]["url"], emu.state_dir)
+    sender = Sender(traffic.service_url(emu.kubeconfig, lab.ns, "lab-ngram"), emu.state_dir)  # make lab-traffic's
     reports = tmp_path / "reports"
     try:
         proc = playbook(
