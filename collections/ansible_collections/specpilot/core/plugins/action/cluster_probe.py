@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
-"""Action plugin of specpilot.core.cluster_probe: run the probe Job that module_utils/k8s/cluster_probe.py
+"""Action plugin of specpilot.core.cluster_probe: run the probe Job that module_utils/service/cluster_probe.py
 plans, and return what it read (the option ``probed`` of specpilot.core.spec_validate).
 
 It runs on the controller: reads go through kubernetes.core's k8s lookup (plugin_utils/k8s_reader.py),
@@ -17,7 +17,7 @@ import time
 
 from ansible.errors import AnsibleActionFail
 
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import cluster_probe as cp
+from ansible_collections.specpilot.core.plugins.module_utils.service import cluster_probe as cp
 from ansible_collections.specpilot.core.plugins.module_utils.k8s import job_watch
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import (
     ControllerAction,

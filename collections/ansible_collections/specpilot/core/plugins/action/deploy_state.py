@@ -16,11 +16,8 @@ import concurrent.futures
 import time
 
 from ansible.errors import AnsibleActionFail
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import (
-    deploy_args,
-    deploy_rollout,
-    deploy_state,
-)
+from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_rollout, deploy_state
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
     ReadError,
