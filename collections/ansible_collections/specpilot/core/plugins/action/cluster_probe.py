@@ -20,14 +20,14 @@ from ansible.errors import AnsibleActionFail
 from ansible_collections.specpilot.core.plugins.module_utils.service import cluster_probe as cp
 from ansible_collections.specpilot.core.plugins.module_utils.k8s import job_watch
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import (
-    ControllerAction,
+    Action,
     spec_from_task_vars,
 )
 from ansible_collections.specpilot.core.plugins.plugin_utils import k8s_api
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import K8sReader, auth_options
 
 
-class ActionModule(ControllerAction):
+class ActionModule(Action):
     _requires_connection = True  # it writes through kubernetes.core modules
     ARGUMENT_SPEC = cp.ARGUMENT_SPEC
 

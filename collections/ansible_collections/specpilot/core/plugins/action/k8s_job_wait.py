@@ -22,7 +22,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args, job_watch
 from ansible_collections.specpilot.core.plugins.plugin_utils import k8s_api
-from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import Action
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
     REQUEST_TIMEOUT,
     K8sReader,
@@ -33,7 +33,7 @@ from ansible_collections.specpilot.core.plugins.plugin_utils.lease_client import
 display = Display()
 
 
-class ActionModule(ControllerAction):
+class ActionModule(Action):
     ARGUMENT_SPEC = deploy_args.K8S_JOB_WAIT
 
     def act(self, params, task_vars, result):
