@@ -498,9 +498,17 @@ def _internal_error(exc, options):
     return _finish(_empty_result(findings), dict(options or {}))
 
 
-def _empty_result(findings):
+def _service_name(raw, options):
+    """The service's name for the report's header, even when the spec fails its schema (issue 39: the
+    header said ``specpilot validate: ?``): the spec's name, else the default name (the host's)."""
+    name = raw.get("name") if isinstance(raw, dict) else None
+    return name if isinstance(name, str) and name else options.get("default_name")
+
+
+def _empty_result(findings, service=None):
     """The result before any plan: not ok, the findings' lists."""
     return {
+        "service": service,
         "ok": False,
         "errors": findings.errors,
         "warnings": findings.warnings,
@@ -516,15 +524,12 @@ def _validate(spec, options):
     raw = plain(spec)
     acknowledged = raw.get("acknowledged_warnings") if isinstance(raw, dict) else None
     findings = Findings(acknowledged if isinstance(acknowledged, list) else ())
-    result = _empty_result(findings)
+    result = _empty_result(findings, _service_name(raw, options))
     if not isinstance(raw, dict):
         findings.error(
             "", "the spec must be a mapping of keys to values", "see schemas/service.schema.json", "spec-type"
         )
         return _finish(result, options)
-    # the report's header names the service even when the spec fails its schema (issue 39)
-    name = raw.get("name")
-    result["service"] = name if isinstance(name, str) and name else options.get("default_name")
     for key, value in raw.items():
         if key not in ("speculative", "overrides") and isinstance(value, dict):
             raw[key] = _drop_nulls(value)
