@@ -7,7 +7,7 @@ Every report of the collection (smoke, benchmark, tuning, canary, rollback, guar
 Markdown rendered in Python; this writes both.
 
 Reports keep their history (issue 39: a second rollback replaced the first one's record). Each run that
-found something new writes its own record, ``<out_dir>/history/<basename>/<UTC time>-<run id>/`` (the
+found something new writes its own record, ``<out_dir>/history/<basename>/<UTC time, to the microsecond>-<run id>/`` (the
 JSON, the Markdown and the plots the report lists), and ``history/<basename>/latest`` links to the
 newest; ``<out_dir>/<basename>.json`` and ``.md`` (and the plots beside them) stay where readers found
 them, copies of the newest. A rerun that found the same (the report equal to the newest record but for
@@ -228,7 +228,9 @@ def _prune(folder, keep):
 def _record(out_dir, basename, report, files, run):
     """The run's own record, history/<basename>/<time>-<id>/, with the files (bytes by name)."""
     folder = os.path.join(out_dir, HISTORY, basename)
-    record = os.path.join(folder, "%s-%s" % (run["at"].replace("-", "").replace(":", ""), run["id"]))
+    now = time.time()  # to the microsecond: two records of one second sort in the order they were written
+    stamp = "%s.%06dZ" % (time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)), int(now % 1 * 1e6))
+    record = os.path.join(folder, "%s-%s" % (stamp, run["id"]))
     os.makedirs(record, exist_ok=True)
     for name, data in files.items():
         write_if_changed(os.path.join(record, name), data)
