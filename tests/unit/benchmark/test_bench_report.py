@@ -139,7 +139,12 @@ def test_report_files_markdown_and_plots(tmp_path):
     assert "| 0.4 (production) | 0.610 | 2.54 | 0.80 / 0.50 / 0.24 | measure_p99 |" in md
     assert "Recommended: **3**." in md and "Not compared: the load generator recorded no output hashes" in md
     assert "![Acceptance by temperature](acceptance_temperature.png)" in md
-    assert "| qps=1 | **keep** | 1.08x | 1.82x |" in md
+    # issue 39: one TPOT speedup per level (the decision table's, with its samples), not a second one beside it
+    assert "| qps=1 | yes | **keep** | 1.08x [1.04-1.13] | 1.82x [1.75-1.89] |" in md
+    assert "| 20/20 (4 prompts) |" in md
+    assert "| qps=1 | **keep** | 1.79x | 1.00x |" in md
+    results = md.split("## Results per level")[1].split("\n## ")[0]
+    assert "| TPOT speedup |" not in results and "| TTFT speedup |" not in results
     assert "| qps=16 | 100 | 300 | 154 | 0.513 | 2.54 | 0.80 / 0.50 / 0.24 | 0.5-0.65" in md
     assert "![Per-position acceptance](acceptance.png)" in md
     assert "## Per prompt at qps=16" in md
