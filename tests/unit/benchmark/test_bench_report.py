@@ -103,6 +103,7 @@ def test_report_files_markdown_and_plots(tmp_path):
         "acceptance.png",
         "acceptance_temperature.png",
         "latency.png",
+        "speedup.png",
         "throughput.png",
     ]
     for p in paths["plots"]:
@@ -261,3 +262,28 @@ def test_modules_measure_and_report_end_to_end(tmp_path):
 
     assert bad_job["failed"] and "cannot read the load generator's output" in bad_job["msg"]
     assert bad_level["failed"] and "needs a concurrency" in bad_level["msg"]
+
+
+def test_the_speedup_plot_draws_intervals_and_marks_invalid_levels(tmp_path, monkeypatch):
+    """Issue 39: the plots had no interval bars and did not mark invalid levels."""
+    _, analysis = _analysis()
+    ctx, missing = br.build_context(None, None, None, {"temperature": 0}, {"name": "w"})
+    report = br.build_report(analysis, ctx, missing, service="chat")
+    report["levels"][1]["valid"] = False
+    figures = {}
+
+    def keep(fig, out_dir, name, title):
+        figures[name] = fig
+        return {"file": name, "title": title, "path": str(tmp_path / name)}
+
+    monkeypatch.setattr(br, "saved", keep)
+    br.render_plots(report, str(tmp_path))
+    ax = figures["speedup.png"].axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["qps=1", "qps=16\n(invalid)"]
+    assert "invalid" in [t.get_text() for t in ax.texts]
+    bars = [c for c in ax.containers if getattr(c, "errorbar", None) is not None]  # one bar series a figure, each with its interval
+    assert len(bars) == 4 and all(len(c.patches) == 1 for c in bars)  # the invalid level has none
+    tpot = report["levels"][0]["ratios"]["tpot"]
+    segment = bars[1].errorbar.lines[2][0].get_segments()[0]
+    assert [round(y, 2) for _x, y in segment] == [round(v, 2) for v in tpot["ci95"]]
+    assert [t.get_text() for t in figures["latency.png"].axes[0].get_xticklabels()][1] == "qps=16\n(invalid)"

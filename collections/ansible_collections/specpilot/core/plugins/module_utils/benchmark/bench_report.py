@@ -708,7 +708,7 @@ def render_plots(report, out_dir):
     if plt is None:
         return []
     levels = report["levels"]
-    labels = [lv["level"]["key"] for lv in levels]
+    labels = [_plot_label(lv) for lv in levels]
     xs = list(range(len(levels)))
     colours = {"baseline": "#4c72b0", "speculative": "#dd8452"}
     made = []
@@ -781,8 +781,53 @@ def render_plots(report, out_dir):
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=8)
         made.append(saved(fig, out_dir, "acceptance.png", "Per-position acceptance"))
+    made.extend(_plot_speedups(plt, report, out_dir))
     made.extend(_plot_temperature(report, out_dir))
     return made
+
+
+def _plot_label(lv):
+    """A level's tick label; an invalid level says so (issue 39: the plots did not mark them)."""
+    return lv["level"]["key"] + ("" if lv.get("valid", True) else "\n(invalid)")
+
+
+_SPEEDUP_FIGURES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E"), ("throughput", "tok/s"))
+
+
+def _plot_speedups(plt, report, out_dir):
+    """speedup.png: per level, each figure's ratio (> 1: speculative better) with its 95% interval as a bar;
+    an invalid level greyed out and labelled, with no ratio drawn (its figures are not evidence)."""
+    levels = report["levels"]
+    if not levels:
+        return []
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    width = 0.8 / len(_SPEEDUP_FIGURES)
+    for i, (fig_key, name) in enumerate(_SPEEDUP_FIGURES):
+        xs, ys, err = [], [], [[], []]
+        for x, lv in enumerate(levels):
+            entry = (lv.get("ratios") or {}).get(fig_key) or {}
+            if not lv.get("valid", True) or entry.get("value") is None:
+                continue
+            lo, hi = entry.get("ci95") or (entry["value"], entry["value"])
+            xs.append(x + (i - (len(_SPEEDUP_FIGURES) - 1) / 2.0) * width)
+            ys.append(entry["value"])
+            err[0].append(max(0.0, entry["value"] - lo))
+            err[1].append(max(0.0, hi - entry["value"]))
+        if xs:
+            ax.bar(xs, ys, width, yerr=err, capsize=3, label=name)
+    for x, lv in enumerate(levels):
+        if not lv.get("valid", True):
+            ax.axvspan(x - 0.45, x + 0.45, color="#bbbbbb", alpha=0.4, hatch="//")
+            ax.text(x, 1.0, "invalid", ha="center", va="bottom", fontsize=8)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(list(range(len(levels))))
+    ax.set_xticklabels([_plot_label(lv) for lv in levels], rotation=20)
+    ax.set_xlabel("load level")
+    ax.set_ylabel("speculative vs baseline (> 1 better)")
+    ax.set_title("Speedups with 95%% intervals: %s" % (report.get("service") or ""))
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    return [saved(fig, out_dir, "speedup.png", "Speedups with their 95% intervals (invalid levels greyed)")]
 
 
 def _plot_temperature(report, out_dir):
