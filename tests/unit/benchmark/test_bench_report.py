@@ -50,6 +50,21 @@ def test_hardware_from_node_labels_and_capacity():
     assert br.hardware_from_node(None) is None
 
 
+def test_the_context_labels_the_nodes_capacity_and_what_the_engine_gets():
+    """Issue 39: the context said "cpu: 32, memory 256Gi" for a 2-core VM (the lab node's declared capacity)."""
+    node = {"metadata": {"name": "lab"},
+            "status": {"capacity": {"cpu": "32", "memory": "256Gi"}, "allocatable": {"cpu": "31", "memory": "250Gi"}}}
+    pod = {"spec": {"containers": [
+        {"name": "kserve-container", "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "2"}}},
+        {"name": "queue-proxy", "resources": {"requests": {"cpu": "25m"}}}]}}
+    hw = br.hardware_from_node(node, pod)
+    assert hw["summary"] == (
+        "CPU only: no GPU on node lab (node declares 32 CPUs, 256Gi memory; allocatable 31 CPUs, 250Gi memory; "
+        "the engine's pod: requests cpu 2, limits cpu 2, requests memory 8Gi)")
+    bare = br.hardware_from_node(node, {"spec": {"containers": [{"name": "kserve-container"}]}})
+    assert bare["summary"].endswith("the engine's pod: no CPU or memory requests or limits (best effort))")
+
+
 def test_context_requires_all_five_fields():
     ctx, missing = br.build_context(
         br.hardware_from_node(GPU_NODE, POD),

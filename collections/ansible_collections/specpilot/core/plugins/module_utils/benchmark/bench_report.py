@@ -64,6 +64,36 @@ def pod_gpu_request(pod):
     return out
 
 
+def pod_compute(pod):
+    """What the predictor pod's containers ask for: {cpu: {requests, limits}, memory: {...}}, each None when
+    not set (the node's capacity is the node's, not what the engine gets)."""
+    out = {"cpu": {"requests": None, "limits": None}, "memory": {"requests": None, "limits": None}}
+    containers = get_path(pod, "spec", "containers") or []
+    engine = [c for c in containers if c.get("name") == "kserve-container"] or containers[:1]
+    for c in engine:
+        res = c.get("resources") or {}
+        for kind in ("requests", "limits"):
+            for name in ("cpu", "memory"):
+                if (res.get(kind) or {}).get(name) is not None:
+                    out[name][kind] = str(res[kind][name])
+    return out
+
+
+def _capacity_text(hw):
+    """The node's declared capacity and its allocatable, then what the engine's pod asks for, each labelled
+    (issue 39: a 2-core lab VM read "cpu 32, memory 256Gi", the lab node's declared capacity)."""
+    text = "node declares %s CPUs, %s memory; allocatable %s CPUs, %s memory" % (
+        hw["cpu"], hw["memory"], hw.get("cpu_allocatable") or "?", hw.get("memory_allocatable") or "?")
+    pod = hw.get("pod_resources")
+    if pod:
+        asked = ", ".join(
+            "%s %s %s" % (kind, name, pod[name][kind])
+            for name in ("cpu", "memory") for kind in ("requests", "limits") if pod[name][kind] is not None
+        )
+        text += "; the engine's pod: %s" % (asked or "no CPU or memory requests or limits (best effort)")
+    return text
+
+
 def hardware_from_node(node, pod=None):
     """The hardware context from a Node object (and the predictor Pod, for its GPU request)."""
     if not node:
@@ -92,6 +122,9 @@ def hardware_from_node(node, pod=None):
         "instance_type": labels.get("node.kubernetes.io/instance-type"),
         "cpu": cap.get("cpu"),
         "memory": cap.get("memory"),
+        "cpu_allocatable": (get_path(node, "status", "allocatable") or {}).get("cpu"),
+        "memory_allocatable": (get_path(node, "status", "allocatable") or {}).get("memory"),
+        "pod_resources": pod_compute(pod) if pod else None,
         "kubelet": info.get("kubeletVersion"),
         "os_image": info.get("osImage"),
     }
@@ -110,10 +143,9 @@ def hardware_from_node(node, pod=None):
             hw["node"],
         )
     else:
-        hw["summary"] = "CPU only: no GPU on node %s (%s CPUs, %s memory%s)" % (
+        hw["summary"] = "CPU only: no GPU on node %s (%s%s)" % (
             hw["node"],
-            hw["cpu"],
-            hw["memory"],
+            _capacity_text(hw),
             ", instance type %s" % hw["instance_type"] if hw["instance_type"] else "",
         )
     return hw
