@@ -351,11 +351,46 @@ def _acceptance_validity(acceptance, figs, reasons):
             )
 
 
+def engine_restarts(before, after, container="kserve-container"):
+    """The engine restarts between two reads of a side's pods (lists of Pod objects): ``{restarts, oom,
+    pods, reason}``, or None when none restarted. A pod absent from ``before`` counts all its restarts
+    (it was created meanwhile: the engine started cold)."""
+    counts = {}
+    for pod in before or []:
+        for c in ((pod.get("status") or {}).get("containerStatuses") or []):
+            if c.get("name") == container:
+                counts[(pod.get("metadata") or {}).get("name")] = int(c.get("restartCount") or 0)
+    out = {"restarts": 0, "oom": 0, "pods": []}
+    for pod in after or []:
+        name = (pod.get("metadata") or {}).get("name")
+        for c in ((pod.get("status") or {}).get("containerStatuses") or []):
+            more = int(c.get("restartCount") or 0) - counts.get(name, 0) if c.get("name") == container else 0
+            if more > 0:
+                last = ((c.get("lastState") or {}).get("terminated") or {})
+                oom = last.get("reason") == "OOMKilled"
+                out["restarts"] += more
+                out["oom"] += more if oom else 0
+                out["pods"].append({"pod": name, "restarts": more, "last_reason": last.get("reason"),
+                                    "last_exit_code": last.get("exitCode")})
+    if not out["restarts"]:
+        return None
+    out["reason"] = "the engine restarted %d time(s) while it was measured (%s)%s: the figures include a cold " \
+        "start" % (out["restarts"], ", ".join("pod %s: %s, exit %s" % (p["pod"], p["last_reason"] or "?",
+                                                                          p["last_exit_code"]) for p in out["pods"]),
+                   ", out of memory: give the engine more memory or lower max_num_seqs" if out["oom"] else "")
+    return out
+
+
 def level_validity(baseline, speculative, acceptance, figs):
     """[] when the level can be judged, else the reasons it cannot."""
     reasons = []
     _side_validity("baseline", baseline, reasons)
     _side_validity("speculative", speculative, reasons)
+    for side, summary in (("baseline", baseline), ("speculative", speculative)):
+        restarted = (summary or {}).get("engine_restarts")
+        if restarted:
+            # issue 39: out-of-memory restarts during a benchmark went unreported
+            reasons.append("%s: %s" % (side, restarted.get("reason") or "the engine restarted while measured"))
     b_err = (baseline or {}).get("error_rate") or 0.0
     if VALIDITY["max_baseline_error_rate"] < b_err < VALIDITY["max_side_error_rate"]:
         reasons.append(
