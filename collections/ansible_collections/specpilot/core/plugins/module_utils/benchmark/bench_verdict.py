@@ -351,34 +351,36 @@ def _acceptance_validity(acceptance, figs, reasons):
             )
 
 
+def _restart_counts(pods, container):
+    """{(pod name): restartCount of its ``container``} and the container statuses, by pod name."""
+    out = {}
+    for pod in pods or []:
+        for c in (pod.get("status") or {}).get("containerStatuses") or []:
+            if c.get("name") == container:
+                out[(pod.get("metadata") or {}).get("name")] = c
+    return out
+
+
 def engine_restarts(before, after, container="kserve-container"):
     """The engine restarts between two reads of a side's pods (lists of Pod objects): ``{restarts, oom,
     pods, reason}``, or None when none restarted. A pod absent from ``before`` counts all its restarts
     (it was created meanwhile: the engine started cold)."""
-    counts = {}
-    for pod in before or []:
-        for c in ((pod.get("status") or {}).get("containerStatuses") or []):
-            if c.get("name") == container:
-                counts[(pod.get("metadata") or {}).get("name")] = int(c.get("restartCount") or 0)
-    out = {"restarts": 0, "oom": 0, "pods": []}
-    for pod in after or []:
-        name = (pod.get("metadata") or {}).get("name")
-        for c in ((pod.get("status") or {}).get("containerStatuses") or []):
-            more = int(c.get("restartCount") or 0) - counts.get(name, 0) if c.get("name") == container else 0
-            if more > 0:
-                last = ((c.get("lastState") or {}).get("terminated") or {})
-                oom = last.get("reason") == "OOMKilled"
-                out["restarts"] += more
-                out["oom"] += more if oom else 0
-                out["pods"].append({"pod": name, "restarts": more, "last_reason": last.get("reason"),
-                                    "last_exit_code": last.get("exitCode")})
-    if not out["restarts"]:
+    was = _restart_counts(before, container)
+    pods = []
+    for name, c in sorted(_restart_counts(after, container).items()):
+        more = int(c.get("restartCount") or 0) - int((was.get(name) or {}).get("restartCount") or 0)
+        if more > 0:
+            last = (c.get("lastState") or {}).get("terminated") or {}
+            pods.append({"pod": name, "restarts": more, "last_reason": last.get("reason"),
+                         "last_exit_code": last.get("exitCode")})
+    if not pods:
         return None
-    out["reason"] = "the engine restarted %d time(s) while it was measured (%s)%s: the figures include a cold " \
-        "start" % (out["restarts"], ", ".join("pod %s: %s, exit %s" % (p["pod"], p["last_reason"] or "?",
-                                                                          p["last_exit_code"]) for p in out["pods"]),
-                   ", out of memory: give the engine more memory or lower max_num_seqs" if out["oom"] else "")
-    return out
+    restarts = sum(p["restarts"] for p in pods)
+    oom = sum(p["restarts"] for p in pods if p["last_reason"] == "OOMKilled")
+    which = ", ".join("pod %s: %s, exit %s" % (p["pod"], p["last_reason"] or "?", p["last_exit_code"]) for p in pods)
+    reason = "the engine restarted %d time(s) while it was measured (%s)%s: the figures include a cold start" % (
+        restarts, which, ", out of memory: give the engine more memory or lower max_num_seqs" if oom else "")
+    return {"restarts": restarts, "oom": oom, "pods": pods, "reason": reason}
 
 
 def level_validity(baseline, speculative, acceptance, figs):
