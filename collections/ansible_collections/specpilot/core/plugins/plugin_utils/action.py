@@ -77,9 +77,13 @@ _VARIABLE = re.compile(r"\b%s[a-z0-9_]+" % VAR_PREFIX)
 _KNOWN = {}
 
 
-def _names_in(folder):
+def _names_in(folder, depth=4):
+    """The specpilot_* names in the YAML files of ``folder``, ``depth`` levels down at most (a playbook kept in
+    a home directory must not make this read the whole tree), hidden folders left out."""
     names = set()
-    for root, _dirs, files in os.walk(folder):
+    top = folder.rstrip(os.sep).count(os.sep)
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(".")] if root.count(os.sep) - top < depth else []
         for name in files:
             if name.endswith((".yml", ".yaml")):
                 with open(os.path.join(root, name), encoding="utf-8", errors="replace") as handle:
