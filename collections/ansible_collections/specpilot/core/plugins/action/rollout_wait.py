@@ -9,15 +9,16 @@ import time
 
 from ansible.errors import AnsibleActionFail
 from ansible.utils.display import Display
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args, deploy_rollout
-from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args
+from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_rollout
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import Action
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import ReadError, task_reader
 from ansible_collections.specpilot.core.plugins.plugin_utils.lease_client import renewer_for
 
 display = Display()
 
 
-class ActionModule(ControllerAction):
+class ActionModule(Action):
     ARGUMENT_SPEC = deploy_args.ROLLOUT_WAIT
 
     def act(self, params, task_vars, result):
@@ -127,7 +128,7 @@ def wait(reader, plan, params, timeout, emit, clock=time.time, sleep=time.sleep,
             status["phase"],
             elapsed,
             timeout,
-            "; ".join(status["waiting_for"][:1]) or status["message"],
+            status["message"],
             status["progress"],
         )
         if status["done"] or status["failed"]:
@@ -151,7 +152,11 @@ def wait(reader, plan, params, timeout, emit, clock=time.time, sleep=time.sleep,
             status,
             phase="timeout",
             message="timed out after %ds: %s"
-            % (int(elapsed), "; ".join(status["waiting_for"]) or status["message"]),
+            % (
+                int(elapsed),
+                "; ".join(([status["activity"]] if status.get("activity") else []) + status["waiting_for"])
+                or status["message"],
+            ),
         )
         emit(status["message"])
     return {

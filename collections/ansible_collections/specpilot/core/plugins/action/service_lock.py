@@ -21,7 +21,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.service.render impo
     LABEL_MANAGED_BY,
     LABEL_SERVICE,
 )
-from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import Action
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_api import Writer
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
     ReadError,
@@ -31,7 +31,7 @@ from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
 from ansible_collections.specpilot.core.plugins.plugin_utils.lease_client import LeaseClient
 
 
-class ActionModule(ControllerAction):
+class ActionModule(Action):
     ARGUMENT_SPEC = deploy_args.SERVICE_LOCK
 
     def act(self, params, task_vars, result):
@@ -60,6 +60,8 @@ class ActionModule(ControllerAction):
                 result.update(client.renew(holder, version))
             elif params["state"] == "broken":
                 result.update(client.break_lock(params["confirm"]))
+                # the holder is the one whose lock is (or would be) broken, never this run
+                result["holder"] = result.get("broken_holder")
             else:
                 result.update(client.release(params.get("holder"), version))
                 if result.pop("left", False):

@@ -22,7 +22,8 @@ from ansible.errors import AnsibleActionFail
 from ansible_collections.specpilot.core.plugins.module_utils.service import validator
 from ansible_collections.specpilot.core.plugins.module_utils.service.spec import OVERRIDE_VARS
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import (
-    ControllerAction,
+    Action,
+    known_variable_names,
     spec_from_task_vars,
 )
 
@@ -32,7 +33,7 @@ MODEL_FACTS_VAR = "specpilot_model_facts"
 IMAGE_PINS_VAR = "specpilot_image_pins"
 
 
-class ActionModule(ControllerAction):
+class ActionModule(Action):
     ARGUMENT_SPEC = validator.ARGUMENT_SPEC
 
     def act(self, params, task_vars, result):
@@ -44,6 +45,7 @@ class ActionModule(ControllerAction):
             params["spec"], params["variable_names"] = spec_from_task_vars(
                 self._templar, task_vars or {}, params.get("default_name")
             )
+            self._names(params, task_vars or {})
         if params.get("model_facts") is None and (task_vars or {}).get(MODEL_FACTS_VAR) is not None:
             params["model_facts"] = self._templar.template(task_vars[MODEL_FACTS_VAR])
         if (task_vars or {}).get(IMAGE_PINS_VAR) is not None and "image_pins" not in self._task.args:
@@ -62,3 +64,12 @@ class ActionModule(ControllerAction):
         if failed:
             result["failed"] = True
         return result
+
+    def _names(self, params, task_vars):
+        """Every specpilot_* name the project's roles and playbooks use (the typo check), and the host's name
+        for the report's header when the spec does not name the service."""
+        if not params.get("known_variables"):
+            role = getattr(self._task, "_role", None)
+            params["known_variables"] = known_variable_names(task_vars, getattr(role, "_role_path", None))
+        if not params.get("default_name") and task_vars.get("inventory_hostname"):
+            params["default_name"] = task_vars["inventory_hostname"]

@@ -19,14 +19,20 @@ import multiprocessing
 import os
 import time
 
+from ansible.errors import AnsibleActionFail
+
 from ansible_collections.specpilot.core.plugins.module_utils.k8s import service_lock
 from ansible_collections.specpilot.core.plugins.module_utils.common import k8s_meta
 from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import Backoff, status_code
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_api import Writer
-from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import ReadError, auth_options
+from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
+    REQUEST_TIMEOUT,
+    ReadError,
+    auth_options,
+)
 from ansible_collections.specpilot.core.plugins.plugin_utils.module_retry import retried
 
-__all__ = ["LeaseClient", "ROUNDS", "Renewer", "renewer_for"]
+__all__ = ["LeaseClient", "ROUNDS", "Renewer", "renewer_for", "held_lock_renewer"]
 
 ROUNDS = 4  # reads and decisions again after a conflict
 
@@ -158,12 +164,17 @@ class LeaseClient(object):
         out = {"broken": False, "status": status, "broken_holder": status["holder"]}
         if not lease:
             return dict(out, message="no lock to break")
-        if self._check_mode or not confirm:
+        if self._check_mode:
+            return dict(out, message="check mode: not broken (the lock is %s)" % status["message"])
+        if not confirm:
+            # the operator runs playbooks/break_lock.yml: name its variable, not the task's option
+            how = "playbooks/break_lock.yml --limit %s -e specpilot_break_lock_confirm=true" % p["name"]
             return dict(
                 out,
-                failed=not self._check_mode,
-                msg="%s: the lock is %s; set confirm: true to break it" % (p["name"], status["message"]),
-                message="check mode: not broken (%s)" % status["message"],
+                failed=True,
+                msg="%s: the lock is %s; not broken without the confirmation: %s breaks it"
+                % (p["name"], status["message"], how),
+                message="not broken: no confirmation (the lock is %s)" % status["message"],
             )
         deleted = self._delete(status["resource_version"])
         if deleted.get("failed"):
@@ -293,3 +304,14 @@ def renewer_for(params, reader, name, namespace, check_mode=False, clock=time.ti
         check_mode=check_mode,
     )
     return Renewer(client, params["lock"], clock=clock, renew_first=renew_first)
+
+
+def held_lock_renewer(params, auth, reader):
+    """The Renewer of a Job's wait (specpilot.core.k8s_job, k8s_job_wait): ``params["lock"]`` (with the name
+    and namespace of its service) with the connection ``auth``; renewed at the first poll (an earlier task
+    renewed it last), then every third of its duration."""
+    lock = params["lock"]
+    if not lock["name"]:
+        raise AnsibleActionFail("lock.name and lock.namespace: the service whose lock to renew")
+    conn = dict(auth, retries=8, request_timeout=REQUEST_TIMEOUT, lock=lock)
+    return renewer_for(conn, reader, lock["name"], lock["namespace"], clock=time.monotonic, renew_first=True)
