@@ -341,12 +341,16 @@ class _StripAuthOnRedirect(urlrequest.HTTPRedirectHandler if urlrequest else obj
 
 
 class Http(object):
-    """urllib with timeouts, retries on transient errors, and an optional Authorization header."""
+    """urllib with timeouts, retries on transient errors, and an optional Authorization header.
 
-    def __init__(self, authorization=None, timeout=60, retries=4, insecure=False):
+    ``retries`` more attempts after the first, the first ``backoff`` seconds later, each wait twice the
+    last (at most 15 s): the staging Job's default; a validation reading model facts asks for less."""
+
+    def __init__(self, authorization=None, timeout=60, retries=4, insecure=False, backoff=1.0):
         self.authorization = authorization
         self.timeout = timeout
         self.retries = retries
+        self.backoff = backoff
         handlers = [_StripAuthOnRedirect()]
         if insecure:
             ctx = ssl.create_default_context()
@@ -361,7 +365,7 @@ class Http(object):
         req = urlrequest.Request(url, method=method, headers=hdrs)
         if self.authorization:
             req.add_header("Authorization", self.authorization)
-        delay = 1.0
+        delay = self.backoff
         for attempt in range(self.retries + 1):
             try:
                 return self.opener.open(req, timeout=self.timeout)
