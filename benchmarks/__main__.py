@@ -29,6 +29,7 @@ for path in (ROOT / "collections", ROOT / "lab"):
 
 
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+GRACE_S = 5.0  # between SIGTERM and SIGKILL
 
 
 def become_subreaper():
@@ -77,9 +78,10 @@ def _reap(pids):
             pass
 
 
-def stop_leftovers(before, grace=5.0):
+def stop_leftovers(before, grace=None):
     """Stop the processes below this one that were not there in ``before`` (SIGTERM, then SIGKILL
-    after ``grace`` seconds); their names."""
+    after ``grace`` seconds, GRACE_S by default); their names."""
+    grace = GRACE_S if grace is None else grace
     left = {pid: name for pid, name in descendants().items() if pid not in before}
     for sig in (signal.SIGTERM, signal.SIGKILL):
         alive = set(left) & set(descendants())
