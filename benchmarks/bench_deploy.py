@@ -12,7 +12,8 @@ live objects through kubernetes.core's k8s lookup in the worker process; no modu
 no lock is taken, nothing is written.  Target: 10 services <= 2.5x one service.
 
 Contract for ``python -m benchmarks``: ``run() -> list[dict(name, value, unit, target, ok)]``.
-Standalone: ``python benchmarks/bench_deploy.py``.
+Standalone: ``python benchmarks/bench_deploy.py``. Environment: ``SPECPILOT_BENCH_DEPLOY_SERVICES`` (10),
+``SPECPILOT_BENCH_DEPLOY_RUNS`` (3). Quick mode: 2 services, one run each, no warm-up run.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ cache (SPECPILOT_LAB_CACHE=""), so they pay for parsing the 2 MB YAML; "warm" ru
 Memory is measured after boot and again after a workload (50 InferenceServices written,
 listed, patched, and read back as a Table), which is what a lab session looks like.
 Prints numbers; asserts nothing.  ``run()`` gives the rows for ``python -m benchmarks``.
+Environment: ``SPECPILOT_BENCH_EMULATOR_RUNS`` (warm runs, 3), ``SPECPILOT_BENCH_EMULATOR_ISVCS`` (50);
+quick mode: one cold and one warm run, 5 InferenceServices.
 """
 
 from __future__ import annotations

@@ -21,8 +21,10 @@
   it first waits (up to 10 minutes) for another engine on this machine to finish.
 
 Contract for ``python -m benchmarks``: ``run() -> list[dict(name, value, unit, target, ok)]``.
-Environment: ``SPECPILOT_BENCH_LOADGEN_REQUESTS`` (default 3000), ``SPECPILOT_BENCH_TPOT_PROMPTS``
-(default 48 requests per run), ``SPECPILOT_BENCH_TPOT_TOKENS`` (default 64).
+Environment: ``SPECPILOT_BENCH_LOADGEN_REQUESTS`` (default 3000), ``SPECPILOT_BENCH_LOADGEN_PACED``
+(default 1000), ``SPECPILOT_BENCH_TPOT_PROMPTS`` (default 48 requests per run),
+``SPECPILOT_BENCH_TPOT_TOKENS`` (default 64). Quick mode (``python -m benchmarks --quick``): 50 requests
+each, no wait for another engine, and tpot_agreement skipped (it starts a vLLM engine).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ Standalone: ``python benchmarks/bench_parsers.py`` prints the table.
 Throughput is MiB per CPU second of the parsing process, best of ``SPECPILOT_BENCH_REPEAT``
 (default 3) runs; the wall-clock figure is shown next to it (the two agree on an idle machine).
 Environment: ``SPECPILOT_BENCH_LOG_MB`` (default 100), ``SPECPILOT_BENCH_ENGINES`` (default 200).
+Quick mode (``python -m benchmarks --quick``): 1 MiB of log, 4 engines, one run.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from blobs that an earlier one uploaded.
 Contract for ``python -m benchmarks``: ``run() -> list[dict(name, value, unit, target, ok)]``.
 Environment: ``SPECPILOT_BENCH_STAGING_MIB`` (target size in MiB, default 256 to keep ``make bench``
 short on 2 cores; 1024 is the issue's 1 GiB), ``SPECPILOT_BENCH_STAGING_REPEAT`` (runs per
-measurement, the best counts; default 2).
+measurement, the best counts; default 2). Quick mode: 2 MiB, one run.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Target: >= 0.8x cp's throughput, for both verify modes.  Runs are interleaved (c
 the best of ``SPECPILOT_BENCH_STAGING_REPEAT`` + 1 counts: the machine is shared.
 
 Environment: ``SPECPILOT_BENCH_STAGING_COPY_MIB`` (data copied, default 1024: below that the
-program's start-up dominates), ``SPECPILOT_BENCH_STAGING_REPEAT`` (default 2).
+program's start-up dominates), ``SPECPILOT_BENCH_STAGING_REPEAT`` (default 2). Quick mode: 2 MiB, one run.
 Contract for ``python -m benchmarks``: ``run() -> list[dict(name, value, unit, target, ok)]``.
 """
 

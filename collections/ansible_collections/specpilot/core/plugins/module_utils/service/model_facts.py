@@ -89,7 +89,12 @@ MAX_SMALL = 64 * 1024 * 1024
 TIMEOUT = 10
 RETRY_WAIT = 0.25
 # botocore's exceptions that mean the endpoint did not answer (they are not OSErrors)
-BOTO_UNREACHABLE = ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError")
+BOTO_UNREACHABLE = (
+    "EndpointConnectionError",
+    "ConnectTimeoutError",
+    "ReadTimeoutError",
+    "ConnectionClosedError",
+)
 NETWORK_KINDS = ("hf", "s3", "oci")
 FORMAT = 1
 # the facts compared with the source when both give them (tokenizer: only a sha256 fingerprint is
@@ -306,7 +311,9 @@ def _unreachable(exc):
     while seen is not None and depth < 8:
         if isinstance(seen, urlerror.HTTPError):
             return seen.code in (408, 429) or seen.code >= 500
-        if isinstance(seen, ssl.CertificateError) or isinstance(getattr(seen, "reason", None), ssl.CertificateError):
+        if isinstance(seen, ssl.CertificateError) or isinstance(
+            getattr(seen, "reason", None), ssl.CertificateError
+        ):
             return False
         if isinstance(seen, OSError) or type(seen).__name__ in BOTO_UNREACHABLE:
             return True
