@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -297,12 +298,21 @@ def bench_playbook():
     ]
 
 
+def _closed_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def run():
     """Benchmark contract: a list of dict(name, value, unit, target, ok)."""
-    saved = {name: os.environ.get(name) for name in (model_facts.ENV_CACHE, model_facts.ENV_MODE)}
+    names = (model_facts.ENV_CACHE, model_facts.ENV_MODE, "HF_ENDPOINT")
+    saved = {name: os.environ.get(name) for name in names}
     with tempfile.TemporaryDirectory(prefix="specpilot-bench-facts-") as cache:
         os.environ[model_facts.ENV_CACHE] = cache  # also for the processes started below
         os.environ[model_facts.ENV_MODE] = "auto"
+        if quick():  # make test: no network; a Hub that refuses connections (known unreachable)
+            os.environ["HF_ENDPOINT"] = "http://127.0.0.1:%d" % _closed_port()
         try:
             return bench_module() + bench_fresh_process() + bench_playbook()
         finally:
