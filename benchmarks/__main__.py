@@ -30,6 +30,7 @@ for path in (ROOT / "collections", ROOT / "lab"):
 
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 GRACE_S = 5.0  # between SIGTERM and SIGKILL
+SETTLE_S = 5.0  # for what is already on its way out (a process just sent SIGKILL, a worker shutting down)
 
 
 def become_subreaper():
@@ -41,8 +42,8 @@ def become_subreaper():
         pass
 
 
-def _proc_table():
-    """{pid: (ppid, command name)} of the live processes (zombies left out), from /proc."""
+def _proc_table(zombies=False):
+    """{pid: (ppid, command name)} of the live processes (and the zombies with ``zombies``), from /proc."""
     table = {}
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if not entry.isdigit():
@@ -53,7 +54,7 @@ def _proc_table():
         except OSError:
             continue
         name, rest = stat[stat.find("(") + 1 : stat.rfind(")")], stat[stat.rfind(")") + 2 :].split()
-        if rest and rest[0] != "Z":
+        if rest and (zombies or rest[0] != "Z"):
             table[int(entry)] = (int(rest[1]), name)
     return table
 
@@ -78,11 +79,21 @@ def _reap(pids):
             pass
 
 
+def _new(before):
+    return {pid: name for pid, name in descendants().items() if pid not in before}
+
+
 def stop_leftovers(before, grace=None):
-    """Stop the processes below this one that were not there in ``before`` (SIGTERM, then SIGKILL
-    after ``grace`` seconds, GRACE_S by default); their names."""
+    """Stop the processes below this one that were not there in ``before`` and are still running
+    SETTLE_S seconds later (SIGTERM, then SIGKILL after ``grace`` seconds, GRACE_S by default);
+    their names."""
     grace = GRACE_S if grace is None else grace
-    left = {pid: name for pid, name in descendants().items() if pid not in before}
+    left = _new(before)
+    deadline = time.monotonic() + SETTLE_S
+    while left and time.monotonic() < deadline:
+        _reap(left)
+        time.sleep(0.1)
+        left = _new(before)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         alive = set(left) & set(descendants())
         for pid in alive:
@@ -97,14 +108,15 @@ def stop_leftovers(before, grace=None):
             time.sleep(0.05)
         if not alive:
             break
-    _reap(left)
+    me = os.getpid()
+    _reap(pid for pid, (ppid, _n) in _proc_table(zombies=True).items() if ppid == me and pid not in before)
     return sorted(left.values())
 
 
 def run_module(name):
     """(rows, problem) of one module; problem is None, a traceback, or the processes it left running
     (stopped here)."""
-    before = set(descendants())
+    before = set(_proc_table(zombies=True))  # every process there was, zombies too: not the module's
     rows, problem = [], None
     try:
         module = importlib.import_module("benchmarks." + name)

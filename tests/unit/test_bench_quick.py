@@ -60,6 +60,7 @@ def _alive(pid):
 def _fake_module(monkeypatch, run):
     monkeypatch.setenv(benchmarks.QUICK_ENV, "0")  # main(["--quick"]) sets it: restored after the test
     monkeypatch.setattr(bench, "GRACE_S", 0.5)
+    monkeypatch.setattr(bench, "SETTLE_S", 0.3)
     fake = types.ModuleType("benchmarks.bench_fake")
     fake.run = run
     monkeypatch.setitem(sys.modules, "benchmarks.bench_fake", fake)
