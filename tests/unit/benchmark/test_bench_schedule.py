@@ -141,3 +141,37 @@ def test_what_the_service_s_vllm_can_run(version, dp, form, key):
     else:
         assert "one k at every load" in advice["notes"][0] and "up to 2" in advice["notes"][0]
     assert any("drops the schedule" in n for n in advice["notes"]) == (dp > 1)
+
+
+def test_tune_report_carries_the_schedule_the_crossover_the_snippet_and_the_heatmap(crossing, tmp_path):
+    import json
+
+    from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_tune as bt
+    from ansible_collections.specpilot.core.plugins.module_utils.report.plots import pyplot
+
+    cands = crossing + [{"id": "k4", "method": "ngram", "num_speculative_tokens": 4, "error": "twin: not ready"}]
+    report = bt.build_tune_report(
+        cands, service="svc", configured={"method": "ngram", "num_speculative_tokens": 3},
+        sweep={"max_num_seqs": 64, "version": (0, 32, 0), "data_parallel_size": 1},
+    )
+    paths = bt.write_tune_report(report, str(tmp_path))
+    data = json.loads((tmp_path / "tune.json").read_text())
+    assert data["schedule"] == [[1, 1, 3], [2, 2, 2], [3, 64, 0]]
+    # k=4 was not measured: 4 and 8 are not decided off, so the crossover is only bounded from below
+    assert data["crossover"]["concurrency"] == 2 and data["crossover"]["status"] == "above_range"
+    assert data["crossover"]["interval"] == [2, 64]
+    md = (tmp_path / "tune.md").read_text()
+    assert "speculation pays up to 2 concurrent requests" in md and "above it, off" in md
+    assert "num_speculative_tokens_per_batch_size: [[1, 1, 3], [2, 2, 2], [3, 64, 0]]" in md
+    assert "concurrency 1, k=4: error" in md  # the unmeasured candidate is named, not guessed
+    if pyplot()[0] is not None:
+        assert str(tmp_path / "tune_schedule.png") in paths["plots"]
+        assert "tune_schedule.png" in md
+
+
+def test_a_tune_report_without_a_sweep_is_unchanged(crossing):
+    from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_tune as bt
+
+    report = bt.build_tune_report(crossing, service="svc")
+    assert "schedule" not in report and "crossover" not in report
+    assert "Schedule by load" not in bt.render_markdown(report)

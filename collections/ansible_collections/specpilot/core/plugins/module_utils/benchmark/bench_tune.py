@@ -29,6 +29,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_rep
     ratio_ci,
 )
 from ansible_collections.specpilot.core.plugins.module_utils.report import files as report_files
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_schedule, bench_schedule_report
 
 __all__ = [
     "build_tune_report",
@@ -190,8 +191,22 @@ def choose(rows, bound_by="tpot"):
     }
 
 
-def build_tune_report(candidates, service=None, configured=None, notes=None, generated_at=None):
-    """The tuning report: the rows, the recommendation, the policy the verdicts used."""
+def _with_sweep(report, candidates, sweep):
+    """The schedule sweep (issue 37), when the run measured one: ``schedule`` and ``crossover`` at the
+    top, the rest under ``sweep``. sweep: {max_num_seqs, version (tuple), data_parallel_size}."""
+    method = (report.get("configured") or {}).get("method")
+    result = bench_schedule.analyse_sweep(
+        candidates, report["bound_by"], sweep.get("max_num_seqs"), method, sweep.get("version"),
+        sweep.get("data_parallel_size") or 1,
+    )
+    report.update(sweep=result, schedule=result["schedule"], crossover=result["crossover"])
+    report["summary"] += " Schedule by load: %s (%s)." % (result["crossover"]["text"], result["schedule_text"])
+    return report
+
+
+def build_tune_report(candidates, service=None, configured=None, notes=None, generated_at=None, sweep=None):
+    """The tuning report: the rows, the recommendation, the policy the verdicts used (and the
+    schedule by load when ``sweep`` is given)."""
     bound_by, policy = _bound_by(candidates)
     rows = [candidate_row(c, bound_by) for c in candidates]
     rec = choose(rows, bound_by)
@@ -203,7 +218,7 @@ def build_tune_report(candidates, service=None, configured=None, notes=None, gen
             rec["num_speculative_tokens"],
             rec["reason"],
         )
-    return {
+    report = {
         "format": REPORT_FORMAT,
         "kind": "specpilot-tune",
         "service": service,
@@ -219,6 +234,7 @@ def build_tune_report(candidates, service=None, configured=None, notes=None, gen
         "notes": list(notes or []),
         "plots": [],
     }
+    return _with_sweep(report, candidates, sweep) if sweep is not None else report
 
 
 def _link(path, out_dir):
@@ -275,6 +291,7 @@ def render_markdown(report, out_dir=None):
     out.append("")
     if report.get("notes"):
         out += ["Notes:", ""] + ["- " + md_escape(n) for n in report["notes"]] + [""]
+    out += bench_schedule_report.markdown_lines(report)
     out += plot_links(report)
     return "\n".join(out)
 
@@ -337,7 +354,9 @@ def render_plot(report, out_dir):
     ax.set_title("Acceptance per candidate")
     ax.grid(True, axis="y", alpha=0.3)
     fig.suptitle("Tuning run: %s" % (report.get("service") or ""))
-    return [saved(fig, out_dir, "tune.png", "Candidates against the baseline")]
+    return [saved(fig, out_dir, "tune.png", "Candidates against the baseline")] + bench_schedule_report.render_heatmap(
+        report, out_dir
+    )
 
 
 def write_tune_report(report, out_dir, plots=True):

@@ -379,10 +379,26 @@ def _draft_tp(cfg, ctx, findings, path):
         )
 
 
+def _per_batch_dp(ctx, findings, path):
+    """vllm/config/vllm.py VllmConfig._maybe_disable_dynamic_sd_for_data_parallel: with
+    data_parallel_size > 1 vLLM drops the schedule and runs the static num_speculative_tokens."""
+    dp = render.extra_arg(ctx.get("extra_args"), "--data-parallel-size")
+    if dp and dp.isdigit() and int(dp) > 1:
+        findings.warning(
+            path_join(path, "num_speculative_tokens_per_batch_size"),
+            "--data-parallel-size=%s: vLLM %s drops the batch-size schedule under data parallelism and "
+            "runs num_speculative_tokens at every batch size" % (dp, _ctx_version(ctx)),
+            "run one data-parallel rank per replica (scale with replicas), or set num_speculative_tokens "
+            "to the k that suits the load",
+            "per-batch-dropped-by-dp",
+        )
+
+
 def _per_batch(cfg, ctx, findings, path):
     table = cfg.get("num_speculative_tokens_per_batch_size")
     if not isinstance(table, list):
         return
+    _per_batch_dp(ctx, findings, path)
     for i, row in enumerate(table):
         if (
             isinstance(row, list)
