@@ -198,16 +198,16 @@ def crossover(levels, max_num_seqs=DEFAULT_MAX_NUM_SEQS):
         top["k"],
     )
     if off:
-        where = "it stops paying between %d and %d (off at %d)" % (n + 1, off, off)
+        where = "it stops paying between %d and %d, decided off at %d" % (n + 1, off, off)
     else:
-        where = "nothing above %d decided it off: the crossover is at least %d, not measured beyond" % (n, n)
+        where = "nothing above %d decided it off, so the crossover is at least %d" % (n, n)
     return {
         "status": "found" if off else "above_range",
         "concurrency": n,
         "interval": [n, upper],
         "k": top["k"],
         "bound": bound,
-        "text": "speculation pays up to %d concurrent requests%s; above it, off. %s" % (n, ci, where),
+        "text": "speculation pays up to %d concurrent requests%s; above it, off (%s)" % (n, ci, where),
     }
 
 
@@ -274,6 +274,12 @@ def analyse_sweep(candidates, bound_by="tpot", max_num_seqs=None, method=None, v
         max_num_seqs = DEFAULT_MAX_NUM_SEQS
         notes.append("max_num_seqs is not set in the spec (vllm_args.max_num_seqs): the schedule runs to "
                      "vLLM's default of %d" % DEFAULT_MAX_NUM_SEQS)
+    if method:
+        others = sorted({c.get("method") for c in candidates if c.get("method") not in (None, method)})
+        if others:
+            notes.append("candidates of %s are left out of the schedule: it varies k of one method (%s)"
+                         % (", ".join(others), method))
+            candidates = [c for c in candidates if c.get("method") in (None, method)]
     cells = cells_from_candidates(candidates, bound_by)
     by_level = {}
     for cell in cells:

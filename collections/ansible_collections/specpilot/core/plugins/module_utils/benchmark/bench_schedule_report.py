@@ -86,7 +86,9 @@ def render_heatmap(report, out_dir):
     shown = [[v if v is not None and cell[(c, k)]["decision"] not in ("invalid", "error") else float("nan")
               for v, c in zip(row, levels)] for row, k in zip(values, ks)]
     fig, ax = plt.subplots(figsize=(1.2 * len(levels) + 3, 0.8 * len(ks) + 2.5))
-    img = ax.imshow(shown, cmap="RdYlGn", vmin=0.5, vmax=1.5, aspect="auto", origin="lower")
+    cmap = plt.get_cmap("RdYlGn").copy()
+    cmap.set_bad("#cccccc")  # invalid or not measured
+    img = ax.imshow(shown, cmap=cmap, vmin=0.5, vmax=1.5, aspect="auto", origin="lower")
     fig.colorbar(img, ax=ax, label="%s speedup vs k=0 (> 1 better)" % sweep["bound_by"].upper())
     chosen = {lv["concurrency"]: lv["k"] for lv in sweep["levels"]}
     for i, k in enumerate(ks):
