@@ -1,5 +1,6 @@
 """The schedule sweep's decision (module_utils/benchmark/bench_schedule.py) on sweeps judged by the benchmark's own
-analysis (bench_analysis.analyse) of constructed runs: one baseline per concurrency level, one candidate per k."""
+analysis (bench_analysis.analyse) of constructed runs: one baseline per concurrency level, one candidate per k.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ ACC = dict(ACCEPT, mean_acceptance_length=3.4, draft_acceptance_rate=0.8)
 def sweep(grid, base_jitter=0.05):
     """grid: {k: {concurrency: tpot_ms | ("noise", tpot_ms) | "invalid"}} -> candidates as tune.yml passes them."""
     levels = sorted({c for per in grid.values() for c in per})
-    baseline = [run("baseline", None, ttft_ms=50, tpot_ms=BASE_TPOT, jitter=base_jitter, concurrency=c) for c in levels]
+    baseline = [
+        run("baseline", None, ttft_ms=50, tpot_ms=BASE_TPOT, jitter=base_jitter, concurrency=c)
+        for c in levels
+    ]
     out = []
     for k, per in sorted(grid.items()):
         spec = []
@@ -28,7 +32,9 @@ def sweep(grid, base_jitter=0.05):
                 tpot, kw = cell[1], {"jitter": 0.4}
             else:
                 tpot = cell
-            spec.append(run("speculative", None, ttft_ms=50, tpot_ms=tpot, concurrency=c, acceptance=ACC, **kw))
+            spec.append(
+                run("speculative", None, ttft_ms=50, tpot_ms=tpot, concurrency=c, acceptance=ACC, **kw)
+            )
         res = ba.analyse(baseline + spec, target={"qps": None, "concurrency": levels[0]})
         out.append({"id": "k%d" % k, "method": "ngram", "num_speculative_tokens": k, "result": res})
     return out
@@ -50,7 +56,10 @@ def test_a_clear_crossover_gives_a_contiguous_schedule_and_the_crossover(crossin
     out = bs.analyse_sweep(crossing, max_num_seqs=64, method="ngram", version=(0, 32, 0))
     by = {lv["concurrency"]: lv for lv in out["levels"]}
     assert [(c, by[c]["k"], by[c]["status"]) for c in (1, 2, 4, 8)] == [
-        (1, 3, "speculate"), (2, 2, "speculate"), (4, 0, "off"), (8, 0, "off")
+        (1, 3, "speculate"),
+        (2, 2, "speculate"),
+        (4, 0, "off"),
+        (8, 0, "off"),
     ]
     assert out["schedule"] == [[1, 1, 3], [2, 2, 2], [3, 64, 0]]
     cross = out["crossover"]
@@ -58,12 +67,16 @@ def test_a_clear_crossover_gives_a_contiguous_schedule_and_the_crossover(crossin
     assert cross["interval"] == [2, 3]  # off at 4: it stops paying at 3 or 4
     lo, hi = cross["bound"]["ci95"]
     assert lo > 1.0 and lo <= cross["bound"]["value"] <= hi  # the bound figure's interval, from the verdict
-    assert "speculation pays up to 2 concurrent requests" in cross["text"] and "above it, off" in cross["text"]
+    assert (
+        "speculation pays up to 2 concurrent requests" in cross["text"] and "above it, off" in cross["text"]
+    )
     assert out["open"] == []
     advice = out["advice"]
     assert advice["form"] == "per_batch_size"
     assert advice["speculative"] == {
-        "method": "ngram", "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": out["schedule"]
+        "method": "ngram",
+        "num_speculative_tokens": 3,
+        "num_speculative_tokens_per_batch_size": out["schedule"],
     }
 
 
@@ -91,12 +104,17 @@ def test_no_crossover_when_every_k_is_slower_everywhere():
 
 
 def test_all_invalid_is_undecided_and_names_every_cell():
-    out = bs.analyse_sweep(sweep({1: {1: "invalid", 2: "invalid"}, 2: {1: "invalid", 2: "invalid"}}), max_num_seqs=8)
+    out = bs.analyse_sweep(
+        sweep({1: {1: "invalid", 2: "invalid"}, 2: {1: "invalid", 2: "invalid"}}), max_num_seqs=8
+    )
     assert [lv["status"] for lv in out["levels"]] == ["undecided", "undecided"]
     assert out["schedule"] == [[1, 8, 0]]  # never a guess
     assert out["crossover"]["status"] == "undecided" and out["crossover"]["concurrency"] is None
     assert sorted((o["concurrency"], o["k"], o["decision"]) for o in out["open"]) == [
-        (1, 1, "invalid"), (1, 2, "invalid"), (2, 1, "invalid"), (2, 2, "invalid")
+        (1, 1, "invalid"),
+        (1, 2, "invalid"),
+        (2, 1, "invalid"),
+        (2, 2, "invalid"),
     ]
     assert all("valid measurement" in o["would_decide"] for o in out["open"])
 
@@ -107,15 +125,23 @@ def test_noise_is_inconclusive_with_the_runs_that_would_decide_it():
     assert lv1["status"] == "undecided" and lv1["k"] == 0
     (cell,) = out["open"]
     assert (cell["concurrency"], cell["k"], cell["decision"]) == (1, 2, "inconclusive")
-    assert "specpilot_benchmark_runs_per_prompt" in cell["would_decide"] or "may not resolve" in cell["would_decide"]
+    assert (
+        "specpilot_benchmark_runs_per_prompt" in cell["would_decide"]
+        or "may not resolve" in cell["would_decide"]
+    )
     assert out["crossover"]["status"] == "undecided"
 
 
 def test_an_unmeasured_candidate_is_an_error_cell_not_a_zero():
-    cands = sweep({2: {1: 10, 4: 28}}) + [{"id": "k3", "method": "ngram", "num_speculative_tokens": 3, "error": "twin: failed"}]
+    cands = sweep({2: {1: 10, 4: 28}}) + [
+        {"id": "k3", "method": "ngram", "num_speculative_tokens": 3, "error": "twin: failed"}
+    ]
     out = bs.analyse_sweep(cands, max_num_seqs=8)
     assert out["schedule"] == [[1, 1, 2], [2, 8, 0]]
-    assert {(o["concurrency"], o["k"], o["decision"]) for o in out["open"]} == {(1, 3, "error"), (4, 3, "error")}
+    assert {(o["concurrency"], o["k"], o["decision"]) for o in out["open"]} == {
+        (1, 3, "error"),
+        (4, 3, "error"),
+    }
     assert out["levels"][1]["status"] == "undecided"  # k=3 at 4 was not measured: not decided off
 
 
@@ -149,9 +175,13 @@ def test_tune_report_carries_the_schedule_the_crossover_the_snippet_and_the_heat
     from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_tune as bt
     from ansible_collections.specpilot.core.plugins.module_utils.report.plots import pyplot
 
-    cands = crossing + [{"id": "k4", "method": "ngram", "num_speculative_tokens": 4, "error": "twin: not ready"}]
+    cands = crossing + [
+        {"id": "k4", "method": "ngram", "num_speculative_tokens": 4, "error": "twin: not ready"}
+    ]
     report = bt.build_tune_report(
-        cands, service="svc", configured={"method": "ngram", "num_speculative_tokens": 3},
+        cands,
+        service="svc",
+        configured={"method": "ngram", "num_speculative_tokens": 3},
         sweep={"max_num_seqs": 64, "version": (0, 32, 0), "data_parallel_size": 1},
     )
     paths = bt.write_tune_report(report, str(tmp_path))

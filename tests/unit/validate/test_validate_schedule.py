@@ -14,10 +14,16 @@ def _codes(result):
     return {w["code"] for w in result["warnings"]}
 
 
-@pytest.mark.parametrize("extra,dropped", [([], False), (["--data-parallel-size=1"], False), (["--data-parallel-size=2"], True)])
+@pytest.mark.parametrize(
+    "extra,dropped", [([], False), (["--data-parallel-size=1"], False), (["--data-parallel-size=2"], True)]
+)
 def test_data_parallel_drops_the_schedule(extra, dropped):
     spec = base_spec(
-        speculative={"method": "eagle3", "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": SCHEDULE},
+        speculative={
+            "method": "eagle3",
+            "num_speculative_tokens": 3,
+            "num_speculative_tokens_per_batch_size": SCHEDULE,
+        },
         vllm_args={"gpu_memory_utilization": 0.85, "max_model_len": 8192, "extra_args": extra},
     )
     result = validate(spec, {})

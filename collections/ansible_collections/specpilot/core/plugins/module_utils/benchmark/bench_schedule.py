@@ -32,7 +32,10 @@ is what vLLM's scheduler looks the schedule up by (the number of requests schedu
 from __future__ import annotations
 
 from ansible_collections.specpilot.core.plugins.module_utils.service import vllm_profiles as vp
-from ansible_collections.specpilot.core.plugins.module_utils.service.versions import format_version, parse_version
+from ansible_collections.specpilot.core.plugins.module_utils.service.versions import (
+    format_version,
+    parse_version,
+)
 
 __all__ = [
     "analyse_sweep",
@@ -126,7 +129,13 @@ def decide_level(cells):
     open_cells = [_open_cell(c) for c in cells if c["decision"] not in ("keep", "rollback")]
     if kept:
         best = sorted(kept, key=lambda c: (-c["bound"]["value"], c["k"]))[0]
-        return {"concurrency": conc, "k": best["k"], "status": "speculate", "bound": best["bound"], "open": open_cells}
+        return {
+            "concurrency": conc,
+            "k": best["k"],
+            "status": "speculate",
+            "bound": best["bound"],
+            "open": open_cells,
+        }
     status = "off" if cells and not open_cells else "undecided"
     return {"concurrency": conc, "k": 0, "status": status, "bound": None, "open": open_cells}
 
@@ -158,7 +167,9 @@ def build_schedule(levels, max_num_seqs=DEFAULT_MAX_NUM_SEQS):
 
 
 def _next_off(levels, above):
-    return next((lv["concurrency"] for lv in levels if lv["concurrency"] > above and lv["status"] == "off"), None)
+    return next(
+        (lv["concurrency"] for lv in levels if lv["concurrency"] > above and lv["status"] == "off"), None
+    )
 
 
 def crossover(levels, max_num_seqs=DEFAULT_MAX_NUM_SEQS):
@@ -239,8 +250,10 @@ def deploy_advice(schedule, cross, method=None, version=None, data_parallel_size
         return {
             "form": "off",
             "speculative": None,
-            "notes": ["no k pays at any measured concurrency: run the service without speculative decoding "
-                      "(or measure again where the sweep is undecided)"],
+            "notes": [
+                "no k pays at any measured concurrency: run the service without speculative decoding "
+                "(or measure again where the sweep is undecided)"
+            ],
         }
     spec = {"method": method, "num_speculative_tokens": max_k}
     if _supports("num_speculative_tokens_per_batch_size", version):
@@ -249,36 +262,47 @@ def deploy_advice(schedule, cross, method=None, version=None, data_parallel_size
         if (data_parallel_size or 1) > 1:
             # vllm/config/vllm.py VllmConfig._maybe_disable_dynamic_sd_for_data_parallel: with
             # data_parallel_size > 1 the table is dropped and the static k runs
-            notes.append("data_parallel_size=%d: vLLM drops the schedule under data parallelism and runs "
-                         "num_speculative_tokens=%d at every batch size" % (data_parallel_size, max_k))
+            notes.append(
+                "data_parallel_size=%d: vLLM drops the schedule under data parallelism and runs "
+                "num_speculative_tokens=%d at every batch size" % (data_parallel_size, max_k)
+            )
     elif _supports("disable_by_batch_size", version) and cross.get("concurrency"):
         # V0 vllm/spec_decode/spec_decode_worker.py SpecDecodeWorker._should_disable_all_speculation:
         # off when running_queue_size >= disable_by_batch_size, so N + 1 keeps it on up to N
         spec["disable_by_batch_size"] = max(2, cross["concurrency"] + 1)
         form = "disable_by_batch_size"
-        notes.append("vLLM %s has no per-batch-size schedule: speculation is disabled for new requests above "
-                     "a batch of %d (the crossover); k is the largest that pays" % (label, cross["concurrency"]))
+        notes.append(
+            "vLLM %s has no per-batch-size schedule: speculation is disabled for new requests above "
+            "a batch of %d (the crossover); k is the largest that pays" % (label, cross["concurrency"])
+        )
     else:
         form = "static"
-        notes.append("vLLM %s can neither schedule k by batch size nor disable it by batch size: one k "
-                     "at every load; %s" % (label, cross.get("text") or "crossover undecided"))
+        notes.append(
+            "vLLM %s can neither schedule k by batch size nor disable it by batch size: one k "
+            "at every load; %s" % (label, cross.get("text") or "crossover undecided")
+        )
     return {"form": form, "speculative": spec, "notes": notes}
 
 
-def analyse_sweep(candidates, bound_by="tpot", max_num_seqs=None, method=None, version=None,
-                  data_parallel_size=1):
+def analyse_sweep(
+    candidates, bound_by="tpot", max_num_seqs=None, method=None, version=None, data_parallel_size=1
+):
     """The schedule sweep's result for tune.json: ``{levels, cells, schedule, schedule_text,
     crossover, open, advice, max_num_seqs, notes}``."""
     notes = []
     if not max_num_seqs:
         max_num_seqs = DEFAULT_MAX_NUM_SEQS
-        notes.append("max_num_seqs is not set in the spec (vllm_args.max_num_seqs): the schedule runs to "
-                     "vLLM's default of %d" % DEFAULT_MAX_NUM_SEQS)
+        notes.append(
+            "max_num_seqs is not set in the spec (vllm_args.max_num_seqs): the schedule runs to "
+            "vLLM's default of %d" % DEFAULT_MAX_NUM_SEQS
+        )
     if method:
         others = sorted({c.get("method") for c in candidates if c.get("method") not in (None, method)})
         if others:
-            notes.append("candidates of %s are left out of the schedule: it varies k of one method (%s)"
-                         % (", ".join(others), method))
+            notes.append(
+                "candidates of %s are left out of the schedule: it varies k of one method (%s)"
+                % (", ".join(others), method)
+            )
             candidates = [c for c in candidates if c.get("method") in (None, method)]
     cells = cells_from_candidates(candidates, bound_by)
     by_level = {}

@@ -44,9 +44,14 @@ def markdown_lines(report):
         return []
     cross = report["crossover"]
     out = ["## Schedule by load", "", cross["text"] + ".", ""]
-    out.append("Schedule (batch size -> k, to max_num_seqs=%d): %s." % (sweep["max_num_seqs"], sweep["schedule_text"]))
+    out.append(
+        "Schedule (batch size -> k, to max_num_seqs=%d): %s."
+        % (sweep["max_num_seqs"], sweep["schedule_text"])
+    )
     out.append("")
-    out.append("| concurrency | decision | k | %s speedup (95%% CI) | open cells |" % sweep["bound_by"].upper())
+    out.append(
+        "| concurrency | decision | k | %s speedup (95%% CI) | open cells |" % sweep["bound_by"].upper()
+    )
     out.append("|---|---|---|---|---|")
     for lv in sweep["levels"]:
         b = lv.get("bound") or {}
@@ -74,22 +79,8 @@ def _grid(sweep):
     return levels, ks, cell
 
 
-def render_heatmap(report, out_dir):
-    """tune_schedule.png: the bound figure's speedup per (k, concurrency); invalid, unmeasured and
-    inconclusive cells marked; the schedule's k per level outlined. [] without a sweep."""
-    sweep = report.get("sweep")
-    plt = pyplot()[0]
-    if plt is None or not sweep or not sweep["cells"]:
-        return []
-    levels, ks, cell = _grid(sweep)
-    values = [[(cell.get((c, k)) or {}).get("bound", {}).get("value") for c in levels] for k in ks]
-    shown = [[v if v is not None and cell[(c, k)]["decision"] not in ("invalid", "error") else float("nan")
-              for v, c in zip(row, levels)] for row, k in zip(values, ks)]
-    fig, ax = plt.subplots(figsize=(1.2 * len(levels) + 3, 0.8 * len(ks) + 2.5))
-    cmap = plt.get_cmap("RdYlGn").copy()
-    cmap.set_bad("#cccccc")  # invalid or not measured
-    img = ax.imshow(shown, cmap=cmap, vmin=0.5, vmax=1.5, aspect="auto", origin="lower")
-    fig.colorbar(img, ax=ax, label="%s speedup vs k=0 (> 1 better)" % sweep["bound_by"].upper())
+def _annotate(plt, ax, sweep, levels, ks, cell):
+    """Each cell's ratio (or why it has none), '?' when inconclusive; the schedule's k outlined."""
     chosen = {lv["concurrency"]: lv["k"] for lv in sweep["levels"]}
     for i, k in enumerate(ks):
         for j, c in enumerate(levels):
@@ -101,12 +92,40 @@ def render_heatmap(report, out_dir):
             text = mark if entry["decision"] in ("invalid", "error") else "%.2f%s" % (value or 0.0, mark)
             ax.text(j, i, text, ha="center", va="center", fontsize=8)
             if chosen.get(c) == k:
-                ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=2))
+                ax.add_patch(
+                    plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=2)
+                )
+
+
+def render_heatmap(report, out_dir):
+    """tune_schedule.png: the bound figure's speedup per (k, concurrency); invalid, unmeasured and
+    inconclusive cells marked; the schedule's k per level outlined. [] without a sweep."""
+    sweep = report.get("sweep")
+    plt = pyplot()[0]
+    if plt is None or not sweep or not sweep["cells"]:
+        return []
+    levels, ks, cell = _grid(sweep)
+    values = [[(cell.get((c, k)) or {}).get("bound", {}).get("value") for c in levels] for k in ks]
+    shown = [
+        [
+            v if v is not None and cell[(c, k)]["decision"] not in ("invalid", "error") else float("nan")
+            for v, c in zip(row, levels)
+        ]
+        for row, k in zip(values, ks)
+    ]
+    fig, ax = plt.subplots(figsize=(1.2 * len(levels) + 3, 0.8 * len(ks) + 2.5))
+    cmap = plt.get_cmap("RdYlGn").copy()
+    cmap.set_bad("#cccccc")  # invalid or not measured
+    img = ax.imshow(shown, cmap=cmap, vmin=0.5, vmax=1.5, aspect="auto", origin="lower")
+    fig.colorbar(img, ax=ax, label="%s speedup vs k=0 (> 1 better)" % sweep["bound_by"].upper())
+    _annotate(plt, ax, sweep, levels, ks, cell)
     ax.set_xticks(range(len(levels)))
     ax.set_xticklabels([str(c) for c in levels])
     ax.set_yticks(range(len(ks)))
     ax.set_yticklabels(["k=%d" % k for k in ks])
     ax.set_xlabel("concurrent requests")
-    ax.set_title("Speedup by load (outlined: the schedule's k; ?: inconclusive; grey: invalid or not measured)",
-                 fontsize=9)
+    ax.set_title(
+        "Speedup by load (outlined: the schedule's k; ?: inconclusive; grey: invalid or not measured)",
+        fontsize=9,
+    )
     return [saved(fig, out_dir, "tune_schedule.png", "Speedup over concurrency x k")]
