@@ -114,8 +114,7 @@ def render_heatmap(report, out_dir):
         for row, k in zip(values, ks)
     ]
     fig, ax = plt.subplots(figsize=(1.2 * len(levels) + 3, 0.8 * len(ks) + 2.5))
-    cmap = plt.get_cmap("RdYlGn").copy()
-    cmap.set_bad("#cccccc")  # invalid or not measured
+    cmap = plt.get_cmap("RdYlGn").with_extremes(bad="#cccccc")  # grey: invalid or not measured
     img = ax.imshow(shown, cmap=cmap, vmin=0.5, vmax=1.5, aspect="auto", origin="lower")
     fig.colorbar(img, ax=ax, label="%s speedup vs k=0 (> 1 better)" % sweep["bound_by"].upper())
     _annotate(plt, ax, sweep, levels, ks, cell)
