@@ -198,12 +198,15 @@ def _structured_output(cfg, ctx, spec, findings):
     version, label, method = ctx["version"], ctx["version_label"], cfg.get("method")
     engine = engine_for(version, method)
     if engine == "v1" and version >= _V(_SO_FIXED_V1):
-        findings.note(
+        # The releases #52620 covers could not be read (the report is not in the corpus this was
+        # built from): every V1 release from 0.9.0 gets the warning, which a service acknowledges.
+        findings.warning(
             "workload.structured_output",
-            "vLLM %s checks drafts against the grammar (vllm#14702); regressions were reported later (%s), "
-            "so smoke-test guided requests on this image" % (label, _SO_LATER_REPORTS),
-            "send a guided-decoding request in specpilot_smoke.request_params",
-            "structured-output-spec",
+            "vLLM %s checks drafts against the grammar (vllm#14702), but structured output with speculative "
+            "decoding was reported broken again later (%s)" % (label, _SO_LATER_REPORTS),
+            "send a guided-decoding request in the smoke test (specpilot_smoke.request_params) on this image, "
+            "then acknowledge structured-output-spec-reported",
+            "structured-output-spec-reported",
         )
         return
     why = (
