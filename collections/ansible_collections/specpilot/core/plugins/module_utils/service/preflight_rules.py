@@ -84,9 +84,9 @@ def check_draft_tp(cfg, ctx, findings, path):
         if dtp != 1:
             findings.error(
                 field,
-                "draft_tensor_parallel_size=%d: vLLM %s supports only 1 (ValueError 'cannot be other value "
-                "than 1' in SpeculativeConfig.create_draft_parallel_config; 1 or the target's size from "
-                "0.6.4)" % (dtp, label),
+                "draft_tensor_parallel_size=%d: vLLM %s supports only 1 (start-up fails: 'cannot be other "
+                "value than 1' in SpeculativeConfig.create_draft_parallel_config; 1 or the target's size "
+                "from 0.6.4)" % (dtp, label),
                 "set it to 1, or use vLLM >= 0.6.4 for %d" % tp if tp > 1 else "set it to 1",
                 "draft-tp",
             )
@@ -95,7 +95,8 @@ def check_draft_tp(cfg, ctx, findings, path):
         findings.error(
             field,
             "draft_tensor_parallel_size=%d must be 1 or the target's tensor_parallel_size (%d) in vLLM %s "
-            "(ValueError 'cannot be other value than 1 or target model tensor_parallel_size')" % (dtp, tp, label),
+            "(start-up fails: 'cannot be other value than 1 or target model tensor_parallel_size')"
+            % (dtp, tp, label),
             "use 1" if tp == 1 else "use 1 or %d" % tp,
             "draft-tp",
         )
@@ -106,14 +107,19 @@ def check_draft_tp(cfg, ctx, findings, path):
 def _v1_draft_tp(method, dtp, tp, ctx, findings, field):
     """On the V1 engine: draft_model needs the target's size (0.16+); most drafters ignore it."""
     version, label = ctx["version"], ctx["version_label"]
-    if dtp == tp or engine_for(version, method) != "v1" or method in ("ngram", "[ngram]", "ngram_gpu", "suffix"):
+    if (
+        dtp == tp
+        or engine_for(version, method) != "v1"
+        or method in ("ngram", "[ngram]", "ngram_gpu", "suffix")
+    ):
         return
     if method == "draft_model" and version >= _V(_DRAFT_MODEL_TP_EQUAL_SINCE):
         findings.error(
             field,
             "draft_tensor_parallel_size=%d with tensor_parallel_size %d: vLLM %s's draft_model proposer "
-            "refuses a draft TP other than the target's (ValueError in "
-            "vllm/v1/spec_decode/draft_model.py DraftModelProposer._raise_if_draft_tp_mismatch)" % (dtp, tp, label),
+            "refuses a draft TP other than the target's at start-up ("
+            "vllm/v1/spec_decode/draft_model.py DraftModelProposer._raise_if_draft_tp_mismatch)"
+            % (dtp, tp, label),
             "set it to %d, or leave it out (it defaults to the target's)" % tp,
             "draft-tp",
         )
@@ -121,8 +127,10 @@ def _v1_draft_tp(method, dtp, tp, ctx, findings, field):
         findings.warning(
             field,
             "draft_tensor_parallel_size=%d is accepted and then ignored by vLLM %s's V1 %s proposer: the "
-            "drafter runs with the target's tensor_parallel_size (%d) (vllm#31345, #31398)" % (dtp, label, method, tp),
-            "remove it (the drafter's memory and speed are those of TP %d), or acknowledge draft-tp-ignored" % tp,
+            "drafter runs with the target's tensor_parallel_size (%d) (vllm#31345, #31398)"
+            % (dtp, label, method, tp),
+            "remove it (the drafter's memory and speed are those of TP %d), or acknowledge draft-tp-ignored"
+            % tp,
             "draft-tp-ignored",
         )
 
@@ -157,7 +165,8 @@ def _synthetic_purpose(cfg, ctx, spec, findings, path):
         "%s: synthetic rejection sampling accepts draft tokens at made-up rates regardless of the target "
         "model, so the service answers with text the model did not choose (vLLM %s); it exists to benchmark "
         "acceptance, not to serve" % (", ".join(used), ctx["version_label"]),
-        "remove %s for a service; for a benchmark deployment set specpilot_purpose: benchmark" % ", ".join(used),
+        "remove %s for a service; for a benchmark deployment set specpilot_purpose: benchmark"
+        % ", ".join(used),
         "synthetic-in-service",
     )
 
@@ -170,8 +179,8 @@ def _heterogeneous_vocab(cfg, ctx, findings, path):
     if cfg.get("use_heterogeneous_vocab") is True and sample not in (None, "greedy"):
         findings.error(
             path_join(path, "draft_sample_method"),
-            "draft_sample_method %r with use_heterogeneous_vocab: vLLM %s supports only greedy draft sampling "
-            "with a heterogeneous vocabulary (ValueError in SpeculativeConfig._verify_args)"
+            "draft_sample_method %r with use_heterogeneous_vocab: vLLM %s supports only greedy draft "
+            "sampling with a heterogeneous vocabulary (refused by SpeculativeConfig._verify_args)"
             % (sample, ctx["version_label"]),
             "remove draft_sample_method (greedy is the default), or use_heterogeneous_vocab",
             "heterogeneous-vocab-sampling",
@@ -204,8 +213,8 @@ def _structured_output(cfg, ctx, spec, findings):
             "workload.structured_output",
             "vLLM %s checks drafts against the grammar (vllm#14702), but structured output with speculative "
             "decoding was reported broken again later (%s)" % (label, _SO_LATER_REPORTS),
-            "send a guided-decoding request in the smoke test (specpilot_smoke.request_params) on this image, "
-            "then acknowledge structured-output-spec-reported",
+            "send a guided-decoding request in the smoke test (specpilot_smoke.request_params) on this "
+            "image, then acknowledge structured-output-spec-reported",
             "structured-output-spec-reported",
         )
         return
@@ -254,15 +263,16 @@ def _lora(cfg, ctx, findings):
     if engine == "v1" and version >= _V(_LORA_FIXED_V1):
         findings.warning(
             "vllm_args.extra_args",
-            "--enable-lora with speculative decoding: vLLM %s applies adapters to the target only, not to the "
-            "%s drafter, so requests that use an adapter accept fewer drafts than the base model's" % (label, method),
+            "--enable-lora with speculative decoding: vLLM %s applies adapters to the target only, not to "
+            "the %s drafter, so requests that use an adapter accept fewer drafts than the base model's"
+            % (label, method),
             "measure acceptance with adapter requests (specpilot_benchmark.request_params) and acknowledge "
             "lora-spec-partial",
             "lora-spec-partial",
         )
         return
     why = (
-        "its speculative-decoding worker does not support LoRA: loading an adapter raises ValueError "
+        "its speculative-decoding worker does not support LoRA: loading an adapter fails "
         "(SpecDecodeWorker is a LoraNotSupportedWorkerBase)"
         if engine == "v0"
         else "its V1 LoRA logits assume one sampled token per request, speculative decoding samples "
