@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from validate_helpers import SPECS, load_spec_file, paths, validate_file
+from validate_helpers import SPECS, load_spec_file, paths, run_playbook, validate_file
 
 CASES = sorted((SPECS / "real_world").glob("*.yml"))
 
@@ -44,3 +44,15 @@ def test_real_world_case(path):
         # the field users write, the release that makes it wrong, and a fix
         assert "specpilot_" + error["path"] in result["report"]
         assert release in error["message"] and error["hint"], error
+
+
+def test_validate_playbook_refuses_the_draft_tp_of_vllm_10483(tmp_path):
+    """validate.yml on vllm#10483's config: draft TP 4 with target TP 4 on a release before vllm#9394 fails,
+    naming the variable, the value, the release and the fix (0.6.4 accepts it: see its case above)."""
+    case = SPECS / "real_world" / "draft_tp_4_target_tp_4_0.6.3.yml"
+    proc = run_playbook(tmp_path, "playbooks/validate.yml", "-e", "specpilot_spec_file=%s" % case)
+    assert proc.returncode != 0, proc.stdout
+    out = proc.stdout
+    assert "specpilot_speculative.draft_tensor_parallel_size" in out, out
+    assert "draft_tensor_parallel_size=4" in out and "vLLM 0.6.3" in out and "set it to 1" in out, out
+    assert "[draft-tp]" in out, out

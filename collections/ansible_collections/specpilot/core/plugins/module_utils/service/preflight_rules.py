@@ -68,7 +68,8 @@ def draft_tp_must_be_one(version):
 # V1 proposers that build the drafter with the target's parallel groups: they never read
 # speculative_config.draft_parallel_config (0.9.2 ... 0.32.0: vllm/v1/spec_decode/eagle.py,
 # medusa.py; only draft_model.py, dspark and standalone_ar read it), so draft_tensor_parallel_size
-# is validated and then ignored (vllm#17499, #31345, #31398).
+# is validated and then ignored (vllm#31345, #31398). dspark reads it in 0.32.0 and 0.33.0 (not in
+# 0.25.1 or 0.28.0): kept out of the warning, the safe side.
 _TP_READ_BY_V1 = ("draft_model", "dspark", "standalone_ar")
 _DRAFT_MODEL_TP_EQUAL_SINCE = "0.16.0"
 
@@ -87,7 +88,11 @@ def check_draft_tp(cfg, ctx, findings, path):
                 "draft_tensor_parallel_size=%d: vLLM %s supports only 1 (start-up fails: 'cannot be other "
                 "value than 1' in SpeculativeConfig.create_draft_parallel_config; 1 or the target's size "
                 "from 0.6.4)" % (dtp, label),
-                "set it to 1, or use vLLM >= 0.6.4 for %d" % tp if tp > 1 else "set it to 1",
+                (
+                    "set it to 1, or use vLLM >= 0.6.4 to keep %d (the target's size)" % tp
+                    if dtp == tp
+                    else "set it to 1"
+                ),
                 "draft-tp",
             )
         return
