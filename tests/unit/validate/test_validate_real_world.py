@@ -21,6 +21,7 @@ def test_every_rule_of_issue_38_has_a_real_world_case():
         "draft-tp",
         "draft-tp-ignored",
         "synthetic-in-service",
+        "heterogeneous-vocab-sampling",
         "structured-output-spec",
         "structured-output-spec-reported",
         "lora-spec",
