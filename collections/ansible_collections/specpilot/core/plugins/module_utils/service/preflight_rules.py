@@ -265,6 +265,17 @@ def _lora(cfg, ctx, findings):
         return
     version, label, method = ctx["version"], ctx["version_label"], cfg.get("method")
     engine = engine_for(version, method)
+    if cfg.get("enable_adaptive_verification") is True:
+        # 0.28.0: 'Model Runner V2 does not yet support: adaptive verification with LoRA'
+        # (VllmConfig._validate_v2_model_runner); 0.32.0, 0.33.0: 'Adaptive verification is not currently
+        # compatible with LoRA' (VllmConfig._validate_adaptive_verification)
+        findings.error(
+            "speculative.enable_adaptive_verification",
+            "enable_adaptive_verification with --enable-lora: vLLM %s refuses the combination at start-up "
+            "(the per-token LoRA mapping cannot follow the batch the GPU trims)" % label,
+            "remove enable_adaptive_verification, or --enable-lora",
+            "lora-adaptive-verification",
+        )
     if engine == "v1" and version >= _V(_LORA_FIXED_V1):
         findings.warning(
             "vllm_args.extra_args",
