@@ -20,7 +20,14 @@ ROLES = sorted(p for p in (ROOT / "roles").iterdir() if p.is_dir()) if (ROOT / "
 # spec, and the roles whose AWX surveys ask for them document them as arguments (unprefixed, on purpose).
 SHARED_ARGUMENTS = {"specpilot_override_method", "specpilot_override_num_speculative_tokens"}
 # module_utils split out of a big file since the move to packages (issue 34): new names, no flat route
-SPLIT_SINCE = {"smoke_report", "smoke_acceptance", "smoke_checks"}
+SPLIT_SINCE = {
+    "smoke_report",
+    "smoke_acceptance",
+    "smoke_checks",
+    "vllm_log_rules",
+    "vllm_log_config",
+    "vllm_log_windows",
+}
 
 
 def test_top_level_layout():
