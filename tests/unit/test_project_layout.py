@@ -27,6 +27,10 @@ SPLIT_SINCE = {
     "vllm_log_rules",
     "vllm_log_config",
     "vllm_log_windows",
+    "validate_schema",
+    "validate_delivery",
+    "validate_images",
+    "validate_report",
 }
 
 
