@@ -31,6 +31,8 @@ SPLIT_SINCE = {
     "validate_delivery",
     "validate_images",
     "validate_report",
+    "vllm_keys",
+    "vllm_profile_rules",
 }
 
 
