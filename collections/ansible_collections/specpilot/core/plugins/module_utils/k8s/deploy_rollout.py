@@ -317,6 +317,19 @@ def _failure(pods, expected, options, isvc, now, started):
     return _invalid_spec(pods, options, isvc, now, started) or (None, None)
 
 
+def _knative_waiting(checks, created, ready_rev, traffic):
+    """The first thing the new Knative revision still waits for, or None."""
+    if not checks["revision_created"]:
+        return "no revision created yet"
+    if not checks["revision_new"]:
+        return "KServe has not created a new revision yet (latest %s)" % created
+    if not checks["revision_ready"]:
+        return "revision %s not ready (latest ready %s)" % (created, ready_rev or "none")
+    if not checks["traffic_100"]:
+        return "revision %s has %d%% of the traffic" % (ready_rev, traffic)
+    return None
+
+
 def _knative_checks(isvc, baseline, checks, waiting):
     """Knative mode: a new revision, ready, with all the traffic.  Fills ``checks`` and ``waiting``;
     returns the progress headline."""
@@ -334,16 +347,10 @@ def _knative_checks(isvc, baseline, checks, waiting):
     )
     checks["revision_ready"] = bool(created) and created == ready_rev
     checks["traffic_100"] = traffic == 100
-    if not checks["revision_created"]:
-        waiting.append("no revision created yet")
-    elif not checks["revision_new"]:
-        waiting.append("KServe has not created a new revision yet (latest %s)" % created)
-    elif not checks["revision_ready"]:
-        waiting.append("revision %s not ready (latest ready %s)" % (created, ready_rev or "none"))
-    elif not checks["traffic_100"]:
-        waiting.append("revision %s has %d%% of the traffic" % (ready_rev, traffic))
-    headline = "revision %s (ready %s), traffic %d%%" % (created or "-", ready_rev or "-", traffic)
-    return headline
+    reason = _knative_waiting(checks, created, ready_rev, traffic)
+    if reason:
+        waiting.append(reason)
+    return "revision %s (ready %s), traffic %d%%" % (created or "-", ready_rev or "-", traffic)
 
 
 def predictor_deployment_name(name, isvc=None):
@@ -371,6 +378,39 @@ def read_workload(reader, name, namespace, deployment_mode="Standard"):
     return isvc, deployment, pods
 
 
+def _generation_advanced(baseline, tmpl_meta, generation):
+    """Whether a rollout that must change the Deployment did: without the digest annotation on the
+    template (a KServe that does not copy the InferenceService's annotations), a new rollout must at
+    least have bumped the generation."""
+    base_gen = baseline.get("deployment_generation")
+    return (
+        not baseline.get("rollout_expected")
+        or base_gen is None
+        or (tmpl_meta.get("annotations") or {}).get(ANN_DIGEST) is not None
+        or (generation is not None and generation > base_gen)
+    )
+
+
+def _standard_waiting(checks, expected, dmd, figures):
+    """The first thing the predictor's Deployment still waits for, or None."""
+    generation, observed, replicas, updated, available = figures
+    if not checks["deployment_present"]:
+        return "the predictor's Deployment of %s not created yet" % expected.get("name")
+    if not (checks["template_args"] and checks["template_digest"] and checks["generation_advanced"]):
+        return "Deployment %s still has the previous pod template" % dmd.get("name")
+    if not checks["generation_observed"]:
+        return "Deployment generation %s not observed yet (observed %s)" % (generation, observed)
+    if not checks["replicas_updated"]:
+        return "%d/%d replicas updated" % (updated, replicas)
+    if not checks["replicas_available"]:
+        return "%d/%d replicas available" % (available, replicas)
+    return None
+
+
+def _dash(value):
+    return value if value is not None else "-"
+
+
 def _standard_checks(expected, deployment, baseline, checks, waiting):
     """Standard mode: the predictor's Deployment has the plan's pod template (args, digest), a
     newer generation observed, every replica updated and available.  Fills ``checks`` and
@@ -392,36 +432,20 @@ def _standard_checks(expected, deployment, baseline, checks, waiting):
         tmpl_meta.get("annotations"), expected.get("digest")
     )
     checks["generation_observed"] = generation is not None and observed is not None and observed >= generation
-    # Without the digest annotation on the template (a KServe that does not copy the
-    # InferenceService's annotations), a new rollout must at least have bumped the generation.
-    base_gen = baseline.get("deployment_generation")
-    checks["generation_advanced"] = (
-        not baseline.get("rollout_expected")
-        or base_gen is None
-        or (tmpl_meta.get("annotations") or {}).get(ANN_DIGEST) is not None
-        or (generation is not None and generation > base_gen)
-    )
+    checks["generation_advanced"] = _generation_advanced(baseline, tmpl_meta, generation)
     checks["replicas_updated"] = replicas >= 1 and updated == replicas
     checks["replicas_available"] = replicas >= 1 and available == replicas
-    if not checks["deployment_present"]:
-        waiting.append("the predictor's Deployment of %s not created yet" % expected.get("name"))
-    elif not (checks["template_args"] and checks["template_digest"] and checks["generation_advanced"]):
-        waiting.append("Deployment %s still has the previous pod template" % dmd.get("name"))
-    elif not checks["generation_observed"]:
-        waiting.append("Deployment generation %s not observed yet (observed %s)" % (generation, observed))
-    elif not checks["replicas_updated"]:
-        waiting.append("%d/%d replicas updated" % (updated, replicas))
-    elif not checks["replicas_available"]:
-        waiting.append("%d/%d replicas available" % (available, replicas))
-    headline = "Deployment gen %s observed %s, updated %d/%d, available %d/%d" % (
-        generation if generation is not None else "-",
-        observed if observed is not None else "-",
+    reason = _standard_waiting(checks, expected, dmd, (generation, observed, replicas, updated, available))
+    if reason:
+        waiting.append(reason)
+    return "Deployment gen %s observed %s, updated %d/%d, available %d/%d" % (
+        _dash(generation),
+        _dash(observed),
         updated,
         replicas,
         available,
         replicas,
     )
-    return headline
 
 
 def _pods_text(summaries):
@@ -440,6 +464,26 @@ def _pods_text(summaries):
         )
         or "no pods"
     )
+
+
+def _isvc_waiting(checks, ready, waiting):
+    """Add what the InferenceService itself still waits for (first when it is missing)."""
+    if not checks["isvc_present"]:
+        waiting.insert(0, "InferenceService not found")
+    elif not waiting and not checks["isvc_ready"]:
+        reason = " (%s)" % ready.get("reason") if ready.get("reason") else ""
+        waiting.append("InferenceService Ready=%s%s" % (ready.get("status") or "Unknown", reason))
+
+
+def _phase(done, cause, why, summaries, checks, waiting, headline, ready_text):
+    """(phase, message) of the rollout: ready, failed, pending (nothing new yet) or progressing."""
+    if done:
+        return "ready", "rolled out: %s; %s" % (headline, ready_text)
+    if cause:
+        return "failed", why
+    new_pods = [p for p in summaries if p["new"] and not p["terminating"]]
+    phase = "pending" if not new_pods and not checks.get("revision_created", True) else "progressing"
+    return phase, "waiting: %s" % waiting[0]
 
 
 def rollout_status(
@@ -466,27 +510,14 @@ def rollout_status(
         headline = _knative_checks(isvc, baseline, checks, waiting)
     else:
         headline = _standard_checks(expected, deployment, baseline, checks, waiting)
-    if not checks["isvc_present"]:
-        waiting.insert(0, "InferenceService not found")
-    elif not waiting and not checks["isvc_ready"]:
-        waiting.append(
-            "InferenceService Ready=%s%s"
-            % (ready.get("status") or "Unknown", " (%s)" % ready.get("reason") if ready.get("reason") else "")
-        )
+    _isvc_waiting(checks, ready, waiting)
     done = not waiting
     cause, why = (None, None)
     if not done:
         cause, why = _failure(summaries, expected, opts, isvc, now, started)
-    new_pods = [p for p in summaries if p["new"] and not p["terminating"]]
     pod_text = _pods_text(summaries)
     ready_text = "Ready=%s" % (ready.get("status") or "Unknown")
-    if done:
-        phase, message = "ready", "rolled out: %s; %s" % (headline, ready_text)
-    elif cause:
-        phase, message = "failed", why
-    else:
-        phase = "pending" if not new_pods and not checks.get("revision_created", True) else "progressing"
-        message = "waiting: %s" % waiting[0]
+    phase, message = _phase(done, cause, why, summaries, checks, waiting, headline, ready_text)
     return {
         "done": done,
         "failed": cause is not None,
