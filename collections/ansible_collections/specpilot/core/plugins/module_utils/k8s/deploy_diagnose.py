@@ -123,30 +123,40 @@ def scheduling_hints(message, plan=None):
     return hints
 
 
-def engine_hints(errors, plan=None, image_vllm=None):
-    """Hints for the errors ``vllm_log_facts`` recognised (``log_errors``)."""
-    plan = plan or {}
+def _gpu_memory_utilization(plan):
     gmu = "not set"
     for arg in plan.get("args") or []:
         if arg.startswith("--gpu-memory-utilization="):
             gmu = arg.split("=", 1)[1]
+    return gmu
+
+
+def _hint_code(error):
+    """The error's code, with pydantic's words for a key this vLLM does not have read as UNKNOWN_SPEC_KEY."""
+    code = error.get("code")
+    text = error.get("message") or ""
+    if (
+        code == "CONFIG_VALIDATION_ERROR"
+        and error.get("key")
+        and ("unexpected_keyword_argument" in text or "extra_forbidden" in text)
+    ):
+        return "UNKNOWN_SPEC_KEY"
+    return code
+
+
+def engine_hints(errors, plan=None, image_vllm=None):
+    """Hints for the errors ``vllm_log_facts`` recognised (``log_errors``)."""
+    plan = plan or {}
     values = {
         "spec_vllm": plan.get("vllm_version") or "?",
         "image_vllm": image_vllm or "(release not in the log)",
-        "gmu": gmu,
+        "gmu": _gpu_memory_utilization(plan),
     }
     hints = []
     primary = [e for e in errors or [] if e.get("code") not in _SECONDARY] or list(errors or [])
     seen = set()
     for error in primary:
-        code = error.get("code")
-        text = error.get("message") or ""
-        if (
-            code == "CONFIG_VALIDATION_ERROR"
-            and error.get("key")
-            and ("unexpected_keyword_argument" in text or "extra_forbidden" in text)
-        ):
-            code = "UNKNOWN_SPEC_KEY"  # pydantic's words for a key this vLLM does not have
+        code = _hint_code(error)
         if code in seen:
             continue
         seen.add(code)
@@ -249,6 +259,13 @@ def _scheduling_hints(d):
     return hints, scheduling
 
 
+def _version_differs(image_vllm, spec_vllm):
+    """Whether the release the engine log names is not the spec's release line (major.minor)."""
+    return bool(
+        image_vllm and spec_vllm and not str(image_vllm).startswith(".".join(str(spec_vllm).split(".")[:2]))
+    )
+
+
 def _hints(d):
     """(cause, hints, engine hints, scheduling messages) of a rollout that did not become ready."""
     context, plan, name, namespace, pods, status = (
@@ -261,11 +278,7 @@ def _hints(d):
     hints.extend(pod_hints)
     engine = engine_hints(errors, plan, image_vllm)
     hints.extend(engine)
-    if (
-        image_vllm
-        and plan.get("vllm_version")
-        and not str(image_vllm).startswith(".".join(str(plan["vllm_version"]).split(".")[:2]))
-    ):
+    if _version_differs(image_vllm, plan.get("vllm_version")):
         hints.append(
             "The engine log says vLLM %s, the spec says specpilot_vllm_version %s: make them agree."
             % (image_vllm, plan["vllm_version"])
@@ -275,11 +288,7 @@ def _hints(d):
             "KServe did not accept the InferenceService (%s): %s"
             % (ready.get("reason") or "InvalidSpec", ready.get("message") or "")
         )
-    if not cause:
-        if context.get("timed_out"):
-            cause = "timeout"
-        elif errors:
-            cause = "engine-error"
+    cause = cause or ("timeout" if context.get("timed_out") else "engine-error" if errors else None)
     if context.get("timed_out") and not hints:
         hints.append(
             "The rollout did not finish within %ss. A cold start with a draft can take several minutes: raise "
@@ -476,40 +485,46 @@ def _unread(context, namespace):
     return out
 
 
-def diagnose(context):
-    """The diagnosis of one failed rollout; see the module docstring for ``context``."""
+def _pods_seen(plan, context):
+    """(the revision the plan expects, the pods summarised against it)."""
+    expected = expected_from_plan(plan) if plan.get("name") else None
+    return expected, [pod_summary(p, expected, context.get("now")) for p in context.get("pods") or []]
+
+
+def _diagnosis_input(context):
+    """What the diagnosis reads, from the role's context: the service, its pods seen against the plan,
+    the relevant events, the engine's errors (not those after a shutdown), what could not be read."""
     plan = context.get("plan") or {}
     name = plan.get("name") or context.get("name") or "?"
     namespace = plan.get("namespace") or context.get("namespace") or "?"
-    status = context.get("status") or {}
     isvc = context.get("isvc")
-    deployment = context.get("deployment")
-    expected = expected_from_plan(plan) if plan.get("name") else None
-    pods = [pod_summary(p, expected, context.get("now")) for p in context.get("pods") or []]
+    expected, pods = _pods_seen(plan, context)
     log_facts = context.get("log_facts") or {}
-    tail_lines = int(context.get("tail_lines") or 20)
-    events = _relevant_events(context.get("events"), name, {p["name"] for p in pods})
-    image_vllm = log_facts.get("vllm_version")
-    errors = [e for e in log_facts.get("log_errors") or [] if not e.get("after_shutdown")]
-    d = dict(
+    return dict(
         context=context,
         plan=plan,
         name=name,
         namespace=namespace,
-        status=status,
+        status=context.get("status") or {},
         isvc=isvc,
-        deployment=deployment,
+        deployment=context.get("deployment"),
         expected=expected,
         pods=pods,
         log_facts=log_facts,
-        tail_lines=tail_lines,
-        events=events,
-        image_vllm=image_vllm,
-        errors=errors,
+        tail_lines=int(context.get("tail_lines") or 20),
+        events=_relevant_events(context.get("events"), name, {p["name"] for p in pods}),
+        image_vllm=log_facts.get("vllm_version"),
+        errors=[e for e in log_facts.get("log_errors") or [] if not e.get("after_shutdown")],
         ready=_cond(isvc, "Ready") or {},
         model_status=((isvc or {}).get("status") or {}).get("modelStatus") or {},
         unread=_unread(context, namespace),
     )
+
+
+def diagnose(context):
+    """The diagnosis of one failed rollout; see the module docstring for ``context``."""
+    d = _diagnosis_input(context)
+    errors = d["errors"]
     cause, hints, engine, scheduling = _hints(d)
     summary, lines = _diagnosis_lines(d, cause, hints, engine)
     return {
