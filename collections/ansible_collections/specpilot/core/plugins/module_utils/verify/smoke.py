@@ -158,19 +158,16 @@ def _json_equal(a, b):
         return False
 
 
-def compare_args(planned, actual, expect="on", required=None):
-    """Compare the speculative arguments of ``actual`` with ``planned`` (the plan's
-    ``speculative_args``). ``required`` are further planned arguments that must be present.
+def _split_planned(planned, expect):
+    """(the planned speculative arguments, the other planned arguments); none when speculation is expected off."""
+    if expect != "on":
+        return [], []
+    planned_spec = [p for p in (planned or []) if is_spec_flag(str(p).split("=", 1)[0])]
+    return planned_spec, [p for p in (planned or []) if p not in planned_spec]
 
-    Returns {status, missing, unexpected, equivalent, found, missing_required}."""
-    actual = [str(a) for a in (actual or [])]
-    found = spec_args(actual)
-    planned_spec = (
-        [p for p in (planned or []) if is_spec_flag(str(p).split("=", 1)[0])] if expect == "on" else []
-    )
-    other_planned = [p for p in (planned or []) if p not in planned_spec] if expect == "on" else []
-    missing = [p for p in planned_spec if p not in found]
-    unexpected = [f for f in found if f not in planned_spec]
+
+def _pair_equivalent(missing, unexpected):
+    """Take each missing planned argument that an unexpected one equals as JSON out of both lists; the pairs."""
     equivalent = []
     for m in list(missing):
         twin = next((u for u in unexpected if _json_equal(m, u)), None)
@@ -178,18 +175,35 @@ def compare_args(planned, actual, expect="on", required=None):
             equivalent.append({"planned": m, "found": twin})
             missing.remove(m)
             unexpected.remove(twin)
+    return equivalent
+
+
+def _missing_required(required, other_planned, actual):
+    """The required (non-speculative) and other planned arguments that ``actual`` lacks."""
     required = [r for r in (required or []) if not is_spec_flag(str(r).split("=", 1)[0])]
-    missing_required = [
+    return [
         r
         for r in required + [o for o in other_planned if o not in required]
         if not _arg_present(str(r), actual)
     ]
+
+
+def compare_args(planned, actual, expect="on", required=None):
+    """Compare the speculative arguments of ``actual`` with ``planned`` (the plan's
+    ``speculative_args``). ``required`` are further planned arguments that must be present.
+
+    Returns {status, missing, unexpected, equivalent, found, missing_required}."""
+    actual = [str(a) for a in (actual or [])]
+    found = spec_args(actual)
+    planned_spec, other_planned = _split_planned(planned, expect)
+    missing = [p for p in planned_spec if p not in found]
+    unexpected = [f for f in found if f not in planned_spec]
+    equivalent = _pair_equivalent(missing, unexpected)
+    missing_required = _missing_required(required, other_planned, actual)
     if missing or unexpected or missing_required:
         status = "fail"
-    elif equivalent:
-        status = "warn"
     else:
-        status = "pass"
+        status = "warn" if equivalent else "pass"
     return {
         "status": status,
         "missing": missing,

@@ -99,9 +99,8 @@ def _md_escape(text):
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(report):
-    """The report as Markdown (one page per service)."""
-    fig = report["figures"]
+def _md_header(report):
+    """Title, message, and the plan, engine and probes in a few lines."""
     lines = ["# Smoke check: %s - %s" % (report["service"], report["verdict"].upper()), ""]
     lines.append("%s" % report["message"])
     lines.append("")
@@ -135,73 +134,106 @@ def render_markdown(report):
                 req.get("max_tokens"),
             )
         )
+    return lines
+
+
+def _at(values, i):
+    return values[i] if i < len(values) else None
+
+
+def _md_positions(met, log):
+    """The per-position acceptance of /metrics and of the log side by side (none when neither has one)."""
+    k = max(len(met["per_position_acceptance"]), len(log["per_position_acceptance"]))
+    if not k:
+        return []
+    lines = ["", "| position | /metrics | log |", "|---|---|---|"]
+    for i in range(k):
+        mv = _at(met["per_position_acceptance"], i)
+        lv = _at(log["per_position_acceptance"], i)
+        lines.append("| %d | %s | %s |" % (i + 1, _fmt(mv, 3), _fmt(lv, 3)))
+    return lines
+
+
+def _md_acceptance(report):
+    """The acceptance figures of /metrics and the log, per position, the thresholds and the band."""
+    fig = report["figures"]
+    met, log = fig["metrics"], fig["log"]
+    lines = [
+        "",
+        "## Acceptance",
+        "",
+        "| figure | /metrics (probe window) | engine log (after the probes) |",
+        "|---|---|---|",
+        "| draft acceptance rate | %s | %s |"
+        % (_fmt(met["acceptance_rate"], 3), _fmt(log["acceptance_rate"], 3)),
+        "| mean acceptance length | %s | %s |"
+        % (_fmt(met["mean_acceptance_length"]), _fmt(log["mean_acceptance_length"])),
+        "| drafted tokens | %s | %s |" % (met["num_draft_tokens"], log["drafted_tokens"]),
+        "| accepted tokens | %s | %s |" % (met["num_accepted_tokens"], log["accepted_tokens"]),
+        "| drafts | %s | |" % met["num_drafts"],
+        "| log windows | | %s |" % log["windows"],
+    ]
+    lines += _md_positions(met, log)
+    th = report["thresholds"]
+    lines += [
+        "",
+        "Thresholds: fail below %s, warn below %s%s."
+        % (
+            _fmt(th["min_acceptance_rate"]),
+            _fmt(th["warn_acceptance_rate"]),
+            (
+                (", mean acceptance length at least %s" % _fmt(th["min_mean_acceptance_length"]))
+                if th.get("min_mean_acceptance_length")
+                else ""
+            ),
+        ),
+    ]
+    if report.get("acceptance_band"):
+        lines += ["", "Band: %s" % report["acceptance_band"]["line"]]
+    return lines
+
+
+def _md_latency(latency):
+    if not latency:
+        return []
+    lines = [
+        "",
+        "## Latency in the probe window (/metrics)",
+        "",
+        "| histogram | mean (ms) | observations |",
+        "|---|---|---|",
+    ]
+    for key in sorted(latency):
+        lat = latency[key]
+        lines.append(
+            "| %s (`%s`) | %.1f | %s |" % (key, lat.get("metric"), lat["mean_s"] * 1000.0, lat.get("count"))
+        )
+    return lines
+
+
+def _md_list(title, items):
+    """A section of bullet points, none without items."""
+    return ["", "## %s" % title, ""] + ["- %s" % item for item in items] if items else []
+
+
+def render_markdown(report):
+    """The report as Markdown (one page per service)."""
+    lines = _md_header(report)
     lines += ["", "## Checks", "", "| check | status | detail |", "|---|---|---|"]
     for c in report["checks"]:
         lines.append("| %s | %s | %s |" % (c["title"], _status_mark(c["status"]), _md_escape(c["message"])))
     if report["expect"] == "on":
-        met, log = fig["metrics"], fig["log"]
-        lines += [
-            "",
-            "## Acceptance",
-            "",
-            "| figure | /metrics (probe window) | engine log (after the probes) |",
-            "|---|---|---|",
-            "| draft acceptance rate | %s | %s |"
-            % (_fmt(met["acceptance_rate"], 3), _fmt(log["acceptance_rate"], 3)),
-            "| mean acceptance length | %s | %s |"
-            % (_fmt(met["mean_acceptance_length"]), _fmt(log["mean_acceptance_length"])),
-            "| drafted tokens | %s | %s |" % (met["num_draft_tokens"], log["drafted_tokens"]),
-            "| accepted tokens | %s | %s |" % (met["num_accepted_tokens"], log["accepted_tokens"]),
-            "| drafts | %s | |" % met["num_drafts"],
-            "| log windows | | %s |" % log["windows"],
-        ]
-        k = max(len(met["per_position_acceptance"]), len(log["per_position_acceptance"]))
-        if k:
-            lines += ["", "| position | /metrics | log |", "|---|---|---|"]
-            for i in range(k):
-                mv = met["per_position_acceptance"][i] if i < len(met["per_position_acceptance"]) else None
-                lv = log["per_position_acceptance"][i] if i < len(log["per_position_acceptance"]) else None
-                lines.append("| %d | %s | %s |" % (i + 1, _fmt(mv, 3), _fmt(lv, 3)))
-        th = report["thresholds"]
-        lines += [
-            "",
-            "Thresholds: fail below %s, warn below %s%s."
-            % (
-                _fmt(th["min_acceptance_rate"]),
-                _fmt(th["warn_acceptance_rate"]),
-                (
-                    (", mean acceptance length at least %s" % _fmt(th["min_mean_acceptance_length"]))
-                    if th.get("min_mean_acceptance_length")
-                    else ""
-                ),
-            ),
-        ]
-        if report.get("acceptance_band"):
-            lines += ["", "Band: %s" % report["acceptance_band"]["line"]]
-    if fig.get("latency"):
-        lines += [
-            "",
-            "## Latency in the probe window (/metrics)",
-            "",
-            "| histogram | mean (ms) | observations |",
-            "|---|---|---|",
-        ]
-        for key in sorted(fig["latency"]):
-            lat = fig["latency"][key]
-            lines.append(
-                "| %s (`%s`) | %.1f | %s |"
-                % (key, lat.get("metric"), lat["mean_s"] * 1000.0, lat.get("count"))
-            )
-    if report["interpretation"]:
-        lines += ["", "## Reading", ""] + ["- %s" % s for s in report["interpretation"]]
-    if eng.get("warnings"):
-        lines += ["", "## Engine warnings", ""] + [
-            "- `%s` (line %s): %s" % (w.get("code"), w.get("line"), w.get("message")) for w in eng["warnings"]
-        ]
+        lines += _md_acceptance(report)
+    lines += _md_latency(report["figures"].get("latency"))
+    lines += _md_list("Reading", report["interpretation"])
+    warnings = report["engine"].get("warnings")
+    lines += _md_list(
+        "Engine warnings",
+        ["`%s` (line %s): %s" % (w.get("code"), w.get("line"), w.get("message")) for w in warnings or []],
+    )
     if report.get("plots"):
         lines += [""] + plot_links(report)[:-1]
-    if report.get("notes"):
-        lines += ["", "## Notes", ""] + ["- %s" % n for n in report["notes"]]
+    lines += _md_list("Notes", report.get("notes"))
     return "\n".join(lines) + "\n"
 
 
