@@ -51,57 +51,86 @@ def _service_validator(schema):
     return validator[0]
 
 
-def _schema_errors(spec, schema, findings):
+def _unknown_keys(error, path, schema, findings):
+    parent = _schema_at(schema, list(error.absolute_schema_path)[:-1])
+    known = sorted((parent or {}).get("properties", {}))
+    extra = [k for k in error.instance if k not in known] if isinstance(error.instance, dict) else []
+    for key in extra:
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        findings.error(
+            path_join(path, key),
+            "unknown key '%s'%s" % (key, " in " + path if path else ""),
+            ("did you mean '%s'?" % close[0]) if close else "known keys: %s" % ", ".join(known),
+            "unknown-spec-key",
+        )
+    return True
+
+
+def _required_keys(error, path, schema, findings):
     props = schema.get("properties", {})
+    missing = [k for k in error.validator_value if k not in (error.instance or {})]
+    for key in missing:
+        desc = (props.get(key, {}) if not path else {}).get("description", "")
+        findings.error(
+            path_join(path, key),
+            "%s is required" % path_join(path, key),
+            desc.split(".")[0] if desc else "set it",
+            "required",
+        )
+    return True
+
+
+def _pattern_mismatch(error, path, schema, findings):
+    if not isinstance(error.instance, str):
+        return False
+    findings.error(
+        path,
+        "%s=%r does not match %s" % (path, error.instance, error.validator_value),
+        _pattern_hint(path),
+        "pattern",
+    )
+    return True
+
+
+def _version_number(error, path, schema, findings):
+    if not (isinstance(error.instance, float) and path.endswith("_version")):
+        return False
+    findings.error(
+        path,
+        "%s=%r is a number: YAML reads an unquoted 0.20 as 0.2" % (path, error.instance),
+        'quote the version, e.g. "0.20"',
+        "version-not-string",
+    )
+    return True
+
+
+def _draft_alternatives(error, path, schema, findings):
+    """The draft is an object or null: report what is wrong with the object, not that it is not null."""
+    if path != "draft":
+        return False
+    for sub in sorted(error.context or [], key=lambda e: list(e.absolute_path)):
+        if sub.validator == "type" and sub.validator_value == "null":
+            continue
+        _schema_errors_single(sub, path, findings)
+    return True
+
+
+# validator -> the report of its errors that says more than the generic one (False: not this error)
+_SCHEMA_REPORTS = {
+    "additionalProperties": _unknown_keys,
+    "required": _required_keys,
+    "pattern": _pattern_mismatch,
+    "type": _version_number,
+    "anyOf": _draft_alternatives,
+}
+
+
+def _schema_errors(spec, schema, findings):
     for error in sorted(_service_validator(schema).iter_errors(spec), key=lambda e: list(e.absolute_path)):
         path = path_join("", *list(error.absolute_path))
-        if error.validator == "additionalProperties":
-            parent = _schema_at(schema, list(error.absolute_schema_path)[:-1])
-            known = sorted((parent or {}).get("properties", {}))
-            extra = [k for k in error.instance if k not in known] if isinstance(error.instance, dict) else []
-            for key in extra:
-                close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-                findings.error(
-                    path_join(path, key),
-                    "unknown key '%s'%s" % (key, " in " + path if path else ""),
-                    ("did you mean '%s'?" % close[0]) if close else "known keys: %s" % ", ".join(known),
-                    "unknown-spec-key",
-                )
-            continue
-        if error.validator == "required":
-            missing = [k for k in error.validator_value if k not in (error.instance or {})]
-            for key in missing:
-                desc = (props.get(key, {}) if not path else {}).get("description", "")
-                findings.error(
-                    path_join(path, key),
-                    "%s is required" % path_join(path, key),
-                    desc.split(".")[0] if desc else "set it",
-                    "required",
-                )
-            continue
-        if error.validator == "pattern" and isinstance(error.instance, str):
-            findings.error(
-                path,
-                "%s=%r does not match %s" % (path, error.instance, error.validator_value),
-                _pattern_hint(path),
-                "pattern",
-            )
-            continue
-        if error.validator == "type" and isinstance(error.instance, float) and path.endswith("_version"):
-            findings.error(
-                path,
-                "%s=%r is a number: YAML reads an unquoted 0.20 as 0.2" % (path, error.instance),
-                'quote the version, e.g. "0.20"',
-                "version-not-string",
-            )
-            continue
-        if error.validator == "anyOf" and path == "draft":
-            for sub in sorted(error.context or [], key=lambda e: list(e.absolute_path)):
-                if sub.validator == "type" and sub.validator_value == "null":
-                    continue
-                _schema_errors_single(sub, path, findings)
-            continue
-        _schema_errors_single(error, "", findings)
+        report = _SCHEMA_REPORTS.get(error.validator)
+        if report is None or not report(error, path, schema, findings):
+            _schema_errors_single(error, "", findings)
 
 
 def _schema_errors_single(error, base, findings):
