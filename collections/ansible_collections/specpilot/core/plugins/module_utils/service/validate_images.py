@@ -6,7 +6,7 @@ image_pins option), the upstream image's root user, and a digest's form."""
 
 from __future__ import annotations
 
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import cluster_probe
+from ansible_collections.specpilot.core.plugins.module_utils.service import cluster_probe
 from ansible_collections.specpilot.core.plugins.module_utils.report.findings import path_join
 
 
