@@ -206,7 +206,8 @@ def smoke_verdict(p, check_mode=False):
         raise TaskFailure(str(exc)) from exc
     report = smoke_report.build_report(result, data)
     files, changed = _smoke_report_files(p, report, check_mode)
-    out = dict(result, report=report, report_files=files, stats=smoke_report.stats(result, files), changed=changed)
+    stats = smoke_report.stats(result, files)
+    out = dict(result, report=report, report_files=files, stats=stats, changed=changed)
     if p["fail_on_verdict"] and result["verdict"] == "fail":
         raise TaskFailure(result["message"], **out)
     return out

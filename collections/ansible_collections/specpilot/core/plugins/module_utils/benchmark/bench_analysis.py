@@ -623,7 +623,7 @@ def _equivalence(levels):
 
 
 def _recommendation_curve(prod, levels, target):
-    """(per-position curve, where it was read): the sweep at the production temperature, else the target level's."""
+    """(per-position curve, where it was read): the production temperature's sweep, else the target level."""
     if prod and prod["per_position"]:
         return prod["per_position"], "the sweep at the production temperature %g" % prod["temperature"]
     tl = next((lv for lv in levels if target and lv["level"]["key"] == target["key"]), None)

@@ -293,7 +293,7 @@ def _rejection_settled(info, options, now, started):
 
 
 def _invalid_spec(pods, options, isvc, now, started):
-    """(cause, message) when KServe rejects the InferenceService (no new pod, past the spec grace), else None."""
+    """(cause, message) when KServe rejects the InferenceService (no new pod, past the grace), else None."""
     model = ((isvc or {}).get("status") or {}).get("modelStatus") or {}
     ready = _conditions(isvc).get("Ready") or {}
     if not _rejected(model, ready) or any(p["new"] for p in pods):

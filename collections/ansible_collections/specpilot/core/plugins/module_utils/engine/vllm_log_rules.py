@@ -2,7 +2,8 @@
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
 """The warnings and start errors of a vLLM engine log that matter for speculative decoding
-(:data:`ISSUE_RULES`), as :class:`engine.vllm_logs.LogParser` classifies its records.  Pure standard library."""
+(:data:`ISSUE_RULES`), as :class:`engine.vllm_logs.LogParser` classifies its records.
+Pure standard library."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 # Apache-2.0 (see LICENSE)
 """The speculative metrics windows of a vLLM engine log: the key/value body of one ``SpecDecoding metrics:``
 or ``Speculative metrics:`` line (read by key, never by position), one window's fields, and the
-draft-weighted sums over the windows (:class:`_Accumulator`), as :class:`engine.vllm_logs.LogParser` keeps them.
+draft-weighted sums over the windows (:class:`_Accumulator`), as :class:`engine.vllm_logs.LogParser`
+keeps them.
 Pure standard library."""
 
 from __future__ import annotations

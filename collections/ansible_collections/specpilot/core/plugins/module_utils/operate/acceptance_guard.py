@@ -406,7 +406,8 @@ def evaluate(isvc, reading, history_raw, params=None, now=None, name=None, produ
         "notes": notes,
         "message": message,
         # the band rule applied to a judged reading of live traffic (its temperature is the clients')
-        "acceptance_band": band_reading(rate, production_temperature, None, "live traffic") if judged else None,
+        "acceptance_band": (band_reading(rate, production_temperature, None, "live traffic")
+                            if judged else None),
         "record": record,
         "entry": entry,
         "history": history,

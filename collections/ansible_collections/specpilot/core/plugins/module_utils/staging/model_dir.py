@@ -147,7 +147,7 @@ def _lm_config(raw):
 
 
 def _config_facts(cfg):
-    """The facts a model's config says: architecture, CONFIG_KEYS, dtype, quantization, context and draft vocab."""
+    """What a model's config says: architecture, CONFIG_KEYS, dtype, quantization, context, draft vocab."""
     facts = {}
     archs = cfg.get("architectures")
     if isinstance(archs, list) and archs:
