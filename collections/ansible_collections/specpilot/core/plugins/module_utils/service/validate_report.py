@@ -26,7 +26,7 @@ _VERSION_SOURCES = {
 def format_report(result, prefix=VAR_PREFIX, strict=False):
     """Readable block of every finding, with the variable paths users write."""
     spec = result.get("spec") or {}
-    head = "specpilot validate: %s" % (spec.get("name") or "?")
+    head = "specpilot validate: %s" % (spec.get("name") or result.get("service") or "?")
     if spec:
         head += " (namespace %s, vLLM %s%s, KServe %s, %s)" % (
             spec.get("namespace"),
