@@ -123,6 +123,48 @@ def _name(row):
     return "%s k=%s" % (row["method"], row["num_speculative_tokens"])
 
 
+def _no_keep(rows):
+    """The recommendation when no candidate is a keep: the decisions counted, nothing chosen."""
+    counts = {}
+    for r in rows:
+        counts[r["decision"]] = counts.get(r["decision"], 0) + 1
+    return {
+        "id": None,
+        "method": None,
+        "num_speculative_tokens": None,
+        "decision": None,
+        "gain": None,
+        "change": None,
+        "reason": "no candidate is a keep under the service's SLO (%s): keep the configuration as it is, "
+        "or turn speculative decoding off if the benchmark says rollback"
+        % (", ".join("%d %s" % (n, d) for d, n in sorted(counts.items())) or "no candidates"),
+    }
+
+
+def _runner_up(best, second):
+    lo, hi = best["bound"]["ci95"], second["bound"]["ci95"]
+    overlap = bool(lo and hi and lo[0] <= hi[1])
+    return "; the runner-up %s gives %.2fx%s" % (
+        _name(second),
+        second["bound"]["value"],
+        " (the intervals overlap: the difference is within the noise)" if overlap else "",
+    )
+
+
+def _configured_text(configured, change):
+    """What the reason says of the configured setting against the best one."""
+    if configured is None:
+        return "; the configured setting was not among the candidates"
+    if not change:
+        return "; that is the configured setting: nothing to change"
+    value = configured["bound"]["value"]
+    return "; the service runs %s (%s%s)" % (
+        _name(configured),
+        configured["decision"],
+        ", %.2fx" % value if value is not None else "",
+    )
+
+
 def choose(rows, bound_by="tpot"):
     """The recommendation ``{id, method, num_speculative_tokens, decision, gain, change, reason}``.
 
@@ -132,20 +174,7 @@ def choose(rows, bound_by="tpot"):
     kept = [r for r in rows if r["decision"] == "keep" and r["bound"]["value"] is not None]
     configured = next((r for r in rows if r["configured"]), None)
     if not kept:
-        counts = {}
-        for r in rows:
-            counts[r["decision"]] = counts.get(r["decision"], 0) + 1
-        return {
-            "id": None,
-            "method": None,
-            "num_speculative_tokens": None,
-            "decision": None,
-            "gain": None,
-            "change": None,
-            "reason": "no candidate is a keep under the service's SLO (%s): keep the configuration as it is, "
-            "or turn speculative decoding off if the benchmark says rollback"
-            % (", ".join("%d %s" % (n, d) for d, n in sorted(counts.items())) or "no candidates"),
-        }
+        return _no_keep(rows)
     ranked = sorted(
         kept, key=lambda r: (-r["bound"]["value"], r["num_speculative_tokens"] or 0, r["id"] or "")
     )
@@ -161,25 +190,9 @@ def choose(rows, bound_by="tpot"):
         )
     )
     if len(ranked) > 1:
-        second = ranked[1]
-        lo, hi = best["bound"]["ci95"], second["bound"]["ci95"]
-        overlap = bool(lo and hi and lo[0] <= hi[1])
-        reason += "; the runner-up %s gives %.2fx%s" % (
-            _name(second),
-            second["bound"]["value"],
-            " (the intervals overlap: the difference is within the noise)" if overlap else "",
-        )
+        reason += _runner_up(best, ranked[1])
     change = configured is None or configured["id"] != best["id"]
-    if configured is None:
-        reason += "; the configured setting was not among the candidates"
-    elif change:
-        reason += "; the service runs %s (%s%s)" % (
-            _name(configured),
-            configured["decision"],
-            ", %.2fx" % configured["bound"]["value"] if configured["bound"]["value"] is not None else "",
-        )
-    else:
-        reason += "; that is the configured setting: nothing to change"
+    reason += _configured_text(configured, change)
     return {
         "id": best["id"],
         "method": best["method"],
