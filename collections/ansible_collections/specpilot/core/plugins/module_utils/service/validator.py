@@ -24,6 +24,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.service import comp
 from ansible_collections.specpilot.core.plugins.module_utils.service import gpu_budget
 from ansible_collections.specpilot.core.plugins.module_utils.service import kserve_rules
 from ansible_collections.specpilot.core.plugins.module_utils.service import model_facts
+from ansible_collections.specpilot.core.plugins.module_utils.service import plan as service_plan
 from ansible_collections.specpilot.core.plugins.module_utils.service import render
 from ansible_collections.specpilot.core.plugins.module_utils.service import spec_override
 from ansible_collections.specpilot.core.plugins.module_utils.service import spec_sanity
@@ -628,7 +629,8 @@ def _validate(spec, options):
             ]
     plan["servingruntime"] = runtime
     plan["inferenceservice"] = isvc
-    result["plan"] = plan
+    # typed once (service/plan.py), handed to the roles as its dict (with wait_plan and benchmark_twin)
+    result["plan"] = service_plan.build(plan).as_dict()
     return _finish(result, options)
 
 
