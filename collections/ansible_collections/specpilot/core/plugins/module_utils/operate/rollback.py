@@ -492,11 +492,11 @@ def _off_branch(out, manifest, isvc, predictor, before_args, record, revisions, 
 
 def _wait_plan(isvc, plan, args, digest):
     """What rollout_wait waits for: the validated plan's wait (its startup timeout, its normalised
-    mode) with the rollback's args; without a plan (a service deployed by hand) the live object's
-    mode and the default startup budget."""
+    mode) with the rollback's args; without a plan of this object (a service deployed by hand, or
+    specpilot_rollback_name naming another) the live object's mode and the default startup budget."""
     typed = service_plan.from_dict(plan)
-    if typed is None:
-        view = live_view.view(isvc)
+    view = live_view.view(isvc)
+    if typed is None or (typed.name, typed.namespace) != (view.name, view.namespace):
         typed = service_plan.WaitPlan(
             name=view.name,
             namespace=view.namespace,
