@@ -25,7 +25,6 @@ import copy
 import hashlib
 import json
 import posixpath
-import shlex
 
 from ansible_collections.specpilot.core.plugins.module_utils.staging import data_safety, modelcar_reclaim
 from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_rollout, deploy_state
