@@ -20,7 +20,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_cli
     load_workload,
 )
 from ansible_collections.specpilot.core.plugins.module_utils.common import get_path
-from ansible_collections.specpilot.core.plugins.module_utils.engine import vllm_bench
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import vllm_bench
 from ansible_collections.specpilot.core.plugins.module_utils.service import live as live_view
 from ansible_collections.specpilot.core.plugins.module_utils.service import plan as service_plan
 from ansible_collections.specpilot.core.plugins.module_utils.service.render import deep_merge

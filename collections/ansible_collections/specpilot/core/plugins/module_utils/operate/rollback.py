@@ -27,7 +27,7 @@ import json
 import posixpath
 
 from ansible_collections.specpilot.core.plugins.module_utils.staging import data_safety, modelcar_reclaim
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_rollout, deploy_state
+from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_rollout, deploy_state
 from ansible_collections.specpilot.core.plugins.module_utils.service import plan as service_plan
 from ansible_collections.specpilot.core.plugins.module_utils.service import live as live_view
 from ansible_collections.specpilot.core.plugins.module_utils.service import render
