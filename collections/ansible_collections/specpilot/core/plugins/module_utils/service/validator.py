@@ -391,7 +391,6 @@ def _validate(spec, options):
             ]
     plan["servingruntime"] = runtime
     plan["inferenceservice"] = isvc
-    # typed once (service/plan.py), handed to the roles as its dict (with wait_plan and benchmark_twin)
     result["plan"] = service_plan.build(plan).as_dict()
     return _finish(result, options)
 
