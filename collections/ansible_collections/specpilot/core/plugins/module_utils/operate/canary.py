@@ -56,6 +56,7 @@ import time
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_verdict
 from ansible_collections.specpilot.core.plugins.module_utils.report.plots import plot_links, pyplot
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics import parse_metrics_text
+from ansible_collections.specpilot.core.plugins.module_utils.service import live
 
 __all__ = [
     "DECISIONS",
@@ -504,8 +505,7 @@ def todo(isvc, plan, record, retry=False, resume_name=None):
     ``interrupted`` (another canary is there: it is aborted), ``promoted`` (the predictor already
     runs the plan's arguments), ``recorded`` (this spec's canary already ended, on record, and no retry
     is asked) or ``run``."""
-    spec = (isvc or {}).get("spec") or {}
-    live_args = ((spec.get("predictor") or {}).get("model") or {}).get("args") or []
+    live_args = live.view(isvc).args
     left = left_canary(isvc)
     if left is not None:
         mine = left["name"] == resume_name if left["name"] is not None else live_args == plan.get("args")
