@@ -317,7 +317,10 @@ fuzz: install
 	  tests/unit/validate/test_validate_malformed.py -k never_raises
 
 # ---------------------------------------------------------------- demo, bench
-demo: install vllm
+# only what the demo runs: .venv, the collections, the Debian packages and the engine; not the staging tools
+# (.venv-staging: the demo stages no hf:// or s3:// model) nor ansible-test's sanity virtualenvs (make test and
+# make sanity make those).
+demo: venv collections system-packages vllm
 	$(VBIN)/python -m specpilot_lab.demo
 
 bench: install
