@@ -2,6 +2,7 @@
 #
 #   make            install the toolchain (.venv, collections, Debian packages)
 #   make demo       run the main job on the built-in lab
+#   make collection build the specpilot.core tarball (with the roles) into .cache/collection
 #   make test       run every test (pytest, lint, syntax checks, molecule)
 #   make bench      run the benchmarks and print a table
 #   make lab-up / lab-down / lab-status
@@ -34,7 +35,7 @@ STAMP_VENV := $(VENV)/.stamp-python
 STAMP_COLL := $(VENV)/.stamp-collections
 STAMP_APT := $(VENV)/.stamp-apt
 
-.PHONY: changelog install venv collections system-packages staging-tools sanity-venvs vllm models test test-pytest test-unit test-lab lint syntax-check sanity molecule \
+.PHONY: changelog collection install venv collections system-packages staging-tools sanity-venvs vllm models test test-pytest test-unit test-lab lint syntax-check sanity molecule \
 	test-unit-workers test-unit-waits test-lab-engines test-lab-stand-in test-lab-stand-in-a lane-a lane-b molecule-lane molecule-models fuzz \
         demo bench lab-up lab-down lab-status clean distclean
 
@@ -266,6 +267,12 @@ molecule-lane: install vllm molecule-models
 	  $(TIMES) run "molecule:$$scenario" -- $(VBIN)/molecule test -s "$$scenario" || status=1; \
 	done; \
 	exit "$$status"
+
+# The specpilot.core tarball as Galaxy and Automation Hub take it, with the roles: roles/ stays their one
+# source and is copied in at build time (scripts/build_collection.py; ansible-galaxy skips a link to a
+# directory outside the collection). Into .cache/collection/; tests/unit/test_collection_build.py installs it.
+collection: venv
+	$(VBIN)/python scripts/build_collection.py --out .cache/collection
 
 # The collection's CHANGELOG.rst, built by antsibull-changelog from changelogs/changelog.yaml after it
 # checks every fragment (changelogs/fragments). tests/unit/test_changelog.py keeps the file current.

@@ -18,38 +18,92 @@ COLLECTION = ROOT / "collections" / "ansible_collections" / "specpilot" / "core"
 BIN = Path(sys.executable).parent
 
 
-def _run(*cmd, env=None):
-    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env, timeout=300)
+def _run(*cmd, env=None, cwd=None):
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
 
 
-def test_build_install_and_load_from_the_tarball(tmp_path):
-    built = _run(BIN / "ansible-galaxy", "collection", "build", COLLECTION, "--output-path", tmp_path)
+ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "meta" / "argument_specs.yml").is_file())
+
+
+def _build_and_install(tmp_path):
+    """The tarball scripts/build_collection.py makes (make collection), installed offline into a clean path
+    beside kubernetes.core (its dependency, from .venv's collections); (tarball names, collections path)."""
+    built = _run(BIN / "python", ROOT / "scripts" / "build_collection.py", "--out", tmp_path / "dist")
     assert built.returncode == 0, built.stdout + built.stderr
     version = yaml.safe_load((COLLECTION / "galaxy.yml").read_text())["version"]
-    tarball = tmp_path / f"specpilot-core-{version}.tar.gz"
+    tarball = tmp_path / "dist" / f"specpilot-core-{version}.tar.gz"
+    assert built.stdout.strip() == str(tarball)
     with tarfile.open(tarball) as tar:
         names = set(tar.getnames())
+    cols = tmp_path / "cols"
+    env = _clean_env(tmp_path, cols)
+    installed = _run(BIN / "ansible-galaxy", "collection", "install", tarball, "-p", cols, "--offline", env=env)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    assert "kubernetes.core:6" in installed.stdout  # the dependency is resolved, from what is installed
+    return names, cols, env
+
+
+def _clean_env(tmp_path, cols):
+    """No checkout: no ansible.cfg, no roles_path, no PYTHONPATH onto collections/; the installed copy first."""
+    return {
+        "ANSIBLE_COLLECTIONS_PATH": "%s:%s" % (cols, ROOT / ".venv" / "collections"),
+        "ANSIBLE_ROLES_PATH": str(tmp_path / "no-roles"),
+        "ANSIBLE_CONFIG": str(tmp_path / "none.cfg"),
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
+        "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
+        "ANSIBLE_NOCOLOR": "1",
+        "PATH": "%s:/usr/bin:/bin" % BIN,
+        "HOME": str(tmp_path),
+    }
+
+
+def test_build_install_and_use_the_roles_from_the_tarball(tmp_path):
+    names, cols, env = _build_and_install(tmp_path)
     assert {"README.md", "LICENSE", "CHANGELOG.rst", "MANIFEST.json", "FILES.json", "meta/runtime.yml"} <= names
     assert "plugins/modules/service_lock.py" in names
+    assert {"roles/%s/meta/argument_specs.yml" % r for r in ROLES} <= names
+    assert "roles/specpilot_deploy/tasks/main.yml" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
-    cols = tmp_path / "cols"
-    installed = _run(
-        BIN / "ansible-galaxy",
-        "collection",
-        "install",
-        tarball,
-        "-p",
-        cols,
-        "--no-deps",
-        "--offline",
-        "--force",
-    )
-    assert installed.returncode == 0, installed.stdout + installed.stderr
-    assert (cols / "ansible_collections" / "specpilot" / "core" / "LICENSE").is_file()
-    env = {"ANSIBLE_COLLECTIONS_PATH": str(cols), "PATH": str(BIN), "HOME": str(tmp_path)}
+    assert not (COLLECTION / "roles").exists()  # the build wrote nothing into the source tree
+    installed = cols / "ansible_collections" / "specpilot" / "core"
+    assert (installed / "LICENSE").is_file()
     doc = _run(BIN / "ansible-doc", "-t", "module", "specpilot.core.service_lock", env=env)
     assert doc.returncode == 0, doc.stderr
-    assert "(%s/ansible_collections/specpilot/core/plugins/modules/service_lock.py)" % cols in doc.stdout
+    assert "(%s/plugins/modules/service_lock.py)" % installed in doc.stdout
+
+    # every role documented from its argument_specs, from the installed copy
+    listed = _run(BIN / "ansible-doc", "-t", "role", "-l", "specpilot.core", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert len(ROLES) == 11
+    assert sorted(line[:-1] for line in listed.stdout.splitlines() if line.startswith("specpilot.core.")) == [
+        "specpilot.core." + r for r in ROLES
+    ]
+    role_doc = _run(BIN / "ansible-doc", "-t", "role", "specpilot.core.specpilot_validate", env=env)
+    assert role_doc.returncode == 0, role_doc.stderr
+    assert "ROLE: *specpilot.core.specpilot_validate* (%s)" % installed in role_doc.stdout
+
+    # a playbook that names only FQCN roles of the installed collection validates a lab spec and renders it
+    (tmp_path / "site.yml").write_text(
+        "- name: Validate with the installed collection\n"
+        "  hosts: specpilot_services\n"
+        "  gather_facts: false\n"
+        "  roles:\n"
+        "    - role: specpilot.core.specpilot_validate\n"
+        "      vars:\n"
+        "        specpilot_validate_default_name: '{{ inventory_hostname }}'\n"
+        "        specpilot_validate_render_dir: %s\n" % (tmp_path / "rendered")
+    )
+    play = _run(
+        BIN / "ansible-playbook", "-i", ROOT / "inventories" / "lab", "--limit", "lab-ngram", tmp_path / "site.yml",
+        env=env, cwd=tmp_path,
+    )
+    assert play.returncode == 0, play.stdout + play.stderr
+    assert "specpilot.core.specpilot_validate : Validate the service spec" in play.stdout
+    assert "ok=" in play.stdout and "failed=0" in play.stdout
+    rendered = sorted(p.name for p in (tmp_path / "rendered").rglob("*.yaml")) + sorted(
+        p.name for p in (tmp_path / "rendered").rglob("*.yml")
+    )
+    assert rendered, "nothing rendered under %s" % (tmp_path / "rendered")
 
 
 def _plugin_names():
