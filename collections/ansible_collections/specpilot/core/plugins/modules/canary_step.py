@@ -117,6 +117,7 @@ options:
     type: str
 extends_documentation_fragment:
   - specpilot.core.held_lock
+  - kubernetes.core.k8s_auth_options
   - specpilot.core.k8s_auth
   - specpilot.core.k8s_read
 notes:

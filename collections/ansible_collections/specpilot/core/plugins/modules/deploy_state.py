@@ -100,6 +100,7 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
   - specpilot.core.k8s_auth
   - specpilot.core.k8s_read
 notes:

@@ -79,6 +79,7 @@ options:
     default: "specpilot-stage: "
 extends_documentation_fragment:
   - specpilot.core.held_lock
+  - kubernetes.core.k8s_auth_options
   - specpilot.core.k8s_auth
   - specpilot.core.k8s_auth.more
 

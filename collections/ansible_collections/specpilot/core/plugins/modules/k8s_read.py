@@ -50,6 +50,7 @@ options:
     elements: str
     default: []
 extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
   - specpilot.core.k8s_auth
   - specpilot.core.k8s_read
 

@@ -43,6 +43,7 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
   - specpilot.core.k8s_auth
 notes:
   - The connection options (module_defaults C(group/specpilot.core.k8s)) are passed to C(kubernetes.core.k8s) where

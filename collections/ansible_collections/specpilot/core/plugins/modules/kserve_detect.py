@@ -49,6 +49,7 @@ options:
 notes:
   - Read-only; never reports C(changed). Supports check mode.
 extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
   - specpilot.core.k8s_auth
   - specpilot.core.k8s_read
 seealso:

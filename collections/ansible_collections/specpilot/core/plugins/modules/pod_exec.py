@@ -56,6 +56,7 @@ options:
     type: int
     default: 120
 extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
   - specpilot.core.k8s_auth
   - specpilot.core.k8s_auth.more
 

@@ -57,6 +57,7 @@ options:
     type: int
     default: 30
 extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
   - specpilot.core.k8s_auth
   - specpilot.core.k8s_auth.more
 

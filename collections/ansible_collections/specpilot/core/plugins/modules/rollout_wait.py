@@ -73,6 +73,7 @@ options:
     default: false
 extends_documentation_fragment:
   - specpilot.core.held_lock
+  - kubernetes.core.k8s_auth_options
   - specpilot.core.k8s_auth
   - specpilot.core.k8s_read
 notes:

@@ -76,6 +76,7 @@ options:
     type: dict
     default: {}
 extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
   - specpilot.core.k8s_auth
   - specpilot.core.k8s_read
 notes:

@@ -14,7 +14,7 @@ import json
 import traceback
 
 from ansible_collections.specpilot.core.plugins.module_utils.engine import vllm_bench
-from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import HELD_LOCK
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import HELD_LOCK, K8S_CONNECTION
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_analysis import (
     acceptance_from_scrapes,
     summarise_run,
@@ -42,16 +42,7 @@ __all__ = [
 
 # what lock_connection may hold: kubernetes.core's connection options (group/specpilot.core.k8s) and the
 # lock's API retries and request timeout
-LOCK_CONNECTION_KEYS = (
-    "kubeconfig",
-    "context",
-    "host",
-    "api_key",
-    "validate_certs",
-    "ca_cert",
-    "retries",
-    "request_timeout",
-)
+LOCK_CONNECTION_KEYS = tuple(K8S_CONNECTION) + ("retries", "request_timeout")
 
 # the options of the module and its action plugin (DOCUMENTATION in plugins/modules/vllm_load.py)
 ARGS = dict(
