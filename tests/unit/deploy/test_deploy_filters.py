@@ -157,8 +157,16 @@ def test_the_exported_result_after_a_change_says_how_the_rollout_ended():
         vllm="0.32.0",
         rollout={"done": True, "elapsed": 42.5, "message": waited["status"]["message"]},
         url="http://svc.ns",
+        check_mode=False,
     )
     assert decided["rollout"] == {"done": False}  # the input is not changed
     skipped = deploy_result(decided, {"skipped": True, "changed": False})
     assert skipped["rollout"] == {"done": False, "elapsed": 0, "message": "not waited for"}
     assert skipped["url"] == "http://old"
+    # check mode: nothing written, and the summary says what the run would do
+    would = deploy_result(decided, {}, {"version": "0.20"}, None, True)
+    assert would["check_mode"] is True
+    hostvars = {"svc": {"specpilot_deploy_result": would}}
+    assert filters.services_summary(["svc"], hostvars, "deploy") == [
+        "svc: would deploy, check mode (digest , KServe 0.20)"
+    ]

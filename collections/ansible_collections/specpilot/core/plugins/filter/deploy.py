@@ -109,11 +109,12 @@ def failure_summary(message, limit=400):
     return out[: int(limit)]
 
 
-def deploy_result(result, rollout=None, kserve=None, vllm=None):
-    """The decision's result | deploy_result(rollout_wait's result, KServe summary, vLLM version) ->
+def deploy_result(result, rollout=None, kserve=None, vllm=None, check_mode=False):
+    """The decision's result | deploy_result(rollout_wait's result, KServe summary, vLLM version, check mode) ->
     specpilot_deploy_result after a change: the rollout's outcome (``not waited for`` when the wait
-    did not run) and the service's URL as the wait last read it."""
+    did not run), the service's URL as the wait last read it, and ``check_mode`` (nothing was written)."""
     result = dict(_mapping(result, "deploy_result") or {})
+    result["check_mode"] = bool(check_mode)
     rollout = _mapping(rollout, "deploy_result (rollout)") or {}
     status = (rollout.get("status") or {}) if isinstance(rollout.get("status"), Mapping) else {}
     url = (((rollout.get("inferenceservice") or {}).get("status") or {}).get("url")) or result.get("url")
@@ -145,9 +146,14 @@ def _truncate(text, length=200, end="...", leeway=5):
 
 def _deploy_line(r):
     kserve = r.get("kserve") or {}
+    if r.get("check_mode"):  # nothing was written, nothing waited for
+        what, state = ("would deploy" if r.get("applied") else "unchanged"), "check mode"
+    else:
+        what = "deployed" if r.get("applied") else "unchanged"
+        state = "ready" if (r.get("rollout") or {}).get("done") else "not ready"
     return "%s, %s (digest %s%s%s%s)%s" % (
-        "deployed" if r.get("applied") else "unchanged",
-        "ready" if (r.get("rollout") or {}).get("done") else "not ready",
+        what,
+        state,
         (r.get("spec_digest") or "")[:12],
         ", previous " + r["previous_digest"][:12] if r.get("previous_digest") else "",
         ", KServe %s" % kserve.get("version") if "kserve" in r else "",
