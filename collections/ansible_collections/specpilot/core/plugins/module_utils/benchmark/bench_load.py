@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """specpilot.core.vllm_load: the load of one side at its levels (bench_client.py), or the runs a Job
 printed (bench_client.py as a script, or vLLM's own ``vllm bench serve``), as the runs
 module_utils/benchmark/bench_analysis.py and the report compare.

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The benchmark's decision, beyond the noise: keep, rollback, inconclusive or invalid.
 
 Pure functions over ``bench_analysis`` summaries (their ``samples``: one row per timed request).

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Argument specs of the deploy modules (shared by each module and its action plugin), and the main() of
 the modules whose work only their action plugin does."""
 
