@@ -128,7 +128,7 @@ def test_the_installed_collection_describes_its_execution_environment(installed)
     deps = yaml.safe_load(run.stdout.split("\n", 1)[1])
     python = [line.split("#")[0].strip() for line in deps["python"] if line.endswith("from collection specpilot.core")]
     system = [line.split("#")[0].strip() for line in deps["system"] if line.endswith("from collection specpilot.core")]
-    for package in ("kubernetes", "jsonschema", "prometheus-client", "matplotlib", "aiohttp"):
+    for package in ("kubernetes", "jsonschema", "prometheus-client", "matplotlib", "aiohttp", "numpy"):
         assert [p for p in python if re.match(re.escape(package) + r"[<>=]", p)], (package, python)
     assert "skopeo [platform:rpm]" in system and "skopeo [platform:dpkg]" in system
 
@@ -156,7 +156,7 @@ def test_the_collection_requirements_admit_the_pins_the_project_tests():
                 imported |= {alias.name.split(".")[0] for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 imported.add(node.module.split(".")[0])
-    third_party = {"aiohttp", "jsonschema", "kubernetes", "matplotlib", "prometheus_client", "yaml"}
+    third_party = {"aiohttp", "jsonschema", "kubernetes", "matplotlib", "numpy", "prometheus_client", "yaml"}
     fetch_tools = {"boto3", "botocore", "huggingface_hub"}  # requirements-fetch.txt
     engine = {"vllm"}  # the probe reads vllm.__version__ inside the runtime image
     unknown = imported - set(sys.stdlib_module_names) - {"ansible", "ansible_collections"} - third_party
