@@ -1,6 +1,6 @@
 """One connection for every role (issue 18, item 3), statically: the action group specpilot.core.k8s holds the
-modules that talk to Kubernetes and each takes the six connection options; every playbook that reaches a
-cluster sets the same module_defaults for group/kubernetes.core.k8s and group/specpilot.core.k8s from the
+modules that talk to Kubernetes and each takes all of kubernetes.core's connection options (issue 36: its
+k8s_auth_options); every playbook that reaches a cluster sets the same module_defaults for group/kubernetes.core.k8s and group/specpilot.core.k8s from the
 specpilot_k8s_* variables; no task of a role or playbook names a connection option itself. The run through
 the lab with the kubeconfig only as a variable: tests/lab/test_rbac_least_privilege_fake.py."""
 
