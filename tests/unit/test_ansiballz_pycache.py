@@ -3,10 +3,13 @@ imported exactly as zipimport would import them."""
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "ansiballz_pycache.py"
@@ -41,12 +44,13 @@ def payload(directory, value=1, name="ansible_ping_payload.zip"):
     return path
 
 
-def probe(cache, zip_path):
+def probe(cache, zip_path, env=None):
     proc = subprocess.run(
         [sys.executable, "-S", "-c", PROBE, str(SCRIPT), str(cache), str(zip_path)],
         capture_output=True,
         text=True,
         check=False,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
@@ -95,6 +99,19 @@ def test_other_zips_are_left_to_zipimport(tmp_path):
     got = probe(cache, payload(tmp_path / "lib", name="library.zip"))
     assert got["value"] == 1 and got["loader"] == "zipimporter"
     assert not cache.exists()
+
+
+@pytest.mark.parametrize("value", ["off", "0", "False"])
+def test_the_environment_turns_the_hook_off(tmp_path, value):
+    """SPECPILOT_ANSIBALLZ_PYCACHE=off (make test's molecule scenarios): payloads are imported by plain
+    zipimport, as an execution environment or a user's own Ansible imports them, and nothing is cached."""
+    cache = tmp_path / "cache"
+    env = dict(os.environ, SPECPILOT_ANSIBALLZ_PYCACHE=value)
+    got = probe(cache, payload(tmp_path / "p1"), env=env)
+    assert got["value"] == 1 and got["loader"] == "zipimporter"
+    assert not cache.exists()
+    on = probe(cache, payload(tmp_path / "p2"), env=dict(env, SPECPILOT_ANSIBALLZ_PYCACHE="on"))
+    assert on["loader"] == "PayloadImporter" and entries(cache)
 
 
 def test_install_puts_the_hook_and_its_pth_line_into_site_packages(tmp_path):

@@ -224,7 +224,9 @@ def test_module_utils_are_packaged_by_capability_and_the_flat_names_still_import
     (library / "old_import.py").write_text(
         "from ansible.module_utils.basic import AnsibleModule\n"
         "from ansible_collections.specpilot.core.plugins.module_utils.spec import assemble_from_vars\n"
-        "AnsibleModule(argument_spec={}).exit_json(changed=False, found=callable(assemble_from_vars))\n"
+        # issue 34: deploy logic moved from k8s/ to deploy/
+        "from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_state import decide\n"
+        "AnsibleModule(argument_spec={}).exit_json(changed=False, found=callable(assemble_from_vars) and callable(decide))\n"
     )
     book = tmp_path / "old_import.yml"
     book.write_text(
@@ -232,7 +234,9 @@ def test_module_utils_are_packaged_by_capability_and_the_flat_names_still_import
         "    - old_import: {}\n      register: r\n"
         "    - ansible.builtin.assert: {that: [r.found]}\n"
     )
-    assert "module_utils spec is now service.spec" in _local_playbook(book, ANSIBLE_LIBRARY=str(library))
+    out = _local_playbook(book, ANSIBLE_LIBRARY=str(library))
+    assert "module_utils spec is now service.spec" in out
+    assert "module_utils k8s.deploy_state is now deploy.deploy_state" in out
 
 
 def _local_playbook(book, **env):

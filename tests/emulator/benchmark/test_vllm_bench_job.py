@@ -23,7 +23,7 @@ from deploy_helpers import ROOT, Run, create_namespace, get  # noqa: E402
 
 from specpilot_lab import podlogs  # noqa: E402
 
-from ansible_collections.specpilot.core.plugins.module_utils.engine import vllm_bench as vb  # noqa: E402
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import vllm_bench as vb  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_kserve
-from deploy_helpers import DRAFT, GROUP_VARS, NGRAM, FakeKServe, create_namespace, get, run_deploy, write_inventory
+from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_kserve
+from deploy_helpers import (
+    DRAFT,
+    GROUP_VARS,
+    NGRAM,
+    FakeKServe,
+    create_namespace,
+    get,
+    run_deploy,
+    write_inventory,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -176,9 +185,10 @@ def _consistent(emu, ns, name):
     """The runtime and the InferenceService carry the same spec digest: no half-applied service."""
     isvc = _isvc(emu, ns, name)
     runtime = get(emu, "serving.kserve.io/v1alpha1", "ServingRuntime", f"{name}-vllm", ns)
-    return isvc["metadata"]["annotations"]["specpilot.io/spec-digest"], runtime["metadata"]["annotations"][
-        "specpilot.io/spec-digest"
-    ]
+    return (
+        isvc["metadata"]["annotations"]["specpilot.io/spec-digest"],
+        runtime["metadata"]["annotations"]["specpilot.io/spec-digest"],
+    )
 
 
 def test_the_runtime_is_put_back_when_the_inferenceservice_cannot_be_applied(emulator, tmp_path):

@@ -284,7 +284,7 @@ def test_vllm_bench_random_dataset_and_options():
 
 
 def test_vllm_bench_saves_its_per_request_detail_unless_turned_off():
-    from ansible_collections.specpilot.core.plugins.module_utils.engine import vllm_bench as vb
+    from ansible_collections.specpilot.core.plugins.module_utils.benchmark import vllm_bench as vb
 
     on = build_plan(params(client="vllm_bench", vllm_bench={"image": "i", "extra_args": ["--x"]}))[
         "vllm_bench"

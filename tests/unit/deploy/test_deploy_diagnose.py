@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_diagnose as dd
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_rollout as dr
+from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_diagnose as dd
+from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_rollout as dr
 from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import retryable, status_code
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_logs import parse_log_text
 from deploy_unit_helpers import applied, deployment, plan, pod, ready_status

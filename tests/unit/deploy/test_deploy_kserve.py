@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_kserve as dk
+from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_kserve as dk
 
 ROOT = Path(__file__).resolve().parents[3]
 LAB_CRDS = ROOT / "lab" / "crds"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_rollout as dr
+from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_rollout as dr
 from deploy_unit_helpers import applied, deployment, plan, pod, ready_status
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z

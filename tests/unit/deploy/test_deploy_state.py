@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import json
 
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_state as ds
+from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_state as ds
 from deploy_unit_helpers import applied, deployment, plan, ready_status
 
 NOW = 1_800_000_000.0

@@ -3,7 +3,7 @@ renewing and releasing the Lease writes, and the message a refused run prints.""
 
 from __future__ import annotations
 
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_state as ds
+from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_state as ds
 from ansible_collections.specpilot.core.plugins.module_utils.k8s import service_lock as sl
 
 NOW = 1_800_000_000.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_state
+from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_state
 from ansible_collections.specpilot.core.plugins.module_utils.operate import rollback
 
 NGRAM = '--speculative-config={"method":"ngram","num_speculative_tokens":3}'

@@ -11,6 +11,7 @@ import re
 import pytest
 
 from ansible_collections.specpilot.core.plugins.module_utils.k8s import job_watch
+from ansible_collections.specpilot.core.plugins.module_utils.operate import rollback
 from ansible_collections.specpilot.core.plugins.module_utils.staging import pvc_staging, stager
 
 ARTIFACTS = [
@@ -332,7 +333,6 @@ def test_job_and_pod_states():
     assert job_watch.newest_pod([newer, older])["metadata"]["name"] == "b"
 
 
-
 def test_a_job_pod_is_stuck_only_after_its_own_grace():
     """job_watch.stuck_reason, what k8s_job_wait asks at each poll: a fatal waiting reason at once, an image
     that cannot be pulled after pull_timeout, an unschedulable pod after pending_timeout (each counted from
@@ -340,7 +340,11 @@ def test_a_job_pod_is_stuck_only_after_its_own_grace():
     params = {"pull_timeout": 30, "pending_timeout": 60, "timeout": 600}
 
     def summary(reason=None, unschedulable=None):
-        return {"waiting_reason": reason, "waiting_message": "m" if reason else None, "unschedulable": unschedulable}
+        return {
+            "waiting_reason": reason,
+            "waiting_message": "m" if reason else None,
+            "unschedulable": unschedulable,
+        }
 
     waits = {}
     assert job_watch.stuck_reason(summary("CreateContainerConfigError"), 1, 0, waits, params) == (
@@ -371,6 +375,7 @@ def test_a_job_pod_is_stuck_only_after_its_own_grace():
     assert timed_out and why.startswith("still running after 600s; it keeps running")
     assert job_watch.stuck_reason(summary(), 600, 0, {}, params) is None
 
+
 def _live(uri="pvc://models/chat", args=("--model=/mnt/models/target",)):
     return {"spec": {"predictor": {"model": {"storageUri": uri, "args": list(args)}}}}
 
@@ -394,8 +399,10 @@ def test_force_never_overwrites_what_the_live_service_serves(live, why):
     with pytest.raises(
         pvc_staging.PlanError, match="force: true would overwrite the .* on PVC models while it " + why
     ):
-        pvc_staging.build_plan(params(force=True, live_inferenceservice=live))
-    assert pvc_staging.build_plan(params(live_inferenceservice=live))["needed"]  # without force: as before
+        pvc_staging.build_plan(params(force=True, live_inferenceservice=live), served_of=rollback.pvc_served)
+    assert pvc_staging.build_plan(params(live_inferenceservice=live), served_of=rollback.pvc_served)[
+        "needed"
+    ]  # without force: as before
 
 
 @pytest.mark.parametrize(
@@ -408,5 +415,7 @@ def test_force_never_overwrites_what_the_live_service_serves(live, why):
     ],
 )
 def test_force_stages_where_the_live_service_does_not_serve(live):
-    plan = pvc_staging.build_plan(params(force=True, live_inferenceservice=live))
+    plan = pvc_staging.build_plan(
+        params(force=True, live_inferenceservice=live), served_of=rollback.pvc_served
+    )
     assert plan["needed"] and [a["role"] for a in plan["request"]["artifacts"]] == ["target", "draft"]

@@ -1,4 +1,4 @@
-"""The in-cluster probe (module_utils/k8s/cluster_probe.py, its program model_dir.py) and what validation does
+"""The in-cluster probe (module_utils/service/cluster_probe.py, its program model_dir.py) and what validation does
 with its result: the Job's plan (the runtime image, the models PVC read-only where the predictor sees it,
 a restricted pod), the parser of its log line, the version caches, vllm_version auto, and the PVC's facts
 as facts read from the source."""
@@ -14,7 +14,7 @@ import yaml
 from test_model_facts import lab_draft, lab_draft_spec, lab_target, write_model
 from validate_helpers import ROOT
 
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import cluster_probe as cp
+from ansible_collections.specpilot.core.plugins.module_utils.service import cluster_probe as cp
 from ansible_collections.specpilot.core.plugins.module_utils.service import compat
 from ansible_collections.specpilot.core.plugins.module_utils.staging import model_dir
 from ansible_collections.specpilot.core.plugins.module_utils.service.spec import assemble_from_vars

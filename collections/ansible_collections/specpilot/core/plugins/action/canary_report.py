@@ -7,10 +7,9 @@
 from __future__ import annotations
 
 from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
-from ansible_collections.specpilot.core.plugins.plugin_utils.action import TaskAction
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import Action
 
 
-class ActionModule(TaskAction):
+class ActionModule(Action):
     ARGUMENT_SPEC = fact_tasks.CANARY_REPORT_ARGS
-    VALIDATION = {}
     TASK = staticmethod(fact_tasks.canary_report)

@@ -10,20 +10,17 @@ from __future__ import annotations
 import time
 
 from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
-from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import Action
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import task_reader
 from ansible_collections.specpilot.core.plugins.plugin_utils.lease_client import renewer_for
 
 
-class ActionModule(ControllerAction):
+class ActionModule(Action):
     ARGUMENT_SPEC = fact_tasks.CANARY_STEP_ARGS
 
     def act(self, params, task_vars, result):
         renewer = self._renewer(params, task_vars) if params.get("lock") else None
-        try:
-            result.update(fact_tasks.canary_step(params, bool(self._task.check_mode), keep=renewer))
-        except fact_tasks.TaskFailure as exc:
-            result.update(exc.fields, failed=True, msg=exc.msg)
+        self.run_task(fact_tasks.canary_step, params, result, keep=renewer)
         if renewer:
             result["lock"] = renewer.state()
         return result

@@ -2,33 +2,32 @@
 # Copyright: specpilot contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Action plugin of specpilot.core.cluster_probe: run the probe Job that module_utils/k8s/cluster_probe.py
+"""Action plugin of specpilot.core.cluster_probe: run the probe Job that module_utils/service/cluster_probe.py
 plans, and return what it read (the option ``probed`` of specpilot.core.spec_validate).
 
 It runs on the controller: reads go through kubernetes.core's k8s lookup (plugin_utils/k8s_reader.py),
-writes through kubernetes.core.k8s and the log through kubernetes.core.k8s_log, with the connection
-options of the action group specpilot.core.k8s, so the cluster is found as for every other k8s task.
+the Job through the collection's Job runner (plugin_utils/job_runner.py: kubernetes.core.k8s writes, the
+log with kubernetes.core's client), with the connection options of the action group specpilot.core.k8s,
+so the cluster is found as for every other k8s task.
 The documented module in plugins/modules/cluster_probe.py holds the options.
 """
 
 from __future__ import annotations
 
 import secrets
-import time
 
 from ansible.errors import AnsibleActionFail
 
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import cluster_probe as cp
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import job_watch
+from ansible_collections.specpilot.core.plugins.module_utils.service import cluster_probe as cp
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import (
-    ControllerAction,
+    Action,
     spec_from_task_vars,
 )
-from ansible_collections.specpilot.core.plugins.plugin_utils import k8s_api
+from ansible_collections.specpilot.core.plugins.plugin_utils.job_runner import JobRunner
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import K8sReader, auth_options
 
 
-class ActionModule(ControllerAction):
+class ActionModule(Action):
     _requires_connection = True  # it writes through kubernetes.core modules
     ARGUMENT_SPEC = cp.ARGUMENT_SPEC
 
@@ -47,6 +46,7 @@ class ActionModule(ControllerAction):
         self._reader = K8sReader(
             self._loader, self._templar, self._vars, self._auth, attempts=params["retries"]
         )
+        self._runner = JobRunner(self, self._vars, self._auth, self._reader, self._display.display)
         result["image"] = first["image"]
         if not self._namespace_exists(first["namespace"]):
             return self._unavailable(
@@ -125,7 +125,7 @@ class ActionModule(ControllerAction):
     def _remember(self, version, digest, image, ns):
         entry = cp.version_entry(image, version, digest)
         cp.remember_version(entry)
-        res = self._module(
+        res = self._runner.module(
             "k8s",
             state="present",
             merge_type="merge",
@@ -137,57 +137,45 @@ class ActionModule(ControllerAction):
 
     # ------------------------------------------------------------ the Job
     def _run(self, plan, params):
+        """What the probe Job read: it runs through plugin_utils/job_runner.py (created, waited for, its
+        log read, deleted whatever happened)."""
         ns, name = plan["namespace"], plan["job_name"]
+        runner = self._runner
+        wait = {
+            "container": cp.CONTAINER,
+            "timeout": params["timeout"],
+            "poll_interval": params["poll_interval"],
+            "pull_timeout": -1,  # an image that cannot be pulled fails the probe at once
+            "pending_timeout": params["timeout"],
+            "show_progress": False,
+        }
         manifests = [plan["manifests"]["configmap"], plan["manifests"]["job"]]
         try:
-            res = self._module("k8s", state="present", definition=manifests)
-            if res.get("failed"):
-                raise AnsibleActionFail(
-                    "creating the probe Job %s/%s failed: %s" % (ns, name, res.get("msg"))
-                )
-            log, pod = self._wait(plan, params)
-        finally:
-            self._module(
-                "k8s",
-                state="absent",
-                definition=manifests,
-                delete_options={"propagationPolicy": "Background"},
-            )
+            out = runner.run(manifests, wait, delete="always", replace="never", full_log=True)
+        except AnsibleActionFail as exc:
+            raise AnsibleActionFail("the probe: %s" % exc) from exc
+        if out.get("failed"):
+            raise AnsibleActionFail(self._failure(ns, name, out, params))
         try:
-            parsed = cp.parse_log(log)
+            parsed = cp.parse_log(out.get("log") or "")
         except cp.ProbeError as exc:
             raise AnsibleActionFail("the probe Job %s/%s: %s" % (ns, name, exc))
-        return cp.probed(parsed, plan, plan["image"], digest=_image_digest(pod))
+        return cp.probed(parsed, plan, plan["image"], digest=_image_digest(runner.last_pod))
 
-    def _wait(self, plan, params):
-        """(log text, pod) once the Job completed; AnsibleActionFail when it failed, cannot start, or
-        outlives the timeout."""
-        ns, name = plan["namespace"], plan["job_name"]
-        started = time.monotonic()
-        while True:
-            job = self._reader_get(plan, "Job", "batch/v1", name=name)
-            state, reason, message = job_watch.job_state(job)
-            pods = self._reader_get(plan, "Pod", "v1", label_selector="job-name=%s" % name) or []
-            pod = job_watch.newest_pod(pods)
-            summary = job_watch.pod_summary(pod)
-            if state in ("complete", "failed"):
-                log = self._log(summary["name"], ns) if summary["name"] else ""
-                if state == "complete":
-                    return log, pod
-                raise AnsibleActionFail(
-                    "the probe Job %s/%s failed (%s: %s); its log ends: %s"
-                    % (ns, name, reason, message, " | ".join(log.splitlines()[-8:]) or "(empty)")
-                )
-            stuck = summary["waiting_reason"] in job_watch.FATAL_WAITING + job_watch.PULL_WAITING
-            if stuck or time.monotonic() - started > params["timeout"]:
-                why = (
-                    "%s: %s" % (summary["waiting_reason"], summary["waiting_message"] or "")
-                    if stuck
-                    else "not finished after %d s (timeout; a ReadWriteOnce claim mounted on another node keeps "
-                    "the pod in ContainerCreating: see its events)" % params["timeout"]
-                )
-                raise AnsibleActionFail("the probe Job %s/%s: %s" % (ns, name, why))
-            time.sleep(params["poll_interval"])
+    @staticmethod
+    def _failure(ns, name, out, params):
+        if out.get("timed_out"):
+            return (
+                "the probe Job %s/%s: not finished after %d s (timeout; a ReadWriteOnce claim mounted on "
+                "another node keeps the pod in ContainerCreating: see its events)"
+                % (ns, name, params["timeout"])
+            )
+        if out.get("reason") is not None or out.get("succeeded") is False:
+            return "the probe %s; its log ends: %s" % (
+                out["msg"],
+                " | ".join((out.get("log_tail") or [])[-8:]) or "(empty)",
+            )
+        return "the probe %s" % out["msg"]
 
     def _reader_get(self, plan, kind, api_version, **kw):
         return self._reader.get(kind, api_version, namespace=plan["namespace"], **kw)
@@ -212,18 +200,6 @@ class ActionModule(ControllerAction):
         for model in plan["models"]:
             out.append("the model facts of %s (%s)" % (model["role"], model["uri"]))
         return out
-
-    def _log(self, pod, ns):
-        try:
-            return k8s_api.pod_log(k8s_api.client(self._auth).client, pod, ns, cp.CONTAINER)
-        except Exception:  # noqa: BLE001 - no log: the probe says it could not read one
-            return ""
-
-    def _module(self, module, **params):
-        params.update(self._auth)
-        return self._execute_module(
-            module_name="kubernetes.core." + module, module_args=params, task_vars=self._vars
-        )
 
 
 def _image_digest(pod):

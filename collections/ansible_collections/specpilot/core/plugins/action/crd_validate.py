@@ -7,8 +7,9 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args, deploy_kserve
-from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args
+from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_kserve
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import Action
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
     ReadError,
     task_reader,
@@ -27,7 +28,7 @@ def crd_name(manifest):
     return "%s.%s" % (PLURALS.get(kind, kind.lower() + "s"), group)
 
 
-class ActionModule(ControllerAction):
+class ActionModule(Action):
     ARGUMENT_SPEC = deploy_args.CRD_VALIDATE
 
     def act(self, params, task_vars, result):

@@ -17,12 +17,9 @@ import concurrent.futures
 import time
 
 from ansible.errors import AnsibleActionFail
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import (
-    deploy_args,
-    deploy_rollout,
-    deploy_state,
-)
-from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
+from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_rollout, deploy_state
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import Action
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
     ReadError,
     task_reader,
@@ -32,7 +29,7 @@ ISVC = ("InferenceService", "serving.kserve.io/v1beta1")
 RUNTIME_API = "serving.kserve.io/v1alpha1"
 
 
-class ActionModule(ControllerAction):
+class ActionModule(Action):
     ARGUMENT_SPEC = deploy_args.DEPLOY_STATE
 
     def act(self, params, task_vars, result):

@@ -9,11 +9,11 @@ as kubernetes.core.k8s_info returns them (``resources``), without a module proce
 from __future__ import annotations
 
 from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args
-from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import Action
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import ReadError, task_reader
 
 
-class ActionModule(ControllerAction):
+class ActionModule(Action):
     ARGUMENT_SPEC = deploy_args.K8S_READ
 
     def act(self, params, task_vars, result):

@@ -23,7 +23,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args
 from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import Backoff
-from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import Action
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_api import Writer
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import auth_options
 from ansible_collections.specpilot.core.plugins.plugin_utils.module_retry import retried
@@ -31,7 +31,7 @@ from ansible_collections.specpilot.core.plugins.plugin_utils.module_retry import
 MODULE = "kubernetes.core.k8s"
 
 
-class ActionModule(ControllerAction):
+class ActionModule(Action):
     _requires_connection = True  # it runs a kubernetes.core module
     ARGUMENT_SPEC = deploy_args.K8S_RETRY
 

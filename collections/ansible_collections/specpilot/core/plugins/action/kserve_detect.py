@@ -7,15 +7,16 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args, deploy_kserve
-from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args
+from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_kserve
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import Action
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
     ReadError,
     task_reader,
 )
 
 
-class ActionModule(ControllerAction):
+class ActionModule(Action):
     ARGUMENT_SPEC = deploy_args.KSERVE_DETECT
 
     def act(self, params, task_vars, result):

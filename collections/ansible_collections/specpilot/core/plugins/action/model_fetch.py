@@ -7,8 +7,9 @@ done, rate) while it downloads (plugin_utils/progress_relay.py)."""
 
 from __future__ import annotations
 
-from ansible_collections.specpilot.core.plugins.plugin_utils.progress_relay import ProgressAction
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import Action
 
 
-class ActionModule(ProgressAction):
+class ActionModule(Action):
+    _requires_connection = True  # it runs its module on the task's host
     MODULE = "specpilot.core.model_fetch"

@@ -7,8 +7,9 @@ step, the layers' bytes hashed) while it builds and pushes (plugin_utils/progres
 
 from __future__ import annotations
 
-from ansible_collections.specpilot.core.plugins.plugin_utils.progress_relay import ProgressAction
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import Action
 
 
-class ActionModule(ProgressAction):
+class ActionModule(Action):
+    _requires_connection = True  # it runs its module on the task's host
     MODULE = "specpilot.core.modelcar_build"

@@ -10,15 +10,16 @@ import time
 
 from ansible.errors import AnsibleActionFail
 from ansible.utils.display import Display
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args, deploy_rollout
-from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args
+from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_rollout
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import Action
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import ReadError, task_reader
 from ansible_collections.specpilot.core.plugins.plugin_utils.lease_client import renewer_for
 
 display = Display()
 
 
-class ActionModule(ControllerAction):
+class ActionModule(Action):
     ARGUMENT_SPEC = deploy_args.ROLLOUT_WAIT
 
     def act(self, params, task_vars, result):

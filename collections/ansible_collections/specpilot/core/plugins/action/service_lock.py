@@ -22,7 +22,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.service.render impo
     LABEL_MANAGED_BY,
     LABEL_SERVICE,
 )
-from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import Action
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_api import Writer
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
     ReadError,
@@ -32,7 +32,7 @@ from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
 from ansible_collections.specpilot.core.plugins.plugin_utils.lease_client import LeaseClient
 
 
-class ActionModule(ControllerAction):
+class ActionModule(Action):
     ARGUMENT_SPEC = deploy_args.SERVICE_LOCK
 
     def act(self, params, task_vars, result):

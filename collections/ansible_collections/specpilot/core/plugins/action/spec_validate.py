@@ -23,7 +23,7 @@ from ansible.errors import AnsibleActionFail
 from ansible_collections.specpilot.core.plugins.module_utils.service import validator
 from ansible_collections.specpilot.core.plugins.module_utils.service.spec import OVERRIDE_VARS
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import (
-    ControllerAction,
+    Action,
     spec_from_task_vars,
 )
 
@@ -33,7 +33,7 @@ MODEL_FACTS_VAR = "specpilot_model_facts"
 IMAGE_PINS_VAR = "specpilot_image_pins"
 
 
-class ActionModule(ControllerAction):
+class ActionModule(Action):
     ARGUMENT_SPEC = validator.ARGUMENT_SPEC
 
     def act(self, params, task_vars, result):

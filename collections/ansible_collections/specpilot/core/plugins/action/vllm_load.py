@@ -16,14 +16,14 @@ from __future__ import annotations
 import time
 
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_load
-from ansible_collections.specpilot.core.plugins.plugin_utils.action import ControllerAction
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import Action
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import REQUEST_TIMEOUT, task_reader
 from ansible_collections.specpilot.core.plugins.plugin_utils.lease_client import renewer_for
 
 MODULE = "specpilot.core.vllm_load"
 
 
-class ActionModule(ControllerAction):
+class ActionModule(Action):
     _requires_connection = True  # without a lock it runs the module on the task's host
     ARGUMENT_SPEC = bench_load.ARGS
     VALIDATION = bench_load.VALIDATION

@@ -7,10 +7,10 @@
 from __future__ import annotations
 
 from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
-from ansible_collections.specpilot.core.plugins.plugin_utils.action import TaskAction
+from ansible_collections.specpilot.core.plugins.plugin_utils.action import Action
 
 
-class ActionModule(TaskAction):
+class ActionModule(Action):
     ARGUMENT_SPEC = fact_tasks.METRICS_FACTS_ARGS
     VALIDATION = fact_tasks.METRICS_FACTS_RULES
     TASK = staticmethod(fact_tasks.metrics_facts)

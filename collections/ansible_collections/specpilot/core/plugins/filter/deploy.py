@@ -11,13 +11,13 @@ import time
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import (
+from ansible_collections.specpilot.core.plugins.module_utils.deploy import (
     deploy_diagnose,
     deploy_kserve,
     deploy_rollout,
     deploy_state,
-    service_lock,
 )
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import service_lock
 from ansible_collections.specpilot.core.plugins.plugin_utils.filter_args import mapping_or_none as _mapping
 
 
@@ -28,7 +28,7 @@ def _now(now):
 def deploy_decision(
     plan, live, field_manager="specpilot", now=None, history_limit=deploy_state.HISTORY_LIMIT
 ):
-    """plan | deploy_decision(live): what deploy must write (see module_utils/k8s/deploy_state.decide)."""
+    """plan | deploy_decision(live): what deploy must write (see module_utils/deploy/deploy_state.decide)."""
     plan = _mapping(plan, "deploy_decision")
     if not plan or not plan.get("spec_digest") or not plan.get("inferenceservice"):
         raise AnsibleFilterError("deploy_decision needs a validated plan (spec_validate's plan)")

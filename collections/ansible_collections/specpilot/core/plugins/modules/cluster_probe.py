@@ -169,7 +169,7 @@ not_run:
   elements: str
 """
 
-from ansible_collections.specpilot.core.plugins.module_utils.k8s.cluster_probe import ARGUMENT_SPEC
+from ansible_collections.specpilot.core.plugins.module_utils.service.cluster_probe import ARGUMENT_SPEC
 from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import action_only
 
 

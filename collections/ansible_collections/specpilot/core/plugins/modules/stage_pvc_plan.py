@@ -258,6 +258,7 @@ manifests:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.specpilot.core.plugins.module_utils.operate.rollback import pvc_served
 from ansible_collections.specpilot.core.plugins.module_utils.staging.pvc_staging import PlanError, build_plan
 
 
@@ -301,7 +302,7 @@ def main():
         supports_check_mode=True,
     )
     try:
-        plan = build_plan(module.params)
+        plan = build_plan(module.params, served_of=pvc_served)
     except PlanError as exc:
         module.fail_json(msg="stage_pvc_plan: %s" % exc)
     module.exit_json(changed=False, **plan)

@@ -2,20 +2,27 @@
 # Copyright: specpilot contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The base of specpilot's action plugins.
+"""The one base of specpilot's action plugins (``Action``): how an action runs module_utils.
 
-They run on the controller (in the Ansible worker process): nothing is transferred, check mode is
-supported, and most need no connection (an action that runs modules sets
-``_requires_connection = True``).  A subclass names its ``ARGUMENT_SPEC`` (the same dict its
-module documents), its ``VALIDATION`` (mutually_exclusive, required_one_of, ... as the module passes
-them to AnsibleModule) and implements ``act(params, task_vars, result)``; ``run`` validates the
-task's arguments against them first, so every action fails the same way on bad input.
-A ``TaskAction`` runs a function of module_utils/fact_tasks.py, the same one its module runs.
+An action plugin runs on the controller, in the Ansible worker process: nothing is transferred, check
+mode is supported, and it needs no connection unless it runs a module (it then sets
+``_requires_connection = True``). A subclass names its ``ARGUMENT_SPEC`` (the dict its module documents)
+and its ``VALIDATION`` (mutually_exclusive, required_one_of, ... as the module passes them to
+AnsibleModule); ``run`` validates the task's arguments against them, so every action fails the same way
+on bad input, then calls ``act(params, task_vars, result)``, which does one of:
+
+- ``TASK``: a function of module_utils/fact_tasks.py, the one its module runs (``run_task``: a
+  ``TaskFailure`` becomes a failed result with its fields); ``act`` need not be written;
+- ``MODULE``: a long module, run in a thread while its progress lines are shown
+  (``run_module``, plugin_utils/progress_relay.py); its own AnsibleModule checks the arguments;
+- else its own ``act``, over module_utils and the clients of plugin_utils (k8s_api, k8s_reader,
+  lease_client, job_runner).
 """
 
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 
 from ansible_collections.specpilot.core.plugins.module_utils.fact_tasks import TaskFailure
 
@@ -25,36 +32,57 @@ from ansible_collections.specpilot.core.plugins.module_utils.service.spec import
     VAR_PREFIX,
     assemble_from_vars,
 )
+from ansible_collections.specpilot.core.plugins.plugin_utils.progress_relay import execute_showing_progress
+
+display = Display()
 
 
-class ControllerAction(ActionBase):
+class Action(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
     _supports_check_mode = True
     ARGUMENT_SPEC = {}
     VALIDATION = {}
+    TASK = None  # a function of module_utils/fact_tasks.py: (params, check_mode) -> result
+    MODULE = None  # a long module run with its progress shown: "specpilot.core.<name>"
 
     def run(self, tmp=None, task_vars=None):
-        result = super(ControllerAction, self).run(tmp, task_vars)
+        result = super(Action, self).run(tmp, task_vars)
         del tmp
-        _validation, params = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC, **self.VALIDATION)
+        if self.MODULE:
+            params = self._task.args  # the module's AnsibleModule checks them
+        else:
+            _validation, params = self.validate_argument_spec(
+                argument_spec=self.ARGUMENT_SPEC, **self.VALIDATION
+            )
         return self.act(params, task_vars or {}, result)
 
-    def act(self, params, task_vars, result):  # pragma: no cover - every action implements it
-        raise NotImplementedError
-
-
-class TaskAction(ControllerAction):
-    """The action of a module whose work is a function of its parameters (``TASK``, from
-    module_utils/fact_tasks.py): run here, in the worker, instead of as a module in a new process."""
-
-    TASK = None
-
     def act(self, params, task_vars, result):
+        if self.TASK is not None:
+            return self.run_task(self.TASK, params, result)
+        if self.MODULE is not None:
+            return self.run_module(self.MODULE, params, task_vars, result)
+        raise NotImplementedError(
+            "%s: an action names TASK or MODULE, or implements act" % type(self).__name__
+        )
+
+    def run_task(self, task, params, result, **kwargs):
+        """``task(params, check_mode, **kwargs)`` here, in the worker, instead of as a module in a new
+        process; a TaskFailure is the failed result it describes."""
         try:
-            result.update(self.TASK(params, bool(self._task.check_mode)))
+            result.update(task(params, bool(self._task.check_mode), **kwargs))
         except TaskFailure as exc:
             result.update(exc.fields, failed=True, msg=exc.msg)
+        return result
+
+    def run_module(self, module, args, task_vars, result):
+        """Module ``module`` with ``args``, its progress lines shown as ``[host] line`` while it runs."""
+        host = task_vars.get("inventory_hostname", "")
+        result.update(
+            execute_showing_progress(
+                self, module, args, task_vars, lambda line: display.display("[%s] %s" % (host, line))
+            )
+        )
         return result
 
 

@@ -20,14 +20,20 @@ import multiprocessing
 import os
 import time
 
+from ansible.errors import AnsibleActionFail
+
 from ansible_collections.specpilot.core.plugins.module_utils.k8s import service_lock
 from ansible_collections.specpilot.core.plugins.module_utils.common import k8s_meta
 from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import Backoff, status_code
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_api import Writer
-from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import ReadError, auth_options
+from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
+    REQUEST_TIMEOUT,
+    ReadError,
+    auth_options,
+)
 from ansible_collections.specpilot.core.plugins.plugin_utils.module_retry import retried
 
-__all__ = ["LeaseClient", "ROUNDS", "Renewer", "renewer_for"]
+__all__ = ["LeaseClient", "ROUNDS", "Renewer", "renewer_for", "held_lock_renewer"]
 
 ROUNDS = 4  # reads and decisions again after a conflict
 
@@ -294,3 +300,14 @@ def renewer_for(params, reader, name, namespace, check_mode=False, clock=time.ti
         check_mode=check_mode,
     )
     return Renewer(client, params["lock"], clock=clock, renew_first=renew_first)
+
+
+def held_lock_renewer(params, auth, reader):
+    """The Renewer of a Job's wait (specpilot.core.k8s_job, k8s_job_wait): ``params["lock"]`` (with the name
+    and namespace of its service) with the connection ``auth``; renewed at the first poll (an earlier task
+    renewed it last), then every third of its duration."""
+    lock = params["lock"]
+    if not lock["name"]:
+        raise AnsibleActionFail("lock.name and lock.namespace: the service whose lock to renew")
+    conn = dict(auth, retries=8, request_timeout=REQUEST_TIMEOUT, lock=lock)
+    return renewer_for(conn, reader, lock["name"], lock["namespace"], clock=time.monotonic, renew_first=True)

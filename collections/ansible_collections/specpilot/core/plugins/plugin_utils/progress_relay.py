@@ -1,23 +1,19 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-# SPDX-License-Identifier: GPL-3.0-or-later
+# Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Run a long module and show its progress while it runs (module_utils/report/progress.py): the module
 runs in a thread of the action; every few seconds the new lines of its progress file are shown, so
 a multi-GB download or a Modelcar build reports bytes and rate in ansible-playbook's output and in
 AWX's job output, not only at the end. Over a local connection only (the file is on this machine,
-as for every specpilot service host); over another the module runs as usual."""
+as for every specpilot service host); over another the module runs as usual. plugin_utils/action.py
+``Action.run_module`` runs it for the actions that name a ``MODULE``."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 import threading
-
-from ansible.plugins.action import ActionBase
-from ansible.utils.display import Display
-
-display = Display()
 
 LOCAL = ("local", "ansible.builtin.local")
 INTERVAL = 5.0  # the modules write a progress line every 10 s at most
@@ -73,26 +69,3 @@ def show_new_lines(path, offset, show):
         if line.strip():
             show(line)
     return offset + end
-
-
-class ProgressAction(ActionBase):
-    """The action plugin of a long module (``MODULE``): runs it, showing its progress lines as
-    ``[host] line``."""
-
-    _supports_check_mode = True
-    MODULE = None
-
-    def run(self, tmp=None, task_vars=None):
-        result = super(ProgressAction, self).run(tmp, task_vars)
-        del tmp
-        host = (task_vars or {}).get("inventory_hostname", "")
-        result.update(
-            execute_showing_progress(
-                self,
-                self.MODULE,
-                self._task.args,
-                task_vars,
-                lambda line: display.display("[%s] %s" % (host, line)),
-            )
-        )
-        return result

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import traceback
 
-from ansible_collections.specpilot.core.plugins.module_utils.engine import vllm_bench
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import vllm_bench
 from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import HELD_LOCK, K8S_CONNECTION
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_analysis import (
     acceptance_from_scrapes,

@@ -21,7 +21,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_cli
     load_workload,
 )
 from ansible_collections.specpilot.core.plugins.module_utils.common import get_path
-from ansible_collections.specpilot.core.plugins.module_utils.engine import vllm_bench
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import vllm_bench
 from ansible_collections.specpilot.core.plugins.module_utils.service.render import deep_merge
 
 __metaclass__ = type

@@ -20,6 +20,7 @@ __all__ = [
     "ROLLOUT_WAIT",
     "SERVICE_LOCK",
     "K8S_JOB_WAIT",
+    "K8S_JOB",
     "K8S_RETRY",
     "POD_EXEC",
     "POD_LOG",
@@ -150,6 +151,17 @@ K8S_JOB_WAIT = dict(
     line_prefix={"type": "str", "default": "specpilot-stage: "},
     # the lock of the service the Job works for, renewed while it is waited for (with its name and namespace)
     lock={"type": "dict", "options": HELD_LOCK, "required_together": [("name", "namespace")]},
+)
+
+# specpilot.core.k8s_job: a Job's whole cycle (plugin_utils/job_runner.py): the wait's options, the objects
+K8S_JOB = dict(
+    {k: v for k, v in K8S_JOB_WAIT.items() if k not in ("name", "namespace")},
+    definitions={"type": "list", "elements": "dict", "required": True},
+    replace={"type": "str", "choices": ["finished", "always", "never"], "default": "finished"},
+    delete={"type": "str", "choices": ["always", "success", "never"], "default": "always"},
+    owned={"type": "bool", "default": False},
+    log={"type": "bool", "default": False},
+    retries={"type": "int", "default": 5},
 )
 
 # specpilot.core.k8s_retry: kubernetes.core.k8s run again, with backoff, while it fails with a transient error

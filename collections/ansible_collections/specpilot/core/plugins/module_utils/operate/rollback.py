@@ -29,7 +29,7 @@ import posixpath
 import shlex
 
 from ansible_collections.specpilot.core.plugins.module_utils.staging import data_safety, modelcar_reclaim
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_rollout, deploy_state
+from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_rollout, deploy_state
 from ansible_collections.specpilot.core.plugins.module_utils.service import render
 from ansible_collections.specpilot.core.plugins.module_utils.service.vllm_profiles import V0_FLAGS
 

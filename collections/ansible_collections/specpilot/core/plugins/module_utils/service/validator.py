@@ -20,7 +20,7 @@ import json
 import os
 import traceback
 
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import cluster_probe
+from ansible_collections.specpilot.core.plugins.module_utils.service import cluster_probe
 from ansible_collections.specpilot.core.plugins.module_utils.service import compat
 from ansible_collections.specpilot.core.plugins.module_utils.service import gpu_budget
 from ansible_collections.specpilot.core.plugins.module_utils.service import kserve_rules

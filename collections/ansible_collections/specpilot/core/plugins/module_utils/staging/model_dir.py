@@ -10,7 +10,7 @@ One file, Python 3.8+ standard library only, so that it runs unchanged in two pl
   ``read_local_facts``; model_facts.py reads local_path and the small files fetched from hf://, s3://
   and oci:// sources with it);
 * inside the runtime image, as the in-cluster probe program (``python3 model_dir.py --probe
-  request.json``): module_utils/k8s/cluster_probe.py ships this file's source in a ConfigMap
+  request.json``): module_utils/service/cluster_probe.py ships this file's source in a ConfigMap
   (inspect.getsource, as pvc_staging.program_source ships stager.py), so a directory on a PVC is read
   exactly as a local one.  The probe prints one line ``SPECPILOT-PROBE {json}``: ``vllm.__version__``
   (or why ``import vllm`` failed) and, per requested directory, its facts or the problem.

@@ -26,7 +26,6 @@ import re
 
 from ansible_collections.specpilot.core.plugins.module_utils import common
 from ansible_collections.specpilot.core.plugins.module_utils.staging import data_safety, stager
-from ansible_collections.specpilot.core.plugins.module_utils.operate import rollback
 
 __metaclass__ = type
 
@@ -157,7 +156,7 @@ def decide(entry, recorded, pvc_uid, force, recheck):
     )
 
 
-def build_plan(p):
+def build_plan(p, served_of=None):
     """Everything the role needs, from the module's parameters (a dict)."""
     name = p["name"]
     namespace = p["namespace"]
@@ -193,7 +192,7 @@ def build_plan(p):
         )
         if not ok:
             todo.append(entry)
-    refuse_forced_overwrite(p, pvc["name"], todo)
+    refuse_forced_overwrite(p, pvc["name"], todo, served_of)
     for entry in todo:
         if entry["uri"].startswith("pvc://") and parse_pvc_uri(entry["uri"])[0] == pvc["name"]:
             entry["src_root"] = DEST_MOUNT  # the source lives on the destination PVC
@@ -239,12 +238,19 @@ def build_plan(p):
     return out
 
 
-def refuse_forced_overwrite(p, claim, todo):
+def refuse_forced_overwrite(p, claim, todo, served_of=None):
     """``force`` overwrites files that differ: never in what the live service serves from this claim
-    (``p["live_inferenceservice"]``; data_safety.delete_refusal: equals, contains or lies inside)."""
-    if not p.get("force"):
+    (``p["live_inferenceservice"]``; data_safety.delete_refusal: equals, contains or lies inside).
+    ``served_of(isvc)`` reads what a live InferenceService serves from its PVC (``(claim, {what:
+    sub-path})``: operate/rollback.py ``pvc_served``); the caller passes it, so that staging, below the
+    packages that read a live service, imports none of them (tests/unit/test_layers.py)."""
+    if not p.get("force") or not p.get("live_inferenceservice"):
         return
-    live_claim, served = rollback.pvc_served(p.get("live_inferenceservice"))
+    if served_of is None:
+        raise ValueError(
+            "build_plan: force with a live_inferenceservice needs served_of (rollback.pvc_served)"
+        )
+    live_claim, served = served_of(p["live_inferenceservice"])
     if live_claim != claim:
         return
     for entry in todo:

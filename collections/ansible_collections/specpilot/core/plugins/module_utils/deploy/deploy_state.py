@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import json
 
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_rollout
+from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_rollout
 from ansible_collections.specpilot.core.plugins.module_utils.common import (
     k8s_meta,
     key_paths,

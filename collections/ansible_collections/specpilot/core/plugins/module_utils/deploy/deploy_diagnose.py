@@ -21,7 +21,7 @@ import json
 import re
 
 from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import status_code
-from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_rollout import (
+from ansible_collections.specpilot.core.plugins.module_utils.deploy.deploy_rollout import (
     CONTAINER,
     expected_from_plan,
     pod_summary,
