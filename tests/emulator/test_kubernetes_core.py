@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.specpilot.core.plugins.action.k8s_retry import readable_diff
 from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import status_code
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -187,9 +188,13 @@ def _same_shape(value, names=("by-module", "in-worker")):
 
 
 def _answer(result):
-    """What the roles read of a kubernetes.core.k8s result (and what --diff prints)."""
+    """What the roles read of a kubernetes.core.k8s result (and what --diff prints). k8s_retry shows the
+    module's diff without the fields the API server manages (``readable_diff``)."""
     keys = ("changed", "failed", "method", "result", "diff")
-    return _same_shape({k: result[k] for k in keys if k in result})
+    out = {k: result[k] for k in keys if k in result}
+    if "diff" in out:
+        out["diff"] = readable_diff(out["diff"])
+    return _same_shape(out)
 
 
 def test_the_in_worker_server_side_apply_answers_as_kubernetes_core_does(emulator, tmp_path):
@@ -227,6 +232,10 @@ def test_the_in_worker_server_side_apply_answers_as_kubernetes_core_does(emulato
     changed = [p["worker"].get("changed") for p in pairs]
     assert changed == [True, False, True, True, False, True]
     assert pairs[3]["worker"]["diff"]["before"]["metadata"]["annotations"] == {"x": "1"}
+    # issue 39: the module's diff carries what the server manages; k8s_retry's shows only the change
+    assert "managedFields" in pairs[2]["module"]["diff"]["after"]["metadata"], pairs[2]["module"]["diff"]
+    assert pairs[2]["worker"]["diff"] == {"before": {"data": {"a": "1"}}, "after": {"data": {"a": "2"}}}
+    assert "managedFields" not in json.dumps([p["worker"].get("diff") for p in pairs])
 
     by_module = get(emulator, "/api/v1/namespaces/ssa/configmaps/by-module")
     in_worker = get(emulator, "/api/v1/namespaces/ssa/configmaps/in-worker")

@@ -4,6 +4,8 @@ module_utils/report/files.py; specpilot.core.report_write (rollback, guard, cana
 from __future__ import annotations
 
 import json
+import os
+import re
 
 import pytest
 from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
@@ -11,6 +13,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.operate.reports imp
     guard_markdown,
     rollback_markdown,
 )
+from ansible_collections.specpilot.core.plugins.module_utils.report import files
 from ansible_collections.specpilot.core.plugins.module_utils.report.files import write_json_and_markdown
 
 ROLLBACK = {
@@ -152,17 +155,58 @@ def test_the_guard_markdown_has_a_row_and_a_section_per_service():
 def test_report_write_writes_once_and_never_counts_as_a_change(tmp_path):
     first = write(tmp_path, "rollback", ROLLBACK)
     assert first["changed"] is False and first["written"] is True
-    assert json.loads((tmp_path / "out" / "svc.json").read_text()) == ROLLBACK
-    assert (tmp_path / "out" / "svc.md").read_text() == rollback_markdown(ROLLBACK)
+    saved = json.loads((tmp_path / "out" / "svc.json").read_text())
+    assert saved == dict(ROLLBACK, run=saved["run"])
+    assert (tmp_path / "out" / "svc.md").read_text().startswith(rollback_markdown(ROLLBACK))
     assert first["paths"] == {
         "json": str(tmp_path / "out" / "svc.json"),
         "markdown": str(tmp_path / "out" / "svc.md"),
+        "history": first["paths"]["history"],
+        "latest": str(tmp_path / "out" / "history" / "svc" / "latest"),
         "plots": [],
     }
     mtime = (tmp_path / "out" / "svc.md").stat().st_mtime_ns
     again = write(tmp_path, "rollback", ROLLBACK)
     assert again["written"] is False and (tmp_path / "out" / "svc.md").stat().st_mtime_ns == mtime
     assert write(tmp_path, "rollback", dict(ROLLBACK, changed=False))["written"] is True
+
+
+def test_each_run_keeps_its_record_and_latest_points_at_the_newest(tmp_path):
+    """Issue 39: a second rollback replaced the first one's report with "nothing to change". Each run that
+    found something new has its own time-stamped record, ``latest`` links to the newest, the old paths hold
+    a copy of it, and every record names its run: id, time, version, the command that reproduces it."""
+    first = write(tmp_path, "rollback", ROLLBACK)["paths"]
+    second = write(tmp_path, "rollback", dict(ROLLBACK, changed=False))["paths"]
+    out = tmp_path / "out"
+    records = sorted(p for p in (out / "history" / "svc").iterdir() if p.name != "latest")
+    assert [str(p) for p in records] == sorted([first["history"], second["history"]])
+    assert json.loads((records[0] / "svc.json").read_text())["changed"] is True
+    assert json.loads((records[1] / "svc.json").read_text())["changed"] is False
+    assert os.readlink(out / "history" / "svc" / "latest") == records[1].name
+    assert (out / "svc.json").read_bytes() == (records[1] / "svc.json").read_bytes()
+    run = json.loads((out / "svc.json").read_text())["run"]
+    assert set(run) == {"id", "at", "version", "command", "directory"}
+    assert re.match(r"^\d+\.\d+\.\d+", run["version"]), run  # the collection's galaxy.yml
+    md = (out / "svc.md").read_text()
+    assert "Run `%s` at %s, specpilot %s." % (run["id"], run["at"], run["version"]) in md
+    assert "Reproduce: not known (not run by ansible-playbook)" in md  # pytest is not ansible-playbook
+    # the newest KEEP records are kept
+    for i in range(files.KEEP + 2):
+        write(tmp_path, "rollback", dict(ROLLBACK, removed_args=["--x=%d" % i]))
+    assert len([p for p in (out / "history" / "svc").iterdir() if p.name != "latest"]) == files.KEEP
+
+
+def test_the_command_line_is_kept_with_its_secrets_masked(monkeypatch):
+    argv = ["/usr/bin/ansible-playbook", "-i", "inv", "playbooks/rollback.yml", "-e", "specpilot_k8s_api_key=abc123",
+            "-e", '{"token": "xyz"}', "--limit", "svc"]
+    monkeypatch.setattr(files, "_proc", lambda pid, what: None)  # no /proc: sys.argv is the run's
+    monkeypatch.setattr(files.sys, "argv", argv)
+    run = files.provenance(now=1_800_000_000.0)
+    assert run["command"] == (
+        "ansible-playbook -i inv playbooks/rollback.yml -e 'specpilot_k8s_api_key=***' -e "
+        "'{\"token\": \"***\"}' --limit svc"
+    )
+    assert run["at"] == "2027-01-15T08:00:00Z" and "abc123" not in json.dumps(run)
 
 
 def test_report_write_in_check_mode_writes_nothing(tmp_path):
@@ -208,7 +252,8 @@ def test_one_writer_for_every_report(tmp_path):
     paths, written = write_json_and_markdown(
         str(tmp_path / "d"), "r", {"b": 1, "a": datetime.date(2026, 1, 2)}, "# r\n"
     )
-    assert written and (tmp_path / "d" / "r.json").read_text() == '{\n  "a": "2026-01-02",\n  "b": 1\n}\n'
+    text = (tmp_path / "d" / "r.json").read_text()
+    assert written and text.startswith('{\n  "a": "2026-01-02",\n  "b": 1,\n  "run": {\n') and text.endswith("}\n")
     assert write_json_and_markdown(str(tmp_path / "d"), "r", {"a": "2026-01-02", "b": 1}, "# r\n") == (
         paths,
         False,

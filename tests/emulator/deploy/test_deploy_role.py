@@ -148,7 +148,6 @@ def test_check_mode_writes_nothing_and_shows_the_diff(emulator, tmp_path):
     assert emulator.control.writes(since=mark, include_dry_run=True)  # ... but they were made
     assert '"prompt_lookup_max":6' in run.out  # the diff shows the new argument
     assert "The InferenceService with the revision record, svc" in run.out
-    assert "svc: would deploy, check mode (digest " in run.out
 
 
 def test_check_mode_first_deploy_into_a_new_namespace_creates_nothing_and_names_what_it_would(
@@ -167,7 +166,7 @@ def test_check_mode_first_deploy_into_a_new_namespace_creates_nothing_and_names_
     assert "InferenceService/svc" in run.out
     assert '"prompt_lookup_max":4' in run.out.replace(" ", "")  # --diff shows the InferenceService it would create
     assert "attempts" not in run.out
-    assert "svc: would deploy, check mode (digest " in run.out  # the summary: nothing deployed
+    assert "svc: would deploy (check mode" in run.out  # the summary: nothing deployed
 
 
 def test_a_failed_runtime_apply_is_blamed_on_the_runtime(emulator, tmp_path):

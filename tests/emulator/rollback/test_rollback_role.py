@@ -133,6 +133,18 @@ def test_off_then_rerun_then_restore(emulator, tmp_path):
     assert emulator.control.writes(since=mark) == []
     assert _pods(emulator, ns) == pods
     assert "svc: off, unchanged, ready" in again.out
+    # issue 39: the second rollback's report ("nothing to change") leaves the first one's in place
+    history = tmp_path / "reports" / "history" / "svc"
+    records = sorted(p for p in history.iterdir() if p.name != "latest")
+    assert len(records) == 2, records
+    kept = [json.loads((r / "svc.json").read_text()) for r in records]
+    assert [r["changed"] for r in kept] == [True, False]
+    assert (history / "latest").resolve() == records[1].resolve()
+    assert json.loads((tmp_path / "reports" / "svc.json").read_text()) == kept[1]
+    run = kept[1]["run"]
+    assert run["command"].startswith("ansible-playbook ") and "rollback.yml" in run["command"], run
+    assert run["version"].startswith("0.") and run["id"] != kept[0]["run"]["id"]
+    assert "Run `%s`" % run["id"] in (records[1] / "svc.md").read_text()
 
     with FakeKServe(emulator, ns):
         # restore: the recorded predictor, byte for byte
@@ -393,3 +405,4 @@ def test_default_reports_go_to_the_project_root_and_the_checkout_stays_clean(emu
     finally:
         for ext in ("json", "md"):
             (reports / f"{name}.{ext}").unlink(missing_ok=True)
+        shutil.rmtree(reports / "history" / name, ignore_errors=True)

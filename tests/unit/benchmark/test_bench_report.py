@@ -50,6 +50,21 @@ def test_hardware_from_node_labels_and_capacity():
     assert br.hardware_from_node(None) is None
 
 
+def test_the_context_labels_the_nodes_capacity_and_what_the_engine_gets():
+    """Issue 39: the context said "cpu: 32, memory 256Gi" for a 2-core VM (the lab node's declared capacity)."""
+    node = {"metadata": {"name": "lab"},
+            "status": {"capacity": {"cpu": "32", "memory": "256Gi"}, "allocatable": {"cpu": "31", "memory": "250Gi"}}}
+    pod = {"spec": {"containers": [
+        {"name": "kserve-container", "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "2"}}},
+        {"name": "queue-proxy", "resources": {"requests": {"cpu": "25m"}}}]}}
+    hw = br.hardware_from_node(node, pod)
+    assert hw["summary"] == (
+        "CPU only: no GPU on node lab (node declares 32 CPUs, 256Gi memory; allocatable 31 CPUs, 250Gi memory; "
+        "the engine's pod: requests cpu 2, limits cpu 2, requests memory 8Gi)")
+    bare = br.hardware_from_node(node, {"spec": {"containers": [{"name": "kserve-container"}]}})
+    assert bare["summary"].endswith("the engine's pod: no CPU or memory requests or limits (best effort))")
+
+
 def test_context_requires_all_five_fields():
     ctx, missing = br.build_context(
         br.hardware_from_node(GPU_NODE, POD),
@@ -103,6 +118,7 @@ def test_report_files_markdown_and_plots(tmp_path):
         "acceptance.png",
         "acceptance_temperature.png",
         "latency.png",
+        "speedup.png",
         "throughput.png",
     ]
     for p in paths["plots"]:
@@ -139,7 +155,12 @@ def test_report_files_markdown_and_plots(tmp_path):
     assert "| 0.4 (production) | 0.610 | 2.54 | 0.80 / 0.50 / 0.24 | measure_p99 |" in md
     assert "Recommended: **3**." in md and "Not compared: the load generator recorded no output hashes" in md
     assert "![Acceptance by temperature](acceptance_temperature.png)" in md
-    assert "| qps=1 | **keep** | 1.08x | 1.82x |" in md
+    # issue 39: one TPOT speedup per level (the decision table's, with its samples), not a second one beside it
+    assert "| qps=1 | yes | **keep** | 1.08x [1.04-1.13] | 1.82x [1.75-1.89] |" in md
+    assert "| 20/20 (4 prompts) |" in md
+    assert "| qps=1 | **keep** | 1.79x | 1.00x |" in md
+    results = md.split("## Results per level")[1].split("\n## ")[0]
+    assert "| TPOT speedup |" not in results and "| TTFT speedup |" not in results
     assert "| qps=16 | 100 | 300 | 154 | 0.513 | 2.54 | 0.80 / 0.50 / 0.24 | 0.5-0.65" in md
     assert "![Per-position acceptance](acceptance.png)" in md
     assert "## Per prompt at qps=16" in md
@@ -256,3 +277,28 @@ def test_modules_measure_and_report_end_to_end(tmp_path):
 
     assert bad_job["failed"] and "cannot read the load generator's output" in bad_job["msg"]
     assert bad_level["failed"] and "needs a concurrency" in bad_level["msg"]
+
+
+def test_the_speedup_plot_draws_intervals_and_marks_invalid_levels(tmp_path, monkeypatch):
+    """Issue 39: the plots had no interval bars and did not mark invalid levels."""
+    _, analysis = _analysis()
+    ctx, missing = br.build_context(None, None, None, {"temperature": 0}, {"name": "w"})
+    report = br.build_report(analysis, ctx, missing, service="chat")
+    report["levels"][1]["valid"] = False
+    figures = {}
+
+    def keep(fig, out_dir, name, title):
+        figures[name] = fig
+        return {"file": name, "title": title, "path": str(tmp_path / name)}
+
+    monkeypatch.setattr(br, "saved", keep)
+    br.render_plots(report, str(tmp_path))
+    ax = figures["speedup.png"].axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["qps=1", "qps=16\n(invalid)"]
+    assert "invalid" in [t.get_text() for t in ax.texts]
+    bars = [c for c in ax.containers if getattr(c, "errorbar", None) is not None]  # one bar series a figure, each with its interval
+    assert len(bars) == 4 and all(len(c.patches) == 1 for c in bars)  # the invalid level has none
+    tpot = report["levels"][0]["ratios"]["tpot"]
+    segment = bars[1].errorbar.lines[2][0].get_segments()[0]
+    assert [round(y, 2) for _x, y in segment] == [round(v, 2) for v in tpot["ci95"]]
+    assert [t.get_text() for t in figures["latency.png"].axes[0].get_xticklabels()][1] == "qps=16\n(invalid)"

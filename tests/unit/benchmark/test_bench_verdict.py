@@ -241,3 +241,29 @@ def test_recorded_lab_runs_of_a_starved_baseline_are_invalid_and_not_judged():
     assert "baseline: TPOT p50" in text and "of 30 requests arrived in one burst" in text
     assert "Nothing is rolled back automatically" in res["action"]
     assert ba.analyse(runs, target={"qps": 1})["decision"] == "invalid"
+
+
+def _pod(name, restarts, reason=None):
+    status = {"name": "kserve-container", "restartCount": restarts}
+    if reason:
+        status["lastState"] = {"terminated": {"reason": reason, "exitCode": 137}}
+    return {"metadata": {"name": name}, "status": {"containerStatuses": [status]}}
+
+
+def test_an_engine_out_of_memory_while_measured_makes_the_level_invalid():
+    """Issue 39: out-of-memory restarts of an engine during a benchmark were not reported. The side's pods
+    are read before and after its measurement; a restart makes its levels invalid, with the reason."""
+    from ansible_collections.specpilot.core.plugins.filter.benchmark import benchmark_engine_restarts
+
+    assert bv.engine_restarts([_pod("p", 1)], [_pod("p", 1)]) is None
+    restarted = bv.engine_restarts([_pod("p", 1)], [_pod("p", 2, "OOMKilled")])
+    assert restarted["restarts"] == 1 and restarted["oom"] == 1
+    assert restarted["reason"].startswith("the engine restarted 1 time(s) while it was measured (pod p: OOMKilled")
+    assert "out of memory" in restarted["reason"]
+    runs = [_noisy("baseline", 1, 11.96, 20.0, 0.3), _noisy("speculative", 1, 13.17, 10.15, 0.3, acceptance=ACCEPT)]
+    marked = benchmark_engine_restarts(runs[1:], [_pod("p", 0)], [_pod("p", 1, "OOMKilled")])
+    assert benchmark_engine_restarts(runs[1:], [_pod("p", 0)], [_pod("p", 0)]) == runs[1:]
+    res = ba.analyse(runs[:1] + marked, target={"qps": 1})
+    level = res["levels"][0]
+    assert res["decision"] == "invalid" and not level["valid"]
+    assert any(r.startswith("speculative: the engine restarted 1 time(s)") for r in level["invalid_reasons"])

@@ -170,3 +170,27 @@ def test_the_report_of_a_resumed_canary_says_where_it_was_taken_up():
         "Resumed at 50%: this canary, left in place by a run killed mid-step, was taken up again"
         in canary.report_markdown(report)
     )
+
+
+def test_quantiles_from_buckets_say_their_resolution():
+    """Issue 39: the canary showed `0.96x (95% CI 0.96-0.96)` and bucket edges as p99 values. A quantile is
+    known to its bucket; a ratio to the range both buckets allow; a p99 past the last bucket is a bound."""
+    buckets = [[0.05, 10], [0.1, 90], [0.5, 98]]  # cumulative, 100 observations: two past 0.5 s
+    assert canary.quantile_bucket(0.5, buckets, 100) == [0.05, 0.1]
+    assert canary.quantile_bucket(0.99, buckets, 100) == [0.5, None]
+    assert canary.quantile_bucket(0.5, buckets, 0) is None
+    base = {"p50_bucket_ms": [50.0, 100.0], "p99_bucket_ms": [500.0, None]}
+    can = {"p50_bucket_ms": [50.0, 100.0], "p99_bucket_ms": [100.0, 500.0]}
+    assert canary.bucket_resolution(base, can) == "0.50-2.00x"
+    assert canary.bucket_resolution(base, can, "p99_ms") == ">= 1.00x"
+    assert canary.bucket_resolution({}, can) is None
+    live = Live({"http://b/metrics": 30, "http://c/metrics": 30})
+    step = canary.run_step(live.fetch, ARMS, 600, 60, clock=live.clock, sleep=live.sleep, poll_s=5)
+    step["traffic_percent"] = 50
+    tpot = step["arms"]["canary"]["figures"]["tpot"]
+    assert tpot["p50_bucket_ms"][0] <= tpot["p50_ms"] <= tpot["p50_bucket_ms"][1]
+    md = canary.report_markdown({
+        "service": "s", "namespace": "ns", "outcome": "promoted", "summary": "s", "canary_name": "c",
+        "speculative_config": None, "steps_planned": [50], "window_s": 60, "min_requests": 60,
+        "min_acceptance": 0.5, "steps": [step]})
+    assert "; the buckets allow " in md and "a quantile is known to its bucket" in md

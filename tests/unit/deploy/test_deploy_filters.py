@@ -92,13 +92,23 @@ def test_services_summary_names_each_service_once_sorted_with_what_happened():
             "specpilot_deploy_result": {"applied": False, "rollout": {"done": False}, "spec_digest": "aa" * 8}
         },
         "d-none": {},
+        "e-dry": {
+            "specpilot_deploy_result": filters.deploy_result(
+                {"applied": True, "rollout": {"done": False}, "spec_digest": "bb" * 8}, {}, check_mode=True
+            )
+        },
     }
-    assert filters.services_summary(["d-none", "b-ok", "c-same", "a-bad"], hostvars, "deploy") == [
+    assert filters.services_summary(["d-none", "b-ok", "c-same", "a-bad", "e-dry"], hostvars, "deploy") == [
         'a-bad: FAILED at "Take the deploy lock": held by another run',
         "b-ok: deployed, ready (digest 0123456789ab, previous fedcba987654, KServe 0.20); note: declared 0.19",
         "c-same: unchanged, not ready (digest aaaaaaaaaaaa)",
         "d-none: not run (unreachable or stopped earlier)",
+        # issue 39: a dry run said "deployed, not ready"
+        "e-dry: would deploy (check mode: server-side dry run, nothing applied) (digest bbbbbbbbbbbb)",
     ]
+    assert hostvars["e-dry"]["specpilot_deploy_result"]["rollout"]["message"] == (
+        "check mode: nothing applied, no rollout"
+    )
 
 
 def test_services_summary_of_a_rollback_says_the_mode_and_what_was_removed():
@@ -128,7 +138,7 @@ def test_services_summary_of_a_rollback_says_the_mode_and_what_was_removed():
     }
     lines = filters.services_summary(["off", "check", "gone", "long"], hostvars, "rollback")
     assert lines[:3] == [
-        "check: off, would change, not ready",
+        "check: off, would change (check mode: nothing applied)",
         "gone: skipped (no InferenceService)",
         "long: restore, unchanged, ready, removed " + long_arg[:197] + "...",
     ]
@@ -157,16 +167,9 @@ def test_the_exported_result_after_a_change_says_how_the_rollout_ended():
         vllm="0.32.0",
         rollout={"done": True, "elapsed": 42.5, "message": waited["status"]["message"]},
         url="http://svc.ns",
-        check_mode=False,
     )
     assert decided["rollout"] == {"done": False}  # the input is not changed
     skipped = deploy_result(decided, {"skipped": True, "changed": False})
     assert skipped["rollout"] == {"done": False, "elapsed": 0, "message": "not waited for"}
     assert skipped["url"] == "http://old"
-    # check mode: nothing written, and the summary says what the run would do
-    would = deploy_result(decided, {}, {"version": "0.20"}, None, True)
-    assert would["check_mode"] is True
-    hostvars = {"svc": {"specpilot_deploy_result": would}}
-    assert filters.services_summary(["svc"], hostvars, "deploy") == [
-        "svc: would deploy, check mode (digest , KServe 0.20)"
-    ]
+

@@ -244,3 +244,36 @@ def test_a_named_predictor_is_read_from_its_own_deployment():
     assert ("Deployment", "%s-predictor" % name) not in reader.asked
     # Knative mode has no Deployment of its own to read
     assert dr.read_workload(_Reader({("InferenceService", name): named}), name, ns, "Knative")[1] is None
+
+
+def test_progress_says_what_the_pods_do_while_the_deployment_lags():
+    """Issue 39: "Deployment generation 1 not observed yet (observed None)" repeated for minutes
+    while the new pod ran and its engine loaded; the message now leads with the pods."""
+    _old, new, _o, new_isvc = _setup()
+    dep = deployment(new_isvc, generation=2, observed=None)
+    dep["status"].pop("observedGeneration", None)
+    loading = pod(
+        new_isvc,
+        ready=False,
+        state={"running": {"startedAt": "2027-01-15T07:58:20Z"}},
+    )
+    status = dr.rollout_status(dr.expected_from_plan(new), new_isvc, dep, [loading], now=T0)
+    assert not status["done"] and not status["failed"]
+    assert status["message"].startswith("waiting: pod svc-predictor-abc-1 (new): Running, the engine is loading")
+    assert "container up 100s" in status["message"]
+    assert "not observed by its controller yet (status shows none)" in status["message"]
+    restarted = pod(
+        new_isvc,
+        ready=False,
+        state={"waiting": {"reason": "CrashLoopBackOff"}},
+        restarts=1,
+        last={"exitCode": 137, "reason": "OOMKilled"},
+    )
+    status = dr.rollout_status(dr.expected_from_plan(new), new_isvc, dep, [restarted], now=T0)
+    assert not status["failed"]
+    assert "kserve-container restarting (CrashLoopBackOff), 1 container restart, last exit 137 OOMKilled" in (
+        status["message"]
+    )
+    starting = pod(new_isvc, phase="Pending", ready=False, state={"waiting": {"reason": "ContainerCreating"}})
+    status = dr.rollout_status(dr.expected_from_plan(new), new_isvc, dep, [starting], now=T0)
+    assert "Pending, starting (ContainerCreating)" in status["message"]

@@ -12,6 +12,8 @@ import pytest
 from ansible_collections.specpilot.core.plugins.module_utils.staging import oci_registry
 from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import (
     Backoff,
+    explained,
+    likely_cause,
     retry_after_of,
     retry_after_seconds,
     retryable,
@@ -175,6 +177,29 @@ def test_reader_gives_up_on_a_stalled_api_with_a_clear_message(monkeypatch):
     with pytest.raises(k8s_reader.ReadError, match=r"no answer from the API server in 0.05 s"):
         r.get("Pod", "v1", name="p", namespace="ns")
     stalled.set()
+
+
+def test_a_failed_read_says_the_likely_cause_and_the_next_command_first(monkeypatch):
+    """Issue 39: deploy with the lab down printed a cut-off connection error. The cause and what to run
+    come first, the client's words after them."""
+    refused = ConnectionError(
+        "HTTPSConnectionPool(host='127.0.0.1', port=9): Max retries exceeded with url: /version (Caused by "
+        "NewConnectionError('Failed to establish a new connection: [Errno 111] Connection refused'))"
+    )
+    r, _clock = reader(monkeypatch, [refused] * 2, attempts=2)
+    with pytest.raises(k8s_reader.ReadError) as caught:
+        r.get("CustomResourceDefinition", "apiextensions.k8s.io/v1", name="x")
+    assert str(caught.value).startswith(
+        "reading CustomResourceDefinition x failed: the cluster's API server did not answer - is the cluster "
+        "reachable? "
+    )
+    assert "`make lab-up`" in str(caught.value) and "Details: HTTPSConnectionPool" in str(caught.value)
+    no_config = RuntimeError("Could not create API client: Invalid kube-config file. No configuration found.")
+    r, _clock = reader(monkeypatch, [no_config])
+    with pytest.raises(k8s_reader.ReadError, match="failed: no usable kubeconfig - set KUBECONFIG"):
+        r.get("Pod", "v1", namespace="ns")
+    assert explained("HTTP 403 forbidden") == "HTTP 403 forbidden"  # no cause guessed
+    assert likely_cause('{"code":401,"reason":"Unauthorized"}')[0].startswith("the API server refused")
 
 
 # ------------------------------------------------------------------ the Lease writes

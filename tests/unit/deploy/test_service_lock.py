@@ -50,6 +50,10 @@ def test_a_lock_another_holder_has_is_refused_until_it_expires():
         "another deploy or rollback of this service is running - lock ns/specpilot-deploy-svc"
     )
     assert "held by alice@ci/deploy/pid-1/x" in message and "expires by itself at" in message
+    # issue 39: the next command, with the service's name and the variable that confirms
+    assert message.endswith(
+        "or break it now: playbooks/break_lock.yml --limit svc -e specpilot_break_lock_confirm=true"
+    )
 
     expired = sl.acquire_step(_lease("alice", duration=60, transitions=3), "me", NOW, 600)
     assert expired["do"] == "patch" and expired["status"]["expired"]

@@ -181,7 +181,9 @@ def run_guard(emu, tmp_path: Path, inventory: Path, *args: str, extra: dict | No
     if roles_path is not None:
         env["ANSIBLE_ROLES_PATH"] = f"{ROOT / 'roles'}:{roles_path}"
     variables = {"specpilot_guard_window_seconds": 1, "specpilot_guard_min_draft_tokens": 20,
-                 "specpilot_guard_report_dir": str(report_dir), **(extra or {})}
+                 "specpilot_guard_report_dir": str(report_dir),
+                 "specpilot_guard_verdict_dirs": [str(tmp_path / "verdicts" / k) for k in ("benchmark", "canary")],
+                 **(extra or {})}
     cmd = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(inventory),
            "-e", json.dumps(variables), str(PLAYBOOK), *args]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)

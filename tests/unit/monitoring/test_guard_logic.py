@@ -245,3 +245,24 @@ def test_the_guard_markdown_has_the_band_line():
     md = guard_markdown(report)
     assert md.count("Band: ") == 1
     assert "Band: Acceptance 0.800: above 0.65: likely helps (the rule: below 0.5: off" in md
+
+
+def test_the_guard_says_what_it_judged_and_points_to_the_newest_speed_verdict(tmp_path):
+    """Issue 39: "healthy" right after the canary aborted the same config read as "paying off". The words say
+    acceptance; the newest benchmark or canary report of the service is named (by its run's time)."""
+    assert g.judged("healthy") == "acceptance healthy" and g.judged("idle") == "idle"
+    bench = tmp_path / "benchmark" / "svc" / "report.json"
+    canary = tmp_path / "canary" / "svc" / "report.json"
+    bench.parent.mkdir(parents=True)
+    canary.parent.mkdir(parents=True)
+    bench.write_text(json.dumps({"kind": "specpilot-benchmark", "decision": "keep", "summary": "keep at c4",
+                                 "generated_at": "2026-11-20T08:00:00Z"}))
+    canary.write_text(json.dumps({"outcome": "aborted", "summary": "TTFT +57%", "run": {"at": "2026-11-27T10:00:00Z"}}))
+    missing = tmp_path / "nowhere" / "report.json"
+    newest = g.latest_verdict([str(bench), str(canary), str(missing)])
+    assert newest == {"kind": "canary", "verdict": "aborted", "summary": "TTFT +57%", "at": "2026-11-27T10:00:00Z",
+                      "path": str(canary)}
+    assert g.latest_verdict([str(bench)])["verdict"] == "keep"
+    assert g.latest_verdict([str(missing)]) is None and g.verdict_pointer(None) == ""
+    assert g.verdict_pointer(newest) == "; latest canary verdict (2026-11-27T10:00:00Z): aborted - TTFT +57%% (%s)" % (
+        canary)

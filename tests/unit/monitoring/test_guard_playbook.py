@@ -40,6 +40,12 @@ def test_every_kind_of_service_in_one_run_each_in_isolation(emulator, metrics, n
     gs.create_isvc(emulator, ns, "gone", "http://127.0.0.1:9/nowhere")
     services = ["healthy", "low", "idle", "plain", "ghost", "dropped", "gone"]
     inv = gs.write_inventory(tmp_path / "inv.yml", ns, services)
+    # issue 39: the canary aborted this config for its latency; the guard, which judges acceptance only, says so
+    canary = tmp_path / "verdicts" / "canary" / "healthy"
+    canary.mkdir(parents=True)
+    (canary / "report.json").write_text(json.dumps({
+        "outcome": "aborted", "summary": "at step 50%: TTFT +57% against the stable predictor",
+        "run": {"at": "2026-11-27T10:00:00Z"}}))
     run = gs.run_guard(emulator, tmp_path, inv)
     # one engine could not be read: every other service is judged, the report is written, the run fails
     assert run.rc != 0 and "guard errors:" in run.out
@@ -49,6 +55,11 @@ def test_every_kind_of_service_in_one_run_each_in_isolation(emulator, metrics, n
         "plain": ("off", "none"), "ghost": ("absent", "none"), "dropped": ("missing", "report"),
         "gone": ("error", "none")}
     assert run.report["errors"] == ["gone"]
+    assert by["healthy"]["message"].startswith("healthy: acceptance healthy, 0.800 over "), by["healthy"]["message"]
+    assert by["healthy"]["message"].endswith(
+        "; latest canary verdict (2026-11-27T10:00:00Z): aborted - at step 50%%: TTFT +57%% against the stable "
+        "predictor (%s)" % (canary / "report.json"))
+    assert "latest" not in by["low"]["message"]  # no verdict for that one
     assert "cannot read http://127.0.0.1:9/nowhere/metrics" in by["gone"]["error"]
     assert "exports no vllm:spec_decode_* series" in by["dropped"]["findings"][0]
     # figures of the window between the two scrapes (one unit of traffic), as the parser computes them
@@ -75,7 +86,7 @@ def test_every_kind_of_service_in_one_run_each_in_isolation(emulator, metrics, n
     # check mode, errors tolerated: the same verdicts, nothing written
     check = gs.run_guard(emulator, tmp_path, inv, "--check", extra={"specpilot_guard_fail_on_error": False})
     assert check.rc == 0, check.out
-    assert "low: low, acceptance 0.200 over 30 draft tokens, 2/3 low readings in a row" in check.out
+    assert "low: acceptance low, 0.200 over 30 draft tokens, 2/3 low readings in a row" in check.out
     assert check.report is None  # no report files in check mode either
     assert gs.get_configmap(emulator, ns, "low-specpilot-guard")["metadata"]["resourceVersion"] == \
         cm["metadata"]["resourceVersion"]

@@ -19,6 +19,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.operate import moni
 ROOT = vp.ROOT
 V0_PAGE = ROOT / "tests" / "data" / "vllm" / "metrics_v0_0.6.3.txt"
 CRD = Path(__file__).resolve().parent / "data" / "prometheusrules.yaml"
+POD_MONITOR_CRD = Path(__file__).resolve().parent / "data" / "podmonitors.yaml"
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
 
@@ -139,6 +140,29 @@ def test_bad_selector_label_is_refused():
         sm.render("svc", "ml", "0.32.0", NGRAM, selector={"bad-label": "x"})
 
 
+def test_scrape_configs_select_the_services_pods_on_the_engines_port():
+    """Issue 39: the rules and the dashboard relied on a scrape config nobody shipped. A PodMonitor (any
+    mode) and a ServiceMonitor (Standard) are rendered; one is applied with the rule, never both."""
+    out = sm.render("svc", "ml", "0.32.0", NGRAM, rule_labels={"release": "prom"})
+    pod = out["pod_monitor"]
+    assert pod["kind"] == "PodMonitor" and pod["metadata"]["namespace"] == "ml"
+    assert pod["metadata"]["labels"]["release"] == "prom"
+    assert pod["spec"]["selector"] == {"matchLabels": {"serving.kserve.io/inferenceservice": "svc"}}
+    assert pod["spec"]["podMetricsEndpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s"}]
+    knative = sm.render("svc", "ml", "0.32.0", NGRAM, deployment_mode="Knative")["pod_monitor"]
+    assert knative["spec"]["podMetricsEndpoints"][0]["port"] == "user-port"
+    svc = out["service_monitor"]["spec"]
+    assert svc["selector"]["matchLabels"] == {"serving.kserve.io/inferenceservice": "svc", "component": "predictor"}
+    assert svc["endpoints"][0]["targetPort"] == 8080
+    plan = sm.to_apply(out)
+    assert [o["kind"] for o in plan["objects"]] == ["PrometheusRule", "PodMonitor"]
+    assert plan["crds"] == ["prometheusrules.monitoring.coreos.com", "podmonitors.monitoring.coreos.com"]
+    assert [o["kind"] for o in sm.to_apply(out, "servicemonitor")["objects"]] == ["PrometheusRule", "ServiceMonitor"]
+    assert sm.to_apply(out, "none")["crds"] == ["prometheusrules.monitoring.coreos.com"]
+    with pytest.raises(sm.MonitoringError, match="scrape must be one of"):
+        sm.to_apply(out, "both")
+
+
 # ------------------------------------------------------------------ playbooks/monitoring.yml
 
 
@@ -164,6 +188,8 @@ def test_playbook_renders_per_service_and_is_idempotent(tmp_path):
     rule = yaml.safe_load((out / "lab-ngram" / "prometheusrule.yaml").read_text())
     expected = sm.render("lab-ngram", "specpilot-lab", "0.32.0", NGRAM)
     assert rule == expected["prometheus_rule"]  # Prometheus templates ({{ $value }}) untouched by Jinja
+    assert yaml.safe_load((out / "lab-ngram" / "podmonitor.yaml").read_text()) == expected["pod_monitor"]
+    assert yaml.safe_load((out / "lab-ngram" / "servicemonitor.yaml").read_text()) == expected["service_monitor"]
     dash = json.loads((out / "lab-draft" / "dashboard.json").read_text())
     assert dash["uid"] == "specpilot-specpilot-lab-lab-draft"
     assert any(t["legendFormat"] == "position {{position}}" for p in dash["panels"] for t in p["targets"])
@@ -175,18 +201,33 @@ def test_playbook_renders_per_service_and_is_idempotent(tmp_path):
 def test_playbook_applies_rule_and_dashboard(emulator_factory, tmp_path):
     from specpilot_lab.testing import LAB_CRDS
 
-    emu = emulator_factory(crds=[LAB_CRDS, CRD], name="monitoring")
-    emu.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                               "metadata": {"name": "specpilot-lab"}})
     args = ["-e", "specpilot_monitoring_apply=true", "-e", "specpilot_monitoring_render_dir=", "--limit", "lab-ngram",
             "-e", '{"specpilot_monitoring_rule_labels": {"release": "prom"}}']
+    # issue 39: without the Prometheus operator's CRDs the run said kubernetes.core's raw error; now it names
+    # what is missing and what to do, and applies nothing
+    bare = emulator_factory(crds=[LAB_CRDS, CRD], name="monitoring-bare")
+    refused = run_playbook(tmp_path, *args, kubeconfig=bare.kubeconfig)
+    said = " ".join((refused.stdout + refused.stderr).split())
+    assert refused.returncode != 0
+    assert "lab-ngram: the cluster has no CRD podmonitors.monitoring.coreos.com (the Prometheus operator's), " \
+           "so nothing was applied" in said, said[-3000:]
+    assert "specpilot_monitoring_scrape=none" in said
+    assert bare.request("GET", "/apis/monitoring.coreos.com/v1/namespaces/specpilot-lab/prometheusrules").json()[
+        "items"] == []
+
+    emu = emulator_factory(crds=[LAB_CRDS, CRD, POD_MONITOR_CRD], name="monitoring")
+    emu.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                               "metadata": {"name": "specpilot-lab"}})
     proc = run_playbook(tmp_path, *args, kubeconfig=emu.kubeconfig)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    monitor = emu.request("GET", "/apis/monitoring.coreos.com/v1/namespaces/specpilot-lab/podmonitors/"
+                                 "lab-ngram-specpilot-vllm").json()
     stored = emu.request("GET", "/apis/monitoring.coreos.com/v1/namespaces/specpilot-lab/prometheusrules/"
                                 "lab-ngram-specpilot-speculative").json()
     expected = sm.render("lab-ngram", "specpilot-lab", "0.32.0", NGRAM, rule_labels={"release": "prom"})
     assert stored["spec"] == expected["prometheus_rule"]["spec"]
     assert stored["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"] == expected["pod_monitor"]["spec"]
     cm = emu.request("GET", "/api/v1/namespaces/specpilot-lab/configmaps/specpilot-specpilot-lab-lab-ngram").json()
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(cm["data"]["specpilot-specpilot-lab-lab-ngram.json"]) == expected["dashboard"]

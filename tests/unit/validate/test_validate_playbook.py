@@ -100,6 +100,7 @@ specpilot_speculative:
   acceptance_method: typical_acceptance_sampler
 specpilot_progress_deadline_seconds: 1800
 specpilot_speculatve: {}
+specpilot_deploy_wiat: false
 """)
     proc = run_playbook(tmp_path, PLAYBOOK, "-e", "specpilot_spec_file=%s" % bad)
     out = proc.stdout + proc.stderr
@@ -112,13 +113,18 @@ specpilot_speculatve: {}
         "specpilot_target.uri",
         "specpilot_draft.uri",
         "specpilot_progress_deadline_seconds",
+        # issue 39: a misspelt variable, a spec key's or a role's, is an error (it would be ignored)
+        "specpilot_speculatve",
+        "specpilot_deploy_wiat",
     ]
+    assert "specpilot validate: broken (" in out
     assert "FAILED; %d error(s)" % len(expected_errors) in out
     for path in expected_errors:
         assert path + ":" in out, path
-    # a removed key on 0.12 is ignored by vLLM: reported as a warning, as is the misspelt variable
+    # a removed key on 0.12 is ignored by vLLM: reported as a warning
     assert "specpilot_speculative.acceptance_method:" in out
     assert "did you mean specpilot_speculative?" in out
+    assert "did you mean specpilot_deploy_wait?" in out
     assert "fix: " in out
 
 

@@ -464,7 +464,46 @@ def test_reserved_args_and_typos():
     assert {"vllm_args.extra_args[0]", "vllm_args.extra_args[1]", "vllm_args.extra_args[2]"} <= paths(
         result["errors"]
     )
-    assert "speculatve" in paths(result["warnings"])
+    assert "speculatve" in paths(result["errors"])
+
+
+def test_every_misspelt_variable_is_an_error_with_the_name_it_is_close_to():
+    """Issue 39: specpilot_workoad was only a warning and the run went on without the workload. With the
+    names the roles use (the action plugin reads them), a role variable's typo is caught too; a name close
+    to none is a warning; a name the roles use is fine."""
+    known = ["specpilot_deploy_wait", "specpilot_rollback_mode", "specpilot_deploy_result"]
+    result = validate(
+        base_spec(),
+        {
+            "variable_names": [
+                "specpilot_workoad",
+                "specpilot_deploy_wiat",
+                "specpilot_deploy_wait",
+                "specpilot_deploy_result",
+                "specpilot_zzz_mine",
+                "specpilot_name",
+            ],
+            "known_variables": known,
+        },
+    )
+    assert not result["ok"]
+    typos = {e["path"]: e for e in result["errors"] if e["code"] == "unknown-variable"}
+    assert set(typos) == {"workoad", "deploy_wiat"}
+    assert typos["workoad"]["hint"] == "did you mean specpilot_workload?"
+    assert typos["deploy_wiat"]["hint"] == "did you mean specpilot_deploy_wait?"
+    assert [w["path"] for w in result["warnings"] if w["code"] == "unknown-variable"] == ["zzz_mine"]
+    assert "specpilot validate: %s" % base_spec()["name"] in result["report"]
+
+
+def test_the_report_names_the_service_when_a_nested_key_is_misspelt():
+    """Issue 39: a misspelt nested key failed the schema and the header said ``specpilot validate: ?``."""
+    result = validate(base_spec(name="chat", runtime={"imgae": "vllm/vllm-openai:v0.32.0"}))
+    assert not result["ok"] and result["spec"] is None
+    assert result["report"].startswith("specpilot validate: chat: FAILED")
+    nameless = dict(base_spec())
+    nameless.pop("name")
+    result = validate(nameless, {"default_name": "host-a"})
+    assert result["report"].startswith("specpilot validate: host-a: FAILED")
 
 
 def test_report_lists_every_error_with_variable_names():

@@ -12,7 +12,8 @@ nothing else) is made here, in the worker, by plugin_utils/k8s_api.py ``Writer.a
 same calls and answers the same result as the module (check mode: a server-side dry run; ``--diff``: the
 diff). The module would start a Python process that imports the kubernetes client again: about half a
 second of CPU for each write of a deploy or a rollback. Any other arguments (the canary's merge patches,
-another state, ``wait``) go to the module."""
+another state, ``wait``) go to the module. Either way, the ``diff`` shown leaves out what the API server
+manages itself (:func:`readable_diff`)."""
 
 from __future__ import annotations
 
@@ -50,7 +51,45 @@ class ActionModule(Action):
 
         backoff = Backoff(max(1, params["retries"]), base=0.5, cap=10.0)
         result.update(retried(execute, backoff, conflict=params["conflict"]))
+        if isinstance(result.get("diff"), dict):
+            result["diff"] = readable_diff(result["diff"])
         return result
+
+
+# what the API server writes itself: a diff of them tells the user nothing about the change (issue 39:
+# check mode's diff was full of managedFields and timestamps)
+SERVER_METADATA = {
+    "managedFields",
+    "resourceVersion",
+    "uid",
+    "generation",
+    "creationTimestamp",
+    "selfLink",
+}
+
+
+def _without_server_fields(obj):
+    if not isinstance(obj, dict):
+        return obj
+    out = {k: v for k, v in obj.items() if k != "status"}
+    if isinstance(out.get("metadata"), dict):
+        metadata = {k: v for k, v in out["metadata"].items() if k not in SERVER_METADATA}
+        if metadata:
+            out["metadata"] = metadata
+        else:
+            out.pop("metadata")
+    return out
+
+
+def readable_diff(diff):
+    """kubernetes.core.k8s's ``diff`` (``{before, after}``) without the fields the API server manages
+    (``status``, metadata's managedFields, resourceVersion, uid, generation, creationTimestamp,
+    selfLink); ``{}`` when nothing else differs. ``changed`` is left as the module said."""
+    before = _without_server_fields(diff.get("before"))
+    after = _without_server_fields(diff.get("after"))
+    if before == after:
+        return {}
+    return dict(diff, before=before, after=after)
 
 
 # what a server-side apply made in the worker may be given: kubernetes.core.k8s's arguments that

@@ -40,7 +40,7 @@ class ActionModule(Action):
                     raise AnsibleActionFail(
                         "cannot read the KServe CRDs to detect its version: %s "
                         "(set specpilot_deploy_kserve_version to skip detection)" % exc
-                    ) from exc
+                    ) from None  # the message holds the read's error: Ansible would print it twice
                 result.update(
                     detection=None,
                     error=str(exc),

@@ -129,7 +129,7 @@ def wait(reader, plan, params, timeout, emit, clock=time.time, sleep=time.sleep,
             status["phase"],
             elapsed,
             timeout,
-            "; ".join(status["waiting_for"][:1]) or status["message"],
+            status["message"],
             status["progress"],
         )
         if status["done"] or status["failed"]:
@@ -153,7 +153,11 @@ def wait(reader, plan, params, timeout, emit, clock=time.time, sleep=time.sleep,
             status,
             phase="timeout",
             message="timed out after %ds: %s"
-            % (int(elapsed), "; ".join(status["waiting_for"]) or status["message"]),
+            % (
+                int(elapsed),
+                "; ".join(([status["activity"]] if status.get("activity") else []) + status["waiting_for"])
+                or status["message"],
+            ),
         )
         emit(status["message"])
     return {

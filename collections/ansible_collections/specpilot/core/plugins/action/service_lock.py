@@ -61,6 +61,8 @@ class ActionModule(Action):
                 result.update(client.renew(holder, version))
             elif params["state"] == "broken":
                 result.update(client.break_lock(params["confirm"]))
+                # the holder is the one whose lock is (or would be) broken, never this run
+                result["holder"] = result.get("broken_holder")
             else:
                 result.update(client.release(params.get("holder"), version))
                 if result.pop("left", False):

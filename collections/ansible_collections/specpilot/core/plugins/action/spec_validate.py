@@ -24,6 +24,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.service import vali
 from ansible_collections.specpilot.core.plugins.module_utils.service.spec import OVERRIDE_VARS
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import (
     Action,
+    known_variable_names,
     spec_from_task_vars,
 )
 
@@ -45,6 +46,7 @@ class ActionModule(Action):
             params["spec"], params["variable_names"] = spec_from_task_vars(
                 self._templar, task_vars or {}, params.get("default_name")
             )
+            self._names(params, task_vars or {})
         if params.get("model_facts") is None and (task_vars or {}).get(MODEL_FACTS_VAR) is not None:
             params["model_facts"] = self._templar.template(task_vars[MODEL_FACTS_VAR])
         if (task_vars or {}).get(IMAGE_PINS_VAR) is not None and "image_pins" not in self._task.args:
@@ -63,3 +65,12 @@ class ActionModule(Action):
         if failed:
             result["failed"] = True
         return result
+
+    def _names(self, params, task_vars):
+        """Every specpilot_* name the project's roles and playbooks use (the typo check), and the host's name
+        for the report's header when the spec does not name the service."""
+        if not params.get("known_variables"):
+            role = getattr(self._task, "_role", None)
+            params["known_variables"] = known_variable_names(task_vars, getattr(role, "_role_path", None))
+        if not params.get("default_name") and task_vars.get("inventory_hostname"):
+            params["default_name"] = task_vars["inventory_hostname"]

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_plan
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_plan, bench_verdict
 
 
 def _mapping(value, filter_name, what):
@@ -62,6 +62,18 @@ def benchmark_twin_lock_seconds(api_timeout, requested=0):
         raise AnsibleFilterError("benchmark_twin_lock_seconds: %s" % exc)
 
 
+def benchmark_engine_restarts(runs, before, after):
+    """runs | benchmark_engine_restarts(pods before, pods after) -> the runs, each one's summary with
+    ``engine_restarts`` when the side's engine restarted between the two reads (the level is then invalid,
+    bench_verdict.level_validity, with the reason)."""
+    if not isinstance(runs, (list, tuple)):
+        raise AnsibleFilterError("benchmark_engine_restarts expects a list of runs, got %s" % type(runs).__name__)
+    restarted = bench_verdict.engine_restarts(list(before or []), list(after or []))
+    if not restarted:
+        return list(runs)
+    return [dict(r, summary=dict(r.get("summary") or {}, engine_restarts=restarted)) for r in runs]
+
+
 class FilterModule(object):
     """specpilot benchmark filters."""
 
@@ -71,4 +83,5 @@ class FilterModule(object):
             "benchmark_twin_lock_seconds": benchmark_twin_lock_seconds,
             "benchmark_url": benchmark_url,
             "benchmark_target_problem": benchmark_target_problem,
+            "benchmark_engine_restarts": benchmark_engine_restarts,
         }

@@ -111,11 +111,13 @@ def failure_summary(message, limit=400):
 
 
 def deploy_result(result, rollout=None, kserve=None, vllm=None, check_mode=False):
-    """The decision's result | deploy_result(rollout_wait's result, KServe summary, vLLM version, check mode) ->
-    specpilot_deploy_result after a change: the rollout's outcome (``not waited for`` when the wait
-    did not run), the service's URL as the wait last read it, and ``check_mode`` (nothing was written)."""
+    """The decision's result | deploy_result(rollout_wait's result, KServe summary, vLLM version,
+    ansible_check_mode) -> specpilot_deploy_result after a change: the rollout's outcome (``not waited
+    for`` when the wait did not run; in check mode, that nothing was applied) and the service's URL as
+    the wait last read it."""
     result = dict(_mapping(result, "deploy_result") or {})
-    result["check_mode"] = bool(check_mode)
+    if check_mode:
+        result["check_mode"] = True
     rollout = _mapping(rollout, "deploy_result (rollout)") or {}
     status = (rollout.get("status") or {}) if isinstance(rollout.get("status"), Mapping) else {}
     url = (((rollout.get("inferenceservice") or {}).get("status") or {}).get("url")) or result.get("url")
@@ -125,7 +127,8 @@ def deploy_result(result, rollout=None, kserve=None, vllm=None, check_mode=False
         rollout={
             "done": bool(rollout.get("done", False)),
             "elapsed": rollout.get("elapsed", 0),
-            "message": status.get("message") or "not waited for",
+            "message": status.get("message")
+            or ("check mode: nothing applied, no rollout" if check_mode else "not waited for"),
         },
         url=url,
     )
@@ -145,19 +148,24 @@ def _truncate(text, length=200, end="...", leeway=5):
     return text[: length - len(end)].rsplit(" ", 1)[0] + end
 
 
+def _deploy_state(r):
+    """What deploy did and where the rollout stands; in check mode, what it would do (a dry run
+    applies nothing and waits for no rollout)."""
+    if r.get("check_mode") and r.get("applied"):
+        return "would deploy (check mode: server-side dry run, nothing applied)"
+    return "%s, %s" % (
+        "deployed" if r.get("applied") else "unchanged",
+        "ready" if (r.get("rollout") or {}).get("done") else "not ready",
+    )
+
+
 def _deploy_line(r):
     kserve = r.get("kserve") or {}
-    if r.get("check_mode"):  # nothing was written, nothing waited for
-        what, state = ("would deploy" if r.get("applied") else "unchanged"), "check mode"
-    else:
-        what = "deployed" if r.get("applied") else "unchanged"
-        state = "ready" if (r.get("rollout") or {}).get("done") else "not ready"
-    return "%s, %s (digest %s%s%s%s)%s" % (
-        what,
-        state,
+    return "%s (digest %s%s%s%s)%s" % (
+        _deploy_state(r),
         (r.get("spec_digest") or "")[:12],
         ", previous " + r["previous_digest"][:12] if r.get("previous_digest") else "",
-        ", KServe %s" % kserve.get("version") if "kserve" in r else "",
+        ", KServe %s" % kserve["version"] if kserve.get("version") else "",
         _vllm_part(r.get("vllm") or {}),
         "; note: %s" % kserve["note"] if kserve.get("note") else "",
     )
@@ -180,14 +188,17 @@ def _rollback_line(r):
     if r.get("skipped"):
         return "skipped (no InferenceService)"
     if r.get("check_mode") and r.get("changed"):
-        what = "would change"
+        # a dry run applies nothing: there is no rollout to be ready or not
+        what = "would change (check mode: nothing applied)"
     else:
-        what = "rolled back" if r.get("changed") else "unchanged"
+        what = "%s, %s" % (
+            "rolled back" if r.get("changed") else "unchanged",
+            "ready" if (r.get("rollout") or {}).get("done") else "not ready",
+        )
     removed = r.get("removed_args")
-    return "%s, %s, %s%s" % (
+    return "%s, %s%s" % (
         r.get("mode"),
         what,
-        "ready" if (r.get("rollout") or {}).get("done") else "not ready",
         ", removed " + _truncate(" ".join(removed)) if removed else "",
     )
 

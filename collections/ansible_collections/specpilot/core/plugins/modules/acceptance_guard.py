@@ -134,6 +134,14 @@ options:
         guard reads live traffic, at whatever temperature the clients send, and says so next to the production
         temperature. Null - not given.
     type: float
+  verdict_reports:
+    description:
+      - The service's benchmark and canary reports (C(report.json) paths on the controller). The newest of those that
+        exist is returned as RV(latest_verdict) and named at the end of RV(message) - the guard judges acceptance only;
+        whether speculation pays off is those reports' verdict.
+    type: list
+    elements: path
+    default: []
 
 seealso:
   - module: specpilot.core.vllm_metrics_facts
@@ -205,9 +213,15 @@ consecutive_readings:
   returned: success
   type: int
 message:
-  description: One line for the report.
+  description: One line for the report - what the guard judged (C(acceptance healthy), C(acceptance low)...), the
+    reading, and the newest benchmark or canary verdict when O(verdict_reports) has one.
   returned: success
   type: str
+latest_verdict:
+  description: The newest report of O(verdict_reports) - C({kind, verdict, summary, at, path}) (C(kind) benchmark or
+    canary; C(verdict) the benchmark's decision or the canary's outcome); null when none exists.
+  returned: success
+  type: dict
 acceptance_band:
   description: "The band rule applied to a judged reading (status low, borderline, healthy or no-window; else null) -
     C({acceptance_rate, band (off, measure_p99, likely_helps), band_text, rule, production_temperature,
@@ -265,8 +279,10 @@ from ansible_collections.specpilot.core.plugins.module_utils.operate.acceptance_
     GuardError,
     evaluate,
     isvc_speculative,
+    latest_verdict,
     prometheus_reading,
     reading_from_facts,
+    verdict_pointer,
 )
 from ansible_collections.specpilot.core.plugins.module_utils.service.versions import VersionError
 
@@ -294,6 +310,7 @@ def main():
             collapse_threshold=dict(type="float", default=0.05),
             auto_rollback=dict(type="bool", default=False),
             production_temperature=dict(type="float"),
+            verdict_reports=dict(type="list", elements="path", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -318,6 +335,9 @@ def main():
             reading = reading_from_facts(p["metrics"])
         result = evaluate(isvc, reading, p["history"], params, name=p["name"],
                           production_temperature=p["production_temperature"])
+        # what judged the speed: the newest benchmark or canary verdict of the service, when there is one
+        result["latest_verdict"] = latest_verdict(p["verdict_reports"])
+        result["message"] += verdict_pointer(result["latest_verdict"])
     except (GuardError, sm.MonitoringError, VersionError) as exc:
         module.fail_json(msg="%s: %s" % (p["name"], exc))
     module.exit_json(changed=False, **result)

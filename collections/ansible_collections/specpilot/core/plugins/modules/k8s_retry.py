@@ -17,8 +17,10 @@ description:
     error, or 409 with O(conflict) - with exponential backoff and full jitter between attempts (0.5 s doubling, at
     most 10 s, a random share of it), where an C(until:) loop waits a fixed delay. A 400, 401, 403, 404 or 422 is
     returned at once.
-  - Returns the last C(kubernetes.core.k8s) result as it is (C(changed), C(result), C(diff), C(msg)...). Check mode
-    and diff mode are passed on.
+  - Returns the last C(kubernetes.core.k8s) result as it is (C(changed), C(result), C(diff), C(msg)...), except
+    that C(diff) leaves out what the API server manages itself (C(status), and metadata's C(managedFields),
+    C(resourceVersion), C(uid), C(generation), C(creationTimestamp), C(selfLink)). Check mode and diff mode are
+    passed on.
   - A server-side apply of one object (O(args) with only C(state=present), C(apply=true), C(server_side_apply) with
     C(field_manager) and C(force_conflicts), C(definition) as a dict, and the connection options) is made in the
     Ansible worker with the kubernetes client instead of a C(kubernetes.core.k8s) run, which starts a new Python
@@ -95,7 +97,8 @@ method:
   type: str
   returned: success
 diff:
-  description: The fields that differ before and after, in diff mode.
+  description: The fields that differ before and after, in diff mode, without the fields the API server manages
+    (C({}) when only those differ).
   type: dict
   returned: success, in diff mode
 """

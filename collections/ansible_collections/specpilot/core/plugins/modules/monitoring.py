@@ -31,6 +31,8 @@ description:
   - "Dashboard panels: draft acceptance rate, mean acceptance length, per-position acceptance, drafted and
     accepted tokens per second, time to first token and inter-token latency (p50, p95, mean)."
   - Every expression sums over the data-parallel C(engine) label and groups by the labels of O(selector).
+  - Also renders a PodMonitor and a ServiceMonitor (RV(pod_monitor), RV(service_monitor)), so that Prometheus
+    scrapes the engine without a hand-written scrape config.
   - Pure rendering on the controller; nothing is contacted, never reports C(changed). Supports check mode.
 
 options:
@@ -49,6 +51,21 @@ options:
       - vLLM version inside the runtime image, e.g. C(0.32.0). It selects the metric names.
     type: str
     required: true
+  scrape:
+    description:
+      - The scrape config to apply beside the rule (RV(apply)) - C(podmonitor) (any deployment mode), C(servicemonitor)
+        (Standard mode, the predictor's Service) or C(none) (a scrape config of your own). One, never both - each
+        would scrape the pods once more, doubling every sum.
+    type: str
+    choices: [podmonitor, servicemonitor, none]
+    default: podmonitor
+  deployment_mode:
+    description:
+      - The service's KServe deployment mode (C(specpilot_deployment_mode)); it names the engine's port the
+        PodMonitor scrapes.
+    type: str
+    choices: [Standard, Knative]
+    default: Standard
   speculative:
     description:
       - The service's speculative config (C(specpilot_speculative)). Empty or null means speculative decoding
@@ -161,6 +178,22 @@ prometheus_rule:
   description: The PrometheusRule manifest.
   returned: success
   type: dict
+pod_monitor:
+  description: A C(monitoring.coreos.com/v1) PodMonitor that scrapes C(/metrics) of the service's pods (label
+    C(serving.kserve.io/inferenceservice)) on the engine's port (C(http); C(user-port) in Knative mode), with
+    O(rule_labels).
+  returned: success
+  type: dict
+apply:
+  description: What to apply, in order - C(objects) (the PrometheusRule, then the scrape config O(scrape) names) and
+    C(crds), the CustomResourceDefinition each needs (the Prometheus operator's).
+  returned: success
+  type: dict
+service_monitor:
+  description: A C(monitoring.coreos.com/v1) ServiceMonitor of the predictor's Service (Standard mode), its
+    endpoints on port 8080. Apply it or the PodMonitor, not both (the pods would be scraped twice).
+  returned: success
+  type: dict
 dashboard:
   description: The Grafana dashboard JSON model (C(uid), C(title), C(panels), a C(datasource) variable).
   returned: success
@@ -192,7 +225,11 @@ selector:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specpilot.core.plugins.module_utils.operate.monitoring import MonitoringError, render
+from ansible_collections.specpilot.core.plugins.module_utils.operate.monitoring import (
+    MonitoringError,
+    render,
+    to_apply,
+)
 from ansible_collections.specpilot.core.plugins.module_utils.service.versions import VersionError
 
 
@@ -214,6 +251,8 @@ def main():
             severity=dict(type="str", default="warning"),
             missing_severity=dict(type="str", default="critical"),
             rule_labels=dict(type="dict"),
+            deployment_mode=dict(type="str", choices=["Standard", "Knative"], default="Standard"),
+            scrape=dict(type="str", choices=["podmonitor", "servicemonitor", "none"], default="podmonitor"),
         ),
         supports_check_mode=True,
     )
@@ -232,7 +271,8 @@ def main():
     rule_labels = dict((str(k), str(v)) for k, v in (p["rule_labels"] or {}).items())
     try:
         result = render(p["name"], p["namespace"], p["vllm_version"], p["speculative"], selector, settings,
-                        rule_labels, p["engine"])
+                        rule_labels, p["engine"], p["deployment_mode"])
+        result["apply"] = to_apply(result, p["scrape"])
     except (MonitoringError, VersionError) as exc:
         module.fail_json(msg="cannot render monitoring for %s/%s: %s" % (p["namespace"], p["name"], exc))
     module.exit_json(changed=False, **result)

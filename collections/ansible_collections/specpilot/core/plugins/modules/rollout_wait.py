@@ -132,7 +132,8 @@ polls:
   returned: always
   type: int
 status:
-  description: The last evaluation - C({done, failed, cause, phase, message, progress, waiting_for, checks, pods}).
+  description: The last evaluation - C({done, failed, cause, phase, message, progress, waiting_for, activity, checks,
+    pods}); C(activity) says what the new pods do (starting, the engine loading, container restarts).
     C(cause) is one of C(crashloop), C(oomkilled), C(image), C(init), C(unschedulable), C(invalid-spec), C(api).
   returned: always
   type: dict

@@ -151,7 +151,8 @@ broken_holder:
   returned: state=broken
   type: str
 holder:
-  description: The holder identity written into the lock.
+  description: The holder identity written into the lock; with I(state=broken), the holder of the lock it broke
+    (or would break), as C(broken_holder).
   returned: always
   type: str
 resource_version:

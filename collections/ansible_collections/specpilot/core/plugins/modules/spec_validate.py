@@ -153,8 +153,18 @@ options:
   variable_names:
     description:
       - Names of the C(specpilot_*) variables defined for the service (C(query('ansible.builtin.varnames',
-        '^specpilot_'))). A name that is close to a spec key but is not one (C(specpilot_speculatve)) is
-        reported as a warning, since it would otherwise be ignored silently.
+        '^specpilot_'))). A name that no playbook reads but is close to one that does (C(specpilot_speculatve),
+        C(specpilot_deploy_wiat)) is an error with the name it is close to (it would otherwise be ignored and
+        the run go on with the default); a name close to none is a warning. Without O(known_variables) only
+        the names close to a spec key are checked.
+    type: list
+    elements: str
+    default: []
+  known_variables:
+    description:
+      - Every C(specpilot_*) name the project's roles and playbooks use, for the check of O(variable_names). The
+        action plugin reads them from the YAML of the playbook's folder and the roles beside it when the spec is
+        assembled from the variables.
     type: list
     elements: str
     default: []

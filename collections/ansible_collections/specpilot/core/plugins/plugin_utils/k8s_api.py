@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from ansible.module_utils.common.dict_transformations import recursive_diff
 
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import explained
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import auth_options
 
 REQUEST_TIMEOUT = 30
@@ -181,7 +182,7 @@ def failure(exc):
     status = getattr(exc, "status", None)
     body = getattr(exc, "body", None)
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or str(exc))
-    out = {"failed": True, "msg": " ".join(str(text).split())[:1000] or type(exc).__name__}
+    out = {"failed": True, "msg": explained(" ".join(str(text).split())[:1000] or type(exc).__name__)}
     if isinstance(status, int) and status > 0:
         out["status"] = status
     reason = getattr(exc, "reason", None)

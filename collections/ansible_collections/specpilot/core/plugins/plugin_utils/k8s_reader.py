@@ -28,6 +28,7 @@ from ansible.errors import AnsibleError
 from ansible.plugins.loader import lookup_loader
 from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry import (
     Backoff,
+    explained,
     retry_after_of,
     transient_status,
 )
@@ -164,7 +165,12 @@ class K8sReader(object):
         except Exception as exc:  # noqa: BLE001 - the kubernetes client raises many types
             raise ReadError(
                 "reading %s %s%s failed: %s"
-                % (kind, (namespace + "/") if namespace else "", name or label_selector or "", _short(exc))
+                % (
+                    kind,
+                    (namespace + "/") if namespace else "",
+                    name or label_selector or "",
+                    explained(_short(exc)),
+                )
             ) from exc
         if name:
             return found[0] if found else None

@@ -165,12 +165,17 @@ class LeaseClient(object):
         out = {"broken": False, "status": status, "broken_holder": status["holder"]}
         if not lease:
             return dict(out, message="no lock to break")
-        if self._check_mode or not confirm:
+        if self._check_mode:
+            return dict(out, message="check mode: not broken (the lock is %s)" % status["message"])
+        if not confirm:
+            # the operator runs playbooks/break_lock.yml: name its variable, not the task's option
+            how = "playbooks/break_lock.yml --limit %s -e specpilot_break_lock_confirm=true" % p["name"]
             return dict(
                 out,
-                failed=not self._check_mode,
-                msg="%s: the lock is %s; set confirm: true to break it" % (p["name"], status["message"]),
-                message="check mode: not broken (%s)" % status["message"],
+                failed=True,
+                msg="%s: the lock is %s; not broken without the confirmation: %s breaks it"
+                % (p["name"], status["message"], how),
+                message="not broken: no confirmation (the lock is %s)" % status["message"],
             )
         deleted = self._delete(status["resource_version"])
         if deleted.get("failed"):

@@ -376,11 +376,48 @@ def _acceptance_validity(acceptance, figs, reasons):
             )
 
 
+def _restart_counts(pods, container):
+    """{(pod name): restartCount of its ``container``} and the container statuses, by pod name."""
+    out = {}
+    for pod in pods or []:
+        for c in (pod.get("status") or {}).get("containerStatuses") or []:
+            if c.get("name") == container:
+                out[(pod.get("metadata") or {}).get("name")] = c
+    return out
+
+
+def engine_restarts(before, after, container="kserve-container"):
+    """The engine restarts between two reads of a side's pods (lists of Pod objects): ``{restarts, oom,
+    pods, reason}``, or None when none restarted. A pod absent from ``before`` counts all its restarts
+    (it was created meanwhile: the engine started cold)."""
+    was = _restart_counts(before, container)
+    pods = []
+    for name, c in sorted(_restart_counts(after, container).items()):
+        more = int(c.get("restartCount") or 0) - int((was.get(name) or {}).get("restartCount") or 0)
+        if more > 0:
+            last = (c.get("lastState") or {}).get("terminated") or {}
+            pods.append({"pod": name, "restarts": more, "last_reason": last.get("reason"),
+                         "last_exit_code": last.get("exitCode")})
+    if not pods:
+        return None
+    restarts = sum(p["restarts"] for p in pods)
+    oom = sum(p["restarts"] for p in pods if p["last_reason"] == "OOMKilled")
+    which = ", ".join("pod %s: %s, exit %s" % (p["pod"], p["last_reason"] or "?", p["last_exit_code"]) for p in pods)
+    reason = "the engine restarted %d time(s) while it was measured (%s)%s: the figures include a cold start" % (
+        restarts, which, ", out of memory: give the engine more memory or lower max_num_seqs" if oom else "")
+    return {"restarts": restarts, "oom": oom, "pods": pods, "reason": reason}
+
+
 def level_validity(baseline, speculative, acceptance, figs):
     """[] when the level can be judged, else the reasons it cannot."""
     reasons = []
     _side_validity("baseline", baseline, reasons)
     _side_validity("speculative", speculative, reasons)
+    for side, summary in (("baseline", baseline), ("speculative", speculative)):
+        restarted = (summary or {}).get("engine_restarts")
+        if restarted:
+            # issue 39: out-of-memory restarts during a benchmark went unreported
+            reasons.append("%s: %s" % (side, restarted.get("reason") or "the engine restarted while measured"))
     b_err = (baseline or {}).get("error_rate") or 0.0
     if VALIDITY["max_baseline_error_rate"] < b_err < VALIDITY["max_side_error_rate"]:
         reasons.append(

@@ -37,6 +37,7 @@ __all__ = [
     "expected_from_plan",
     "expected_from_isvc",
     "pod_summary",
+    "pods_activity",
     "rollout_status",
     "template_container",
 ]
@@ -199,7 +200,51 @@ def pod_summary(pod, expected=None, now=None):
         "last_message": (last or {}).get("message"),
         "init_failure": init_failure,
         "node": spec.get("nodeName"),
+        "running_for": _running_for(state, now),
     }
+
+
+def _running_for(state, now):
+    """Seconds the container has been running (its ``state.running.startedAt``), or None."""
+    since = parse_time(((state or {}).get("running") or {}).get("startedAt"))
+    return int(now - since) if (now is not None and since is not None) else None
+
+
+def _restarts_text(p):
+    if not p["restarts"]:
+        return ""
+    last = ", last exit %s%s" % (p["last_exit_code"], " OOMKilled" if p["last_reason"] == "OOMKilled" else "")
+    return ", %d container restart%s%s" % (
+        p["restarts"],
+        "" if p["restarts"] == 1 else "s",
+        last if p["last_exit_code"] is not None else "",
+    )
+
+
+def _pod_doing(p):
+    """What one pod is doing, in words: scheduling, starting, the engine loading, restarting, ready."""
+    if p["unschedulable"]:
+        doing = "Pending, not scheduled: %s" % p["unschedulable"]
+    elif p["ready"]:
+        doing = "ready, serving"
+    elif p["phase"] == "Running" and p["state"] == "running":
+        since = " (container up %ds)" % p["running_for"] if p["running_for"] is not None else ""
+        doing = "Running, the engine is loading: not ready yet%s" % since
+    elif p["waiting_reason"] in ("CrashLoopBackOff", "Error"):
+        doing = "%s restarting (%s)" % (CONTAINER, p["waiting_reason"])
+    elif p["phase"] == "Pending":
+        doing = "Pending, starting (%s)" % (p["waiting_reason"] or "containers not started yet")
+    else:
+        doing = "%s, %s %s" % (p["phase"], CONTAINER, p["state"])
+    return "pod %s%s: %s%s" % (p["name"], " (new)" if p["new"] else "", doing, _restarts_text(p))
+
+
+def pods_activity(summaries):
+    """What the rollout's pods are doing: the new revision's pods when they are known (else every
+    pod not terminating), one clause each; None when there are none."""
+    live = [p for p in summaries if not p["terminating"]]
+    shown = [p for p in live if p["new"]] or [p for p in live if p["new"] is None]
+    return "; ".join(_pod_doing(p) for p in shown) or None
 
 
 def _failure(pods, expected, options, isvc, now, started):
@@ -355,7 +400,10 @@ def _standard_checks(expected, deployment, baseline, checks, waiting):
     elif not (checks["template_args"] and checks["template_digest"] and checks["generation_advanced"]):
         waiting.append("Deployment %s still has the previous pod template" % dmd.get("name"))
     elif not checks["generation_observed"]:
-        waiting.append("Deployment generation %s not observed yet (observed %s)" % (generation, observed))
+        waiting.append(
+            "Deployment generation %s not observed by its controller yet (status shows %s)"
+            % (generation, "none" if observed is None else observed)
+        )
     elif not checks["replicas_updated"]:
         waiting.append("%d/%d replicas updated" % (updated, replicas))
     elif not checks["replicas_available"]:
@@ -434,6 +482,11 @@ def rollout_status(
     else:
         phase = "pending" if not new_pods and not checks.get("revision_created", True) else "progressing"
         message = "waiting: %s" % waiting[0]
+        activity = pods_activity(summaries)
+        if activity and new_pods:
+            # What the user is waiting for, first: the pods (the engine loading, restarts), then the
+            # object that has not caught up (a Deployment reports its generation late).
+            message = "waiting: %s (%s)" % (activity, waiting[0])
     return {
         "done": done,
         "failed": cause is not None,
@@ -442,6 +495,7 @@ def rollout_status(
         "message": message,
         "progress": "%s | %s | InferenceService %s" % (headline, pod_text, ready_text),
         "waiting_for": waiting,
+        "activity": pods_activity(summaries) if not done else None,
         "checks": checks,
         "pods": summaries,
     }

@@ -33,6 +33,8 @@ __all__ = [
     "retry_after_seconds",
     "retry_after_of",
     "Backoff",
+    "likely_cause",
+    "explained",
 ]
 
 RETRY_STATUS = (429, 500, 502, 503, 504)
@@ -163,3 +165,59 @@ class Backoff(object):
                 return outcome
             self._sleep(self.delay(attempt, retry_after))
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+# What a failed call's message says about its cause, and what the user runs next (issue 39: deploy with the
+# lab down printed a cut-off connection error). First match wins.
+_CAUSES = (
+    (
+        re.compile(
+            r"Invalid kube-config file|No configuration found|kubeconfig.*(not found|does not exist)"
+            r"|Could not create API client",
+            re.I,
+        ),
+        "no usable kubeconfig",
+        "set KUBECONFIG or specpilot_k8s_kubeconfig (and specpilot_k8s_context); for the lab: `make lab-up`, "
+        "then the KUBECONFIG line `make lab-status` prints",
+    ),
+    (
+        re.compile(
+            r"Connection refused|Failed to establish a new connection|Max retries exceeded|Name or service not known"
+            r"|Temporary failure in name resolution|nodename nor servname|No route to host|Connection reset"
+            r"|timed out|no answer from the API server|RemoteDisconnected",
+            re.I,
+        ),
+        "the cluster's API server did not answer",
+        "is the cluster reachable? check KUBECONFIG / specpilot_k8s_kubeconfig and specpilot_k8s_context; "
+        "for the lab: `make lab-up` (`make lab-status` says whether it runs)",
+    ),
+    (
+        re.compile(r'"code"\s*:\s*401|\b401\b.*Unauthorized|Unauthorized', re.I),
+        "the API server refused the credentials (401)",
+        "is the token expired? create a new one (README, \"Against a real cluster\") or check specpilot_k8s_api_key",
+    ),
+    (
+        re.compile(r"the server could not find the requested resource|no matches for kind|"
+                   r"Failed to find exact match for|could not find the resource", re.I),
+        "the cluster does not know this kind: its CRD is not installed",
+        "install the operator that owns the CRD, or check the apiVersion",
+    ),
+)
+
+
+def likely_cause(text):
+    """``(cause, next step)`` for a failed call's message (a kubeconfig that is missing, an API server that
+    does not answer, credentials refused, a kind the cluster does not know), or None."""
+    for pattern, cause, step in _CAUSES:
+        if pattern.search(str(text or "")):
+            return cause, step
+    return None
+
+
+def explained(text):
+    """``text`` with its likely cause and the next step first (so a cut-off message keeps them):
+    ``<cause>: <next step>. <text>``; ``text`` as it is when the cause is not known."""
+    found = likely_cause(text)
+    if not found:
+        return text
+    return "%s - %s. Details: %s" % (found[0], found[1], text)

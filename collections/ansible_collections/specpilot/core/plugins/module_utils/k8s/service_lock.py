@@ -174,14 +174,17 @@ def renew_patch(holder, resource_version, now):
 def held_message(status, namespace, lease, running="deploy or rollback"):
     """Why a run may not write the service now (``status``: what lease_status said), and what the
     user can do.  Every refusal of the lock says it this way."""
+    service = lease[len(lease_name("")) :] if lease and lease.startswith(lease_name("")) else lease
     return (
         "another %s of this service is running - lock %s/%s %s. Wait for it to finish; "
-        "if it died, the lock expires by itself%s, or delete the Lease."
+        "if it died, the lock expires by itself%s, or break it now: "
+        "playbooks/break_lock.yml --limit %s -e specpilot_break_lock_confirm=true"
         % (
             running,
             namespace,
             lease,
             status["message"],
             " at %s" % status["expires_at"] if status.get("expires_at") else "",
+            service,
         )
     )

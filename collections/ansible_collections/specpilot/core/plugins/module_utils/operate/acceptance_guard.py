@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shlex
 import time
@@ -363,10 +364,10 @@ def evaluate(isvc, reading, history_raw, params=None, now=None, name=None, produ
         message = "%s: idle (%s draft tokens in the window, %d needed): no verdict" % (
             label, reading.get("drafted") or 0, s["min_draft_tokens"])
     elif rate is not None:
-        message = "%s: %s, acceptance %.3f over %s draft tokens, %d/%d low readings in a row" % (
-            label, status, rate, reading.get("drafted"), streak, k)
+        message = "%s: %s, %.3f over %s draft tokens, %d/%d low readings in a row" % (
+            label, judged(status), rate, reading.get("drafted"), streak, k)
     else:
-        message = "%s: %s" % (label, status)
+        message = "%s: %s" % (label, judged(status))
     if action == "rollback":
         message += "; rolling speculative decoding back"
     elif action == "report":
@@ -390,3 +391,51 @@ def evaluate(isvc, reading, history_raw, params=None, now=None, name=None, produ
         "history_json": history_json(history),
         "settings": s,
     }
+
+
+# What the guard judged, in its words: acceptance only (issue 39: "healthy" right after the canary aborted the
+# same config for TTFT +57% read as "paying off"; speed is the benchmark's and the canary's to judge).
+_JUDGED = {
+    "healthy": "acceptance healthy",
+    "borderline": "acceptance borderline",
+    "low": "acceptance low",
+    "no-window": "acceptance not judged (cumulative figures only)",
+    "missing": "speculative metrics missing",
+}
+
+
+def judged(status):
+    """The words of a status: what was judged (``acceptance healthy``), not a verdict on the service."""
+    return _JUDGED.get(status, status)
+
+
+def latest_verdict(paths):
+    """The newest of the benchmark and canary reports at ``paths`` (their report.json; missing ones
+    skipped): ``{kind, verdict, summary, at, path}``, or None. When: the report's run time (``run.at``),
+    else its ``generated_at``, else the file's time."""
+    found = []
+    for path in paths or ():
+        try:
+            with open(path, encoding="utf-8") as fh:
+                report = json.load(fh)
+            mtime = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(path)))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(report, dict):
+            continue
+        kind = "canary" if "outcome" in report else "benchmark"
+        at = (report.get("run") or {}).get("at") or report.get("generated_at") or mtime
+        verdict = report.get("outcome") if kind == "canary" else report.get("decision")
+        found.append({"kind": kind, "verdict": verdict, "summary": report.get("summary"), "at": at, "path": path})
+    return max(found, key=lambda v: v["at"]) if found else None
+
+
+def verdict_pointer(verdict, limit=200):
+    """``; latest canary verdict (2026-...): aborted - <summary> (<path>)`` for the guard's message."""
+    if not verdict:
+        return ""
+    summary = str(verdict.get("summary") or "")
+    if len(summary) > limit:
+        summary = summary[: limit - 3] + "..."
+    return "; latest %s verdict (%s): %s%s (%s)" % (
+        verdict["kind"], verdict["at"], verdict["verdict"], " - " + summary if summary else "", verdict["path"])

@@ -178,6 +178,21 @@ def histogram_quantile(q, buckets, count):
     return lower  # in the +Inf bucket: the highest finite bound
 
 
+def quantile_bucket(q, buckets, count):
+    """The bucket ``[lower, upper]`` (seconds) the ``q`` quantile falls in: a quantile from a histogram is
+    known only to its bucket's width (issue 39: a p99 shown as a bucket edge, a zero-width interval).
+    ``upper`` is None in the +Inf bucket (the quantile is at least ``lower``); None without observations."""
+    if not count:
+        return None
+    rank = q * count
+    lower, below = 0.0, 0
+    for le, n in buckets:
+        if n >= rank and n > below:
+            return [lower, le]
+        lower, below = le, n
+    return [lower, None]
+
+
 def _expanded(buckets, count, size=None):
     """The per-request values (seconds) a window's histogram stands for: each bucket's
     observations evenly spread inside it; ``size`` of them at most (default MAX_VALUES), as evenly
@@ -239,6 +254,9 @@ def arm_figures(arm):
             "p50_ms": None if q[0] is None else 1000.0 * q[0],
             "p99_ms": None if q[1] is None else 1000.0 * q[1],
         }
+        for name, p in (("p50_bucket_ms", 0.5), ("p99_bucket_ms", 0.99)):
+            edges = quantile_bucket(p, h["buckets"], h["count"])
+            out[fig][name] = None if edges is None else [None if e is None else 1000.0 * e for e in edges]
     return out
 
 
@@ -575,11 +593,37 @@ def _fmt(value, unit=""):
     return "n/a" if value is None else "%.2f%s" % (value, unit)
 
 
-def _ratio_text(entry):
+def _ratio_text(entry, resolution=None):
     if not entry or entry.get("value") is None:
         return "n/a"
     ci = entry.get("ci95")
-    return "%.2fx (%s)" % (entry["value"], "95%% CI %.2f-%.2f" % tuple(ci) if ci else "no CI")
+    text = "95%% CI %.2f-%.2f" % tuple(ci) if ci else "no CI"
+    if resolution:
+        text += "; the buckets allow %s" % resolution
+    return "%.2fx (%s)" % (entry["value"], text)
+
+
+def _quantile_text(figure, quantile):
+    """A quantile from a histogram as the table shows it: its value, or ``>= <last bound>`` when it is past
+    the last finite bucket (the value is then that bound, not a measurement)."""
+    edges = figure.get(quantile.replace("_ms", "_bucket_ms"))
+    if edges and edges[1] is None:
+        return ">= %s" % _fmt(edges[0])
+    return _fmt(figure.get(quantile))
+
+
+def bucket_resolution(baseline, canary, quantile="p50_ms"):
+    """The range of baseline / canary ratios the two quantiles' buckets allow ('0.50-2.00x', '>= 1.50x'), or
+    None when a bucket is not known: a ratio of histogram quantiles is no finer than that, whatever its
+    bootstrap interval says (the resampled values are spread inside the same buckets)."""
+    b = (baseline or {}).get(quantile.replace("_ms", "_bucket_ms"))
+    c = (canary or {}).get(quantile.replace("_ms", "_bucket_ms"))
+    if not b or not c:
+        return None
+    low = b[0] / c[1] if c[1] else 0.0
+    if b[1] is None or not c[0]:
+        return ">= %.2fx" % low
+    return "%.2f-%.2fx" % (low, b[1] / c[0])
 
 
 READ_FROM = {
@@ -648,7 +692,7 @@ def report_markdown(report):
                     arm,
                     a["requests"],
                     a["failed"],
-                    *["%s / %s" % (_fmt(f.get("p50_ms")), _fmt(f.get("p99_ms"))) for f in figs],
+                    *["%s / %s" % (_quantile_text(f, "p50_ms"), _quantile_text(f, "p99_ms")) for f in figs],
                     _fmt(acc),
                 )
             )
@@ -659,15 +703,29 @@ def report_markdown(report):
                 "Speedup (baseline / canary): "
                 + ", ".join(
                     "%s p50 %s, p99 %s"
-                    % (f.upper(), _ratio_text(ratios.get(f)), _ratio_text((ratios.get(f) or {}).get("p99")))
+                    % (
+                        f.upper(),
+                        _ratio_text(ratios.get(f), _step_resolution(step, f, "p50_ms")),
+                        _ratio_text((ratios.get(f) or {}).get("p99"), _step_resolution(step, f, "p99_ms")),
+                    )
                     for f in ("ttft", "tpot", "e2e")
                 ),
+                "",
+                "The figures come from histogram buckets: a quantile is known to its bucket, and a ratio to the "
+                "range the two buckets allow (shown after each interval); `>=` marks a quantile past the last "
+                "bucket.",
             ]
         lines += ["", "Reasons:", ""] + ["- %s" % r for r in step["reasons"]] + [""]
         if step.get("notes"):
             lines += ["Notes:", ""] + ["- %s" % n for n in step["notes"]] + [""]
     lines += plot_links(report)
     return "\n".join(lines) + "\n"
+
+
+def _step_resolution(step, figure, quantile):
+    arms = step.get("arms") or {}
+    pick = [((arms.get(a) or {}).get("figures") or {}).get(figure) for a in ("baseline", "canary")]
+    return bucket_resolution(pick[0], pick[1], quantile)
 
 
 PLOT_FIGURES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E"))

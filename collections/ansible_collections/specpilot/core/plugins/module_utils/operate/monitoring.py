@@ -408,9 +408,84 @@ def grafana_dashboard(name, namespace, vllm_version, planned=True, selector=None
     }
 
 
+# The Prometheus operator's CRD of each kind the role applies: applied only where the cluster has it.
+MONITORING_CRDS = {
+    "PrometheusRule": "prometheusrules.monitoring.coreos.com",
+    "PodMonitor": "podmonitors.monitoring.coreos.com",
+    "ServiceMonitor": "servicemonitors.monitoring.coreos.com",
+}
+SCRAPE_INTERVAL = "30s"
+# The engine's port, by name: render.py names the runtime container's port "http" (Standard mode keeps it);
+# Knative names a revision's user port "user-port" on the Deployment and Pod it creates (knative.dev/serving
+# pkg/apis/serving/v1, the constant UserPortName), whatever the runtime named it.
+_POD_PORT = {"Standard": "http", "Knative": "user-port"}
+ISVC_LABEL = "serving.kserve.io/inferenceservice"
+
+
+def _monitor_meta(name, namespace, labels):
+    return {
+        "name": "%s-specpilot-vllm" % name,
+        "namespace": namespace,
+        "labels": dict(
+            labels or {}, **{"app.kubernetes.io/managed-by": "specpilot", "specpilot.io/inferenceservice": name}
+        ),
+    }
+
+
+def pod_monitor(name, namespace, deployment_mode="Standard", labels=None, interval=SCRAPE_INTERVAL):
+    """A monitoring.coreos.com/v1 PodMonitor that scrapes /metrics of every pod of InferenceService
+    ``name`` (KServe labels its pods ``serving.kserve.io/inferenceservice``), stable and canary alike, on
+    the engine's port. The operator adds the ``namespace`` label the rule's selector uses."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": _monitor_meta(name, namespace, labels),
+        "spec": {
+            "selector": {"matchLabels": {ISVC_LABEL: name}},
+            "namespaceSelector": {"matchNames": [namespace]},
+            "podMetricsEndpoints": [
+                {"port": _POD_PORT.get(deployment_mode, "http"), "path": "/metrics", "interval": interval}
+            ],
+        },
+    }
+
+
+def service_monitor(name, namespace, labels=None, interval=SCRAPE_INTERVAL):
+    """A monitoring.coreos.com/v1 ServiceMonitor for the predictor's Service of a Standard-mode
+    InferenceService (labelled ``serving.kserve.io/inferenceservice`` and ``component: predictor``), its
+    endpoints on the engine's port 8080 (``targetPort``: the Service's own port name differs between
+    KServe releases). Use it or the PodMonitor, not both: each would scrape the same pods once more."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": _monitor_meta(name, namespace, labels),
+        "spec": {
+            "selector": {"matchLabels": {ISVC_LABEL: name, "component": "predictor"}},
+            "namespaceSelector": {"matchNames": [namespace]},
+            "endpoints": [{"targetPort": 8080, "path": "/metrics", "interval": interval}],
+        },
+    }
+
+
+SCRAPE_KINDS = {"podmonitor": "PodMonitor", "servicemonitor": "ServiceMonitor", "none": None}
+
+
+def to_apply(rendered, scrape="podmonitor"):
+    """What the role applies of ``render``'s result, in order, and the CRD each needs: the PrometheusRule
+    and the scrape config ``scrape`` names (``podmonitor``, ``servicemonitor`` or ``none``: one, never both,
+    or the pods would be scraped twice). ``{"objects": [...], "crds": [...]}``."""
+    if scrape not in SCRAPE_KINDS:
+        raise MonitoringError("scrape must be one of %s, not %r" % (", ".join(sorted(SCRAPE_KINDS)), scrape))
+    objects = [rendered["prometheus_rule"]]
+    if SCRAPE_KINDS[scrape]:
+        objects.append(rendered["pod_monitor" if scrape == "podmonitor" else "service_monitor"])
+    return {"objects": objects, "crds": [MONITORING_CRDS[o["kind"]] for o in objects]}
+
+
 def render(name, namespace, vllm_version, speculative=None, selector=None, settings=None,
-           rule_labels=None, engine="auto"):
-    """Everything for one service: the rule, the dashboard, the PromQL and the metric names."""
+           rule_labels=None, engine="auto", deployment_mode="Standard"):
+    """Everything for one service: the rule, the dashboard, the scrape configs (a PodMonitor and a
+    ServiceMonitor), the PromQL and the metric names."""
     planned = bool(speculative)
     profile = metric_profile(vllm_version, engine)
     sel = dict(selector or default_selector(name, namespace))
@@ -424,6 +499,8 @@ def render(name, namespace, vllm_version, speculative=None, selector=None, setti
         "profile": profile,
         "selector": sel,
         "prometheus_rule": rule,
+        "pod_monitor": pod_monitor(name, namespace, deployment_mode, rule_labels),
+        "service_monitor": service_monitor(name, namespace, rule_labels),
         "dashboard": dash,
         "expressions": {k: v for k, v in exprs.items() if v is not None},
         "metrics": metric_names("\n".join(texts)),

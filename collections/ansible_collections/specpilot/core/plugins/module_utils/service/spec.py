@@ -25,6 +25,7 @@ __all__ = [
     "OVERRIDE_VARS",
     "MOUNT_ROOT",
     "assemble_from_vars",
+    "variable_typos",
     "plain",
     "normalise",
     "spec_digest",
@@ -748,6 +749,26 @@ def assemble_from_vars(variables, default_name=None):
     if "name" not in spec and default_name:
         spec["name"] = str(default_name)
     return spec, unknown
+
+
+def variable_typos(names, known=()):
+    """The ``specpilot_*`` names in ``names`` that no playbook reads: ``[(name, suggestion or None)]``,
+    sorted. ``known``: the names the project's roles and playbooks use (the action plugin reads them
+    there); the spec keys and the control variables are always known. The suggestion is the closest
+    known name (difflib, on the part after the prefix). Without ``known`` (the module run alone) only
+    the names close to a spec key are reported."""
+    spec_names = [VAR_PREFIX + key for key in SPEC_KEYS]
+    every = set(spec_names) | set(CONTROL_VARS) | {n for n in known or () if n.startswith(VAR_PREFIX)}
+    candidates = sorted(every) if known else spec_names
+    tails = [name[len(VAR_PREFIX) :] for name in candidates]
+    out = []
+    for name in sorted(set(names)):
+        if not name.startswith(VAR_PREFIX) or name in every:
+            continue
+        close = difflib.get_close_matches(name[len(VAR_PREFIX) :], tails, n=1, cutoff=0.8)
+        if close or known:
+            out.append((name, VAR_PREFIX + close[0] if close else None))
+    return out
 
 
 def normalise(spec):

@@ -36,10 +36,10 @@ from ansible_collections.specpilot.core.plugins.module_utils.service.spec import
     MOUNT_ROOT,
     SERVICE_SCHEMA,
     VAR_PREFIX,
-    assemble_from_vars,
     normalise,
     plain,
     spec_digest,
+    variable_typos,
 )
 from ansible_collections.specpilot.core.plugins.module_utils.service.versions import (
     VersionError,
@@ -499,9 +499,17 @@ def _internal_error(exc, options):
     return _finish(_empty_result(findings), dict(options or {}))
 
 
-def _empty_result(findings):
+def _service_name(raw, options):
+    """The service's name for the report's header, even when the spec fails its schema (issue 39: the
+    header said ``specpilot validate: ?``): the spec's name, else the default name (the host's)."""
+    name = raw.get("name") if isinstance(raw, dict) else None
+    return name if isinstance(name, str) and name else options.get("default_name")
+
+
+def _empty_result(findings, service=None):
     """The result before any plan: not ok, the findings' lists."""
     return {
+        "service": service,
         "ok": False,
         "errors": findings.errors,
         "warnings": findings.warnings,
@@ -517,7 +525,7 @@ def _validate(spec, options):
     raw = plain(spec)
     acknowledged = raw.get("acknowledged_warnings") if isinstance(raw, dict) else None
     findings = Findings(acknowledged if isinstance(acknowledged, list) else ())
-    result = _empty_result(findings)
+    result = _empty_result(findings, _service_name(raw, options))
     if not isinstance(raw, dict):
         findings.error(
             "", "the spec must be a mapping of keys to values", "see schemas/service.schema.json", "spec-type"
@@ -535,7 +543,7 @@ def _validate(spec, options):
     spec_sanity.check(raw, findings)
     _schema_errors(raw, schema, findings)
     schema_ok = not findings.errors
-    _variable_typos(options.get("variable_names") or (), findings)
+    _variable_typos(options.get("variable_names") or (), options.get("known_variables") or (), findings)
     # auto: the release read from the image (cluster_probe.py); a declared one the image contradicts is an error
     result["vllm_version"] = cluster_probe.resolve_version(raw, options.get("probed"), findings)
 
@@ -950,15 +958,25 @@ def _deployment_digest(runtime, isvc, staging):
     )
 
 
-def _variable_typos(names, findings):
-    _spec, unknown = assemble_from_vars({name: None for name in names})
-    for variable, suggestion in unknown:
-        findings.warning(
-            variable[len(VAR_PREFIX) :],
-            "the variable %s is not a spec key and is ignored" % variable,
-            "did you mean %s?" % suggestion,
-            "unknown-variable",
-        )
+def _variable_typos(names, known, findings):
+    """A misspelt specpilot_* variable would be ignored, and the run would go on with the default
+    (issue 39: specpilot_workoad was a warning): an error with the name it is close to. A name close to
+    none is a warning (a variable of the user's own, or a typo too far from any name)."""
+    for variable, suggestion in variable_typos(names, known):
+        if suggestion:
+            findings.error(
+                variable[len(VAR_PREFIX) :],
+                "the variable %s is not one specpilot reads: it would be ignored" % variable,
+                "did you mean %s?" % suggestion,
+                "unknown-variable",
+            )
+        else:
+            findings.warning(
+                variable[len(VAR_PREFIX) :],
+                "the variable %s is not one specpilot reads and is ignored" % variable,
+                "check its spelling against the roles' README.md (the variables each role reads)",
+                "unknown-variable",
+            )
 
 
 def _drop_nulls(value):
@@ -1143,7 +1161,7 @@ _VERSION_SOURCES = {
 def format_report(result, prefix=VAR_PREFIX, strict=False):
     """Readable block of every finding, with the variable paths users write."""
     spec = result.get("spec") or {}
-    head = "specpilot validate: %s" % (spec.get("name") or "?")
+    head = "specpilot validate: %s" % (spec.get("name") or result.get("service") or "?")
     if spec:
         head += " (namespace %s, vLLM %s%s, KServe %s, %s)" % (
             spec.get("namespace"),
@@ -1195,6 +1213,8 @@ ARGUMENT_SPEC = {
     "read_local_files": {"type": "bool", "default": True},
     "var_prefix": {"type": "str", "default": VAR_PREFIX},
     "variable_names": {"type": "list", "elements": "str", "default": []},
+    # every specpilot_* name the project's roles and playbooks use (the action plugin reads them there)
+    "known_variables": {"type": "list", "elements": "str", "default": []},
     "render_dir": {"type": "path"},
     "display_warnings": {"type": "bool", "default": True},
     # auto: read config.json and the tokenizer at each artifact's source; off: no network reads (unset:
@@ -1226,11 +1246,13 @@ def run_options(params):
             "read_local_files",
             "var_prefix",
             "variable_names",
+            "known_variables",
             "override_method",
             "override_num_speculative_tokens",
             "model_facts",
             "probed",
             "image_pins",
+            "default_name",
         )
     }
 
