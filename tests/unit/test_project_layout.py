@@ -209,7 +209,8 @@ def test_module_utils_are_packaged_by_capability_and_the_flat_names_still_import
     moved = {
         name: package
         for name, package in packaged.items()
-        if name not in ("files", "reports", "prometheus_api", "canary_prometheus", "bench_load")
+        if name
+        not in ("files", "reports", "prometheus_api", "canary_prometheus", "bench_load", "preflight_rules")
     }
     for name, package in moved.items():
         assert routing[name]["redirect"] == f"specpilot.core.{package}.{name}", name

@@ -7,6 +7,7 @@ through playbooks/validate.yml: a field-path error each, and no Python exception
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import re
@@ -68,7 +69,9 @@ def malformed(draw):
         if draw(st.booleans()) and isinstance(parent, dict):
             del parent[path[-1]]
         else:
-            parent[path[-1]] = draw(ODD)
+            # a copy: a later step may write into it, and sampled_from hands out the same {"code": "x"}
+            # object each time (a changed one makes hypothesis's replays differ: FlakyStrategyDefinition)
+            parent[path[-1]] = copy.deepcopy(draw(ODD))
     options = draw(
         st.fixed_dictionaries(
             {},

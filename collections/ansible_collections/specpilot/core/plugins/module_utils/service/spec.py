@@ -259,6 +259,13 @@ def _workload():
                 type="integer",
                 minimum=1,
             ),
+            "structured_output": _s(
+                "Whether clients send structured-output (guided decoding) requests: response_format "
+                "json_schema or json_object, guided_json / structured_outputs, strict tool calls.  "
+                "Validation refuses speculative decoding on the vLLM releases where the two break "
+                "together (V0 engine, V1 before 0.9.0).  Default false.",
+                type="boolean",
+            ),
             "slo": _s(
                 "What the keep-or-rollback verdict judges by (the benchmark role passes it on as "
                 "specpilot_benchmark_slo).  Absent fields take their defaults.",
@@ -656,6 +663,14 @@ SERVICE_SCHEMA = {
             "and do not fail strict mode.",
             type="array",
             items={"type": "string"},
+        ),
+        "purpose": _s(
+            "What the deployment is for: service (default) or benchmark.  Only a benchmark may use "
+            "synthetic rejection sampling (speculative.rejection_sample_method: synthetic, "
+            "synthetic_acceptance_*), which accepts drafts at made-up rates and so answers with text the "
+            "model did not choose.",
+            type="string",
+            enum=["service", "benchmark"],
         ),
         "workload": _workload(),
         "smoke": _s(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import json
 
+from ansible_collections.specpilot.core.plugins.module_utils.service import preflight_rules
 from ansible_collections.specpilot.core.plugins.module_utils.service import render
 from ansible_collections.specpilot.core.plugins.module_utils.service import vllm_profiles as vp
 from ansible_collections.specpilot.core.plugins.module_utils.report.findings import path_join
@@ -354,29 +355,6 @@ def _synthetic(cfg, ctx, findings, path):
             % (length, nst + 1, version),
             "lower it to at most %d" % (nst + 1),
             "synthetic-range",
-        )
-
-
-def _draft_tp(cfg, ctx, findings, path):
-    dtp = cfg.get("draft_tensor_parallel_size")
-    if not isinstance(dtp, int) or isinstance(dtp, bool) or dtp < 1:  # < 1 is a bound error already
-        return
-    tp = ctx.get("target_tp") or 1
-    version = _ctx_version(ctx)
-    if ctx["profile"]["x-specpilot"]["draft_tp_must_be_one"] and dtp != 1:
-        findings.error(
-            path_join(path, "draft_tensor_parallel_size"),
-            "draft_tensor_parallel_size=%d: vLLM %s supports only 1" % (dtp, version),
-            "set it to 1",
-            "draft-tp",
-        )
-    elif dtp not in (1, tp):
-        findings.error(
-            path_join(path, "draft_tensor_parallel_size"),
-            "draft_tensor_parallel_size=%d must be 1 or the target's tensor_parallel_size (%d) in vLLM %s"
-            % (dtp, tp, version),
-            "use 1" if tp == 1 else "use 1 or %d" % tp,
-            "draft-tp",
         )
 
 
@@ -744,7 +722,7 @@ def _check(cfg, ctx, findings, path="speculative"):
             known.pop(error.absolute_path[0], None)
     _lookup_bounds(known, ctx, findings, path)
     _synthetic(known, ctx, findings, path)
-    _draft_tp(known, ctx, findings, path)
+    preflight_rules.check_draft_tp(known, ctx, findings, path)
     _per_batch(known, ctx, findings, path)
     _method_scoped_keys(known, ctx, findings, path)
     _method_semantics(known, ctx, findings, path)

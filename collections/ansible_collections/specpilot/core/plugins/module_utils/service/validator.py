@@ -25,6 +25,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.service import comp
 from ansible_collections.specpilot.core.plugins.module_utils.service import gpu_budget
 from ansible_collections.specpilot.core.plugins.module_utils.service import kserve_rules
 from ansible_collections.specpilot.core.plugins.module_utils.service import model_facts
+from ansible_collections.specpilot.core.plugins.module_utils.service import preflight_rules
 from ansible_collections.specpilot.core.plugins.module_utils.service import render
 from ansible_collections.specpilot.core.plugins.module_utils.service import spec_override
 from ansible_collections.specpilot.core.plugins.module_utils.service import spec_sanity
@@ -593,6 +594,7 @@ def _validate(spec, options):
     if cfg:
         ctx = _spec_ctx(spec, vllm_version, profile, target, draft, async_requested)
         speculative.check(cfg, ctx, findings)
+        preflight_rules.check(cfg, ctx, spec, findings)  # issue 38: purpose, workload, LoRA
         _check_workload_temperature(spec, findings)
         if draft_artifact or minfo["model"] == "optional":
             compat.check_compatibility(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import json
 
+from ansible_collections.specpilot.core.plugins.module_utils.service import preflight_rules
 from ansible_collections.specpilot.core.plugins.module_utils.service.versions import (
     format_version,
     parse_version,
@@ -862,7 +863,7 @@ def _x(version, keys, methods):
         "async_scheduling": _async_policy(version),
         "min_p_logit_bias_ignored": version >= _V("0.11.2"),
         "mtp_multi_token_warning": version >= _V("0.9.0"),
-        "draft_tp_must_be_one": version < _V("0.6.6"),
+        "draft_tp_must_be_one": preflight_rules.draft_tp_must_be_one(version),
         "chunked_prefill": (
             "incompatible"
             if version < _V("0.6.6")
