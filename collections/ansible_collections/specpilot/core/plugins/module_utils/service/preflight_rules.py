@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Pre-flight rules that depend on the vLLM release *and* on the rest of the service spec.
 
 Each rule below was read from vLLM's source at the release tags (the wheels on PyPI, whose
