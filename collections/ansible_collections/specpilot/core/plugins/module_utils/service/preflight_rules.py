@@ -255,7 +255,7 @@ _LORA_FIXED_V1 = "0.11.1"
 
 def _lora_enabled(extra):
     for arg in extra or ():
-        name, _, value = str(arg).partition("=")
+        name, _sep, value = str(arg).partition("=")
         if name.replace("_", "-") == "--enable-lora":
             return value.lower() not in ("false", "0", "no")
     return False
