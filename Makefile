@@ -4,7 +4,7 @@
 #   make demo       run the main job on the built-in lab
 #   make collection build the specpilot.core tarball (with the roles) into .cache/collection
 #   make test       run every test (pytest, lint, syntax checks, molecule)
-#   make bench      run the benchmarks and print a table
+#   make bench      run the benchmarks and print a table (make bench-quick: each once, tiny, unjudged)
 #   make lab-up / lab-down / lab-status
 #
 # Everything installed lands in .venv (Python, collections) or .venv-vllm (the
@@ -37,7 +37,7 @@ STAMP_APT := $(VENV)/.stamp-apt
 
 .PHONY: changelog collection install venv collections system-packages staging-tools sanity-venvs vllm models test test-pytest test-unit test-lab lint syntax-check sanity molecule \
 	test-unit-workers test-unit-waits test-lab-engines test-lab-stand-in test-lab-stand-in-a lane-a lane-b molecule-lane molecule-models fuzz \
-        demo bench lab-up lab-down lab-status clean distclean
+        demo bench bench-quick lab-up lab-down lab-status clean distclean
 
 install: venv collections system-packages staging-tools sanity-venvs
 
@@ -351,6 +351,10 @@ demo: venv collections system-packages vllm
 
 bench: install
 	$(VBIN)/python -m benchmarks
+
+# each benchmark module once at tiny sizes, targets not judged (make test runs it: tests/unit/test_bench_quick.py)
+bench-quick: install
+	$(VBIN)/python -m benchmarks --quick
 
 clean:
 	-$(VBIN)/python -m specpilot_lab down 2>/dev/null

@@ -12,27 +12,29 @@ live objects through kubernetes.core's k8s lookup in the worker process; no modu
 no lock is taken, nothing is written.  Target: 10 services <= 2.5x one service.
 
 Contract for ``python -m benchmarks``: ``run() -> list[dict(name, value, unit, target, ok)]``.
-Standalone: ``python benchmarks/bench_deploy.py``.
+Standalone: ``python benchmarks/bench_deploy.py``. Environment: ``SPECPILOT_BENCH_DEPLOY_SERVICES`` (10),
+``SPECPILOT_BENCH_DEPLOY_RUNS`` (3). Quick mode: 2 services, one run each, no warm-up run.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-for path in (ROOT / "lab", ROOT / "collections", ROOT / "tests" / "emulator" / "deploy"):
+for path in (ROOT, ROOT / "lab", ROOT / "collections", ROOT / "tests" / "emulator" / "deploy"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
 from deploy_helpers import NGRAM, FakeKServe, Run, create_namespace, write_inventory  # noqa: E402
 from specpilot_lab.testing import Emulator  # noqa: E402
 
-SERVICES = int(os.environ.get("SPECPILOT_BENCH_DEPLOY_SERVICES", "10"))
-RUNS = int(os.environ.get("SPECPILOT_BENCH_DEPLOY_RUNS", "3"))
+from benchmarks import quick, setting  # noqa: E402
+
+SERVICES = setting("SPECPILOT_BENCH_DEPLOY_SERVICES", 10, 2)
+RUNS = setting("SPECPILOT_BENCH_DEPLOY_RUNS", 3, 1)
 RATIO_TARGET = 2.5
 NAMESPACE = "bench-deploy"
 
@@ -67,7 +69,8 @@ def run():
             _run(emu, tmp, inv, "-e", "specpilot_deploy_wait=false")
             first_s = time.perf_counter() - started
             FakeKServe(emu, NAMESPACE).reconcile_all()  # every service rolled out
-            _noop_seconds(emu, tmp, inv)  # warm-up (discovery cache, compiled files)
+            if not quick():
+                _noop_seconds(emu, tmp, inv)  # warm-up (discovery cache, compiled files)
             ones, manys = [], []
             for _ in range(RUNS):
                 ones.append(_noop_seconds(emu, tmp, inv, "--limit", "svc-00"))

@@ -7,6 +7,8 @@ cache (SPECPILOT_LAB_CACHE=""), so they pay for parsing the 2 MB YAML; "warm" ru
 Memory is measured after boot and again after a workload (50 InferenceServices written,
 listed, patched, and read back as a Table), which is what a lab session looks like.
 Prints numbers; asserts nothing.  ``run()`` gives the rows for ``python -m benchmarks``.
+Environment: ``SPECPILOT_BENCH_EMULATOR_RUNS`` (warm runs, 3), ``SPECPILOT_BENCH_EMULATOR_ISVCS`` (50);
+quick mode: one cold and one warm run, 5 InferenceServices.
 """
 
 from __future__ import annotations
@@ -21,15 +23,21 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "lab"))
+for _path in (ROOT, ROOT / "lab"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 from specpilot_lab.testing import UPSTREAM_CRDS, Emulator  # noqa: E402
 
+from benchmarks import quick, setting  # noqa: E402
+
 TARGET_START_S = 3.0
 TARGET_RSS_MB = 150.0
+RUNS = setting("SPECPILOT_BENCH_EMULATOR_RUNS", 3, 1)
+WORKLOAD = setting("SPECPILOT_BENCH_EMULATOR_ISVCS", 50, 5)
 
 
-def workload(emu: Emulator, count: int = 50) -> None:
+def workload(emu: Emulator, count: int = WORKLOAD) -> None:
     base = "/apis/serving.kserve.io/v1beta1/namespaces/default/inferenceservices"
     for i in range(count):
         body = {
@@ -85,7 +93,8 @@ def run_once(crds: list[str], cold: bool) -> dict:
 
 def measure(crds: str, runs: int = 3) -> dict:
     results: dict[str, list[dict]] = {"cold": [run_once([crds], cold=True)], "warm": []}
-    run_once([crds], cold=False)  # fills the cache
+    if not quick():
+        run_once([crds], cold=False)  # fills the cache
     for _ in range(runs):
         results["warm"].append(run_once([crds], cold=False))
     return results
@@ -95,7 +104,7 @@ def run() -> list[dict]:
     """Rows for ``python -m benchmarks`` (name, value, unit, target, ok)."""
     crds = str(UPSTREAM_CRDS) if UPSTREAM_CRDS.is_dir() else str(ROOT / "lab" / "crds")
     label = "upstream v0.20.0 CRDs" if UPSTREAM_CRDS.is_dir() else "lab CRDs (upstream ones absent)"
-    results = measure(crds, runs=3)
+    results = measure(crds, runs=RUNS)
     cold = max(r["start_s"] for r in results["cold"])
     warm = statistics.median(r["start_s"] for r in results["warm"])
     rss = max(r["rss_after_workload_mb"] for rs in results.values() for r in rs)
@@ -123,7 +132,7 @@ def run() -> list[dict]:
             "ok": boot < TARGET_RSS_MB,
         },
         {
-            "name": f"emulator RSS after 50 InferenceServices ({label})",
+            "name": f"emulator RSS after {WORKLOAD} InferenceServices ({label})",
             "value": rss,
             "unit": "MB",
             "target": f"< {TARGET_RSS_MB:g} MB",
@@ -134,7 +143,7 @@ def run() -> list[dict]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--runs", type=int, default=RUNS)
     p.add_argument("--crds", default=str(UPSTREAM_CRDS), help="CRD dir (default: upstream v0.20.0)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = p.parse_args()

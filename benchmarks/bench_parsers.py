@@ -18,6 +18,7 @@ Standalone: ``python benchmarks/bench_parsers.py`` prints the table.
 Throughput is MiB per CPU second of the parsing process, best of ``SPECPILOT_BENCH_REPEAT``
 (default 3) runs; the wall-clock figure is shown next to it (the two agree on an idle machine).
 Environment: ``SPECPILOT_BENCH_LOG_MB`` (default 100), ``SPECPILOT_BENCH_ENGINES`` (default 200).
+Quick mode (``python -m benchmarks --quick``): 1 MiB of log, 4 engines, one run.
 """
 
 from __future__ import annotations
@@ -32,18 +33,21 @@ import tracemalloc
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT / "collections") not in sys.path:
-    sys.path.insert(0, str(ROOT / "collections"))
+for _path in (ROOT, ROOT / "collections"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 from ansible_collections.specpilot.core.plugins.module_utils.engine import vllm_logs, vllm_metrics
+
+from benchmarks import setting  # noqa: E402
 
 REFERENCE = ROOT.parent / "shared" / "reference"
 REAL_LOGS = REFERENCE / "vllm-real-logs"
 CPU_RUN = REFERENCE / "vllm-cpu-lab-run" / "ngram"
 
-LOG_MIB = int(os.environ.get("SPECPILOT_BENCH_LOG_MB", "100"))
-ENGINES = int(os.environ.get("SPECPILOT_BENCH_ENGINES", "200"))
-REPEAT = int(os.environ.get("SPECPILOT_BENCH_REPEAT", "3"))
+LOG_MIB = setting("SPECPILOT_BENCH_LOG_MB", 100, 1)
+ENGINES = setting("SPECPILOT_BENCH_ENGINES", 200, 4)
+REPEAT = setting("SPECPILOT_BENCH_REPEAT", 3, 1)
 LOG_TARGET_MIB_S = 50.0
 LOG_PEAK_LIMIT_MIB = 16.0  # whole parse of >= 100 MiB
 FLAT_RATIO = 1.5  # peak(full log) <= FLAT_RATIO x peak(1/10 of it) + 1 MiB

@@ -11,7 +11,7 @@ Target: >= 0.8x cp's throughput, for both verify modes.  Runs are interleaved (c
 the best of ``SPECPILOT_BENCH_STAGING_REPEAT`` + 1 counts: the machine is shared.
 
 Environment: ``SPECPILOT_BENCH_STAGING_COPY_MIB`` (data copied, default 1024: below that the
-program's start-up dominates), ``SPECPILOT_BENCH_STAGING_REPEAT`` (default 2).
+program's start-up dominates), ``SPECPILOT_BENCH_STAGING_REPEAT`` (default 2). Quick mode: 2 MiB, one run.
 Contract for ``python -m benchmarks``: ``run() -> list[dict(name, value, unit, target, ok)]``.
 """
 
@@ -27,16 +27,18 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-for path in (ROOT / "collections", ROOT / "lab", ROOT / "tests"):
+for path in (ROOT, ROOT / "collections", ROOT / "lab", ROOT / "tests"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
 from ansible_collections.specpilot.core.plugins.module_utils.staging import stager
 
+from benchmarks import quick, setting  # noqa: E402
 from benchmarks.bench_staging import SYSTEM_PYTHON, _make_model  # noqa: E402
 
-COPY_MIB = int(os.environ.get("SPECPILOT_BENCH_STAGING_COPY_MIB", "1024"))
-REPEAT = max(1, int(os.environ.get("SPECPILOT_BENCH_STAGING_REPEAT", "2")))
+COPY_MIB = setting("SPECPILOT_BENCH_STAGING_COPY_MIB", 1024, 2)
+REPEAT = max(1, setting("SPECPILOT_BENCH_STAGING_REPEAT", 2, 1))
+ROUNDS = 1 if quick() else REPEAT + 1
 
 
 def stage_copy(src_root: Path, work: Path, verify: str) -> float:
@@ -84,7 +86,7 @@ def run():
     try:
         copy_bytes = _make_model(work / "src" / "target", COPY_MIB << 20, 3)
         best = {"cp": float("inf"), "sha256": float("inf"), "size": float("inf")}
-        for _ in range(REPEAT + 1):
+        for _ in range(ROUNDS):
             best["cp"] = min(best["cp"], cp_copy(work / "src", work))
             for verify in ("sha256", "size"):
                 best[verify] = min(best[verify], stage_copy(work / "src", work, verify))

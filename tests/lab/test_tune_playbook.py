@@ -60,6 +60,9 @@ def test_tune_playbook_in_the_lab(tune_lab, tmp_path):
         "specpilot_benchmark_tune_methods": ["ngram", "eagle3"],
         "specpilot_benchmark_qps_levels": [20],
         "specpilot_benchmark_target_qps": 20,
+        # the schedule sweep (issue 37) on the same run: every side also at 1 and 2 concurrent requests
+        "specpilot_benchmark_tune_schedule": True,
+        "specpilot_benchmark_tune_schedule_levels": [1, 2],
         **FAST_BENCHMARK,
     }
 
@@ -74,6 +77,11 @@ def test_tune_playbook_in_the_lab(tune_lab, tmp_path):
     assert "candidate 1/4: method=ngram num_speculative_tokens=2" in out, out[-4000:]
     assert "candidate 4/4: method=eagle3 num_speculative_tokens=4" in out
     assert "TASK [specpilot_benchmark : Show the recommendation]" in out, out[-4000:]
+    # the schedule sweep says up front how many cells (5 k: 0 and 4 candidates, x 3 levels) and about how long
+    flat = " ".join(out.replace("\\\n", "\n").split())  # the YAML result format wraps long messages
+    assert "Schedule sweep: 5 k (0 and the candidates) x 3 level(s) (concurrency 1, 2) = 15 cells, about" in flat, [
+        line for line in out.splitlines() if "Schedule sweep" in line or "cells, about" in line
+    ]
 
     d = root / "tune" / "lab-ngram"
     data = json.loads((d / "tune.json").read_text())
@@ -96,7 +104,23 @@ def test_tune_playbook_in_the_lab(tune_lab, tmp_path):
     }
     assert rows["ngram-k4"]["bound"]["value"] > rows["ngram-k2"]["bound"]["value"] > 1.3
     assert rows["ngram-k4"]["mean_acceptance_length"] > rows["ngram-k2"]["mean_acceptance_length"]
-    for f in ("tune.md", "tune.png", "raw-baseline-0.json"):
+    # the schedule: from batch 1, contiguous to max_num_seqs, k >= 0; the crossover; the heatmap; the words
+    sched = data["schedule"]
+    assert sched[0][0] == 1 and sched[-1][1] == data["sweep"]["max_num_seqs"], sched
+    assert all(a[1] + 1 == b[0] for a, b in zip(sched, sched[1:])) and all(k >= 0 for _a, _b, k in sched)
+    assert [lv["concurrency"] for lv in data["sweep"]["levels"]] == [1, 2]
+    # a schedule varies k of one method: the ngram candidates' cells, each judged by the benchmark's verdict
+    cells = {(c["concurrency"], c["k"]): c["decision"] for c in data["sweep"]["cells"]}
+    assert set(cells) == {(1, 2), (1, 4), (2, 2), (2, 4)} and "error" not in cells.values(), cells
+    assert any("candidates of eagle3 are left out" in n for n in data["sweep"]["notes"])
+    cross = data["crossover"]
+    assert cross["status"] in ("found", "above_range", "none", "undecided") and cross["text"] in (d / "tune.md").read_text()
+    if cross["status"] in ("found", "above_range"):
+        assert "speculation pays up to %d concurrent requests" % cross["concurrency"] in cross["text"]
+    # a cell no measurement decided is named with what would decide it, never guessed
+    assert all(o["would_decide"] for o in data["sweep"]["open"])
+    assert "num_speculative_tokens_per_batch_size" in (d / "tune.md").read_text() or cross["status"] in ("none", "undecided")
+    for f in ("tune.md", "tune.png", "tune_schedule.png", "raw-baseline-0.json"):
         assert (d / f).exists(), f
     assert "| ngram-k4 (recommended) | ngram | 4 | **keep** |" in (d / "tune.md").read_text()
     # each candidate: the benchmark's own report, of its own twin's engine arguments, against one baseline

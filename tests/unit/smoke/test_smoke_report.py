@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import smoke_samples as s
 
-from ansible_collections.specpilot.core.plugins.module_utils.verify import smoke
+from ansible_collections.specpilot.core.plugins.module_utils.verify import smoke, smoke_report
 
 BIN = Path(sys.executable).parent
 
@@ -26,7 +26,7 @@ def make_report(plan, **over):
     data = s.data_for(plan, **over)
     data["generated_at"] = "2026-11-21T06:00:00Z"
     result = smoke.evaluate(data)
-    return result, smoke.build_report(result, data)
+    return result, smoke_report.build_report(result, data)
 
 
 def test_report_content_and_markdown(plan):
@@ -35,7 +35,7 @@ def test_report_content_and_markdown(plan):
     assert rep["plan"]["speculative_config"]["model"] == "/mnt/models/draft"
     assert rep["engine"]["speculative_config"]["method"] == "draft_model"
     assert json.loads(json.dumps(rep)) == rep  # JSON-able as is
-    md = smoke.render_markdown(rep)
+    md = smoke_report.render_markdown(rep)
     assert md.startswith("# Smoke check: lab-draft - FAIL\n")
     assert (
         "| Acceptance rate | FAIL | draft acceptance rate 0.02 (from /metrics) is below the minimum 0.50"
@@ -50,22 +50,22 @@ def test_report_content_and_markdown(plan):
 def test_pipes_in_messages_do_not_break_the_table(plan):
     _result, rep = make_report(plan)
     rep["checks"][0]["message"] = "a | b\nc"
-    assert "| InferenceService | PASS | a \\| b c |" in smoke.render_markdown(rep)
+    assert "| InferenceService | PASS | a \\| b c |" in smoke_report.render_markdown(rep)
 
 
 def test_write_report_files_and_rewrite_only_on_change(plan, tmp_path):
     _result, rep = make_report(plan)
-    files = smoke.write_report(rep, str(tmp_path / "out"), "smoke")
+    files = smoke_report.write_report(rep, str(tmp_path / "out"), "smoke")
     assert files["changed"]
     saved = json.loads(Path(files["json"]).read_text())
     assert saved["verdict"] == "pass"
-    assert Path(files["markdown"]).read_text().startswith(smoke.render_markdown(saved))
-    assert smoke.pyplot()[0] is not None, "matplotlib is in requirements.txt"
+    assert Path(files["markdown"]).read_text().startswith(smoke_report.render_markdown(saved))
+    assert smoke_report.pyplot()[0] is not None, "matplotlib is in requirements.txt"
     assert Path(files["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert saved["plots"] == [{"file": "smoke-acceptance.png", "title": "Per-position acceptance"}]
     assert "![Per-position acceptance](smoke-acceptance.png)" in Path(files["markdown"]).read_text()
     _result, rep2 = make_report(plan)
-    assert not smoke.write_report(rep2, str(tmp_path / "out"), "smoke")["changed"]
+    assert not smoke_report.write_report(rep2, str(tmp_path / "out"), "smoke")["changed"]
 
 
 def test_no_plot_without_per_position_data(plan, tmp_path):
@@ -83,14 +83,14 @@ def test_no_plot_without_per_position_data(plan, tmp_path):
         inferenceservice=s.isvc_for(plan, args=plan["args_without_speculative"]),
         pod=s.pod_for(plan, args=plan["args_without_speculative"]),
     )
-    files = smoke.write_report(rep, str(tmp_path), "smoke")
+    files = smoke_report.write_report(rep, str(tmp_path), "smoke")
     assert files["plot"] is None and not list(tmp_path.glob("*.png"))
     assert "## Acceptance" not in Path(files["markdown"]).read_text()
 
 
 def test_stats_are_compact(plan):
     result, _rep = make_report(plan, rate_counts=(18, 30, 10, (8, 6, 4)))
-    st = smoke.stats(result, {"json": "/r/smoke.json", "markdown": "/r/smoke.md", "plot": None})
+    st = smoke_report.stats(result, {"json": "/r/smoke.json", "markdown": "/r/smoke.md", "plot": None})
     assert st["verdict"] == "warn" and st["warned_checks"] == ["acceptance"] and st["failed_checks"] == []
     assert st["acceptance_rate"] == pytest.approx(0.6) and st["report"]["json"] == "/r/smoke.json"
 
@@ -208,12 +208,12 @@ def test_the_acceptance_band_of_the_probes_and_the_production_temperature(plan):
     assert band["production_temperature"] == 0.8 and band["read_at_temperature"] == 0.0
     assert band["at_production"] is False
     assert band["rule"] == "below 0.5: off; 0.5-0.65: measure P99 under load; above 0.65: likely helps"
-    md = smoke.render_markdown(rep)
+    md = smoke_report.render_markdown(rep)
     assert (
         "Band: Acceptance 0.900: above 0.65: likely helps (the rule: below 0.5: off; 0.5-0.65: measure P99 "
         "under load; above 0.65: likely helps); read at temperature 0, not at the production temperature 0.8"
     ) in md
-    assert smoke.stats(result)["acceptance_band"] == "likely_helps"
+    assert smoke_report.stats(result)["acceptance_band"] == "likely_helps"
 
 
 def test_the_band_at_the_production_temperature_and_without_one(plan):
@@ -222,7 +222,7 @@ def test_the_band_at_the_production_temperature_and_without_one(plan):
     band = rep["acceptance_band"]
     assert band["band"] == "measure_p99" and band["at_production"] is True
     assert "0.5-0.65: borderline, measure P99 under load" in band["line"]
-    assert "read at the production temperature 0." in smoke.render_markdown(rep)
+    assert "read at the production temperature 0." in smoke_report.render_markdown(rep)
     # low acceptance, no production temperature in the spec
     _result, rep = make_report(plan, rate_counts=(9, 30, 10, (6, 2, 1)))
     band = rep["acceptance_band"]

@@ -623,3 +623,171 @@ def test_s3_without_boto3_on_the_controller_says_so(cache_env):
         pytest.skip("boto3 is installed here")
     facts, problem, _ = mf.read({"kind": "s3", "uri": "s3://bucket/model"})
     assert facts == {} and "boto3 on the controller" in problem
+
+
+# ---------------------------------------------------------------- the cache: offline, unreachable, corrupt
+class DownHub:
+    """A Hub endpoint that answers every request 503 (a proxy in front of an unreachable Hub), counting
+    them."""
+
+    def __init__(self):
+        hub = self
+        self.requests = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - http.server's name
+                hub.requests.append(self.path)
+                self.send_response(503)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def down_hub(cache_env, monkeypatch):
+    hub = DownHub()
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    yield hub
+    hub.close()
+
+
+def unread(result):
+    return {w["path"]: w["message"] for w in result["warnings"] if w["code"] == "model-facts-unread"}
+
+
+def validate_in_a_fork(spec):
+    """validate() in a forked process, as an Ansible worker of another host runs it; its warnings."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        return pool.apply(_fork_validate, (spec,))
+
+
+def _fork_validate(spec):
+    return unread(validate(spec, {}))
+
+
+def test_an_unreachable_hub_is_asked_once_per_run_and_every_spec_reports_its_checks(down_hub, monkeypatch):
+    first = validate(qwen3_spec(), {})
+    # the target's read: the first try and one retry a quarter second later; then the endpoint is known
+    # down, and the draft's read does not ask
+    assert len(down_hub.requests) == 2
+    warnings = unread(first)
+    assert set(warnings) == {"target.uri", "draft.uri"}
+    assert "HTTP 503" in warnings["target.uri"]
+    assert "did not answer" in warnings["draft.uri"] and down_hub.url in warnings["draft.uri"]
+    assert "HTTP 503" in warnings["draft.uri"]  # the reason found by the first read
+    assert "the EAGLE head's hidden size (needs draft.hidden_size)" in warnings["draft.uri"]
+    # another host's worker of the same run (a forked process) and another spec: nothing asked, same report
+    other = qwen3_spec()
+    other["target"]["uri"] = "hf://meta-llama/Llama-3.1-8B-Instruct"
+    forked = validate_in_a_fork(other)
+    assert len(down_hub.requests) == 2
+    assert set(forked) == {"target.uri", "draft.uri"} and all("did not answer" in m for m in forked.values())
+    assert mf.ENV_UNREACHABLE_TTL in forked["target.uri"]
+
+
+def test_an_unreachable_hub_is_asked_again_once_its_entry_has_expired(down_hub, monkeypatch, cache_env):
+    source = {"kind": "hf", "uri": "hf://Qwen/Qwen3-8B", "revision": None}
+    cache = mf.Cache(str(cache_env))
+    _facts, problem, _cached = mf.read(source, cache=cache, now=1000.0)
+    assert "HTTP 503" in problem and len(down_hub.requests) == 2
+    _facts, problem, _cached = mf.read(source, cache=cache, now=1000.0 + mf.DEFAULT_UNREACHABLE_TTL - 1)
+    assert "did not answer at 00:16:40 UTC" in problem and len(down_hub.requests) == 2
+    _facts, problem, _cached = mf.read(source, cache=cache, now=1000.0 + mf.DEFAULT_UNREACHABLE_TTL + 1)
+    assert "HTTP 503" in problem and len(down_hub.requests) == 4
+    monkeypatch.setenv(mf.ENV_UNREACHABLE_TTL, "0")  # 0: not remembered at all
+    mf.read(source, cache=cache, now=1000.0 + mf.DEFAULT_UNREACHABLE_TTL + 2)
+    assert len(down_hub.requests) == 6
+
+
+def test_a_refusal_is_not_an_unreachable_hub(hub, monkeypatch):
+    """A 401 answers for one repository: the next read on the same Hub is still made (and succeeds)."""
+    monkeypatch.delenv("HF_TOKEN")
+    assert "HTTP 401" in unread(validate(qwen3_spec(), {}))["target.uri"]
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    seen = len(hub.requests)
+    result = validate(qwen3_spec(), {})
+    assert len(hub.requests) > seen and not unread(result)
+    assert result["model_facts"]["target"]["resolved_revision"] == TARGET_SHA
+
+
+@pytest.mark.parametrize("value", ["1", "yes", "TRUE", "on"])
+def test_hf_hub_offline_reads_the_cache_only(hub, monkeypatch, value):
+    validate(qwen3_spec(), {})  # online: the facts of both artifacts cached
+    seen = len(hub.requests)
+    monkeypatch.setenv("HF_HUB_OFFLINE", value)
+    cached = validate(qwen3_spec(), {})
+    assert cached["model_facts"]["target"]["cached"] and cached["model_facts"]["draft"]["cached"]
+    assert not unread(cached) and not cached["errors"], cached["report"]
+    spec = qwen3_spec()
+    spec["target"]["revision"] = TARGET_SHA  # another revision: not in the cache
+    result = validate(spec, {})
+    assert len(hub.requests) == seen  # nothing asked of the Hub
+    (message,) = unread(result).values()
+    assert "HF_HUB_OFFLINE is set" in message and "hf://Qwen/Qwen3-8B" in message
+    assert result["model_facts"]["draft"]["cached"]
+
+
+def test_hf_hub_offline_false_values_leave_the_hub_on(hub, monkeypatch):
+    for value in ("0", "false", ""):
+        monkeypatch.setenv("HF_HUB_OFFLINE", value)
+        assert not mf.hf_offline(dict(HF_HUB_OFFLINE=value))
+    assert mf.hf_offline({"TRANSFORMERS_OFFLINE": "1"})
+    result = validate(qwen3_spec(), {})
+    assert not unread(result) and hub.requests
+
+
+@pytest.mark.parametrize("garbage", ['{"format": 1, "key": "x", "fa', "[1, 2]", '{"format": 1}', "\0\0\0"])
+def test_a_corrupt_cache_file_is_a_miss_and_is_written_again(hub, cache_env, garbage):
+    first = validate(qwen3_spec(), {})
+    files = sorted(cache_env.glob("*.json"))
+    assert len(files) == 2
+    for path in files:
+        path.write_text(garbage)
+    seen = len(hub.requests)
+    again = validate(qwen3_spec(), {})
+    assert len(hub.requests) > seen and not again["model_facts"]["target"]["cached"]
+    assert again["errors"] == first["errors"] and again["plan"]["gpu_budget"] == first["plan"]["gpu_budget"]
+    assert all(json.loads(p.read_text())["facts"] for p in files)  # good entries again
+    assert validate(qwen3_spec(), {})["model_facts"]["target"]["cached"]
+
+
+def test_concurrent_writers_never_leave_a_partial_file(cache_env):
+    """Forked writers of one key (the hosts of a run): a reader sees no entry or a whole one, never a
+    torn file, and no temporary file stays behind."""
+    import multiprocessing
+
+    cache = mf.Cache(str(cache_env))
+    big = {"facts": {"vocab": list(range(20000))}, "read_at": 1e12, "immutable": True}
+    ctx = multiprocessing.get_context("fork")
+    writers = [ctx.Process(target=_put_many, args=(str(cache_env), big)) for _ in range(4)]
+    for proc in writers:
+        proc.start()
+    seen = []
+    while any(p.is_alive() for p in writers):
+        entry = cache.get("hf|x|hf://a/b||")
+        seen.append(None if entry is None else len(entry["facts"]["vocab"]))
+    for proc in writers:
+        proc.join()
+        assert proc.exitcode == 0
+    final = cache.get("hf|x|hf://a/b||")
+    assert set(seen) <= {None, 20000} and len(final["facts"]["vocab"]) == 20000
+    assert [p.name for p in cache_env.iterdir()] == [cache._path("hf|x|hf://a/b||").rsplit("/", 1)[1]]
+
+
+def _put_many(directory, entry):
+    cache = mf.Cache(directory)
+    for _ in range(30):
+        cache.put("hf|x|hf://a/b||", entry)

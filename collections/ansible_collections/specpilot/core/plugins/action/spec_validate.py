@@ -20,13 +20,18 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
 
-from ansible_collections.specpilot.core.plugins.module_utils.service import validator
+from ansible_collections.specpilot.core.plugins.module_utils.service import validator, vllm_profiles
 from ansible_collections.specpilot.core.plugins.module_utils.service.spec import OVERRIDE_VARS
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import (
     Action,
     known_variable_names,
     spec_from_task_vars,
 )
+
+# The preload callback imports this plugin in ansible-playbook's own process, before it forks a worker
+# for each host: the vLLM release profiles built here (about 20 ms) are inherited by every worker
+# instead of being built again in each one (issue 41, py-spy on validate.yml over 50 services).
+vllm_profiles.all_profiles()
 
 # auto (default) or off: whether validation reads config.json and the tokenizer at each artifact's source
 MODEL_FACTS_VAR = "specpilot_model_facts"

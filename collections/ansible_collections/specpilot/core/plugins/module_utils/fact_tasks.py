@@ -33,7 +33,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.operate import (
     reports,
 )
 from ansible_collections.specpilot.core.plugins.module_utils.report.files import write_report
-from ansible_collections.specpilot.core.plugins.module_utils.verify import smoke
+from ansible_collections.specpilot.core.plugins.module_utils.verify import smoke, smoke_report
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_logs import (
     DEFAULT_MAX_ISSUES,
     DEFAULT_MAX_WINDOWS,
@@ -205,9 +205,10 @@ def smoke_verdict(p, check_mode=False):
         result = smoke.evaluate(data)
     except ValueError as exc:
         raise TaskFailure(str(exc)) from exc
-    report = smoke.build_report(result, data)
+    report = smoke_report.build_report(result, data)
     files, changed = _smoke_report_files(p, report, check_mode)
-    out = dict(result, report=report, report_files=files, stats=smoke.stats(result, files), changed=changed)
+    stats = smoke_report.stats(result, files)
+    out = dict(result, report=report, report_files=files, stats=stats, changed=changed)
     if p["fail_on_verdict"] and result["verdict"] == "fail":
         raise TaskFailure(result["message"], **out)
     return out
@@ -224,7 +225,7 @@ def _smoke_report_files(p, report, check_mode):
     if "/" in p["report_basename"] or p["report_basename"] in ("", ".", ".."):
         raise TaskFailure("report_basename must be a plain file name stem")
     try:
-        files = smoke.write_report(report, p["report_dir"], p["report_basename"], plot=p["plot"])
+        files = smoke_report.write_report(report, p["report_dir"], p["report_basename"], plot=p["plot"])
     except (IOError, OSError) as exc:
         raise TaskFailure("cannot write the report under %s: %s" % (p["report_dir"], exc)) from exc
     return files, files.pop("changed")

@@ -58,6 +58,29 @@ options:
     type: list
     elements: str
     default: []
+  schedule:
+    description:
+      - "The schedule sweep (C(specpilot_benchmark_tune_schedule)): the candidates were measured at concurrency
+        levels; decide per level the best k (0 where nothing beats the baseline beyond the noise), the batch-size
+        schedule C([[start, end, k], ...]) from batch 1 to O(max_num_seqs), and the crossover. Adds C(schedule),
+        C(crossover) and C(sweep) to C(tune.json), the schedule section and the spec snippet to C(tune.md), and
+        C(tune_schedule.png) (the heatmap)."
+    type: bool
+    default: false
+  max_num_seqs:
+    description:
+      - The engine's C(--max-num-seqs), where the schedule ends (unset - vLLM's default, 256, with a note).
+    type: int
+  vllm_version:
+    description:
+      - The service's vLLM release, for the form of the advice (per-batch-size schedule, C(disable_by_batch_size),
+        or one k).
+    type: str
+  data_parallel_size:
+    description:
+      - The engine's data parallel size (vLLM drops the schedule above 1).
+    type: int
+    default: 1
   output_dir:
     description:
       - Directory for C(tune.json), C(tune.md) and C(tune.png) (created when missing).
@@ -135,6 +158,21 @@ lines:
   returned: always
   type: list
   elements: str
+schedule:
+  description: "With O(schedule): C([[start, end, k], ...]) from batch 1 to O(max_num_seqs), contiguous."
+  returned: when schedule is true
+  type: list
+  elements: list
+crossover:
+  description: "With O(schedule): C({status, concurrency, interval, k, bound, text}) - status found, above_range,
+    none or undecided."
+  returned: when schedule is true
+  type: dict
+advice:
+  description: "With O(schedule): C({form, speculative, notes}) - what to put in C(specpilot_speculative) for the
+    service's vLLM."
+  returned: when schedule is true
+  type: dict
 summary:
   description: The recommendation in one sentence.
   returned: always
@@ -149,6 +187,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.specpilot.core.plugins.module_utils.common import read_files
+from ansible_collections.specpilot.core.plugins.module_utils.service.versions import VersionError, parse_version
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_tune import (
     build_tune_report,
     row_line,
@@ -165,12 +204,23 @@ def main():
             notes=dict(type="list", elements="str", default=[]),
             output_dir=dict(type="path", required=True),
             plots=dict(type="bool", default=True),
+            schedule=dict(type="bool", default=False),
+            max_num_seqs=dict(type="int"),
+            vllm_version=dict(type="str"),
+            data_parallel_size=dict(type="int", default=1),
         ),
         supports_check_mode=True,
     )
     p = module.params
+    sweep = None
+    if p["schedule"]:
+        try:
+            version = parse_version(p["vllm_version"]) if p["vllm_version"] else None
+        except VersionError as exc:
+            module.fail_json(msg="%s: vllm_version %r: %s" % (p["service"], p["vllm_version"], exc))
+        sweep = dict(max_num_seqs=p["max_num_seqs"], version=version, data_parallel_size=p["data_parallel_size"])
     report = build_tune_report(
-        p["candidates"], service=p["service"], configured=p["configured"], notes=p["notes"]
+        p["candidates"], service=p["service"], configured=p["configured"], notes=p["notes"], sweep=sweep
     )
     result = dict(
         changed=False,
@@ -181,8 +231,10 @@ def main():
         lines=[row_line(r) for r in report["candidates"]],
         paths=None,
     )
+    if sweep is not None:
+        result.update(schedule=report["schedule"], crossover=report["crossover"], advice=report["sweep"]["advice"])
     if not module.check_mode:
-        names = [os.path.join(p["output_dir"], n) for n in ("tune.json", "tune.md", "tune.png")]
+        names = [os.path.join(p["output_dir"], n) for n in ("tune.json", "tune.md", "tune.png", "tune_schedule.png")]
         before = read_files(names)
         try:
             result["paths"] = write_tune_report(report, p["output_dir"], plots=p["plots"])

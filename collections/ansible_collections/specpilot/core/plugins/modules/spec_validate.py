@@ -104,7 +104,12 @@ options:
         M(specpilot.core.cluster_probe) (option O(probed)); the controller cannot read it in a validate-only run.
         The results are cached by source and revision under
         C(~/.cache/specpilot/model-facts) (C(SPECPILOT_MODEL_FACTS_CACHE); moving references for
-        C(SPECPILOT_MODEL_FACTS_TTL) seconds, default one day)."
+        C(SPECPILOT_MODEL_FACTS_TTL) seconds, default one day), shared by every host of a run and by later runs."
+      - "C(HF_HUB_OFFLINE) (or C(TRANSFORMERS_OFFLINE)) set as huggingface_hub reads it: C(hf://) facts come from
+        the cache only, the Hub is not asked. An endpoint that does not answer (no connection, a timeout, a 5xx) is
+        not asked again for C(SPECPILOT_MODEL_FACTS_UNREACHABLE_TTL) seconds (default 300, C(0) turns this off), by
+        any host of the run; the findings of each name the checks that could not run. A read tries twice, a quarter
+        second apart, 10 s at most each."
       - Facts typed in the spec win; a typed fact that contradicts the source is an error naming both values.
         When facts cannot be read, the findings name the checks that could not run and why.
       - C(off) reads nothing over the network (C(local_path) is still read); the findings say which checks

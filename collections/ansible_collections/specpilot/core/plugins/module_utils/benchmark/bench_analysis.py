@@ -111,51 +111,55 @@ def _req_tok_s(r):
     return n / e2e
 
 
-def summarise_requests(requests, duration_s):
-    """Statistics of one run's requests (the ``requests`` list of a bench_client result)."""
-    ok = [r for r in requests if r.get("ok")]
-    failed = [r for r in requests if not r.get("ok")]
-    itl = [_ms(v) for r in ok for v in (r.get("itl_s") or [])]
-    metrics = {
+def _counts(keys):
+    """How often each key occurs, in the order first seen."""
+    out = {}
+    for key in keys:
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def _prompt_medians(ok):
+    """The median figures of each prompt's successful runs, prompts in the order first seen."""
+    per_prompt = {}
+    for r in ok:
+        per_prompt.setdefault(str(r.get("prompt_id")), []).append(r)
+    return [
+        {
+            "prompt_id": pid,
+            "runs": len(rs),
+            "ttft_ms": median([_ms(r.get("ttft_s")) for r in rs]),
+            "tpot_ms": median([_ms(r.get("tpot_s")) for r in rs]),
+            "e2e_ms": median([_ms(r.get("e2e_s")) for r in rs]),
+            "request_tok_s": median([_req_tok_s(r) for r in rs]),
+            "output_tokens": median([r.get("output_tokens") for r in rs]),
+        }
+        for pid, rs in per_prompt.items()
+    ]
+
+
+def _request_metrics(ok):
+    """The statistics of each per-request figure over the successful requests."""
+    return {
         "ttft_ms": stats([_ms(r.get("ttft_s")) for r in ok]),
         "tpot_ms": stats([_ms(r.get("tpot_s")) for r in ok]),
-        "itl_ms": stats(itl),
+        "itl_ms": stats([_ms(v) for r in ok for v in (r.get("itl_s") or [])]),
         "e2e_ms": stats([_ms(r.get("e2e_s")) for r in ok]),
         "queue_ms": stats([_ms(r.get("queue_s")) for r in ok]),
         "output_tokens": stats([r.get("output_tokens") for r in ok]),
         "prompt_tokens": stats([r.get("prompt_tokens") for r in ok]),
         "request_tok_s": stats([_req_tok_s(r) for r in ok]),
     }
+
+
+def summarise_requests(requests, duration_s):
+    """Statistics of one run's requests (the ``requests`` list of a bench_client result)."""
+    ok = [r for r in requests if r.get("ok")]
+    failed = [r for r in requests if not r.get("ok")]
+    metrics = _request_metrics(ok)
     total_out = sum(r.get("output_tokens") or 0 for r in ok)
-    per_prompt = {}
-    order = []
-    for r in ok:
-        pid = str(r.get("prompt_id"))
-        if pid not in per_prompt:
-            order.append(pid)
-        per_prompt.setdefault(pid, []).append(r)
-    prompts = []
-    for pid in order:
-        rs = per_prompt[pid]
-        prompts.append(
-            {
-                "prompt_id": pid,
-                "runs": len(rs),
-                "ttft_ms": median([_ms(r.get("ttft_s")) for r in rs]),
-                "tpot_ms": median([_ms(r.get("tpot_s")) for r in rs]),
-                "e2e_ms": median([_ms(r.get("e2e_s")) for r in rs]),
-                "request_tok_s": median([_req_tok_s(r) for r in rs]),
-                "output_tokens": median([r.get("output_tokens") for r in rs]),
-            }
-        )
-    errors = {}
-    for r in failed:
-        key = str(r.get("error") or "failed")[:200]
-        errors[key] = errors.get(key, 0) + 1
-    sources = {}
-    for r in ok:
-        s = r.get("token_source") or "unknown"
-        sources[s] = sources.get(s, 0) + 1
+    errors = _counts(str(r.get("error") or "failed")[:200] for r in failed)
+    sources = _counts(r.get("token_source") or "unknown" for r in ok)
     n = len(requests)
     return {
         "samples": [_sample(r) for r in ok],
@@ -171,7 +175,7 @@ def summarise_requests(requests, duration_s):
         "token_sources": sources,
         "metrics": metrics,
         "gaps": {m: gap(metrics[m]) for m in ("ttft_ms", "tpot_ms", "e2e_ms")},
-        "per_prompt": prompts,
+        "per_prompt": _prompt_medians(ok),
     }
 
 
@@ -619,6 +623,16 @@ def _equivalence(levels):
     return pairs
 
 
+def _recommendation_curve(prod, levels, target):
+    """(per-position curve, where it was read): the production temperature's sweep, else the target level."""
+    if prod and prod["per_position"]:
+        return prod["per_position"], "the sweep at the production temperature %g" % prod["temperature"]
+    tl = next((lv for lv in levels if target and lv["level"]["key"] == target["key"]), None)
+    if tl and (tl.get("acceptance") or {}).get("per_position_acceptance"):
+        return tl["acceptance"]["per_position_acceptance"], "the target level %s" % target["key"]
+    return None, None
+
+
 def _extras(result, entries, levels, sweep, method, production_temperature):
     """Acceptance by temperature, the recommended k and output equivalence."""
     rows = bench_verdict.temperature_sweep((sweep or {}).get("runs"), production_temperature)
@@ -632,16 +646,7 @@ def _extras(result, entries, levels, sweep, method, production_temperature):
             "acceptance %.2f at the production temperature %g: %s"
             % (prod["acceptance_rate"], prod["temperature"], bench_verdict.BAND_TEXT[prod["band"]])
         )
-    target = result["verdict"]["level"]
-    tl = next((lv for lv in levels if target and lv["level"]["key"] == target["key"]), None)
-    curve, source = None, None
-    if prod and prod["per_position"]:
-        curve, source = (
-            prod["per_position"],
-            "the sweep at the production temperature %g" % prod["temperature"],
-        )
-    elif tl and (tl.get("acceptance") or {}).get("per_position_acceptance"):
-        curve, source = tl["acceptance"]["per_position_acceptance"], "the target level %s" % target["key"]
+    curve, source = _recommendation_curve(prod, levels, result["verdict"]["level"])
     configured = len(curve) if curve else None
     result["recommendation"] = bench_verdict.recommend_tokens(curve, method, configured, source)
     temps = sorted({e.get("temperature") for e in entries.values()}, key=str)

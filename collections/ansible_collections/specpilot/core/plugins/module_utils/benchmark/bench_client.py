@@ -194,6 +194,39 @@ def level_key(qps, concurrency):
     return "qps=%s" % q + ("" if not concurrency else ",c=%d" % concurrency)
 
 
+def _concurrency(conc):
+    """The concurrency of a run: None (open loop) for empty or 0, else an integer >= 1."""
+    if conc in ("", 0, None):
+        return None
+    try:
+        conc = int(conc)
+    except (TypeError, ValueError):
+        raise RunConfigError("concurrency must be an integer, not %r" % (conc,))
+    if conc < 1:
+        raise RunConfigError("concurrency must be >= 1")
+    return conc
+
+
+def _count(cfg, key, least):
+    try:
+        value = int(cfg[key])
+    except (TypeError, ValueError):
+        raise RunConfigError("%s must be an integer" % key)
+    if value < least:
+        raise RunConfigError("%s is out of range" % key)
+    return value
+
+
+def _metrics_url(cfg):
+    """Where the run scrapes the engine's /metrics: none when scrape_metrics is off, else the one given or
+    the base URL's."""
+    if not cfg.get("scrape_metrics", True):
+        return None
+    if cfg.get("metrics_url") is None:
+        return cfg["base_url"] + "/metrics"
+    return cfg["metrics_url"]
+
+
 def normalise_config(config):
     """A run configuration with defaults applied and values checked (a new dict)."""
     if not isinstance(config, dict):
@@ -214,31 +247,14 @@ def normalise_config(config):
         raise RunConfigError("no prompts: give prompts or a workload file")
     cfg["prompts"] = _check_prompts(cfg["prompts"], cfg["api"])
     cfg["qps"] = _float_or_none(cfg.get("qps"), "qps")
-    conc = cfg.get("concurrency")
-    if conc in ("", 0, None):
-        cfg["concurrency"] = None
-    else:
-        try:
-            cfg["concurrency"] = int(conc)
-        except (TypeError, ValueError):
-            raise RunConfigError("concurrency must be an integer, not %r" % (conc,))
-        if cfg["concurrency"] < 1:
-            raise RunConfigError("concurrency must be >= 1")
+    cfg["concurrency"] = _concurrency(cfg.get("concurrency"))
     if cfg["arrival"] not in ("poisson", "constant"):
         raise RunConfigError("arrival must be 'poisson' or 'constant'")
-    for key in ("runs_per_prompt", "warmup_requests"):
-        try:
-            cfg[key] = int(cfg[key])
-        except (TypeError, ValueError):
-            raise RunConfigError("%s must be an integer" % key)
-        if cfg[key] < (1 if key == "runs_per_prompt" else 0):
-            raise RunConfigError("%s is out of range" % key)
+    cfg["runs_per_prompt"] = _count(cfg, "runs_per_prompt", 1)
+    cfg["warmup_requests"] = _count(cfg, "warmup_requests", 0)
     cfg["timeout"] = float(cfg["timeout"])
     cfg["seed"] = int(cfg["seed"]) if cfg.get("seed") is not None else 0
-    if cfg.get("metrics_url") is None and cfg.get("scrape_metrics", True):
-        cfg["metrics_url"] = cfg["base_url"] + "/metrics"
-    if not cfg.get("scrape_metrics", True):
-        cfg["metrics_url"] = None
+    cfg["metrics_url"] = _metrics_url(cfg)
     cfg["level"] = {
         "qps": cfg["qps"],
         "concurrency": cfg["concurrency"],
@@ -351,75 +367,141 @@ class _OutputText:
         return {"text_sha256": self.digest.hexdigest(), "text_head": self.head}
 
 
+class _Reply(object):
+    """What one streamed reply delivered, chunk by chunk: the times of its chunks, its tokens, its text."""
+
+    __slots__ = (
+        "start",
+        "itl",
+        "ttft",
+        "last",
+        "chunks",
+        "lp_tokens",
+        "lp_seen",
+        "usage",
+        "finish",
+        "output",
+    )
+
+    def __init__(self, start):
+        self.start = start
+        self.itl = []
+        self.ttft = None
+        self.last = None
+        self.chunks = 0
+        self.lp_tokens = 0
+        self.lp_seen = True
+        self.usage = None
+        self.finish = None
+        self.output = _OutputText()
+
+    def whole(self, data, api, now):
+        """A server that ignored stream=true: one JSON body, TTFT = e2e."""
+        self.ttft = now - self.start
+        self.last = now
+        choice = (data.get("choices") or [{}])[0]
+        self.finish = choice.get("finish_reason")
+        self.output.add(_reply_text(choice, api))
+        self.usage = data.get("usage")
+        self.chunks = 1
+        self.lp_seen = False
+
+    def event(self, obj, api, clock):
+        """One server-sent event's object; the error message when the stream reports one, else None."""
+        if obj.get("error"):
+            err = obj["error"]
+            return "stream error: %s" % (err.get("message") if isinstance(err, dict) else err)
+        choices = obj.get("choices")
+        if choices:
+            self._choice(choices[0], api, clock)
+        u = obj.get("usage")
+        if isinstance(u, dict) and u.get("completion_tokens") is not None:
+            self.usage = u
+        return None
+
+    def _choice(self, choice, api, clock):
+        has, ntok, fr, text = _chunk_output(choice, api)
+        if fr:
+            self.finish = fr
+        self.output.add(text)
+        if not has:
+            return
+        now = clock()
+        if self.ttft is None:
+            self.ttft = now - self.start
+        else:
+            self.itl.append(now - self.last)
+        self.last = now
+        self.chunks += 1
+        if ntok is None:
+            self.lp_seen = False
+        else:
+            self.lp_tokens += ntok
+
+    def fill(self, record):
+        """Write the reply's figures into ``record`` (an error when no output chunk came)."""
+        if self.ttft is None:
+            record["error"] = "no output chunk received"
+            return
+        e2e = self.last - self.start
+        record["ok"] = True
+        record["ttft_s"] = self.ttft
+        record["e2e_s"] = e2e
+        record["itl_s"] = self.itl
+        record["chunks"] = self.chunks
+        record["finish_reason"] = self.finish
+        record.update(self.output.fields())
+        self._tokens(record)
+        n = record["output_tokens"]
+        record["tpot_s"] = (e2e - self.ttft) / (n - 1) if n and n > 1 else None
+
+    def _tokens(self, record):
+        """The output token count: from usage, else the logprobs of every chunk, else the chunks."""
+        if self.usage is not None:
+            record["output_tokens"] = int(self.usage["completion_tokens"])
+            record["prompt_tokens"] = self.usage.get("prompt_tokens")
+            record["token_source"] = "usage"
+        elif self.lp_seen and self.lp_tokens:
+            record["output_tokens"] = self.lp_tokens
+            record["token_source"] = "logprobs"
+        else:
+            record["output_tokens"] = self.chunks
+            record["token_source"] = "chunks"
+
+
+async def _read_reply(resp, reply, api, clock):
+    """Read one response into ``reply``; the error message of a failed one, else None."""
+    if resp.status != 200:
+        body = await resp.text()
+        return "HTTP %d: %s" % (resp.status, body[:300])
+    if "text/event-stream" not in resp.headers.get("Content-Type", ""):
+        reply.whole(json.loads(await resp.read()), api, clock())
+        return None
+    async for raw in resp.content:
+        line = raw.strip()
+        if not line or not line.startswith(b"data:"):
+            continue  # blank separators, SSE comments / pings, event: lines
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            break
+        error = reply.event(json.loads(data), api, clock)
+        if error:
+            return error
+    return None
+
+
 async def _one_request(session, url, payload, headers, api, record, clock=time.perf_counter):
     """Send one streaming request and fill ``record`` in place."""
-    itl = []
-    ttft = None
-    last = None
-    chunks = 0
-    lp_tokens = 0
-    lp_seen = True
-    usage = None
-    finish = None
-    output = _OutputText()
     start = clock()
     record["sent"] = start
+    reply = _Reply(start)
     try:
         async with session.post(url, json=payload, headers=headers) as resp:
             record["status"] = resp.status
-            if resp.status != 200:
-                body = await resp.text()
-                record["error"] = "HTTP %d: %s" % (resp.status, body[:300])
+            error = await _read_reply(resp, reply, api, clock)
+            if error:
+                record["error"] = error
                 return
-            ctype = resp.headers.get("Content-Type", "")
-            if "text/event-stream" not in ctype:
-                # a server that ignored stream=true: one JSON body, TTFT = e2e
-                data = json.loads(await resp.read())
-                now = clock()
-                ttft = now - start
-                last = now
-                choice = (data.get("choices") or [{}])[0]
-                finish = choice.get("finish_reason")
-                output.add(_reply_text(choice, api))
-                usage = data.get("usage")
-                chunks = 1
-                lp_seen = False
-            else:
-                async for raw in resp.content:
-                    line = raw.strip()
-                    if not line or not line.startswith(b"data:"):
-                        continue  # blank separators, SSE comments / pings, event: lines
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        break
-                    obj = json.loads(data)
-                    if obj.get("error"):
-                        err = obj["error"]
-                        record["error"] = "stream error: %s" % (
-                            err.get("message") if isinstance(err, dict) else err
-                        )
-                        return
-                    choices = obj.get("choices")
-                    if choices:
-                        has, ntok, fr, text = _chunk_output(choices[0], api)
-                        if fr:
-                            finish = fr
-                        output.add(text)
-                        if has:
-                            now = clock()
-                            if ttft is None:
-                                ttft = now - start
-                            else:
-                                itl.append(now - last)
-                            last = now
-                            chunks += 1
-                            if ntok is None:
-                                lp_seen = False
-                            else:
-                                lp_tokens += ntok
-                    u = obj.get("usage")
-                    if isinstance(u, dict) and u.get("completion_tokens") is not None:
-                        usage = u
     except asyncio.TimeoutError:
         record["error"] = "timeout"
         return
@@ -428,29 +510,7 @@ async def _one_request(session, url, payload, headers, api, record, clock=time.p
         return
     finally:
         record["end"] = clock()
-    if ttft is None:
-        record["error"] = "no output chunk received"
-        return
-    e2e = last - start
-    record["ok"] = True
-    record["ttft_s"] = ttft
-    record["e2e_s"] = e2e
-    record["itl_s"] = itl
-    record["chunks"] = chunks
-    record["finish_reason"] = finish
-    record.update(output.fields())
-    if usage is not None:
-        record["output_tokens"] = int(usage["completion_tokens"])
-        record["prompt_tokens"] = usage.get("prompt_tokens")
-        record["token_source"] = "usage"
-    elif lp_seen and lp_tokens:
-        record["output_tokens"] = lp_tokens
-        record["token_source"] = "logprobs"
-    else:
-        record["output_tokens"] = chunks
-        record["token_source"] = "chunks"
-    n = record["output_tokens"]
-    record["tpot_s"] = (e2e - ttft) / (n - 1) if n and n > 1 else None
+    reply.fill(record)
 
 
 # --------------------------------------------------------------------------- a run

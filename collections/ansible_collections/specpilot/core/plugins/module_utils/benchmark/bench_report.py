@@ -84,15 +84,54 @@ def _capacity_text(hw):
     """The node's declared capacity and its allocatable, then what the engine's pod asks for, each labelled
     (issue 39: a 2-core lab VM read "cpu 32, memory 256Gi", the lab node's declared capacity)."""
     text = "node declares %s CPUs, %s memory; allocatable %s CPUs, %s memory" % (
-        hw["cpu"], hw["memory"], hw.get("cpu_allocatable") or "?", hw.get("memory_allocatable") or "?")
+        hw["cpu"],
+        hw["memory"],
+        hw.get("cpu_allocatable") or "?",
+        hw.get("memory_allocatable") or "?",
+    )
     pod = hw.get("pod_resources")
     if pod:
         asked = ", ".join(
             "%s %s %s" % (kind, name, pod[name][kind])
-            for name in ("cpu", "memory") for kind in ("requests", "limits") if pod[name][kind] is not None
+            for name in ("cpu", "memory")
+            for kind in ("requests", "limits")
+            if pod[name][kind] is not None
         )
         text += "; the engine's pod: %s" % (asked or "no CPU or memory requests or limits (best effort)")
     return text
+
+
+# the node labels that name its GPU product, by vendor (NVIDIA GPU feature discovery, AMD, GKE, Intel)
+_GPU_PRODUCT_LABELS = (
+    "nvidia.com/gpu.product",
+    "amd.com/gpu.product-name",
+    "cloud.google.com/gke-accelerator",
+    "gpu.intel.com/product",
+)
+
+
+def _hardware_summary(hw, node_gpus, per_replica):
+    """One line: the GPU product and count, the GPUs without a product label, or CPU only."""
+    product = hw["gpu_product"]
+    if product and (per_replica or node_gpus):
+        return "%s x %d%s (node %s%s)" % (
+            product,
+            per_replica or node_gpus,
+            " per replica" if per_replica else "",
+            hw["node"],
+            ", %d on the node" % node_gpus if node_gpus else "",
+        )
+    if node_gpus:
+        return "%d x %s, product unknown (no nvidia.com/gpu.product label on node %s)" % (
+            node_gpus,
+            hw["gpu_resource"],
+            hw["node"],
+        )
+    return "CPU only: no GPU on node %s (%s%s)" % (
+        hw["node"],
+        _capacity_text(hw),
+        ", instance type %s" % hw["instance_type"] if hw["instance_type"] else "",
+    )
 
 
 def hardware_from_node(node, pod=None):
@@ -103,11 +142,8 @@ def hardware_from_node(node, pod=None):
     cap = get_path(node, "status", "capacity") or {}
     resource = next((r for r in GPU_RESOURCES if _int(cap.get(r))), None)
     node_gpus = _int(cap.get(resource)) if resource else _int(labels.get("nvidia.com/gpu.count"))
-    product = (
-        labels.get("nvidia.com/gpu.product")
-        or labels.get("amd.com/gpu.product-name")
-        or labels.get("cloud.google.com/gke-accelerator")
-        or labels.get("gpu.intel.com/product")
+    product = next(
+        (labels[k] for k in _GPU_PRODUCT_LABELS if labels.get(k)), labels.get(_GPU_PRODUCT_LABELS[-1])
     )
     mem = _int(labels.get("nvidia.com/gpu.memory"))
     pod_req = pod_gpu_request(pod) if pod else {}
@@ -129,26 +165,7 @@ def hardware_from_node(node, pod=None):
         "kubelet": info.get("kubeletVersion"),
         "os_image": info.get("osImage"),
     }
-    if product and (per_replica or node_gpus):
-        hw["summary"] = "%s x %d%s (node %s%s)" % (
-            product,
-            per_replica or node_gpus,
-            " per replica" if per_replica else "",
-            hw["node"],
-            ", %d on the node" % node_gpus if node_gpus else "",
-        )
-    elif node_gpus:
-        hw["summary"] = "%d x %s, product unknown (no nvidia.com/gpu.product label on node %s)" % (
-            node_gpus,
-            resource,
-            hw["node"],
-        )
-    else:
-        hw["summary"] = "CPU only: no GPU on node %s (%s%s)" % (
-            hw["node"],
-            _capacity_text(hw),
-            ", instance type %s" % hw["instance_type"] if hw["instance_type"] else "",
-        )
+    hw["summary"] = _hardware_summary(hw, node_gpus, per_replica)
     return hw
 
 
@@ -158,6 +175,30 @@ def _present(value):
     if isinstance(value, (dict, list, str)):
         return bool(value)
     return True
+
+
+def _hardware_present(hw):
+    return bool(_present(hw) and (hw.get("summary") or hw.get("gpu_product") or hw.get("node")))
+
+
+# each context field, and when it counts as given
+_CONTEXT_PRESENT = (
+    ("hardware", _hardware_present),
+    ("model", lambda m: bool((m or {}).get("target"))),
+    ("runtime", lambda r: bool((r or {}).get("vllm_version"))),
+    ("request_params", lambda p: bool(_present(p))),
+    ("workload", lambda w: bool((w or {}).get("name"))),
+)
+
+
+def _model_summary(m):
+    spec = m.get("speculative_config") or {}
+    draft = m.get("draft") or (("%s (no draft model)" % spec.get("method")) if spec.get("method") else None)
+    return "target %s; draft %s; speculative %s" % (
+        m["target"],
+        draft or "none",
+        json.dumps(spec, sort_keys=True) if spec else "off",
+    )
 
 
 def build_context(hardware=None, model=None, runtime=None, request_params=None, workload=None):
@@ -170,35 +211,32 @@ def build_context(hardware=None, model=None, runtime=None, request_params=None, 
         "request_params": request_params or None,
         "workload": workload or None,
     }
-    missing = []
-    if not _present(ctx["hardware"]) or not (
-        ctx["hardware"].get("summary") or ctx["hardware"].get("gpu_product") or ctx["hardware"].get("node")
-    ):
-        missing.append("hardware")
+    missing = [field for field, present in _CONTEXT_PRESENT if not present(ctx[field])]
     m = ctx["model"] or {}
-    if not m.get("target"):
-        missing.append("model")
-    elif "summary" not in m:
-        spec = m.get("speculative_config") or {}
-        draft = m.get("draft") or (
-            ("%s (no draft model)" % spec.get("method")) if spec.get("method") else None
-        )
-        m["summary"] = "target %s; draft %s; speculative %s" % (
-            m["target"],
-            draft or "none",
-            json.dumps(spec, sort_keys=True) if spec else "off",
-        )
+    if m.get("target") and "summary" not in m:
+        m["summary"] = _model_summary(m)
     r = ctx["runtime"] or {}
-    if not r.get("vllm_version"):
-        missing.append("runtime")
-    elif "summary" not in r:
+    if r.get("vllm_version") and "summary" not in r:
         r["summary"] = "vLLM %s%s" % (r["vllm_version"], " (%s)" % r["image"] if r.get("image") else "")
-    if not _present(ctx["request_params"]):
-        missing.append("request_params")
-    w = ctx["workload"] or {}
-    if not w.get("name"):
-        missing.append("workload")
     return ctx, missing
+
+
+def _prompt_sizes(prompts):
+    """The number of prompts, their sizes in characters, their categories."""
+    out = {"num_prompts": len(prompts)}
+    chars = [len(p.get("prompt") or json.dumps(p.get("messages") or "")) for p in prompts]
+    out["prompt_chars"] = {"min": min(chars), "max": max(chars), "total": sum(chars)} if chars else None
+    cats = sorted({p.get("category") for p in prompts if p.get("category")})
+    if cats:
+        out["categories"] = cats
+    return out
+
+
+def _run_medians(summaries, figure):
+    """The median of ``figure`` (prompt_tokens, output_tokens) of each run that has it."""
+    return [
+        s["metrics"][figure]["p50"] for s in summaries or [] if s and (s.get("metrics") or {}).get(figure)
+    ]
 
 
 def workload_context(name, path=None, prompts=None, summaries=None, description=None):
@@ -206,26 +244,11 @@ def workload_context(name, path=None, prompts=None, summaries=None, description=
     sizes from the runs' usage figures)."""
     w = {"name": name, "file": path, "description": description}
     if prompts is not None:
-        w["num_prompts"] = len(prompts)
-        chars = [len(p.get("prompt") or json.dumps(p.get("messages") or "")) for p in prompts]
-        w["prompt_chars"] = {"min": min(chars), "max": max(chars), "total": sum(chars)} if chars else None
-        cats = sorted({p.get("category") for p in prompts if p.get("category")})
-        if cats:
-            w["categories"] = cats
-    pt = [
-        s["metrics"]["prompt_tokens"]["p50"]
-        for s in summaries or []
-        if s and (s.get("metrics") or {}).get("prompt_tokens")
-    ]
-    ot = [
-        s["metrics"]["output_tokens"]["p50"]
-        for s in summaries or []
-        if s and (s.get("metrics") or {}).get("output_tokens")
-    ]
-    if pt:
-        w["prompt_tokens_median"] = sorted(pt)[len(pt) // 2]
-    if ot:
-        w["output_tokens_median"] = sorted(ot)[len(ot) // 2]
+        w.update(_prompt_sizes(prompts))
+    for figure in ("prompt_tokens", "output_tokens"):
+        medians = _run_medians(summaries, figure)
+        if medians:
+            w[figure + "_median"] = sorted(medians)[len(medians) // 2]
     reqs = [s.get("requests") for s in summaries or [] if s]
     if reqs:
         w["requests_per_run"] = max(reqs)
@@ -495,6 +518,21 @@ def _md_temperature(report):
     return out
 
 
+def _workload_text(wl):
+    """The workload's name, prompts, requests per run, median token sizes and file, in one cell."""
+    bits = [wl.get("name") or "unknown"]
+    if wl.get("num_prompts") is not None:
+        bits.append("%d prompts" % wl["num_prompts"])
+    if wl.get("requests_per_run") is not None:
+        bits.append("%d timed requests per run" % wl["requests_per_run"])
+    for key, text in (("prompt_tokens_median", "prompt tokens"), ("output_tokens_median", "output tokens")):
+        if wl.get(key) is not None:
+            bits.append("%s median %s" % (text, fmt_value(wl[key], "%g")))
+    if wl.get("file"):
+        bits.append("file %s" % wl["file"])
+    return "; ".join(bits)
+
+
 def _md_context(report):
     """What was measured: hardware, model, runtime, request parameters, workload."""
     ctx = report.get("context") or {}
@@ -519,18 +557,7 @@ def _md_context(report):
         "%s=%s" % (k, json.dumps(v, sort_keys=True)) for k, v in sorted(rp.items()) if k not in ("levels",)
     )
     out.append("| Request parameters | %s |" % md_escape(rp_text or "unknown"))
-    wl_bits = [wl.get("name") or "unknown"]
-    if wl.get("num_prompts") is not None:
-        wl_bits.append("%d prompts" % wl["num_prompts"])
-    if wl.get("requests_per_run") is not None:
-        wl_bits.append("%d timed requests per run" % wl["requests_per_run"])
-    if wl.get("prompt_tokens_median") is not None:
-        wl_bits.append("prompt tokens median %s" % fmt_value(wl["prompt_tokens_median"], "%g"))
-    if wl.get("output_tokens_median") is not None:
-        wl_bits.append("output tokens median %s" % fmt_value(wl["output_tokens_median"], "%g"))
-    if wl.get("file"):
-        wl_bits.append("file %s" % wl["file"])
-    out.append("| Workload | %s |" % md_escape("; ".join(wl_bits)))
+    out.append("| Workload | %s |" % md_escape(_workload_text(wl)))
     out.append("")
     return out
 
@@ -734,6 +761,90 @@ def _plot_lines(ax, xs, ys, **kw):
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", **kw)
 
 
+_COLOURS = {"baseline": "#4c72b0", "speculative": "#dd8452"}
+
+
+def _level_axis(ax, xs, labels):
+    ax.set_xticks(xs)
+    ax.set_xticklabels(labels, rotation=20)
+    ax.set_xlabel("load level")
+
+
+def _latency_plot(plt, report, levels, xs, labels, out_dir):
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    for ax, (metric, title) in zip(
+        axes, (("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"), ("e2e_ms", "End-to-end latency (ms)"))
+    ):
+        for side in ("baseline", "speculative"):
+            _plot_lines(
+                ax, xs, _series(levels, side, metric, "p50"), color=_COLOURS[side], label="%s p50" % side
+            )
+            _plot_lines(
+                ax,
+                xs,
+                _series(levels, side, metric, "p99"),
+                color=_COLOURS[side],
+                linestyle="--",
+                label="%s p99" % side,
+            )
+        ax.set_title(title)
+        _level_axis(ax, xs, labels)
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Latency vs load: %s" % (report.get("service") or ""))
+    return saved(fig, out_dir, "latency.png", "Latency vs load (p50 solid, p99 dashed)")
+
+
+def _throughput_plot(plt, levels, xs, labels, out_dir):
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    width = 0.38
+    for i, side in enumerate(("baseline", "speculative")):
+        req = _series(levels, side, "request_tok_s", "p50")
+        sysr = [(lv.get(side) or {}).get("output_throughput") for lv in levels]
+        axes[0].bar(
+            [x + (i - 0.5) * width for x in xs],
+            [v or 0 for v in req],
+            width,
+            color=_COLOURS[side],
+            label=side,
+        )
+        axes[1].bar(
+            [x + (i - 0.5) * width for x in xs],
+            [v or 0 for v in sysr],
+            width,
+            color=_COLOURS[side],
+            label=side,
+        )
+    axes[0].set_title("Per-request output tok/s (p50)")
+    axes[1].set_title("System output tok/s (all requests / wall time)")
+    for ax in axes:
+        _level_axis(ax, xs, labels)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    return saved(fig, out_dir, "throughput.png", "Throughput vs load")
+
+
+def _acceptance_plot(plt, levels, out_dir):
+    """The per-position acceptance of each level that has it; None when none has."""
+    acc = [(lv["level"]["key"], (lv.get("acceptance") or {}).get("per_position_acceptance")) for lv in levels]
+    acc = [(k, [p or 0.0 for p in pos]) for k, pos in acc if pos]
+    if not acc:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    k = max(len(pos) for _unused, pos in acc)
+    width = 0.8 / len(acc)
+    for i, (key, pos) in enumerate(acc):
+        ax.bar([p + 1 + (i - (len(acc) - 1) / 2.0) * width for p in range(len(pos))], pos, width, label=key)
+    ax.set_xticks(list(range(1, k + 1)))
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("acceptance (accepted at position / drafts)")
+    ax.set_ylim(0, 1.05)
+    ax.set_title("Per-position acceptance")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    return saved(fig, out_dir, "acceptance.png", "Per-position acceptance")
+
+
 def render_plots(report, out_dir):
     """latency.png, throughput.png and (with acceptance data) acceptance.png under out_dir.
     Returns [{file, title, path}]; empty without matplotlib."""
@@ -743,77 +854,13 @@ def render_plots(report, out_dir):
     levels = report["levels"]
     labels = [_plot_label(lv) for lv in levels]
     xs = list(range(len(levels)))
-    colours = {"baseline": "#4c72b0", "speculative": "#dd8452"}
-    made = []
-
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-    for ax, (metric, title) in zip(
-        axes, (("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"), ("e2e_ms", "End-to-end latency (ms)"))
-    ):
-        for side in ("baseline", "speculative"):
-            _plot_lines(
-                ax, xs, _series(levels, side, metric, "p50"), color=colours[side], label="%s p50" % side
-            )
-            _plot_lines(
-                ax,
-                xs,
-                _series(levels, side, metric, "p99"),
-                color=colours[side],
-                linestyle="--",
-                label="%s p99" % side,
-            )
-        ax.set_title(title)
-        ax.set_xticks(xs)
-        ax.set_xticklabels(labels, rotation=20)
-        ax.set_xlabel("load level")
-        ax.grid(True, alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.suptitle("Latency vs load: %s" % (report.get("service") or ""))
-    made.append(saved(fig, out_dir, "latency.png", "Latency vs load (p50 solid, p99 dashed)"))
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-    width = 0.38
-    for i, side in enumerate(("baseline", "speculative")):
-        req = _series(levels, side, "request_tok_s", "p50")
-        sysr = [(lv.get(side) or {}).get("output_throughput") for lv in levels]
-        axes[0].bar(
-            [x + (i - 0.5) * width for x in xs], [v or 0 for v in req], width, color=colours[side], label=side
-        )
-        axes[1].bar(
-            [x + (i - 0.5) * width for x in xs],
-            [v or 0 for v in sysr],
-            width,
-            color=colours[side],
-            label=side,
-        )
-    axes[0].set_title("Per-request output tok/s (p50)")
-    axes[1].set_title("System output tok/s (all requests / wall time)")
-    for ax in axes:
-        ax.set_xticks(xs)
-        ax.set_xticklabels(labels, rotation=20)
-        ax.set_xlabel("load level")
-        ax.grid(True, axis="y", alpha=0.3)
-        ax.legend(fontsize=8)
-    made.append(saved(fig, out_dir, "throughput.png", "Throughput vs load"))
-
-    acc = [(lv["level"]["key"], (lv.get("acceptance") or {}).get("per_position_acceptance")) for lv in levels]
-    acc = [(k, [p or 0.0 for p in pos]) for k, pos in acc if pos]
-    if acc:
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        k = max(len(pos) for _unused, pos in acc)
-        width = 0.8 / len(acc)
-        for i, (key, pos) in enumerate(acc):
-            ax.bar(
-                [p + 1 + (i - (len(acc) - 1) / 2.0) * width for p in range(len(pos))], pos, width, label=key
-            )
-        ax.set_xticks(list(range(1, k + 1)))
-        ax.set_xlabel("draft position")
-        ax.set_ylabel("acceptance (accepted at position / drafts)")
-        ax.set_ylim(0, 1.05)
-        ax.set_title("Per-position acceptance")
-        ax.grid(True, axis="y", alpha=0.3)
-        ax.legend(fontsize=8)
-        made.append(saved(fig, out_dir, "acceptance.png", "Per-position acceptance"))
+    made = [
+        _latency_plot(plt, report, levels, xs, labels, out_dir),
+        _throughput_plot(plt, levels, xs, labels, out_dir),
+    ]
+    acceptance = _acceptance_plot(plt, levels, out_dir)
+    if acceptance is not None:
+        made.append(acceptance)
     made.extend(_plot_speedups(plt, report, out_dir))
     made.extend(_plot_temperature(report, out_dir))
     return made

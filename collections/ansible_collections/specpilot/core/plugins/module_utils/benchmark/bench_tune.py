@@ -30,6 +30,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_rep
     ratio_ci,
 )
 from ansible_collections.specpilot.core.plugins.module_utils.report import files as report_files
+from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_schedule, bench_schedule_report
 
 __all__ = [
     "build_tune_report",
@@ -123,6 +124,48 @@ def _name(row):
     return "%s k=%s" % (row["method"], row["num_speculative_tokens"])
 
 
+def _no_keep(rows):
+    """The recommendation when no candidate is a keep: the decisions counted, nothing chosen."""
+    counts = {}
+    for r in rows:
+        counts[r["decision"]] = counts.get(r["decision"], 0) + 1
+    return {
+        "id": None,
+        "method": None,
+        "num_speculative_tokens": None,
+        "decision": None,
+        "gain": None,
+        "change": None,
+        "reason": "no candidate is a keep under the service's SLO (%s): keep the configuration as it is, "
+        "or turn speculative decoding off if the benchmark says rollback"
+        % (", ".join("%d %s" % (n, d) for d, n in sorted(counts.items())) or "no candidates"),
+    }
+
+
+def _runner_up(best, second):
+    lo, hi = best["bound"]["ci95"], second["bound"]["ci95"]
+    overlap = bool(lo and hi and lo[0] <= hi[1])
+    return "; the runner-up %s gives %.2fx%s" % (
+        _name(second),
+        second["bound"]["value"],
+        " (the intervals overlap: the difference is within the noise)" if overlap else "",
+    )
+
+
+def _configured_text(configured, change):
+    """What the reason says of the configured setting against the best one."""
+    if configured is None:
+        return "; the configured setting was not among the candidates"
+    if not change:
+        return "; that is the configured setting: nothing to change"
+    value = configured["bound"]["value"]
+    return "; the service runs %s (%s%s)" % (
+        _name(configured),
+        configured["decision"],
+        ", %.2fx" % value if value is not None else "",
+    )
+
+
 def choose(rows, bound_by="tpot"):
     """The recommendation ``{id, method, num_speculative_tokens, decision, gain, change, reason}``.
 
@@ -132,20 +175,7 @@ def choose(rows, bound_by="tpot"):
     kept = [r for r in rows if r["decision"] == "keep" and r["bound"]["value"] is not None]
     configured = next((r for r in rows if r["configured"]), None)
     if not kept:
-        counts = {}
-        for r in rows:
-            counts[r["decision"]] = counts.get(r["decision"], 0) + 1
-        return {
-            "id": None,
-            "method": None,
-            "num_speculative_tokens": None,
-            "decision": None,
-            "gain": None,
-            "change": None,
-            "reason": "no candidate is a keep under the service's SLO (%s): keep the configuration as it is, "
-            "or turn speculative decoding off if the benchmark says rollback"
-            % (", ".join("%d %s" % (n, d) for d, n in sorted(counts.items())) or "no candidates"),
-        }
+        return _no_keep(rows)
     ranked = sorted(
         kept, key=lambda r: (-r["bound"]["value"], r["num_speculative_tokens"] or 0, r["id"] or "")
     )
@@ -161,25 +191,9 @@ def choose(rows, bound_by="tpot"):
         )
     )
     if len(ranked) > 1:
-        second = ranked[1]
-        lo, hi = best["bound"]["ci95"], second["bound"]["ci95"]
-        overlap = bool(lo and hi and lo[0] <= hi[1])
-        reason += "; the runner-up %s gives %.2fx%s" % (
-            _name(second),
-            second["bound"]["value"],
-            " (the intervals overlap: the difference is within the noise)" if overlap else "",
-        )
+        reason += _runner_up(best, ranked[1])
     change = configured is None or configured["id"] != best["id"]
-    if configured is None:
-        reason += "; the configured setting was not among the candidates"
-    elif change:
-        reason += "; the service runs %s (%s%s)" % (
-            _name(configured),
-            configured["decision"],
-            ", %.2fx" % configured["bound"]["value"] if configured["bound"]["value"] is not None else "",
-        )
-    else:
-        reason += "; that is the configured setting: nothing to change"
+    reason += _configured_text(configured, change)
     return {
         "id": best["id"],
         "method": best["method"],
@@ -191,8 +205,22 @@ def choose(rows, bound_by="tpot"):
     }
 
 
-def build_tune_report(candidates, service=None, configured=None, notes=None, generated_at=None):
-    """The tuning report: the rows, the recommendation, the policy the verdicts used."""
+def _with_sweep(report, candidates, sweep):
+    """The schedule sweep (issue 37), when the run measured one: ``schedule`` and ``crossover`` at the
+    top, the rest under ``sweep``. sweep: {max_num_seqs, version (tuple), data_parallel_size}."""
+    method = (report.get("configured") or {}).get("method")
+    result = bench_schedule.analyse_sweep(
+        candidates, report["bound_by"], sweep.get("max_num_seqs"), method, sweep.get("version"),
+        sweep.get("data_parallel_size") or 1,
+    )
+    report.update(sweep=result, schedule=result["schedule"], crossover=result["crossover"])
+    report["summary"] += " Schedule by load: %s (%s)." % (result["crossover"]["text"], result["schedule_text"])
+    return report
+
+
+def build_tune_report(candidates, service=None, configured=None, notes=None, generated_at=None, sweep=None):
+    """The tuning report: the rows, the recommendation, the policy the verdicts used (and the
+    schedule by load when ``sweep`` is given)."""
     bound_by, policy = _bound_by(candidates)
     rows = [candidate_row(c, bound_by) for c in candidates]
     rec = choose(rows, bound_by)
@@ -204,7 +232,7 @@ def build_tune_report(candidates, service=None, configured=None, notes=None, gen
             rec["num_speculative_tokens"],
             rec["reason"],
         )
-    return {
+    report = {
         "format": REPORT_FORMAT,
         "kind": "specpilot-tune",
         "service": service,
@@ -220,6 +248,7 @@ def build_tune_report(candidates, service=None, configured=None, notes=None, gen
         "notes": list(notes or []),
         "plots": [],
     }
+    return _with_sweep(report, candidates, sweep) if sweep is not None else report
 
 
 def _link(path, out_dir):
@@ -276,6 +305,7 @@ def render_markdown(report, out_dir=None):
     out.append("")
     if report.get("notes"):
         out += ["Notes:", ""] + ["- " + md_escape(n) for n in report["notes"]] + [""]
+    out += bench_schedule_report.markdown_lines(report)
     out += plot_links(report)
     return "\n".join(out)
 
@@ -338,7 +368,9 @@ def render_plot(report, out_dir):
     ax.set_title("Acceptance per candidate")
     ax.grid(True, axis="y", alpha=0.3)
     fig.suptitle("Tuning run: %s" % (report.get("service") or ""))
-    return [saved(fig, out_dir, "tune.png", "Candidates against the baseline")]
+    return [saved(fig, out_dir, "tune.png", "Candidates against the baseline")] + bench_schedule_report.render_heatmap(
+        report, out_dir
+    )
 
 
 def write_tune_report(report, out_dir, plots=True):

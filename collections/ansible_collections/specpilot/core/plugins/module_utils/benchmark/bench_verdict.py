@@ -315,6 +315,12 @@ def _side_validity(side, summary, reasons):
                 "%s: %s p50 %.3g ms is below the %.2g ms physical floor: the stream arrived in bursts "
                 "(the engine or the client was starved of CPU)" % (side, label, v, VALIDITY["floor_ms"])
             )
+    _stream_validity(side, summary, reasons)
+    _client_validity(side, summary, reasons)
+
+
+def _stream_validity(side, summary, reasons):
+    """Requests that arrived in one burst, or outputs that came in one or two chunks: not streamed."""
     samples = summary.get("samples") or []
     bursts = sum(1 for s in samples if _burst(s))
     if samples and bursts > VALIDITY["max_burst_share"] * len(samples):
@@ -331,7 +337,6 @@ def _side_validity(side, summary, reasons):
                 "%s: outputs of %d tokens arrived in %d chunk(s) (median): the stream was not "
                 "streamed token by token, so TTFT/TPOT measure nothing" % (side, tokens, med)
             )
-    _client_validity(side, summary, reasons)
 
 
 def _client_validity(side, summary, reasons):
@@ -592,6 +597,36 @@ def _judge_strict(figs, thresholds, out):
             out["undecided"].append((fig, entry, need, "%s: within the noise of %.2fx" % (text, need)))
 
 
+def _burst_notes(baseline, speculative):
+    """A note for each side whose requests arrived in one burst (left out of TPOT)."""
+    notes = []
+    for side, summary in (("baseline", baseline), ("speculative", speculative)):
+        bursts = sum(1 for s in (summary or {}).get("samples") or [] if _burst(s))
+        if bursts:
+            notes.append(
+                "%s: %d request(s) arrived in one burst (TPOT below %.2g ms) and are left out of TPOT"
+                % (side, bursts, VALIDITY["floor_ms"])
+            )
+    return notes
+
+
+def _inconclusive(result, out, needed):
+    """An inconclusive result: what was undecided, and how many more runs would likely decide it."""
+    result["decision"] = "inconclusive"
+    result["reasons"] = [text for _unused, _unused, _unused, text in out["undecided"]] or [
+        "nothing improved beyond the noise"
+    ]
+    known = [n for n in needed if n is not None]
+    if known and len(known) == len(needed):
+        result["runs_needed"] = max(known)
+        result["reasons"].append(
+            "about %d more run(s) per prompt would likely decide it (specpilot_benchmark_runs_per_prompt)"
+            % result["runs_needed"]
+        )
+    else:
+        result["reasons"].append("a difference this small cannot be resolved by more runs at this load")
+
+
 def decide(baseline, speculative, figs, policy, thresholds=None, runs_per_prompt=None):
     """{decision, reasons, fine, notes, runs_needed} of one valid level."""
     policy = policy_with_defaults(policy)
@@ -609,13 +644,7 @@ def decide(baseline, speculative, figs, policy, thresholds=None, runs_per_prompt
     _judge_p99_relative(figs, thresholds, out)
     _judge_errors(baseline, speculative, thresholds, out)
     needed = [runs_needed(e, b, runs_per_prompt) for _unused, e, b, _unused in out["undecided"]]
-    for side, summary in (("baseline", baseline), ("speculative", speculative)):
-        bursts = sum(1 for s in (summary or {}).get("samples") or [] if _burst(s))
-        if bursts:
-            out["notes"].append(
-                "%s: %d request(s) arrived in one burst (TPOT below %.2g ms) and are left out of TPOT"
-                % (side, bursts, VALIDITY["floor_ms"])
-            )
+    out["notes"].extend(_burst_notes(baseline, speculative))
     result = {"fine": out["fine"], "notes": out["notes"], "runs_needed": None}
     if not any(figs[f]["prompts"] for f in FIGURES) and not out["regressions"]:
         result.update(
@@ -631,19 +660,7 @@ def decide(baseline, speculative, figs, policy, thresholds=None, runs_per_prompt
     if out["regressions"]:
         result.update(decision="rollback", reasons=out["regressions"])
     elif out["undecided"] or not out["gains"]:
-        result["decision"] = "inconclusive"
-        result["reasons"] = [text for _unused, _unused, _unused, text in out["undecided"]] or [
-            "nothing improved beyond the noise"
-        ]
-        known = [n for n in needed if n is not None]
-        if known and len(known) == len(needed):
-            result["runs_needed"] = max(known)
-            result["reasons"].append(
-                "about %d more run(s) per prompt would likely decide it (specpilot_benchmark_runs_per_prompt)"
-                % result["runs_needed"]
-            )
-        else:
-            result["reasons"].append("a difference this small cannot be resolved by more runs at this load")
+        _inconclusive(result, out, needed)
     else:
         result.update(decision="keep", reasons=out["gains"] + out["fine"])
     return result

@@ -136,6 +136,29 @@ def _number(text, kind):
     return value
 
 
+def _read_line(flat, label, value):
+    """One ``label: value`` line of the result block into ``flat``: a scalar, a position's acceptance,
+    or a latency statistic."""
+    if label in SCALARS:
+        key, kind = SCALARS[label]
+        flat[key] = _number(value, kind)
+        return
+    if _POSITION.match(label):
+        flat["spec_decode_per_position"].append(float(value) / 100.0)
+        return
+    mm = _METRIC.match(label)
+    if not mm:
+        return
+    name = METRICS[mm.group("name")]
+    stat = mm.group("stat")
+    if stat in ("Mean", "Median"):
+        flat["%s_%s_ms" % (stat.lower(), name)] = float(value)
+    else:
+        p = mm.group("p")
+        flat["p%s_%s_ms" % (p, name)] = float(value)
+        flat["percentiles"].setdefault(name, []).append(p)
+
+
 def parse_output(text):
     """The flat result of the LAST ``Serving Benchmark Result`` block of ``vllm bench serve``'s
     stdout (a Job log may hold other lines before it: warnings, progress)."""
@@ -162,28 +185,8 @@ def parse_output(text):
             ended = True
             break
         m = _LINE.match(stripped)
-        if not m:
-            continue
-        label, value = m.group("label").strip(), m.group("value")
-        if label in SCALARS:
-            key, kind = SCALARS[label]
-            flat[key] = _number(value, kind)
-            continue
-        pm = _POSITION.match(label)
-        if pm:
-            flat["spec_decode_per_position"].append(float(value) / 100.0)
-            continue
-        mm = _METRIC.match(label)
-        if mm:
-            name = METRICS[mm.group("name")]
-            if mm.group("stat") == "Mean":
-                flat["mean_%s_ms" % name] = float(value)
-            elif mm.group("stat") == "Median":
-                flat["median_%s_ms" % name] = float(value)
-            else:
-                p = mm.group("p")
-                flat["p%s_%s_ms" % (p, name)] = float(value)
-                flat["percentiles"].setdefault(name, []).append(p)
+        if m:
+            _read_line(flat, m.group("label").strip(), m.group("value"))
     if not ended:
         raise BenchServeOutputError(
             "the '%s' block of vllm bench serve is cut off (no closing ==== line): the log is incomplete"
@@ -281,35 +284,36 @@ def requests_from_detail(flat):
     extra = {k: v for k, v in extra.items() if isinstance(v, list) and len(v) == n}
     if not n or any(len(v) != n for v in lists.values()):
         return None
-    records = []
-    for i in range(n):
-        ttft, itl = lists["ttfts"][i] or 0.0, lists["itls"][i] or []
-        out, error = int(lists["output_lens"][i] or 0), lists["errors"][i] or ""
-        # same prompt index on both sides: the same seed and dataset order send the same prompts
-        rec = {"prompt_id": str(i), "run": 0, "ok": not error and (ttft > 0 or out > 0)}
-        if not rec["ok"]:
-            rec["error"] = _error_text(error) or "failed (vllm bench serve recorded no reason)"
-            records.append(rec)
-            continue
-        # older releases save no latencies: the end of the last chunk, as main_async's timeline
-        e2e = extra["latencies"][i] if "latencies" in extra else ttft + sum(itl)
+    return [_detail_record(i, lists, extra) for i in range(n)]
+
+
+def _detail_record(i, lists, extra):
+    """bench_client's record of the ``i``-th timed request of a --save-detailed JSON."""
+    ttft, itl = lists["ttfts"][i] or 0.0, lists["itls"][i] or []
+    out, error = int(lists["output_lens"][i] or 0), lists["errors"][i] or ""
+    # same prompt index on both sides: the same seed and dataset order send the same prompts
+    rec = {"prompt_id": str(i), "run": 0, "ok": not error and (ttft > 0 or out > 0)}
+    if not rec["ok"]:
+        rec["error"] = _error_text(error) or "failed (vllm bench serve recorded no reason)"
+        return rec
+    # older releases save no latencies: the end of the last chunk, as main_async's timeline
+    e2e = extra["latencies"][i] if "latencies" in extra else ttft + sum(itl)
+    rec.update(
+        ttft_s=ttft,
+        e2e_s=e2e,
+        itl_s=list(itl),
+        chunks=len(itl) + 1,
+        output_tokens=out,
+        prompt_tokens=extra["input_lens"][i] if "input_lens" in extra else None,
+        token_source=CLIENT,
+        tpot_s=(e2e - ttft) / (out - 1) if out > 1 else None,
+    )
+    text = extra["generated_texts"][i] if "generated_texts" in extra else None
+    if isinstance(text, str):
         rec.update(
-            ttft_s=ttft,
-            e2e_s=e2e,
-            itl_s=list(itl),
-            chunks=len(itl) + 1,
-            output_tokens=out,
-            prompt_tokens=extra["input_lens"][i] if "input_lens" in extra else None,
-            token_source=CLIENT,
-            tpot_s=(e2e - ttft) / (out - 1) if out > 1 else None,
+            text_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(), text_head=text[:TEXT_HEAD_CHARS]
         )
-        text = extra["generated_texts"][i] if "generated_texts" in extra else None
-        if isinstance(text, str):
-            rec.update(
-                text_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(), text_head=text[:TEXT_HEAD_CHARS]
-            )
-        records.append(rec)
-    return records
+    return rec
 
 
 def _pct(flat, name, p):
@@ -373,6 +377,34 @@ def _mean_only(total, completed):
     }
 
 
+def _aggregates(flat, completed, failed):
+    """(metrics, errors, unavailable) from vLLM's aggregates, without the per-request detail."""
+    metrics = {ours: _metric(flat, name) for name, ours in OURS.items()}
+    metrics.update(queue_ms=None, request_tok_s=None)
+    metrics["output_tokens"] = _mean_only(flat.get("total_output_tokens"), completed)
+    metrics["prompt_tokens"] = _mean_only(flat.get("total_input_tokens"), completed)
+    errors = [{"error": "failed (vllm bench serve gives no reason)", "count": failed}] if failed else []
+    unavailable = list(UNAVAILABLE) + [NO_DETAIL]
+    for name, ours in OURS.items():
+        if metrics[ours] is None:
+            unavailable.append("%s (not in --percentile-metrics)" % ours)
+        elif metrics[ours]["p99"] is None:
+            unavailable.append("%s p99 (not in --metric-percentiles)" % ours)
+    return metrics, errors, unavailable
+
+
+def _throughputs(flat, completed):
+    """(output tok/s, requests/s): vLLM's, else from the totals and the duration."""
+    duration, total_out = flat.get("duration"), flat.get("total_output_tokens")
+    out_tp = flat.get("output_throughput")
+    if out_tp is None and total_out is not None and duration:
+        out_tp = total_out / duration
+    req_tp = flat.get("request_throughput")
+    if req_tp is None and duration:
+        req_tp = completed / duration
+    return out_tp, req_tp
+
+
 def summarise(flat, level=None):
     """bench_analysis's per-level summary (the shape of summarise_run) from a flat result: with
     the per-request detail of --save-detailed, its ``samples`` and statistics as summarise_run makes
@@ -395,23 +427,8 @@ def summarise(flat, level=None):
         unavailable = list(UNAVAILABLE_WITH_DETAIL)
     else:
         detail = None
-        metrics = {ours: _metric(flat, name) for name, ours in OURS.items()}
-        metrics.update(queue_ms=None, request_tok_s=None)
-        metrics["output_tokens"] = _mean_only(total_out, completed)
-        metrics["prompt_tokens"] = _mean_only(flat.get("total_input_tokens"), completed)
-        errors = [{"error": "failed (vllm bench serve gives no reason)", "count": failed}] if failed else []
-        unavailable = list(UNAVAILABLE) + [NO_DETAIL]
-        for name, ours in OURS.items():
-            if metrics[ours] is None:
-                unavailable.append("%s (not in --percentile-metrics)" % ours)
-            elif metrics[ours]["p99"] is None:
-                unavailable.append("%s p99 (not in --metric-percentiles)" % ours)
-    out_tp = flat.get("output_throughput")
-    if out_tp is None and total_out is not None and duration:
-        out_tp = total_out / duration
-    req_tp = flat.get("request_throughput")
-    if req_tp is None and duration:
-        req_tp = completed / duration
+        metrics, errors, unavailable = _aggregates(flat, completed, failed)
+    out_tp, req_tp = _throughputs(flat, completed)
     summary = {
         "client": CLIENT,
         "requests": n,

@@ -124,30 +124,40 @@ def scheduling_hints(message, plan=None):
     return hints
 
 
-def engine_hints(errors, plan=None, image_vllm=None):
-    """Hints for the errors ``vllm_log_facts`` recognised (``log_errors``)."""
-    plan = plan or {}
+def _gpu_memory_utilization(plan):
     gmu = "not set"
     for arg in plan.get("args") or []:
         if arg.startswith("--gpu-memory-utilization="):
             gmu = arg.split("=", 1)[1]
+    return gmu
+
+
+def _hint_code(error):
+    """The error's code, with pydantic's words for a key this vLLM does not have read as UNKNOWN_SPEC_KEY."""
+    code = error.get("code")
+    text = error.get("message") or ""
+    if (
+        code == "CONFIG_VALIDATION_ERROR"
+        and error.get("key")
+        and ("unexpected_keyword_argument" in text or "extra_forbidden" in text)
+    ):
+        return "UNKNOWN_SPEC_KEY"
+    return code
+
+
+def engine_hints(errors, plan=None, image_vllm=None):
+    """Hints for the errors ``vllm_log_facts`` recognised (``log_errors``)."""
+    plan = plan or {}
     values = {
         "spec_vllm": plan.get("vllm_version") or "?",
         "image_vllm": image_vllm or "(release not in the log)",
-        "gmu": gmu,
+        "gmu": _gpu_memory_utilization(plan),
     }
     hints = []
     primary = [e for e in errors or [] if e.get("code") not in _SECONDARY] or list(errors or [])
     seen = set()
     for error in primary:
-        code = error.get("code")
-        text = error.get("message") or ""
-        if (
-            code == "CONFIG_VALIDATION_ERROR"
-            and error.get("key")
-            and ("unexpected_keyword_argument" in text or "extra_forbidden" in text)
-        ):
-            code = "UNKNOWN_SPEC_KEY"  # pydantic's words for a key this vLLM does not have
+        code = _hint_code(error)
         if code in seen:
             continue
         seen.add(code)
@@ -250,6 +260,13 @@ def _scheduling_hints(d):
     return hints, scheduling
 
 
+def _version_differs(image_vllm, spec_vllm):
+    """Whether the release the engine log names is not the spec's release line (major.minor)."""
+    return bool(
+        image_vllm and spec_vllm and not str(image_vllm).startswith(".".join(str(spec_vllm).split(".")[:2]))
+    )
+
+
 def _hints(d):
     """(cause, hints, engine hints, scheduling messages) of a rollout that did not become ready."""
     context, plan, name, namespace, pods, status = (
@@ -262,11 +279,7 @@ def _hints(d):
     hints.extend(pod_hints)
     engine = engine_hints(errors, plan, image_vllm)
     hints.extend(engine)
-    if (
-        image_vllm
-        and plan.get("vllm_version")
-        and not str(image_vllm).startswith(".".join(str(plan["vllm_version"]).split(".")[:2]))
-    ):
+    if _version_differs(image_vllm, plan.get("vllm_version")):
         hints.append(
             "The engine log says vLLM %s, the spec says specpilot_vllm_version %s: make them agree."
             % (image_vllm, plan["vllm_version"])
@@ -276,11 +289,7 @@ def _hints(d):
             "KServe did not accept the InferenceService (%s): %s"
             % (ready.get("reason") or "InvalidSpec", ready.get("message") or "")
         )
-    if not cause:
-        if context.get("timed_out"):
-            cause = "timeout"
-        elif errors:
-            cause = "engine-error"
+    cause = cause or ("timeout" if context.get("timed_out") else "engine-error" if errors else None)
     if context.get("timed_out") and not hints:
         hints.append(
             "The rollout did not finish within %ss. A cold start with a draft can take several minutes: raise "
@@ -295,25 +304,27 @@ def _hints(d):
     return cause, hints, engine, scheduling
 
 
-def _diagnosis_lines(d, cause, hints, engine):
-    """The block printed for the on-call engineer: (summary, lines)."""
-    context, name, namespace, status, deployment, pods = (
-        d[k] for k in ("context", "name", "namespace", "status", "deployment", "pods")
-    )
-    tail_lines, events, image_vllm, errors, ready, model_status = (
-        d[k] for k in ("tail_lines", "events", "image_vllm", "errors", "ready", "model_status")
-    )
-    headline = {
-        "crashloop": "the engine keeps crashing",
-        "oomkilled": "the container is OOMKilled",
-        "unschedulable": "the pod cannot be scheduled",
-        "image": "the image cannot be pulled",
-        "init": "an init container fails",
-        "invalid-spec": "KServe rejects the InferenceService",
-        "timeout": "the rollout timed out",
-        "engine-error": "the engine failed to start",
-    }.get(cause, "the rollout did not become ready")
-    lines = ["specpilot deploy: %s (namespace %s) is not ready: %s" % (name, namespace, headline)]
+_HEADLINES = {
+    "crashloop": "the engine keeps crashing",
+    "oomkilled": "the container is OOMKilled",
+    "unschedulable": "the pod cannot be scheduled",
+    "image": "the image cannot be pulled",
+    "init": "an init container fails",
+    "invalid-spec": "KServe rejects the InferenceService",
+    "timeout": "the rollout timed out",
+    "engine-error": "the engine failed to start",
+}
+
+
+def _suffix(fmt, value):
+    """``fmt % value`` when there is a value, else ""."""
+    return fmt % value if value else ""
+
+
+def _status_lines(d):
+    """The rollout's message, the time waited, the InferenceService's Ready and modelStatus."""
+    context, status, ready, model_status = d["context"], d["status"], d["ready"], d["model_status"]
+    lines = []
     if status.get("message"):
         lines.append("  rollout: %s" % status["message"])
     if context.get("elapsed") is not None:
@@ -322,8 +333,8 @@ def _diagnosis_lines(d, cause, hints, engine):
         "  InferenceService: Ready=%s%s%s"
         % (
             ready.get("status") or "Unknown",
-            " (%s)" % ready["reason"] if ready.get("reason") else "",
-            ": %s" % ready["message"] if ready.get("message") else "",
+            _suffix(" (%s)", ready.get("reason")),
+            _suffix(": %s", ready.get("message")),
         )
     )
     if model_status.get("lastFailureInfo"):
@@ -332,69 +343,99 @@ def _diagnosis_lines(d, cause, hints, engine):
             "  modelStatus: %s, %s: %s"
             % (model_status.get("transitionStatus"), info.get("reason"), info.get("message"))
         )
-    if deployment:
-        dst = deployment.get("status") or {}
-        prog = _cond(deployment, "Progressing") or {}
-        lines.append(
-            "  Deployment %s: generation %s, observed %s, replicas %s, updated %s, available %s%s"
-            % (
-                k8s_meta(deployment).get("name"),
-                k8s_meta(deployment).get("generation"),
-                dst.get("observedGeneration"),
-                dst.get("replicas", 0),
-                dst.get("updatedReplicas", 0),
-                dst.get("availableReplicas", 0),
-                "; Progressing=%s %s" % (prog.get("status"), prog.get("reason") or "") if prog else "",
-            )
+    return lines
+
+
+def _deployment_lines(deployment):
+    if not deployment:
+        return []
+    dst = deployment.get("status") or {}
+    prog = _cond(deployment, "Progressing") or {}
+    return [
+        "  Deployment %s: generation %s, observed %s, replicas %s, updated %s, available %s%s"
+        % (
+            k8s_meta(deployment).get("name"),
+            k8s_meta(deployment).get("generation"),
+            dst.get("observedGeneration"),
+            dst.get("replicas", 0),
+            dst.get("updatedReplicas", 0),
+            dst.get("availableReplicas", 0),
+            "; Progressing=%s %s" % (prog.get("status"), prog.get("reason") or "") if prog else "",
         )
-    if not pods:
-        lines.append("  Pods: none")
-    for p in pods:
-        detail = "%s" % p["phase"]
-        if p["unschedulable"]:
-            detail += ", unschedulable: %s" % p["unschedulable"]
-        else:
-            detail += ", %s %s" % (CONTAINER, p["state"])
-            if p["waiting_message"]:
-                detail += ": %s" % p["waiting_message"][:300]
-        if p["restarts"]:
-            detail += ", restarts %d" % p["restarts"]
-        if p["last_exit_code"] is not None:
-            detail += ", last exit code %s (%s)" % (p["last_exit_code"], p["last_reason"] or "?")
-        lines.append(
-            "  Pod %s%s: %s"
-            % (p["name"], " (new)" if p["new"] else (" (previous)" if p["new"] is False else ""), detail)
-        )
-    if events:
-        lines.append("  Events (last %d):" % min(len(events), 10))
-        for event in events[-10:]:
-            lines.append("    " + _event_line(event))
+    ]
+
+
+_REVISION_MARK = {True: " (new)", False: " (previous)", None: ""}
+
+
+def _pod_line(p):
+    detail = "%s" % p["phase"]
+    if p["unschedulable"]:
+        detail += ", unschedulable: %s" % p["unschedulable"]
+    else:
+        detail += ", %s %s" % (CONTAINER, p["state"])
+        if p["waiting_message"]:
+            detail += ": %s" % p["waiting_message"][:300]
+    if p["restarts"]:
+        detail += ", restarts %d" % p["restarts"]
+    if p["last_exit_code"] is not None:
+        detail += ", last exit code %s (%s)" % (p["last_exit_code"], p["last_reason"] or "?")
+    return "  Pod %s%s: %s" % (p["name"], _REVISION_MARK.get(p["new"], ""), detail)
+
+
+def _event_lines(events):
+    if not events:
+        return []
+    return ["  Events (last %d):" % min(len(events), 10)] + ["    " + _event_line(e) for e in events[-10:]]
+
+
+def _log_lines(context, tail_lines):
+    """The tail of the crashed run's log when there is one, else of the current run's."""
+    lines = []
     logs = [log for log in context.get("logs") or [] if _tail(log.get("text"), 1)]
     previous = [log for log in logs if log.get("previous")]
-    for log in previous[:1] or logs[:1]:  # the crashed run when there is one, else the current one
+    for log in previous[:1] or logs[:1]:
         rows = _tail(log.get("text"), tail_lines)
         lines.append("  %s log of pod %s (%s, last %d lines):" % (_which_log(log) + (len(rows),)))
         lines.extend("    | " + row[:400] for row in rows)
-    if errors:
-        lines.append("  Engine errors%s:" % (" (vLLM %s)" % image_vllm if image_vllm else ""))
-        for error in errors[:6]:
-            lines.append(
-                "    %s%s: %s"
-                % (
-                    error.get("code"),
-                    " [%s]" % error["key"] if error.get("key") else "",
-                    (error.get("message") or "")[:300],
-                )
-            )
-    unread = d["unread"]
-    if unread:
+    return lines
+
+
+def _engine_error_lines(errors, image_vllm):
+    if not errors:
+        return []
+    lines = ["  Engine errors%s:" % _suffix(" (vLLM %s)", image_vllm)]
+    for error in errors[:6]:
         lines.append(
-            "  Not in this diagnosis (a read failed or timed out; what is above is what could be read):"
+            "    %s%s: %s"
+            % (error.get("code"), _suffix(" [%s]", error.get("key")), (error.get("message") or "")[:300])
         )
-        lines.extend("    - " + line for line in unread)
+    return lines
+
+
+def _unread_lines(unread):
+    if not unread:
+        return []
+    return ["  Not in this diagnosis (a read failed or timed out; what is above is what could be read):"] + [
+        "    - " + line for line in unread
+    ]
+
+
+def _diagnosis_lines(d, cause, hints, engine):
+    """The block printed for the on-call engineer: (summary, lines)."""
+    headline = _HEADLINES.get(cause, "the rollout did not become ready")
+    lines = ["specpilot deploy: %s (namespace %s) is not ready: %s" % (d["name"], d["namespace"], headline)]
+    lines += _status_lines(d)
+    lines += _deployment_lines(d["deployment"])
+    if not d["pods"]:
+        lines.append("  Pods: none")
+    lines += [_pod_line(p) for p in d["pods"]]
+    lines += _event_lines(d["events"])
+    lines += _log_lines(d["context"], d["tail_lines"])
+    lines += _engine_error_lines(d["errors"], d["image_vllm"])
+    lines += _unread_lines(d["unread"])
     lines.append("  What to do:")
-    for hint in hints:
-        lines.append("    - " + hint)
+    lines += ["    - " + hint for hint in hints]
     summary = "%s: %s" % (headline, (engine[0] if engine else hints[0]) if hints else headline)
     return summary, lines
 
@@ -445,40 +486,46 @@ def _unread(context, namespace):
     return out
 
 
-def diagnose(context):
-    """The diagnosis of one failed rollout; see the module docstring for ``context``."""
+def _pods_seen(plan, context):
+    """(the revision the plan expects, the pods summarised against it)."""
+    expected = expected_from_plan(plan) if plan.get("name") else None
+    return expected, [pod_summary(p, expected, context.get("now")) for p in context.get("pods") or []]
+
+
+def _diagnosis_input(context):
+    """What the diagnosis reads, from the role's context: the service, its pods seen against the plan,
+    the relevant events, the engine's errors (not those after a shutdown), what could not be read."""
     plan = context.get("plan") or {}
     name = plan.get("name") or context.get("name") or "?"
     namespace = plan.get("namespace") or context.get("namespace") or "?"
-    status = context.get("status") or {}
     isvc = context.get("isvc")
-    deployment = context.get("deployment")
-    expected = expected_from_plan(plan) if plan.get("name") else None
-    pods = [pod_summary(p, expected, context.get("now")) for p in context.get("pods") or []]
+    expected, pods = _pods_seen(plan, context)
     log_facts = context.get("log_facts") or {}
-    tail_lines = int(context.get("tail_lines") or 20)
-    events = _relevant_events(context.get("events"), name, {p["name"] for p in pods})
-    image_vllm = log_facts.get("vllm_version")
-    errors = [e for e in log_facts.get("log_errors") or [] if not e.get("after_shutdown")]
-    d = dict(
+    return dict(
         context=context,
         plan=plan,
         name=name,
         namespace=namespace,
-        status=status,
+        status=context.get("status") or {},
         isvc=isvc,
-        deployment=deployment,
+        deployment=context.get("deployment"),
         expected=expected,
         pods=pods,
         log_facts=log_facts,
-        tail_lines=tail_lines,
-        events=events,
-        image_vllm=image_vllm,
-        errors=errors,
+        tail_lines=int(context.get("tail_lines") or 20),
+        events=_relevant_events(context.get("events"), name, {p["name"] for p in pods}),
+        image_vllm=log_facts.get("vllm_version"),
+        errors=[e for e in log_facts.get("log_errors") or [] if not e.get("after_shutdown")],
         ready=_cond(isvc, "Ready") or {},
         model_status=((isvc or {}).get("status") or {}).get("modelStatus") or {},
         unread=_unread(context, namespace),
     )
+
+
+def diagnose(context):
+    """The diagnosis of one failed rollout; see the module docstring for ``context``."""
+    d = _diagnosis_input(context)
+    errors = d["errors"]
     cause, hints, engine, scheduling = _hints(d)
     summary, lines = _diagnosis_lines(d, cause, hints, engine)
     return {

@@ -130,78 +130,183 @@ def _state_text(state):
     return "unknown"
 
 
-def pod_summary(pod, expected=None, now=None):
-    """A short view of one predictor pod: phase, scheduling, kserve-container state, restarts,
-    last termination, and whether it belongs to the expected (new) revision."""
-    md = k8s_meta(pod)
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
-    main = None
-    for c in spec.get("containers") or []:
-        if c.get("name") == CONTAINER:
-            main = c
-    new = None
-    if expected is not None:
-        new = bool(
-            main is not None
-            and _args_match(main.get("args"), expected.get("args"))
-            and _digest_ok(md.get("annotations"), expected.get("digest"))
-        )
-    cstatus = None
-    for c in status.get("containerStatuses") or []:
-        if c.get("name") == CONTAINER:
-            cstatus = c
-    conds = {c.get("type"): c for c in status.get("conditions") or [] if isinstance(c, dict)}
+def _named(items, name):
+    """The last entry of ``items`` called ``name`` (a pod's containers or their statuses), or None."""
+    found = None
+    for item in items or []:
+        if item.get("name") == name:
+            found = item
+    return found
+
+
+def _is_new(main, md, expected):
+    """Whether the pod has the expected (new) revision's args and digest; None when nothing is expected."""
+    if expected is None:
+        return None
+    return bool(
+        main is not None
+        and _args_match(main.get("args"), expected.get("args"))
+        and _digest_ok(md.get("annotations"), expected.get("digest"))
+    )
+
+
+def _unschedulable(conds):
+    """The scheduler's message when the pod cannot be scheduled, else None."""
     scheduled = conds.get("PodScheduled")
-    unschedulable = None
     if scheduled and scheduled.get("status") == "False":
-        unschedulable = scheduled.get("message") or scheduled.get("reason") or "Unschedulable"
-    created = parse_time(md.get("creationTimestamp"))
-    last = ((cstatus or {}).get("lastState") or {}).get("terminated")
-    state = (cstatus or {}).get("state") or {}
-    init_failure = None
+        return scheduled.get("message") or scheduled.get("reason") or "Unschedulable"
+    return None
+
+
+_INIT_FAILED = ("Init:Error", "Init:CrashLoopBackOff")
+
+
+def _init_container_failure(c):
+    """One init container's failure (exited non-zero, or waiting in an Init error), else None."""
+    term = ((c.get("state") or {}).get("terminated")) or ((c.get("lastState") or {}).get("terminated"))
+    waiting = (c.get("state") or {}).get("waiting") or {}
+    if not ((term and term.get("exitCode") not in (0, None)) or waiting.get("reason") in _INIT_FAILED):
+        return None
+    term = term or {}
+    return {
+        "container": c.get("name"),
+        "exit_code": term.get("exitCode"),
+        "reason": term.get("reason") or waiting.get("reason"),
+        "message": term.get("message") or waiting.get("message"),
+        "restarts": c.get("restartCount", 0),
+    }
+
+
+def _init_failure(status, state):
+    """The last failed init container of the pod, or the main container waiting in Init:Error, else None."""
+    failure = None
     for c in status.get("initContainerStatuses") or []:
-        term = ((c.get("state") or {}).get("terminated")) or ((c.get("lastState") or {}).get("terminated"))
-        waiting = (c.get("state") or {}).get("waiting") or {}
-        if (term and term.get("exitCode") not in (0, None)) or waiting.get("reason") in (
-            "Init:Error",
-            "Init:CrashLoopBackOff",
-        ):
-            init_failure = {
-                "container": c.get("name"),
-                "exit_code": (term or {}).get("exitCode"),
-                "reason": (term or {}).get("reason") or waiting.get("reason"),
-                "message": (term or {}).get("message") or waiting.get("message"),
-                "restarts": c.get("restartCount", 0),
-            }
-    if state.get("waiting", {}).get("reason") == "Init:Error" and init_failure is None:
-        init_failure = {
+        failure = _init_container_failure(c) or failure
+    if state.get("waiting", {}).get("reason") == "Init:Error" and failure is None:
+        failure = {
             "container": "init",
             "exit_code": None,
             "reason": "Init:Error",
             "message": state["waiting"].get("message"),
             "restarts": 0,
         }
+    return failure
+
+
+def _age(now, created):
+    return (now - created) if (now is not None and created is not None) else None
+
+
+def pod_summary(pod, expected=None, now=None):
+    """A short view of one predictor pod: phase, scheduling, kserve-container state, restarts,
+    last termination, and whether it belongs to the expected (new) revision."""
+    md = k8s_meta(pod)
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    cstatus = _named(status.get("containerStatuses"), CONTAINER) or {}
+    conds = {c.get("type"): c for c in status.get("conditions") or [] if isinstance(c, dict)}
+    last = (cstatus.get("lastState") or {}).get("terminated") or {}
+    state = cstatus.get("state") or {}
+    waiting = state.get("waiting") or {}
     return {
         "name": md.get("name"),
-        "new": new,
+        "new": _is_new(_named(spec.get("containers"), CONTAINER), md, expected),
         "phase": status.get("phase") or "Pending",
         "terminating": bool(md.get("deletionTimestamp")),
         "ready": bool((conds.get("Ready") or {}).get("status") == "True"),
-        "unschedulable": unschedulable,
-        "age": (now - created) if (now is not None and created is not None) else None,
+        "unschedulable": _unschedulable(conds),
+        "age": _age(now, parse_time(md.get("creationTimestamp"))),
         "state": _state_text(state),
-        "waiting_reason": (state.get("waiting") or {}).get("reason"),
-        "waiting_message": (state.get("waiting") or {}).get("message"),
+        "waiting_reason": waiting.get("reason"),
+        "waiting_message": waiting.get("message"),
         "terminated": state.get("terminated"),
-        "restarts": int((cstatus or {}).get("restartCount") or 0),
-        "last_exit_code": (last or {}).get("exitCode"),
-        "last_reason": (last or {}).get("reason"),
-        "last_message": (last or {}).get("message"),
-        "init_failure": init_failure,
+        "restarts": int(cstatus.get("restartCount") or 0),
+        "last_exit_code": last.get("exitCode"),
+        "last_reason": last.get("reason"),
+        "last_message": last.get("message"),
+        "init_failure": _init_failure(status, state),
         "node": spec.get("nodeName"),
         "running_for": _running_for(state, now),
     }
+
+
+def _crash_failure(p, threshold):
+    """(cause, message) when the pod's main container keeps exiting, at ``threshold`` restarts, else None."""
+    terminated = p["terminated"] or {}
+    oom = p["last_reason"] == "OOMKilled" or terminated.get("reason") == "OOMKilled"
+    crashed = (
+        p["waiting_reason"] == "CrashLoopBackOff"
+        or p["last_exit_code"] not in (None, 0)
+        or terminated.get("exitCode") not in (None, 0)
+    )
+    if not crashed or p["restarts"] < threshold:
+        return None
+    code = p["last_exit_code"] if p["last_exit_code"] is not None else terminated.get("exitCode")
+    return "oomkilled" if oom else "crashloop", "pod %s: %s keeps exiting (exit code %s%s, %d restarts)" % (
+        p["name"],
+        CONTAINER,
+        code,
+        ", OOMKilled" if oom else "",
+        p["restarts"],
+    )
+
+
+def _pod_failure(p, options, threshold):
+    """(cause, message) when one pod of the new revision cannot start any more, else None."""
+    crash = _crash_failure(p, threshold)
+    if crash:
+        return crash
+    init = p["init_failure"]
+    if init and (init["restarts"] or 0) + 1 >= threshold:
+        return "init", "pod %s: init container %s failed (%s)" % (
+            p["name"],
+            init["container"],
+            init["message"] or init["reason"],
+        )
+    reason = p["waiting_reason"]
+    if reason in _IMAGE_REASONS and (
+        reason == "InvalidImageName" or (p["age"] or 0) >= float(options["image_grace"])
+    ):
+        return "image", "pod %s: image cannot be pulled (%s: %s)" % (
+            p["name"],
+            reason,
+            p["waiting_message"] or "",
+        )
+    if p["unschedulable"] and (p["age"] or 0) >= float(options["pending_grace"]):
+        return "unschedulable", "pod %s cannot be scheduled for %ds: %s" % (
+            p["name"],
+            int(p["age"]),
+            p["unschedulable"],
+        )
+    return None
+
+
+def _rejected(model, ready):
+    """Whether KServe marked the spec invalid (the model status, or the Ready condition's reason)."""
+    return model.get("transitionStatus") == "InvalidSpec" or (
+        ready.get("status") == "False" and ready.get("reason") in _INVALID_REASONS
+    )
+
+
+def _rejection_settled(info, options, now, started):
+    """Whether a rejection is of this rollout (not older than it) and the spec grace has passed."""
+    when = parse_time(info.get("time"))
+    fresh = started is None or when is None or when >= started - 5
+    return fresh and (started is None or now is None or now - started >= float(options["spec_grace"]))
+
+
+def _invalid_spec(pods, options, isvc, now, started):
+    """(cause, message) when KServe rejects the InferenceService (no new pod, past the grace), else None."""
+    model = ((isvc or {}).get("status") or {}).get("modelStatus") or {}
+    ready = _conditions(isvc).get("Ready") or {}
+    if not _rejected(model, ready) or any(p["new"] for p in pods):
+        return None
+    info = model.get("lastFailureInfo") or {}
+    if not _rejection_settled(info, options, now, started):
+        return None
+    return "invalid-spec", "KServe rejects the InferenceService: %s" % (
+        info.get("message") or ready.get("message") or ready.get("reason")
+    )
 
 
 def _running_for(state, now):
@@ -251,62 +356,24 @@ def _failure(pods, expected, options, isvc, now, started):
     """(cause, message) when the rollout cannot succeed any more, else (None, None)."""
     threshold = int(options["fail_fast_restarts"])
     for p in pods:
-        if not p["new"] or p["terminating"]:
-            continue
-        oom = p["last_reason"] == "OOMKilled" or ((p["terminated"] or {}).get("reason") == "OOMKilled")
-        crashed = (
-            p["waiting_reason"] == "CrashLoopBackOff"
-            or p["last_exit_code"] not in (None, 0)
-            or ((p["terminated"] or {}).get("exitCode") not in (None, 0))
-        )
-        if crashed and p["restarts"] >= threshold:
-            cause = "oomkilled" if oom else "crashloop"
-            code = (
-                p["last_exit_code"]
-                if p["last_exit_code"] is not None
-                else (p["terminated"] or {}).get("exitCode")
-            )
-            return cause, "pod %s: %s keeps exiting (exit code %s%s, %d restarts)" % (
-                p["name"],
-                CONTAINER,
-                code,
-                ", OOMKilled" if oom else "",
-                p["restarts"],
-            )
-        if p["init_failure"] and (p["init_failure"]["restarts"] or 0) + 1 >= threshold:
-            return "init", "pod %s: init container %s failed (%s)" % (
-                p["name"],
-                p["init_failure"]["container"],
-                p["init_failure"]["message"] or p["init_failure"]["reason"],
-            )
-        if p["waiting_reason"] in _IMAGE_REASONS:
-            if p["waiting_reason"] == "InvalidImageName" or (p["age"] or 0) >= float(options["image_grace"]):
-                return "image", "pod %s: image cannot be pulled (%s: %s)" % (
-                    p["name"],
-                    p["waiting_reason"],
-                    p["waiting_message"] or "",
-                )
-        if p["unschedulable"] and (p["age"] or 0) >= float(options["pending_grace"]):
-            return "unschedulable", "pod %s cannot be scheduled for %ds: %s" % (
-                p["name"],
-                int(p["age"]),
-                p["unschedulable"],
-            )
-    status = (isvc or {}).get("status") or {}
-    model = status.get("modelStatus") or {}
-    ready = _conditions(isvc).get("Ready") or {}
-    invalid = model.get("transitionStatus") == "InvalidSpec" or (
-        ready.get("status") == "False" and ready.get("reason") in _INVALID_REASONS
-    )
-    if invalid and not any(p["new"] for p in pods):
-        info = model.get("lastFailureInfo") or {}
-        when = parse_time(info.get("time"))
-        fresh = started is None or when is None or when >= started - 5
-        if fresh and (started is None or now is None or now - started >= float(options["spec_grace"])):
-            return "invalid-spec", "KServe rejects the InferenceService: %s" % (
-                info.get("message") or ready.get("message") or ready.get("reason")
-            )
-    return None, None
+        if p["new"] and not p["terminating"]:
+            found = _pod_failure(p, options, threshold)
+            if found:
+                return found
+    return _invalid_spec(pods, options, isvc, now, started) or (None, None)
+
+
+def _knative_waiting(checks, created, ready_rev, traffic):
+    """The first thing the new Knative revision still waits for, or None."""
+    if not checks["revision_created"]:
+        return "no revision created yet"
+    if not checks["revision_new"]:
+        return "KServe has not created a new revision yet (latest %s)" % created
+    if not checks["revision_ready"]:
+        return "revision %s not ready (latest ready %s)" % (created, ready_rev or "none")
+    if not checks["traffic_100"]:
+        return "revision %s has %d%% of the traffic" % (ready_rev, traffic)
+    return None
 
 
 def _knative_checks(isvc, baseline, checks, waiting):
@@ -326,16 +393,10 @@ def _knative_checks(isvc, baseline, checks, waiting):
     )
     checks["revision_ready"] = bool(created) and created == ready_rev
     checks["traffic_100"] = traffic == 100
-    if not checks["revision_created"]:
-        waiting.append("no revision created yet")
-    elif not checks["revision_new"]:
-        waiting.append("KServe has not created a new revision yet (latest %s)" % created)
-    elif not checks["revision_ready"]:
-        waiting.append("revision %s not ready (latest ready %s)" % (created, ready_rev or "none"))
-    elif not checks["traffic_100"]:
-        waiting.append("revision %s has %d%% of the traffic" % (ready_rev, traffic))
-    headline = "revision %s (ready %s), traffic %d%%" % (created or "-", ready_rev or "-", traffic)
-    return headline
+    reason = _knative_waiting(checks, created, ready_rev, traffic)
+    if reason:
+        waiting.append(reason)
+    return "revision %s (ready %s), traffic %d%%" % (created or "-", ready_rev or "-", traffic)
 
 
 def predictor_deployment_name(name, isvc=None):
@@ -363,6 +424,42 @@ def read_workload(reader, name, namespace, deployment_mode="Standard"):
     return isvc, deployment, pods
 
 
+def _generation_advanced(baseline, tmpl_meta, generation):
+    """Whether a rollout that must change the Deployment did: without the digest annotation on the
+    template (a KServe that does not copy the InferenceService's annotations), a new rollout must at
+    least have bumped the generation."""
+    base_gen = baseline.get("deployment_generation")
+    return (
+        not baseline.get("rollout_expected")
+        or base_gen is None
+        or (tmpl_meta.get("annotations") or {}).get(ANN_DIGEST) is not None
+        or (generation is not None and generation > base_gen)
+    )
+
+
+def _standard_waiting(checks, expected, dmd, figures):
+    """The first thing the predictor's Deployment still waits for, or None."""
+    generation, observed, replicas, updated, available = figures
+    if not checks["deployment_present"]:
+        return "the predictor's Deployment of %s not created yet" % expected.get("name")
+    if not (checks["template_args"] and checks["template_digest"] and checks["generation_advanced"]):
+        return "Deployment %s still has the previous pod template" % dmd.get("name")
+    if not checks["generation_observed"]:
+        return "Deployment generation %s not observed by its controller yet (status shows %s)" % (
+            generation,
+            "none" if observed is None else observed,
+        )
+    if not checks["replicas_updated"]:
+        return "%d/%d replicas updated" % (updated, replicas)
+    if not checks["replicas_available"]:
+        return "%d/%d replicas available" % (available, replicas)
+    return None
+
+
+def _dash(value):
+    return value if value is not None else "-"
+
+
 def _standard_checks(expected, deployment, baseline, checks, waiting):
     """Standard mode: the predictor's Deployment has the plan's pod template (args, digest), a
     newer generation observed, every replica updated and available.  Fills ``checks`` and
@@ -384,39 +481,20 @@ def _standard_checks(expected, deployment, baseline, checks, waiting):
         tmpl_meta.get("annotations"), expected.get("digest")
     )
     checks["generation_observed"] = generation is not None and observed is not None and observed >= generation
-    # Without the digest annotation on the template (a KServe that does not copy the
-    # InferenceService's annotations), a new rollout must at least have bumped the generation.
-    base_gen = baseline.get("deployment_generation")
-    checks["generation_advanced"] = (
-        not baseline.get("rollout_expected")
-        or base_gen is None
-        or (tmpl_meta.get("annotations") or {}).get(ANN_DIGEST) is not None
-        or (generation is not None and generation > base_gen)
-    )
+    checks["generation_advanced"] = _generation_advanced(baseline, tmpl_meta, generation)
     checks["replicas_updated"] = replicas >= 1 and updated == replicas
     checks["replicas_available"] = replicas >= 1 and available == replicas
-    if not checks["deployment_present"]:
-        waiting.append("the predictor's Deployment of %s not created yet" % expected.get("name"))
-    elif not (checks["template_args"] and checks["template_digest"] and checks["generation_advanced"]):
-        waiting.append("Deployment %s still has the previous pod template" % dmd.get("name"))
-    elif not checks["generation_observed"]:
-        waiting.append(
-            "Deployment generation %s not observed by its controller yet (status shows %s)"
-            % (generation, "none" if observed is None else observed)
-        )
-    elif not checks["replicas_updated"]:
-        waiting.append("%d/%d replicas updated" % (updated, replicas))
-    elif not checks["replicas_available"]:
-        waiting.append("%d/%d replicas available" % (available, replicas))
-    headline = "Deployment gen %s observed %s, updated %d/%d, available %d/%d" % (
-        generation if generation is not None else "-",
-        observed if observed is not None else "-",
+    reason = _standard_waiting(checks, expected, dmd, (generation, observed, replicas, updated, available))
+    if reason:
+        waiting.append(reason)
+    return "Deployment gen %s observed %s, updated %d/%d, available %d/%d" % (
+        _dash(generation),
+        _dash(observed),
         updated,
         replicas,
         available,
         replicas,
     )
-    return headline
 
 
 def _pods_text(summaries):
@@ -435,6 +513,31 @@ def _pods_text(summaries):
         )
         or "no pods"
     )
+
+
+def _isvc_waiting(checks, ready, waiting):
+    """Add what the InferenceService itself still waits for (first when it is missing)."""
+    if not checks["isvc_present"]:
+        waiting.insert(0, "InferenceService not found")
+    elif not waiting and not checks["isvc_ready"]:
+        reason = " (%s)" % ready.get("reason") if ready.get("reason") else ""
+        waiting.append("InferenceService Ready=%s%s" % (ready.get("status") or "Unknown", reason))
+
+
+def _phase(done, cause, why, summaries, checks, waiting, headline, ready_text):
+    """(phase, message) of the rollout: ready, failed, pending (nothing new yet) or progressing."""
+    if done:
+        return "ready", "rolled out: %s; %s" % (headline, ready_text)
+    if cause:
+        return "failed", why
+    new_pods = [p for p in summaries if p["new"] and not p["terminating"]]
+    phase = "pending" if not new_pods and not checks.get("revision_created", True) else "progressing"
+    activity = pods_activity(summaries)
+    if activity and new_pods:
+        # What the user is waiting for, first: the pods (the engine loading, restarts), then the
+        # object that has not caught up (a Deployment reports its generation late).
+        return phase, "waiting: %s (%s)" % (activity, waiting[0])
+    return phase, "waiting: %s" % waiting[0]
 
 
 def rollout_status(
@@ -461,32 +564,14 @@ def rollout_status(
         headline = _knative_checks(isvc, baseline, checks, waiting)
     else:
         headline = _standard_checks(expected, deployment, baseline, checks, waiting)
-    if not checks["isvc_present"]:
-        waiting.insert(0, "InferenceService not found")
-    elif not waiting and not checks["isvc_ready"]:
-        waiting.append(
-            "InferenceService Ready=%s%s"
-            % (ready.get("status") or "Unknown", " (%s)" % ready.get("reason") if ready.get("reason") else "")
-        )
+    _isvc_waiting(checks, ready, waiting)
     done = not waiting
     cause, why = (None, None)
     if not done:
         cause, why = _failure(summaries, expected, opts, isvc, now, started)
-    new_pods = [p for p in summaries if p["new"] and not p["terminating"]]
     pod_text = _pods_text(summaries)
     ready_text = "Ready=%s" % (ready.get("status") or "Unknown")
-    if done:
-        phase, message = "ready", "rolled out: %s; %s" % (headline, ready_text)
-    elif cause:
-        phase, message = "failed", why
-    else:
-        phase = "pending" if not new_pods and not checks.get("revision_created", True) else "progressing"
-        message = "waiting: %s" % waiting[0]
-        activity = pods_activity(summaries)
-        if activity and new_pods:
-            # What the user is waiting for, first: the pods (the engine loading, restarts), then the
-            # object that has not caught up (a Deployment reports its generation late).
-            message = "waiting: %s (%s)" % (activity, waiting[0])
+    phase, message = _phase(done, cause, why, summaries, checks, waiting, headline, ready_text)
     return {
         "done": done,
         "failed": cause is not None,

@@ -279,42 +279,45 @@ def desired_objects(plan, record_annotation):
     return runtime, isvc
 
 
-def decide(plan, live, field_manager="specpilot", now=None, history_limit=HISTORY_LIMIT):
-    """Everything the deploy role needs to know before it writes anything.
+def _live_rollout(live_isvc, deployment, pods, now):
+    """Where the live InferenceService's own rollout stands (None without one)."""
+    if not live_isvc:
+        return None
+    return deploy_rollout.rollout_status(
+        deploy_rollout.expected_from_isvc(live_isvc), live_isvc, deployment, pods, now=now
+    )
 
-    ``live`` is what ``specpilot.core.deploy_state`` read: ``{inferenceservice, servingruntime,
-    deployment, pods, lease, history}`` (each None when absent).
-    """
-    live = live or {}
-    live_isvc = live.get("inferenceservice")
-    live_runtime = live.get("servingruntime") if (plan.get("runtime") or {}).get("create") else None
-    deployment = live.get("deployment")
-    pods = live.get("pods") or []
-    live_rollout = None
-    if live_isvc:
-        live_rollout = deploy_rollout.rollout_status(
-            deploy_rollout.expected_from_isvc(live_isvc), live_isvc, deployment, pods, now=now
-        )
-    plan_rollout = deploy_rollout.rollout_status(
-        deploy_rollout.expected_from_plan(plan), live_isvc, deployment, pods, now=now
-    )
-    record = record_for(
-        plan["spec_digest"], live_isvc, live_runtime, bool(live_rollout and live_rollout["done"]), now
-    )
-    runtime, isvc = desired_objects(plan, record["annotation"])
-    runtime_sync = sync_status(runtime, live.get("servingruntime"), field_manager)
-    isvc_sync = sync_status(isvc, live_isvc, field_manager)
-    history = history_data(live.get("history"), record["entry"], plan["spec_digest"], history_limit)
-    in_sync = runtime_sync["in_sync"] and isvc_sync["in_sync"]
-    predictor_changed = (
-        not live_isvc
-        or subset_diff(
-            (isvc.get("spec") or {}).get("predictor"), ((live_isvc or {}).get("spec") or {}).get("predictor")
-        )
+
+def _predictor_changed(isvc, live_isvc):
+    """Whether the desired predictor differs from the live one (or there is none)."""
+    if not live_isvc:
+        return True
+    return (
+        subset_diff((isvc.get("spec") or {}).get("predictor"), (live_isvc.get("spec") or {}).get("predictor"))
         != []
     )
-    components = (((live_isvc or {}).get("status") or {}).get("components") or {}).get("predictor") or {}
-    result = {
+
+
+def _rollout_expected(in_sync, predictor_changed, runtime_sync, live_isvc, plan):
+    """Whether the apply rolls the pods: a changed predictor or runtime, or a new spec digest."""
+    return (not in_sync) and (
+        predictor_changed
+        or runtime_sync["in_sync"] is False
+        or _annotations(live_isvc).get(ANN_DIGEST) != plan["spec_digest"]
+    )
+
+
+def _baseline(components, deployment):
+    """What a rollout is measured against: the latest Knative revision, the Deployment's generation."""
+    return {
+        "latest_created_revision": components.get("latestCreatedRevision"),
+        "deployment_generation": k8s_meta(deployment).get("generation") if deployment else None,
+    }
+
+
+def _result(plan, record, in_sync, plan_rollout, live_isvc):
+    """The deploy's result as it stands before anything is written (what a check-mode run reports)."""
+    return {
         "name": plan["name"],
         "namespace": plan["namespace"],
         "spec_digest": plan["spec_digest"],
@@ -330,6 +333,34 @@ def decide(plan, live, field_manager="specpilot", now=None, history_limit=HISTOR
         "url": ((live_isvc or {}).get("status") or {}).get("url"),
         "failure": None,
     }
+
+
+def decide(plan, live, field_manager="specpilot", now=None, history_limit=HISTORY_LIMIT):
+    """Everything the deploy role needs to know before it writes anything.
+
+    ``live`` is what ``specpilot.core.deploy_state`` read: ``{inferenceservice, servingruntime,
+    deployment, pods, lease, history}`` (each None when absent).
+    """
+    live = live or {}
+    live_isvc = live.get("inferenceservice")
+    live_runtime = live.get("servingruntime") if (plan.get("runtime") or {}).get("create") else None
+    deployment = live.get("deployment")
+    pods = live.get("pods") or []
+    live_rollout = _live_rollout(live_isvc, deployment, pods, now)
+    plan_rollout = deploy_rollout.rollout_status(
+        deploy_rollout.expected_from_plan(plan), live_isvc, deployment, pods, now=now
+    )
+    record = record_for(
+        plan["spec_digest"], live_isvc, live_runtime, bool(live_rollout and live_rollout["done"]), now
+    )
+    runtime, isvc = desired_objects(plan, record["annotation"])
+    runtime_sync = sync_status(runtime, live.get("servingruntime"), field_manager)
+    isvc_sync = sync_status(isvc, live_isvc, field_manager)
+    history = history_data(live.get("history"), record["entry"], plan["spec_digest"], history_limit)
+    in_sync = runtime_sync["in_sync"] and isvc_sync["in_sync"]
+    predictor_changed = _predictor_changed(isvc, live_isvc)
+    components = (((live_isvc or {}).get("status") or {}).get("components") or {}).get("predictor") or {}
+    result = _result(plan, record, in_sync, plan_rollout, live_isvc)
     return {
         "result": result,
         "name": plan["name"],
@@ -339,12 +370,7 @@ def decide(plan, live, field_manager="specpilot", now=None, history_limit=HISTOR
         "first_deploy": not live_isvc,
         "in_sync": in_sync,
         "needs_apply": not in_sync,
-        "rollout_expected": (not in_sync)
-        and (
-            predictor_changed
-            or runtime_sync["in_sync"] is False
-            or _annotations(live_isvc).get(ANN_DIGEST) != plan["spec_digest"]
-        ),
+        "rollout_expected": _rollout_expected(in_sync, predictor_changed, runtime_sync, live_isvc, plan),
         "ready": bool(in_sync and plan_rollout["done"]),
         "servingruntime": runtime,
         "inferenceservice": isvc,
@@ -354,10 +380,7 @@ def decide(plan, live, field_manager="specpilot", now=None, history_limit=HISTOR
         "history": {"name": history_name(plan["name"]), "data": history} if history else None,
         "live_rollout": _brief(live_rollout),
         "plan_rollout": _brief(plan_rollout),
-        "baseline": {
-            "latest_created_revision": components.get("latestCreatedRevision"),
-            "deployment_generation": k8s_meta(deployment).get("generation") if deployment else None,
-        },
+        "baseline": _baseline(components, deployment),
         "previous_runtime": _runtime_snapshot(live.get("servingruntime")) if live_runtime else None,
     }
 

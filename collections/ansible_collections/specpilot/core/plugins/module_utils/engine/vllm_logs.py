@@ -40,8 +40,26 @@ import collections
 import heapq
 import io
 import json
-import math
 import re
+
+from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_log_config import (
+    _braced,
+    _literal,
+    parse_speculative_repr,
+)
+from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_log_rules import (
+    _ISSUE_HINTS,
+    _NEEDLES,
+    ISSUE_RULES,
+)
+from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_log_windows import (
+    _V1_LINE_FAST_B_RE,
+    _Accumulator,
+    _empty_summary,
+    _window_dict,
+    parse_metrics_body,
+    parse_metrics_pairs,
+)
 
 __all__ = [
     "DEFAULT_MAX_ISSUES",
@@ -51,6 +69,8 @@ __all__ = [
     "parse_log_file",
     "parse_log_lines",
     "parse_log_text",
+    "parse_metrics_body",
+    "parse_metrics_pairs",
 ]
 
 DEFAULT_MAX_WINDOWS = 1000
@@ -89,7 +109,6 @@ _INIT_RE = re.compile(
 )
 _SPEC_CFG_RE = re.compile(
     r"\bspeculative_config=(?:(?P<none>None)|SpeculativeConfig\((?P<body>.*?)\))(?=,\s*\w+=|,?\s*$)")
-_REPR_KV_RE = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,]*)")
 _CFG_MODEL_RE = re.compile(r"^model=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,]*)")
 _CFG_FIELD_RES = {
     "served_model_name": re.compile(r"\bserved_model_name=([^,]*)"),
@@ -134,346 +153,11 @@ _INTEREST = (
 _ENGINE_KEY = b"] Engine "
 
 
-class _Rule(object):
-    """One known warning/error: ``needles`` are plain substrings of the record message."""
-
-    __slots__ = ("code", "severity", "needles", "regex", "description")
-
-    def __init__(self, code, severity, needles, description, regex=None):
-        self.code = code
-        self.severity = severity
-        self.needles = tuple(needles)
-        self.regex = re.compile(regex) if regex else None
-        self.description = description
-
-    def match(self, msg):
-        for needle in self.needles:
-            if needle in msg:
-                if self.regex is None or self.regex.search(msg):
-                    return True
-        return False
-
-
-# Ordered: the first rule whose needle occurs in a record's message wins. Texts are the vLLM
-# format strings from vllm-facts.md section 3.4 (and 2.x for the start errors).
-ISSUE_RULES = (
-    # ---- warnings
-    _Rule("ASYNC_SCHEDULING_DISABLED", "warning", (
-        "-based speculative decoding and will be disabled",  # 0.14.1-0.32.0
-        "Async scheduling is not yet supported with speculative decoding",  # 0.11.2-0.13.0
-        "Async scheduling is not compatible with disable_padded_drafter_batch=True",  # 0.14.1-0.32.0
-        "Async scheduling is disabled because the V1 model runner does not support it",  # 0.33.0
-    ), "vLLM turned async scheduling off because of the speculative method"),
-    _Rule("SAMPLING_PARAM_IGNORED", "warning", (
-        "min_p and logit_bias parameters won't work with speculative decoding",  # 0.17.1-0.33.0
-        "min_p, logit_bias, and min_tokens parameters won't currently work with speculative decoding",
-    ), "min_p / logit_bias (and min_tokens) request parameters are ignored with speculative decoding"),
-    _Rule("MTP_MULTI_STEP", "warning", (
-        "Enabling num_speculative_tokens > 1 will run",  # "will runmultiple" (<=0.16) and "will run multiple"
-        "All Deepseek MTP models only have one layer",
-    ), "num_speculative_tokens > 1 reuses the single MTP layer; acceptance may drop"),
-    _Rule("DEPRECATED_METHOD", "warning", (
-        "is deprecated and replaced with mtp",
-    ), "a deprecated *_mtp method name was rewritten to 'mtp'"),
-    _Rule("DEPRECATED_SPEC_FLAGS", "warning", (
-        "Please use '--speculative-config' to set all configurations related to speculative decoding",
-    ), "legacy --speculative-model/--num-speculative-tokens flags (removed in 0.8.3)"),
-    _Rule("V0_FALLBACK", "warning", (
-        "is not supported by the V1 Engine. Falling back to V0",
-    ), "the V1 engine does not support this configuration; vLLM fell back to the V0 engine"),
-    _Rule("ASYNC_OUTPUT_DISABLED", "warning", (
-        "Async output processing is not supported with speculative decoding",
-    ), "async output processing is disabled with speculative decoding (V0)"),
-    _Rule("DRAFT_TP_FORCED", "warning", (
-        "cannot currently be run with tp>1; setting speculative_draft_tensor_parallel_size=1",
-    ), "the draft model was forced to tensor parallel size 1"),
-    _Rule("SUFFIX_DEFAULT_TOKENS", "warning", (
-        "for suffix decoding",
-    ), "num_speculative_tokens defaulted for suffix decoding",
-        regex=r"Defaulted num_speculative_tokens to \d+"),
-    _Rule("SCHEDULED_TOKENS_CAPPED", "warning", (
-        "based on the speculative decoding settings",
-    ), "max_num_scheduled_tokens was lowered to make room for draft tokens"),
-    # ---- start errors
-    _Rule("UNKNOWN_SPEC_KEY", "error", (
-        "is not a valid argument in the speculative_config",  # 0.16+ tensor_parallel_size sentinel
-        "got an unexpected keyword argument",  # 0.8.2-0.9.0 dataclass TypeError
-    ), "speculative_config has a key this vLLM version does not accept",
-        regex=r"is not a valid argument in the speculative_config"
-              r"|SpeculativeConfig.*unexpected keyword argument"),
-    _Rule("DRAFT_MODEL_UNSUPPORTED", "error", (
-        "Speculative decoding with draft model is not supported yet",  # 0.10.0-0.14.1
-    ), "this vLLM version does not support a separate draft model"),
-    _Rule("UNSUPPORTED_METHOD", "error", (
-        "Unsupported speculative method",  # 0.16.0+
-        "is not supported with Speculative Decoding",  # VLLM_USE_V1=1 with a V0-only method
-        "is only supported for",  # "Eagle3 is only supported for Llama models." and successors
-    ), "the speculative method is not supported by this vLLM version or target model",
-        regex=r"Unsupported speculative method|not supported with Speculative Decoding"
-              r"|(?i:eagle|mtp|draft|specul)[^.]*is only supported for"),
-    _Rule("ASYNC_SCHEDULING_CONFLICT", "error", (
-        "speculative decoding is not supported with async scheduling",  # 0.10.0-0.11.0
-        "Async scheduling is not supported by the V1 model runner with",  # 0.33.0
-    ), "--async-scheduling was requested with a method that cannot run with it"),
-    _Rule("MISSING_PACKAGE", "error", (
-        "ImportError",
-        "ModuleNotFoundError",
-        "No module named",
-        "Arctic Inference is required",
-    ), "a Python package the method needs is not installed (e.g. arctic-inference for suffix)"),
-    _Rule("CUDA_OOM", "error", (
-        "CUDA out of memory",
-        "OutOfMemoryError",
-        "CUDA error: out of memory",
-    ), "the GPU ran out of memory (target + draft weights, KV cache)"),
-    _Rule("CONFIG_VALIDATION_ERROR", "error", (
-        "num_speculative_tokens was provided",
-        "error: argument --speculative-config",
-        "must be <= prompt_lookup_max",
-        "Speculative decoding requires usage of the V2 block manager",
-        "Speculative decoding and chunked prefill are currently mutually exclusive",
-    ), "the speculative configuration was rejected"),
-    _Rule("CLI_ARGUMENT_ERROR", "error", (
-        "error: unrecognized arguments:",
-    ), "the server command line has flags this vLLM version does not know"),
-    _Rule("ENGINE_START_FAILED", "error", (
-        "EngineCore failed to start",
-        "Engine core initialization failed",
-        "Engine process failed to start",
-    ), "the engine did not start"),
-    _Rule("ENGINE_DEAD", "error", (
-        "EngineDeadError",
-    ), "the engine process died"),
-)
 _MISS = object()
 _PENDING = object()
 _ISSUE_CACHE_SIZE = 512  # distinct (level, message) classifications kept (bounded memory)
-# (needle, rule) in rule order: the first rule with a needle in the message wins
-_NEEDLES = tuple((needle, rule) for rule in ISSUE_RULES for needle in rule.needles)
-# records worth testing against ISSUE_RULES / the exception pattern
-_ISSUE_HINTS = (
-    "rror", "WARN", "xception", "not supported", "deprecated", "Please use", "only supported",
-    "out of memory", "Defaulted", "speculative decoding settings", "Falling back",
-)
-
-# --------------------------------------------------------------------------- key/value bodies
-
-# normalised key (lower case, "tokens tokens" typo folded) -> (field, kind)
-_KEYS = {
-    "mean acceptance length": ("mean_acceptance_length", "float"),
-    "accepted throughput": ("accepted_throughput", "float"),
-    "drafted throughput": ("drafted_throughput", "float"),
-    "accepted": ("accepted_tokens", "int"),
-    "drafted": ("drafted_tokens", "int"),
-    "per-position acceptance rate": ("per_position_acceptance", "list"),
-    "avg draft acceptance rate": ("draft_acceptance_rate", "rate"),
-    "draft acceptance rate": ("draft_acceptance_rate", "rate"),
-    "system efficiency": ("system_efficiency", "float"),
-    "number of speculative tokens": ("num_spec_tokens", "int"),
-    "number of accepted tokens": ("accepted_tokens", "int"),
-    "number of draft tokens": ("drafted_tokens", "int"),
-    "number of emitted tokens": ("emitted_tokens", "int"),
-}
-_KEY_CACHE = {}  # printed key -> (field, kind) or None; bounded (see _key_spec)
-_WINDOW_FIELDS = (
-    "mean_acceptance_length", "draft_acceptance_rate", "accepted_tokens", "drafted_tokens",
-    "accepted_throughput", "drafted_throughput", "per_position_acceptance",
-    "system_efficiency", "num_spec_tokens", "emitted_tokens",
-)
-# key order of a window; every key present, null when the line does not print it
-_WINDOW_TEMPLATE = dict.fromkeys(("line", "timestamp", "process", "engine", "format", "cumulative")
-                                 + _WINDOW_FIELDS + ("extra",))
-_WINDOW_TEMPLATE["cumulative"] = False
-
-
-# one "Key: value" pair of a metrics body; a list value continues with ", <number>" pieces
-_KV_RE = re.compile(r"([A-Za-z][\w \-]*): ?([^,]*)((?:, ?(?:[-+]?[\d.]+(?:[eE][-+]?\d+)?|nan|-?inf))*)")
-
-
-def _number(text, kind="float"):
-    """First token of a printed value (``150 tokens``, ``38.8%``, ``10616.``, ``nan``).
-
-    ``kind``: ``int``, ``float`` or ``rate`` (a percentage becomes a fraction 0..1).
-    ``nan``/``inf``/unparsable -> None.
-    """
-    tok = text.strip().partition(" ")[0]
-    try:
-        val = float(tok.rstrip("%."))
-    except ValueError:
-        return None
-    if not math.isfinite(val):
-        return None
-    if kind == "int":
-        return int(val) if val.is_integer() else None
-    if kind == "rate" and tok.endswith("%"):
-        return round(val / 100.0, 9)
-    return val
-
-
-def _key_spec(key):
-    """(field, kind) of a body key, tolerant to case, spacing and the ``tokens tokens`` typo."""
-    try:
-        return _KEY_CACHE[key]
-    except KeyError:
-        pass
-    norm = " ".join(key.lower().split())
-    if " tokens tokens" in norm:  # builds before 0.5.5 printed "Number of draft tokens tokens"
-        norm = norm.replace(" tokens tokens", " tokens")
-    spec = _KEYS.get(norm)
-    if len(_KEY_CACHE) < 256:
-        _KEY_CACHE[key] = spec
-    return spec
-
-
-# Fast path for the one format that fills multi-GB logs: the exact format string of vLLM
-# 0.10.2-0.33.0 (vllm/v1/spec_decode/metrics.py, vllm-facts.md 3.3). It yields exactly what the
-# key/value parser yields (tests/unit/parsers assert it); every other body (older formats,
-# reordered or extra keys, nan) fails this match and is read as key/value pairs.
-_V1_FAST_BODY = (
-    r"Mean acceptance length: (\d+\.\d+), Accepted throughput: (\d+\.\d+) tokens/s, "
-    r"Drafted throughput: (\d+\.\d+) tokens/s, Accepted: (\d+) tokens, Drafted: (\d+) tokens, "
-    r"Per-position acceptance rate: (\d\.\d+(?:, \d\.\d+)*), Avg Draft acceptance rate: (\d+\.\d+)%$"
-)
-_V1_FAST_RE = re.compile(_V1_FAST_BODY)
-# the same as a whole single-record INFO line (header + body, bytes): one regex for the line
-# that fills long logs; the numbers are converted straight from bytes
-_V1_LINE_FAST_B_RE = re.compile(
-    (r"(?:\(([^()]*?) pid=(\d+)\) )?INFO (\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?) "
-     r"\[?[\w.\-/]+:\d+\] ?SpecDecoding metrics: " + _V1_FAST_BODY[:-1] + r"\r?$").encode()
-)
-
-
-def _fast_fields(mal, acc_tp, draft_tp, acc, drafted, per_pos, rate):
-    return {
-        "mean_acceptance_length": float(mal),
-        "accepted_throughput": float(acc_tp),
-        "drafted_throughput": float(draft_tp),
-        "accepted_tokens": int(acc),
-        "drafted_tokens": int(drafted),
-        "per_position_acceptance": [float(x) for x in per_pos.split(b"," if isinstance(per_pos, bytes) else ",")],
-        "draft_acceptance_rate": round(float(rate) / 100.0, 9),
-    }
-
-
-def parse_metrics_body(body):
-    """Key/value pairs of a ``SpecDecoding metrics:`` / ``Speculative metrics:`` body.
-
-    Returns ``(fields, extra)``: ``fields`` maps known keys to converted values (a list for
-    per-position acceptance), ``extra`` maps unknown keys to their raw text.
-    """
-    m = _V1_FAST_RE.match(body)
-    if m is not None:
-        return _fast_fields(*m.groups()), {}
-    return parse_metrics_pairs(body)
-
-
-def parse_metrics_pairs(body):
-    """Key/value pairs of a ``SpecDecoding metrics:`` / ``Speculative metrics:`` body.
-
-    Returns ``(fields, extra)``: ``fields`` maps known keys to converted values (a list for
-    per-position acceptance), ``extra`` maps unknown keys to their raw text. Pairs are found by
-    their keys, never by position; ``, <number>`` pieces after a value continue it
-    (``Per-position acceptance rate: 0.543, 0.357, 0.264``).
-    """
-    out = {}
-    extra = {}
-    for key, value, more in _KV_RE.findall(body):
-        spec = _key_spec(key)
-        if spec is None:
-            extra[key.strip()] = (value + more).strip()
-            continue
-        field, kind = spec
-        if kind == "list":
-            parts = (value + more).split(",")
-            try:
-                vals = [float(x) for x in parts]
-            except ValueError:
-                out[field] = [_number(x) for x in parts if x.strip()]
-                continue
-            out[field] = [v if math.isfinite(v) else None for v in vals]
-            continue
-        tok = value.strip().partition(" ")[0]
-        try:
-            val = float(tok.rstrip("%."))
-        except ValueError:
-            out[field] = None
-            continue
-        if not math.isfinite(val):
-            val = None
-        elif kind == "int":
-            val = int(val) if val.is_integer() else None
-        elif kind == "rate" and tok.endswith("%"):
-            val = round(val / 100.0, 9)
-        out[field] = val
-    return out, extra
-
 
 # --------------------------------------------------------------------------- helpers
-
-def _literal(text):
-    text = text.strip()
-    if text in ("None", ""):
-        return None
-    if text[:1] in ("'", '"'):
-        if "\\" not in text and len(text) >= 2 and text[-1] == text[0]:
-            return text[1:-1]
-        try:
-            return ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            return text.strip("'\"")
-    try:
-        return int(text)
-    except ValueError:
-        return text
-
-
-def parse_speculative_repr(text):
-    """``SpeculativeConfig(...)`` repr body -> {method, model, num_spec_tokens}."""
-    values = {}
-    for m in _REPR_KV_RE.finditer(text):
-        values[m.group(1)] = _literal(m.group(2))
-    if "method" in values or "draft_model" not in values:
-        method = values.get("method")
-        model = values.get("model")
-    else:  # <=0.8.2: SpeculativeConfig(draft_model='...', num_spec_tokens=N)
-        model = values.get("draft_model")
-        method = None
-        if isinstance(model, str) and model.strip("[]") == "ngram":
-            method, model = "ngram", None
-    num = values.get("num_spec_tokens")
-    return {
-        "method": method,
-        "model": model,
-        "num_spec_tokens": num if isinstance(num, int) else None,
-        "repr": "SpeculativeConfig(%s)" % text,
-    }
-
-
-def _braced(text, start):
-    """The balanced ``{...}`` starting at ``text[start]`` (quotes respected), or None."""
-    if text[start:start + 1] != "{":
-        return None
-    depth = 0
-    quote = None
-    i = start
-    n = len(text)
-    while i < n:
-        ch = text[i]
-        if quote is not None:
-            if ch == "\\":
-                i += 1
-            elif ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start:i + 1]
-        i += 1
-    return None
 
 
 def _version_key(version):
@@ -522,116 +206,6 @@ def _raw_record(text):
     if pm is not None:
         return (pm.group("proc"), pm.group("pid"), None, None, text[pm.end():], text)
     return (None, None, None, None, text, text)
-
-
-class _Accumulator(object):
-    """Running draft-weighted sums over V1 windows (constant memory)."""
-
-    __slots__ = ("windows", "accepted", "drafted", "mal_sum", "mal_weight", "pp_sum", "pp_weight",
-                 "first_line", "last_line", "first_ts", "last_ts")
-
-    def __init__(self):
-        self.windows = 0
-        self.accepted = 0
-        self.drafted = 0
-        self.mal_sum = 0.0
-        self.mal_weight = 0
-        self.pp_sum = []
-        self.pp_weight = []
-        self.first_line = self.last_line = None
-        self.first_ts = self.last_ts = None
-
-    def add(self, line, ts, drafted, accepted, mal, pp):
-        self.windows += 1
-        if self.first_line is None:
-            self.first_line, self.first_ts = line, ts
-        self.last_line, self.last_ts = line, ts
-        if not drafted or accepted is None:
-            return  # a zero/nan window carries no weight
-        self.accepted += accepted
-        self.drafted += drafted
-        if mal is not None:
-            self.mal_sum += mal * drafted
-            self.mal_weight += drafted
-        if pp:
-            if len(self.pp_sum) < len(pp):
-                self.pp_sum.extend([0.0] * (len(pp) - len(self.pp_sum)))
-                self.pp_weight.extend([0] * (len(pp) - len(self.pp_weight)))
-            pp_sum = self.pp_sum
-            pp_weight = self.pp_weight
-            for i, p in enumerate(pp):
-                if p is not None:
-                    pp_sum[i] += p * drafted
-                    pp_weight[i] += drafted
-
-    def merge(self, other):
-        """Add another accumulator's sums (to combine per-engine accumulators)."""
-        self.windows += other.windows
-        self.accepted += other.accepted
-        self.drafted += other.drafted
-        self.mal_sum += other.mal_sum
-        self.mal_weight += other.mal_weight
-        n = len(other.pp_sum)
-        if len(self.pp_sum) < n:
-            self.pp_sum.extend([0.0] * (n - len(self.pp_sum)))
-            self.pp_weight.extend([0] * (n - len(self.pp_weight)))
-        for i in range(n):
-            self.pp_sum[i] += other.pp_sum[i]
-            self.pp_weight[i] += other.pp_weight[i]
-        if other.first_line is not None:
-            if self.first_line is None or other.first_line < self.first_line:
-                self.first_line, self.first_ts = other.first_line, other.first_ts
-            if self.last_line is None or other.last_line > self.last_line:
-                self.last_line, self.last_ts = other.last_line, other.last_ts
-        return self
-
-    def summary(self):
-        out = _empty_summary()
-        out.update({
-            "windows": self.windows,
-            "format": "v1" if self.windows else None,
-            "weighting": "drafted_tokens" if self.windows else None,
-            "first_line": self.first_line, "last_line": self.last_line,
-            "first_timestamp": self.first_ts, "last_timestamp": self.last_ts,
-        })
-        if self.drafted:
-            out["accepted_tokens"] = self.accepted
-            out["drafted_tokens"] = self.drafted
-            out["draft_acceptance_rate"] = round(self.accepted / self.drafted, 6)
-        if self.mal_weight:
-            out["mean_acceptance_length"] = round(self.mal_sum / self.mal_weight, 6)
-        if self.pp_sum:
-            out["per_position_acceptance"] = [
-                round(s / w, 6) if w else None for s, w in zip(self.pp_sum, self.pp_weight)]
-        return out
-
-
-def _window_dict(entry):
-    """The public window dict of a compact window entry (see LogParser._add_window)."""
-    line, ts, proc, engine, fmt, fields, extra = entry
-    w = dict(_WINDOW_TEMPLATE)
-    if fmt == "fast":
-        fmt, fields, extra = "v1", _fast_fields(*fields), {}
-    w.update(fields)
-    w["line"] = line
-    w["timestamp"] = ts
-    w["process"] = proc
-    w["engine"] = engine
-    w["format"] = fmt
-    w["cumulative"] = fmt == "v0"
-    w["extra"] = extra
-    return w
-
-
-def _empty_summary():
-    return {
-        "windows": 0, "format": None, "weighting": None,
-        "accepted_tokens": None, "drafted_tokens": None, "draft_acceptance_rate": None,
-        "mean_acceptance_length": None, "per_position_acceptance": None,
-        "system_efficiency": None, "num_spec_tokens": None, "emitted_tokens": None,
-        "first_line": None, "last_line": None, "first_timestamp": None, "last_timestamp": None,
-        "notes": [],
-    }
 
 
 # --------------------------------------------------------------------------- parser

@@ -51,6 +51,40 @@ def lease_spec(holder, duration, now, transitions=0):
     }
 
 
+# what lease_status says when there is no Lease
+_NO_LEASE = {
+    "present": False,
+    "held": False,
+    "mine": False,
+    "expired": False,
+    "free": True,
+    "holder": None,
+    "acquire_time": None,
+    "renew_time": None,
+    "duration": None,
+    "expires_at": None,
+    "expires_in": None,
+    "resource_version": None,
+    "transitions": 0,
+    "message": "no lease",
+    "refusal": None,
+}
+
+
+def _lease_message(out):
+    """One line on a present Lease: held by another (since, expiry), expired, free or ours."""
+    if out["held"] and not out["mine"]:
+        return "held by %s%s, expires %s%s" % (
+            out["holder"],
+            " since %s" % out["acquire_time"] if out["acquire_time"] else "",
+            out["expires_at"] or "never",
+            " (in %ss)" % out["expires_in"] if out["expires_in"] is not None else "",
+        )
+    if out["expired"]:
+        return "expired (last holder %s, expired %s)" % (out["holder"], out["expires_at"])
+    return "free" if not out["holder"] else "held by this deploy"
+
+
 def lease_status(lease, holder, now):
     """What a deploy Lease says to ``holder`` at ``now``.
 
@@ -59,23 +93,7 @@ def lease_status(lease, holder, now):
     ``refusal`` is :func:`held_message` when another holder has it (None otherwise).
     """
     if not lease:
-        return {
-            "present": False,
-            "held": False,
-            "mine": False,
-            "expired": False,
-            "free": True,
-            "holder": None,
-            "acquire_time": None,
-            "renew_time": None,
-            "duration": None,
-            "expires_at": None,
-            "expires_in": None,
-            "resource_version": None,
-            "transitions": 0,
-            "message": "no lease",
-            "refusal": None,
-        }
+        return dict(_NO_LEASE)
     spec = lease.get("spec") or {}
     current = spec.get("holderIdentity") or None
     renew = parse_time(spec.get("renewTime") or spec.get("acquireTime"))
@@ -99,17 +117,7 @@ def lease_status(lease, holder, now):
         "resource_version": k8s_meta(lease).get("resourceVersion"),
         "transitions": int(spec.get("leaseTransitions") or 0),
     }
-    if held and not mine:
-        out["message"] = "held by %s%s, expires %s%s" % (
-            current,
-            " since %s" % out["acquire_time"] if out["acquire_time"] else "",
-            out["expires_at"] or "never",
-            " (in %ss)" % out["expires_in"] if out["expires_in"] is not None else "",
-        )
-    elif expired:
-        out["message"] = "expired (last holder %s, expired %s)" % (current, out["expires_at"])
-    else:
-        out["message"] = "free" if not current else "held by this deploy"
+    out["message"] = _lease_message(out)
     meta = k8s_meta(lease)
     out["refusal"] = held_message(out, meta.get("namespace"), meta.get("name")) if held and not mine else None
     return out

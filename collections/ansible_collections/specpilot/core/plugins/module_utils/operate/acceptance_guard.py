@@ -298,6 +298,78 @@ def streak_of(history, digest):
     return count
 
 
+def _history_entry(status, state, reading, now):
+    """What one judged run adds to the history."""
+    return {
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+        "status": status,
+        "cfg": state["digest"],
+        "src": reading.get("source"),
+        "rate": _round(reading.get("acceptance_rate")),
+        "drafted": reading.get("drafted"),
+        "accepted": reading.get("accepted"),
+        "mal": _round(reading.get("mean_acceptance_length"), 3),
+        "pp": [_round(v, 3) for v in reading.get("per_position") or []] or None,
+    }
+
+
+_JUDGED_STATUSES = ("low", "borderline", "healthy")
+
+
+def _collapse_finding(reading, s):
+    """The per-position curve collapsing after the first position, or None."""
+    pp = reading.get("per_position") or []
+    collapsed = [i for i, v in enumerate(pp) if i > 0 and v is not None and v < s["collapse_threshold"]]
+    if not collapsed:
+        return None
+    return ("per-position acceptance collapses from position %d (%s): lower num_speculative_tokens "
+            "to %d" % (collapsed[0], ", ".join("%d: %.3f" % (i, pp[i]) for i in collapsed), collapsed[0]))
+
+
+def _status_finding(status, state, reading, s):
+    """What the status itself says is wrong, or None."""
+    rate = reading.get("acceptance_rate")
+    if status == "low":
+        return ("acceptance %.3f is below %.2f over %s drafted tokens: speculative decoding adds latency"
+                % (rate, s["min_acceptance_rate"], reading.get("drafted")))
+    if status == "borderline":
+        return ("acceptance %.3f is borderline (%.2f to %.2f): benchmark before keeping it"
+                % (rate, s["min_acceptance_rate"], s["warn_acceptance_rate"]))
+    if status == "missing":
+        return ("the InferenceService sets %s but the engine exports no vllm:spec_decode_* series: "
+                "the engine is not running the speculative config" % ", ".join(sorted(set(state["flags"]))))
+    if status == "no-window":
+        return ("only cumulative figures are available (V0 gauge, or no second scrape): reported, "
+                "never acted upon")
+    return None
+
+
+def _action(status, streak, s):
+    """rollback (or report without auto_rollback) after K low readings in a row; watch a low one; report
+    a missing series; else none."""
+    if status == "low" and streak >= s["consecutive_readings"]:
+        return "rollback" if s["auto_rollback"] else "report"
+    return {"low": "watch", "missing": "report"}.get(status, "none")
+
+
+def _message(label, status, reading, streak, s):
+    rate = reading.get("acceptance_rate")
+    if status == "absent":
+        return "%s: no InferenceService" % label
+    if status == "off":
+        return "%s: speculative decoding is off; nothing to guard" % label
+    if status == "idle":
+        return "%s: idle (%s draft tokens in the window, %d needed): no verdict" % (
+            label, reading.get("drafted") or 0, s["min_draft_tokens"])
+    if rate is not None:
+        return "%s: %s, %.3f over %s draft tokens, %d/%d low readings in a row" % (
+            label, judged(status), rate, reading.get("drafted"), streak, s["consecutive_readings"])
+    return "%s: %s" % (label, judged(status))
+
+
+_ACTION_SUFFIX = {"rollback": "; rolling speculative decoding back"}
+
+
 def evaluate(isvc, reading, history_raw, params=None, now=None, name=None, production_temperature=None):
     """The verdict of one guard run; pure (the caller stores the history and acts).
 
@@ -309,82 +381,35 @@ def evaluate(isvc, reading, history_raw, params=None, now=None, name=None, produ
     reading = dict(reading or {})
     history, notes = load_history(history_raw)
     status = classify(state, reading, s)
-    findings = []
     record = status not in ("absent", "off")
     entry = None
     if record:
-        entry = {
-            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
-            "status": status,
-            "cfg": state["digest"],
-            "src": reading.get("source"),
-            "rate": _round(reading.get("acceptance_rate")),
-            "drafted": reading.get("drafted"),
-            "accepted": reading.get("accepted"),
-            "mal": _round(reading.get("mean_acceptance_length"), 3),
-            "pp": [_round(v, 3) for v in reading.get("per_position") or []] or None,
-        }
+        entry = _history_entry(status, state, reading, now)
         history = (history + [entry])[-s["history_size"]:]
     streak = streak_of(history, state["digest"]) if state["on"] else 0
     rate = reading.get("acceptance_rate")
-    if status in ("low", "borderline", "healthy"):
-        pp = reading.get("per_position") or []
-        collapsed = [i for i, v in enumerate(pp) if i > 0 and v is not None and v < s["collapse_threshold"]]
-        if collapsed:
-            findings.append("per-position acceptance collapses from position %d (%s): lower num_speculative_tokens "
-                            "to %d" % (collapsed[0], ", ".join("%d: %.3f" % (i, pp[i]) for i in collapsed),
-                                       collapsed[0]))
-    if status == "low":
-        findings.append("acceptance %.3f is below %.2f over %s drafted tokens: speculative decoding adds latency"
-                        % (rate, s["min_acceptance_rate"], reading.get("drafted")))
-    elif status == "borderline":
-        findings.append("acceptance %.3f is borderline (%.2f to %.2f): benchmark before keeping it"
-                        % (rate, s["min_acceptance_rate"], s["warn_acceptance_rate"]))
-    elif status == "missing":
-        findings.append("the InferenceService sets %s but the engine exports no vllm:spec_decode_* series: "
-                        "the engine is not running the speculative config" % ", ".join(sorted(set(state["flags"]))))
-    elif status == "no-window":
-        findings.append("only cumulative figures are available (V0 gauge, or no second scrape): reported, "
-                        "never acted upon")
-    k = s["consecutive_readings"]
-    if status == "low" and streak >= k:
-        action = "rollback" if s["auto_rollback"] else "report"
-    elif status == "low":
-        action = "watch"
-    elif status == "missing":
-        action = "report"
-    else:
-        action = "none"
+    findings = [f for f in (_collapse_finding(reading, s) if status in _JUDGED_STATUSES else None,
+                            _status_finding(status, state, reading, s)) if f]
+    action = _action(status, streak, s)
     label = name or ((isvc or {}).get("metadata") or {}).get("name") or "service"
-    if status == "absent":
-        message = "%s: no InferenceService" % label
-    elif status == "off":
-        message = "%s: speculative decoding is off; nothing to guard" % label
-    elif status == "idle":
-        message = "%s: idle (%s draft tokens in the window, %d needed): no verdict" % (
-            label, reading.get("drafted") or 0, s["min_draft_tokens"])
-    elif rate is not None:
-        message = "%s: %s, %.3f over %s draft tokens, %d/%d low readings in a row" % (
-            label, judged(status), rate, reading.get("drafted"), streak, k)
-    else:
-        message = "%s: %s" % (label, judged(status))
-    if action == "rollback":
-        message += "; rolling speculative decoding back"
-    elif action == "report":
-        message += "; action needed" if status == "low" else ""
+    message = _message(label, status, reading, streak, s)
+    if action == "report" and status == "low":
+        message += "; action needed"
+    message += _ACTION_SUFFIX.get(action, "")
+    banded = status in _JUDGED_STATUSES + ("no-window",) and rate is not None
     return {
         "state": state,
         "reading": reading,
         "status": status,
         "streak": streak,
-        "consecutive_readings": k,
+        "consecutive_readings": s["consecutive_readings"],
         "action": action,
         "findings": findings,
         "notes": notes,
         "message": message,
         # the band rule applied to a judged reading of live traffic (its temperature is the clients')
-        "acceptance_band": band_reading(rate, production_temperature, None, "live traffic")
-        if status in ("low", "borderline", "healthy", "no-window") and rate is not None else None,
+        "acceptance_band": (band_reading(rate, production_temperature, None, "live traffic")
+                            if banded else None),
         "record": record,
         "entry": entry,
         "history": history,

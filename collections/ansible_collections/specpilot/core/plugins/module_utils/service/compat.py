@@ -59,6 +59,33 @@ def _head_kind(architecture):
     return None
 
 
+def _eagle3_target_family(target, x, version_label, findings):
+    """EAGLE-3 targets limited to some model families (an error where the profile's list is exhaustive)."""
+    families, exhaustive = x.get("eagle3_target_families"), x.get("eagle3_target_families_exhaustive")
+    model_type = target.get("model_type") or target.get("architecture")
+    if not families or not model_type or any(f in str(model_type).lower() for f in families):
+        return
+    text = "EAGLE-3 targets in vLLM %s are limited to %s models; the target is %r" % (
+        version_label,
+        "/".join(families),
+        model_type,
+    )
+    if exhaustive:
+        findings.error(
+            "target.model_type",
+            text,
+            "use a supported target family, or vLLM >= 0.22.1 (no family restriction)",
+            "eagle3-target-family",
+        )
+    else:
+        findings.warning(
+            "target.model_type",
+            text + " (list known to be at least these)",
+            "check the release notes, or use vLLM >= 0.22.1",
+            "eagle3-target-family",
+        )
+
+
 def check_compatibility(cfg, target, draft, x, version_label, findings, origins=None):
     """Draft/target checks for a resolved speculative config.  target/draft: fact dicts; origins:
     {role: {fact: field path}} for facts read from a source (the path that names the source), the
@@ -74,40 +101,15 @@ def check_compatibility(cfg, target, draft, x, version_label, findings, origins=
     if method in ("eagle", "eagle3") and draft:
         _eagle_head(method, target, draft, version_label, findings)
     if method == "eagle3":
-        families, exhaustive = x.get("eagle3_target_families"), x.get("eagle3_target_families_exhaustive")
-        model_type = target.get("model_type") or target.get("architecture")
-        if families and model_type:
-            mt = str(model_type).lower()
-            if not any(f in mt for f in families):
-                text = "EAGLE-3 targets in vLLM %s are limited to %s models; the target is %r" % (
-                    version_label,
-                    "/".join(families),
-                    model_type,
-                )
-                if exhaustive:
-                    findings.error(
-                        "target.model_type",
-                        text,
-                        "use a supported target family, or vLLM >= 0.22.1 (no family restriction)",
-                        "eagle3-target-family",
-                    )
-                else:
-                    findings.warning(
-                        "target.model_type",
-                        text + " (list known to be at least these)",
-                        "check the release notes, or use vLLM >= 0.22.1",
-                        "eagle3-target-family",
-                    )
-    if info["mtp"]:
-        layers = target.get("num_nextn_predict_layers")
-        if layers == 0:
-            findings.error(
-                "target.num_nextn_predict_layers",
-                "method '%s' needs MTP layers in the target checkpoint, but num_nextn_predict_layers is 0"
-                % method,
-                "use a checkpoint that ships MTP weights, or another method",
-                "mtp-no-layers",
-            )
+        _eagle3_target_family(target, x, version_label, findings)
+    if info["mtp"] and target.get("num_nextn_predict_layers") == 0:
+        findings.error(
+            "target.num_nextn_predict_layers",
+            "method '%s' needs MTP layers in the target checkpoint, but num_nextn_predict_layers is 0"
+            % method,
+            "use a checkpoint that ships MTP weights, or another method",
+            "mtp-no-layers",
+        )
     if method == "draft_model" and draft:
         _draft_ratio(target, draft, findings)
     if method in TOKENS_METHODS:

@@ -33,7 +33,15 @@ compat.read_local_facts then reads: a fact means the same whatever its source.
 Results are cached by source and revision in ``$SPECPILOT_MODEL_FACTS_CACHE`` (default
 ``$XDG_CACHE_HOME/specpilot/model-facts``, i.e. ``~/.cache/specpilot/model-facts``), one JSON file per
 source: a commit or a digest forever, a branch, tag or S3 prefix for ``SPECPILOT_MODEL_FACTS_TTL``
-seconds (default one day).  Failures are not cached.
+seconds (default one day).  Every host of a run and every later run on the controller share it (each
+file is written to a temporary name and renamed: concurrent writers never leave half a file; one that
+cannot be read is ignored).  A read that fails is not cached, except that an endpoint that did not
+answer (no connection, a timeout, a 5xx) is remembered for ``SPECPILOT_MODEL_FACTS_UNREACHABLE_TTL``
+seconds (default 300): the other artifacts and hosts of the run do not try it again, and report the
+checks they could not run as the first one did.  ``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) set
+as huggingface_hub reads it: hf:// facts come from the cache only, nothing is asked of the Hub.
+Validation's reads try twice, a quarter second apart, 10 s each at most (the staging Job, which has
+the time, keeps stager.Http's longer policy).
 
 ``resolve()`` merges them into the facts typed in the spec (typed facts win; a typed fact that
 contradicts the source is an error naming both values) and reports, per artifact, which checks could
@@ -49,9 +57,11 @@ import os
 import re
 import shutil
 import tarfile
+import ssl
 import tempfile
 import time
 
+from urllib import error as urlerror
 from urllib import parse as urlparse
 
 from ansible_collections.specpilot.core.plugins.module_utils.service import compat
@@ -66,10 +76,26 @@ MODES = ("auto", "off")
 ENV_MODE = "SPECPILOT_MODEL_FACTS"
 ENV_CACHE = "SPECPILOT_MODEL_FACTS_CACHE"
 ENV_TTL = "SPECPILOT_MODEL_FACTS_TTL"
+ENV_UNREACHABLE_TTL = "SPECPILOT_MODEL_FACTS_UNREACHABLE_TTL"
 DEFAULT_TTL = 86400
+DEFAULT_UNREACHABLE_TTL = 300
+# huggingface_hub/constants.py: HF_HUB_OFFLINE = _is_true(HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE),
+# _is_true: value.upper() in ENV_VARS_TRUE_VALUES = {"1", "ON", "YES", "TRUE"}
+ENV_OFFLINE = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+TRUE_VALUES = ("1", "ON", "YES", "TRUE")
 SMALL_FILES = ("config.json", "model.safetensors.index.json", "tokenizer.json", "tokenizer.model")
 MAX_SMALL = 64 * 1024 * 1024
-TIMEOUT = 20
+# validation's policy for a read: 10 s a request, one retry a quarter second later (a validation waits
+# on it; the staging Job keeps stager.Http's and oci_registry.Registry's longer defaults)
+TIMEOUT = 10
+RETRY_WAIT = 0.25
+# botocore's exceptions that mean the endpoint did not answer (they are not OSErrors)
+BOTO_UNREACHABLE = (
+    "EndpointConnectionError",
+    "ConnectTimeoutError",
+    "ReadTimeoutError",
+    "ConnectionClosedError",
+)
 NETWORK_KINDS = ("hf", "s3", "oci")
 FORMAT = 1
 # the facts compared with the source when both give them (tokenizer: only a sha256 fingerprint is
@@ -116,16 +142,18 @@ class Cache(object):
     def _path(self, key):
         return os.path.join(self.directory, hashlib.sha256(key.encode("utf-8")).hexdigest() + ".json")
 
-    def get(self, key, now=None):
+    def get(self, key, now=None, ttl=None):
+        """The entry of ``key``, or None: missing, expired, or not a cache file of this format (a
+        file that does not parse, half written by a tool that did not rename it, is a miss)."""
         try:
             with open(self._path(key)) as handle:
                 entry = json.load(handle)
-        except (OSError, ValueError):
+            age = (now or time.time()) - float(entry.get("read_at") or 0)
+        except (OSError, ValueError, TypeError, AttributeError):
             return None
         if entry.get("format") != FORMAT or entry.get("key") != key:
             return None
-        age = (now or time.time()) - float(entry.get("read_at") or 0)
-        if not entry.get("immutable") and not 0 <= age < self.ttl:
+        if not entry.get("immutable") and not 0 <= age < (self.ttl if ttl is None else ttl):
             return None
         return entry
 
@@ -141,13 +169,21 @@ class Cache(object):
             pass  # a cache that cannot be written only costs the next run a read
 
 
+def _seconds(environ, name, default):
+    try:
+        return float(environ.get(name) or default)
+    except ValueError:
+        return default
+
+
 def default_cache(environ=None):
     environ = os.environ if environ is None else environ
-    try:
-        ttl = float(environ.get(ENV_TTL) or DEFAULT_TTL)
-    except ValueError:
-        ttl = DEFAULT_TTL
-    return Cache(cache_dir(environ), ttl)
+    return Cache(cache_dir(environ), _seconds(environ, ENV_TTL, DEFAULT_TTL))
+
+
+def hf_offline(environ):
+    """Whether HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) is set, read as huggingface_hub reads it."""
+    return any(str(environ.get(name) or "").upper() in TRUE_VALUES for name in ENV_OFFLINE)
 
 
 # ---------------------------------------------------------------- where an artifact's facts are
@@ -211,30 +247,103 @@ def read(source, environ=None, cache=None, now=None, probed=None):
     key = _cache_key(source, environ)
     cache = default_cache(environ) if cache is None else cache
     entry = cache.get(key, now) if cache else None
-    if entry:
+    if entry and isinstance(entry.get("facts"), dict):
         return entry["facts"], None, True
-    work = tempfile.mkdtemp(prefix="specpilot-facts-")
+    held = _held_back(source, environ, cache, now)
+    if held:
+        return {}, held, False
     try:
-        meta = {"hf": _read_hf, "s3": _read_s3, "oci": _read_oci}[kind](source, environ, work)
-        facts, problem = compat.read_local_facts(work)
-    except Unreadable as exc:
-        return {}, str(exc), False
-    except stager.StageError as exc:
-        return {}, _stage_problem(source, exc), False
-    except oci_registry.RegistryError as exc:
-        return {}, str(exc), False
+        facts, meta = _fetch(source, environ)
     except Exception as exc:  # pylint: disable=broad-except  # a source's failure is a finding, not a crash
-        return {}, "reading %s failed: %s: %s" % (show_uri(source["uri"]), type(exc).__name__, exc), False
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    if problem:
-        return {}, problem.replace(work, source["uri"]), False
-    for name in ("weight_bytes", "resolved_revision"):  # weight_bytes: the index's total, else the listing's
-        if meta.get(name) and not facts.get(name):
-            facts[name] = meta[name]
+        problem = _problem(source, exc)
+        if cache and _unreachable(exc):
+            cache.put(_down_key(source, environ), {"problem": problem, "read_at": now or time.time()})
+        return {}, problem, False
+    if meta.get("problem"):
+        return {}, meta["problem"], False
     if cache:
         cache.put(key, {"facts": facts, "read_at": now or time.time(), "immutable": meta.get("immutable")})
     return facts, None, False
+
+
+def _fetch(source, environ):
+    """(facts, meta) read at the source into a temporary directory (meta: immutable, or a problem)."""
+    work = tempfile.mkdtemp(prefix="specpilot-facts-")
+    try:
+        meta = {"hf": _read_hf, "s3": _read_s3, "oci": _read_oci}[source["kind"]](source, environ, work)
+        facts, problem = compat.read_local_facts(work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if problem:
+        return {}, {"problem": problem.replace(work, source["uri"])}
+    for name in ("weight_bytes", "resolved_revision"):  # weight_bytes: the index's total, else the listing's
+        if meta.get(name) and not facts.get(name):
+            facts[name] = meta[name]
+    return facts, meta
+
+
+def _problem(source, exc):
+    if isinstance(exc, (Unreadable, oci_registry.RegistryError)):
+        return str(exc)
+    if isinstance(exc, stager.StageError):
+        return _stage_problem(source, exc)
+    return "reading %s failed: %s: %s" % (show_uri(source["uri"]), type(exc).__name__, exc)
+
+
+# ---------------------------------------------------------------- offline, unreachable
+def _where(source, environ):
+    """The endpoint a network source is read from: the Hub, the S3 endpoint, the registry."""
+    if source["kind"] == "hf":
+        return stager.Env("", environ).get("HF_ENDPOINT") or "https://huggingface.co"
+    if source["kind"] == "s3":
+        return stager.Env("", environ).get("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL") or "AWS S3"
+    return _parse_oci(source["uri"])[0]
+
+
+def _down_key(source, environ):
+    return "unreachable|%s|%s" % (source["kind"], _where(source, environ))
+
+
+def _unreachable(exc):
+    """Whether a read failed because its endpoint did not answer: no connection (DNS, refused,
+    unroutable), a timeout, or a 408, 429 or 5xx after the retries.  A 401, 403 or 404 and a TLS
+    verification failure are answers about one source, not about the endpoint."""
+    seen, depth = exc, 0
+    while seen is not None and depth < 8:
+        if isinstance(seen, urlerror.HTTPError):
+            return seen.code in (408, 429) or seen.code >= 500
+        if isinstance(seen, ssl.CertificateError) or isinstance(
+            getattr(seen, "reason", None), ssl.CertificateError
+        ):
+            return False
+        if isinstance(seen, OSError) or type(seen).__name__ in BOTO_UNREACHABLE:
+            return True
+        seen, depth = seen.__cause__ or seen.__context__, depth + 1
+    return False
+
+
+def _held_back(source, environ, cache, now=None):
+    """Why the source is not read now: HF_HUB_OFFLINE for hf://, or its endpoint found unreachable
+    less than SPECPILOT_MODEL_FACTS_UNREACHABLE_TTL seconds ago (by this process, another host's
+    worker of the same run, or an earlier run); None to read it."""
+    uri = show_uri(source["uri"])
+    if source["kind"] == "hf" and hf_offline(environ):
+        return (
+            "HF_HUB_OFFLINE is set: %s was not read from the Hub, and no earlier read of it is cached "
+            "(unset HF_HUB_OFFLINE to read it)" % uri
+        )
+    ttl = _seconds(environ, ENV_UNREACHABLE_TTL, DEFAULT_UNREACHABLE_TTL)
+    down = cache.get(_down_key(source, environ), now, ttl=ttl) if cache and ttl > 0 else None
+    if not down:
+        return None
+    return "%s was not read: %s did not answer at %s UTC (%s); it is tried again %d s after that (%s)" % (
+        uri,
+        _where(source, environ),
+        time.strftime("%H:%M:%S", time.gmtime(float(down.get("read_at") or 0))),
+        down.get("problem"),
+        ttl,
+        ENV_UNREACHABLE_TTL,
+    )
 
 
 def show_uri(uri):
@@ -309,7 +418,7 @@ def _weights(sizes):
 def _read_hf(source, environ, dest):
     """The Hub's REST API: the file list at the revision, then the small files at its commit."""
     src = stager.HfSource({"uri": source["uri"], "revision": source.get("revision")}, stager.Env("", environ))
-    http = stager.Http(authorization=src.http.authorization, timeout=TIMEOUT, retries=1)
+    http = stager.Http(authorization=src.http.authorization, timeout=TIMEOUT, retries=1, backoff=RETRY_WAIT)
     api = "%s/api/models/%s/revision/%s?blobs=true" % (
         src.endpoint,
         src.repo,
@@ -378,7 +487,13 @@ def _registry(host, source, environ):
     if not authfile:
         candidate = os.path.join(os.path.expanduser("~"), ".docker", "config.json")
         authfile = candidate if os.path.isfile(candidate) else None
-    return oci_registry.Registry(host, tls_verify=bool(verify), authfile=authfile, timeout=TIMEOUT)
+    return oci_registry.Registry(
+        host,
+        tls_verify=bool(verify),
+        authfile=authfile,
+        timeout=TIMEOUT,
+        backoff=oci_registry.Backoff(attempts=2, base=RETRY_WAIT, cap=RETRY_WAIT),
+    )
 
 
 def _image_manifest(reg, name, reference):

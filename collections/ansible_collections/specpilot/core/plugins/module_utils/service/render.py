@@ -274,6 +274,27 @@ def deployment_mode_value(mode, kserve_version):
     return mode
 
 
+def _resources_with_gpus(spec):
+    """The spec's resources with the GPUs in both limits and requests."""
+    gpu = spec["gpu"]
+    resources = copy.deepcopy(spec.get("resources") or {})
+    if gpu["count"] > 0:
+        for section in ("limits", "requests"):
+            resources.setdefault(section, {})[gpu["resource_name"]] = str(gpu["count"])
+    return resources
+
+
+def _gpu_placement(gpu):
+    """The predictor's nodeSelector, tolerations and affinity for the GPU nodes, where given."""
+    out = {}
+    if gpu.get("node_selector"):
+        out["nodeSelector"] = dict(gpu["node_selector"])
+    for key in ("tolerations", "affinity"):
+        if gpu.get(key):
+            out[key] = copy.deepcopy(gpu[key])
+    return out
+
+
 def inferenceservice(spec, plan, kserve_version):
     """The InferenceService as deploy applies it (before overrides)."""
     mode = spec["deployment_mode"]
@@ -289,10 +310,7 @@ def inferenceservice(spec, plan, kserve_version):
     labels = dict(spec.get("labels") or {})
     labels.update(_labels(spec))
     gpu = spec["gpu"]
-    resources = copy.deepcopy(spec.get("resources") or {})
-    if gpu["count"] > 0:
-        for section in ("limits", "requests"):
-            resources.setdefault(section, {})[gpu["resource_name"]] = str(gpu["count"])
+    resources = _resources_with_gpus(spec)
     model = {
         "modelFormat": {"name": "vLLM"},
         "runtime": spec["runtime"]["name"],
@@ -312,12 +330,7 @@ def inferenceservice(spec, plan, kserve_version):
         strategy = plan["rollout_strategy"]
         if strategy is not None:
             predictor["deploymentStrategy"] = strategy
-    if gpu.get("node_selector"):
-        predictor["nodeSelector"] = dict(gpu["node_selector"])
-    if gpu.get("tolerations"):
-        predictor["tolerations"] = copy.deepcopy(gpu["tolerations"])
-    if gpu.get("affinity"):
-        predictor["affinity"] = copy.deepcopy(gpu["affinity"])
+    predictor.update(_gpu_placement(gpu))
     if spec.get("service_account_name"):
         predictor["serviceAccountName"] = spec["service_account_name"]
     if delivery.get("storage_uris"):

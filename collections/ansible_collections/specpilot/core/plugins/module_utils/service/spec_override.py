@@ -68,16 +68,23 @@ def method_scopes(profile=None):
         if isinstance(schema, dict) and schema.get("x-methods"):
             scopes[key] = set(schema["x-methods"])
     for rule in profile.get("allOf") or ():
-        cond, then = rule.get("if") or {}, rule.get("then") or {}
-        required = cond.get("required") or []
-        if len(required) != 1 or set(cond) - {"required", "properties"} or required[0] == "method":
-            continue
-        method = (then.get("properties") or {}).get("method") or {}
-        allowed = method.get("enum") or ([method["const"]] if "const" in method else None)
-        if allowed and "method" in (then.get("required") or ()):
-            key = required[0]
+        key, allowed = _rule_scope(rule)
+        if key is not None:
             scopes[key] = (scopes[key] & set(allowed)) if key in scopes else set(allowed)
     return scopes
+
+
+def _rule_scope(rule):
+    """(key, methods) of a rule ``if <key> is set then method in [...]``, else (None, None)."""
+    cond, then = rule.get("if") or {}, rule.get("then") or {}
+    required = cond.get("required") or []
+    if len(required) != 1 or set(cond) - {"required", "properties"} or required[0] == "method":
+        return None, None
+    method = (then.get("properties") or {}).get("method") or {}
+    allowed = method.get("enum") or ([method["const"]] if "const" in method else None)
+    if allowed and "method" in (then.get("required") or ()):
+        return required[0], allowed
+    return None, None
 
 
 def _parse_method(value, findings):
@@ -139,11 +146,22 @@ def _speculative_is_off(method, nst, where, findings):
             )
 
 
+def _drop_other_keys(new, method, scopes):
+    """Drop from ``new`` the draft model and the keys only other methods take; the keys dropped."""
+    dropped = []
+    for key in list(new):
+        if key in ("method", "num_speculative_tokens") or new[key] is None:
+            continue
+        if key == "model" or (key in scopes and not method_in_scope(method, scopes[key])):
+            dropped.append(key)
+            del new[key]
+    return dropped
+
+
 def _switch_method(raw, cfg, new, method, nst, methods, profile, label, where, findings):
     """Switch ``new`` (a copy of the spec's config) to ``method``: drop the keys the new method does not
     take.  Returns (dropped keys, whether the spec's draft no longer serves), or None after an error."""
     old_method = cfg.get("method")
-    dropped = []
     if methods is not None and method not in methods:
         close = difflib.get_close_matches(method, list(methods), n=1, cutoff=0.6)
         findings.error(
@@ -156,14 +174,8 @@ def _switch_method(raw, cfg, new, method, nst, methods, profile, label, where, f
         )
         return None
     info = (methods or {}).get(method) or vp.method_info(method)
-    scopes = method_scopes(profile)
     new["method"] = method
-    for key in list(new):
-        if key in ("method", "num_speculative_tokens") or new[key] is None:
-            continue
-        if key == "model" or (key in scopes and not method_in_scope(method, scopes[key])):
-            dropped.append(key)
-            del new[key]
+    dropped = _drop_other_keys(new, method, method_scopes(profile))
     # The spec's draft serves the new method only if it needs a separate draft too (the compatibility
     # checks then judge it), or if both take optional weights of the same kind (MTP -> MTP); an MTP,
     # ngram or suffix method must not load the old method's EAGLE head or draft model.
@@ -219,15 +231,13 @@ def apply(raw, method_value, nst_value, profile, findings, version_label=None):
     if method is None and nst is None:
         return record
     cfg = raw.get("speculative")
-    name = raw.get("name") if isinstance(raw.get("name"), str) else None
-    where = "the spec%s" % (" of %s" % name if name else "")
+    where = _where(raw)
     if cfg is None:
         _speculative_is_off(method, nst, where, findings)
         return record
     if not isinstance(cfg, dict) or not cfg:
         return record  # not a config (schema error) or an empty one (reported by the validator)
-    x = (profile or {}).get("x-specpilot") or {}
-    methods = x.get("methods")
+    methods = ((profile or {}).get("x-specpilot") or {}).get("methods")
     label = "vLLM %s" % version_label if version_label else "this vLLM release"
     old_method = cfg.get("method")
     new = dict(cfg)
@@ -254,13 +264,23 @@ def apply(raw, method_value, nst_value, profile, findings, version_label=None):
     if drop_draft:
         raw["draft"] = None
     if record["applied"]:
-        findings.note(
-            _PATH["method"] if record["method"] else _PATH["num_speculative_tokens"],
-            describe(record),
-            "the inventory is unchanged: write the values into specpilot_speculative to keep them",
-            "spec-override",
-        )
+        _note_applied(record, findings)
     return record
+
+
+def _where(raw):
+    """How the messages name the spec: with its name when it has one."""
+    name = raw.get("name") if isinstance(raw.get("name"), str) else None
+    return "the spec%s" % (" of %s" % name if name else "")
+
+
+def _note_applied(record, findings):
+    findings.note(
+        _PATH["method"] if record["method"] else _PATH["num_speculative_tokens"],
+        describe(record),
+        "the inventory is unchanged: write the values into specpilot_speculative to keep them",
+        "spec-override",
+    )
 
 
 def describe(record):

@@ -358,10 +358,26 @@ def _synthetic(cfg, ctx, findings, path):
         )
 
 
+def _per_batch_dp(ctx, findings, path):
+    """vllm/config/vllm.py VllmConfig._maybe_disable_dynamic_sd_for_data_parallel: with
+    data_parallel_size > 1 vLLM drops the schedule and runs the static num_speculative_tokens."""
+    dp = render.extra_arg(ctx.get("extra_args"), "--data-parallel-size")
+    if dp and dp.isdigit() and int(dp) > 1:
+        findings.warning(
+            path_join(path, "num_speculative_tokens_per_batch_size"),
+            "--data-parallel-size=%s: vLLM %s drops the batch-size schedule under data parallelism and "
+            "runs num_speculative_tokens at every batch size" % (dp, _ctx_version(ctx)),
+            "run one data-parallel rank per replica (scale with replicas), or set num_speculative_tokens "
+            "to the k that suits the load",
+            "per-batch-dropped-by-dp",
+        )
+
+
 def _per_batch(cfg, ctx, findings, path):
     table = cfg.get("num_speculative_tokens_per_batch_size")
     if not isinstance(table, list):
         return
+    _per_batch_dp(ctx, findings, path)
     for i, row in enumerate(table):
         if (
             isinstance(row, list)
@@ -442,29 +458,39 @@ def _method_semantics(cfg, ctx, findings, path):
             "deprecated-mtp-name",
         )
     if info["mtp"] and x["mtp_multi_token_warning"]:
-        nst = cfg.get("num_speculative_tokens")
-        layers = (ctx.get("target") or {}).get("num_nextn_predict_layers")
-        if isinstance(nst, int) and nst > 1 and (layers is None or layers <= 1):
-            findings.warning(
-                path_join(path, "num_speculative_tokens"),
-                "num_speculative_tokens=%d with MTP runs the %s MTP layer %d times per step, which "
-                "usually lowers the acceptance rate (vLLM %s warns about it)"
-                % (nst, "single" if layers == 1 else "(probably single)", nst, version),
-                "use num_speculative_tokens: 1 unless the checkpoint has %d MTP layers" % nst,
-                "mtp-multi-token",
-            )
+        _mtp_multi_token(cfg, ctx, version, findings, path)
     if x["era"] == vp.ERA_V0_FLAGS:
         _v0_semantics(cfg, ctx, findings, path)
     if x["render"] == "literal-eval-json":
-        for key, value in cfg.items():
-            if isinstance(value, bool) or value is None:
-                findings.error(
-                    path_join(path, key),
-                    "vLLM 0.8.2 parses --speculative-config with ast.literal_eval, so the JSON value %s "
-                    "of '%s' is not accepted" % (json.dumps(value), key),
-                    "remove '%s' (use its default) or use vLLM >= 0.8.3" % key,
-                    "literal-eval",
-                )
+        _literal_eval_values(cfg, findings, path)
+
+
+def _mtp_multi_token(cfg, ctx, version, findings, path):
+    """More than one speculative token on a checkpoint with (probably) one MTP layer."""
+    nst = cfg.get("num_speculative_tokens")
+    layers = (ctx.get("target") or {}).get("num_nextn_predict_layers")
+    if isinstance(nst, int) and nst > 1 and (layers is None or layers <= 1):
+        findings.warning(
+            path_join(path, "num_speculative_tokens"),
+            "num_speculative_tokens=%d with MTP runs the %s MTP layer %d times per step, which "
+            "usually lowers the acceptance rate (vLLM %s warns about it)"
+            % (nst, "single" if layers == 1 else "(probably single)", nst, version),
+            "use num_speculative_tokens: 1 unless the checkpoint has %d MTP layers" % nst,
+            "mtp-multi-token",
+        )
+
+
+def _literal_eval_values(cfg, findings, path):
+    """vLLM 0.8.2 reads the config with ast.literal_eval: JSON true, false and null do not parse."""
+    for key, value in cfg.items():
+        if isinstance(value, bool) or value is None:
+            findings.error(
+                path_join(path, key),
+                "vLLM 0.8.2 parses --speculative-config with ast.literal_eval, so the JSON value %s "
+                "of '%s' is not accepted" % (json.dumps(value), key),
+                "remove '%s' (use its default) or use vLLM >= 0.8.3" % key,
+                "literal-eval",
+            )
 
 
 def _v0_semantics(cfg, ctx, findings, path):

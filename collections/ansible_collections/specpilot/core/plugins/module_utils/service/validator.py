@@ -15,8 +15,6 @@ meaningless (e.g. no valid vllm_version).
 from __future__ import annotations
 
 import copy
-import difflib
-import json
 import os
 import traceback
 
@@ -48,19 +46,27 @@ from ansible_collections.specpilot.core.plugins.module_utils.service.versions im
     parse_version,
 )
 
-try:
-    from jsonschema import Draft202012Validator
+from ansible_collections.specpilot.core.plugins.module_utils.service.validate_delivery import (
+    PENDING_DIGEST,
+    _delivery,
+    _draft_artifact,
+    _mounts,
+    _staging,
+)
+from ansible_collections.specpilot.core.plugins.module_utils.service.validate_images import (
+    _check_runtime_image,
+    _check_runtime_security,
+)
+from ansible_collections.specpilot.core.plugins.module_utils.service.validate_report import format_report
+from ansible_collections.specpilot.core.plugins.module_utils.service.validate_schema import (
+    HAS_JSONSCHEMA,
+    _schema_errors,
+    load_schemas,
+)
 
-    HAS_JSONSCHEMA = True
-except ImportError:  # pragma: no cover
-    Draft202012Validator = None
-    HAS_JSONSCHEMA = False
-
-__all__ = ["validate", "format_report", "load_schemas", "NEWEST_KSERVE", "PENDING_DIGEST"]
+__all__ = ["validate", "format_report", "load_schemas", "NEWEST_KSERVE", "PENDING_DIGEST", "HAS_JSONSCHEMA"]
 
 NEWEST_KSERVE = (0, 20, 0)
-PENDING_DIGEST = "sha256:" + "0" * 64
-_SERVICE_VALIDATORS = {}
 
 # Flags specpilot renders itself; extra_args may not set them.
 _RESERVED = {
@@ -79,129 +85,6 @@ for _flag in speculative.RENDERED_FLAGS:
     _RESERVED[_flag] = "specpilot_speculative"
 # The V0-era speculative flags (<= 0.8.2).
 _V0_SPEC_FLAGS = frozenset(vp.V0_FLAGS.values())
-
-
-def load_schemas(schema_dir):
-    """(service schema, profile index, loader) from exported files, for the schema_dir option."""
-    with open(os.path.join(schema_dir, "service.schema.json")) as handle:
-        service = json.load(handle)
-    spec_dir = os.path.join(schema_dir, "speculative")
-    with open(os.path.join(spec_dir, "index.json")) as handle:
-        index = json.load(handle)
-    cache = {}
-
-    def loader(name):
-        if name not in cache:
-            with open(os.path.join(spec_dir, name)) as handle:
-                cache[name] = json.load(handle)
-        return cache[name]
-
-    return service, index, loader
-
-
-def _service_validator(schema):
-    key = id(schema)
-    validator = _SERVICE_VALIDATORS.get(key)
-    if validator is None:
-        validator = Draft202012Validator(schema)
-        _SERVICE_VALIDATORS[key] = (validator, schema)
-        return validator
-    return validator[0]
-
-
-def _schema_errors(spec, schema, findings):
-    props = schema.get("properties", {})
-    for error in sorted(_service_validator(schema).iter_errors(spec), key=lambda e: list(e.absolute_path)):
-        path = path_join("", *list(error.absolute_path))
-        if error.validator == "additionalProperties":
-            parent = _schema_at(schema, list(error.absolute_schema_path)[:-1])
-            known = sorted((parent or {}).get("properties", {}))
-            extra = [k for k in error.instance if k not in known] if isinstance(error.instance, dict) else []
-            for key in extra:
-                close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-                findings.error(
-                    path_join(path, key),
-                    "unknown key '%s'%s" % (key, " in " + path if path else ""),
-                    ("did you mean '%s'?" % close[0]) if close else "known keys: %s" % ", ".join(known),
-                    "unknown-spec-key",
-                )
-            continue
-        if error.validator == "required":
-            missing = [k for k in error.validator_value if k not in (error.instance or {})]
-            for key in missing:
-                desc = (props.get(key, {}) if not path else {}).get("description", "")
-                findings.error(
-                    path_join(path, key),
-                    "%s is required" % path_join(path, key),
-                    desc.split(".")[0] if desc else "set it",
-                    "required",
-                )
-            continue
-        if error.validator == "pattern" and isinstance(error.instance, str):
-            findings.error(
-                path,
-                "%s=%r does not match %s" % (path, error.instance, error.validator_value),
-                _pattern_hint(path),
-                "pattern",
-            )
-            continue
-        if error.validator == "type" and isinstance(error.instance, float) and path.endswith("_version"):
-            findings.error(
-                path,
-                "%s=%r is a number: YAML reads an unquoted 0.20 as 0.2" % (path, error.instance),
-                'quote the version, e.g. "0.20"',
-                "version-not-string",
-            )
-            continue
-        if error.validator == "anyOf" and path == "draft":
-            for sub in sorted(error.context or [], key=lambda e: list(e.absolute_path)):
-                if sub.validator == "type" and sub.validator_value == "null":
-                    continue
-                _schema_errors_single(sub, path, findings)
-            continue
-        _schema_errors_single(error, "", findings)
-
-
-def _schema_errors_single(error, base, findings):
-    path = path_join(base, *list(error.relative_path)) if base else path_join("", *list(error.absolute_path))
-    if error.validator == "additionalProperties":
-        for key in error.instance if isinstance(error.instance, dict) else []:
-            if key not in error.schema.get("properties", {}):
-                findings.error(
-                    path_join(path, key),
-                    "unknown key '%s' in %s" % (key, path),
-                    "known keys: %s" % ", ".join(sorted(error.schema.get("properties", {}))),
-                    "unknown-spec-key",
-                )
-        return
-    findings.error(
-        path,
-        "%s: %s" % (path or "spec", error.message),
-        "see schemas/service.schema.json (%s)" % (path or "spec"),
-        "schema-" + str(error.validator),
-    )
-
-
-def _schema_at(schema, parts):
-    node = schema
-    for part in parts:
-        if isinstance(node, dict):
-            node = node.get(part)
-        elif isinstance(node, list) and isinstance(part, int):
-            node = node[part]
-    return node if isinstance(node, dict) else None
-
-
-def _pattern_hint(path):
-    if path in ("name", "namespace") or path.endswith("name"):
-        return (
-            "a DNS-1123 label: lower-case letters, digits and '-', starting and ending with a letter or digit"
-        )
-    if path.endswith("_version"):
-        return 'a version string such as "0.20" or "0.19.1"'
-    if path.endswith("image_digest"):
-        return "sha256: followed by 64 lower-case hex digits (stage.yml prints it)"
-    return "fix the value"
 
 
 def _check_extra_args(spec, version, findings):
@@ -287,137 +170,6 @@ def _where_factory(kind, overrides, storage_roles):
         return "%s.%s" % (kind, mpath)
 
     return where
-
-
-def _delivery(spec, draft_artifact, options, findings):
-    """Resolve how artifacts reach the pod.  Returns the plan's delivery dict."""
-    delivery = spec["delivery"]
-    target, draft = spec["target"], spec.get("draft")
-    out = {"type": delivery, "storage_uri": None, "storage_uris": None, "staging": None}
-    for role, artifact in (("target", target), ("draft", draft)):
-        if artifact and artifact.get("mount_path") and delivery != "storage_uris":
-            findings.error(
-                path_join(role, "mount_path"),
-                "%s.mount_path is only used with delivery storage_uris (delivery is %s)" % (role, delivery),
-                "remove it; the path is /mnt/models/<subdir>",
-                "mount-path-unused",
-            )
-    if delivery in ("storage_uri", "storage_uris"):
-        for role, artifact in (("target", target), ("draft", draft if draft_artifact else None)):
-            if artifact is None:
-                continue
-            uri = artifact.get("uri")
-            if not uri:
-                findings.error(
-                    path_join(role, "uri"),
-                    "%s.uri is required with delivery %s" % (role, delivery),
-                    "give the KServe storage URI (hf://, s3://, gs://, https://, pvc://, oci://)",
-                    "uri-required",
-                )
-            elif kserve_rules.uri_scheme(uri) not in kserve_rules.KSERVE_STORAGE_SCHEMES:
-                findings.error(
-                    path_join(role, "uri"),
-                    "%s.uri %r has no storage scheme KServe knows" % (role, uri),
-                    "use one of: %s" % ", ".join(s + "://" for s in kserve_rules.KSERVE_STORAGE_SCHEMES),
-                    "storage-scheme",
-                )
-    if delivery == "storage_uri":
-        if draft_artifact and draft:
-            findings.error(
-                "delivery",
-                "delivery storage_uri carries one artifact, but the %s method needs the draft "
-                "in the same pod" % spec["speculative"].get("method"),
-                "use delivery storage_uris (KServe >= 0.16), modelcar or pvc",
-                "delivery-single-artifact",
-            )
-        out["storage_uri"] = target.get("uri")
-    elif delivery == "storage_uris":
-        mounts = render.mount_paths(spec, draft_artifact)
-        entries = [{"uri": target.get("uri") or "", "mountPath": mounts["target"]}]
-        if draft_artifact and draft:
-            entries.append({"uri": draft.get("uri") or "", "mountPath": mounts["draft"]})
-        out["storage_uris"] = entries
-    elif delivery == "modelcar":
-        modelcar = spec.get("modelcar")
-        if not modelcar:
-            findings.error(
-                "modelcar",
-                "delivery modelcar needs specpilot_modelcar (image, image_digest)",
-                "set specpilot_modelcar.image (and the digest printed by stage.yml)",
-                "modelcar-missing",
-            )
-            return out
-        image = modelcar["image"]
-        for prefix in ("oci://", "docker://"):
-            if image.startswith(prefix):
-                image = image[len(prefix) :]
-        digest = modelcar.get("image_digest")
-        if "@sha256:" in image:
-            ref = image
-        elif digest:
-            ref = "%s@%s" % (image.rsplit(":", 1)[0] if _has_tag(image) else image, digest)
-        elif options.get("allow_missing_digest"):
-            findings.warning(
-                "modelcar.image_digest",
-                "modelcar.image_digest is not set yet; the manifests carry a "
-                "placeholder digest and must not be applied",
-                "run playbooks/stage.yml first; deploy fills the digest in",
-                "digest-pending",
-            )
-            ref = "%s@%s" % (image.rsplit(":", 1)[0] if _has_tag(image) else image, PENDING_DIGEST)
-        else:
-            findings.error(
-                "modelcar.image_digest",
-                "delivery modelcar references the image by digest, and modelcar.image_digest is not set",
-                "run playbooks/stage.yml (it builds, pushes and "
-                "prints the digest) or set specpilot_modelcar.image_digest: sha256:<64 hex>",
-                "digest-missing",
-            )
-            ref = None
-        if not _has_tag(image) and "@" not in image:
-            findings.warning(
-                "modelcar.image",
-                "modelcar.image %r has no tag" % image,
-                "tag it (e.g. :v1); 'latest' means imagePullPolicy Always",
-                "image-untagged",
-            )
-        out["storage_uri"] = "oci://%s" % ref if ref else None
-        out["image"] = ref
-        out["staging"] = "modelcar"
-    elif delivery == "pvc":
-        pvc = spec.get("pvc")
-        if not pvc:
-            findings.error(
-                "pvc", "delivery pvc needs specpilot_pvc (name)", "set specpilot_pvc.name", "pvc-missing"
-            )
-            return out
-        sub = (pvc.get("path") or "").strip("/")
-        out["storage_uri"] = "pvc://%s/%s" % (pvc["name"], (sub + "/") if sub else "")
-        out["pvc"] = pvc["name"]
-        out["staging"] = "pvc" if (target.get("uri") or (draft or {}).get("uri")) else None
-    if delivery in ("modelcar", "pvc"):
-        for role, artifact in (("target", target), ("draft", draft)):
-            uri = (artifact or {}).get("uri")
-            if uri and kserve_rules.uri_scheme(uri) not in kserve_rules.STAGING_SCHEMES:
-                findings.error(
-                    path_join(role, "uri"),
-                    "%s.uri %r: staging copies from %s only"
-                    % (role, uri, ", ".join(s + "://" for s in kserve_rules.STAGING_SCHEMES)),
-                    "use one of those sources",
-                    "staging-scheme",
-                )
-    return out
-
-
-def _has_tag(image):
-    last = image.rsplit("/", 1)[-1]
-    return ":" in last
-
-
-def _repository(image):
-    """registry/repo of an image reference, without its digest and tag (a registry's :port stays)."""
-    image = image.split("@", 1)[0]
-    return image.rsplit(":", 1)[0] if _has_tag(image) else image
 
 
 def _resolve_speculative(spec, x, mounts, findings):
@@ -654,38 +406,6 @@ def _check_speculative_alone(raw, vllm_version, profile, findings):
         speculative.check(cfg, _spec_ctx(raw, vllm_version, profile, {}, {}, None), findings)
 
 
-def _draft_artifact(spec, x, findings):
-    """(the method's profile entry, whether a draft artifact is delivered); warns about a draft no method uses."""
-    raw_cfg = spec.get("speculative")
-    method = raw_cfg.get("method") if isinstance(raw_cfg, dict) else None
-    minfo = (x["methods"].get(method) if isinstance(method, str) else None) or vp.method_info(
-        method if isinstance(method, str) else ""
-    )
-    draft_artifact = bool(raw_cfg) and minfo["model"] != "none" and bool(spec.get("draft"))
-    if spec.get("draft") and not draft_artifact:
-        findings.warning(
-            "draft",
-            "specpilot_draft is given but %s"
-            % ("speculative decoding is off" if not raw_cfg else "method '%s' uses no draft" % method),
-            "remove specpilot_draft (it would be delivered for nothing)",
-            "draft-unused",
-        )
-    return minfo, draft_artifact
-
-
-def _mounts(spec, draft_artifact):
-    """(the artifacts' mount paths, the paths the speculative config is resolved against)."""
-    mounts = render.mount_paths(spec, draft_artifact)
-    if not draft_artifact:
-        mounts["draft"] = None
-    resolve_mounts = dict(mounts)
-    if draft_artifact and mounts["draft"] is None:
-        # delivery storage_uri cannot carry the draft (reported above): resolve the config as if it
-        # could, so that the error is not repeated as a missing model.
-        resolve_mounts["draft"] = "%s/%s" % (MOUNT_ROOT, spec["draft"]["subdir"])
-    return mounts, resolve_mounts
-
-
 def _plan(
     spec,
     x,
@@ -799,82 +519,6 @@ def _check_workload_temperature(spec, findings):
         )
 
 
-def _check_runtime_image(spec, findings, image_pins=None):
-    """The runtime image: required when specpilot creates the runtime, pinned by tag or digest; with
-    image_pins "digest" (a production inventory's specpilot_image_pins), by digest."""
-    if spec["runtime"]["create"] and not spec["runtime"].get("image"):
-        findings.error(
-            "runtime.image",
-            "runtime.image is required when specpilot creates the runtime",
-            "set specpilot_runtime.image (a vLLM OpenAI server image), or runtime.create: false with "
-            "the name of an existing runtime",
-            "runtime-image",
-        )
-    elif spec["runtime"].get("image") and not _image_pinned(spec["runtime"]["image"]):
-        findings.warning(
-            "runtime.image",
-            "runtime image %r is not pinned (no tag, or 'latest'): the vLLM version "
-            "inside can drift from vllm_version %s" % (spec["runtime"]["image"], spec["vllm_version"]),
-            "pin the image by tag or digest",
-            "runtime-image-unpinned",
-        )
-    elif spec["runtime"].get("image") and image_pins == "digest":
-        _check_image_digest("runtime.image", spec["runtime"]["image"], findings)
-    base = (spec.get("modelcar") or {}).get("base_image")
-    if image_pins == "digest" and isinstance(base, str) and base and not base.startswith("oci:"):
-        _check_image_digest("modelcar.base_image", base, findings)  # oci:PATH is a local layout, not pulled
-
-
-UPSTREAM_ROOT_IMAGES = ("vllm/vllm-openai", "docker.io/vllm/vllm-openai")
-
-
-def _check_runtime_security(runtime, findings):
-    """The runtime container's securityContext (spec.RUNTIME_SECURITY_CONTEXT is the default)."""
-    if not runtime.get("create"):
-        return
-    sc = runtime.get("security_context")
-    path = "runtime.security_context"
-    if not isinstance(sc, dict) or not sc:
-        findings.warning(
-            path,
-            "the runtime container runs without a securityContext",
-            "leave runtime.security_context unset for the default (no privilege escalation, no capabilities, "
-            "RuntimeDefault seccomp)",
-            "runtime-security-context-none",
-        )
-        return
-    if sc.get("privileged") is True or sc.get("allowPrivilegeEscalation") is True:
-        findings.warning(
-            path,
-            "the runtime container may run privileged or escalate privileges; vLLM needs neither",
-            "drop privileged and set allowPrivilegeEscalation: false",
-            "runtime-privileged",
-        )
-    image = _repository(str(runtime.get("image") or ""))
-    if sc.get("runAsNonRoot") is True and sc.get("runAsUser") in (None, 0) and image in UPSTREAM_ROOT_IMAGES:
-        findings.error(
-            path_join(path, "runAsNonRoot"),
-            "runAsNonRoot with the upstream image %s, which runs as root: the kubelet refuses to start it "
-            "('container has runAsNonRoot and image will run as root')" % runtime["image"],
-            "set runAsUser (and fsGroup on the pod) to a non-root id, or use an image built to run as non-root",
-            "runtime-nonroot-root-image",
-        )
-
-
-def _check_image_digest(path, image, findings):
-    """A tag can be moved to other bytes than were validated and benchmarked; a digest cannot."""
-    if cluster_probe.image_digest(image):
-        return
-    findings.warning(
-        path,
-        "image %r is pinned by tag only: the registry can move the tag, and the cluster then pulls other "
-        "bytes than were validated and benchmarked" % image,
-        "pin it as repo:tag@sha256:<digest> (the digest: skopeo inspect --format '{{.Digest}}' "
-        "docker://repo:tag), or acknowledge image-tag-only",
-        "image-tag-only",
-    )
-
-
 def _lifecycle_checks(spec, with_draft, delivery, startup, findings):
     """Scale to zero, cold starts with a draft, and an existing runtime whose probes specpilot does not manage."""
     if spec["min_replicas"] == 0 and spec["deployment_mode"] == "Standard":
@@ -986,12 +630,6 @@ def _drop_nulls(value):
     if isinstance(value, dict):
         return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
     return value
-
-
-def _image_pinned(image):
-    if "@sha256:" in image:
-        return True
-    return _has_tag(image) and not image.endswith(":latest")
 
 
 def _int_arg(value):
@@ -1114,88 +752,12 @@ def _check_overrides(overrides, findings):
                 )
 
 
-def _staging(spec, delivery, draft_artifact):
-    kind = delivery.get("staging")
-    if kind is None:
-        return None
-    items = []
-    for role in ("target", "draft"):
-        artifact = spec.get(role)
-        if not artifact or (role == "draft" and not draft_artifact):
-            continue
-        items.append(
-            {
-                "role": role,
-                "uri": artifact.get("uri"),
-                "subdir": artifact["subdir"],
-                "revision": artifact.get("revision"),
-                "include": artifact.get("include"),
-                "exclude": artifact.get("exclude"),
-                "secret_name": artifact.get("secret_name"),
-            }
-        )
-    return {"kind": kind, "artifacts": items}
-
-
 def _finish(result, options):
     spec_override.annotate(result.get("speculative_overrides"), (result["errors"], result["warnings"]))
     strict = bool(options.get("strict"))
     result["ok"] = not result["errors"] and not (strict and result["warnings"])
     result["report"] = format_report(result, options.get("var_prefix") or VAR_PREFIX, strict)
     return result
-
-
-def _display_path(path, prefix):
-    if not path:
-        return "(spec)"
-    if path.startswith(("inferenceservice.", "servingruntime.")):
-        return path
-    return prefix + path
-
-
-_VERSION_SOURCES = {
-    "image": " read from the image",
-    "cache": " read from the image by an earlier probe",
-    "fallback": " assumed: vllm_version_fallback",
-}
-
-
-def format_report(result, prefix=VAR_PREFIX, strict=False):
-    """Readable block of every finding, with the variable paths users write."""
-    spec = result.get("spec") or {}
-    head = "specpilot validate: %s" % (spec.get("name") or result.get("service") or "?")
-    if spec:
-        head += " (namespace %s, vLLM %s%s, KServe %s, %s)" % (
-            spec.get("namespace"),
-            spec.get("vllm_version"),
-            _VERSION_SOURCES.get((result.get("vllm_version") or {}).get("source"), ""),
-            spec.get("kserve_version", "?"),
-            spec.get("deployment_mode"),
-        )
-    verdict = "OK" if result["ok"] else "FAILED"
-    lines = [
-        "%s: %s; %d error(s), %d warning(s)%s"
-        % (
-            head,
-            verdict,
-            len(result["errors"]),
-            len(result["warnings"]),
-            " (strict: warnings fail)" if strict and result["warnings"] else "",
-        )
-    ]
-    for title, bucket in (
-        ("ERRORS", result["errors"]),
-        ("WARNINGS", result["warnings"]),
-        ("NOTES", result["notes"]),
-    ):
-        if not bucket:
-            continue
-        lines.append("%s:" % title)
-        for i, item in enumerate(bucket, 1):
-            lines.append("  %d. %s: %s" % (i, _display_path(item["path"], prefix), item["message"]))
-            if item.get("hint"):
-                lines.append("     fix: %s  [%s]" % (item["hint"], item["code"]))
-    return "\n".join(lines)
 
 
 def copy_result(result):

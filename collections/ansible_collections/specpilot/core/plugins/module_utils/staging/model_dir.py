@@ -132,26 +132,23 @@ def _head_facts(raw, archs):
     return facts
 
 
-def read_local_facts(directory, where="on the controller"):
-    """Facts from ``directory``/config.json and the tokenizer files.  Returns (facts, problem); where: the
-    place the directory was looked for, as the problem names it."""
-    if not os.path.isdir(directory):
-        return {}, "directory %s does not exist %s" % (directory, where)
-    cfg_path = os.path.join(directory, "config.json")
-    if not os.path.isfile(cfg_path):
-        return {}, "%s has no config.json" % directory
-    try:
-        raw = _load_json(cfg_path)
-    except (OSError, ValueError) as exc:
-        return {}, "cannot read %s: %s" % (cfg_path, exc)
-    cfg = dict(raw)
-    if isinstance(raw.get("text_config"), dict):  # multimodal wrappers keep the LM facts here
+def _lm_config(raw):
+    """The language model's config of a config.json: multimodal wrappers keep it in text_config (the
+    wrapper's own keys fill the rest); speculators-format heads in transformer_layer_config (the head's
+    own keys, its architectures (Eagle3Speculator ...) among them, win)."""
+    if isinstance(raw.get("text_config"), dict):
         merged = dict(raw["text_config"])
         merged.update({k: v for k, v in raw.items() if k not in merged})
-        cfg = merged
-    elif isinstance(raw.get("transformer_layer_config"), dict):  # speculators-format heads: the layer's
+        return merged
+    if isinstance(raw.get("transformer_layer_config"), dict):
         cfg = dict(raw["transformer_layer_config"])
-        cfg.update(raw)  # but the head's own architectures (Eagle3Speculator ...)
+        cfg.update(raw)
+        return cfg
+    return dict(raw)
+
+
+def _config_facts(cfg):
+    """What a model's config says: architecture, CONFIG_KEYS, dtype, quantization, context, draft vocab."""
     facts = {}
     archs = cfg.get("architectures")
     if isinstance(archs, list) and archs:
@@ -165,11 +162,27 @@ def read_local_facts(directory, where="on the controller"):
     quant = cfg.get("quantization_config")
     if isinstance(quant, dict) and quant.get("quant_method"):
         facts["quantization"] = str(quant["quant_method"])
-    if isinstance(cfg.get("max_position_embeddings"), int):
-        facts["max_position_embeddings"] = cfg["max_position_embeddings"]
-    if isinstance(cfg.get("draft_vocab_size"), int):
-        facts["draft_vocab_size"] = cfg["draft_vocab_size"]
-    facts.update(_head_facts(raw, archs))
+    for key in ("max_position_embeddings", "draft_vocab_size"):
+        if isinstance(cfg.get(key), int):
+            facts[key] = cfg[key]
+    return facts
+
+
+def read_local_facts(directory, where="on the controller"):
+    """Facts from ``directory``/config.json and the tokenizer files.  Returns (facts, problem); where: the
+    place the directory was looked for, as the problem names it."""
+    if not os.path.isdir(directory):
+        return {}, "directory %s does not exist %s" % (directory, where)
+    cfg_path = os.path.join(directory, "config.json")
+    if not os.path.isfile(cfg_path):
+        return {}, "%s has no config.json" % directory
+    try:
+        raw = _load_json(cfg_path)
+    except (OSError, ValueError) as exc:
+        return {}, "cannot read %s: %s" % (cfg_path, exc)
+    cfg = _lm_config(raw)
+    facts = _config_facts(cfg)
+    facts.update(_head_facts(raw, cfg.get("architectures")))
     tokenizer, tok_size = _tokenizer_identity(directory)
     if tokenizer:
         facts["tokenizer"] = tokenizer

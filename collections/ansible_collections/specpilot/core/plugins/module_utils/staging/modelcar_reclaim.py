@@ -155,10 +155,8 @@ def peek_layer_subdir(reg, name, desc, nbytes=PEEK_BYTES):
     return _models_subdir(_tar_entries(head))
 
 
-def artifact_layers(manifest, config, peek=None, max_peek=MAX_PEEK_LAYERS):
-    """({layer index: {subdir, role}}, how they were told apart) of the layers holding
-    ``/models/<subdir>``; ``peek(desc)`` -> subdir reads the start of a layer (None: never)."""
-    layers = manifest.get("layers") or []
+def _by_annotation(layers):
+    """The layers whose descriptor names their artifact (what oci_layout writes)."""
     found = {}
     for i, desc in enumerate(layers):
         ann = desc.get("annotations") or {}
@@ -167,24 +165,38 @@ def artifact_layers(manifest, config, peek=None, max_peek=MAX_PEEK_LAYERS):
                 "subdir": ann[oci_layout.ANN_ARTIFACT_SUBDIR].strip("/"),
                 "role": ann.get(oci_layout.ANN_ARTIFACT_ROLE),
             }
-    if found:
-        return found, "annotation"
+    return found
+
+
+def _by_label(config, layers):
+    """The image's last layers, as its models label names them; trusted only where the build history,
+    entry by entry, says the same (a derived image with layers added on top falls through)."""
     labels = (config.get("config") or {}).get("Labels") or {}
     listed = [p.strip() for p in (labels.get(oci_layout.LABEL_MODELS) or "").split(",") if p.strip()]
     subdirs = [p[len("/models/") :].strip("/") for p in listed if p.startswith("/models/")]
-    if listed and len(subdirs) == len(listed) and all(subdirs) and len(subdirs) < len(layers):
-        # the label names the image's last layers; trusted only where the build history, entry by
-        # entry, says the same (a derived image with layers added on top falls through)
-        history = _history_layers(config, len(layers))
-        start = len(layers) - len(subdirs)
-        for k, sub in enumerate(subdirs):
-            match = HISTORY_RE.match(str((history.get(start + k) or {}).get("created_by") or ""))
-            if not match or match.group(2) != sub:
-                found = {}
-                break
-            found[start + k] = {"subdir": sub, "role": match.group(1) if match.group(1) != "model" else None}
-        if found:
-            return found, "label"
+    if not (listed and len(subdirs) == len(listed) and all(subdirs) and len(subdirs) < len(layers)):
+        return {}
+    history = _history_layers(config, len(layers))
+    start = len(layers) - len(subdirs)
+    found = {}
+    for k, sub in enumerate(subdirs):
+        match = HISTORY_RE.match(str((history.get(start + k) or {}).get("created_by") or ""))
+        if not match or match.group(2) != sub:
+            return {}
+        found[start + k] = {"subdir": sub, "role": match.group(1) if match.group(1) != "model" else None}
+    return found
+
+
+def artifact_layers(manifest, config, peek=None, max_peek=MAX_PEEK_LAYERS):
+    """({layer index: {subdir, role}}, how they were told apart) of the layers holding
+    ``/models/<subdir>``; ``peek(desc)`` -> subdir reads the start of a layer (None: never)."""
+    layers = manifest.get("layers") or []
+    found = _by_annotation(layers)
+    if found:
+        return found, "annotation"
+    found = _by_label(config, layers)
+    if found:
+        return found, "label"
     if peek is None:
         return {}, None
     for i in list(reversed(range(1, len(layers))))[:max_peek]:
@@ -195,6 +207,44 @@ def artifact_layers(manifest, config, peek=None, max_peek=MAX_PEEK_LAYERS):
 
 
 # ---------------------------------------------------------------- surgery
+def _drop_history(history, n_layers, index, dropped, path):
+    """Remove layer ``index``'s entry from ``history`` (when it matches the layers) and record the removal;
+    the notes."""
+    notes = []
+    filled = [j for j, h in enumerate(history) if not (h or {}).get("empty_layer")]
+    if len(filled) == n_layers:
+        del history[filled[index]]
+    else:
+        notes.append(
+            "the config history does not match the layers (%d entries for %d layers): left as it is"
+            % (len(filled), n_layers)
+        )
+    history.append(
+        {
+            "created_by": "specpilot modelcar_reclaim: removed %s (layer %s)" % (path, dropped["digest"]),
+            "comment": "specpilot modelcar_reclaim v%d" % RECLAIM_VERSION,
+            "empty_layer": True,
+        }
+    )
+    return notes
+
+
+def _reclaimed_labels(labels, path, source_digest):
+    """The config's labels without ``path`` among the models, with it among the reclaimed."""
+    labels = dict(labels or {})
+    if labels.get(oci_layout.LABEL_MODELS) is not None:
+        labels[oci_layout.LABEL_MODELS] = ",".join(
+            p
+            for p in labels[oci_layout.LABEL_MODELS].split(",")
+            if p.strip() and p.strip().rstrip("/") != path
+        )
+    labels[LABEL_RECLAIMED] = ",".join(
+        p for p in (labels.get(LABEL_RECLAIMED) or "").split(",") + [path] if p
+    )
+    labels[LABEL_RECLAIMED_FROM] = source_digest
+    return labels
+
+
 def without_layer(manifest, config, index, source_digest, path):
     """(manifest, config) without layer ``index``: its descriptor, its diff_id, its history entry."""
     layers = list(manifest.get("layers") or [])
@@ -210,40 +260,15 @@ def without_layer(manifest, config, index, source_digest, path):
     del diff_ids[index]
     rootfs["diff_ids"] = diff_ids
     cfg["rootfs"] = rootfs
-    history = list(cfg.get("history") or [])
     notes = []
+    history = list(cfg.get("history") or [])
     if history:
-        filled = [j for j, h in enumerate(history) if not (h or {}).get("empty_layer")]
-        if len(filled) == len(manifest.get("layers") or []):
-            del history[filled[index]]
-        else:
-            notes.append(
-                "the config history does not match the layers (%d entries for %d layers): left as it is"
-                % (len(filled), len(manifest.get("layers") or []))
-            )
-        history.append(
-            {
-                "created_by": "specpilot modelcar_reclaim: removed %s (layer %s)" % (path, dropped["digest"]),
-                "comment": "specpilot modelcar_reclaim v%d" % RECLAIM_VERSION,
-                "empty_layer": True,
-            }
-        )
+        notes = _drop_history(history, len(manifest.get("layers") or []), index, dropped, path)
         cfg["history"] = history
     inner = cfg.get("config")
     if not isinstance(inner, dict):
         inner = {}
-    labels = dict(inner.get("Labels") or {})
-    if labels.get(oci_layout.LABEL_MODELS) is not None:
-        labels[oci_layout.LABEL_MODELS] = ",".join(
-            p
-            for p in labels[oci_layout.LABEL_MODELS].split(",")
-            if p.strip() and p.strip().rstrip("/") != path
-        )
-    labels[LABEL_RECLAIMED] = ",".join(
-        p for p in (labels.get(LABEL_RECLAIMED) or "").split(",") + [path] if p
-    )
-    labels[LABEL_RECLAIMED_FROM] = source_digest
-    inner["Labels"] = labels
+    inner["Labels"] = _reclaimed_labels(inner.get("Labels"), path, source_digest)
     cfg["config"] = inner
     new_manifest = copy.deepcopy(manifest)
     new_manifest["layers"] = layers
@@ -324,17 +349,23 @@ def _initial_result(repo, src_tag, src_digest, manifest):
     }
 
 
+def _named_layer(where, layers, draft_layer):
+    """The index of the layer named by digest (draft_layer); never the base."""
+    hits = [i for i, d in enumerate(layers) if d.get("digest") == draft_layer]
+    if not hits:
+        raise ReclaimError("%s has no layer %s (draft_layer)" % (where, draft_layer))
+    if hits[0] == 0:
+        raise ReclaimError("draft_layer %s is the image's first layer (the base): refused" % draft_layer)
+    return hits
+
+
 def _draft_hits(p, where, layers, artifacts, method):
     """The indexes of the layers that hold the draft (explicit draft_layer, sub-directory or role)."""
     draft_layer = p.get("draft_layer")
     draft_subdir = (p.get("draft_subdir") or "").strip("/") or None
     draft_role = p.get("draft_role") or "draft"
     if draft_layer:
-        hits = [i for i, d in enumerate(layers) if d.get("digest") == draft_layer]
-        if not hits:
-            raise ReclaimError("%s has no layer %s (draft_layer)" % (where, draft_layer))
-        if hits[0] == 0:
-            raise ReclaimError("draft_layer %s is the image's first layer (the base): refused" % draft_layer)
+        hits = _named_layer(where, layers, draft_layer)
     elif method is None:
         raise ReclaimError(
             "cannot tell which layer of %s holds the draft: its layers carry no %s annotations, "

@@ -274,27 +274,32 @@ class Layout(object):
             fh.write(data)
         os.replace(tmp, os.path.join(self.path, "index.json"))
 
+    def _tagged(self, descs, tag):
+        """The index entries of ``tag`` (all when it names none of several, or without a tag, all when
+        they are one multi-platform image); LayoutError when the choice is not clear."""
+        if tag is None:
+            if len(descs) > 1 and not all(d.get("platform") for d in descs):
+                raise LayoutError("%s holds %d images: name the tag" % (self.path, len(descs)))
+            return descs
+        tagged = [d for d in descs if (d.get("annotations") or {}).get(REF_NAME) == tag]
+        if not tagged and len(descs) > 1:
+            raise LayoutError(
+                "%s: no image tagged %r (tags: %s)"
+                % (
+                    self.path,
+                    tag,
+                    ", ".join(sorted(str((d.get("annotations") or {}).get(REF_NAME)) for d in descs)),
+                )
+            )
+        return tagged or descs
+
     def resolve(self, tag=None, platform=("linux", "amd64")):
         """(manifest dict, manifest descriptor) for tag (or the only manifest); image indexes
         (multi-platform) are resolved to the platform's manifest."""
         index = self.index()
         if not index or not index.get("manifests"):
             raise LayoutError("%s: no index.json or no manifests (not an OCI image layout?)" % self.path)
-        descs = index["manifests"]
-        if tag is not None:
-            tagged = [d for d in descs if (d.get("annotations") or {}).get(REF_NAME) == tag]
-            if not tagged and len(descs) > 1:
-                raise LayoutError(
-                    "%s: no image tagged %r (tags: %s)"
-                    % (
-                        self.path,
-                        tag,
-                        ", ".join(sorted(str((d.get("annotations") or {}).get(REF_NAME)) for d in descs)),
-                    )
-                )
-            descs = tagged or descs
-        elif len(descs) > 1 and not all(d.get("platform") for d in descs):
-            raise LayoutError("%s holds %d images: name the tag" % (self.path, len(descs)))
+        descs = self._tagged(index["manifests"], tag)
         desc = descs[0]
         if all(d.get("platform") for d in descs) and len(descs) > 1:
             desc = _pick_platform(descs, platform, self.path)
@@ -462,53 +467,42 @@ def artifact_descriptor(layer):
     }
 
 
-def build_image(
-    layout_dir,
-    tag,
-    artifacts,
-    base_layout=None,
-    base_tag=None,
-    platform=("linux", "amd64"),
-    labels=None,
-    layer_cache=True,
-    base_layers=None,
-    line=None,
-):
-    """Write the Modelcar image into layout_dir (created or updated in place).
+def _base_from_layout(layout, base_layout, base_tag, platform):
+    """(manifest, descriptor, config, layer descriptors, diff_ids) of the base image in an OCI layout, its
+    blobs copied into ``layout``; LayoutError for another platform or an inconsistent config."""
+    base = Layout(base_layout)
+    base_manifest, base_desc = base.resolve(base_tag, platform)
+    base_config = json.loads(base.read_blob(base_manifest["config"]["digest"]))
+    have = (base_config.get("os"), base_config.get("architecture"))
+    if all(have) and have != tuple(platform[:2]):
+        raise LayoutError("the base image is for platform %s/%s, not %s/%s" % (have + tuple(platform[:2])))
+    base_diff_ids = list((base_config.get("rootfs") or {}).get("diff_ids") or [])
+    base_descs = []
+    for d in base_manifest.get("layers") or []:
+        layout.add_blob_from(base, d["digest"])
+        mt = d.get("mediaType") or MT_LAYER
+        if mt == MT_DOCKER_LAYER_GZIP:
+            mt = MT_LAYER_GZIP
+        base_descs.append({"mediaType": mt, "digest": d["digest"], "size": d["size"]})
+    if len(base_diff_ids) != len(base_descs):
+        raise LayoutError(
+            "base image: %d layers but %d diff_ids in its config" % (len(base_descs), len(base_diff_ids))
+        )
+    return base_manifest, base_desc, base_config, base_descs, base_diff_ids
 
-    artifacts: [{role, subdir, path}] -> one layer each at models/<subdir>, in the given order.
-    base_layout: path of an OCI layout holding the base image (busybox...), base_tag its tag.
-    Returns {digest, manifest, config, layers: [{role, subdir, digest, size, cached}], base: {...},
-    manifest_size}. ``line(text)``: progress lines (build_layer)."""
-    layout = Layout(layout_dir).init()
-    cache = LayerCache(layout, layer_cache)
-    base_manifest, base_desc, base_config = None, None, {}
+
+def _base_from_tars(layout, base_layers):
+    """(layer descriptors, diff_ids) of raw uncompressed tar layers (tests)."""
     base_descs, base_diff_ids = [], []
-    if base_layout is not None:
-        base = Layout(base_layout)
-        base_manifest, base_desc = base.resolve(base_tag, platform)
-        base_config = json.loads(base.read_blob(base_manifest["config"]["digest"]))
-        have = (base_config.get("os"), base_config.get("architecture"))
-        if all(have) and have != tuple(platform[:2]):
-            raise LayoutError(
-                "the base image is for platform %s/%s, not %s/%s" % (have + tuple(platform[:2]))
-            )
-        base_diff_ids = list((base_config.get("rootfs") or {}).get("diff_ids") or [])
-        for d in base_manifest.get("layers") or []:
-            layout.add_blob_from(base, d["digest"])
-            mt = d.get("mediaType") or MT_LAYER
-            if mt == MT_DOCKER_LAYER_GZIP:
-                mt = MT_LAYER_GZIP
-            base_descs.append({"mediaType": mt, "digest": d["digest"], "size": d["size"]})
-        if len(base_diff_ids) != len(base_descs):
-            raise LayoutError(
-                "base image: %d layers but %d diff_ids in its config" % (len(base_descs), len(base_diff_ids))
-            )
-    elif base_layers:
-        for data in base_layers:  # raw uncompressed tar bytes (tests)
-            digest, size = layout.put_bytes(data)
-            base_descs.append({"mediaType": MT_LAYER, "digest": digest, "size": size})
-            base_diff_ids.append(digest)
+    for data in base_layers:
+        digest, size = layout.put_bytes(data)
+        base_descs.append({"mediaType": MT_LAYER, "digest": digest, "size": size})
+        base_diff_ids.append(digest)
+    return base_descs, base_diff_ids
+
+
+def _model_layers(layout, artifacts, cache, line):
+    """One layer per artifact at models/<subdir>, in order; LayoutError on a bad or repeated sub-directory."""
     subdirs = [a["subdir"].strip("/") for a in artifacts]
     if len(set(subdirs)) != len(subdirs):
         raise LayoutError("two artifacts use the same sub-directory: %s" % ", ".join(subdirs))
@@ -519,6 +513,11 @@ def build_image(
             raise LayoutError("bad sub-directory %r" % art["subdir"])
         info = build_layer(layout, art["path"], "models/" + sub, cache, line)
         layers.append(dict(info, role=art.get("role"), subdir=sub, mount="/models/" + sub))
+    return subdirs, layers
+
+
+def _image_config(base_config, base_descs, base_diff_ids, subdirs, layers, platform, labels):
+    """The image config: the base's, with the models' label, the layers' diff_ids and history."""
     cfg_in = dict(base_config.get("config") or {})
     cfg_in.setdefault("Env", ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"])
     cfg_labels = dict(cfg_in.get("Labels") or {})
@@ -543,10 +542,42 @@ def build_image(
         "rootfs": {"type": "layers", "diff_ids": base_diff_ids + [layer["digest"] for layer in layers]},
         "history": history,
     }
-    if base_config.get("created"):
-        config["created"] = base_config["created"]
-    if base_config.get("variant"):
-        config["variant"] = base_config["variant"]
+    for key in ("created", "variant"):
+        if base_config.get(key):
+            config[key] = base_config[key]
+    return config
+
+
+def build_image(
+    layout_dir,
+    tag,
+    artifacts,
+    base_layout=None,
+    base_tag=None,
+    platform=("linux", "amd64"),
+    labels=None,
+    layer_cache=True,
+    base_layers=None,
+    line=None,
+):
+    """Write the Modelcar image into layout_dir (created or updated in place).
+
+    artifacts: [{role, subdir, path}] -> one layer each at models/<subdir>, in the given order.
+    base_layout: path of an OCI layout holding the base image (busybox...), base_tag its tag.
+    Returns {digest, manifest, config, layers: [{role, subdir, digest, size, cached}], base: {...},
+    manifest_size}. ``line(text)``: progress lines (build_layer)."""
+    layout = Layout(layout_dir).init()
+    cache = LayerCache(layout, layer_cache)
+    base_desc, base_config = None, {}
+    base_descs, base_diff_ids = [], []
+    if base_layout is not None:
+        _unused, base_desc, base_config, base_descs, base_diff_ids = _base_from_layout(
+            layout, base_layout, base_tag, platform
+        )
+    elif base_layers:
+        base_descs, base_diff_ids = _base_from_tars(layout, base_layers)
+    subdirs, layers = _model_layers(layout, artifacts, cache, line)
+    config = _image_config(base_config, base_descs, base_diff_ids, subdirs, layers, platform, labels)
     config_desc = layout.put_json(config, MT_CONFIG)
     manifest = {
         "schemaVersion": 2,

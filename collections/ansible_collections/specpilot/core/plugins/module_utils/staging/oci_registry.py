@@ -38,6 +38,13 @@ from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry im
 __metaclass__ = type
 
 
+def _is_redirect(reply, method, follow, redirects):
+    """Whether a read's reply is a redirect to follow (while redirects are left)."""
+    return bool(
+        follow and reply.code in (301, 302, 303, 307, 308) and method in ("GET", "HEAD") and redirects > 0
+    )
+
+
 class RegistryError(Exception):
     pass
 
@@ -212,10 +219,7 @@ class Registry(object):
         same_host = urlparse.urlsplit(url).netloc == self.host
         if self._auth_header and same_host:
             hdrs["Authorization"] = self._auth_header
-        # with tls_verify false, a failed https connection falls back to plain http at once
-        may_fall_back = (
-            self.scheme == "https" and not self.tls_verify and url.startswith("https://" + self.host + "/")
-        )
+        may_fall_back = self._may_fall_back(url)
         try:
             reply = self._call(method, url, hdrs, data, limit, retry_connection=not may_fall_back)
         except (urlerror.URLError, ssl.SSLError, OSError) as exc:
@@ -240,19 +244,17 @@ class Registry(object):
                 self._authenticate(challenge)
                 return self.request(method, path, headers, data, limit, follow, _redirects, True)
             return reply
-        if (
-            follow
-            and reply.code in (301, 302, 303, 307, 308)
-            and method in ("GET", "HEAD")
-            and _redirects > 0
-        ):
-            location = reply.header("Location")
-            if location:
-                target = urlparse.urljoin(url, location)
-                if urlparse.urlsplit(target).netloc != self.host:
-                    return self._follow(method, target, headers, limit, _redirects - 1)
-                return self.request(method, target, headers, None, limit, follow, _redirects - 1)
+        location = reply.header("Location") if _is_redirect(reply, method, follow, _redirects) else None
+        if location:
+            target = urlparse.urljoin(url, location)
+            if urlparse.urlsplit(target).netloc != self.host:
+                return self._follow(method, target, headers, limit, _redirects - 1)
+            return self.request(method, target, headers, None, limit, follow, _redirects - 1)
         return reply
+
+    def _may_fall_back(self, url):
+        """With tls_verify false, a failed https connection to the registry falls back to plain http at once."""
+        return self.scheme == "https" and not self.tls_verify and url.startswith("https://" + self.host + "/")
 
     def _follow(self, method, url, headers, limit, redirects):
         """A read redirected to another host (blob storage): no Authorization header."""

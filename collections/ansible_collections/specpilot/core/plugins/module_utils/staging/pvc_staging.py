@@ -156,23 +156,8 @@ def decide(entry, recorded, pvc_uid, force, recheck):
     )
 
 
-def build_plan(p, served_of=None):
-    """Everything the role needs, from the module's parameters (a dict)."""
-    name = p["name"]
-    namespace = p["namespace"]
-    pvc = p["pvc"] or {}
-    if not pvc.get("name"):
-        raise PlanError("pvc.name is required")
-    pvc_obj = p.get("pvc_object") or {}
-    pvc_uid = (pvc_obj.get("metadata") or {}).get("uid")
-    artifacts = [a for a in (p.get("artifacts") or []) if a.get("uri")]
-    entries = [
-        artifact_request(a, pvc.get("path"), p.get("speculative_method"), p.get("artifact_options"))
-        for a in artifacts
-    ]
-    dests = [e["dest"] for e in entries]
-    if len(set(dests)) != len(dests):
-        raise PlanError("target and draft would be staged into the same directory %r" % dests[0])
+def _decisions(p, entries, pvc_uid):
+    """(what was decided for each artifact, the entries still to stage)."""
     decisions = []
     todo = []
     for entry in entries:
@@ -192,6 +177,27 @@ def build_plan(p, served_of=None):
         )
         if not ok:
             todo.append(entry)
+    return decisions, todo
+
+
+def build_plan(p, served_of=None):
+    """Everything the role needs, from the module's parameters (a dict)."""
+    name = p["name"]
+    namespace = p["namespace"]
+    pvc = p["pvc"] or {}
+    if not pvc.get("name"):
+        raise PlanError("pvc.name is required")
+    pvc_obj = p.get("pvc_object") or {}
+    pvc_uid = (pvc_obj.get("metadata") or {}).get("uid")
+    artifacts = [a for a in (p.get("artifacts") or []) if a.get("uri")]
+    entries = [
+        artifact_request(a, pvc.get("path"), p.get("speculative_method"), p.get("artifact_options"))
+        for a in artifacts
+    ]
+    dests = [e["dest"] for e in entries]
+    if len(set(dests)) != len(dests):
+        raise PlanError("target and draft would be staged into the same directory %r" % dests[0])
+    decisions, todo = _decisions(p, entries, pvc_uid)
     refuse_forced_overwrite(p, pvc["name"], todo, served_of)
     for entry in todo:
         if entry["uri"].startswith("pvc://") and parse_pvc_uri(entry["uri"])[0] == pvc["name"]:
@@ -281,6 +287,32 @@ def pvc_manifest(name, namespace, pvc, labels=None):
     }
 
 
+def _mount_source_claims(todo, pvc_name, mounts, volumes):
+    """Mount each pvc:// source's claim (once, read-only) under SRC_MOUNT."""
+    seen = {pvc_name}
+    for entry in todo:
+        if not entry["uri"].startswith("pvc://"):
+            continue
+        claim, _sub = parse_pvc_uri(entry["uri"])
+        if claim in seen:
+            continue
+        seen.add(claim)
+        vol = "src-%d" % len(seen)
+        mounts.append({"name": vol, "mountPath": "%s/%s" % (SRC_MOUNT, claim), "readOnly": True})
+        volumes.append({"name": vol, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
+
+
+def _secret_env_from(p, todo):
+    """The envFrom of each artifact's Secret, under the artifact's variable prefix."""
+    env_from = []
+    by_role = {a["role"]: a for a in (p.get("artifacts") or [])}
+    for entry in todo:
+        secret = (by_role.get(entry["role"]) or {}).get("secret_name")
+        if secret:
+            env_from.append({"prefix": entry["env_prefix"], "secretRef": {"name": secret, "optional": False}})
+    return env_from
+
+
 def job_manifest(p, job_name, namespace, labels, pvc_name, todo):
     command = list(p.get("command") or ["python3"])
     command += ["%s/stager.py" % PROGRAM_MOUNT, "--request", "%s/request.json" % PROGRAM_MOUNT]
@@ -295,28 +327,14 @@ def job_manifest(p, job_name, namespace, labels, pvc_name, todo):
         {"name": "dest", "persistentVolumeClaim": {"claimName": pvc_name}},
         {"name": "tmp", "emptyDir": {}},
     ]
-    seen = {pvc_name}
-    for entry in todo:
-        if entry["uri"].startswith("pvc://"):
-            claim, _sub = parse_pvc_uri(entry["uri"])
-            if claim in seen:
-                continue
-            seen.add(claim)
-            vol = "src-%d" % len(seen)
-            mounts.append({"name": vol, "mountPath": "%s/%s" % (SRC_MOUNT, claim), "readOnly": True})
-            volumes.append({"name": vol, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
+    _mount_source_claims(todo, pvc_name, mounts, volumes)
     env = [
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
         {"name": "HOME", "value": "/tmp"},
     ]
     env += copy.deepcopy(p.get("extra_env") or [])
-    env_from = []
-    by_role = {a["role"]: a for a in (p.get("artifacts") or [])}
-    for entry in todo:
-        secret = (by_role.get(entry["role"]) or {}).get("secret_name")
-        if secret:
-            env_from.append({"prefix": entry["env_prefix"], "secretRef": {"name": secret, "optional": False}})
+    env_from = _secret_env_from(p, todo)
     container = {
         "name": CONTAINER,
         "image": p["image"],

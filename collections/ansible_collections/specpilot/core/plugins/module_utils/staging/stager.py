@@ -342,12 +342,16 @@ class _StripAuthOnRedirect(urlrequest.HTTPRedirectHandler if urlrequest else obj
 
 
 class Http(object):
-    """urllib with timeouts, retries on transient errors, and an optional Authorization header."""
+    """urllib with timeouts, retries on transient errors, and an optional Authorization header.
 
-    def __init__(self, authorization=None, timeout=60, retries=4, insecure=False):
+    ``retries`` more attempts after the first, the first ``backoff`` seconds later, each wait twice the
+    last (at most 15 s): the staging Job's default; a validation reading model facts asks for less."""
+
+    def __init__(self, authorization=None, timeout=60, retries=4, insecure=False, backoff=1.0):
         self.authorization = authorization
         self.timeout = timeout
         self.retries = retries
+        self.backoff = backoff
         handlers = [_StripAuthOnRedirect()]
         if insecure:
             ctx = ssl.create_default_context()
@@ -362,7 +366,7 @@ class Http(object):
         req = urlrequest.Request(url, method=method, headers=hdrs)
         if self.authorization:
             req.add_header("Authorization", self.authorization)
-        delay = 1.0
+        delay = self.backoff
         for attempt in range(self.retries + 1):
             try:
                 return self.opener.open(req, timeout=self.timeout)
@@ -985,78 +989,14 @@ class Stager(object):
         started = time.time()
         marker = read_marker(dest)
         if marker and marker.get("request_digest") == art.get("request_digest") and not self.force:
-            problem = verify_against_marker(dest, marker, full=self.recheck or self.verify == "sha256")
-            if problem is None:
-                self.log(
-                    "%s: up to date (marker %s matches; %d files verified)"
-                    % (role, MARKER, len(marker.get("files") or {}))
-                )
-                return self._result(
-                    art,
-                    dest,
-                    marker,
-                    changed=False,
-                    downloaded=0,
-                    reused=marker.get("bytes", 0),
-                    started=started,
-                    layout=marker.get("layout"),
-                )
-            if not self.force:
-                raise StageError(
-                    "%s: %s on the PVC differs from what was staged (%s); set force: true to "
-                    "fetch it again" % (role, problem[0], problem[1]),
-                    path=problem[0],
-                    role=role,
-                )
+            return self._up_to_date(art, role, dest, marker, started)
         env = Env(art.get("env_prefix"), self.environ, art.get("env"))
         source = self.sources.get(role) or make_source(art, env)
         self.log("%s: listing %s" % (role, redact_uri(art.get("uri"))))
-        files = source.files()
-        manifest_sums = self._manifest(art, source, files)
-        include, exclude = art.get("include") or [], art.get("exclude") or []
-        archives = [f for f in files if is_archive(f.rel)] if len(files) == 1 else []
-        if archives and art.get("unpack", True):
-            stats, staged = self._stage_archive(art, role, dest, archives[0], include, exclude, manifest_sums)
-        else:
-            chosen = [f for f in files if selected(f.rel, include, exclude)]
-            if not chosen:
-                raise StageError(
-                    "%s: include/exclude select none of the %d source files" % (role, len(files)), role=role
-                )
-            for f in chosen:
-                f.sha256 = f.sha256 or manifest_sums.get(f.rel)
-            stats, staged = self._stage_files(role, dest, chosen)
-        layout = check_layout(dest, art.get("kind", "model"), list(staged)) if self.layout_check else {}
-        if layout.get("errors"):
-            raise StageError(
-                "%s: layout check failed: %s" % (role, "; ".join(layout["errors"])),
-                path=layout.get("error_path"),
-                role=role,
-            )
-        for w in layout.get("warnings") or []:
-            self.log("%s: warning: %s" % (role, w))
-        extra = sorted(set(list_files(dest)) - set(staged))
-        if extra:
-            self.log(
-                "%s: note: %d file(s) on the PVC are not in the source and were left alone: %s"
-                % (role, len(extra), ", ".join(extra[:10]) + (" ..." if len(extra) > 10 else ""))
-            )
-        desc = source.describe()
-        new_marker = {
-            "format": FORMAT,
-            "role": role,
-            "source": desc.get("uri"),
-            "revision": desc.get("revision") or art.get("revision"),
-            "resolved_revision": getattr(source, "revision", None),
-            "request_digest": art.get("request_digest"),
-            "include": include,
-            "exclude": exclude,
-            "files": {rel: staged[rel] for rel in sorted(staged)},
-            "bytes": sum(v["size"] for v in staged.values()),
-            "layout": {k: v for k, v in layout.items() if k not in ("errors", "warnings", "error_path")},
-            "staged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
-        new_marker["manifest_sha256"] = manifest_digest(new_marker["files"])
+        stats, staged = self._fetch(art, role, dest, source)
+        layout = self._checked_layout(art, role, dest, staged)
+        self._note_extra(role, dest, staged)
+        new_marker = _new_marker(art, role, source, staged, layout)
         changed = stats["downloaded_files"] > 0 or marker_core(marker) != marker_core(new_marker)
         write_marker(dest, new_marker)
         shutil.rmtree(os.path.join(dest, PARTIAL), ignore_errors=True)
@@ -1071,6 +1011,70 @@ class Stager(object):
             layout=new_marker["layout"],
             resumed=stats.get("resumed", 0),
         )
+
+    def _up_to_date(self, art, role, dest, marker, started):
+        """The result of an artifact the marker says is staged, when its files still match it; StageError
+        when they do not."""
+        problem = verify_against_marker(dest, marker, full=self.recheck or self.verify == "sha256")
+        if problem is not None:
+            raise StageError(
+                "%s: %s on the PVC differs from what was staged (%s); set force: true to "
+                "fetch it again" % (role, problem[0], problem[1]),
+                path=problem[0],
+                role=role,
+            )
+        self.log(
+            "%s: up to date (marker %s matches; %d files verified)"
+            % (role, MARKER, len(marker.get("files") or {}))
+        )
+        return self._result(
+            art,
+            dest,
+            marker,
+            changed=False,
+            downloaded=0,
+            reused=marker.get("bytes", 0),
+            started=started,
+            layout=marker.get("layout"),
+        )
+
+    def _fetch(self, art, role, dest, source):
+        """(stats, staged files) of the source's files: one archive unpacked, or the selected files."""
+        files = source.files()
+        manifest_sums = self._manifest(art, source, files)
+        include, exclude = art.get("include") or [], art.get("exclude") or []
+        archives = [f for f in files if is_archive(f.rel)] if len(files) == 1 else []
+        if archives and art.get("unpack", True):
+            return self._stage_archive(art, role, dest, archives[0], include, exclude, manifest_sums)
+        chosen = [f for f in files if selected(f.rel, include, exclude)]
+        if not chosen:
+            raise StageError(
+                "%s: include/exclude select none of the %d source files" % (role, len(files)), role=role
+            )
+        for f in chosen:
+            f.sha256 = f.sha256 or manifest_sums.get(f.rel)
+        return self._stage_files(role, dest, chosen)
+
+    def _checked_layout(self, art, role, dest, staged):
+        """The layout facts of the staged directory (none without the layout check); StageError on its errors."""
+        layout = check_layout(dest, art.get("kind", "model"), list(staged)) if self.layout_check else {}
+        if layout.get("errors"):
+            raise StageError(
+                "%s: layout check failed: %s" % (role, "; ".join(layout["errors"])),
+                path=layout.get("error_path"),
+                role=role,
+            )
+        for w in layout.get("warnings") or []:
+            self.log("%s: warning: %s" % (role, w))
+        return layout
+
+    def _note_extra(self, role, dest, staged):
+        extra = sorted(set(list_files(dest)) - set(staged))
+        if extra:
+            self.log(
+                "%s: note: %d file(s) on the PVC are not in the source and were left alone: %s"
+                % (role, len(extra), ", ".join(extra[:10]) + (" ..." if len(extra) > 10 else ""))
+            )
 
     def _result(self, art, dest, marker, changed, downloaded, reused, started, layout=None, resumed=0):
         elapsed = max(time.time() - started, 1e-6)
@@ -1193,35 +1197,12 @@ class Stager(object):
             stream.close()
 
     def _download(self, role, dest, f, progress, stats):
-        part_dir = os.path.join(dest, PARTIAL)
-        part = os.path.join(part_dir, f.rel + ".part")
+        part = os.path.join(dest, PARTIAL, f.rel + ".part")
         meta_path = part + ".json"
         os.makedirs(os.path.dirname(part), exist_ok=True)
-        identity = canonical_json(f.identity)
-        offset = 0
-        if os.path.exists(part) and os.path.exists(meta_path):
-            try:
-                with open(meta_path) as fh:
-                    same = fh.read() == identity
-            except OSError:
-                same = False
-            if same and f.identity:
-                offset = os.path.getsize(part)
-                if f.size is not None and offset > f.size:
-                    offset = 0
-        if not offset:
-            with open(meta_path, "w") as fh:
-                fh.write(identity)
+        offset = _resume_offset(f, part, meta_path)
         want_md5 = bool(f.md5 and not f.sha256)
-        initial = None
-        if offset:
-            sha = hashlib.sha256()
-            md5 = hashlib.md5() if want_md5 else None
-            for block in _file_blocks(part):
-                sha.update(block)
-                if md5 is not None:
-                    md5.update(block)
-            initial = (sha, md5)
+        initial = _part_hashes(part, want_md5) if offset else None
         stream, start = f.open(offset)
         if start != offset:  # the source ignored the range request
             offset, initial = 0, None
@@ -1230,67 +1211,25 @@ class Stager(object):
             stats["resumed"] += offset
             progress.add(offset)
         hasher = Hasher(md5=want_md5, initial=initial)
-        written = offset
-        unhashed = False
+        done = {"written": offset, "unhashed": False}
         try:
-            with open(part, "r+b" if offset else "wb") as out:
-                out.seek(offset)
-                copied = None
-                if self.stop_after_bytes is None and _local_fd(stream) is not None:
-                    # verify "size" and no published digest: an in-kernel copy, not hashed
-                    hash_it = bool(f.sha256 or f.md5) or self.verify != "size"
-                    copied = self._copy_local(
-                        stream, out, offset, hasher if hash_it else None, progress, stats
-                    )
-                    unhashed = copied is not None and not hash_it
-                if copied is not None:
-                    written = copied
-                while copied is None:
-                    block = _read_into(stream, CHUNK)
-                    if not block:
-                        break
-                    out.write(block)
-                    hasher.update(block)
-                    written += len(block)
-                    stats["downloaded"] += len(block)
-                    progress.add(len(block))
-                    if self.stop_after_bytes is not None and stats["downloaded"] >= self.stop_after_bytes:
-                        out.flush()
-                        os._exit(EXIT_RETRY)  # tests: an interruption at a known point
-                out.flush()
-                os.fsync(out.fileno())
+            self._write_part(f, stream, part, offset, hasher, progress, stats, done)
         except StageError:
             raise
         except Exception as exc:  # noqa: BLE001 - socket, http.client, botocore read errors: resumable
-            if isinstance(exc, OSError) and exc.errno in (28, 122):  # ENOSPC, EDQUOT
-                raise StageError("%s: %s: the PVC is full (%s)" % (role, f.rel, exc), path=f.rel, role=role)
-            raise TransientError(
-                "%s: %s: transfer interrupted at %s: %s; a new run resumes"
-                % (role, f.rel, human(written), exc),
-                path=f.rel,
-                role=role,
-            )
+            raise _transfer_error(role, f, done["written"], exc)
         finally:
             sha_hex, md5_hex = hasher.finish()
             try:
                 stream.close()
             except Exception:  # noqa: BLE001 - closing a broken stream
                 pass
-        if unhashed:
+        if done["unhashed"]:
             sha_hex = None
-        problem = None
-        if f.size is not None and written != f.size:
-            problem = "received %d bytes, expected %d" % (written, f.size)
-        elif f.sha256 and sha_hex != f.sha256:
-            problem = "sha256 %s, expected %s" % (sha_hex, f.sha256)
-        elif want_md5 and md5_hex != f.md5:
-            problem = "MD5 %s, the ETag says %s" % (md5_hex, f.md5)
+        written = done["written"]
+        problem = _corruption(f, written, sha_hex, md5_hex, want_md5)
         if problem:
-            for p in (part, meta_path):
-                try:
-                    os.remove(p)
-                except OSError:
-                    pass
+            _remove_quietly(part, meta_path)
             raise StageError(
                 "%s: %s is corrupt: %s (the partial download was removed)" % (role, f.rel, problem),
                 path=f.rel,
@@ -1299,11 +1238,40 @@ class Stager(object):
         target = os.path.join(dest, f.rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         os.replace(part, target)
-        try:
-            os.remove(meta_path)
-        except OSError:
-            pass
+        _remove_quietly(meta_path)
         return {"size": written, "sha256": sha_hex}
+
+    def _write_part(self, f, stream, part, offset, hasher, progress, stats, done):
+        """Write the stream into ``part`` from ``offset`` (an in-kernel copy for a local file), synced;
+        ``done`` counts the bytes written as they go, so an interruption can say where."""
+        with open(part, "r+b" if offset else "wb") as out:
+            out.seek(offset)
+            copied = None
+            if self.stop_after_bytes is None and _local_fd(stream) is not None:
+                # verify "size" and no published digest: an in-kernel copy, not hashed
+                hash_it = bool(f.sha256 or f.md5) or self.verify != "size"
+                copied = self._copy_local(stream, out, offset, hasher if hash_it else None, progress, stats)
+                done["unhashed"] = copied is not None and not hash_it
+            if copied is not None:
+                done["written"] = copied
+            else:
+                self._copy_stream(stream, out, hasher, progress, stats, done)
+            out.flush()
+            os.fsync(out.fileno())
+
+    def _copy_stream(self, stream, out, hasher, progress, stats, done):
+        while True:
+            block = _read_into(stream, CHUNK)
+            if not block:
+                break
+            out.write(block)
+            hasher.update(block)
+            done["written"] += len(block)
+            stats["downloaded"] += len(block)
+            progress.add(len(block))
+            if self.stop_after_bytes is not None and stats["downloaded"] >= self.stop_after_bytes:
+                out.flush()
+                os._exit(EXIT_RETRY)  # tests: an interruption at a known point
 
     def _copy_local(self, stream, out, offset, hasher, progress, stats):
         """A local source file (pvc://): copy in the kernel (copy_file_range, what cp does) while a
@@ -1434,6 +1402,77 @@ class Stager(object):
         return info
 
 
+def _read_text(path):
+    """The text of ``path``, or None when it is missing or unreadable."""
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def _resume_offset(f, part, meta_path):
+    """How many bytes of an earlier partial download of ``f`` a new transfer keeps: all of ``part`` when
+    it was fetched from the same source file (its identity recorded beside it), else 0, and then the
+    identity of this transfer is recorded."""
+    identity = canonical_json(f.identity)
+    offset = 0
+    if (
+        os.path.exists(part)
+        and os.path.exists(meta_path)
+        and f.identity
+        and _read_text(meta_path) == identity
+    ):
+        offset = os.path.getsize(part)
+        if f.size is not None and offset > f.size:
+            offset = 0
+    if not offset:
+        with open(meta_path, "w") as fh:
+            fh.write(identity)
+    return offset
+
+
+def _part_hashes(part, want_md5):
+    """(sha256, md5 or None) over the bytes of a partial download, to go on hashing after them."""
+    sha = hashlib.sha256()
+    md5 = hashlib.md5() if want_md5 else None
+    for block in _file_blocks(part):
+        sha.update(block)
+        if md5 is not None:
+            md5.update(block)
+    return sha, md5
+
+
+def _transfer_error(role, f, written, exc):
+    """The error of an interrupted transfer: the PVC full (permanent), else resumable."""
+    if isinstance(exc, OSError) and exc.errno in (28, 122):  # ENOSPC, EDQUOT
+        return StageError("%s: %s: the PVC is full (%s)" % (role, f.rel, exc), path=f.rel, role=role)
+    return TransientError(
+        "%s: %s: transfer interrupted at %s: %s; a new run resumes" % (role, f.rel, human(written), exc),
+        path=f.rel,
+        role=role,
+    )
+
+
+def _corruption(f, written, sha_hex, md5_hex, want_md5):
+    """What is wrong with a finished download against the source's size and digests, or None."""
+    if f.size is not None and written != f.size:
+        return "received %d bytes, expected %d" % (written, f.size)
+    if f.sha256 and sha_hex != f.sha256:
+        return "sha256 %s, expected %s" % (sha_hex, f.sha256)
+    if want_md5 and md5_hex != f.md5:
+        return "MD5 %s, the ETag says %s" % (md5_hex, f.md5)
+    return None
+
+
+def _remove_quietly(*paths):
+    for path in paths:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+
+
 def _md5_file(path):
     return _file_hexdigest(hashlib.md5(), path)
 
@@ -1494,6 +1533,27 @@ def marker_core(marker):
     if not marker:
         return None
     return {k: marker.get(k) for k in ("request_digest", "files", "source", "revision", "resolved_revision")}
+
+
+def _new_marker(art, role, source, staged, layout):
+    """The marker of a staged artifact: its source, request, files and layout facts."""
+    desc = source.describe()
+    marker = {
+        "format": FORMAT,
+        "role": role,
+        "source": desc.get("uri"),
+        "revision": desc.get("revision") or art.get("revision"),
+        "resolved_revision": getattr(source, "revision", None),
+        "request_digest": art.get("request_digest"),
+        "include": art.get("include") or [],
+        "exclude": art.get("exclude") or [],
+        "files": {rel: staged[rel] for rel in sorted(staged)},
+        "bytes": sum(v["size"] for v in staged.values()),
+        "layout": {k: v for k, v in layout.items() if k not in ("errors", "warnings", "error_path")},
+        "staged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    marker["manifest_sha256"] = manifest_digest(marker["files"])
+    return marker
 
 
 def manifest_digest(files):
@@ -1578,45 +1638,41 @@ def safetensors_header(path):
     return header
 
 
-def check_layout(dest, kind, files):
-    """{errors, warnings, facts...} of a staged model directory. kind: model (a full model with
-    its tokenizer) or head (an EAGLE/Medusa-style draft head: tokenizer optional)."""
-    errors, warnings = [], []
-    out = {"kind": kind}
-    files = set(files) | set(list_files(dest))
-    cfg_path = os.path.join(dest, "config.json")
-    error_path = None
+_CONFIG_FACTS = ("architectures", "model_type", "vocab_size", "hidden_size")
+
+
+def _config_facts(dest, files, out):
+    """Read config.json's facts into ``out``; the error when it is missing or not a JSON object, else None."""
     if "config.json" not in files:
-        errors.append("config.json is missing")
-        error_path = "config.json"
-    else:
-        try:
-            with open(cfg_path) as fh:
-                cfg = json.load(fh)
-            if not isinstance(cfg, dict):
-                raise ValueError("not an object")
-            for key in ("architectures", "model_type", "vocab_size", "hidden_size"):
-                if key in cfg:
-                    out[key] = cfg[key]
-            if "vocab_size" not in cfg and isinstance(cfg.get("text_config"), dict):
-                out["vocab_size"] = cfg["text_config"].get("vocab_size")
-        except (OSError, ValueError) as exc:
-            errors.append("config.json is not valid JSON (%s)" % exc)
-            error_path = "config.json"
-    tok = [s for s in TOKENIZER_SETS if all(n in files for n in s)]
-    out["tokenizer"] = list(tok[0]) if tok else []
-    if not tok:
-        msg = "no tokenizer files (tokenizer.json, tokenizer.model, or vocab.json + merges.txt)"
-        (errors if kind == "model" else warnings).append(msg)
-    st = sorted(f for f in files if f.endswith(".safetensors"))
-    other = sorted(f for f in files if f.endswith((".bin", ".pt", ".pth", ".gguf")) and "/" not in f)
-    tensors = 0
-    for rel in st:
+        return "config.json is missing"
+    try:
+        with open(os.path.join(dest, "config.json")) as fh:
+            cfg = json.load(fh)
+        if not isinstance(cfg, dict):
+            raise ValueError("not an object")
+    except (OSError, ValueError) as exc:
+        return "config.json is not valid JSON (%s)" % exc
+    out.update((key, cfg[key]) for key in _CONFIG_FACTS if key in cfg)
+    if "vocab_size" not in cfg and isinstance(cfg.get("text_config"), dict):
+        out["vocab_size"] = cfg["text_config"].get("vocab_size")
+    return None
+
+
+def _safetensors_tensors(dest, shards, errors):
+    """(tensors in the shards, the first unreadable shard or None); each unreadable one goes to ``errors``."""
+    tensors, bad = 0, None
+    for rel in shards:
         try:
             tensors += len([k for k in safetensors_header(os.path.join(dest, rel)) if k != "__metadata__"])
         except StageError as exc:
             errors.append(str(exc))
-            error_path = error_path or rel
+            bad = bad or rel
+    return tensors, bad
+
+
+def _index_problems(dest, files, errors):
+    """Check each *.safetensors.index.json names shards that are there; the first missing shard or None."""
+    first_missing = None
     for idx in sorted(f for f in files if f.endswith(".safetensors.index.json")):
         try:
             with open(os.path.join(dest, idx)) as fh:
@@ -1624,14 +1680,47 @@ def check_layout(dest, kind, files):
             missing = sorted(set(wm.values()) - files)
             if missing:
                 errors.append("%s names shards that are missing: %s" % (idx, ", ".join(missing[:5])))
-                error_path = error_path or missing[0]
+                first_missing = first_missing or missing[0]
         except (OSError, ValueError, AttributeError) as exc:
             errors.append("%s is not valid JSON (%s)" % (idx, exc))
+    return first_missing
+
+
+def _tokenizer(files):
+    """The first complete set of tokenizer files among ``files`` (a list), or []."""
+    tok = [s for s in TOKENIZER_SETS if all(n in files for n in s)]
+    return list(tok[0]) if tok else []
+
+
+def _weight_files(files):
+    """(the safetensors files, the other weight files at the top level), each sorted."""
+    st = sorted(f for f in files if f.endswith(".safetensors"))
+    other = sorted(f for f in files if f.endswith((".bin", ".pt", ".pth", ".gguf")) and "/" not in f)
+    return st, other
+
+
+def check_layout(dest, kind, files):
+    """{errors, warnings, facts...} of a staged model directory. kind: model (a full model with
+    its tokenizer) or head (an EAGLE/Medusa-style draft head: tokenizer optional)."""
+    errors, warnings = [], []
+    out = {"kind": kind}
+    files = set(files) | set(list_files(dest))
+    config_error = _config_facts(dest, files, out)
+    if config_error:
+        errors.append(config_error)
+    out["tokenizer"] = _tokenizer(files)
+    if not out["tokenizer"]:
+        msg = "no tokenizer files (tokenizer.json, tokenizer.model, or vocab.json + merges.txt)"
+        (errors if kind == "model" else warnings).append(msg)
+    st, other = _weight_files(files)
+    tensors, bad_shard = _safetensors_tensors(dest, st, errors)
+    missing_shard = _index_problems(dest, files, errors)
     if not st and not other:
         errors.append("no weight files (*.safetensors)")
     elif not st:
         warnings.append("weights are not safetensors (%s): headers not checked" % ", ".join(other[:3]))
     out.update({"weights": st or other, "tensors": tensors, "errors": errors, "warnings": warnings})
+    error_path = ("config.json" if config_error else None) or bad_shard or missing_shard
     if error_path:
         out["error_path"] = error_path
     return out

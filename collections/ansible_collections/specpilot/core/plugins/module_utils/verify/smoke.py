@@ -9,8 +9,7 @@ Inputs are what the smoke role gathered for one service (the plan of
 ``specpilot.core.vllm_log_facts`` for the whole engine log and for the lines after the
 probes started, ``specpilot.core.vllm_metrics_facts`` before and after the probes, and
 the probe results of ``specpilot.core.smoke_probe``). :func:`evaluate` turns them into a
-list of checks and a verdict; :func:`build_report`, :func:`render_markdown`,
-:func:`render_plot` and :func:`write_report` make the per-service report.
+list of checks and a verdict; :mod:`verify.smoke_report` makes the per-service report from it.
 
 Thresholds and readings follow the seed guides: below about 0.5 acceptance speculative
 decoding adds latency, 0.5 to 0.65 is borderline, above 0.65 it likely helps; the mean
@@ -20,20 +19,25 @@ collapses to near zero by the 2nd slot means the workload does not fit the propo
 
 from __future__ import annotations
 
-import datetime
 import json
-import math
-import os
+
 from ansible_collections.specpilot.core.plugins.module_utils.verify import pod_view
 from ansible_collections.specpilot.core.plugins.module_utils.service import render
-from ansible_collections.specpilot.core.plugins.module_utils.report.plots import plot_links, pyplot
 from ansible_collections.specpilot.core.plugins.module_utils.operate.acceptance_band import band_reading
-from ansible_collections.specpilot.core.plugins.module_utils.common import (
-    get_path,
-    with_defaults,
-    write_if_changed,
+from ansible_collections.specpilot.core.plugins.module_utils.common import get_path, with_defaults
+from ansible_collections.specpilot.core.plugins.module_utils.verify.smoke_acceptance import (
+    _acceptance_checks,
+    _acceptance_shape_checks,
+    _log_window_checks,
+    _metrics_checks,
+    figures,
+    interpretation,
 )
-from ansible_collections.specpilot.core.plugins.module_utils.report.files import write_json_and_markdown
+from ansible_collections.specpilot.core.plugins.module_utils.verify.smoke_checks import (
+    _check,
+    _fmt,
+    _number_or_none,
+)
 
 REPORT_FORMAT = 1
 VERDICTS = ("pass", "warn", "fail")
@@ -74,71 +78,6 @@ SPEC_FLAGS = frozenset(
     ]
 )
 NO_DRAFT_METHODS = ("ngram", "ngram_gpu", "suffix")
-
-INTERPRET = {
-    "fail": (
-        "Below about 0.5 acceptance speculative decoding adds latency instead of removing it: turn it off "
-        "for this workload, or fix the proposer (a draft that does not match the target starts up and "
-        "serves correctly but accepts almost nothing)."
-    ),
-    "warn": (
-        "Between 0.5 and 0.65 the service is near the break-even line: measure P99 latency under real "
-        "load (specpilot benchmark) before keeping it."
-    ),
-    "pass": (
-        "Above 0.65 speculative decoding likely helps: confirm with a baseline comparison at the QPS you "
-        "serve (specpilot benchmark)."
-    ),
-    "mal": (
-        "Mean acceptance length {mal:.2f}: tokens delivered per decode step (1 without speculation). It "
-        "is the practical ceiling of the speedup ({mal:.2f}x) with zero proposer overhead; real gains are "
-        "lower."
-    ),
-    "collapse": (
-        "Per-position acceptance collapses to near zero by slot {pos} ({curve}): almost every step emits "
-        "only the verified token and the later drafted tokens are wasted; the workload is not a fit for "
-        "this proposer (or lower num_speculative_tokens)."
-    ),
-    "decay": (
-        "Per-position acceptance {curve}: a slowly decaying curve; even slot {k} pays off {last:.0%} of "
-        "the time."
-    ),
-    "temperature": (
-        "Probes sampled at temperature {t:g}: higher temperatures lower acceptance; compare with "
-        "production sampling settings."
-    ),
-}
-
-
-# --------------------------------------------------------------------------- small helpers
-
-
-def _number_or_none(value):
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    if math.isnan(out):
-        return None
-    return out
-
-
-def _fmt(value, digits=2):
-    value = _number_or_none(value)
-    return "n/a" if value is None else ("%.*f" % (digits, value))
-
-
-def _curve(values, digits=2):
-    return " / ".join(_fmt(v, digits) for v in values)
-
-
-def _check(cid, status, title, message, **details):
-    out = {"id": cid, "status": status, "title": title, "message": message}
-    if details:
-        out["details"] = details
-    return out
 
 
 def _details(cmp):
@@ -220,19 +159,16 @@ def _json_equal(a, b):
         return False
 
 
-def compare_args(planned, actual, expect="on", required=None):
-    """Compare the speculative arguments of ``actual`` with ``planned`` (the plan's
-    ``speculative_args``). ``required`` are further planned arguments that must be present.
+def _split_planned(planned, expect):
+    """(the planned speculative arguments, the other planned arguments); none when speculation is expected off."""
+    if expect != "on":
+        return [], []
+    planned_spec = [p for p in (planned or []) if is_spec_flag(str(p).split("=", 1)[0])]
+    return planned_spec, [p for p in (planned or []) if p not in planned_spec]
 
-    Returns {status, missing, unexpected, equivalent, found, missing_required}."""
-    actual = [str(a) for a in (actual or [])]
-    found = spec_args(actual)
-    planned_spec = (
-        [p for p in (planned or []) if is_spec_flag(str(p).split("=", 1)[0])] if expect == "on" else []
-    )
-    other_planned = [p for p in (planned or []) if p not in planned_spec] if expect == "on" else []
-    missing = [p for p in planned_spec if p not in found]
-    unexpected = [f for f in found if f not in planned_spec]
+
+def _pair_equivalent(missing, unexpected):
+    """Take each missing planned argument that an unexpected one equals as JSON out of both lists; the pairs."""
     equivalent = []
     for m in list(missing):
         twin = next((u for u in unexpected if _json_equal(m, u)), None)
@@ -240,18 +176,35 @@ def compare_args(planned, actual, expect="on", required=None):
             equivalent.append({"planned": m, "found": twin})
             missing.remove(m)
             unexpected.remove(twin)
+    return equivalent
+
+
+def _missing_required(required, other_planned, actual):
+    """The required (non-speculative) and other planned arguments that ``actual`` lacks."""
     required = [r for r in (required or []) if not is_spec_flag(str(r).split("=", 1)[0])]
-    missing_required = [
+    return [
         r
         for r in required + [o for o in other_planned if o not in required]
         if not _arg_present(str(r), actual)
     ]
+
+
+def compare_args(planned, actual, expect="on", required=None):
+    """Compare the speculative arguments of ``actual`` with ``planned`` (the plan's
+    ``speculative_args``). ``required`` are further planned arguments that must be present.
+
+    Returns {status, missing, unexpected, equivalent, found, missing_required}."""
+    actual = [str(a) for a in (actual or [])]
+    found = spec_args(actual)
+    planned_spec, other_planned = _split_planned(planned, expect)
+    missing = [p for p in planned_spec if p not in found]
+    unexpected = [f for f in found if f not in planned_spec]
+    equivalent = _pair_equivalent(missing, unexpected)
+    missing_required = _missing_required(required, other_planned, actual)
     if missing or unexpected or missing_required:
         status = "fail"
-    elif equivalent:
-        status = "warn"
     else:
-        status = "pass"
+        status = "warn" if equivalent else "pass"
     return {
         "status": status,
         "missing": missing,
@@ -372,104 +325,6 @@ def compare_engine_config(plan_cfg, logged, aliases=None):
     ):
         diffs.append("num_spec_tokens %s (planned %s)" % (logged["num_spec_tokens"], k))
     return diffs
-
-
-# --------------------------------------------------------------------------- figures
-
-
-def figures(metrics_after, log_window, plan_cfg=None):
-    """Acceptance figures: from the /metrics deltas (primary) and the log windows after the
-    probes (cross-check)."""
-    derived = get_path(metrics_after, "derived") or {}
-    summary = get_path(log_window, "summary") or {}
-    log = {
-        "acceptance_rate": _number_or_none(summary.get("draft_acceptance_rate")),
-        "mean_acceptance_length": _number_or_none(summary.get("mean_acceptance_length")),
-        "per_position_acceptance": [_number_or_none(v) for v in summary.get("per_position_acceptance") or []],
-        "drafted_tokens": summary.get("drafted_tokens"),
-        "accepted_tokens": summary.get("accepted_tokens"),
-        "windows": summary.get("windows") or 0,
-        "format": summary.get("format"),
-        "since_found": get_path(log_window, "since_found"),
-    }
-    metrics = {
-        "acceptance_rate": _number_or_none(derived.get("draft_acceptance_rate")),
-        "mean_acceptance_length": _number_or_none(derived.get("mean_acceptance_length")),
-        "per_position_acceptance": [_number_or_none(v) for v in derived.get("per_position_acceptance") or []],
-        "num_drafts": derived.get("num_drafts"),
-        "num_draft_tokens": derived.get("num_draft_tokens"),
-        "num_accepted_tokens": derived.get("num_accepted_tokens"),
-        "accepted_per_position": derived.get("accepted_per_position") or [],
-        "source": derived.get("source"),
-        "window": derived.get("window"),
-    }
-    out = {
-        "metrics": metrics,
-        "log": log,
-        "source": None,
-        "acceptance_rate": None,
-        "mean_acceptance_length": None,
-        "per_position_acceptance": [],
-        "num_spec_tokens": (plan_cfg or {}).get("num_speculative_tokens"),
-    }
-    if metrics["acceptance_rate"] is not None:
-        out.update(
-            source="metrics",
-            acceptance_rate=metrics["acceptance_rate"],
-            mean_acceptance_length=metrics["mean_acceptance_length"],
-            per_position_acceptance=metrics["per_position_acceptance"],
-        )
-        if out["mean_acceptance_length"] is None:
-            out["mean_acceptance_length"] = log["mean_acceptance_length"]
-        if not out["per_position_acceptance"]:
-            out["per_position_acceptance"] = log["per_position_acceptance"]
-    elif log["acceptance_rate"] is not None:
-        out.update(
-            source="log",
-            acceptance_rate=log["acceptance_rate"],
-            mean_acceptance_length=log["mean_acceptance_length"],
-            per_position_acceptance=log["per_position_acceptance"],
-        )
-    latency = {}
-    for key, lat in (get_path(metrics_after, "latency") or {}).items():
-        if isinstance(lat, dict) and lat.get("mean") is not None:
-            latency[key] = {
-                "mean_s": lat["mean"],
-                "count": lat.get("window_count"),
-                "metric": lat.get("metric"),
-            }
-    out["latency"] = latency
-    return out
-
-
-def _accept_class(rate, th):
-    if rate < th["min_acceptance_rate"]:
-        return "fail"
-    if rate < th["warn_acceptance_rate"]:
-        return "warn"
-    return "pass"
-
-
-def interpretation(fig, th, temperature=None):
-    """The seed guide's reading of the figures, as sentences."""
-    out = []
-    rate = fig.get("acceptance_rate")
-    if rate is not None:
-        out.append(INTERPRET[_accept_class(rate, th)])
-    mal = fig.get("mean_acceptance_length")
-    if mal is not None:
-        out.append(INTERPRET["mal"].format(mal=mal))
-    curve = [v for v in fig.get("per_position_acceptance") or [] if v is not None]
-    pos = th["collapse_position"]
-    if len(curve) >= pos:
-        if curve[pos - 1] < th["collapse_threshold"]:
-            out.append(INTERPRET["collapse"].format(pos=pos, curve=_curve(curve)))
-        else:
-            out.append(INTERPRET["decay"].format(curve=_curve(curve), k=len(curve), last=curve[-1]))
-    t = _number_or_none(temperature)
-    if t:
-        out.append(INTERPRET["temperature"].format(t=t))
-    return out
 
 
 # --------------------------------------------------------------------------- the verdict
@@ -893,286 +748,6 @@ def _probe_checks(ctx):
     return checks
 
 
-def _metrics_checks(ctx):
-    """/metrics: speculative decoding enabled and active (or not, for expect=off)."""
-    expect, plan_cfg, m_after, probes, fig = (
-        ctx["expect"],
-        ctx["plan_cfg"],
-        ctx["m_after"],
-        ctx["probes"],
-        ctx["fig"],
-    )
-    checks = []
-    if m_after is None:
-        checks.append(
-            _check(
-                "spec_metrics",
-                "fail",
-                "/metrics",
-                "/metrics could not be read%s"
-                % (
-                    ": " + str((probes or {}).get("metrics_error"))
-                    if (probes or {}).get("metrics_error")
-                    else ""
-                ),
-            )
-        )
-    elif expect == "off":
-        if m_after.get("spec_decode_enabled"):
-            checks.append(
-                _check(
-                    "spec_metrics",
-                    "fail",
-                    "/metrics",
-                    "vllm:spec_decode_* series are present (%s): speculative decoding is still on"
-                    % ", ".join(m_after.get("spec_metric_names") or []),
-                )
-            )
-        else:
-            checks.append(_check("spec_metrics", "pass", "/metrics", "no vllm:spec_decode_* series"))
-    else:
-        if not m_after.get("spec_decode_enabled"):
-            checks.append(
-                _check(
-                    "spec_metrics",
-                    "fail",
-                    "/metrics",
-                    "speculative decoding was planned (%s) but /metrics has no vllm:spec_decode_* "
-                    "series: the engine runs without it" % ((plan_cfg or {}).get("method")),
-                )
-            )
-        elif not m_after.get("spec_decode_active") and fig["log"]["acceptance_rate"] is None:
-            checks.append(
-                _check(
-                    "spec_metrics",
-                    "fail",
-                    "/metrics",
-                    "no drafts during the probe requests: acceptance cannot be measured (an n-gram "
-                    "or suffix proposer found no match: use prompts whose output repeats them)",
-                )
-            )
-        else:
-            note = ""
-            if fig["metrics"]["window"] == "since_restart":
-                note = " (the engine restarted between the scrapes: figures cover the time since)"
-            checks.append(
-                _check(
-                    "spec_metrics",
-                    "warn" if note else "pass",
-                    "/metrics",
-                    "%s drafts, %s draft tokens, %s accepted in the probe window%s"
-                    % (
-                        fig["metrics"]["num_drafts"],
-                        fig["metrics"]["num_draft_tokens"],
-                        fig["metrics"]["num_accepted_tokens"],
-                        note,
-                    ),
-                )
-            )
-
-    return checks
-
-
-def _acceptance_checks(ctx):
-    """The acceptance rate against the thresholds."""
-    expect, th, fig = ctx["expect"], ctx["th"], ctx["fig"]
-    checks = []
-    if expect != "on":
-        return []
-    rate = fig["acceptance_rate"]
-    if rate is None:
-        checks.append(
-            _check(
-                "acceptance",
-                "fail",
-                "Acceptance rate",
-                "no acceptance figure: neither /metrics nor the engine log measured any drafts",
-            )
-        )
-    else:
-        cls = _accept_class(rate, th)
-        where = "from /metrics" if fig["source"] == "metrics" else "from the engine log"
-        if cls == "fail":
-            msg = (
-                "draft acceptance rate %s (%s) is below the minimum %s: speculative decoding adds "
-                "latency on this workload" % (_fmt(rate), where, _fmt(th["min_acceptance_rate"]))
-            )
-        elif cls == "warn":
-            msg = (
-                "draft acceptance rate %s (%s) is below %s: borderline, measure P99 latency before "
-                "keeping it" % (_fmt(rate), where, _fmt(th["warn_acceptance_rate"]))
-            )
-        else:
-            msg = "draft acceptance rate %s (%s), at or above %s" % (
-                _fmt(rate),
-                where,
-                _fmt(th["warn_acceptance_rate"]),
-            )
-        checks.append(_check("acceptance", cls, "Acceptance rate", msg, rate=rate))
-    return checks
-
-
-def _acceptance_shape_checks(ctx):
-    """The mean acceptance length and the per-position curve (a collapse)."""
-    expect, th, fig = ctx["expect"], ctx["th"], ctx["fig"]
-    checks = []
-    if expect != "on":
-        return []
-    mal = fig["mean_acceptance_length"]
-    if mal is not None:
-        floor = th["min_mean_acceptance_length"]
-        if floor is not None and mal < floor:
-            checks.append(
-                _check(
-                    "mean_acceptance_length",
-                    "fail",
-                    "Mean acceptance length",
-                    "mean acceptance length %s is below the minimum %s" % (_fmt(mal), _fmt(floor)),
-                )
-            )
-        else:
-            checks.append(
-                _check(
-                    "mean_acceptance_length",
-                    "info",
-                    "Mean acceptance length",
-                    "%s tokens per decode step (ceiling of the speedup)" % _fmt(mal),
-                )
-            )
-    curve = [v for v in fig["per_position_acceptance"] if v is not None]
-    pos = th["collapse_position"]
-    if len(curve) >= pos and curve[pos - 1] < th["collapse_threshold"]:
-        checks.append(
-            _check(
-                "per_position",
-                "warn",
-                "Per-position acceptance",
-                "collapses by slot %d: %s (position %d < %s)"
-                % (pos, _curve(curve), pos, _fmt(th["collapse_threshold"])),
-                curve=curve,
-            )
-        )
-    elif curve:
-        checks.append(_check("per_position", "info", "Per-position acceptance", _curve(curve), curve=curve))
-
-    return checks
-
-
-def _log_window_checks(ctx):
-    """The engine log windows after the probes: cross-check the acceptance (on), no spec lines (off)."""
-    expect, th, window, fig = ctx["expect"], ctx["th"], ctx["window"], ctx["fig"]
-    checks = []
-    if expect != "on":
-        if window is not None and log_window_count(window):
-            checks.append(
-                _check(
-                    "log_cross_check",
-                    "fail",
-                    "Log cross-check",
-                    "the engine log shows %d speculative metrics line(s) after the probes"
-                    % log_window_count(window),
-                )
-            )
-        elif window is not None:
-            checks.append(
-                _check(
-                    "log_cross_check",
-                    "pass",
-                    "Log cross-check",
-                    "no speculative metrics line in the engine log after the probes",
-                )
-            )
-        return checks
-    # cross-check with the log windows after the probes
-    log = fig["log"]
-    met = fig["metrics"]
-    if window is None or log["acceptance_rate"] is None:
-        checks.append(
-            _check(
-                "log_cross_check",
-                "warn",
-                "Log cross-check",
-                "no speculative metrics line in the engine log after the probes (stat logging off "
-                "with --disable-log-stats, or no log interval has passed): acceptance is taken "
-                "from /metrics only",
-            )
-        )
-    elif met["acceptance_rate"] is None:
-        checks.append(
-            _check(
-                "log_cross_check",
-                "warn",
-                "Log cross-check",
-                "only the engine log measured acceptance (%s); /metrics has no usable counters"
-                % _fmt(log["acceptance_rate"]),
-            )
-        )
-    else:
-        diff = abs(log["acceptance_rate"] - met["acceptance_rate"])
-        same = (
-            log["drafted_tokens"] == met["num_draft_tokens"]
-            and log["accepted_tokens"] == met["num_accepted_tokens"]
-            and log["format"] == "v1"
-        )
-        cover = ""
-        if log["format"] == "v1" and met["num_draft_tokens"]:
-            cover = ", the log windows cover %s of %s drafted tokens" % (
-                log["drafted_tokens"],
-                met["num_draft_tokens"],
-            )
-        if same:
-            checks.append(
-                _check(
-                    "log_cross_check",
-                    "pass",
-                    "Log cross-check",
-                    "the log windows match /metrics exactly (%s drafted, %s accepted)"
-                    % (log["drafted_tokens"], log["accepted_tokens"]),
-                )
-            )
-        elif diff <= th["cross_check_tolerance"]:
-            checks.append(
-                _check(
-                    "log_cross_check",
-                    "pass",
-                    "Log cross-check",
-                    "log %s vs /metrics %s (within %s%s)"
-                    % (
-                        _fmt(log["acceptance_rate"], 3),
-                        _fmt(met["acceptance_rate"], 3),
-                        _fmt(th["cross_check_tolerance"]),
-                        cover,
-                    ),
-                )
-            )
-        else:
-            checks.append(
-                _check(
-                    "log_cross_check",
-                    "warn",
-                    "Log cross-check",
-                    "log %s vs /metrics %s differ by more than %s%s: other traffic or partial "
-                    "log windows"
-                    % (
-                        _fmt(log["acceptance_rate"], 3),
-                        _fmt(met["acceptance_rate"], 3),
-                        _fmt(th["cross_check_tolerance"]),
-                        cover,
-                    ),
-                )
-            )
-    if window is not None and log["since_found"] is False:
-        checks.append(
-            _check(
-                "log_window",
-                "warn",
-                "Log window",
-                "the marker line was not found again: the log figures cover the whole log",
-            )
-        )
-    return checks
-
-
 # The checks of one service, in the order the report lists them: one function per check (or per
 # group of checks on one source), each returning its _check() entries.
 CHECK_SECTIONS = (
@@ -1307,322 +882,3 @@ def _verdict(ctx, checks):
         "thresholds": th,
         "pod": pod_name,
     }
-
-
-def log_window_count(window):
-    return int(get_path(window, "summary", "windows") or 0)
-
-
-# --------------------------------------------------------------------------- report
-
-
-def _now():
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def build_report(result, data):
-    """The JSON-able report of one smoke run."""
-    plan = data.get("plan") or {}
-    log_facts = data.get("log_facts") or {}
-    probes = data.get("probes") or {}
-    m_after = data.get("metrics_after") or {}
-    request = dict(data.get("request") or {})
-    return {
-        "format": REPORT_FORMAT,
-        "kind": "specpilot-smoke",
-        "generated_at": data.get("generated_at") or _now(),
-        "service": result["service"],
-        "namespace": plan.get("namespace"),
-        "expect": result["expect"],
-        "verdict": result["verdict"],
-        "message": result["message"],
-        "checks": result["checks"],
-        "figures": result["figures"],
-        "interpretation": result["interpretation"],
-        "acceptance_band": result.get("acceptance_band"),
-        "thresholds": result["thresholds"],
-        "plan": {
-            "speculative_config": plan.get("speculative_config"),
-            "speculative_args": plan.get("speculative_args"),
-            "vllm_version": plan.get("vllm_version"),
-            "spec_digest": plan.get("spec_digest"),
-        },
-        "engine": {
-            "pod": result.get("pod"),
-            "vllm_version": log_facts.get("vllm_version"),
-            "engine": log_facts.get("engine"),
-            "speculative_config": log_facts.get("speculative_config"),
-            "requested_speculative_config": log_facts.get("requested_speculative_config"),
-            "served_model_name": log_facts.get("served_model_name"),
-            "warnings": [w for w in log_facts.get("log_warnings") or [] if not w.get("after_shutdown")],
-            "errors": log_facts.get("log_errors") or [],
-        },
-        "access": data.get("access") or {},
-        "request": request,
-        "probes": {
-            k: probes.get(k)
-            for k in (
-                "url",
-                "endpoint",
-                "requests",
-                "succeeded",
-                "failed",
-                "completion_tokens",
-                "prompt_tokens",
-                "latency_mean_s",
-                "elapsed_s",
-            )
-        },
-        "probe_results": [
-            {
-                k: r.get(k)
-                for k in ("status", "ok", "latency_s", "completion_tokens", "finish_reason", "error")
-            }
-            for r in probes.get("results") or []
-        ],
-        "metrics": {
-            "engine_era": m_after.get("engine_era"),
-            "spec_decode_enabled": m_after.get("spec_decode_enabled"),
-            "notes": m_after.get("notes") or [],
-        },
-        "notes": [],
-        "plots": [],
-    }
-
-
-def _status_mark(status):
-    return {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "info": "info", "skip": "skip"}[status]
-
-
-def _md_escape(text):
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def render_markdown(report):
-    """The report as Markdown (one page per service)."""
-    fig = report["figures"]
-    lines = ["# Smoke check: %s - %s" % (report["service"], report["verdict"].upper()), ""]
-    lines.append("%s" % report["message"])
-    lines.append("")
-    lines.append(
-        "- namespace: `%s`; expected speculative decoding: **%s**; generated %s"
-        % (report.get("namespace"), report["expect"], report["generated_at"])
-    )
-    plan_cfg = report["plan"].get("speculative_config")
-    if plan_cfg:
-        lines.append("- planned: `%s`" % json.dumps(plan_cfg, sort_keys=True))
-    eng = report["engine"]
-    lines.append(
-        "- engine: pod `%s`, vLLM %s, %s"
-        % (
-            eng.get("pod"),
-            eng.get("vllm_version") or "?",
-            (eng.get("speculative_config") or {}).get("repr") or "speculative_config=None",
-        )
-    )
-    probes = report["probes"]
-    if probes.get("requests"):
-        req = report["request"]
-        lines.append(
-            "- probes: %s/%s ok via %s (%s), temperature %s, max_tokens %s"
-            % (
-                probes.get("succeeded"),
-                probes.get("requests"),
-                report["access"].get("mode", "?"),
-                probes.get("url"),
-                req.get("temperature"),
-                req.get("max_tokens"),
-            )
-        )
-    lines += ["", "## Checks", "", "| check | status | detail |", "|---|---|---|"]
-    for c in report["checks"]:
-        lines.append("| %s | %s | %s |" % (c["title"], _status_mark(c["status"]), _md_escape(c["message"])))
-    if report["expect"] == "on":
-        met, log = fig["metrics"], fig["log"]
-        lines += [
-            "",
-            "## Acceptance",
-            "",
-            "| figure | /metrics (probe window) | engine log (after the probes) |",
-            "|---|---|---|",
-            "| draft acceptance rate | %s | %s |"
-            % (_fmt(met["acceptance_rate"], 3), _fmt(log["acceptance_rate"], 3)),
-            "| mean acceptance length | %s | %s |"
-            % (_fmt(met["mean_acceptance_length"]), _fmt(log["mean_acceptance_length"])),
-            "| drafted tokens | %s | %s |" % (met["num_draft_tokens"], log["drafted_tokens"]),
-            "| accepted tokens | %s | %s |" % (met["num_accepted_tokens"], log["accepted_tokens"]),
-            "| drafts | %s | |" % met["num_drafts"],
-            "| log windows | | %s |" % log["windows"],
-        ]
-        k = max(len(met["per_position_acceptance"]), len(log["per_position_acceptance"]))
-        if k:
-            lines += ["", "| position | /metrics | log |", "|---|---|---|"]
-            for i in range(k):
-                mv = met["per_position_acceptance"][i] if i < len(met["per_position_acceptance"]) else None
-                lv = log["per_position_acceptance"][i] if i < len(log["per_position_acceptance"]) else None
-                lines.append("| %d | %s | %s |" % (i + 1, _fmt(mv, 3), _fmt(lv, 3)))
-        th = report["thresholds"]
-        lines += [
-            "",
-            "Thresholds: fail below %s, warn below %s%s."
-            % (
-                _fmt(th["min_acceptance_rate"]),
-                _fmt(th["warn_acceptance_rate"]),
-                (
-                    (", mean acceptance length at least %s" % _fmt(th["min_mean_acceptance_length"]))
-                    if th.get("min_mean_acceptance_length")
-                    else ""
-                ),
-            ),
-        ]
-        if report.get("acceptance_band"):
-            lines += ["", "Band: %s" % report["acceptance_band"]["line"]]
-    if fig.get("latency"):
-        lines += [
-            "",
-            "## Latency in the probe window (/metrics)",
-            "",
-            "| histogram | mean (ms) | observations |",
-            "|---|---|---|",
-        ]
-        for key in sorted(fig["latency"]):
-            lat = fig["latency"][key]
-            lines.append(
-                "| %s (`%s`) | %.1f | %s |"
-                % (key, lat.get("metric"), lat["mean_s"] * 1000.0, lat.get("count"))
-            )
-    if report["interpretation"]:
-        lines += ["", "## Reading", ""] + ["- %s" % s for s in report["interpretation"]]
-    if eng.get("warnings"):
-        lines += ["", "## Engine warnings", ""] + [
-            "- `%s` (line %s): %s" % (w.get("code"), w.get("line"), w.get("message")) for w in eng["warnings"]
-        ]
-    if report.get("plots"):
-        lines += [""] + plot_links(report)[:-1]
-    if report.get("notes"):
-        lines += ["", "## Notes", ""] + ["- %s" % n for n in report["notes"]]
-    return "\n".join(lines) + "\n"
-
-
-def render_plot(report, path):
-    """acceptance.png: per-position acceptance (/metrics and log) against the thresholds.
-    Returns False (nothing written) without data or without matplotlib."""
-    plt = pyplot()[0]
-    if plt is None:
-        return False
-    fig_data = report["figures"]
-    met = [v if v is not None else 0.0 for v in fig_data["metrics"]["per_position_acceptance"]]
-    log = [v if v is not None else 0.0 for v in fig_data["log"]["per_position_acceptance"]]
-    if not met and not log:
-        return False
-    th = report["thresholds"]
-    k = max(len(met), len(log))
-    series = [
-        (s, label, colour)
-        for s, label, colour in (
-            (met, "/metrics (probe window)", "#4c72b0"),
-            (log, "engine log windows", "#dd8452"),
-        )
-        if s
-    ]
-    width = 0.8 / len(series)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for i, (values, label, colour) in enumerate(series):
-        xs = [p + 1 + (i - (len(series) - 1) / 2.0) * width for p in range(len(values))]
-        ax.bar(xs, values, width, label=label, color=colour)
-        for x, v in zip(xs, values):
-            ax.text(x, v + 0.01, "%.2f" % v, ha="center", va="bottom", fontsize=8)
-    rate = fig_data.get("acceptance_rate")
-    if rate is not None:
-        ax.axhline(rate, color="#333333", linewidth=1.2, label="overall acceptance %.2f" % rate)
-    ax.axhline(
-        th["min_acceptance_rate"],
-        color="#c44e52",
-        linestyle="--",
-        linewidth=1,
-        label="fail below %.2f" % th["min_acceptance_rate"],
-    )
-    ax.axhline(
-        th["warn_acceptance_rate"],
-        color="#dd8452",
-        linestyle=":",
-        linewidth=1,
-        label="warn below %.2f" % th["warn_acceptance_rate"],
-    )
-    ax.axhline(
-        th["collapse_threshold"],
-        color="#8c8c8c",
-        linestyle="-.",
-        linewidth=1,
-        label="collapse %.2f" % th["collapse_threshold"],
-    )
-    ax.set_xticks(list(range(1, k + 1)))
-    ax.set_xlabel("draft position (slot)")
-    ax.set_ylabel("acceptance (accepted at position / drafts)")
-    ax.set_ylim(0, 1.35)
-    mal = fig_data.get("mean_acceptance_length")
-    ax.set_title(
-        "%s: %s - acceptance %s, mean acceptance length %s"
-        % (report["service"], report["verdict"].upper(), _fmt(rate), _fmt(mal)),
-        fontsize=10,
-    )
-    ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper center", ncol=3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90, format="png", metadata={"Software": None})
-    plt.close(fig)
-    return True
-
-
-def write_report(report, out_dir, basename="smoke", plot=True):
-    """Write <basename>.json, <basename>.md and (with per-position data) acceptance.png.
-
-    Returns {json, markdown, plot, changed}."""
-    os.makedirs(out_dir, exist_ok=True)
-    plot_path = os.path.join(out_dir, "%s-acceptance.png" % basename)
-    report["plots"] = []
-    drawn = False
-    if plot:
-        missing = pyplot()[1]
-        if missing:
-            report["notes"].append("plot skipped: matplotlib is not installed (%s)" % missing)
-        else:
-            drawn = render_plot(report, plot_path + ".new")
-            if drawn:
-                report["plots"].append(
-                    {"file": os.path.basename(plot_path), "title": "Per-position acceptance"}
-                )
-    changed = False
-    if drawn:
-        with open(plot_path + ".new", "rb") as fh:
-            changed = write_if_changed(plot_path, fh.read()) or changed
-        os.remove(plot_path + ".new")
-    paths, written = write_json_and_markdown(out_dir, basename, report, render_markdown(report))
-    paths.update(plot=plot_path if drawn else None, changed=written or changed)
-    return paths
-
-
-def stats(result, files=None):
-    """The compact figures for set_stats (AWX shows them on the job)."""
-    fig = result["figures"]
-    out = {
-        "verdict": result["verdict"],
-        "expect": result["expect"],
-        "message": result["message"],
-        "acceptance_rate": fig.get("acceptance_rate"),
-        "acceptance_rate_log": fig["log"].get("acceptance_rate"),
-        "mean_acceptance_length": fig.get("mean_acceptance_length"),
-        "per_position_acceptance": fig.get("per_position_acceptance"),
-        "num_draft_tokens": fig["metrics"].get("num_draft_tokens"),
-        "num_accepted_tokens": fig["metrics"].get("num_accepted_tokens"),
-        "acceptance_band": (result.get("acceptance_band") or {}).get("band"),
-        "failed_checks": [c["id"] for c in result["checks"] if c["status"] == "fail"],
-        "warned_checks": [c["id"] for c in result["checks"] if c["status"] == "warn"],
-    }
-    if files:
-        out["report"] = {
-            "json": files.get("json"),
-            "markdown": files.get("markdown"),
-            "plot": files.get("plot"),
-        }
-    return out
