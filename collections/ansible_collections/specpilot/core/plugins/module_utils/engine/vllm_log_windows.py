@@ -163,7 +163,6 @@ def parse_metrics_pairs(body):
     return out, extra
 
 
-
 class _Accumulator(object):
     """Running draft-weighted sums over V1 windows (constant memory)."""
 
