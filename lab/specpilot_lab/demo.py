@@ -31,6 +31,7 @@ SERVICE = "lab-ngram"
 NAMESPACE = seed.lab_targets()[0]
 INVENTORY = REPO_ROOT / "inventories" / "lab"
 VENV_BIN = REPO_ROOT / ".venv" / "bin"
+REPORTS = REPO_ROOT / ".reports"
 
 
 class DemoFailed(RuntimeError):
@@ -53,7 +54,6 @@ def run_playbook(paths: LabPaths, playbook: str, *extra: str) -> None:
         ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"),
         ANSIBLE_FORCE_COLOR="1",
         TMPDIR=str(paths.root / "tmp"),
-        SPECPILOT_REPORT_DIR=str(paths.root / "reports"),
     )
     (paths.root / "tmp").mkdir(parents=True, exist_ok=True)
     cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(INVENTORY), "--limit", SERVICE,
@@ -174,16 +174,19 @@ def main(argv: list[str] | None = None) -> int:
         run_playbook(paths, "smoke.yml", "-e", '{"specpilot_smoke_expect": "off"}')
         show_engine_facts(paths, expect_on=False)
         step(7, total, "done")
-        info(f"the whole job took {time.monotonic() - t_start:.0f}s; reports under {paths.root / 'reports'}")
-        return 0
+        status = 0
     except (DemoFailed, RuntimeError) as exc:
         print(f"\n\033[31mdemo failed: {exc}\033[0m", file=sys.stderr)
-        return 1
+        status = 1
     finally:
         if not args.keep:
             print("\n==> stopping the lab", flush=True)
             for spec in reversed(processes.ordered()):
                 processes.stop(paths, spec)
+    if status == 0:
+        # the last line: where the playbooks wrote their reports (the project's .reports/, filter project_root)
+        info(f"the whole job took {time.monotonic() - t_start:.0f}s; reports under {REPORTS}")
+    return status
 
 
 if __name__ == "__main__":

@@ -301,3 +301,111 @@ def test_kubectl_create_token_and_auth_can_i(emulator):
     )
     assert kubectl("auth", "can-i", "list", "pods", kubeconfig=kc).stdout.strip() == "yes"
     assert kubectl("get", "pods", kubeconfig=kc).returncode == 0
+
+
+# ------------------------------------------------------------------ impersonation
+def test_impersonation_is_authorized_per_name(emulator):
+    ns = make_namespace(emulator)
+    token = _sa_token(emulator, ns, "ops")
+    configmaps = f"/api/v1/namespaces/{ns}/configmaps"
+    cluster_rbac = "/apis/rbac.authorization.k8s.io/v1"
+    # reader may list ConfigMaps in ns; ops may impersonate reader (and nobody else) and the group viewers
+    assert emulator.request("POST", f"{cluster_rbac}/namespaces/{ns}/roles", _role("cm", ["get", "list"])).status == 201
+    assert emulator.request("POST", f"{cluster_rbac}/namespaces/{ns}/rolebindings", _binding("cm", "Role", "cm", [
+        {"kind": "User", "name": "reader"}])).status == 201
+    impersonator = {
+        "metadata": {"name": f"{ns}-impersonate"},
+        "rules": [
+            {"apiGroups": [""], "resources": ["users"], "resourceNames": ["reader"], "verbs": ["impersonate"]},
+            {"apiGroups": [""], "resources": ["groups"], "resourceNames": ["viewers"], "verbs": ["impersonate"]},
+        ],
+    }
+    assert emulator.request("POST", f"{cluster_rbac}/clusterroles", impersonator).status == 201
+    binding = _binding(f"{ns}-impersonate", "ClusterRole", f"{ns}-impersonate", [
+        {"kind": "ServiceAccount", "name": "ops", "namespace": ns}])
+    assert emulator.request("POST", f"{cluster_rbac}/clusterrolebindings", binding).status == 201
+
+    assert emulator.request("GET", configmaps, token=token).status == 403  # ops itself may not
+    r = emulator.request("GET", configmaps, token=token, headers={"Impersonate-User": "reader"})
+    assert r.status == 200, r
+    r = emulator.request("GET", configmaps, token=token, headers={"Impersonate-User": "admin"})
+    assert r.status == 403 and r.json()["message"] == (
+        f'users "admin" is forbidden: User "system:serviceaccount:{ns}:ops" cannot impersonate resource "users" '
+        'in API group "" at the cluster scope'
+    )
+    r = emulator.request("GET", configmaps, token=token, headers={"Impersonate-Group": "viewers"})
+    assert r.status == 400 and r.json()["message"] == "requested [{Group viewers}] without impersonating a user"
+    who = emulator.request(
+        "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", {}, token=token,
+        headers={"Impersonate-User": "reader", "Impersonate-Group": "viewers"},
+    ).json()["status"]["userInfo"]
+    assert (who["username"], sorted(who["groups"])) == ("reader", ["system:authenticated", "viewers"])
+    r = emulator.request(
+        "GET", configmaps, token=token, headers={"Impersonate-User": "reader", "Impersonate-Group": "admins"}
+    )
+    assert r.status == 403 and 'cannot impersonate resource "groups"' in r.json()["message"]
+
+
+def _role(name: str, verbs: list[str]) -> dict:
+    return {"metadata": {"name": name}, "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": verbs}]}
+
+
+def _binding(name: str, kind: str, role: str, subjects: list[dict]) -> dict:
+    return {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+        "subjects": subjects,
+    }
+
+
+def test_the_connection_options_pass_impersonation_through(emulator, tmp_path):
+    """impersonate_user set once in module_defaults reaches the API from kubernetes.core's lookup (k8s_read),
+    from kubernetes.core's get_api_client in the worker (k8s_retry's apply) and from a kubernetes.core module:
+    without it the ServiceAccount is refused; with it each call runs as the user it may impersonate."""
+    import json
+
+    import yaml
+    from test_kubernetes_core import playbook_proc
+
+    ns = make_namespace(emulator)
+    token = _sa_token(emulator, ns, "ops")
+    cluster_rbac = "/apis/rbac.authorization.k8s.io/v1"
+    assert emulator.request("POST", f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": "seen"}}).status == 201
+    verbs = ["get", "list", "create", "patch"]
+    assert emulator.request("POST", f"{cluster_rbac}/namespaces/{ns}/roles", _role("cm", verbs)).status == 201
+    assert emulator.request("POST", f"{cluster_rbac}/namespaces/{ns}/rolebindings", _binding("cm", "Role", "cm", [
+        {"kind": "User", "name": "deployer"}])).status == 201
+    impersonator = {
+        "metadata": {"name": f"{ns}-impersonate"},
+        "rules": [{"apiGroups": [""], "resources": ["users"], "resourceNames": ["deployer"], "verbs": ["impersonate"]}],
+    }
+    assert emulator.request("POST", f"{cluster_rbac}/clusterroles", impersonator).status == 201
+    binding = _binding(f"{ns}-impersonate", "ClusterRole", f"{ns}-impersonate", [
+        {"kind": "ServiceAccount", "name": "ops", "namespace": ns}])
+    assert emulator.request("POST", f"{cluster_rbac}/clusterrolebindings", binding).status == 201
+
+    # the ServiceAccount's kubeconfig (kubernetes.core keeps a kubeconfig's token over api_key)
+    kubeconfig = yaml.safe_load(emulator.kubeconfig.read_text())
+    for entry in kubeconfig["users"]:
+        entry["user"] = {"token": token}
+    (tmp_path / "ops.kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+    answers = {}
+    for as_user in ("", "deployer"):
+        out = tmp_path / f"answers-{as_user or 'none'}.json"
+        extra = {"ns": ns, "kubeconfig": str(tmp_path / "ops.kubeconfig"), "as_user": as_user, "out": str(out)}
+        proc = playbook_proc(emulator, tmp_path, "impersonate.yml", extra)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        answers[as_user] = json.loads(out.read_text())
+    refused = answers[""]
+    for task in ("read", "apply", "info"):
+        assert refused[task]["failed"] is True, (task, refused[task])
+        assert f"system:serviceaccount:{ns}:ops" in str(refused[task]), (task, refused[task])
+    allowed = answers["deployer"]
+    assert [task for task in ("read", "apply", "info") if allowed[task].get("failed")] == [], allowed
+    assert [o["metadata"]["name"] for o in allowed["read"]["resources"]] == ["seen"]
+    assert [o["metadata"]["name"] for o in allowed["info"]["resources"]] == ["seen"]
+    written = emulator.request("GET", f"/api/v1/namespaces/{ns}/configmaps/written").json()
+    assert written["data"] == {"by": "impersonation"}
+    assert [m["manager"] for m in written["metadata"]["managedFields"]] == ["specpilot"]
+    log = [e for e in emulator.control.requests() if e.get("user") == "deployer" and e.get("namespace") == ns]
+    assert {e["verb"] for e in log} >= {"get", "patch"}

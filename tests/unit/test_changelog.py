@@ -39,4 +39,16 @@ def test_changelog_rst_is_what_antsibull_changelog_generates(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     built = (copy / "CHANGELOG.rst").read_text()
     assert built == (COLLECTION / "CHANGELOG.rst").read_text(), "run `make changelog` and commit CHANGELOG.rst"
-    assert "v0.1.0" in built
+    assert "v0.1.0" in built and "v0.2.0" in built  # the release 0.2.0 (galaxy.yml), its fragments released
+
+
+def test_the_galaxy_version_is_the_latest_release():
+    """galaxy.yml's version is released (antsibull-changelog release --version X.Y.Z): its changes are in
+    changelog.yaml, not left as fragments of a version already published."""
+    import yaml
+    from packaging.version import Version
+
+    version = yaml.safe_load((COLLECTION / "galaxy.yml").read_text())["version"]
+    releases = yaml.safe_load((COLLECTION / "changelogs" / "changelog.yaml").read_text())["releases"]
+    assert max(releases, key=Version) == version == "0.2.0"
+    assert releases[version]["changes"]["release_summary"]

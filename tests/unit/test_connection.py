@@ -1,12 +1,13 @@
 """One connection for every role (issue 18, item 3), statically: the action group specpilot.core.k8s holds the
-modules that talk to Kubernetes and each takes the six connection options; every playbook that reaches a
-cluster sets the same module_defaults for group/kubernetes.core.k8s and group/specpilot.core.k8s from the
+modules that talk to Kubernetes and each takes all of kubernetes.core's connection options (issue 36: its
+k8s_auth_options); every playbook that reaches a cluster sets the same module_defaults for group/kubernetes.core.k8s and group/specpilot.core.k8s from the
 specpilot_k8s_* variables; no task of a role or playbook names a connection option itself. The run through
 the lab with the kubeconfig only as a variable: tests/lab/test_rbac_least_privilege_fake.py."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -15,15 +16,27 @@ from test_project_layout import _tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 COLLECTION = ROOT / "collections" / "ansible_collections" / "specpilot" / "core"
-CONNECTION = ("kubeconfig", "context", "host", "api_key", "validate_certs", "ca_cert")
-VARIABLES = {
-    "kubeconfig": "specpilot_k8s_kubeconfig",
-    "context": "specpilot_k8s_context",
-    "host": "specpilot_k8s_host",
-    "api_key": "specpilot_k8s_api_key",
-    "validate_certs": "specpilot_k8s_validate_certs",
-    "ca_cert": "specpilot_k8s_ca_cert",
-}
+# all of kubernetes.core's connection options (its doc fragment k8s_auth_options), each from one variable
+CONNECTION = (
+    "kubeconfig",
+    "context",
+    "host",
+    "api_key",
+    "validate_certs",
+    "ca_cert",
+    "username",
+    "password",
+    "client_cert",
+    "client_key",
+    "proxy",
+    "no_proxy",
+    "proxy_headers",
+    "persist_config",
+    "impersonate_user",
+    "impersonate_groups",
+)
+VARIABLES = {option: "specpilot_k8s_" + option for option in CONNECTION}
+BOOLEANS = ("validate_certs", "persist_config")  # false is a value: default(omit), not default(omit, true)
 # the playbooks that never contact a cluster
 OFFLINE_PLAYBOOKS = {"validate.yml", "awx_configure.yml"}
 PLAYBOOKS = sorted(p for p in (ROOT / "playbooks").glob("*.yml") if p.name not in OFFLINE_PLAYBOOKS)
@@ -40,6 +53,9 @@ def test_the_group_is_every_module_with_the_connection_options():
     documented = [
         m for m in modules if "specpilot.core.k8s_auth" in _doc(m).get("extends_documentation_fragment", [])
     ]
+    assert [
+        m for m in documented if "kubernetes.core.k8s_auth_options" not in _doc(m)["extends_documentation_fragment"]
+    ] == []
     assert sorted(GROUP) == documented
     assert set(documented) >= {
         "crd_validate",
@@ -48,6 +64,35 @@ def test_the_group_is_every_module_with_the_connection_options():
         "kserve_detect",
         "rollout_wait",
     }
+
+
+def _kubernetes_core(path):
+    """A file of the installed kubernetes.core (.venv/collections, requirements.yml), loaded as a module."""
+    file = ROOT / ".venv" / "collections" / "ansible_collections" / "kubernetes" / "core" / "plugins" / path
+    spec = importlib.util.spec_from_file_location("kubernetes_core_" + file.stem, file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_connection_options_are_kubernetes_cores():
+    """The group's options are kubernetes.core's, all of them, as its doc fragment documents and its modules take
+    them (module_utils/args_common.py AUTH_ARG_SPEC); the modules document them with that fragment."""
+    from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import K8S_CONNECTION
+    from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import AUTH_KEYS
+
+    AUTH_ARG_SPEC = _kubernetes_core("module_utils/args_common.py").AUTH_ARG_SPEC
+    fragment = _kubernetes_core("doc_fragments/k8s_auth_options.py").ModuleDocFragment
+    documented = yaml.safe_load(fragment.DOCUMENTATION)["options"]
+    assert set(documented) == set(AUTH_ARG_SPEC) == set(K8S_CONNECTION) == set(AUTH_KEYS) == set(CONNECTION)
+    assert {"proxy", "client_cert", "client_key", "no_proxy", "impersonate_user"} <= set(documented)
+    for option, spec in AUTH_ARG_SPEC.items():
+        ours = K8S_CONNECTION[option]
+        assert ours.get("type", "str") == spec.get("type", "str") == documented[option].get("type", "str"), option
+        assert ours.get("aliases", []) == spec.get("aliases", []) == documented[option].get("aliases", []), option
+        assert ours.get("elements") == spec.get("elements"), option
+    assert K8S_CONNECTION["proxy_headers"]["options"] == AUTH_ARG_SPEC["proxy_headers"]["options"]
+    assert all(K8S_CONNECTION[k].get("no_log") for k in ("api_key", "password"))
 
 
 @pytest.mark.parametrize("module", GROUP)
@@ -61,7 +106,7 @@ def test_each_module_of_the_group_takes_the_connection_options(module):
 
 def _expected_defaults() -> dict:
     expected = {
-        option: "{{ %s | default(omit%s) }}" % (var, "" if option == "validate_certs" else ", true")
+        option: "{{ %s | default(omit%s) }}" % (var, "" if option in BOOLEANS else ", true")
         for option, var in VARIABLES.items()
     }
     for option in ("kubeconfig", "context"):  # the roles' old names, deprecated (removed in 0.3.0)

@@ -36,7 +36,9 @@ def test_make_test_runs_sanity_and_sanity_fails_on_findings():
     test_recipe = makefile.split("\ntest:\n", 1)[1].split("\n\n", 1)[0]
     assert '"sanity=$(SUBMAKE) sanity"' in test_recipe
     sanity_recipe = makefile.split("\nsanity: ", 1)[1].split("\n\n", 1)[0]
-    assert "$(ANSIBLE_TEST)" in sanity_recipe and "--failure-ok" not in makefile
+    assert "$(ANSIBLE_TEST_RUN)" in sanity_recipe and "--failure-ok" not in makefile
+    # kubernetes.core beside the collection: its doc fragment k8s_auth_options is what the modules extend
+    assert "collections/ansible_collections/kubernetes $(SANITY_ROOT)/kubernetes" in sanity_recipe
     assert "sanity-venvs" in makefile.split("\ninstall:", 1)[1].split("\n", 1)[0]
 
 

@@ -23,7 +23,14 @@ anything), then RBAC: kubernetes ``plugin/pkg/auth/authorizer/rbac/rbac.go`` (``
 A denial is the 403 of ``staging/src/k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/
 errors.go`` (``ForbiddenStatusError``, ``forbiddenMessage``). Not emulated: aggregated
 ClusterRoles (``aggregationRule``: no controller fills their rules), the escalation check on
-writes of Roles and bindings, impersonation.
+writes of Roles and bindings.
+
+Impersonation (``Authorizer.impersonate``): the ``Impersonate-User`` and ``Impersonate-Group`` headers, as
+``staging/src/k8s.io/apiserver/pkg/endpoints/filters/impersonation.go`` (``WithImpersonation``) handles them:
+the authenticated user must be allowed the verb ``impersonate`` on ``users`` (``serviceaccounts`` in the
+namespace, for a ServiceAccount's username) and on ``groups``, by name; the request then runs as the
+impersonated user, with ``system:authenticated`` added (and a ServiceAccount's own groups when no group is
+asked for). Groups without a user are a 400. Not emulated: ``Impersonate-Uid`` and ``Impersonate-Extra-*``.
 """
 
 from __future__ import annotations
@@ -297,6 +304,28 @@ class Authorizer:
         allowed, reason = self.authorize(attrs)
         if not allowed:
             raise forbidden(attrs, reason)
+
+    def impersonate(self, user: User, requested_user: str | None, requested_groups: list[str]) -> User:
+        """impersonation.go WithImpersonation: ``user`` itself when nothing is asked, else the impersonated user
+        once ``user`` may impersonate each name asked (else 403, naming the first one refused)."""
+        if not requested_user:
+            if requested_groups:
+                kinds = ", ".join("{Group %s}" % g for g in requested_groups)
+                raise errors.bad_request(f"requested [{kinds}] without impersonating a user")
+            return user
+        for group in requested_groups:
+            self.check(Attributes(user, "impersonate", True, resource="groups", name=group))
+        if requested_user.startswith(SA_PREFIX) and requested_user.count(":") == 3:
+            namespace, name = requested_user[len(SA_PREFIX):].split(":")
+            asked = Attributes(user, "impersonate", True, namespace=namespace, resource="serviceaccounts", name=name)
+            self.check(asked)
+            groups = list(requested_groups) or ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]
+        else:
+            self.check(Attributes(user, "impersonate", True, resource="users", name=requested_user))
+            groups = list(requested_groups)
+        if requested_user != ANONYMOUS.name and AUTHENTICATED not in groups:
+            groups.append(AUTHENTICATED)
+        return User(requested_user, groups=tuple(groups))
 
 
 def forbidden_message(attrs: Attributes) -> str:

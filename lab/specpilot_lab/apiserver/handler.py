@@ -262,6 +262,10 @@ class Handler(BaseHTTPRequestHandler):
         so a user without access learns nothing about what exists."""
         user = self.server.authn.authenticate(self.headers.get("Authorization"), self._path)
         self._user = user
+        user = self.server.authz.impersonate(
+            user, self.headers.get("Impersonate-User"), self.headers.get_all("Impersonate-Group") or []
+        )
+        self._user = user
         self.server.authz.check(self._attributes(user, method))
         return user
 

@@ -150,6 +150,41 @@ def test_check_mode_writes_nothing_and_shows_the_diff(emulator, tmp_path):
     assert "The InferenceService with the revision record, svc" in run.out
 
 
+def test_check_mode_first_deploy_into_a_new_namespace_creates_nothing_and_names_what_it_would(
+    emulator, tmp_path
+):
+    """--check --diff of a first deploy whose namespace this run would create: the API server cannot dry-run
+    objects into a namespace that does not exist (404), so the role shows them as it would create them."""
+    ns = "deploy-check-new"
+    inv = write_inventory(tmp_path / "inv", ns, {"svc": {"specpilot_speculative": NGRAM}})
+    mark = emulator.control.mark()
+    run = run_deploy(emulator, tmp_path, inv, "--check", "--diff", "-e", "specpilot_deploy_create_namespace=true")
+    _deploy_ok(run)
+    assert emulator.control.writes(since=mark) == []
+    assert get(emulator, "v1", "Namespace", ns) is None
+    assert "would create Namespace/deploy-check-new, ServingRuntime/" in run.out
+    assert "InferenceService/svc" in run.out
+    assert '"prompt_lookup_max":4' in run.out.replace(" ", "")  # --diff shows the InferenceService it would create
+    assert "attempts" not in run.out
+    assert "svc: would deploy (check mode" in run.out  # the summary: nothing deployed
+
+
+def test_a_failed_runtime_apply_is_blamed_on_the_runtime(emulator, tmp_path):
+    """The rescue names the object whose apply failed (it blamed the InferenceService whatever failed)."""
+    ns = "deploy-runtime-fails"
+    create_namespace(emulator, ns)
+    inv = write_inventory(tmp_path / "inv", ns, {"svc": {"specpilot_speculative": NGRAM}})
+    emulator.control.add_fault("patch", "servingruntimes", namespace=ns, code=500, message="runtime webhook down")
+    run = run_deploy(
+        emulator, tmp_path, inv, "-e", '{"specpilot_deploy_dry_run": false, "specpilot_deploy_api_retries": 2}'
+    )
+    assert run.rc != 0
+    assert "svc: the ServingRuntime svc-vllm could not be applied: " in run.out, run.out[-4000:]
+    assert "runtime webhook down" in run.out
+    assert "the InferenceService could not be applied" not in run.out
+    assert _isvc(emulator, ns) is None
+
+
 def _lease(ns, holder, renew: datetime.datetime, duration=600):
     stamp = renew.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return {

@@ -179,3 +179,25 @@ def test_each_ee_environment_resolves_and_the_two_cannot_share_one():
         assert proc.returncode == 0, proc.stdout + proc.stderr
     both = _pip_dry_run("requirements.txt", "requirements-fetch.txt")
     assert both.returncode != 0 and "ResolutionImpossible" in both.stderr
+
+
+def test_the_ee_image_is_pinned_by_the_collection_version_never_latest(ee):
+    """The build tags the image with the collection's version and AWX pulls that tag (pull: missing is only
+    safe for a tag that never moves)."""
+    galaxy = yaml.safe_load((ROOT / "collections/ansible_collections/specpilot/core/galaxy.yml").read_text())
+    assert ee["options"]["tags"] == ["specpilot-ee:%s" % galaxy["version"]]
+    settings = (ROOT / "playbooks" / "vars" / "awx" / "settings.yml").read_text()
+    default = re.search(r"specpilot_awx_ee_image: .*default\('([^']+)'", settings).group(1)
+    assert default.endswith("/specpilot-ee:%s" % galaxy["version"])
+    awx_ees = yaml.safe_load((ROOT / "playbooks" / "vars" / "awx" / "execution_environments.yml").read_text())
+    assert [e["pull"] for e in awx_ees["controller_execution_environments"]] == ["missing"]
+    assert ":latest" not in EE_FILE.read_text() + settings
+
+
+def test_ansible_navigator_runs_the_ee_the_build_tags(ee):
+    navigator = yaml.safe_load((ROOT / "ansible-navigator.yml").read_text())["ansible-navigator"]
+    assert navigator["execution-environment"]["image"] == ee["options"]["tags"][0]
+    assert navigator["execution-environment"]["pull"]["policy"] == "missing"
+    assert {"K8S_AUTH_KUBECONFIG", "K8S_AUTH_HOST", "K8S_AUTH_API_KEY"} <= set(
+        navigator["execution-environment"]["environment-variables"]["pass"]
+    )

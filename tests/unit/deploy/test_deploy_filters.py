@@ -172,3 +172,4 @@ def test_the_exported_result_after_a_change_says_how_the_rollout_ended():
     skipped = deploy_result(decided, {"skipped": True, "changed": False})
     assert skipped["rollout"] == {"done": False, "elapsed": 0, "message": "not waited for"}
     assert skipped["url"] == "http://old"
+

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Action plugin of specpilot.core.k8s_job: a batch/v1 Job's whole cycle (create, wait with progress and
 the lock renewed, log, delete) with the collection's Job runner (plugin_utils/job_runner.py), the one the
 cluster probe and specpilot.core.k8s_job_wait use too. The documented module in plugins/modules/k8s_job.py

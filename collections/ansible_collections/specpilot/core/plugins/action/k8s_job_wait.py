@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
-# Apache-2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Action plugin of specpilot.core.k8s_job_wait: wait for a batch/v1 Job and show its progress.
 
 It runs on the controller and polls the cluster in the worker process - the Job and its pods through

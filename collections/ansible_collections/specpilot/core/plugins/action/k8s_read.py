@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Action plugin of specpilot.core.k8s_read: objects read through kubernetes.core's k8s lookup in the
 Ansible worker process (plugin_utils/k8s_reader.py: bounded requests, transient errors retried), returned
 as kubernetes.core.k8s_info returns them (``resources``), without a module process."""

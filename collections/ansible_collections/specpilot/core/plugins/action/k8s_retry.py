@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Action plugin of specpilot.core.k8s_retry: kubernetes.core.k8s, run again while it fails with a
 transient error, with exponential backoff and full jitter (the retries an ``until:`` loop would make at
 a fixed delay).  The connection options (module_defaults group/specpilot.core.k8s) are passed on to

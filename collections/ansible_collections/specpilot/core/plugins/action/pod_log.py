@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Action plugin of specpilot.core.pod_log: a pod's log, read in the Ansible worker process with
 plugin_utils/k8s_api.py's client (kubernetes.core's get_api_client), returned as kubernetes.core.k8s_log
 returns it (``log``, ``log_lines``) without a module process (about a second of CPU a read; the smoke

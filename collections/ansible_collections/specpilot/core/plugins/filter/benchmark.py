@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
-# Apache-2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Filters of the benchmark role, for the decisions of one step (the rest is planned once by
 specpilot.core.benchmark_plan): a tuning candidate's twin, how long the twin's lock lasts, where an
 InferenceService answers, and why the deployed service cannot be measured.  The logic lives in module_utils/benchmark/bench_plan.py.

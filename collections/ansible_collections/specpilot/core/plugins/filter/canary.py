@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
-# Apache-2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Filters of the canary role: what a run does with the live service, how long its lock lasts, where
 each arm's pods answer, whether the cluster can split traffic at all, and Knative mode's split, waits and
 abort.  The logic lives in

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
-# Apache-2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Filters of the staging roles: the status ConfigMap data after a staging Job, readable
 one-line summaries, and Kubernetes quantities in bytes."""
 
@@ -14,6 +15,30 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.specpilot.core.plugins.module_utils.staging.pvc_staging import PlanError, status_data
 from ansible_collections.specpilot.core.plugins.module_utils.staging.stager import human
+
+
+# the sources the staging program (module_utils/staging/stager.py) fetches with a package that is not in the
+# standard library, and that package: https:// and http:// need only python3
+STAGER_PACKAGES = {"hf": "huggingface_hub", "s3": "boto3"}
+
+
+def stage_image_problem(artifacts, image, schemes=None):
+    """The staging plan's artifacts | stage_image_problem(image, schemes) -> why the staging image cannot fetch
+    their sources ('' when it can): an hf:// or s3:// source needs its package in the image, which the role knows
+    only from specpilot_stage_pvc_image_schemes (the default image, python:3.12-slim, has neither)."""
+    can = {str(s).lower().split(":", 1)[0] for s in (schemes or [])}
+    problems = []
+    for art in artifacts or []:
+        uri = str(art.get("uri") or "")
+        scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+        if scheme in STAGER_PACKAGES and scheme not in can:
+            problems.append(
+                "specpilot_%s.uri is %s: the staging image %s cannot fetch %s:// (the staging program needs %s in it). "
+                "Set specpilot_stage_pvc_image to an image with %s and add %s to specpilot_stage_pvc_image_schemes, "
+                "or stage the model another way (an https:// source, a PVC filled beforehand, option A or B)."
+                % (art.get("role"), uri, image, scheme, STAGER_PACKAGES[scheme], STAGER_PACKAGES[scheme], scheme)
+            )
+    return " ".join(problems)
 
 
 def stage_status_data(plan, result):
@@ -131,6 +156,7 @@ def modelcar_build_lines(build, spec_digest=None):
 class FilterModule(object):
     def filters(self):
         return {
+            "stage_image_problem": stage_image_problem,
             "stage_status_data": stage_status_data,
             "stage_summary_line": stage_summary_line,
             "stage_result_line": stage_result_line,

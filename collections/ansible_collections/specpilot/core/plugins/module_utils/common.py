@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Small helpers every part of the collection uses: nested lookups in API objects, Kubernetes
 timestamps, defaults a caller's settings override, and files written only when their content changes.
 Pure standard library."""

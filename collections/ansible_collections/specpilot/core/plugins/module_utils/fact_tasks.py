@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The work of the modules that only read, compute and write reports (vllm_log_facts,
 vllm_metrics_facts, smoke_verdict, report_write, canary_report and canary_step), as functions of the
 task's parameters.

@@ -146,6 +146,15 @@ options:
 seealso:
   - module: specpilot.core.vllm_metrics_facts
   - module: specpilot.core.monitoring
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -212,6 +212,15 @@ seealso:
   - module: specpilot.core.spec_validate
   - module: specpilot.core.vllm_load
   - module: specpilot.core.benchmark_report
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -156,6 +156,16 @@ seealso:
 requirements:
   - python >= 3.9
   - matplotlib (plots)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: In check mode the verdict is computed and nothing is written.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

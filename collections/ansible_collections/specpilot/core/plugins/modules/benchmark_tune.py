@@ -98,6 +98,16 @@ seealso:
 requirements:
   - python >= 3.9
   - matplotlib (plot)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: In check mode nothing is written.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

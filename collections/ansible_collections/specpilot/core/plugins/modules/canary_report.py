@@ -29,6 +29,16 @@ options:
     description: Draw C(latency.png) (both arms' p50 and p99 of TTFT, TPOT and E2E per step), linked from the Markdown.
     type: bool
     default: true
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: In check mode nothing is written.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -116,7 +116,10 @@ options:
     description: The namespace of the arms' pods; required with O(prometheus_url).
     type: str
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.actiongroups
   - specpilot.core.held_lock
+  - kubernetes.core.k8s_auth_options
   - specpilot.core.k8s_auth
   - specpilot.core.k8s_read
 notes:
@@ -125,6 +128,18 @@ notes:
     O(lock).
 requirements:
   - prometheus-client
+attributes:
+  check_mode:
+    support: full
+    details: The step reads the arms and judges them; it writes nothing itself.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+  action_group:
+    support: full
+    membership:
+      - specpilot.core.k8s
 """
 
 EXAMPLES = r"""

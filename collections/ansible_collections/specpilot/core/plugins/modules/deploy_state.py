@@ -103,6 +103,9 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.actiongroups
+  - kubernetes.core.k8s_auth_options
   - specpilot.core.k8s_auth
   - specpilot.core.k8s_read
 notes:
@@ -110,6 +113,17 @@ notes:
 seealso:
   - module: specpilot.core.rollout_wait
   - module: kubernetes.core.k8s_info
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+  action_group:
+    support: full
+    membership:
+      - specpilot.core.k8s
 """
 
 EXAMPLES = r"""

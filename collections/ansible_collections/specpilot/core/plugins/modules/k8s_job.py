@@ -100,13 +100,28 @@ options:
     type: str
     default: "specpilot-stage: "
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.actiongroups
   - specpilot.core.held_lock
+  - kubernetes.core.k8s_auth_options
   - specpilot.core.k8s_auth
   - specpilot.core.k8s_auth.more
 
 seealso:
   - module: specpilot.core.k8s_job_wait
   - module: kubernetes.core.k8s
+attributes:
+  check_mode:
+    support: full
+    details: Nothing is written; C(changed) says whether a Job would be created.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+  action_group:
+    support: full
+    membership:
+      - specpilot.core.k8s
 """
 
 EXAMPLES = r"""

@@ -78,7 +78,10 @@ options:
     type: str
     default: "specpilot-stage: "
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.actiongroups
   - specpilot.core.held_lock
+  - kubernetes.core.k8s_auth_options
   - specpilot.core.k8s_auth
   - specpilot.core.k8s_auth.more
 
@@ -89,6 +92,18 @@ seealso:
   - module: specpilot.core.stage_pvc_plan
   - module: kubernetes.core.k8s_info
   - module: kubernetes.core.k8s_log
+attributes:
+  check_mode:
+    support: partial
+    details: In check mode it returns at once, C(skipped) (nothing to wait for when nothing was changed).
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+  action_group:
+    support: full
+    membership:
+      - specpilot.core.k8s
 """
 
 EXAMPLES = r"""

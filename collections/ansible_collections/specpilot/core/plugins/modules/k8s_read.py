@@ -50,11 +50,25 @@ options:
     elements: str
     default: []
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.actiongroups
+  - kubernetes.core.k8s_auth_options
   - specpilot.core.k8s_auth
   - specpilot.core.k8s_read
 
 seealso:
   - module: kubernetes.core.k8s_info
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+  action_group:
+    support: full
+    membership:
+      - specpilot.core.k8s
 """
 
 EXAMPLES = r"""

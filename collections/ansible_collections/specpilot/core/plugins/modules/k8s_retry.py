@@ -45,6 +45,9 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.actiongroups
+  - kubernetes.core.k8s_auth_options
   - specpilot.core.k8s_auth
 notes:
   - The connection options (module_defaults C(group/specpilot.core.k8s)) are passed to C(kubernetes.core.k8s) where
@@ -53,6 +56,19 @@ notes:
     modules see).
 requirements:
   - kubernetes.core >= 6.0 and the kubernetes Python client on the controller
+attributes:
+  check_mode:
+    support: full
+    details: A server-side apply is a server-side dry run (C(dryRun=All)); other calls as C(kubernetes.core.k8s) makes them.
+  diff_mode:
+    support: full
+    details: With C(--diff), the difference the apply makes (or would make, in check mode).
+  platform:
+    platforms: posix
+  action_group:
+    support: full
+    membership:
+      - specpilot.core.k8s
 """
 
 EXAMPLES = r"""

@@ -49,10 +49,24 @@ options:
 notes:
   - Read-only; never reports C(changed). Supports check mode.
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.actiongroups
+  - kubernetes.core.k8s_auth_options
   - specpilot.core.k8s_auth
   - specpilot.core.k8s_read
 seealso:
   - module: specpilot.core.spec_validate
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+  action_group:
+    support: full
+    membership:
+      - specpilot.core.k8s
 """
 
 EXAMPLES = r"""

@@ -81,6 +81,16 @@ notes:
 seealso:
   - module: specpilot.core.modelcar_build
   - module: specpilot.core.stage_pvc_plan
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Says whether a run would fetch the artifact (from its marker); fetches nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

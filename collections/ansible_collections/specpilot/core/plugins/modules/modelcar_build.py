@@ -137,6 +137,16 @@ notes:
 seealso:
   - module: specpilot.core.model_fetch
   - module: specpilot.core.modelcar_reclaim
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Builds the layout (a local cache) and inspects the registry, but pushes nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -121,6 +121,16 @@ notes:
 
 seealso:
   - module: specpilot.core.modelcar_build
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads the registry, computes the new manifest and digest, and uploads nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -139,6 +139,15 @@ notes:
     the traffic condition.
   - "Alert annotations hold Prometheus templates (C({{ $value }})); ansible-core does not template module
     results, so they reach the files and the cluster unchanged."
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -56,11 +56,26 @@ options:
     type: int
     default: 120
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.actiongroups
+  - kubernetes.core.k8s_auth_options
   - specpilot.core.k8s_auth
   - specpilot.core.k8s_auth.more
 
 seealso:
   - module: kubernetes.core.k8s_exec
+attributes:
+  check_mode:
+    support: full
+    details: The command runs in check mode too (it must only read); the module never reports C(changed).
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+  action_group:
+    support: full
+    membership:
+      - specpilot.core.k8s
 """
 
 EXAMPLES = r"""

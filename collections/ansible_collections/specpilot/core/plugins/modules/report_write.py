@@ -48,6 +48,16 @@ options:
         E2E per step), linked from the Markdown. Without matplotlib the report's notes say why there is none.
     type: bool
     default: true
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Nothing is written unless the task sets C(check_mode=false).
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -72,7 +72,10 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.actiongroups
   - specpilot.core.held_lock
+  - kubernetes.core.k8s_auth_options
   - specpilot.core.k8s_auth
   - specpilot.core.k8s_read
 notes:
@@ -80,6 +83,18 @@ notes:
   - Read-only; never reports C(changed). In check mode it returns at once with C(skipped).
 seealso:
   - module: specpilot.core.deploy_state
+attributes:
+  check_mode:
+    support: partial
+    details: In check mode it returns at once, C(skipped) (nothing to wait for when nothing was changed).
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+  action_group:
+    support: full
+    membership:
+      - specpilot.core.k8s
 """
 
 EXAMPLES = r"""

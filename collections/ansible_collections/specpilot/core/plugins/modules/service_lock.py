@@ -76,6 +76,9 @@ options:
     type: dict
     default: {}
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.actiongroups
+  - kubernetes.core.k8s_auth_options
   - specpilot.core.k8s_auth
   - specpilot.core.k8s_read
 notes:
@@ -86,6 +89,18 @@ notes:
     (at most 4 times) - so a real race ends in a refusal that names the winner.
 seealso:
   - module: specpilot.core.deploy_state
+attributes:
+  check_mode:
+    support: full
+    details: Nothing is written; it says who holds the lock.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+  action_group:
+    support: full
+    membership:
+      - specpilot.core.k8s
 """
 
 EXAMPLES = r"""

@@ -81,6 +81,16 @@ notes:
 seealso:
   - module: specpilot.core.vllm_metrics_facts
   - module: specpilot.core.smoke_verdict
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Inference requests change nothing that check mode protects, so they are sent in check mode too.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -176,6 +176,15 @@ seealso:
   - module: specpilot.core.smoke_probe
   - module: specpilot.core.vllm_log_facts
   - module: specpilot.core.vllm_metrics_facts
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

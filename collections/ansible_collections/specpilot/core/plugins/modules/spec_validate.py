@@ -219,6 +219,16 @@ seealso:
   - name: Service spec schema
     description: The reference of every spec field (generated from the collection).
     link: https://example.invalid/specpilot/schemas/service.schema.json
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Nothing is written (no rendered manifests).
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -176,6 +176,15 @@ notes:
 seealso:
   - module: specpilot.core.k8s_job_wait
   - module: specpilot.core.spec_validate
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

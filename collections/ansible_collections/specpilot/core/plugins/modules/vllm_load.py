@@ -206,9 +206,10 @@ options:
     type: str
   lock_connection:
     description:
-      - The API connection of O(lock)'s renewal - kubernetes.core's connection options C(kubeconfig),
-        C(context), C(host), C(api_key), C(validate_certs), C(ca_cert), and C(retries) and C(request_timeout)
-        of the Lease writes. Unset, kubernetes.core's defaults apply (C(K8S_AUTH_*), C(KUBECONFIG)).
+      - The API connection of O(lock)'s renewal - any of kubernetes.core's connection options (its doc fragment
+        C(kubernetes.core.k8s_auth_options) - C(kubeconfig), C(context), C(host), C(api_key), C(client_cert),
+        C(proxy), C(impersonate_user) ...), and C(retries) and C(request_timeout) of the Lease writes. Unset,
+        kubernetes.core's defaults apply (C(K8S_AUTH_*), C(KUBECONFIG)).
       - This module is not in the action group C(specpilot.core.k8s) (its O(validate_certs) is the engine's);
         the project's playbooks set this option with C(module_defaults) from the same C(specpilot_k8s_*)
         variables as the group's.
@@ -216,6 +217,7 @@ options:
     default: {}
 
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - specpilot.core.held_lock
 
 notes:
@@ -235,6 +237,14 @@ requirements:
   - python >= 3.9
   - aiohttp
   - prometheus-client (acceptance figures)
+attributes:
+  check_mode:
+    support: partial
+    details: In check mode nothing is sent; the result says so.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -86,6 +86,15 @@ seealso:
 requirements:
   - python >= 3.9
   - prometheus-client
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

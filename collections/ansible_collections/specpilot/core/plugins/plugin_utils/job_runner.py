@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The one Job runner of the collection: a batch/v1 Job's cycle from a controller-side action.
 
 ``create`` writes the Job and what it mounts (its ConfigMap) and ``delete`` removes them, both through

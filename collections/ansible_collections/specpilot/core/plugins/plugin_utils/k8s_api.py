@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Writes, execs and log reads from controller-side plugins, in the Ansible worker process, with the kubernetes
 client ansible-playbook has already imported (callback/preload.py) instead of a kubernetes.core module
 run (a new Python process that imports the client again: about a second of CPU a call).

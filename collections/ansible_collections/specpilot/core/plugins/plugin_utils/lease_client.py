@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
-# Apache-2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The service lock's writes, for the action plugins that hold it: ``specpilot.core.service_lock``
 (take, renew, release), and ``specpilot.core.rollout_wait``, ``specpilot.core.canary_step``,
 ``specpilot.core.k8s_job_wait`` and ``specpilot.core.vllm_load``, which renew it while they wait

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Run a write from an action plugin (a kubernetes.core module, or a k8s_api.Writer call: both answer
 with a module's result), again while it fails with a transient error (module_utils/k8s/deploy_retry.py:
 ``retryable`` decides, ``Backoff`` waits - exponential backoff with full jitter).  The result carries

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Run a long module and show its progress while it runs (module_utils/report/progress.py): the module
 runs in a thread of the action; every few seconds the new lines of its progress file are shown, so
 a multi-GB download or a Modelcar build reports bytes and rate in ansible-playbook's output and in

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Analysis of baseline vs speculative benchmark runs: statistics, ratios and the verdict.
 
 Pure functions over plain data (the results of ``bench_client`` runs, or summaries built

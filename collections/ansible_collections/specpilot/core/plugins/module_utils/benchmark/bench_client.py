@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Streaming load generator for OpenAI-compatible vLLM servers (the specpilot benchmark).
 
 Self-contained on purpose: it imports only the standard library and ``aiohttp``, so the same

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """specpilot.core.vllm_load: the load of one side at its levels (bench_client.py), or the runs a Job
 printed (bench_client.py as a script, or vLLM's own ``vllm bench serve``), as the runs
 module_utils/benchmark/bench_analysis.py and the report compare.
@@ -14,7 +15,7 @@ import json
 import traceback
 
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import vllm_bench
-from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import HELD_LOCK
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import HELD_LOCK, K8S_CONNECTION
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_analysis import (
     acceptance_from_scrapes,
     summarise_run,
@@ -42,16 +43,7 @@ __all__ = [
 
 # what lock_connection may hold: kubernetes.core's connection options (group/specpilot.core.k8s) and the
 # lock's API retries and request timeout
-LOCK_CONNECTION_KEYS = (
-    "kubeconfig",
-    "context",
-    "host",
-    "api_key",
-    "validate_certs",
-    "ca_cert",
-    "retries",
-    "request_timeout",
-)
+LOCK_CONNECTION_KEYS = tuple(K8S_CONNECTION) + ("retries", "request_timeout")
 
 # the options of the module and its action plugin (DOCUMENTATION in plugins/modules/vllm_load.py)
 ARGS = dict(

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """What the benchmark role measures, worked out once from the validated plan and the role's
 settings (the module specpilot.core.benchmark_plan; the filters of plugins/filter/benchmark.py):
 the load levels, the report directory, the workload, the baseline twin, the temperature sweep,

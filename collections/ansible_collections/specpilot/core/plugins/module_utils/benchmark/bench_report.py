@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The benchmark report: the five context fields, JSON, Markdown and PNG plots.
 
 Numbers without their context cannot be reproduced or trusted, so every report carries:

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Speculation that knows its load: a batch-size schedule of k from a sweep of concurrency x k.
 
 The schedule sweep of the tuning run (``tune.yml -e specpilot_benchmark_tune_schedule=true``)

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The schedule sweep in tune.md and tune_schedule.png (issue 37): the crossover and the schedule in
 words, the cells that no measurement decided, the spec snippet to paste, and a heatmap of the bound
 figure's speedup over concurrency x k with invalid and inconclusive cells marked. Reads the

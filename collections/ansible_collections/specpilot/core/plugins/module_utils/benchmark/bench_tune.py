@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The tuning run's choice: which speculative config serves the service best under its SLO.
 
 The tuning run (``playbooks/tune.yml``, the ``tune`` entry point of the benchmark role) measures one

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The benchmark's decision, beyond the noise: keep, rollback, inconclusive or invalid.
 
 Pure functions over ``bench_analysis`` summaries (their ``samples``: one row per timed request).
@@ -15,7 +16,7 @@ Pure functions over ``bench_analysis`` summaries (their ``samples``: one row per
 2. **Ratios with confidence intervals** (:func:`ratios`). TTFT, TPOT, E2E (baseline /
    speculative) and per-request tok/s (speculative / baseline), at p50 and p99, each with a 95%
    interval from a paired two-stage bootstrap: the same prompts are drawn with replacement on
-   both sides, then each prompt's runs. > 1 means speculative decoding is better.
+   both sides, then each prompt's runs (numpy, every resample at once). > 1 means speculative decoding is better.
 3. **The decision** (:func:`decide`), by the service's policy (``workload.slo`` of the spec):
 
    * ``slo`` (default): the figure the service is bound by (``bound_by``, default TPOT) must
@@ -35,7 +36,6 @@ completions of both sides at temperature 0; ``temperature_sweep`` bands acceptan
 from __future__ import annotations
 
 import math
-import random
 
 from ansible_collections.specpilot.core.plugins.module_utils.common import with_defaults
 from ansible_collections.specpilot.core.plugins.module_utils.service.spec import SLO_DEFAULTS
@@ -182,9 +182,34 @@ def _stat_pair(bvals, svals, q, higher_better):
     return _ratio(sorted_percentile(sorted(bvals), q), sorted_percentile(sorted(svals), q), higher_better)
 
 
-def _resample(clusters, pick, rng):
-    """The second stage of the bootstrap: each picked prompt's runs drawn with replacement, sorted."""
-    return sorted(v for i in pick for v in (rng.choice(clusters[i]) for _unused in clusters[i]))
+def _numpy():
+    """numpy, imported at the first bootstrap (the preload callback imports every filter at each run's start)."""
+    import numpy
+
+    return numpy
+
+
+def _padded(clusters, ids):
+    """The runs of each prompt of ``ids`` as rows of a NaN-padded matrix, and each row's count."""
+    np = _numpy()
+    counts = np.array([len(clusters[i]) for i in ids])
+    values = np.full((len(ids), int(counts.max())), np.nan)
+    for row, i in enumerate(ids):
+        values[row, : counts[row]] = clusters[i]
+    return values, counts
+
+
+def _resampled_percentiles(values, counts, picks, rng, qs):
+    """The second stage of the bootstrap, for every resample at once: each picked prompt (``picks``, one row per
+    resample) contributes as many of its runs as it has, drawn with replacement; the ``qs`` percentiles of each
+    resample (linear interpolation, as sorted_percentile), one row per q."""
+    np = _numpy()
+    runs = counts[picks]
+    width = values.shape[1]
+    drawn = np.floor(rng.random(picks.shape + (width,)) * runs[..., None]).astype(int)
+    got = values[picks[..., None], drawn]
+    got[np.arange(width) >= runs[..., None]] = np.nan
+    return np.nanpercentile(got.reshape(len(picks), -1), qs, axis=1)
 
 
 def _interval(dist, policy):
@@ -193,7 +218,7 @@ def _interval(dist, policy):
     return [sorted_percentile(dist, tail), sorted_percentile(dist, 100.0 - tail)]
 
 
-def _figure_ci(bc, sc, higher_better, policy, rng):
+def _figure_ci(bc, sc, higher_better, policy, seed):
     """{value, ci95, p99: {value, ci95}, prompts, samples} of one figure (value and ci95 at p50)."""
     ids = sorted(set(bc) & set(sc))
     entry = {"prompts": len(ids), "samples": [sum(len(bc[i]) for i in ids), sum(len(sc[i]) for i in ids)]}
@@ -201,13 +226,15 @@ def _figure_ci(bc, sc, higher_better, policy, rng):
     sall = [v for i in ids for v in sc[i]]
     boot = {50: [], 99: []}
     if ids:
-        for _unused in range(policy["resamples"]):
-            pick = [rng.choice(ids) for _unused in ids]
-            bs, ss = _resample(bc, pick, rng), _resample(sc, pick, rng)
-            for q in boot:
-                r = _ratio(sorted_percentile(bs, q), sorted_percentile(ss, q), higher_better)
-                if r is not None:
-                    boot[q].append(r)
+        np = _numpy()
+        rng = np.random.default_rng(seed)
+        picks = rng.integers(0, len(ids), size=(policy["resamples"], len(ids)))  # the same prompts on both sides
+        bq = _resampled_percentiles(*_padded(bc, ids), picks, rng, [50, 99])
+        sq = _resampled_percentiles(*_padded(sc, ids), picks, rng, [50, 99])
+        for row, q in enumerate((50, 99)):
+            num, den = (sq[row], bq[row]) if higher_better else (bq[row], sq[row])
+            usable = den > 0
+            boot[q] = (num[usable] / den[usable]).tolist()
     for q in (50, 99):
         dist = sorted(boot[q])
         stat = {
@@ -230,13 +257,12 @@ def ratios(baseline, speculative, policy=None):
     out = {}
     for n, fig in enumerate(FIGURES):
         key, higher_better = _SAMPLE_KEYS[fig]
-        rng = random.Random(policy["seed"] * 1000 + n)
         out[fig] = _figure_ci(
             _clusters((baseline or {}).get("samples"), key),
             _clusters((speculative or {}).get("samples"), key),
             higher_better,
             policy,
-            rng,
+            policy["seed"] * 1000 + n,
         )
     return out
 
@@ -247,11 +273,10 @@ def p99_interval(summary, key, policy):
     ids = sorted(clusters)
     if not ids:
         return {"value": None, "ci95": None}
-    rng = random.Random(policy["seed"] + 7)
-    dist = []
-    for _unused in range(policy["resamples"]):
-        pick = [rng.choice(ids) for _unused in ids]
-        dist.append(sorted_percentile(_resample(clusters, pick, rng), 99))
+    np = _numpy()
+    rng = np.random.default_rng(policy["seed"] + 7)
+    picks = rng.integers(0, len(ids), size=(policy["resamples"], len(ids)))
+    dist = _resampled_percentiles(*_padded(clusters, ids), picks, rng, [99])[0].tolist()
     return {
         "value": sorted_percentile(sorted(v for i in ids for v in clusters[i]), 99),
         "ci95": _interval(sorted(dist), policy),

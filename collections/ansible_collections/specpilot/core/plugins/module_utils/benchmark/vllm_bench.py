@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """vLLM's own ``vllm bench serve``: read what it prints (or its ``--save-result`` JSON) and turn
 it into the per-level summary that bench_analysis compares (the shape of ``summarise_run``).
 

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """One readable block that says why a rollout did not become ready, and what to do.
 
 Input: what the deploy role gathered after the wait failed or timed out: the rollout status

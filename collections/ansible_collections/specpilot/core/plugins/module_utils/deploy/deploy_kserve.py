@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """What the cluster's KServe can do, read from its CRDs; strict validation against them.
 
 KServe publishes no version object, but every release that matters to specpilot left a mark

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Has the new rollout of an InferenceService finished, is it still going, or has it failed?
 
 KServe's ``Ready`` condition alone cannot answer this: right after an update it still describes

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """What deploy decides from the validated plan and the live objects.
 
 * :func:`sync_status`: is a live object already what server-side apply would make of the

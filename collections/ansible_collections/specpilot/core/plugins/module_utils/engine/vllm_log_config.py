@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """What a vLLM engine log prints of its speculative config: the engine-init line's ``SpeculativeConfig(...)``
 repr and the requested ``speculative_config`` dict, as :class:`engine.vllm_logs.LogParser` reads them.
 Pure standard library."""

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The warnings and start errors of a vLLM engine log that matter for speculative decoding
 (:data:`ISSUE_RULES`), as :class:`engine.vllm_logs.LogParser` classifies its records.
 Pure standard library."""

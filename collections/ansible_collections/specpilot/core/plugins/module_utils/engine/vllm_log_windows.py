@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The speculative metrics windows of a vLLM engine log: the key/value body of one ``SpecDecoding metrics:``
 or ``Speculative metrics:`` line (read by key, never by position), one window's fields, and the
 draft-weighted sums over the windows (:class:`_Accumulator`), as :class:`engine.vllm_logs.LogParser`
@@ -160,7 +161,6 @@ def parse_metrics_pairs(body):
             val = round(val / 100.0, 9)
         out[field] = val
     return out, extra
-
 
 
 class _Accumulator(object):

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Streaming parser for vLLM engine logs: speculative-decoding facts.
 
 Pure standard library. The parser reads a log line by line (constant memory, any size), so it

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """vLLM ``/metrics`` facts for speculative decoding.
 
 The Prometheus text is parsed with prometheus_client's public parser

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Argument specs of the deploy modules (shared by each module and its action plugin), and the main() of
 the modules whose work only their action plugin does."""
 
@@ -26,15 +27,33 @@ __all__ = [
     "K8S_READ",
 ]
 
-# The connection options of kubernetes.core (doc fragment specpilot.core.k8s_auth) that every module of the
+# The connection options of kubernetes.core, all of them (its doc fragment kubernetes.core.k8s_auth_options and its
+# module_utils/args_common.py AUTH_ARG_SPEC; tests/unit/test_connection.py compares the two), that every module of the
 # action group specpilot.core.k8s (meta/runtime.yml) takes, so that one module_defaults entry sets them all.
 K8S_CONNECTION = {
     "kubeconfig": {"type": "raw"},
     "context": {"type": "str"},
     "host": {"type": "str"},
     "api_key": {"type": "str", "no_log": True},
+    "username": {"type": "str"},
+    "password": {"type": "str", "no_log": True},
     "validate_certs": {"type": "bool", "aliases": ["verify_ssl"]},
     "ca_cert": {"type": "path", "aliases": ["ssl_ca_cert"]},
+    "client_cert": {"type": "path", "aliases": ["cert_file"]},
+    "client_key": {"type": "path", "aliases": ["key_file"]},
+    "proxy": {"type": "str"},
+    "no_proxy": {"type": "str"},
+    "proxy_headers": {
+        "type": "dict",
+        "options": {
+            "proxy_basic_auth": {"type": "str", "no_log": True},
+            "basic_auth": {"type": "str", "no_log": True},
+            "user_agent": {"type": "str"},
+        },
+    },
+    "persist_config": {"type": "bool"},
+    "impersonate_user": {"type": "str"},
+    "impersonate_groups": {"type": "list", "elements": "str"},
 }
 
 # ... and the ``auth`` dict of the actions that take more of kubernetes.core's options (client_cert, proxy, ...)

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Is a failed API call worth retrying, and how long to wait before it: the one retry helper of the
 collection (the Kubernetes reads and Lease writes of plugin_utils, the OCI registry client).
 

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Reading a batch/v1 Job while it runs: its state, why its pod is stuck, which log lines are
 new, and the result or error line a specpilot program prints last."""
 

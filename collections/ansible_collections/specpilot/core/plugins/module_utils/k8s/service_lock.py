@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The per-service lock that every run writing a service takes: deploy, rollback, the guard's
 rollback, the benchmark's twin.
 

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The acceptance band rule applied to one reading, with the temperature it was read at.
 
 The rule (bench_verdict.BANDS, one source): draft acceptance below 0.5 - speculative decoding likely

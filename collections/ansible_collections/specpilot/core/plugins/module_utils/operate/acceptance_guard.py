@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The acceptance guard: is speculative decoding on, what did the last window show, and what to do.
 
 One guard run per service gives one *reading* (acceptance, drafted tokens, per-position acceptance)

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The closed-loop canary: one step's window of live traffic per arm, and the step's decision.
 
 Pure functions. An *arm* is the stable predictor (baseline) or the canary (speculative); each

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """A canary step's arms read from Prometheus instead of their pods' ``/metrics``.
 
 Each read gives, per arm, the window :func:`canary.arm_window` gives from two scrapes (requests and

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """PromQL, a PrometheusRule and a Grafana dashboard for one speculative-decoding service.
 
 Metric names are the ones vLLM exports as scraped (``../shared/reference/vllm-facts.md`` section

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The one Prometheus HTTP API client of specpilot's readings (the acceptance guard's, the canary's):
 instant queries (``GET /api/v1/query?query=...&time=...``) answered as a vector.
 

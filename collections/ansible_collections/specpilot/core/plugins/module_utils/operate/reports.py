@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The Markdown of the rollback and guard reports, from the results their roles assemble.
 
 Every report of the collection is rendered in Python, beside the decisions it reports (smoke:

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """What a rollback of one service must write, decided from the LIVE InferenceService.
 
 * :func:`strip_speculative`: the engine args without ``--speculative-config`` (both the

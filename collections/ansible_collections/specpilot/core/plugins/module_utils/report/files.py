@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The one way a report reaches the disk: ``<basename>.json`` and ``<basename>.md`` in a directory.
 
 Every report of the collection (smoke, benchmark, tuning, canary, rollback, guard) is a dict and its

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """matplotlib for the reports' PNG plots (Agg backend: no display needed), imported the first time a
 report draws, not when a module or plugin loads. ansible-playbook imports specpilot's plugins once
 (callback/preload.py), and most playbooks draw nothing: matplotlib and numpy cost about 0.2 s of CPU

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Progress of a long module while it runs. A module's output is its JSON result, at the end; so a
 long module (model_fetch, modelcar_build) writes its progress lines through a ProgressTee, which
 keeps them for the result and appends each to ``progress_file`` at once. The module's action plugin

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """A short-lived probe Job in the cluster: the vLLM release inside the runtime image, and the model
 facts of a PVC as the predictor will see them.  Pure: the plan (ConfigMap + Job), the parser of the
 Job's log line, the caches.  The action specpilot.core.cluster_probe creates, waits, reads and deletes.

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Model facts of a local directory and draft/target compatibility (model_facts.py merges the facts typed in
 the spec with those read at the artifact's source).
 

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """GPU memory budget of one replica, as vLLM's V1 engine counts it.
 
 vLLM V1 (``vllm/v1/worker/gpu_worker.py``, ``Worker.determine_available_memory``; 0.32.0 read)

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """KServe rules that the CRD schema cannot express: version gates and webhook checks.
 
 They run on the *final* InferenceService (after the user's overrides), so a manifest

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Model facts read at the artifact's source: ``config.json`` and the tokenizer, never weights.
 
 What the compatibility and GPU-memory checks need (architecture, model_type, hidden_size, vocab_size,

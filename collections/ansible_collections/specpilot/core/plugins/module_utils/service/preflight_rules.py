@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Pre-flight rules that depend on the vLLM release *and* on the rest of the service spec.
 
 Each rule below was read from vLLM's source at the release tags (the wheels on PyPI, whose
@@ -254,7 +255,7 @@ _LORA_FIXED_V1 = "0.11.1"
 
 def _lora_enabled(extra):
     for arg in extra or ():
-        name, _, value = str(arg).partition("=")
+        name, _sep, value = str(arg).partition("=")
         if name.replace("_", "-") == "--enable-lora":
             return value.lower() not in ("false", "0", "no")
     return False

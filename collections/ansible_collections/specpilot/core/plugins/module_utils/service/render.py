@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Render the ServingRuntime and InferenceService of a validated spec.
 
 Rendering happens in Python so that KServe's Go template ``{{.Name}}`` in the runtime

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The service spec: its JSON Schema, assembly from ``specpilot_*`` variables, defaults.
 
 A service is described by inventory variables ``specpilot_<key>``.  The validator works on

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Run-time overrides of the speculative method and num_speculative_tokens of a service spec.
 
 ``specpilot_override_method`` and ``specpilot_override_num_speculative_tokens`` (see

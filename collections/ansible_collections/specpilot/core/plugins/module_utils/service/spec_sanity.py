@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """What JSON Schema cannot say about a spec, checked before it: every finding names its field.
 
 - NaN and infinity anywhere (JSON Schema's ``minimum``/``maximum`` let NaN through: every

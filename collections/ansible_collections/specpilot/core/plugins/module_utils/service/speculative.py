@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Check a speculative config against a vLLM profile, and render it as engine arguments.
 
 The profile (see vllm_profiles) is a JSON Schema with an ``x-specpilot`` block.  The

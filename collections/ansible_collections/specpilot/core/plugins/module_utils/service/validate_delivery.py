@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """How one service's artifacts reach the pod, as validate() plans it: the delivery (storage_uri, storage_uris,
 Modelcar, PVC), which artifacts are delivered, their mount paths, and the staging they need."""
 

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The images a service runs, as validate() checks them: the runtime image pinned by tag or digest (or by the
 image_pins option), the upstream image's root user, and a digest's form."""
 

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The JSON Schema phase of validate(): the schemas (built in, or exported files for the schema_dir option)
 and each schema error as a finding with the variable path and a fix."""
 

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """validate(): the whole preflight of one service spec, and its plan.
 
 Order: the service schema, versions and the vLLM profile, delivery and paths, the model

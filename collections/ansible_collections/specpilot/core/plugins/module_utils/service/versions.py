@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Version strings of vLLM and KServe as comparable tuples.
 
 Accepted forms: ``0.20``, ``0.20.0``, ``v0.19.1``, ``0.6.3.post1``, ``0.10.1.1``,

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The facts read from each examined vLLM release's source: the eras of its speculative-config surface, the
 keys of the config (:data:`KEYS`) and the methods (:data:`METHODS`) with the releases that have them, and what
 each method needs.  :mod:`service.vllm_profiles` builds the version profiles from them."""

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The cross-key rules of a version profile (the JSON Schema ``allOf`` entries with their message and fix):
 what each method needs, the synthetic keys, and the options only some methods take."""
 

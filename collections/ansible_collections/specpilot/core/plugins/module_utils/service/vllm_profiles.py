@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """What vLLM accepts as a speculative-decoding configuration, release by release.
 
 This module is the single source of the version profiles.  The facts (the keys and

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The one check before model data is deleted: never what a service serves, never outside its root.
 
 A path to delete is refused when, after normalisation (``a/../b``, ``//``, ``.``), it

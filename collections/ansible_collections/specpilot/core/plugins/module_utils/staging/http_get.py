@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The one way the modules GET a page over HTTP (an engine's /metrics, Prometheus' query API): over
 ansible-core's ``open_url`` (proxies, CA bundles, TLS options), following only safe redirects, with
 the headers as strings, and always closing the response."""

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The facts of a model directory: ``config.json`` and the tokenizer files, never the weights.
 
 One file, Python 3.8+ standard library only, so that it runs unchanged in two places:

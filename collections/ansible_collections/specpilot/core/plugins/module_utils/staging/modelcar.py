@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Build, push and verify a Modelcar image: the OCI layout writer (oci_layout) plus skopeo.
 
 Default backend (no container engine): write the image as an OCI layout, then

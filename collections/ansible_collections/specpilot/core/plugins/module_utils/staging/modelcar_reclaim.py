@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Option B draft reclaim: the Modelcar image without its draft layer, by manifest surgery.
 
 The image is never pulled and no layer is uploaded again. Through the registry's HTTP API

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """A small writer of OCI image layouts for Modelcar images (standard library only).
 
 Deterministic by construction, so that the same inputs give the same digests:

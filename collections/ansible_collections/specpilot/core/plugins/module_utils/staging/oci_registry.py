@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The part of the OCI distribution API that skopeo does not offer: which blobs a registry already
 has (``HEAD /v2/<name>/blobs/<digest>``, to know what a push uploads), and manifest surgery without
 moving layers (``modelcar_reclaim``): manifests by digest or tag with the usual ``Accept`` types,

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Plan of a PVC staging run (option C): what to stage, whether a Job is needed, and the
 manifests of that Job.
 

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """specpilot's staging program: copy model artifacts into a directory, resumably and verified.
 
 One file, Python 3.8+ standard library only, so that it runs unchanged in three places:

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The predictor pod seen from inside, as the reference guide checks it before trusting a deploy:
 ``kubectl exec <pod> -- python3 -c "import vllm; print(vllm.__version__)"`` and ``ls /mnt/models``.
 

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The smoke verdict: is speculative decoding running as planned, and is it paying off?
 
 Inputs are what the smoke role gathered for one service (the plan of

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The acceptance the engine reports, as the smoke verdict reads it: the figures (from /metrics after the
 probes and the engine log window), their reading against the seed guides (:data:`INTERPRET`), and the
 checks on them (metrics, acceptance, the per-position curve, the log cross-check).  The verdict that

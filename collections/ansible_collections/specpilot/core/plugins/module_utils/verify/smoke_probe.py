@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Probe requests against a vLLM OpenAI server, with /metrics read before and after.
 
 One implementation for both ways the smoke role reaches an engine:

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot maintainers
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The smoke report of one service: :func:`build_report` (JSON), :func:`render_markdown`, :func:`render_plot`,
 :func:`write_report`, and the :func:`stats` the play keeps.  The verdict itself is :mod:`verify.smoke`."""
 
