@@ -169,6 +169,44 @@ def _version_key(version):
     return tuple(parts)
 
 
+def _init_config_facts(cfg):
+    """The facts of the engine-init line's config text: {fact: value} to set."""
+    out = {}
+    sm = _SPEC_CFG_RE.search(cfg)
+    if sm is not None:
+        out["speculative_config_found"] = True
+        out["speculative_config"] = None if sm.group("none") else parse_speculative_repr(sm.group("body"))
+    mm = _CFG_MODEL_RE.match(cfg)
+    if mm is not None:
+        out["model"] = _literal(mm.group(1))
+    for key, rx in _CFG_FIELD_RES.items():
+        fm = rx.search(cfg)
+        if fm is not None:
+            out[key] = _literal(fm.group(1))
+    return out
+
+
+def _requested_value(text):
+    """The dict of ``'speculative_config': {...}`` (or of its CLI text) at the start of ``text``;
+    None when there is none."""
+    literal = _braced(text, 22)
+    if literal is None:  # the value is a string (0.8.x passes the CLI text) or not a literal
+        m = re.match(r"'speculative_config': ('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")", text)
+        literal = m.group(1) if m is not None else None
+    if literal is None:
+        return None
+    try:
+        value = ast.literal_eval(literal)
+        if isinstance(value, str):  # the CLI text: JSON (0.8.3+) or a Python dict (0.8.2)
+            try:
+                value = json.loads(value)
+            except ValueError:
+                value = ast.literal_eval(value.strip())
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def _has_next_record(text, start):
     """Another record header after ``start`` (collapsed records)? Cheap literal tests first."""
     for level in ("INFO ", "WARNING ", "ERROR ", "DEBUG ", "CRITICAL "):
@@ -246,6 +284,7 @@ class LogParser(object):
         self._ring = bytearray()  # line mode: the recent lines
         self._proc_engine = {}
         self._issue_cache = {}
+        self._config_cache = {}  # config text -> what it parses to (engine starts repeat it)
         self._repeats = {}  # (level bytes, message bytes) -> (level, issue key or None)
         self._names = {}  # (proc, pid) as bytes -> as str
         self._events_shutdown = False  # errors after a shutdown are logged as warnings
@@ -691,44 +730,30 @@ class LogParser(object):
             f["engine"] = "v1"  # 0.6.6-0.7.0 opt-in V1 engine: no use_cached_outputs suffix
         if self._version_from_line is None or f["vllm_version"] is None:
             f["vllm_version"] = version
-        sm = _SPEC_CFG_RE.search(cfg)
-        if sm is not None:
-            f["speculative_config_found"] = True
-            f["speculative_config"] = None if sm.group("none") else parse_speculative_repr(sm.group("body"))
-        mm = _CFG_MODEL_RE.match(cfg)
-        if mm is not None:
-            f["model"] = _literal(mm.group(1))
-        for key, rx in _CFG_FIELD_RES.items():
-            fm = rx.search(cfg)
-            if fm is not None:
-                f[key] = _literal(fm.group(1))
+        f.update(self._cached(("init", cfg), _init_config_facts, cfg))
         f["engine_init_line"] = self.lineno
         # a new engine start: readiness must be seen again
         f["ready"] = False
         f["shutdown"] = False
         self._events_shutdown = False
 
+    def _cached(self, key, fn, text):
+        """``fn(text)``, remembered by ``key``: a restarted engine prints the same config text
+        again (the parsed values are only read, never changed)."""
+        value = self._config_cache.get(key, _MISS)
+        if value is _MISS:
+            if len(self._config_cache) >= _ISSUE_CACHE_SIZE:
+                self._config_cache.clear()
+            value = self._config_cache[key] = fn(text)
+        return value
+
     def _requested_config(self, msg):
         """``non-default args: {... 'speculative_config': {...}}`` (a Python repr; literal_eval)."""
         key = msg.find("'speculative_config': ")
         if key < 0:
             return
-        text = _braced(msg, key + 22)
-        if text is None:  # the value is a string (0.8.x passes the CLI text) or not a literal
-            m = re.match(r"'speculative_config': ('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")", msg[key:])
-            text = m.group(1) if m is not None else None
-        if text is None:
-            return
-        try:
-            value = ast.literal_eval(text)
-            if isinstance(value, str):  # the CLI text: JSON (0.8.3+) or a Python dict (0.8.2)
-                try:
-                    value = json.loads(value)
-                except ValueError:
-                    value = ast.literal_eval(value.strip())
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            return
-        if isinstance(value, dict):
+        value = self._cached(("requested", msg[key:]), _requested_value, msg[key:])
+        if value is not None:
             self.facts["requested_speculative_config"] = value
 
     # ----------------------------------------------------------------- issues
