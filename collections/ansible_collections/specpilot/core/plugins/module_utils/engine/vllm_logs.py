@@ -155,6 +155,7 @@ _ENGINE_KEY = b"] Engine "
 _MISS = object()
 _PENDING = object()
 _ISSUE_CACHE_SIZE = 512  # distinct (level, message) classifications kept (bounded memory)
+_PP_CACHE_SIZE = 4096  # distinct per-position acceptance texts kept (bounded memory)
 
 # --------------------------------------------------------------------------- helpers
 
@@ -285,6 +286,7 @@ class LogParser(object):
         self._proc_engine = {}
         self._issue_cache = {}
         self._config_cache = {}  # config text -> what it parses to (engine starts repeat it)
+        self._pp_cache = {}  # per-position rates as printed -> floats (steady runs repeat them)
         self._repeats = {}  # (level bytes, message bytes) -> (level, issue key or None)
         self._names = {}  # (proc, pid) as bytes -> as str
         self._events_shutdown = False  # errors after a shutdown are logged as warnings
@@ -713,8 +715,15 @@ class LogParser(object):
         ts = ts.decode()
         self.windows_total += 1
         self.windows.append((line, ts, proc, engine, "fast", m.group(4, 5, 6, 7, 8, 9, 10), None))
-        self._acc_of(engine).add(line, ts, int(drafted), int(acc), float(mal),
-                                 [float(x) for x in per_pos.split(b",")])
+        pp = self._pp_cache.get(per_pos)
+        if pp is None:
+            if len(self._pp_cache) >= _PP_CACHE_SIZE:
+                self._pp_cache.clear()
+            pp = self._pp_cache[per_pos] = tuple([float(x) for x in per_pos.split(b",")])
+        acc_of = self._acc_by_engine.get(engine)
+        if acc_of is None or self._engine_hint is None:
+            acc_of = self._acc_of(engine)
+        acc_of.add(line, ts, int(drafted), int(acc), float(mal), pp)
 
     # ----------------------------------------------------------------- startup facts
     def _engine_init(self, m, msg):
