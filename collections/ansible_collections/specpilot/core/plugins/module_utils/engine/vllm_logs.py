@@ -34,17 +34,14 @@ process (``_lookback_engine``). Memory: one chunk, a 64 KiB tail, the kept windo
 
 from __future__ import annotations
 
-import ast
 import collections
 import heapq
 import io
-import json
 import re
 
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_log_config import (
-    _braced,
-    _literal,
-    parse_speculative_repr,
+    _init_config_facts,
+    _requested_value,
 )
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_log_rules import (
     _ISSUE_HINTS,
@@ -106,14 +103,6 @@ _VERSION_RES = (
 _INIT_RE = re.compile(
     r"Initializing an? (?:(?P<era>V[01]) )?LLM engine \(v(?P<v>[^)\s]+)\) with config: (?P<cfg>.*)$"
 )
-_SPEC_CFG_RE = re.compile(
-    r"\bspeculative_config=(?:(?P<none>None)|SpeculativeConfig\((?P<body>.*?)\))(?=,\s*\w+=|,?\s*$)")
-_CFG_MODEL_RE = re.compile(r"^model=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,]*)")
-_CFG_FIELD_RES = {
-    "served_model_name": re.compile(r"\bserved_model_name=([^,]*)"),
-    "tensor_parallel_size": re.compile(r"\btensor_parallel_size=(\d+)"),
-    "data_parallel_size": re.compile(r"\bdata_parallel_size=(\d+)"),
-}
 _ASYNC_STATE_RE = re.compile(r"Asynchronous scheduling is (enabled|disabled)\.")
 _ENGINE_LINE_RE = re.compile(r"Engine (\d+): ")
 # a record header, as bytes (group 1: the level)
@@ -168,44 +157,6 @@ def _version_key(version):
         else:
             break
     return tuple(parts)
-
-
-def _init_config_facts(cfg):
-    """The facts of the engine-init line's config text: {fact: value} to set."""
-    out = {}
-    sm = _SPEC_CFG_RE.search(cfg)
-    if sm is not None:
-        out["speculative_config_found"] = True
-        out["speculative_config"] = None if sm.group("none") else parse_speculative_repr(sm.group("body"))
-    mm = _CFG_MODEL_RE.match(cfg)
-    if mm is not None:
-        out["model"] = _literal(mm.group(1))
-    for key, rx in _CFG_FIELD_RES.items():
-        fm = rx.search(cfg)
-        if fm is not None:
-            out[key] = _literal(fm.group(1))
-    return out
-
-
-def _requested_value(text):
-    """The dict of ``'speculative_config': {...}`` (or of its CLI text) at the start of ``text``;
-    None when there is none."""
-    literal = _braced(text, 22)
-    if literal is None:  # the value is a string (0.8.x passes the CLI text) or not a literal
-        m = re.match(r"'speculative_config': ('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")", text)
-        literal = m.group(1) if m is not None else None
-    if literal is None:
-        return None
-    try:
-        value = ast.literal_eval(literal)
-        if isinstance(value, str):  # the CLI text: JSON (0.8.3+) or a Python dict (0.8.2)
-            try:
-                value = json.loads(value)
-            except ValueError:
-                value = ast.literal_eval(value.strip())
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _has_next_record(text, start):
