@@ -4,7 +4,7 @@
 #   make demo       run the main job on the built-in lab
 #   make test       run every test (pytest, lint, syntax checks, molecule)
 #   make bench      run the benchmarks and print a table (make bench-quick: each once, tiny, unjudged)
-#   make lab-up / lab-down / lab-status
+#   make lab-up / lab-down / lab-status / lab-traffic SERVICE=lab-ngram
 #
 # Everything installed lands in .venv (Python, collections) or .venv-vllm (the
 # lab's engine); lab state lives in .lab/. All of it is git-ignored and rebuilt
@@ -36,7 +36,7 @@ STAMP_APT := $(VENV)/.stamp-apt
 
 .PHONY: changelog install venv collections system-packages staging-tools sanity-venvs vllm models test test-pytest test-unit test-lab lint syntax-check sanity molecule \
 	test-unit-workers test-unit-waits test-lab-engines test-lab-stand-in test-lab-stand-in-a lane-a lane-b molecule-lane molecule-models fuzz \
-        demo bench bench-quick lab-up lab-down lab-status clean distclean
+        demo bench bench-quick lab-up lab-down lab-status lab-traffic clean distclean
 
 install: venv collections system-packages staging-tools sanity-venvs
 
@@ -315,6 +315,14 @@ lab-down:
 
 lab-status:
 	$(VBIN)/python -m specpilot_lab status
+
+# Live traffic on one lab service for canary.yml and guard.yml: repetitive greedy completions to its
+# 127.0.0.1 address, bounded (SECONDS <= 1800, QPS <= 10; loopback addresses only): lab/specpilot_lab/traffic.py
+SECONDS ?= 120
+QPS ?= 1
+lab-traffic:
+	@test -n "$(SERVICE)" || { echo "make lab-traffic SERVICE=<lab service, e.g. lab-ngram> [SECONDS=120] [QPS=1]" >&2; exit 2; }
+	$(VBIN)/python -m specpilot_lab.traffic $(SERVICE) --seconds $(SECONDS) --qps $(QPS)
 
 # The validator's fuzz test, longer than in make test (1,500 examples there, derandomized):
 # FUZZ_EXAMPLES random examples (a new seed each run; hypothesis prints the failing spec, shrunk).

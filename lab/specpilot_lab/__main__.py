@@ -76,6 +76,8 @@ def cmd_status(paths: LabPaths, only: list[str] | None = None) -> int:
             print(line)
         print(f"kubeconfig: {paths.kubeconfig}")
         print(f"export KUBECONFIG={paths.kubeconfig}")
+        # the project's ansible-playbook and kubectl, to type them bare (README.md, "The local lab")
+        print(f"export PATH={processes.REPO_ROOT / '.venv' / 'bin'}:$PATH")
     else:
         print("the lab is not (fully) running: make lab-up")
     return 0

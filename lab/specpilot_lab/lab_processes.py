@@ -60,6 +60,11 @@ def _controller_describe(paths: LabPaths, info: dict) -> list[str]:
         lines.append("engine: the lab's stand-in (SPECPILOT_LAB_ENGINE=fake): vLLM's log lines and /metrics, no model")
     elif not info.get("vllm_installed"):
         lines.append("engine NOT installed: predictor pods will fail until `make vllm`")
+    else:
+        lines.append(f"engine: the real vLLM engine ({info.get('vllm_python', '?')})")
+    from .controller.cpus import describe as describe_cores  # the controller's package: only here
+
+    lines += describe_cores(paths.root)
     if not info.get("bwrap"):
         lines.append(
             "bubblewrap unusable: Job pods and predictor engines will fail ("

@@ -145,7 +145,8 @@ def _apiserver_command(paths: LabPaths) -> list[str]:
 
 
 def _apiserver_describe(paths: LabPaths, info: dict) -> list[str]:
-    return [f"url {info.get('url', '?')}", f"kubeconfig {paths.kubeconfig}"]
+    # the kubeconfig's server is the https:// listener (apiserver/__main__.py writes it)
+    return [f"url {info.get('https_url') or info.get('url', '?')}", f"kubeconfig {paths.kubeconfig}"]
 
 
 register(

@@ -269,6 +269,17 @@ def _registry_repositories(paths: LabPaths) -> list[str] | None:
         return None
 
 
+def _layout(backing: Path, contents: dict[str, str]) -> str:
+    """Where each model sits on the claim, as the services' paths read it: "model target at
+    /target, model draft at /draft", or "model target at the claim's root"."""
+    parts = []
+    for path, model in sorted(contents.items()):
+        where = f"/{path}" if path else "the claim's root"
+        state = "" if (backing / path / "config.json").exists() else " (missing: make lab-up seeds it)"
+        parts.append(f"model {model} at {where}{state}")
+    return ", ".join(parts) or "no models"
+
+
 def describe(paths: LabPaths) -> list[str]:
     """What the lab inventory finds in the lab (for ``make lab-status``)."""
     from kubernetes import client
@@ -285,10 +296,7 @@ def describe(paths: LabPaths) -> list[str]:
             lines.append(f"inventories/lab: PVC {needs.namespace}/{claim} missing (make lab-up seeds it)")
             continue
         backing = models_dir(paths, needs.namespace, claim)
-        have = sorted(m for p, m in contents.items() if (backing / p / "config.json").exists())
-        lines.append(
-            f"inventories/lab: PVC {needs.namespace}/{claim} {phase}, models: {', '.join(have) or 'none'}"
-        )
+        lines.append(f"inventories/lab: PVC {needs.namespace}/{claim} {phase}, {_layout(backing, contents)}")
     if needs.modelcar:
         base = (
             "there" if (modelcar_base(paths) / "index.json").exists() else "missing (make lab-up writes it)"

@@ -1,6 +1,6 @@
 """The shipped least privilege in a lab test (issue 19, item 2): ``playbooks/rbac.yml``, run once as the lab
 admin, creates the automation's ServiceAccount and its Role in the namespace; a token of that ServiceAccount
-from the TokenRequest API (what ``kubectl create token`` asks for) goes into a kubeconfig of its own. The
+from the TokenRequest API (the README's own command, kubectl create --raw) goes into a kubeconfig of its own. The
 playbooks then get it only as ``specpilot_k8s_kubeconfig`` while KUBECONFIG names a file that does not exist,
 so every call they make is the ServiceAccount's, and the lab's API server, which enforces RBAC as
 kube-apiserver does, refuses what the shipped Role does not grant.
@@ -8,6 +8,7 @@ kube-apiserver does, refuses what the shipped Role does not grant.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -41,15 +42,34 @@ def apply_rbac(ansible_playbook: Path, inventory: Path, env: dict, admin_kubecon
     return proc.stdout
 
 
+def readme_token(emu, namespace: str) -> str:
+    """A token of the shipped ServiceAccount, made by the README's own command ("Least privilege": a
+    TokenRequest through ``kubectl create --raw``, which the project's kubectl 1.20 sends), run as written
+    with ``<namespace>`` filled in, as the lab admin, with the project's kubectl first on PATH (issue 39)."""
+    block = (ROOT / "README.md").read_text().split("# the token for AWX or CI", 1)[1].split("```", 1)[0]
+    command = "\n".join(line for line in block.splitlines()[1:] if not line.startswith("#"))
+    env = dict(os.environ, KUBECONFIG=str(emu.kubeconfig), PATH=f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}")
+    proc = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", command.replace("<namespace>", namespace)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    token = proc.stdout.strip()
+    claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "==="))
+    assert claims["exp"] - claims["iat"] == 86400, claims  # the 24 hours the README asks for
+    return token
+
+
 def token_kubeconfig(emu, root: Path, namespace: str) -> Path:
-    """A kubeconfig holding only a token of the shipped ServiceAccount (TokenRequest, one hour)."""
-    r = emu.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{SA}/token", {"spec": {}})
-    assert r.status == 201, r
+    """A kubeconfig holding only a token of the shipped ServiceAccount (the README's TokenRequest, 24 h)."""
     return write_kubeconfig(
         Path(root) / "automation.kubeconfig",
         emu.url.replace("http://", "https://"),
         namespace,
-        token=r.json()["status"]["token"],
+        token=readme_token(emu, namespace),
         user=SA,
         ca_file=emu.state_dir / "apiserver.crt",
     )

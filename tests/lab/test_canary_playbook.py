@@ -208,6 +208,7 @@ def test_a_healthy_ngram_canary_is_promoted_through_every_step_and_a_rerun_chang
 
     again, _ = run(lab, tmp_path / "again")
     assert "already runs the speculative spec" in again.stdout
+    assert "The canary turns speculative decoding on from off" in " ".join(again.stdout.split())
     recap = next(line for line in again.stdout.splitlines() if line.startswith("lab-ngram"))
     assert "changed=0" in recap and "failed=0" in recap, recap
 

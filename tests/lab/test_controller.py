@@ -796,3 +796,70 @@ def test_without_a_working_bubblewrap_the_pod_fails_naming_the_fix(fake_lab, fak
     assert ready["status"] == "False" and "CreateContainerError" in ready["message"]
     pod = lab.pods(ns, "tiny")[0]["metadata"]["name"]
     lab.wait_event(ns, pod, lambda e: e["reason"] == "Failed" and problem in e["message"], "Failed event")
+
+
+def _inner_engine(lab, ns: str, name: str) -> int:
+    """The pid of the engine process itself inside its sandbox (not bwrap, not taskset)."""
+    pod = lab.pods(ns, name)[0]["metadata"]["name"]
+    pid = lab.ctl.runs[(ns, pod)]._engine.proc.pid
+    inner = [
+        p
+        for p in engine.process_tree(pid)
+        if "fake_vllm_server" in _cmdline(p) and not _cmdline(p).startswith(("bwrap ", "taskset "))
+    ]
+    assert inner, engine.process_tree(pid)
+    return inner[0]
+
+
+def _proc_cpus(pid: int) -> str:
+    with open(f"/proc/{pid}/status") as fh:
+        return next(line.split(":", 1)[1].strip() for line in fh if line.startswith("Cpus_allowed_list"))
+
+
+def _proc_env(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as fh:
+        items = [kv.decode(errors="replace").partition("=") for kv in fh.read().split(b"\0") if kv]
+    return {k: v for k, _, v in items}
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to hand out")
+def test_each_engine_gets_the_cores_its_pod_requests_or_no_binding_where_cores_are_short(fake_lab, fake_models):
+    """Issue 39 item 0: the lab's kubelet pins each engine to cores of its own, as a CPU manager's static
+    policy would (a cpuset; VLLM_CPU_OMP_THREADS_BIND naming it), never every engine to core 0 (vLLM's
+    auto binding on the whole machine); where cores are short an engine runs unbound on the shared pool
+    (nobind, one OpenMP thread per requested core); a stopped engine's cores go back to the pool; the
+    controller's record is what `make lab-status` prints."""
+    from specpilot_lab.controller import cpus
+
+    cores = sorted(os.sched_getaffinity(0))
+    lab = fake_lab()
+    ns = lab.namespace()
+    lab.runtime()
+    lab.pvc_with_models(ns, fake_models)
+    one_cpu = {"resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}
+    names = [f"e{i}" for i in range(len(cores) + 1)]
+    for name in names[:-1]:
+        lab.isvc(ns, name, ["--model=/mnt/models/target"], model_extra=one_cpu)
+        lab.wait_ready(ns, name, 30)
+    pinned = {name: _proc_cpus(_inner_engine(lab, ns, name)) for name in names[:-1]}
+    assert sorted(pinned.values()) == [str(c) for c in cores], pinned  # one core each, all different
+    for name, core in pinned.items():
+        assert _proc_env(_inner_engine(lab, ns, name))["VLLM_CPU_OMP_THREADS_BIND"] == core
+    # no core left: the next engine runs unbound on every core, one OpenMP thread
+    lab.isvc(ns, names[-1], ["--model=/mnt/models/target"], model_extra=one_cpu)
+    lab.wait_ready(ns, names[-1], 30)
+    last = _inner_engine(lab, ns, names[-1])
+    assert _proc_cpus(last) == cpus.cpu_list(cores)
+    env = _proc_env(last)
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind" and env["OMP_NUM_THREADS"] == "1"
+    status = "\n".join(cpus.describe(lab.ctl.state_dir))
+    for name, core in pinned.items():
+        pod = lab.pods(ns, name)[0]["metadata"]["name"]
+        assert f"engine {ns}/{pod}: cores {core} (exclusive; requests 1 cpu)" in status, status
+    assert "shared pool, no binding (cores short)" in status
+    # a deleted engine's core goes back: a new pod takes it
+    lab.delete(*ISVC, names[0], ns)
+    lab.wait(lambda: not lab.pods(ns, names[0]), 30, "the first engine gone")
+    lab.isvc(ns, "again", ["--model=/mnt/models/target"], model_extra=one_cpu)
+    lab.wait_ready(ns, "again", 30)
+    assert _proc_cpus(_inner_engine(lab, ns, "again")) == pinned[names[0]]

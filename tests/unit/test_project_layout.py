@@ -142,6 +142,30 @@ def test_no_role_touches_another_roles_private_variables():
     assert found == []
 
 
+def _tasks(node):
+    """Every task mapping in a parsed task file or playbook (inside blocks, rescue, always and plays too)."""
+    if isinstance(node, list):
+        for item in node:
+            yield from _tasks(item)
+    elif isinstance(node, dict):
+        yield node
+        for key in ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks", "handlers"):
+            yield from _tasks(node.get(key))
+
+
+def test_only_the_validate_role_runs_spec_validate():
+    """The validate role owns the plan (issue 34): every other role and playbook takes it from its caller or includes
+    the role's entry point plan, and never runs specpilot.core.spec_validate itself."""
+    files = sorted(ROOT.glob("roles/*/tasks/*.yml")) + sorted(ROOT.glob("playbooks/*.yml"))
+    runs = {}
+    for path in files:
+        for task in _tasks(yaml.safe_load(path.read_text())):
+            if {"specpilot.core.spec_validate", "spec_validate"} & set(task):
+                runs.setdefault(str(path.relative_to(ROOT)), 0)
+                runs[str(path.relative_to(ROOT))] += 1
+    assert runs == {"roles/specpilot_validate/tasks/main.yml": 1, "roles/specpilot_validate/tasks/plan.yml": 1}
+
+
 def test_roles_call_each_other_only_through_declared_entry_points():
     """include_role/import_role with tasks_from names an entry point of the called role's argument_specs."""
     calls = []
@@ -225,7 +249,8 @@ def test_module_utils_are_packaged_by_capability_and_the_flat_names_still_import
         name: package
         for name, package in packaged.items()
         if name
-        not in ("files", "reports", "prometheus_api", "canary_prometheus", "bench_load", "preflight_rules")
+        not in ("files", "reports", "prometheus_api", "canary_prometheus", "bench_load", "preflight_rules", "plan", "live", "spec_flags",
+                     "bench_schedule", "bench_schedule_report")
         and name not in SPLIT_SINCE
     }
     for name, package in moved.items():

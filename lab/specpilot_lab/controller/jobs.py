@@ -309,7 +309,6 @@ class JobPodRun:
             return 128
         cmd = bwrap_base(self.name, [vm.get("mountPath", "") for vm in c.get("volumeMounts") or []])
         argv, exposed = image_argv(c.get("image", ""), argv)
-        cmd += exposed
         for vm in c.get("volumeMounts") or []:
             src = volumes.get(vm.get("name"))
             if src is None:
@@ -332,6 +331,9 @@ class JobPodRun:
                 src = src / vm["subPath"]
                 src.mkdir(parents=True, exist_ok=True)
             cmd += ["--ro-bind" if vm.get("readOnly") else "--bind", str(src), vm["mountPath"]]
+        # the image's interpreter after the volumes: an emptyDir at /tmp (the probe Job's) must not hide a
+        # checkout that lives under /tmp (the sandbox's /tmp is not this machine's)
+        cmd += exposed
         cmd += ["--chdir", c.get("workingDir") or "/", "--clearenv"]
         for k, v in env.items():
             cmd += ["--setenv", k, v]

@@ -39,6 +39,7 @@ from .kube import (
     random_suffix,
     short_hash,
 )
+from .cpus import CpuManager
 from .podrun import PredictorRun
 from .proxy import ServiceProxy
 
@@ -88,6 +89,7 @@ class Controller:
         self._registry_addr = registry_addr
         self.vllm_python = Path(vllm_python) if vllm_python else default_vllm_python()
         self.crash_backoff = crash_backoff
+        self.cpus = CpuManager(self.state_dir)
         self.job_backoff = job_backoff
         self.runs: dict[tuple[str, str], PredictorRun] = {}
         self.job_pods: dict[tuple[str, str], JobPodRun] = {}

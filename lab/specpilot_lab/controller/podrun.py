@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .. import podexec, podlogs, registry
 from ..engine import Engine, error_summary
-from . import kserve, sandbox
+from . import cpus, kserve, sandbox
 from .jobs import VolumeError, bwrap_problem, pod_volumes
 from .kube import now
 from .mapping import CommandError, engine_argv, engine_args
@@ -44,6 +44,7 @@ class PredictorRun:
         self.mounts = mounts
         self.container = next(c for c in pod["spec"]["containers"] if c["name"] == kserve.CONTAINER)
         self.run_dir = ctl.state_dir / "engines" / namespace / name
+        self.cpu_key = f"{namespace}/{name}"
         self.port = 0
         self.lock = threading.RLock()
         self.scheduled = False
@@ -168,6 +169,8 @@ class PredictorRun:
         """Run the engine in the pod's filesystem (sandbox.py) with the container's args, restarting
         it with back-off. models: a Modelcar's mount path -> its unpacked /models."""
         writer = podlogs.PodLogWriter(self.ctl.podlogs_dir, self.namespace, self.name, kserve.CONTAINER)
+        # the pod's cores for its life, as a kubelet's CPU manager gives them (cpus.py)
+        cpuset = self.ctl.cpus.allocate(self.cpu_key, cpus.requested_cores(self.container))
         try:
             while not self._stop.is_set():
                 env = self.ctl.container_env(self.namespace, self.pod, self.container)
@@ -210,6 +213,7 @@ class PredictorRun:
                 for d in ("container-tmp", "home"):
                     shutil.rmtree(self.run_dir / d, ignore_errors=True)
                 container_env = sandbox.engine_env(env, self.name, Path(prefix[0]))
+                container_env.update(cpuset.env(container_env))
                 command = sandbox.engine_command(
                     hostname=self.name,
                     run_dir=self.run_dir,
@@ -228,7 +232,7 @@ class PredictorRun:
                     args,
                     self.run_dir,
                     port=self.port,
-                    command=command + prefix,
+                    command=cpuset.taskset() + command + prefix,
                     line_sink=sink,
                     sandboxed=True,
                 )
@@ -315,6 +319,7 @@ class PredictorRun:
         finally:
             writer.close()
             self._engine = None
+            self.ctl.cpus.release(self.cpu_key)
 
     # ---------------------------------------------------------------- status
     def snapshot(self) -> dict:

@@ -64,7 +64,8 @@ def test_an_engine_that_exits_is_diagnosed_and_the_record_stays(lab, tmp_path):
     inv = write_inventory(tmp_path / "inv", "svc-ns", {"svc": {"specpilot_speculative": NGRAM}})
     assert run_deploy(lab.emu, tmp_path, inv).rc == 0
     good_digest = lab.get_isvc("svc-ns", "svc")["metadata"]["annotations"]["specpilot.io/spec-digest"]
-    # a target directory that is not on the PVC: the engine exits at start
+    # a target directory that is not on the PVC: the engine exits at start (without the probe, which would
+    # refuse the spec before any change: tests/lab/deploy/test_probe_lab_fake.py)
     write_inventory(
         tmp_path / "inv",
         "svc-ns",
@@ -75,20 +76,27 @@ def test_an_engine_that_exits_is_diagnosed_and_the_record_stays(lab, tmp_path):
             }
         },
     )
-    run = run_deploy(lab.emu, tmp_path, inv, "-e", "specpilot_deploy_fail_fast_restarts=2")
+    no_probe = ("-e", "specpilot_deploy_fail_fast_restarts=2", "-e", "specpilot_deploy_probe=never")
+    run = run_deploy(lab.emu, tmp_path, inv, *no_probe)
     assert run.rc != 0
     out = run.out
     assert "svc (namespace svc-ns) is not ready: the engine keeps crashing" in out
     assert "exit code 1" in out
     assert "does not appear to have a file named config.json" in out  # the engine's own error, from its log
     assert "svc: FAILED" in out.split("TASK [Summary of every service]", 1)[1]
+    # the revision it replaced was recorded: the failure gives the exact command that puts it back
+    restore = (
+        f"to put it back, run: ansible-playbook -i {inv} {Path(__file__).resolve().parents[3] / 'playbooks'}"
+        "/rollback.yml --limit svc -e specpilot_rollback_mode=restore"
+    )
+    assert restore in " ".join(out.split()), out[-4000:]
     isvc = lab.get_isvc("svc-ns", "svc")
     record = json.loads(isvc["metadata"]["annotations"]["specpilot.io/previous-revision"])
     assert record["digest"] == good_digest and record["ready"] is True
     assert lab.get("coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", "svc-ns") is None
 
     # the same broken spec again: the record still points at the last good revision
-    again = Run(lab.emu, tmp_path, inv, "-e", "specpilot_deploy_fail_fast_restarts=2").wait(600)
+    again = Run(lab.emu, tmp_path, inv, *no_probe).wait(600)
     assert again.rc != 0
     isvc = lab.get_isvc("svc-ns", "svc")
     assert (

@@ -11,7 +11,10 @@ under test; its ``import vllm`` is the real lab vLLM's):
   write, naming both releases;
 * ``eagle-svc``: the lab-draft service with its typed facts removed and its method switched to eagle3 is
   refused before any write, naming specpilot_draft: the facts the probe read off the PVC say the draft is a
-  plain causal LM (LlamaForCausalLM), not an EAGLE-3 head.
+  plain causal LM (LlamaForCausalLM), not an EAGLE-3 head;
+* ``gone-svc`` (issue 39): the lab-draft service, every fact of its draft typed, whose draft directory is not
+  on the PVC: the probe reads the directories all the same, and the spec is refused before any write, naming
+  the service, specpilot_draft.subdir, the pvc:// path and the fix (it went live and crash-looped before).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from specpilot_lab import engine
 from specpilot_lab.controller.jobs import bwrap_available
@@ -40,6 +44,7 @@ NS = "probe-ns"
 PVC = "specpilot-lab-models"
 ISVC = ("serving.kserve.io/v1beta1", "InferenceService")
 BARE = {"subdir": "target"}  # the target with no typed fact
+LAB_DRAFT = yaml.safe_load((Path(__file__).resolve().parents[3] / "inventories/lab/host_vars/lab-draft.yml").read_text())
 
 
 def _models(root: Path) -> Path:
@@ -69,6 +74,7 @@ def test_the_probe_reads_the_image_release_and_the_pvc_facts_before_any_write(fa
                 "specpilot_draft": {"subdir": "draft"},
                 "specpilot_speculative": {"method": "eagle3", "num_speculative_tokens": 3},
             },
+            "gone-svc": dict(LAB_DRAFT, specpilot_draft=dict(LAB_DRAFT["specpilot_draft"], subdir="gone")),
         },
     )
     run = run_deploy(lab.emu, tmp_path, inv, "-e", "specpilot_deploy_probe_timeout=240")
@@ -96,7 +102,13 @@ def test_the_probe_reads_the_image_release_and_the_pvc_facts_before_any_write(fa
     assert "specpilot_draft" in out and "pvc://specpilot-lab-models/draft" in out
     assert "LlamaForCausalLM" in out and "EAGLE-3" in out
     assert lab.get(*ISVC, "eagle-svc", NS) is None
-    for name in ("old-svc", "eagle-svc"):
+    # (d) a draft directory that is not on the PVC, its facts all typed: refused, naming the path
+    assert "gone-svc: FAILED" in summary
+    assert "gone-svc: the draft model is read from pvc://specpilot-lab-models/gone" in out, out[-4000:]
+    assert "/mnt/models/gone does not exist in the probe's pod" in out
+    assert "playbooks/stage.yml --limit gone-svc" in out
+    assert lab.get(*ISVC, "gone-svc", NS) is None
+    for name in ("old-svc", "eagle-svc", "gone-svc"):
         assert lab.get("coordination.k8s.io/v1", "Lease", "specpilot-deploy-%s" % name, NS) is None
 
     # the probe Jobs and their ConfigMaps are gone

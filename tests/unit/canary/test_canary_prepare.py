@@ -6,7 +6,11 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.specpilot.core.plugins.filter.canary import canary_lock_seconds, canary_todo
+from ansible_collections.specpilot.core.plugins.filter.canary import (
+    canary_lock_seconds,
+    canary_ready_seconds,
+    canary_todo,
+)
 from ansible_collections.specpilot.core.plugins.filter.deploy import predictor_deployment
 
 PLAN = {"name": "svc", "args": ["--model=/mnt/models", "--speculative-config={}"], "spec_digest": "d1"}
@@ -75,3 +79,15 @@ def test_the_summary_says_where_the_traffic_is():
     # a failed promotion has replaced the stable predictor: it must not be called untouched
     failed = canary_summary("promotion-failed", {"traffic_percent": 100, "reasons": ["TPOT 2.1x"]})
     assert "untouched" not in failed and "rollout did not complete" in failed
+
+
+def test_the_ready_timeout_defaults_from_the_spec_s_startup_timeout():
+    """Issue 39 item 3: 0 (the default) waits as deploy does, the plan's startup timeout + 300 s (a lab engine
+    took 280-316 s to start, past the old 300 s); a value given is kept; the lock outlasts the wait."""
+    assert canary_ready_seconds(0, {"startup_timeout_seconds": 900}) == 1200
+    assert canary_ready_seconds("0", {"startup_timeout_seconds": 1800}) == 2100
+    assert canary_ready_seconds(0, {}) == 1200  # the schema's default startup timeout, 900
+    assert canary_ready_seconds(120, {"startup_timeout_seconds": 900}) == 120
+    assert canary_lock_seconds(canary_ready_seconds(0, {"startup_timeout_seconds": 900})) == 2700
+    with pytest.raises(AnsibleFilterError, match="0 .* or more"):
+        canary_ready_seconds(-1, {"startup_timeout_seconds": 900})

@@ -147,17 +147,39 @@ def test_a_missing_vllm_is_reported_not_fatal(tmp_path):
     """The controller's Python has no vLLM: the probe says why the import failed and still reads facts."""
     target = lab_target(tmp_path / "target")
     plan = cp.plan(lab_spec())
-    result = cp.parse_log(run_program(tmp_path, plan, {"/mnt/models/target": target}))
+    mounts = {"/mnt/models/target": target, "/mnt/models/draft": lab_draft(tmp_path / "draft")}
+    result = cp.parse_log(run_program(tmp_path, plan, mounts))
     probed = cp.probed(result, plan, IMAGE)
     assert "vllm_version" not in probed
     assert probed["vllm_error"].startswith("import vllm failed: ModuleNotFoundError")
     assert probed["models"]["target"]["facts"]["architecture"] == "LlamaForCausalLM"
-    assert probed["models"]["draft"]["problem"].endswith("does not exist in the probe's pod")
     auto = validate(lab_spec(vllm_version="auto"), {"probed": probed})
     (error,) = [e for e in auto["errors"] if e["code"] == "vllm-version-unknown"]
     assert error["path"] == "vllm_version" and "ModuleNotFoundError" in error["message"]
     declared = validate(lab_spec(), {"probed": probed})
     assert declared["ok"] and "vllm-version-unread" in {w["code"] for w in declared["warnings"]}
+
+
+def test_a_missing_draft_directory_on_the_pvc_is_an_error_naming_service_field_path_and_fix(tmp_path):
+    """Issue 39: the lab-draft spec types every fact of its draft, and its draft directory is not on the
+    PVC. The probe reads it anyway (auto), and validation refuses the spec, naming the service, the field,
+    the pvc:// path and the fix; the engine would otherwise crash-loop on the live service."""
+    spec = lab_spec()
+    assert all(spec["draft"].get(k) is not None for k in ("architecture", "vocab_size", "hidden_size"))
+    assert cp.wanted(spec) == {"version": False, "models": True}
+    plan = cp.plan(spec)
+    result = cp.parse_log(run_program(tmp_path, plan, {"/mnt/models/target": lab_target(tmp_path / "t")}))
+    probed = cp.probed(result, plan, IMAGE)
+    assert probed["models"]["draft"]["problem"].endswith("does not exist in the probe's pod")
+    report = validate(spec, {"probed": probed})
+    assert not report["ok"]
+    (error,) = [e for e in report["errors"] if e["code"] == "model-dir-missing"]
+    assert error["path"] == "draft.subdir"
+    assert error["message"].startswith("lab-draft: the draft model is read from pvc://specpilot-lab-models/draft")
+    assert "does not exist in the probe's pod" in error["message"]
+    assert "playbooks/stage.yml --limit lab-draft" in error["hint"] and "specpilot_draft.subdir" in error["hint"]
+    # the target is there: no error about it
+    assert not [e for e in report["errors"] if e["path"].startswith("target")]
 
 
 def test_an_unreadable_config_is_that_model_s_problem(tmp_path):
@@ -292,22 +314,21 @@ def test_a_typed_fact_the_pvc_contradicts_is_an_error(tmp_path):
     assert error["path"] == "draft.hidden_size" and "128" in error["message"] and "64" in error["message"]
 
 
-def test_auto_creates_a_job_only_for_what_the_spec_leaves_open():
-    """The lab inventory types every fact and declares its release: no Job (its release is checked against
-    a cached probe); auto, or an untyped fact a check needs, asks for it; always asks for both."""
-    assert cp.wanted(lab_spec()) == {"version": False, "models": False}
-    assert cp.wanted(lab_spec(vllm_version="auto")) == {"version": True, "models": False}
+def test_auto_creates_a_job_for_the_pvc_directories_and_an_open_release():
+    """The lab inventory types every fact and declares its release; its models are on a PVC, so auto still
+    reads their directories (a missing one is an error before any change: issue 39), but not the release
+    (checked against a cached probe); vllm_version auto asks for it too; always asks for both. A service
+    whose models are not on a PVC (a local_path here) needs no Job unless its release is open."""
+    assert cp.wanted(lab_spec()) == {"version": False, "models": True}
+    assert cp.wanted(lab_spec(vllm_version="auto")) == {"version": True, "models": True}
     no_version = lab_spec()
     no_version.pop("vllm_version")
     assert cp.wanted(no_version)["version"]
-    assert cp.wanted(lab_draft_spec()) == {"version": False, "models": True}
-    eagle3 = lab_draft_spec(speculative={"method": "eagle3", "num_speculative_tokens": 3})
-    assert cp.wanted(eagle3)["models"]
-    # ngram needs no model fact: untyped facts ask for nothing
-    assert not cp.wanted(lab_draft_spec(speculative={"method": "ngram", "num_speculative_tokens": 3}))[
-        "models"
-    ]
+    # ngram: typed or not, the target's directory is read
+    assert cp.wanted(lab_draft_spec(speculative={"method": "ngram", "num_speculative_tokens": 3}))["models"]
     assert cp.wanted(lab_spec(), "always") == {"version": True, "models": True}
+    modelcar = lab_spec("lab-modelcar")
+    assert cp.wanted(modelcar) == {"version": False, "models": False}
 
 
 def test_the_deploy_summary_names_the_release_and_where_it_came_from():

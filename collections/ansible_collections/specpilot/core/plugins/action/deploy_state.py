@@ -18,6 +18,7 @@ import time
 from ansible.errors import AnsibleActionFail
 from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_rollout, deploy_state
 from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args
+from ansible_collections.specpilot.core.plugins.module_utils.service import plan as service_plan
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import Action
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
     ReadError,
@@ -129,7 +130,7 @@ def read_state(reader, params):
     if params["history"]:
         out["history"] = reader.get("ConfigMap", "v1", name=deploy_state.history_name(name), namespace=ns)
     if params["workload"] and out["inferenceservice"] is not None:
-        if params["deployment_mode"] == "Standard":
+        if service_plan.normalise_mode(params["deployment_mode"]) == "Standard":
             out["deployment"] = reader.get(
                 "Deployment",
                 "apps/v1",

@@ -51,6 +51,14 @@ def canary_lock_seconds(ready_timeout, requested=0):
         raise AnsibleFilterError("canary_lock_seconds: %s" % exc)
 
 
+def canary_ready_seconds(requested, plan):
+    """specpilot_canary_ready_timeout | canary_ready_seconds(plan) -> seconds (0: the plan's startup timeout + 300)."""
+    try:
+        return canary.ready_seconds(requested, plan if isinstance(plan, dict) else {})
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError("canary_ready_seconds: %s" % exc)
+
+
 def canary_summary(outcome, last_step=None):
     """outcome | canary_summary(last step) -> one sentence on where the traffic is."""
     return canary.outcome_summary(str(outcome), last_step if isinstance(last_step, dict) else {})
@@ -126,6 +134,7 @@ class FilterModule(object):
             "canary_left": canary_left,
             "canary_stable": canary_stable,
             "canary_lock_seconds": canary_lock_seconds,
+            "canary_ready_seconds": canary_ready_seconds,
             "canary_summary": canary_summary,
             "canary_support_problem": canary_support_problem,
             "canary_todo": canary_todo,

@@ -55,9 +55,10 @@ options:
     type: str
   mode:
     description:
-      - C(auto) creates a Job only for what validation cannot do without - the version when the spec's
-        C(vllm_version) is C(auto) or unset, the PVC's facts when a check needs a fact the spec does not type for an
-        artifact on the PVC. The cached version is returned in any case, so a declared release is checked against it.
+      - C(auto) creates a Job for what validation cannot do without - the version when the spec's C(vllm_version) is
+        C(auto) or unset, and the PVC's directories whenever the models are on a PVC (typed facts or not; a directory
+        the Job does not find is an error in C(specpilot.core.spec_validate)). The cached version is returned in any
+        case, so a declared release is checked against it.
       - C(always) reads the version unless it is cached, and the PVC's facts whenever the models are on a PVC.
     type: str
     choices: [auto, always]

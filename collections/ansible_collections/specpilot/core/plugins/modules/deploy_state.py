@@ -78,10 +78,13 @@ options:
     type: dict
     default: {}
   deployment_mode:
-    description: KServe deployment mode; the Deployment is read in Standard mode only.
+    description:
+      - KServe deployment mode; the Deployment is read in Standard mode only.
+      - The legacy names are read as the validated plan reads them - C(RawDeployment) is C(Standard), C(Serverless) is
+        C(Knative).
     type: str
     default: Standard
-    choices: [Standard, Knative]
+    choices: [Standard, Knative, RawDeployment, Serverless]
   runtime:
     description:
       - The runtime to read, C({kind, name}) (the validated plan's C(runtime)); C(kind) is C(ServingRuntime)

@@ -21,6 +21,8 @@ from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_cli
 )
 from ansible_collections.specpilot.core.plugins.module_utils.common import get_path
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import vllm_bench
+from ansible_collections.specpilot.core.plugins.module_utils.service import live as live_view
+from ansible_collections.specpilot.core.plugins.module_utils.service import plan as service_plan
 from ansible_collections.specpilot.core.plugins.module_utils.service.render import deep_merge
 
 __metaclass__ = type
@@ -106,15 +108,12 @@ def render_twin(plan, suffix, variant=None):
     name = plan["name"] + suffix
     if variant:
         args, method = variant["args"], variant["speculative_config"]["method"]
-        digest_of, purpose = (
-            "%s as %s" % (variant["spec_digest"], name),
-            "candidate of the specpilot tuning run",
-        )
+        digest = hashlib.sha256(("%s as %s" % (variant["spec_digest"], name)).encode("utf-8")).hexdigest()
+        purpose = "candidate of the specpilot tuning run"
     else:
-        args, method = plan["args_without_speculative"], "off"
-        digest_of = "%s without speculative decoding" % plan["spec_digest"]
-        purpose = "baseline of the specpilot benchmark"
-    digest = hashlib.sha256(digest_of.encode("utf-8")).hexdigest()
+        # the plan's own twin (service/plan.py Plan.twin): its args and digest
+        baseline = service_plan.build(plan).twin
+        args, method, digest, purpose = list(baseline.args), baseline.method, baseline.digest, baseline.purpose
     isvc = source["inferenceservice"]
     meta = isvc.get("metadata") or {}
     labels = dict(meta.get("labels") or {})
@@ -198,7 +197,7 @@ def target_problem(resources, planned_args):
     conditions = get_path(obj, "status", "conditions") or []
     if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
         return "it is not Ready: wait for the rollout (or fix it) before measuring"
-    live = get_path(obj, "spec", "predictor", "model", "args") or []
+    live = live_view.view(obj).args
     if live != planned_args:
         return (
             "its arguments differ from the validated plan, so the baseline would not be its twin: re-run "

@@ -27,6 +27,7 @@ init container (modelcar-init) keeps failing, when a new pod stays unschedulable
 
 from __future__ import annotations
 
+from ansible_collections.specpilot.core.plugins.module_utils.service import plan as service_plan
 from ansible_collections.specpilot.core.plugins.module_utils.service import render
 from ansible_collections.specpilot.core.plugins.module_utils.common import k8s_meta, parse_time
 
@@ -72,7 +73,7 @@ def expected_from_plan(plan):
     return {
         "name": plan["name"],
         "namespace": plan["namespace"],
-        "mode": plan.get("deployment_mode") or "Standard",
+        "mode": service_plan.normalise_mode(plan.get("deployment_mode")),
         "args": render.in_pod(plan.get("args"), plan["name"], plan["namespace"]),
         "digest": plan.get("spec_digest"),
     }
@@ -86,7 +87,7 @@ def expected_from_isvc(isvc):
     return {
         "name": md.get("name"),
         "namespace": md.get("namespace"),
-        "mode": {"RawDeployment": "Standard", "Serverless": "Knative"}.get(mode, mode),
+        "mode": service_plan.normalise_mode(mode),
         "args": render.in_pod(model.get("args"), md.get("name"), md.get("namespace")),
         "digest": (md.get("annotations") or {}).get(ANN_DIGEST),
     }

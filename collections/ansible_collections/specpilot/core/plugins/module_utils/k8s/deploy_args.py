@@ -59,7 +59,12 @@ DEPLOY_STATE = dict(
     namespace={"type": "str"},
     services={"type": "list", "elements": "dict"},
     live={"type": "dict"},
-    deployment_mode={"type": "str", "default": "Standard", "choices": ["Standard", "Knative"]},
+    # the legacy names too (RawDeployment, Serverless): read as service/plan.py normalise_mode reads them
+    deployment_mode={
+        "type": "str",
+        "default": "Standard",
+        "choices": ["Standard", "Knative", "RawDeployment", "Serverless"],
+    },
     runtime={"type": "dict"},
     lease={"type": "bool", "default": True},
     history={"type": "bool", "default": True},

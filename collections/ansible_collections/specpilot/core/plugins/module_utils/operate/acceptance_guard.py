@@ -39,6 +39,7 @@ import time
 from ansible_collections.specpilot.core.plugins.module_utils.operate import monitoring as sm
 from ansible_collections.specpilot.core.plugins.module_utils.operate import prometheus_api
 from ansible_collections.specpilot.core.plugins.module_utils.operate.acceptance_band import band_reading
+from ansible_collections.specpilot.core.plugins.module_utils.service import live, spec_flags
 
 HISTORY_ANNOTATION = "specpilot.io/guard-history"
 HISTORY_KEY = "history"
@@ -55,7 +56,6 @@ DEFAULTS = {
 }
 
 _CONFIG_FLAG = re.compile(r"^--speculative[-_]config(?:=(.*))?$", re.S)
-_V0_FLAGS = ("--speculative-model", "--speculative_model", "--num-speculative-tokens", "--num_speculative_tokens")
 _SHELL_CONFIG = re.compile(r"--speculative[-_]config[= ]+('(?:[^']*)'|\"(?:[^\"\\\\]|\\\\.)*\"|\S+)")
 
 
@@ -79,49 +79,38 @@ def _parse_config(text):
     return value if isinstance(value, dict) else {"unparsed": text}
 
 
-def _containers(isvc):
-    pred = ((isvc or {}).get("spec") or {}).get("predictor") or {}
-    out = []
-    if isinstance(pred.get("model"), dict):
-        out.append(pred["model"])
-    out += [c for c in pred.get("containers") or [] if isinstance(c, dict)]
-    return out
-
-
 def isvc_speculative(isvc):
     """Whether the InferenceService's engine arguments turn speculative decoding on.
 
-    Reads ``spec.predictor.model`` and ``spec.predictor.containers``: ``args`` items
-    (``--speculative-config=<json>``, or the flag and the JSON as two items), a ``--speculative-config``
-    inside a shell command string, and the V0 flags (``--speculative-model``...).
+    Reads its live view (``service/live.py``: ``spec.predictor.model`` or the engine container):
+    ``--speculative-config=<json>`` or the flag and the JSON as two items, a ``--speculative-config``
+    inside a shell command string, and the other speculative flags of ``spec_flags`` (the V0 ones:
+    ``--speculative-model``...).
     """
     if not isvc:
         return {"exists": False, "on": False, "config": None, "flags": [], "digest": None}
     config = None
     flags = []
-    for container in _containers(isvc):
-        words = [str(w) for w in (container.get("command") or []) + (container.get("args") or [])]
-        for idx, word in enumerate(words):
-            m = _CONFIG_FLAG.match(word)
-            if m:
-                value = m.group(1)
-                if value is None and idx + 1 < len(words):
-                    value = words[idx + 1]
-                if value is not None:
-                    config = _parse_config(value)
-                    flags.append("--speculative-config")
-                continue
-            if word.split("=", 1)[0] in _V0_FLAGS:
-                flags.append(word)
-                continue
-            if " " in word and "--speculative" in word:  # sh -c "... --speculative-config '{...}' ..."
-                sm_ = _SHELL_CONFIG.search(word)
-                if sm_:
-                    config = _parse_config(sm_.group(1))
-                    flags.append("--speculative-config")
-                for v0 in _V0_FLAGS:
-                    for m0 in re.finditer(re.escape(v0) + r"(?:[= ](\S+))?", word):
-                        flags.append(m0.group(0))
+    words = live.view(isvc).command_line
+    for idx, word in enumerate(words):
+        m = _CONFIG_FLAG.match(word)
+        if m:
+            value = m.group(1)
+            if value is None and idx + 1 < len(words):
+                value = words[idx + 1]
+            if value is not None:
+                config = _parse_config(value)
+                flags.append("--speculative-config")
+            continue
+        if spec_flags.is_speculative(word):
+            flags.append(word)
+            continue
+        if " " in word and "--speculative" in word:  # sh -c "... --speculative-config '{...}' ..."
+            sm_ = _SHELL_CONFIG.search(word)
+            if sm_:
+                config = _parse_config(sm_.group(1))
+                flags.append("--speculative-config")
+            flags += [w for w in spec_flags.speculative_args(word.split()) if not _CONFIG_FLAG.match(w.split()[0])]
     on = bool(flags)
     digest = None
     if on:

@@ -56,6 +56,7 @@ import time
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_verdict
 from ansible_collections.specpilot.core.plugins.module_utils.report.plots import plot_links, pyplot
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics import parse_metrics_text
+from ansible_collections.specpilot.core.plugins.module_utils.service import live
 
 __all__ = [
     "DECISIONS",
@@ -504,8 +505,7 @@ def todo(isvc, plan, record, retry=False, resume_name=None):
     ``interrupted`` (another canary is there: it is aborted), ``promoted`` (the predictor already
     runs the plan's arguments), ``recorded`` (this spec's canary already ended, on record, and no retry
     is asked) or ``run``."""
-    spec = (isvc or {}).get("spec") or {}
-    live_args = ((spec.get("predictor") or {}).get("model") or {}).get("args") or []
+    live_args = live.view(isvc).args
     left = left_canary(isvc)
     if left is not None:
         mine = left["name"] == resume_name if left["name"] is not None else live_args == plan.get("args")
@@ -515,6 +515,18 @@ def todo(isvc, plan, record, retry=False, resume_name=None):
     if (record or {}).get("digest", "") == plan.get("spec_digest") and not retry:
         return "recorded"
     return "run"
+
+
+def ready_seconds(requested, plan):
+    """How long the canary waits for its predictor to be ready (a step's, the promotion's, the abort's
+    rollout): ``requested`` seconds, or (0, the default) the plan's ``startup_timeout_seconds`` (the
+    startupProbe's budget, which the engine may use up) + 300 s for scheduling and pulling, as deploy
+    waits for a rollout (action/rollout_wait.py)."""
+    if int(requested or 0) < 0:
+        raise ValueError("the ready timeout must be 0 (the plan's startup timeout + 300 s) or more, not %r" % requested)
+    if int(requested or 0):
+        return int(requested)
+    return int((plan or {}).get("startup_timeout_seconds") or 900) + 300
 
 
 def lock_seconds(ready_timeout, requested=0):

@@ -25,15 +25,20 @@ import copy
 import hashlib
 import json
 import posixpath
-import shlex
 
 from ansible_collections.specpilot.core.plugins.module_utils.staging import data_safety, modelcar_reclaim
 from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_rollout, deploy_state
+from ansible_collections.specpilot.core.plugins.module_utils.service import plan as service_plan
+from ansible_collections.specpilot.core.plugins.module_utils.service import live as live_view
 from ansible_collections.specpilot.core.plugins.module_utils.service import render
+from ansible_collections.specpilot.core.plugins.module_utils.service.live import predictor_args
 from ansible_collections.specpilot.core.plugins.module_utils.service.vllm_profiles import V0_FLAGS
+from ansible_collections.specpilot.core.plugins.module_utils.service.spec_flags import (
+    speculative_args,
+    strip_speculative,
+)
 
 __all__ = [
-    "SPEC_FLAGS",
     "speculative_args",
     "strip_speculative",
     "manifest_from_live",
@@ -47,12 +52,6 @@ __all__ = [
     "decision_summary",
 ]
 
-# flags that take a value / switches, dropped by an "off" rollback (--use-v2-block-manager: the
-# V0 engine needed it for speculative decoding only; deploy renders it with the V0 flags)
-SPEC_FLAGS = ("--speculative-config", "--speculative_config") + tuple(
-    flag for key, flag in V0_FLAGS.items() if key != "disable_mqa_scorer"
-)
-SPEC_SWITCHES = (V0_FLAGS["disable_mqa_scorer"], "--use-v2-block-manager")
 GMU_FLAG = "--gpu-memory-utilization"
 MOUNT_ROOT = "/mnt/models"
 # The PVC reclaim Job (roles/specpilot_rollback/tasks/reclaim.yml): the claim at RECLAIM_MOUNT, the
@@ -78,78 +77,6 @@ ANN_ROLLBACK = "specpilot.io/rollback"
 _SYSTEM_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 
 
-def _flag(arg):
-    return arg.split("=", 1)[0] if isinstance(arg, str) else None
-
-
-def _is_spec(arg):
-    return _flag(arg) in SPEC_FLAGS or arg in SPEC_SWITCHES
-
-
-def speculative_args(args):
-    """The speculative arguments found in ``args`` (a list; shell commands inside one string too)."""
-    found = []
-    items = list(args or [])
-    for i, arg in enumerate(items):
-        if not isinstance(arg, str):
-            continue
-        if _is_spec(arg):
-            found.append(
-                arg
-                if "=" in arg or arg in SPEC_SWITCHES or i + 1 >= len(items)
-                else "%s %s" % (arg, items[i + 1])
-            )
-        elif " " in arg and any(f in arg for f in SPEC_FLAGS + SPEC_SWITCHES):
-            found.append(arg)
-    return found
-
-
-def _strip_shell(text):
-    """Remove the speculative flags from a shell command line kept in one argument."""
-    try:
-        words = shlex.split(text)
-    except ValueError:
-        return text
-    out, skip = [], False
-    for i, word in enumerate(words):
-        if skip:
-            skip = False
-            continue
-        if _is_spec(word):
-            if "=" not in word and word not in SPEC_SWITCHES and i + 1 < len(words):
-                skip = True
-            continue
-        out.append(word)
-    return " ".join(shlex.quote(w) for w in out)
-
-
-def strip_speculative(args):
-    """``args`` without the speculative arguments; the rest untouched, in order."""
-    items = list(args or [])
-    out, skip = [], False
-    for i, arg in enumerate(items):
-        if skip:
-            skip = False
-            continue
-        if not isinstance(arg, str):
-            out.append(arg)
-            continue
-        if _is_spec(arg):
-            if (
-                "=" not in arg
-                and arg not in SPEC_SWITCHES
-                and i + 1 < len(items)
-                and not str(items[i + 1]).startswith("--")
-            ):
-                skip = True
-            continue
-        if " " in arg and any(f in arg for f in SPEC_FLAGS + SPEC_SWITCHES):
-            out.append(_strip_shell(arg))
-            continue
-        out.append(arg)
-    return out
-
-
 def _gmu(args):
     for arg in args or []:
         if isinstance(arg, str) and arg.startswith(GMU_FLAG + "="):
@@ -173,15 +100,6 @@ def _set_gmu(args, value):
 
 def _model(predictor):
     return (predictor or {}).get("model") or {}
-
-
-def predictor_args(predictor):
-    """The engine args of a predictor: ``model.args`` (or the first container's)."""
-    model = _model(predictor)
-    if "args" in model or model:
-        return list(model.get("args") or [])
-    containers = (predictor or {}).get("containers") or []
-    return list((containers[0] if containers else {}).get("args") or [])
 
 
 def _with_args(predictor, args):
@@ -571,6 +489,26 @@ def _off_branch(out, manifest, isvc, predictor, before_args, record, revisions, 
     return new_predictor, changed, digest, entry
 
 
+def _wait_plan(isvc, plan, args, digest):
+    """What rollout_wait waits for: the validated plan's wait (its startup timeout, its normalised
+    mode) with the rollback's args; without a plan of this object (a service deployed by hand, or
+    specpilot_rollback_name naming another) the live object's mode and the default startup budget."""
+    typed = service_plan.from_dict(plan)
+    view = live_view.view(isvc)
+    if typed is None or (typed.name, typed.namespace) != (view.name, view.namespace):
+        typed = service_plan.WaitPlan(
+            name=view.name,
+            namespace=view.namespace,
+            spec_digest=digest,
+            args=(),
+            deployment_mode=view.deployment_mode,
+            startup_timeout_seconds=service_plan.DEFAULT_STARTUP_TIMEOUT,
+        )
+    else:
+        typed = typed.wait
+    return typed.for_args(args, digest).as_dict()
+
+
 def decide(live, mode="off", now=None, options=None):
     """Everything the rollback role needs before it writes anything.
 
@@ -580,7 +518,8 @@ def decide(live, mode="off", now=None, options=None):
     the draft when the storageUri has a digest only), ``modelcar_reclaimed`` (the result of
     ``specpilot.core.modelcar_reclaim`` on the service's image: its ``storage_uri`` replaces the
     storageUri in the same apply), ``expect_digest`` (decide only while the live spec digest is this
-    one: ``error`` otherwise, and nothing to write).
+    one: ``error`` otherwise, and nothing to write), ``plan`` (the validated plan of the service:
+    its wait plan, with the spec's startup timeout, is what the rollout is waited for with).
     """
     opts = {
         "gpu_memory_utilization": "auto",
@@ -661,14 +600,7 @@ def decide(live, mode="off", now=None, options=None):
         added_args=[a for a in after_args if a not in before_args],
         digest=digest,
         # what rollout_wait needs (the same wait as deploy)
-        wait_plan={
-            "name": md.get("name"),
-            "namespace": md.get("namespace"),
-            "spec_digest": digest or _digest(new_predictor),
-            "args": after_args,
-            "deployment_mode": deploy_rollout.expected_from_isvc(isvc)["mode"],
-            "startup_timeout_seconds": 900,
-        },
+        wait_plan=_wait_plan(isvc, opts.get("plan"), after_args, digest or _digest(new_predictor)),
         baseline={
             "latest_created_revision": (
                 ((isvc.get("status") or {}).get("components") or {}).get("predictor") or {}

@@ -103,23 +103,16 @@ def models_to_read(spec):
 
 def wanted(spec, mode="auto"):
     """{version, models}: what a probe Job must read.  always: both (the version unless cached, the PVC's
-    facts when the service reads its models from one); auto: only what validation cannot do without -
-    the version when vllm_version is auto (or unset with a runtime image), the PVC's facts when a check
-    needs a fact that the spec does not type (model_facts.needed_facts) for an artifact on the PVC.  In
-    auto, a declared version is still checked against the image's release when a probe cached it."""
+    directories when the service reads its models from one); auto: the version when vllm_version is auto
+    (or unset with a runtime image), and the PVC's directories whenever the service reads its models from
+    one, facts typed in the spec or not: a directory that is not there is an error before any change
+    (model_facts), where the predictor would crash-loop on it.  In auto, a declared version is still
+    checked against the image's release when a probe cached it."""
     spec = _normalised(spec)
-    models = models_to_read(spec)
+    models = bool(models_to_read(spec))
     if mode == "always":
-        return {"version": True, "models": bool(models)}
-    speculative = spec.get("speculative") if isinstance(spec.get("speculative"), dict) else {}
-    needed = model_facts.needed_facts(speculative.get("method"), bool(spec.get("draft")))
-    untyped = [
-        role
-        for _check, role, keys in needed
-        if role in {m["role"] for m in models}
-        and not any((spec.get(role) or {}).get(k) is not None for k in keys)
-    ]
-    return {"version": spec.get("vllm_version") in (None, "auto"), "models": bool(untyped)}
+        return {"version": True, "models": models}
+    return {"version": spec.get("vllm_version") in (None, "auto"), "models": models}
 
 
 def _normalised(spec):
@@ -309,7 +302,7 @@ def _short(text, limit=400):
 
 def probed(result, plan_, image, digest=None, source="probe"):
     """What spec_validate's option ``probed`` takes: {image, digest, source, vllm_version or vllm_error,
-    models: {role: {uri, facts, problem}}}."""
+    models: {role: {uri, facts, problem, read}}}."""
     out = {"image": image, "digest": digest, "source": source, "models": {}}
     vllm = (result or {}).get("vllm")
     if isinstance(vllm, dict) and vllm.get("version"):
@@ -323,6 +316,7 @@ def probed(result, plan_, image, digest=None, source="probe"):
                 "uri": by_role[role]["uri"],
                 "facts": entry.get("facts") or {},
                 "problem": entry.get("problem"),
+                "read": True,  # the Job looked at the directory (not check mode, not an unreadable claim)
             }
     return out
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import posixpath
 
+from ansible_collections.specpilot.core.plugins.module_utils.service.plan import LEGACY_MODES
 from ansible_collections.specpilot.core.plugins.module_utils.service.versions import format_version
 from ansible_collections.specpilot.core.plugins.module_utils.common import get_path
 
@@ -376,7 +377,7 @@ def _check_isvc_annotations(isvc, ctx, findings, where):
     mode = ctx["deployment_mode"]
     annotations = get_path(isvc, "metadata", "annotations") or {}
     mode_value = annotations.get("serving.kserve.io/deploymentMode")
-    expected = {"Standard": ("Standard", "RawDeployment"), "Knative": ("Knative", "Serverless")}[mode]
+    expected = [mode] + [legacy for legacy, name in LEGACY_MODES.items() if name == mode]
     if mode_value not in expected:
         findings.error(
             where("metadata.annotations"),

@@ -662,6 +662,9 @@ def _role_facts(role, artifact, spec, mode, read_local, cache, environ, findings
     out["cached"] = cached
     if problem:
         out["problem"] = problem
+        if source["kind"] == "pvc" and _probe_read(probed, source["uri"]):
+            _missing_on_pvc(role, artifact, spec, source, problem, findings)
+            out["reported"] = True
         if source["kind"] == "local":
             findings.warning(
                 source["path"],
@@ -686,6 +689,28 @@ def _role_facts(role, artifact, spec, mode, read_local, cache, environ, findings
     out["keys"] = sorted(k for k in found if k not in typed)
     out["resolved_revision"] = found.get("resolved_revision")
     return _with_estimate(merged), out
+
+
+def _probe_read(probed, uri):
+    """Whether the cluster probe's Job looked at this pvc:// directory (not check mode, where no Job runs,
+    nor a claim it could not mount: cluster_probe.probed marks what the Job read)."""
+    return any(e.get("uri") == uri and e.get("read") for e in ((probed or {}).get("models") or {}).values())
+
+
+def _missing_on_pvc(role, artifact, spec, source, problem, findings):
+    """A directory the cluster probe could not read on the service's PVC (missing, or no config.json): the
+    predictor would mount the same path and its engine would crash-loop, so it is an error before any
+    change."""
+    field = path_join(role, "uri") if artifact.get("uri") else path_join(role, "subdir")
+    service = spec.get("name") or "?"
+    findings.error(
+        field,
+        "%s: the %s model is read from %s, and %s (the probe Job mounts the claim as the predictor will): "
+        "the engine would fail to start" % (service, role, show_uri(source["uri"]), problem),
+        "stage the model there (ansible-playbook -i <inventory> playbooks/stage.yml --limit %s), or correct "
+        "specpilot_%s.%s / specpilot_pvc.path" % (service, role, field.split(".")[-1]),
+        "model-dir-missing",
+    )
 
 
 def _with_estimate(facts):

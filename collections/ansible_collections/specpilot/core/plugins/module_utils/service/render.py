@@ -14,6 +14,7 @@ import copy
 import math
 import posixpath
 
+from ansible_collections.specpilot.core.plugins.module_utils.service.plan import LEGACY_MODES
 from ansible_collections.specpilot.core.plugins.module_utils.service.spec import MOUNT_ROOT
 
 __all__ = [
@@ -269,7 +270,7 @@ def servingruntime(spec, mounts, guard, startup_seconds, digest):
 def deployment_mode_value(mode, kserve_version):
     """The annotation value: the post-0.16 names, or the legacy ones for older KServe."""
     if kserve_version is not None and kserve_version < (0, 16, 0):
-        return {"Standard": "RawDeployment", "Knative": "Serverless"}[mode]
+        return {name: legacy for legacy, name in LEGACY_MODES.items()}[mode]
     return mode
 
 

@@ -16,6 +16,8 @@ import difflib
 import hashlib
 import json
 
+from ansible_collections.specpilot.core.plugins.module_utils.service.plan import normalise_mode
+
 __all__ = [
     "SERVICE_SCHEMA",
     "SPEC_KEYS",
@@ -789,9 +791,7 @@ def normalise(spec):
     """Defaults applied to a spec that passed the schema.  Returns a new dict."""
     spec = copy.deepcopy(spec)
     spec.setdefault("deployment_mode", "Standard")
-    spec["deployment_mode"] = {"RawDeployment": "Standard", "Serverless": "Knative"}.get(
-        spec["deployment_mode"], spec["deployment_mode"]
-    )
+    spec["deployment_mode"] = normalise_mode(spec["deployment_mode"])
     runtime = spec.setdefault("runtime", {})
     runtime.setdefault("create", True)
     runtime.setdefault("kind", "ServingRuntime")

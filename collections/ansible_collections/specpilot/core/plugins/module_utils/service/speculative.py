@@ -19,6 +19,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.service import pref
 from ansible_collections.specpilot.core.plugins.module_utils.service import render
 from ansible_collections.specpilot.core.plugins.module_utils.service import vllm_profiles as vp
 from ansible_collections.specpilot.core.plugins.module_utils.report.findings import path_join
+from ansible_collections.specpilot.core.plugins.module_utils.service import spec_flags
 from ansible_collections.specpilot.core.plugins.module_utils.service.versions import parse_version
 
 try:
@@ -31,22 +32,8 @@ except ImportError:  # pragma: no cover - reported by the module
 
 __all__ = ["check", "render_args", "compact_json", "method_in_scope", "RENDERED_FLAGS"]
 
-# Engine flags that belong to the speculative config (rendered by specpilot only).
-RENDERED_FLAGS = tuple(
-    sorted(
-        set(vp.V0_FLAGS.values())
-        | {
-            "--speculative-config",
-            "-sc",
-            "--spec-method",
-            "--spec-model",
-            "--spec-tokens",
-            "--speculative-draft-tensor-parallel-size",
-            "-spec-draft-tp",
-            "--use-v2-block-manager",
-        }
-    )
-)
+# Engine flags that belong to the speculative config (rendered by specpilot only): spec_flags' one list
+RENDERED_FLAGS = tuple(sorted(spec_flags.FLAGS | spec_flags.COMPANIONS))
 
 _VALIDATORS = {}
 

@@ -22,6 +22,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.service import comp
 from ansible_collections.specpilot.core.plugins.module_utils.service import gpu_budget
 from ansible_collections.specpilot.core.plugins.module_utils.service import kserve_rules
 from ansible_collections.specpilot.core.plugins.module_utils.service import model_facts
+from ansible_collections.specpilot.core.plugins.module_utils.service import plan as service_plan
 from ansible_collections.specpilot.core.plugins.module_utils.service import preflight_rules
 from ansible_collections.specpilot.core.plugins.module_utils.service import render
 from ansible_collections.specpilot.core.plugins.module_utils.service import spec_override
@@ -390,7 +391,7 @@ def _validate(spec, options):
             ]
     plan["servingruntime"] = runtime
     plan["inferenceservice"] = isvc
-    result["plan"] = plan
+    result["plan"] = service_plan.build(plan).as_dict()
     return _finish(result, options)
 
 

