@@ -288,6 +288,32 @@ def test_pvc_copies_trust_a_source_marker_and_verify_size_skips_hashing(tmp_path
     assert code == 2 and res["path"] == "model.safetensors" and "is corrupt" in res["message"]
 
 
+
+def test_pvc_files_copied_two_at_a_time_are_each_verified(tmp_path):
+    """A pvc:// source's files are staged two at a time (issue 41): every file still lands whole
+    with its own sha256 in the marker, and a corrupt one is named while the others finish."""
+    src = tmp_path / "cache-pvc"
+    ss.make_model(src / "raw", weight_bytes=2 * 1024 * 1024, shards=4)
+    req = request(tmp_path / "a", {"uri": "pvc://cache/raw", "src_root": str(src)})
+    code, out, res = ss.run_stager(req, tmp_path / "w")
+    assert code == 0, out
+    dest = tmp_path / "a" / "target"
+    assert ss.tree_digest(dest) == ss.tree_digest(src / "raw")
+    staged = json.loads((dest / stager.MARKER).read_text())["files"]
+    assert len(staged) == len(ss.tree_digest(src / "raw")) and len(staged) >= 5
+    for rel, info in staged.items():
+        assert info["sha256"] == hashlib.sha256((dest / rel).read_bytes()).hexdigest(), rel
+    victim = dest / "model-00002-of-00004.safetensors"
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0xFF
+    victim.write_bytes(bytes(data))  # the staged copy now differs from its marker: a corrupt source
+    req = request(tmp_path / "b", {"uri": "pvc://cache/target", "src_root": str(tmp_path / "a")})
+    code, out, res = ss.run_stager(req, tmp_path / "w")
+    assert code == 2 and "is corrupt" in res["message"], out
+    assert res["path"] == "model-00002-of-00004.safetensors"
+    assert not (tmp_path / "b" / "target" / "model-00002-of-00004.safetensors").exists()
+    assert not list((tmp_path / "b" / "target").rglob("*.part"))
+
 # ---------------------------------------------------------------- S3 (moto)
 needs_moto = pytest.mark.skipif(
     not ss.MotoS3.available(), reason=".venv-staging (moto, boto3) missing: run make"

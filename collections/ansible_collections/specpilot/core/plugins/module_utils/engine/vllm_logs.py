@@ -35,17 +35,14 @@ process (``_lookback_engine``). Memory: one chunk, a 64 KiB tail, the kept windo
 
 from __future__ import annotations
 
-import ast
 import collections
 import heapq
 import io
-import json
 import re
 
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_log_config import (
-    _braced,
-    _literal,
-    parse_speculative_repr,
+    _init_config_facts,
+    _requested_value,
 )
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_log_rules import (
     _ISSUE_HINTS,
@@ -107,14 +104,6 @@ _VERSION_RES = (
 _INIT_RE = re.compile(
     r"Initializing an? (?:(?P<era>V[01]) )?LLM engine \(v(?P<v>[^)\s]+)\) with config: (?P<cfg>.*)$"
 )
-_SPEC_CFG_RE = re.compile(
-    r"\bspeculative_config=(?:(?P<none>None)|SpeculativeConfig\((?P<body>.*?)\))(?=,\s*\w+=|,?\s*$)")
-_CFG_MODEL_RE = re.compile(r"^model=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,]*)")
-_CFG_FIELD_RES = {
-    "served_model_name": re.compile(r"\bserved_model_name=([^,]*)"),
-    "tensor_parallel_size": re.compile(r"\btensor_parallel_size=(\d+)"),
-    "data_parallel_size": re.compile(r"\bdata_parallel_size=(\d+)"),
-}
 _ASYNC_STATE_RE = re.compile(r"Asynchronous scheduling is (enabled|disabled)\.")
 _ENGINE_LINE_RE = re.compile(r"Engine (\d+): ")
 # a record header, as bytes (group 1: the level)
@@ -156,6 +145,7 @@ _ENGINE_KEY = b"] Engine "
 _MISS = object()
 _PENDING = object()
 _ISSUE_CACHE_SIZE = 512  # distinct (level, message) classifications kept (bounded memory)
+_PP_CACHE_SIZE = 4096  # distinct per-position acceptance texts kept (bounded memory)
 
 # --------------------------------------------------------------------------- helpers
 
@@ -247,6 +237,8 @@ class LogParser(object):
         self._ring = bytearray()  # line mode: the recent lines
         self._proc_engine = {}
         self._issue_cache = {}
+        self._config_cache = {}  # config text -> what it parses to (engine starts repeat it)
+        self._pp_cache = {}  # per-position rates as printed -> floats (steady runs repeat them)
         self._repeats = {}  # (level bytes, message bytes) -> (level, issue key or None)
         self._names = {}  # (proc, pid) as bytes -> as str
         self._events_shutdown = False  # errors after a shutdown are logged as warnings
@@ -675,8 +667,15 @@ class LogParser(object):
         ts = ts.decode()
         self.windows_total += 1
         self.windows.append((line, ts, proc, engine, "fast", m.group(4, 5, 6, 7, 8, 9, 10), None))
-        self._acc_of(engine).add(line, ts, int(drafted), int(acc), float(mal),
-                                 [float(x) for x in per_pos.split(b",")])
+        pp = self._pp_cache.get(per_pos)
+        if pp is None:
+            if len(self._pp_cache) >= _PP_CACHE_SIZE:
+                self._pp_cache.clear()
+            pp = self._pp_cache[per_pos] = tuple([float(x) for x in per_pos.split(b",")])
+        acc_of = self._acc_by_engine.get(engine)
+        if acc_of is None or self._engine_hint is None:
+            acc_of = self._acc_of(engine)
+        acc_of.add(line, ts, int(drafted), int(acc), float(mal), pp)
 
     # ----------------------------------------------------------------- startup facts
     def _engine_init(self, m, msg):
@@ -692,44 +691,30 @@ class LogParser(object):
             f["engine"] = "v1"  # 0.6.6-0.7.0 opt-in V1 engine: no use_cached_outputs suffix
         if self._version_from_line is None or f["vllm_version"] is None:
             f["vllm_version"] = version
-        sm = _SPEC_CFG_RE.search(cfg)
-        if sm is not None:
-            f["speculative_config_found"] = True
-            f["speculative_config"] = None if sm.group("none") else parse_speculative_repr(sm.group("body"))
-        mm = _CFG_MODEL_RE.match(cfg)
-        if mm is not None:
-            f["model"] = _literal(mm.group(1))
-        for key, rx in _CFG_FIELD_RES.items():
-            fm = rx.search(cfg)
-            if fm is not None:
-                f[key] = _literal(fm.group(1))
+        f.update(self._cached(("init", cfg), _init_config_facts, cfg))
         f["engine_init_line"] = self.lineno
         # a new engine start: readiness must be seen again
         f["ready"] = False
         f["shutdown"] = False
         self._events_shutdown = False
 
+    def _cached(self, key, fn, text):
+        """``fn(text)``, remembered by ``key``: a restarted engine prints the same config text
+        again (the parsed values are only read, never changed)."""
+        value = self._config_cache.get(key, _MISS)
+        if value is _MISS:
+            if len(self._config_cache) >= _ISSUE_CACHE_SIZE:
+                self._config_cache.clear()
+            value = self._config_cache[key] = fn(text)
+        return value
+
     def _requested_config(self, msg):
         """``non-default args: {... 'speculative_config': {...}}`` (a Python repr; literal_eval)."""
         key = msg.find("'speculative_config': ")
         if key < 0:
             return
-        text = _braced(msg, key + 22)
-        if text is None:  # the value is a string (0.8.x passes the CLI text) or not a literal
-            m = re.match(r"'speculative_config': ('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")", msg[key:])
-            text = m.group(1) if m is not None else None
-        if text is None:
-            return
-        try:
-            value = ast.literal_eval(text)
-            if isinstance(value, str):  # the CLI text: JSON (0.8.3+) or a Python dict (0.8.2)
-                try:
-                    value = json.loads(value)
-                except ValueError:
-                    value = ast.literal_eval(value.strip())
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            return
-        if isinstance(value, dict):
+        value = self._cached(("requested", msg[key:]), _requested_value, msg[key:])
+        if value is not None:
             self.facts["requested_speculative_config"] = value
 
     # ----------------------------------------------------------------- issues

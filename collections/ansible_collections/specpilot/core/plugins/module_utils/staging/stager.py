@@ -68,6 +68,7 @@ else (network errors: a retry resumes).
 from __future__ import absolute_import, division, print_function
 
 import argparse
+import collections
 import fnmatch
 import hashlib
 import io
@@ -110,6 +111,7 @@ TOKENIZER_SETS = (
     ("vocab.txt",),
 )
 CHUNK = 4 * 1024 * 1024
+LOCAL_WORKERS = 2  # files of a pvc:// source copied and hashed at a time
 EXIT_OK, EXIT_RETRY, EXIT_PERMANENT = 0, 1, 2
 SECRET_ENV_NAMES = (
     "HF_TOKEN",
@@ -858,6 +860,35 @@ class Hasher(object):
         return self.sha.hexdigest(), (self.md5.hexdigest() if self.md5 is not None else None)
 
 
+class _Job(object):
+    """One file's download in its own thread (``_download_each``)."""
+
+    def __init__(self, download, role, dest, f, progress):
+        self.f = f
+        self.stats = {"downloaded": 0, "resumed": 0}
+        self._info = self._error = None
+        self._t = threading.Thread(
+            target=self._run, args=(download, role, dest, f, progress), name="stager-file"
+        )
+        self._t.daemon = True
+        self._t.start()
+
+    def _run(self, download, role, dest, f, progress):
+        try:
+            self._info = download(role, dest, f, progress, self.stats)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            self._error = exc
+
+    def wait(self):
+        self._t.join()
+
+    def result(self):
+        self._t.join()
+        if self._error is not None:
+            raise self._error
+        return self._info
+
+
 def _hash_range(fd, start, end, hasher):
     """Feed bytes [start, end) of fd into the hasher's digests directly (nothing else feeds it on
     the local-copy path).
@@ -1053,7 +1084,7 @@ class Stager(object):
             )
         for f in chosen:
             f.sha256 = f.sha256 or manifest_sums.get(f.rel)
-        return self._stage_files(role, dest, chosen)
+        return self._stage_files(role, dest, chosen, local=getattr(source, "scheme", None) == "pvc")
 
     def _checked_layout(self, art, role, dest, staged):
         """The layout facts of the staged directory (none without the layout check); StageError on its errors."""
@@ -1127,12 +1158,13 @@ class Stager(object):
         return sums
 
     # ------------------------------------------------------------ plain files
-    def _stage_files(self, role, dest, files):
+    def _stage_files(self, role, dest, files, local=False):
         total = sum(f.size or 0 for f in files)
         progress = Progress(role, total, len(files), self.out, self.interval)
         self.log("%s: %d file(s), %s, into %s" % (role, len(files), human(total), dest))
         stats = {"downloaded": 0, "reused": 0, "resumed": 0, "downloaded_files": 0}
         staged = {}
+        todo = []
         for f in files:
             target = os.path.join(dest, f.rel)
             if os.path.lexists(target):
@@ -1143,11 +1175,41 @@ class Stager(object):
                     progress.add(info["size"])
                     progress.file_done()
                     continue
-            staged[f.rel] = self._download(role, dest, f, progress, stats)
+            todo.append(f)
+        workers = LOCAL_WORKERS if local and self.stop_after_bytes is None else 1
+        for f, info, file_stats in self._download_each(role, dest, todo, progress, workers, stats):
+            staged[f.rel] = info
+            for key, value in file_stats.items():
+                stats[key] += value
             stats["downloaded_files"] += 1
             progress.file_done()
         progress.maybe(force=True)
         return stats, staged
+
+    def _download_each(self, role, dest, files, progress, workers, stats):
+        """Yield (file, its {size, sha256}, its stats to add to ``stats``) of each file downloaded,
+        in order.
+
+        ``workers`` > 1 (a local pvc:// source): that many files at a time. One sha256 thread
+        hashes slower than the kernel copies, so one file's hash runs beside the next file's copy
+        and hash. Each file is still verified whole before it is renamed into place; the first
+        error is raised once the files in flight have ended (their partial files stay resumable).
+        """
+        if workers <= 1 or len(files) <= 1:
+            for f in files:  # one after another, counted in ``stats`` as they go (stop_after_bytes)
+                yield f, self._download(role, dest, f, progress, stats), {}
+            return
+        pending = collections.deque()
+        queue = collections.deque(files)
+        try:
+            while queue or pending:
+                while queue and len(pending) < workers:
+                    pending.append(_Job(self._download, role, dest, queue.popleft(), progress))
+                job = pending.popleft()
+                yield job.f, job.result(), job.stats
+        finally:
+            for job in pending:  # an error (or the caller stopped): let the others end first
+                job.wait()
 
     def _existing(self, role, target, f):
         """The existing file's {size, sha256} when it equals the source; None to (re)download
@@ -1312,9 +1374,12 @@ class Stager(object):
             pos += n
             stats["downloaded"] += n
             progress.add(n)
-        if feeder is not None:
-            feeder.join()
-        os.fsync(out_fd)
+        try:
+            # the write-back runs while the feeder still hashes; the digest is checked after both
+            os.fsync(out_fd)
+        finally:
+            if feeder is not None:
+                feeder.join()
         return pos
 
     # ------------------------------------------------------------ archives
