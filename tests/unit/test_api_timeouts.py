@@ -79,8 +79,9 @@ def test_every_kubernetes_core_task_has_a_bounded_timeout():
         found, count = timeout_problems(str(path.relative_to(ROOT)), yaml.safe_load(path.read_text()), _api_var(path))
         problems += found
         seen += count
-    # 26 when written (the plain reads go through specpilot.core.k8s_read, bounded by its request_timeout)
-    assert seen >= 20, f"only {seen} kubernetes.core tasks found: the test looks at too little"
+    # 26 when written (the plain reads go through specpilot.core.k8s_read, bounded by its request_timeout); 13 since
+    # every Job's create, wait and delete went to specpilot.core.k8s_job (issue 34's one Job runner)
+    assert seen >= 10, f"only {seen} kubernetes.core tasks found: the test looks at too little"
     assert problems == []
 
 

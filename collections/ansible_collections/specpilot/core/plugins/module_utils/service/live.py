@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """One view of a live serving resource: its engine args, its speculative flags, its deployment mode.
 
 :class:`LiveService` is the interface; :class:`InferenceServiceView` reads a KServe InferenceService

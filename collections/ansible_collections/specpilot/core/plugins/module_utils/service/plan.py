@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """The plan of one service: what every role acts on, typed, built once by the validator.
 
 ``validator.validate`` assembles the plan's facts from the spec (and the cluster probe's, where the

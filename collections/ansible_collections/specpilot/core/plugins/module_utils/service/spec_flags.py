@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: specpilot contributors
 # Apache-2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0
 """Which vLLM engine flags carry speculative decoding: defined once, from the version profiles.
 
 * :data:`FLAGS`: the flags that configure speculative decoding in some release (the V0 flags of
