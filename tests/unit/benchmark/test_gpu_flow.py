@@ -96,5 +96,13 @@ def test_the_recorded_gpu_runs_are_judged_today_as_on_the_day():
         assert verdict["per_level"] == recorded[method]["per_level"]
         for lv, rec in zip(verdict["levels"], recorded[method]["levels"]):
             assert lv["ratios"]["tpot"]["value"] == rec["ratios"]["tpot"]["value"]
-            assert lv["ratios"]["ttft"]["ci95"] == rec["ratios"]["ttft"]["ci95"]
+            # the interval is a paired bootstrap's: numpy's generator (issue 36) draws other resamples than the
+            # pure-Python one of the day, so its bounds move (up to 16% on a level of these few prompts), but each
+            # stands on the same side of what decides (no change, and the default 10% TTFT allowance) as recorded
+            # and the two intervals overlap; the decisions above hold exactly
+            low, high = lv["ratios"]["ttft"]["ci95"]
+            rec_low, rec_high = rec["ratios"]["ttft"]["ci95"]
+            assert low <= rec_high and rec_low <= high
+            for edge in (1.0, 0.9):
+                assert (low >= edge, high >= edge) == (rec_low >= edge, rec_high >= edge), (method, edge)
             assert lv["acceptance"]["num_accepted_tokens"] == rec["acceptance"]["num_accepted_tokens"]
