@@ -307,6 +307,9 @@ def test_benchmark_playbook_sequential_in_the_lab(stream_lab, tmp_path):
         # the stream stand-in serves no model files: nothing to look at inside its pod (pod_view is
         # tested on the lab's stand-in engine and on real vLLM)
         "specpilot_smoke_inside_pod": "off",
+        # nor on its PVC: the deploy that turns speculation on again would have its probe refuse the missing
+        # target directory (issue 39's check, proven in tests/lab/deploy/test_probe_lab_fake.py)
+        "specpilot_deploy_probe": "never",
         "specpilot_benchmark_report_dir": str(reports),
         "specpilot_benchmark_qps_levels": [1],
         "specpilot_benchmark_runs_per_prompt": 1,
