@@ -238,6 +238,14 @@ def render_markdown(report):
     return "\n".join(lines) + "\n"
 
 
+# the thresholds drawn on acceptance.png: (threshold, colour, line style, legend)
+_THRESHOLD_LINES = (
+    ("min_acceptance_rate", "#c44e52", "--", "fail below %.2f"),
+    ("warn_acceptance_rate", "#dd8452", ":", "warn below %.2f"),
+    ("collapse_threshold", "#8c8c8c", "-.", "collapse %.2f"),
+)
+
+
 def render_plot(report, path):
     """acceptance.png: per-position acceptance (/metrics and log) against the thresholds.
     Returns False (nothing written) without data or without matplotlib."""
@@ -269,27 +277,8 @@ def render_plot(report, path):
     rate = fig_data.get("acceptance_rate")
     if rate is not None:
         ax.axhline(rate, color="#333333", linewidth=1.2, label="overall acceptance %.2f" % rate)
-    ax.axhline(
-        th["min_acceptance_rate"],
-        color="#c44e52",
-        linestyle="--",
-        linewidth=1,
-        label="fail below %.2f" % th["min_acceptance_rate"],
-    )
-    ax.axhline(
-        th["warn_acceptance_rate"],
-        color="#dd8452",
-        linestyle=":",
-        linewidth=1,
-        label="warn below %.2f" % th["warn_acceptance_rate"],
-    )
-    ax.axhline(
-        th["collapse_threshold"],
-        color="#8c8c8c",
-        linestyle="-.",
-        linewidth=1,
-        label="collapse %.2f" % th["collapse_threshold"],
-    )
+    for key, colour, style, label in _THRESHOLD_LINES:
+        ax.axhline(th[key], color=colour, linestyle=style, linewidth=1, label=label % th[key])
     ax.set_xticks(list(range(1, k + 1)))
     ax.set_xlabel("draft position (slot)")
     ax.set_ylabel("acceptance (accepted at position / drafts)")
