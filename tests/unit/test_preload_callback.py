@@ -73,3 +73,27 @@ def test_the_playbook_and_each_play_freeze_what_the_parent_holds_before_the_work
         assert not _collectable(play)
     finally:
         gc.unfreeze()
+
+
+def test_each_play_reads_the_projects_variable_names_once_for_its_workers(tmp_path):
+    """spec_validate's typo check reads the specpilot_* names of the playbook's folder and the roles beside it;
+    the play's start reads them in the parent, so the forked workers find them already read."""
+    from ansible_collections.specpilot.core.plugins.plugin_utils import action
+
+    (tmp_path / "playbooks").mkdir()
+    (tmp_path / "roles" / "r" / "defaults").mkdir(parents=True)
+    (tmp_path / "playbooks" / "site.yml").write_text("- hosts: all\n  vars: {specpilot_from_playbook: 1}\n")
+    (tmp_path / "roles" / "r" / "defaults" / "main.yml").write_text("specpilot_from_role: 2\n")
+
+    class Play:
+        def get_path(self):
+            return "%s:1" % (tmp_path / "playbooks" / "site.yml")
+
+    preload.known_variables(Play())
+    key = tuple(sorted(str((tmp_path / d).resolve()) for d in ("playbooks", "roles")))
+    assert action._KNOWN[key] == ["specpilot_from_playbook", "specpilot_from_role"]
+    # what a worker asks for (the playbook's folder, and the running role's parent) is that same read
+    assert action.known_variable_names(
+        {"playbook_dir": str(tmp_path / "playbooks")}, str(tmp_path / "roles" / "r")
+    ) is action._KNOWN[key]
+    preload.known_variables(None)  # a play without a file (ad hoc): nothing to read

@@ -37,6 +37,7 @@ requirements:
 
 import gc
 import importlib
+import os
 import pkgutil
 
 from ansible.plugins.callback import CallbackBase
@@ -65,8 +66,23 @@ class CallbackModule(CallbackBase):
         gc.freeze()
 
     def v2_playbook_on_play_start(self, play):
+        known_variables(play)
         # the play's tasks, variables and templates were built since the last freeze
         gc.freeze()
+
+
+def known_variables(play):
+    """Read the project's specpilot_* names (spec_validate's typo check) once here, in the parent: a worker's own
+    read dies with it, so every host's validation read about 130 files again. The worker finds them under the
+    same folders (its playbook's and the roles beside it); where its folders differ it reads them itself."""
+    path = getattr(play, "get_path", lambda: "")() or ""
+    if not path:
+        return
+    try:
+        from ansible_collections.specpilot.core.plugins.plugin_utils.action import known_variable_names
+    except ImportError:  # the collection's own plugin_utils missing: spec_validate says so in its task
+        return
+    known_variable_names({"playbook_dir": os.path.dirname(path.rsplit(":", 1)[0])})
 
 
 def preload(modules=MODULES, packages=PACKAGES):
