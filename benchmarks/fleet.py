@@ -40,6 +40,7 @@ RUN_TIMEOUT_S = 900
 POLL_S = 0.2
 VENV_BIN = ROOT / ".venv" / "bin"
 OUT_ENV = "SPECPILOT_BENCH_FLEET_OUT"
+PROFILE_ENV = "SPECPILOT_BENCH_FLEET_PROFILE"
 
 
 def namespace(i: int) -> str:
@@ -130,6 +131,8 @@ def playbook(env: dict, tmp: Path, inventory: Path, book: str, *args: str, expec
     """``ansible-playbook -i inventory playbooks/<book>.yml args``, timed; raises unless its exit status is
     ``expect_rc`` (a benchmark of a failing run measures nothing)."""
     cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), str(ROOT / "playbooks" / book), *args]
+    tag = "%s-%s-%d" % (Path(book).stem, inventory.name, time.monotonic_ns() % 100000)
+    cmd, env = _profiled(cmd, env, tag)
     run = Timed(cmd, env, tmp / ("%s-%d.log" % (Path(book).stem, time.monotonic_ns()))).run()
     if run.rc != expect_rc:
         raise RuntimeError("%s %s: exit %s\n%s" % (book, " ".join(args), run.rc, run.out[-6000:]))
@@ -139,6 +142,21 @@ def playbook(env: dict, tmp: Path, inventory: Path, book: str, *args: str, expec
         flush=True,
     )
     return run
+
+
+def _profiled(cmd: list[str], env: dict, tag: str) -> tuple[list[str], dict]:
+    """With $SPECPILOT_BENCH_FLEET_PROFILE=DIR: the run under cProfile (ansible-playbook's own process:
+    the strategy, the templating, the variables; not the forked workers) into DIR/<tag>.prof, and
+    callback/fleet_profile.py's per-task wall times into DIR/<tag>.tasks.json."""
+    where = os.environ.get(PROFILE_ENV)
+    if not where:
+        return cmd, env
+    Path(where).mkdir(parents=True, exist_ok=True)
+    env = dict(env)
+    env["ANSIBLE_CALLBACK_PLUGINS"] = str(ROOT / "benchmarks" / "callback")
+    env["ANSIBLE_CALLBACKS_ENABLED"] = "specpilot.core.preload,fleet_profile"
+    env["FLEET_PROFILE_OUT"] = str(Path(where) / ("%s.tasks.json" % tag))
+    return [str(VENV_BIN / "python"), "-m", "cProfile", "-o", str(Path(where) / ("%s.prof" % tag)), *cmd], env
 
 
 def rows(label: str, small: Timed, big: Timed, target_s: float | None = None) -> list[dict]:

@@ -3,8 +3,8 @@
 # Apache-2.0 (see LICENSE)
 # SPDX-License-Identifier: Apache-2.0
 """The work of the modules that only read, compute and write reports (vllm_log_facts,
-vllm_metrics_facts, smoke_verdict, report_write, canary_report and canary_step), as functions of the
-task's parameters.
+vllm_metrics_facts, smoke_probe, smoke_verdict, report_write, canary_report and canary_step), as
+functions of the task's parameters.
 
 Each is run two ways, with the same argument spec and the same results:
 * by its action plugin (plugins/action/<name>.py), in the Ansible worker process - what a playbook
@@ -33,7 +33,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.operate import (
     reports,
 )
 from ansible_collections.specpilot.core.plugins.module_utils.report.files import write_report
-from ansible_collections.specpilot.core.plugins.module_utils.verify import smoke, smoke_report
+from ansible_collections.specpilot.core.plugins.module_utils.verify import smoke, smoke_probe as probe, smoke_report
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_logs import (
     DEFAULT_MAX_ISSUES,
     DEFAULT_MAX_WINDOWS,
@@ -153,6 +153,43 @@ def _scrape(p, kwargs):
         return parse_metrics_stream(text, source=p["url"], openmetrics="openmetrics" in ctype, **kwargs)
     finally:
         resp.close()
+
+
+# ---------------------------------------------------------------- smoke_probe
+
+SMOKE_PROBE_ARGS = dict(
+    url=dict(type="str", required=True),
+    model=dict(type="str", required=True),
+    prompts=dict(type="list", elements="str", required=True),
+    count=dict(type="int", default=8),
+    max_tokens=dict(type="int", default=128, no_log=False),  # a count, not a credential
+    temperature=dict(type="float", default=0.0),
+    request_params=dict(type="dict", default={}),
+    endpoint=dict(type="str", default="completions", choices=["completions", "chat"]),
+    metrics=dict(type="bool", default=True),
+    headers=dict(type="dict", default={}, no_log=True),
+    timeout=dict(type="float", default=120),
+    validate_certs=dict(type="bool", default=True),
+)
+
+
+def smoke_probe(p, check_mode=False):
+    """specpilot.core.smoke_probe: the probe requests from the controller, /metrics read before and after
+    (verify/smoke_probe.py, the code that also runs inside the pod). Inference requests change nothing that
+    check mode protects: sent in check mode too, never ``changed``."""
+    del check_mode
+    if p["max_tokens"] < 1:
+        raise TaskFailure("max_tokens must be >= 1")
+    if p["temperature"] < 0:
+        raise TaskFailure("temperature must be >= 0")
+    try:
+        bodies = probe.build_requests(
+            p["model"], p["prompts"], p["count"], p["max_tokens"], p["temperature"], p["request_params"], p["endpoint"]
+        )
+    except ValueError as exc:
+        raise TaskFailure(str(exc)) from exc
+    job = {k: p[k] for k in ("url", "endpoint", "headers", "timeout", "validate_certs", "metrics")}
+    return dict(probe.run(dict(job, requests=bodies)), changed=False)
 
 
 # ---------------------------------------------------------------- smoke_verdict
