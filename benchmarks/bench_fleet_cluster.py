@@ -94,10 +94,24 @@ class Engines:
         for k, config in spec_configs.items():
             writer = podlogs.PodLogWriter(self.emu.state_dir, "_engines", "engine-k%d" % k, CONTAINER)
             self.logs[k] = writer.path
-            cmd = [sys.executable, str(FAKE_ENGINE), "serve", str(model_dir), "--port", str(self.ports[k]),
-                   "--served-model-name", self.model(k), "--speculative-config", config]
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    env=dict(os.environ, FAKE_LOG_INTERVAL="1"))
+            cmd = [
+                sys.executable,
+                str(FAKE_ENGINE),
+                "serve",
+                str(model_dir),
+                "--port",
+                str(self.ports[k]),
+                "--served-model-name",
+                self.model(k),
+                "--speculative-config",
+                config,
+            ]
+            proc = subprocess.Popen(
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=dict(os.environ, FAKE_LOG_INTERVAL="1"),
+            )
             self.procs.append(proc)
             threading.Thread(target=self._pump, args=(proc, writer), daemon=True).start()
         for k in spec_configs:
@@ -114,8 +128,9 @@ class Engines:
         while not self.stop.wait(0.5):
             for k in self.ports:
                 body = json.dumps({"model": self.model(k), "prompt": "the fleet", "max_tokens": 64}).encode()
-                req = urllib.request.Request(self.url(k) + "/v1/completions", data=body,
-                                             headers={"Content-Type": "application/json"})
+                req = urllib.request.Request(
+                    self.url(k) + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
+                )
                 try:
                     with urllib.request.urlopen(req, timeout=10) as resp:
                         resp.read()
@@ -126,8 +141,9 @@ class Engines:
         """Every predictor pod's container log is its engine's log."""
         for pod in pods:
             k = _k_of_args(pod["spec"]["containers"][0]["args"])
-            directory = podlogs.container_dir(self.emu.state_dir, pod["metadata"]["namespace"],
-                                              pod["metadata"]["name"], CONTAINER)
+            directory = podlogs.container_dir(
+                self.emu.state_dir, pod["metadata"]["namespace"], pod["metadata"]["name"], CONTAINER
+            )
             directory.mkdir(parents=True, exist_ok=True)
             link = directory / podlogs.CURRENT
             if not link.is_symlink() and k in self.logs:
@@ -174,7 +190,9 @@ def _k_of_args(args: list[str]) -> int | None:
 
 def _pods(emu: Emulator) -> list[dict]:
     api = emu.dynamic_client().resources.get(api_version="v1", kind="Pod")
-    return [p for n in range(fleet.NAMESPACES) for p in api.get(namespace=fleet.namespace(n)).to_dict()["items"]]
+    return [
+        p for n in range(fleet.NAMESPACES) for p in api.get(namespace=fleet.namespace(n)).to_dict()["items"]
+    ]
 
 
 def _roll_out(emu: Emulator) -> None:
@@ -217,8 +235,10 @@ class Fleet:
         self.run(SIZES[-1], "deploy.yml", "-e", "specpilot_deploy_wait=false")
         _roll_out(self.emu)
         pods = _pods(self.emu)
-        configs = {_k_of_args(p["spec"]["containers"][0]["args"]): _spec_config(p["spec"]["containers"][0]["args"])
-                   for p in pods}
+        configs = {
+            _k_of_args(p["spec"]["containers"][0]["args"]): _spec_config(p["spec"]["containers"][0]["args"])
+            for p in pods
+        }
         self.engines.start({k: c for k, c in configs.items() if k is not None})
         self.engines.link_pods(pods)
 
@@ -243,7 +263,9 @@ class Fleet:
             timed = self.run(size, book, *args)
             changed = sum(r.get("changed", 0) for r in timed.recap().values())
             if noop and changed:
-                raise RuntimeError("%s changed %d task(s) on a no-op run:\n%s" % (book, changed, timed.out[-4000:]))
+                raise RuntimeError(
+                    "%s changed %d task(s) on a no-op run:\n%s" % (book, changed, timed.out[-4000:])
+                )
             runs.append(timed)
         return (runs[0], runs[-1])
 
@@ -266,7 +288,9 @@ def _measure_all(f: Fleet) -> list[dict]:
         if quick():  # the rollback itself, once: the no-op runs' code is the same as the big sizes'
             result += fleet.rows("rollback.yml (turning off)", first, first)
         else:
-            result += fleet.rows("no-op rollback.yml", *f.measure("rollback.yml", noop=True), TARGETS_S["rollback"])
+            result += fleet.rows(
+                "no-op rollback.yml", *f.measure("rollback.yml", noop=True), TARGETS_S["rollback"]
+            )
     return result
 
 
@@ -295,4 +319,6 @@ def run():
 
 if __name__ == "__main__":
     for row in run():
-        print("%-60s %10.3g %-9s %-8s %s" % (row["name"], row["value"], row["unit"], row["target"], row["ok"]))
+        print(
+            "%-60s %10.3g %-9s %-8s %s" % (row["name"], row["value"], row["unit"], row["target"], row["ok"])
+        )

@@ -43,11 +43,16 @@ def run():
             "fleet_validate",
             "Fleet benchmark: validate.yml",
             result,
-            ["best of %d run(s) a size; no cluster" % RUNS, "CPU s: user + system of ansible-playbook's tree"],
+            [
+                "best of %d run(s) a size; no cluster" % RUNS,
+                "CPU s: user + system of ansible-playbook's tree",
+            ],
         )
     return result
 
 
 if __name__ == "__main__":
     for row in run():
-        print("%-60s %10.3g %-9s %-8s %s" % (row["name"], row["value"], row["unit"], row["target"], row["ok"]))
+        print(
+            "%-60s %10.3g %-9s %-8s %s" % (row["name"], row["value"], row["unit"], row["target"], row["ok"])
+        )

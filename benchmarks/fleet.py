@@ -165,7 +165,13 @@ def rows(label: str, small: Timed, big: Timed, target_s: float | None = None) ->
     ratio = big.seconds / small.seconds if small.seconds else float("inf")
     per_service = (big.seconds - small.seconds) / (BIG - SMALL) if BIG > SMALL else big.seconds / BIG
     out = [
-        {"name": "fleet %s, %d services" % (label, SMALL), "value": small.seconds, "unit": "s", "target": "", "ok": True},
+        {
+            "name": "fleet %s, %d services" % (label, SMALL),
+            "value": small.seconds,
+            "unit": "s",
+            "target": "",
+            "ok": True,
+        },
         {
             "name": "fleet %s, %d services" % (label, BIG),
             "value": big.seconds,
@@ -210,11 +216,19 @@ def out_dir(tmp: Path) -> Path:
 
 
 def markdown(title: str, result: list[dict], notes: list[str]) -> str:
-    lines = ["# %s" % title, "", "| benchmark | value | unit | CPU s | target | ok |", "|---|---|---|---|---|---|"]
+    lines = [
+        "# %s" % title,
+        "",
+        "| benchmark | value | unit | CPU s | target | ok |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in result:
         cpu = "%.1f" % r["cpu_s"] if "cpu_s" in r else "-"
         ok = "-" if not r.get("target") else ("yes" if r["ok"] else "NO")
-        lines.append("| %s | %.3g | %s | %s | %s | %s |" % (r["name"], r["value"], r["unit"], cpu, r["target"] or "-", ok))
+        lines.append(
+            "| %s | %.3g | %s | %s | %s | %s |"
+            % (r["name"], r["value"], r["unit"], cpu, r["target"] or "-", ok)
+        )
     return "\n".join(lines + [""] + ["- %s" % n for n in notes] + [""])
 
 
@@ -233,7 +247,9 @@ def write_result(tmp: Path, name: str, title: str, result: list[dict], notes: li
         "rows": result,
     }
     (out / ("%s.json" % name)).write_text(json.dumps(doc, indent=1))
-    (out / ("%s.md" % name)).write_text(markdown(title, result, notes + ["load average at the end: %.2f %.2f %.2f" % doc["loadavg"]]))
+    (out / ("%s.md" % name)).write_text(
+        markdown(title, result, notes + ["load average at the end: %.2f %.2f %.2f" % doc["loadavg"]])
+    )
     print("    result: %s" % (out / ("%s.md" % name)), flush=True)
     return out / ("%s.json" % name)
 
@@ -253,4 +269,3 @@ def ansible_env(base: dict, tmp: Path) -> dict:
         key, _, value = extra.partition("=")  # e.g. ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks
         env[key] = value
     return env
-

@@ -41,9 +41,14 @@ class CallbackModule(CallbackBase):
     def v2_playbook_on_task_start(self, task, is_conditional):
         self._close()
         role = task._role.get_name() if task._role else ""
-        self.current = {"task": "%s : %s" % (role, task.get_name()) if role else task.get_name(),
-                        "path": task.get_path() or "", "ok": 0, "skipped": 0, "failed": 0,
-                        "_t0": time.perf_counter()}
+        self.current = {
+            "task": "%s : %s" % (role, task.get_name()) if role else task.get_name(),
+            "path": task.get_path() or "",
+            "ok": 0,
+            "skipped": 0,
+            "failed": 0,
+            "_t0": time.perf_counter(),
+        }
         self.tasks.append(self.current)
 
     v2_playbook_on_handler_task_start = v2_playbook_on_task_start
@@ -70,4 +75,6 @@ class CallbackModule(CallbackBase):
         out = os.environ.get("FLEET_PROFILE_OUT")
         if out:
             with open(out, "w") as handle:
-                json.dump({"total_s": time.perf_counter() - self.started, "tasks": self.tasks}, handle, indent=1)
+                json.dump(
+                    {"total_s": time.perf_counter() - self.started, "tasks": self.tasks}, handle, indent=1
+                )

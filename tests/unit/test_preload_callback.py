@@ -93,9 +93,12 @@ def test_each_play_reads_the_projects_variable_names_once_for_its_workers(tmp_pa
     key = tuple(sorted(str((tmp_path / d).resolve()) for d in ("playbooks", "roles")))
     assert action._KNOWN[key] == ["specpilot_from_playbook", "specpilot_from_role"]
     # what a worker asks for (the playbook's folder, and the running role's parent) is that same read
-    assert action.known_variable_names(
-        {"playbook_dir": str(tmp_path / "playbooks")}, str(tmp_path / "roles" / "r")
-    ) is action._KNOWN[key]
+    assert (
+        action.known_variable_names(
+            {"playbook_dir": str(tmp_path / "playbooks")}, str(tmp_path / "roles" / "r")
+        )
+        is action._KNOWN[key]
+    )
     preload.known_variables(None)  # a play without a file (ad hoc): nothing to read
 
 
