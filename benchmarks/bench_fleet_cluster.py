@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -294,7 +295,14 @@ def _measure_all(f: Fleet) -> list[dict]:
     return result
 
 
+def _stop_on_sigterm(signum, frame):
+    """A SIGTERM (``timeout``, the runner) unwinds like an error: the emulator and the engines are stopped and
+    the temporary directory removed (Python's default would leave them running)."""
+    raise SystemExit("bench_fleet_cluster: terminated (signal %d)" % signum)
+
+
 def run():
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     with tempfile.TemporaryDirectory(prefix="specpilot-bench-fleet-cluster-") as tmp_name:
         tmp = Path(tmp_name)
         f = Fleet(tmp)

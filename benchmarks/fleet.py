@@ -104,11 +104,16 @@ class Timed:
             started = time.perf_counter()
             proc = subprocess.Popen(self.cmd, cwd=ROOT, env=self.env, stdout=fh, stderr=subprocess.STDOUT)
             deadline = time.monotonic() + RUN_TIMEOUT_S
-            while proc.poll() is None:
-                peak = max(peak, _tree_rss_kib(proc.pid))
-                if time.monotonic() > deadline:
-                    proc.kill()
-                time.sleep(POLL_S)
+            try:
+                while proc.poll() is None:
+                    peak = max(peak, _tree_rss_kib(proc.pid))
+                    if time.monotonic() > deadline:
+                        proc.kill()
+                    time.sleep(POLL_S)
+            except BaseException:  # SIGTERM (SystemExit), ^C: the run is stopped with the benchmark
+                proc.terminate()
+                proc.wait(30)
+                raise
             self.rc = proc.wait()
             self.seconds = time.perf_counter() - started
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
