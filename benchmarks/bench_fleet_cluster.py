@@ -228,7 +228,7 @@ class Fleet:
         }
 
     def run(self, size: int, book: str, *args: str) -> fleet.Timed:
-        return fleet.playbook(self.env, self.tmp, self.inv[size], book, *self.common, *args)
+        return fleet.playbook(self.env, self.tmp, self.inv[size], book, *self.common, *args, hosts=size)
 
     def setup(self) -> None:
         for n in range(fleet.NAMESPACES):

@@ -23,7 +23,9 @@ TARGET_S = 60.0
 
 
 def _best(env, tmp, inv):
-    return min((fleet.playbook(env, tmp, inv, "validate.yml") for _ in range(RUNS)), key=lambda r: r.seconds)
+    size = fleet.SMALL if inv.name == "inv-small" else fleet.BIG
+    runs = (fleet.playbook(env, tmp, inv, "validate.yml", hosts=size) for _ in range(RUNS))
+    return min(runs, key=lambda r: r.seconds)
 
 
 def run():

@@ -132,15 +132,20 @@ class Timed:
         return out
 
 
-def playbook(env: dict, tmp: Path, inventory: Path, book: str, *args: str, expect_rc: int = 0) -> Timed:
+def playbook(
+    env: dict, tmp: Path, inventory: Path, book: str, *args: str, expect_rc: int = 0, hosts: int | None = None
+) -> Timed:
     """``ansible-playbook -i inventory playbooks/<book>.yml args``, timed; raises unless its exit status is
-    ``expect_rc`` (a benchmark of a failing run measures nothing)."""
+    ``expect_rc`` and its recap names ``hosts`` hosts (a benchmark of a failing run measures nothing)."""
     cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), str(ROOT / "playbooks" / book), *args]
     tag = "%s-%s-%d" % (Path(book).stem, inventory.name, time.monotonic_ns() % 100000)
     cmd, env = _profiled(cmd, env, tag)
     run = Timed(cmd, env, tmp / ("%s-%d.log" % (Path(book).stem, time.monotonic_ns()))).run()
-    if run.rc != expect_rc:
-        raise RuntimeError("%s %s: exit %s\n%s" % (book, " ".join(args), run.rc, run.out[-6000:]))
+    if run.rc != expect_rc or (hosts is not None and len(run.recap()) != hosts):
+        raise RuntimeError(
+            "%s %s: exit %s, %d host(s) in the recap\n%s"
+            % (book, " ".join(args), run.rc, len(run.recap()), run.out[-6000:])
+        )
     print(
         "    %s, %d services: %.1f s, %.1f s CPU, peak RSS %.0f MiB"
         % (book, len(run.recap()), run.seconds, run.cpu_s, run.peak_rss_mib),
