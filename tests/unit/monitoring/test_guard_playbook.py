@@ -11,6 +11,7 @@ import pytest
 
 import guard_support as gs
 import vllm_pages as vp
+from markdown_cells import unpadded
 
 pytestmark = [pytest.mark.slow]
 
@@ -81,7 +82,7 @@ def test_every_kind_of_service_in_one_run_each_in_isolation(emulator, metrics, n
     # the guard never touches the InferenceService (no annotation: KServe would restart the pods)
     assert "specpilot.io/guard-history" not in (isvc["metadata"].get("annotations") or {})
     assert isvc["metadata"]["generation"] == 1
-    assert "| low | 0.200 | 1.60 | 0.5 / 0.1 / 0.0 | 30 | 1/3 | watch |" in run.markdown
+    assert "| low | 0.200 | 1.60 | 0.5 / 0.1 / 0.0 | 30 | 1/3 | watch |" in unpadded(run.markdown)
 
     # check mode, errors tolerated: the same verdicts, nothing written
     check = gs.run_guard(emulator, tmp_path, inv, "--check", extra={"specpilot_guard_fail_on_error": False})
