@@ -292,7 +292,17 @@ def markdown(doc):
             % (g["smi_total_mib"], g["total_gib_as_vllm_counts"], g["context_mib"]),
         ]
     sides = [("baseline", doc["baseline"])] + list(doc["speculative"].items())
-    columns = ("side", "started", "ready s", "vLLM", "init line", "config diffs", "acceptance", "MAL", "verdict")
+    columns = (
+        "side",
+        "started",
+        "ready s",
+        "vLLM",
+        "init line",
+        "config diffs",
+        "acceptance",
+        "MAL",
+        "verdict",
+    )
     lines += [""] + markdown_table(columns, [_side_row(name, side, doc["verdicts"]) for name, side in sides])
     lines.append("")
     for name, v in doc["verdicts"].items():

@@ -25,9 +25,10 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
+from ansible_collections.specpilot.core.plugins.module_utils.staging.pvc_staging import program_files
+
 ROOT = Path(__file__).resolve().parents[1]
 COLLECTION = ROOT / "collections" / "ansible_collections" / "specpilot" / "core"
-STAGER = COLLECTION / "plugins" / "module_utils" / "staging" / "stager.py"
 STAGING_VENV = ROOT / ".venv-staging"
 STAGING_PYTHON = STAGING_VENV / "bin" / "python"
 SYSTEM_PYTHON = Path("/usr/bin/python3")
@@ -477,6 +478,10 @@ def run_stager(
     """Run stager.py as the Job would (a subprocess with a request file); returns (exit code,
     output, parsed result or error)."""
     work.mkdir(parents=True, exist_ok=True)
+    program = work / "program"  # the Job's ConfigMap mount: stager.py and the retry policy beside it
+    program.mkdir(exist_ok=True)
+    for name, text in program_files().items():
+        (program / name).write_text(text)
     req = work / f"request-{time.monotonic_ns()}.json"
     req.write_text(json.dumps(request))
     run_env = {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "HOME": str(work)}
@@ -486,7 +491,7 @@ def run_stager(
     run_env.update(env or {})
     exe = python or (SYSTEM_PYTHON if SYSTEM_PYTHON.exists() else Path(sys.executable))
     proc = subprocess.run(
-        [str(exe), str(STAGER), "--request", str(req)],
+        [str(exe), str(program / "stager.py"), "--request", str(req)],
         capture_output=True,
         text=True,
         env=run_env,

@@ -432,7 +432,17 @@ def _md_decision(report):
         "prompts.",
         "",
     ]
-    columns = ("level", "valid", "decision", "TTFT p50", "TPOT p50", "E2E p50", "tok/s p50", "TPOT p99", "samples")
+    columns = (
+        "level",
+        "valid",
+        "decision",
+        "TTFT p50",
+        "TPOT p50",
+        "E2E p50",
+        "tok/s p50",
+        "TPOT p99",
+        "samples",
+    )
     out += markdown_table(columns + ("more runs",), [_decision_row(lv) for lv in report["levels"]])
     out.append("")
     for lv in report["levels"]:
@@ -562,9 +572,25 @@ def _md_context(report):
 
 
 _SIDES = ("baseline", "speculative")
-_RESULT_COLUMNS = ("level", "side", "ok/sent", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "ITL p50", "E2E p50")
+_RESULT_COLUMNS = (
+    "level",
+    "side",
+    "ok/sent",
+    "TTFT p50",
+    "TTFT p99",
+    "TPOT p50",
+    "TPOT p99",
+    "ITL p50",
+    "E2E p50",
+)
 _RESULT_COLUMNS += ("E2E p99", "req tok/s p50", "output tok/s")
-_THROUGHPUT_COLUMNS = ("level", "decision", "tok/s speedup (per request)", "system tok/s ratio", "acceptance rate")
+_THROUGHPUT_COLUMNS = (
+    "level",
+    "decision",
+    "tok/s speedup (per request)",
+    "system tok/s ratio",
+    "acceptance rate",
+)
 _THROUGHPUT_COLUMNS += ("mean acceptance length (ceiling)", "headroom converted")
 
 

@@ -140,7 +140,14 @@ def _number(value, fmt):
 
 
 _GUARD_COLUMNS = (
-    "service", "status", "acceptance", "mean acceptance length", "per position", "drafted", "low in a row", "action",
+    "service",
+    "status",
+    "acceptance",
+    "mean acceptance length",
+    "per position",
+    "drafted",
+    "low in a row",
+    "action",
 )
 
 

@@ -35,14 +35,21 @@ def markdown_table(headers, rows) -> list:
     long as ``headers``.
     """
     try:
-        from tabulate import tabulate  # requirements.txt; imported here so that a playbook that writes no report never loads it
+        from tabulate import (
+            tabulate,
+        )  # requirements.txt; imported here so that a playbook that writes no report never loads it
     except ImportError as exc:  # pragma: no cover - the collection's requirements.txt lists it
-        raise ImportError("specpilot.core's reports need the Python package tabulate (the collection's requirements.txt): %s" % exc) from exc
+        raise ImportError(
+            "specpilot.core's reports need the Python package tabulate (the collection's requirements.txt): %s"
+            % exc
+        ) from exc
     head = [_cell(h) for h in headers]
     body = []
     for row in rows:
         cells = [_cell(c) for c in row]
         if len(cells) != len(head):
-            raise ValueError("a Markdown table row has %d cells for %d columns: %r" % (len(cells), len(head), cells))
+            raise ValueError(
+                "a Markdown table row has %d cells for %d columns: %r" % (len(cells), len(head), cells)
+            )
         body.append(cells)
     return tabulate(body, headers=head, tablefmt="github", disable_numparse=True).splitlines()

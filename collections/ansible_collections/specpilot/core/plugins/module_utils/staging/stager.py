@@ -4,10 +4,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """specpilot's staging program: copy model artifacts into a directory, resumably and verified.
 
-One file, Python 3.8+ standard library only, so that it runs unchanged in three places:
+One file, Python 3.8+ standard library only (and the collection's retry policy, ``k8s/deploy_retry.py``,
+itself standard library only), so that it runs unchanged in three places:
 
 * in a Kubernetes Job (``python3 stager.py --request request.json``): the PVC staging role ships
-  this file and the request in a ConfigMap and mounts the PVC(s);
+  this file, ``deploy_retry.py`` beside it and the request in a ConfigMap and mounts the PVC(s);
 * on the Ansible controller, imported as ``specpilot.core`` module_utils (the Modelcar role
   fetches its sources with it before building the image);
 * in tests, as a subprocess or imported.
@@ -87,6 +88,11 @@ import tarfile
 import threading
 import time
 import zipfile
+
+try:  # as specpilot.core module_utils (the Modelcar fetch, validation's model facts, tests)
+    from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_retry
+except ImportError:  # as the staging Job's program: pvc_staging ships deploy_retry.py beside this file
+    import deploy_retry
 
 try:  # Python 3
     from urllib import error as urlerror
@@ -343,17 +349,56 @@ class _StripAuthOnRedirect(urlrequest.HTTPRedirectHandler if urlrequest else obj
         return new
 
 
+_NETWORK_ERRORS = (urlerror.URLError, socket.timeout, ConnectionError, ssl.SSLError) if urlerror else ()
+_TLS_VERIFY_ERROR = ssl.SSLCertVerificationError if hasattr(ssl, "SSLCertVerificationError") else ssl.SSLError
+
+
+def _verdict(what, exc):
+    """``(retry, Retry-After)`` of an HTTP attempt (deploy_retry.Backoff's verdict): an answer a retry cannot
+    change (a missing file, refused credentials, a certificate that does not verify) raises StageError; a
+    transient status (deploy_retry.HTTP_RETRY_STATUS) or a network error is retried; another status is not."""
+    if exc is None:
+        return False, None
+    if isinstance(exc, urlerror.HTTPError):
+        if exc.code in deploy_retry.HTTP_FINAL:
+            raise StageError("%s: HTTP %d %s" % (what, exc.code, exc.reason))
+        if exc.code not in deploy_retry.HTTP_RETRY_STATUS:
+            return False, None
+        return True, deploy_retry.retry_after_of(exc.code, exc.headers)
+    if isinstance(exc, _NETWORK_ERRORS):
+        reason = getattr(exc, "reason", exc)
+        if isinstance(reason, _TLS_VERIFY_ERROR):
+            raise StageError("%s: TLS verification failed: %s" % (what, reason))
+        return True, None
+    return False, None
+
+
 class Http(object):
     """urllib with timeouts, retries on transient errors, and an optional Authorization header.
 
-    ``retries`` more attempts after the first, the first ``backoff`` seconds later, each wait twice the
-    last (at most 15 s): the staging Job's default; a validation reading model facts asks for less."""
+    The retries follow the collection's one policy (``deploy_retry.Backoff``): ``retries`` more attempts
+    after the first, after waits of exponential backoff with full jitter (``backoff`` seconds the first at
+    most, doubling, at most 15 s), or what a 429's or 503's ``Retry-After`` asks (at most
+    ``max_retry_after``), and no attempt later than ``total`` seconds after the first: the staging Job's
+    default; a validation reading model facts asks for less."""
 
-    def __init__(self, authorization=None, timeout=60, retries=4, insecure=False, backoff=1.0):
+    def __init__(
+        self,
+        authorization=None,
+        timeout=60,
+        retries=4,
+        insecure=False,
+        backoff=1.0,
+        max_retry_after=60.0,
+        total=300.0,
+    ):
         self.authorization = authorization
         self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
+        self.max_retry_after = max_retry_after
+        self.total = total
+        self.sleep, self.clock = time.sleep, time.time  # tests: a fake sleep and clock
         handlers = [_StripAuthOnRedirect()]
         if insecure:
             ctx = ssl.create_default_context()
@@ -368,33 +413,24 @@ class Http(object):
         req = urlrequest.Request(url, method=method, headers=hdrs)
         if self.authorization:
             req.add_header("Authorization", self.authorization)
-        delay = self.backoff
-        for attempt in range(self.retries + 1):
-            try:
-                return self.opener.open(req, timeout=self.timeout)
-            except urlerror.HTTPError as exc:
-                if exc.code in (401, 403, 404, 405, 410, 501):
-                    raise StageError("%s %s: HTTP %d %s" % (method, redact_uri(url), exc.code, exc.reason))
-                if attempt >= self.retries or exc.code not in (408, 425, 429, 500, 502, 503, 504):
-                    raise TransientError(
-                        "%s %s: HTTP %d %s" % (method, redact_uri(url), exc.code, exc.reason)
-                    )
-            except (urlerror.URLError, socket.timeout, ConnectionError, ssl.SSLError) as exc:
-                reason = getattr(exc, "reason", exc)
-                if isinstance(
-                    reason,
-                    (
-                        ssl.SSLCertVerificationError
-                        if hasattr(ssl, "SSLCertVerificationError")
-                        else ssl.SSLError
-                    ),
-                ):
-                    raise StageError("%s %s: TLS verification failed: %s" % (method, redact_uri(url), reason))
-                if attempt >= self.retries:
-                    raise TransientError("%s %s: %s" % (method, redact_uri(url), reason))
-            time.sleep(delay)
-            delay = min(delay * 2, 15)
-        raise TransientError("%s %s: giving up" % (method, redact_uri(url)))  # pragma: no cover
+        what = "%s %s" % (method, redact_uri(url))
+        backoff = deploy_retry.Backoff(
+            attempts=self.retries + 1,
+            base=self.backoff,
+            cap=15.0,
+            max_retry_after=self.max_retry_after,
+            sleep=self.sleep,
+            clock=self.clock,
+            total=self.total,
+        )
+        try:
+            return backoff.run(
+                lambda: self.opener.open(req, timeout=self.timeout), lambda _r, exc: _verdict(what, exc)
+            )
+        except urlerror.HTTPError as exc:
+            raise TransientError("%s: HTTP %d %s" % (what, exc.code, exc.reason))
+        except _NETWORK_ERRORS as exc:
+            raise TransientError("%s: %s" % (what, getattr(exc, "reason", exc)))
 
     def head(self, url):
         """(size or None, accept_ranges, etag, sha256 or None) of a URL."""
