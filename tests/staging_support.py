@@ -145,6 +145,25 @@ def tree_digest(path: Path, ignore=(".specpilot-staged.json",)) -> dict[str, str
 
 
 # ---------------------------------------------------------------- HTTP server
+def _hub_oid(rel: str, data: bytes) -> str:
+    """The hub's ETag of a file: an LFS file's sha256 (the safetensors here), else its git blob sha1."""
+    if rel.endswith(".safetensors"):
+        return hashlib.sha256(data).hexdigest()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def _hub_tree(root: Path) -> list[dict]:
+    """A repository's recursive tree as the hub's /api/models/<repo>/tree/<rev>?recursive=true lists it."""
+    out = []
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel, data = f.relative_to(root).as_posix(), f.read_bytes()
+        entry = {"type": "file", "path": rel, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
+        if rel.endswith(".safetensors"):
+            entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+        out.append(entry)
+    return out
+
+
 class ModelHTTPServer:
     """Serves ``root`` at ``/files/...`` (HEAD, GET, Range, ETag, optional Repr-Digest) and a fake
     Hugging Face hub for the repositories registered with :meth:`add_hf_repo`.
@@ -268,7 +287,11 @@ class ModelHTTPServer:
                 self.send_header("Content-Length", str(len(body)))
                 self.send_header("Accept-Ranges", "none" if server.no_ranges else "bytes")
                 st = file.stat()
-                self.send_header("ETag", f'"{st.st_size:x}-{int(st.st_mtime_ns):x}"')
+                if path.startswith("/files/"):
+                    self.send_header("ETag", f'"{st.st_size:x}-{int(st.st_mtime_ns):x}"')
+                else:  # the hub's file headers, as huggingface_hub's downloads read them (get_hf_file_metadata)
+                    self.send_header("ETag", '"%s"' % _hub_oid(rel, file.read_bytes()))
+                    self.send_header("X-Repo-Commit", server.hf_repos["/".join(path.strip("/").split("/")[:2])]["sha"])
                 if status == 206:
                     self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
                 if server.repr_digest:
@@ -305,10 +328,11 @@ class ModelHTTPServer:
                 return None, None
 
             def _hf_api(self, path):
-                # /api/models/<org>/<repo>[/revision/<rev>]
+                # /api/models/<org>/<repo>[/revision/<rev>], /api/models/<org>/<repo>/tree/<rev> (the file list
+                # huggingface_hub's snapshot_download reads)
                 rest = path[len("/api/models/") :].split("/")
                 repo = "/".join(rest[:2])
-                rev = urllib.parse.unquote(rest[3]) if len(rest) >= 4 and rest[2] == "revision" else "main"
+                rev = urllib.parse.unquote(rest[3]) if len(rest) >= 4 and rest[2] in ("revision", "tree") else "main"
                 info = server.hf_repos.get(repo)
                 if info is None or rev not in info["revisions"]:
                     body = json.dumps({"error": "Repository not found"}).encode()
@@ -321,6 +345,8 @@ class ModelHTTPServer:
                     return
                 if not self._authorized():
                     return
+                if len(rest) >= 4 and rest[2] == "tree":
+                    return self._json(_hub_tree(info["path"]))
                 siblings = []
                 for f in sorted(p for p in info["path"].rglob("*") if p.is_file()):
                     rel = f.relative_to(info["path"]).as_posix()
@@ -345,6 +371,14 @@ class ModelHTTPServer:
                         "likes": 0,
                     }
                 ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _json(self, doc):
+                body = json.dumps(doc).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))

@@ -367,48 +367,40 @@ def test_s3_resume_uses_a_range_request(tmp_path, models):
 
 
 # ---------------------------------------------------------------- hf (fake hub, real client when installed)
-def test_hf_code_path_with_a_stub_api(tmp_path, models):
-    """hf:// without huggingface_hub: the listing comes from a stub with the HfApi interface."""
-
-    class Sib:
-        def __init__(self, rel, data):
-            self.rfilename, self.size, self.blob_id = rel, len(data), hashlib.sha1(data).hexdigest()
-            self.lfs = (
-                {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
-                if rel.endswith(".safetensors")
-                else None
-            )
-
-    class Info:
-        sha = "abc123" + "0" * 34
-        siblings = [
-            Sib(p.relative_to(models / "draft").as_posix(), p.read_bytes())
-            for p in sorted((models / "draft").iterdir())
-        ]
-
-    class Api:
-        calls = []
-
-        def model_info(self, repo, revision=None, files_metadata=False):
-            self.calls.append((repo, revision, files_metadata))
-            return Info()
-
+@pytest.mark.skipif(
+    not ss.STAGING_PYTHON.exists(), reason=".venv-staging (huggingface_hub) missing: run make"
+)
+def test_hf_downloads_by_snapshot_download_pinned_to_the_commit_only_the_selected_files(tmp_path, models):
+    """huggingface_hub's snapshot_download fetches each selected file at the commit the revision resolved to
+    (never the moving tag), with the token; include/exclude choose the files; a rerun fetches nothing."""
+    sha = "abc123" + "0" * 34
     with ss.ModelHTTPServer(models, token="hf_testtoken") as srv:
-        srv.add_hf_repo("org/draft", models / "draft", sha=Info.sha)
-        art = {"role": "draft", "uri": "hf://org/draft@v1.0", "dest": "draft", "request_digest": "sha256:x"}
-        env = stager.Env("", {"HF_ENDPOINT": srv.url, "HF_TOKEN": "hf_testtoken"})
-        api = Api()
-        src = stager.HfSource(art, env, api=api)
-        out = io.StringIO()
-        res = stager.run_request(
-            {"dest_root": str(tmp_path / "pvc"), "artifacts": [art]}, out=out, sources={"draft": src}
+        srv.add_hf_repo("org/draft", models / "draft", sha=sha, revisions=("main", "v1.0"))
+        art = {"uri": "hf://org/draft@v1.0", "exclude": ["generation_config.json"]}
+        req = request(tmp_path / "pvc", art, layout_check=False)
+        env = {"HF_ENDPOINT": srv.url, "HF_TOKEN": "hf_testtoken", "HF_HUB_DISABLE_TELEMETRY": "1"}
+        code, out, res = ss.run_stager(req, tmp_path / "w", env=env, python=ss.STAGING_PYTHON)
+        assert code == 0, out
+        fetched = [r for r in srv.requests if "/resolve/" in r["path"]]
+        srv.requests.clear()
+        code2, out2, res2 = ss.run_stager(req, tmp_path / "w", env=env, python=ss.STAGING_PYTHON)
+        # HF_HUB_OFFLINE: what is staged stays done; a new destination is a retryable error, the hub untouched
+        offline = dict(env, HF_HUB_OFFLINE="1")
+        code3, _out3, _res3 = ss.run_stager(req, tmp_path / "w", env=offline, python=ss.STAGING_PYTHON)
+        code4, out4, res4 = ss.run_stager(
+            request(tmp_path / "pvc2", art, layout_check=False), tmp_path / "w", env=offline, python=ss.STAGING_PYTHON
         )
-    assert api.calls == [("org/draft", "v1.0", True)]
-    assert res["artifacts"][0]["status"]["resolved_revision"] == Info.sha
-    assert ss.tree_digest(tmp_path / "pvc" / "draft") == ss.tree_digest(models / "draft")
-    downloads = [r for r in srv.requests if "/resolve/" in r["path"]]
-    assert downloads and all(f"/resolve/{Info.sha}/" in r["path"] and r["authorization"] for r in downloads)
-    assert "hf_testtoken" not in out.getvalue()
+    assert res["artifacts"][0]["status"]["resolved_revision"] == sha
+    assert fetched and all(f"/resolve/{sha}/" in r["path"] and r["authorization"] for r in fetched)
+    assert not any("generation_config.json" in r["path"] for r in fetched)
+    wanted = {k: v for k, v in ss.tree_digest(models / "draft").items() if k != "generation_config.json"}
+    assert ss.tree_digest(tmp_path / "pvc" / "target") == wanted
+    assert "hf_testtoken" not in out
+    # the hub's copy does not stay beside the staged file: the partial directory holds no model file
+    partial = tmp_path / "pvc" / "target" / stager.PARTIAL
+    assert not [p for p in partial.rglob("*") if p.is_file() and p.suffix in (".safetensors", ".json")]
+    assert code2 == 0 and res2["artifacts"][0]["changed"] is False and not srv.requests
+    assert code3 == 0 and code4 == 1 and "listing failed" in res4["message"], out4
 
 
 @pytest.mark.skipif(

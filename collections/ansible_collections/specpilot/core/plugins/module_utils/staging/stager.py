@@ -17,9 +17,9 @@ Sources (``uri`` of an artifact):
 
 ``hf://org/repo[@revision]``
     Lists the repository with ``huggingface_hub`` (imported only for this scheme; the image must
-    have it) and downloads each file over HTTP from ``<endpoint>/<repo>/resolve/<commit>/<file>``
-    with the token as a Bearer header (never sent to another host after a redirect). The LFS
-    sha256 published by the hub is verified; the commit the revision resolved to is recorded.
+    have it) and downloads each selected file with its ``snapshot_download``, pinned to the commit
+    the revision resolved to, only that file (``allow_patterns``), into the partial directory; the
+    copy into place verifies the LFS sha256 the hub published, and the commit is recorded.
 ``s3://bucket/prefix``
     ``boto3`` (imported only for this scheme). Endpoint, region and credentials from the
     environment (see below). Single-part ETags (MD5) are verified.
@@ -71,6 +71,7 @@ from __future__ import absolute_import, division, print_function
 import argparse
 import collections
 import fnmatch
+import glob
 import hashlib
 import io
 import json
@@ -777,6 +778,61 @@ class HfSource(object):
         self._api = api
         self.http = http or Http(authorization=("Bearer " + self.token) if self.token else None)
         self.revision = None
+        self.workdir = None  # where snapshot_download writes: the destination's partial directory (prepare)
+
+    def prepare(self, dest):
+        """The destination the files are staged into (its partial directory holds the hub's downloads)."""
+        self.workdir = os.path.join(dest, PARTIAL, "hf")
+
+    def _hub(self, name):
+        try:
+            import huggingface_hub
+        except ImportError:
+            raise StageError(
+                "hf:// sources need huggingface_hub in the staging image "
+                "(python3 -c 'import huggingface_hub' failed): use an image that has it"
+            )
+        return getattr(huggingface_hub, name)
+
+    def _hub_error(self, what, exc):
+        """StageError for an answer a retry cannot change (missing, gated, refused), else TransientError."""
+        name = type(exc).__name__
+        msg = "hf://%s@%s: %s failed: %s: %s" % (self.repo, self.requested, what, name, str(exc)[:300])
+        if "NotFound" in name or "Gated" in name or "401" in str(exc) or "403" in str(exc):
+            return StageError(msg)
+        return TransientError(msg)
+
+    def _snapshot_opener(self, rel):
+        """opener(offset) of one file: huggingface_hub's snapshot_download fetches it (pinned to the resolved
+        commit, this file only: a file the destination already holds is never fetched; the library resumes
+        its own interrupted download) into the partial directory. The file is unlinked once opened, so its
+        space returns when the copy into place has read it: the PVC holds one extra file at most."""
+
+        def opener(offset):
+            if self.workdir is None:
+                raise StageError("hf://%s: no destination prepared for the download" % self.repo)
+            snapshot_download = self._hub("snapshot_download")
+            from huggingface_hub.utils import disable_progress_bars
+
+            disable_progress_bars()  # the log carries the stager's own progress lines
+            try:
+                root = snapshot_download(
+                    repo_id=self.repo,
+                    revision=self.revision,
+                    allow_patterns=[glob.escape(rel)],
+                    local_dir=self.workdir,
+                    endpoint=self.endpoint,
+                    token=self.token or False,
+                )
+            except Exception as exc:  # huggingface_hub's errors (HTTP, not found, offline)
+                raise self._hub_error("download of %s" % rel, exc)
+            fh = open(os.path.join(root, rel), "rb")
+            os.unlink(os.path.join(root, rel))
+            if offset:
+                fh.seek(offset)
+            return fh, offset
+
+        return opener
 
     def describe(self):
         return {"uri": self.art["uri"], "revision": self.requested, "resolved_revision": self.revision}
@@ -784,25 +840,14 @@ class HfSource(object):
     @property
     def api(self):
         if self._api is None:
-            try:
-                from huggingface_hub import HfApi
-            except ImportError:
-                raise StageError(
-                    "hf:// sources need huggingface_hub in the staging image "
-                    "(python3 -c 'import huggingface_hub' failed): use an image that has it"
-                )
-            self._api = HfApi(endpoint=self.endpoint, token=self.token or False)
+            self._api = self._hub("HfApi")(endpoint=self.endpoint, token=self.token or False)
         return self._api
 
     def files(self):
         try:
             info = self.api.model_info(self.repo, revision=self.requested, files_metadata=True)
         except Exception as exc:  # huggingface_hub's errors (RepositoryNotFound, RevisionNotFound, HTTP)
-            name = type(exc).__name__
-            msg = "hf://%s@%s: listing failed: %s: %s" % (self.repo, self.requested, name, str(exc)[:300])
-            if "NotFound" in name or "Gated" in name or "401" in str(exc) or "403" in str(exc):
-                raise StageError(msg)
-            raise TransientError(msg)
+            raise self._hub_error("listing", exc)
         self.revision = getattr(info, "sha", None) or self.requested
         out = []
         for sib in getattr(info, "siblings", None) or []:
@@ -825,7 +870,7 @@ class HfSource(object):
                     size=size,
                     sha256=sha,
                     identity={"revision": self.revision, "blob": getattr(sib, "blob_id", None), "size": size},
-                    opener=self.http.opener_for(url),
+                    opener=self._snapshot_opener(rel),
                     url=url,
                 )
             )
@@ -1107,6 +1152,8 @@ class Stager(object):
 
     def _fetch(self, art, role, dest, source):
         """(stats, staged files) of the source's files: one archive unpacked, or the selected files."""
+        if hasattr(source, "prepare"):  # hf://: the hub's downloads go into the destination's partial directory
+            source.prepare(dest)
         files = source.files()
         manifest_sums = self._manifest(art, source, files)
         include, exclude = art.get("include") or [], art.get("exclude") or []
