@@ -289,9 +289,10 @@ class ModelHTTPServer:
                 st = file.stat()
                 if path.startswith("/files/"):
                     self.send_header("ETag", f'"{st.st_size:x}-{int(st.st_mtime_ns):x}"')
-                else:  # the hub's file headers, as huggingface_hub's downloads read them (get_hf_file_metadata)
+                else:  # the hub's file headers, as huggingface_hub reads them (get_hf_file_metadata)
+                    repo = "/".join(path.strip("/").split("/")[:2])
                     self.send_header("ETag", '"%s"' % _hub_oid(rel, file.read_bytes()))
-                    self.send_header("X-Repo-Commit", server.hf_repos["/".join(path.strip("/").split("/")[:2])]["sha"])
+                    self.send_header("X-Repo-Commit", server.hf_repos[repo]["sha"])
                 if status == 206:
                     self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
                 if server.repr_digest:
@@ -328,11 +329,12 @@ class ModelHTTPServer:
                 return None, None
 
             def _hf_api(self, path):
-                # /api/models/<org>/<repo>[/revision/<rev>], /api/models/<org>/<repo>/tree/<rev> (the file list
+                # /api/models/<org>/<repo>[/revision/<rev>], and .../tree/<rev> (the file list
                 # huggingface_hub's snapshot_download reads)
                 rest = path[len("/api/models/") :].split("/")
                 repo = "/".join(rest[:2])
-                rev = urllib.parse.unquote(rest[3]) if len(rest) >= 4 and rest[2] in ("revision", "tree") else "main"
+                at_rev = len(rest) >= 4 and rest[2] in ("revision", "tree")
+                rev = urllib.parse.unquote(rest[3]) if at_rev else "main"
                 info = server.hf_repos.get(repo)
                 if info is None or rev not in info["revisions"]:
                     body = json.dumps({"error": "Repository not found"}).encode()

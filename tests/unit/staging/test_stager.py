@@ -388,7 +388,10 @@ def test_hf_downloads_by_snapshot_download_pinned_to_the_commit_only_the_selecte
         offline = dict(env, HF_HUB_OFFLINE="1")
         code3, _out3, _res3 = ss.run_stager(req, tmp_path / "w", env=offline, python=ss.STAGING_PYTHON)
         code4, out4, res4 = ss.run_stager(
-            request(tmp_path / "pvc2", art, layout_check=False), tmp_path / "w", env=offline, python=ss.STAGING_PYTHON
+            request(tmp_path / "pvc2", art, layout_check=False),
+            tmp_path / "w",
+            env=offline,
+            python=ss.STAGING_PYTHON,
         )
     assert res["artifacts"][0]["status"]["resolved_revision"] == sha
     assert fetched and all(f"/resolve/{sha}/" in r["path"] and r["authorization"] for r in fetched)
@@ -511,9 +514,9 @@ def _top_imports(path):
 
 
 def test_the_program_is_standard_library_only():
-    """stager.py imports the standard library and the collection's retry policy, deploy_retry (from the collection,
-    or beside it in the Job's ConfigMap), which is standard library only itself; the fetch tools (boto3,
-    huggingface_hub) only inside the functions of their schemes."""
+    """stager.py imports the standard library and the collection's retry policy, deploy_retry (from the
+    collection, or beside it in the Job's ConfigMap), which is standard library only itself; the fetch
+    tools (boto3, huggingface_hub) only inside the functions of their schemes."""
     import sys
 
     from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_retry

@@ -51,7 +51,8 @@ def program_source():
 
 def program_files():
     """The staging program's files by name, as shipped in the ConfigMap and run from its mount: stager.py and
-    the retry policy it imports beside it when it runs as a program (deploy_retry.py, standard library only)."""
+    the retry policy it imports beside it when it runs as a program (deploy_retry.py, standard library only).
+    """
     return {"stager.py": program_source(), "deploy_retry.py": common.module_source(deploy_retry)}
 
 

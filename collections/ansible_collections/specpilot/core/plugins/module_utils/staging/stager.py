@@ -1152,7 +1152,9 @@ class Stager(object):
 
     def _fetch(self, art, role, dest, source):
         """(stats, staged files) of the source's files: one archive unpacked, or the selected files."""
-        if hasattr(source, "prepare"):  # hf://: the hub's downloads go into the destination's partial directory
+        if hasattr(
+            source, "prepare"
+        ):  # hf://: the hub's downloads go into the destination's partial directory
             source.prepare(dest)
         files = source.files()
         manifest_sums = self._manifest(art, source, files)
