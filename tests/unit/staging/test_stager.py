@@ -384,6 +384,19 @@ def test_hf_downloads_by_snapshot_download_pinned_to_the_commit_only_the_selecte
         fetched = [r for r in srv.requests if "/resolve/" in r["path"]]
         srv.requests.clear()
         code2, out2, res2 = ss.run_stager(req, tmp_path / "w", env=env, python=ss.STAGING_PYTHON)
+        rerun_requests = list(srv.requests)
+        # interrupted mid-way: the hub's copy of a file is gone once opened (the PVC holds one extra file at
+        # most), only the staging program's resumable .part stays; the next run resumes it
+        cut = request(tmp_path / "pvc-cut", art, layout_check=False)
+        code_cut, out_cut, _ = ss.run_stager(
+            dict(cut, _test_stop_after_bytes=200 * 1024), tmp_path / "w", env=env, python=ss.STAGING_PYTHON
+        )
+        partial = tmp_path / "pvc-cut" / "target" / stager.PARTIAL
+        left = sorted(p.relative_to(partial).as_posix() for p in partial.rglob("*") if p.is_file())
+        code_resumed, out_resumed, res_resumed = ss.run_stager(
+            cut, tmp_path / "w", env=env, python=ss.STAGING_PYTHON
+        )
+        srv.requests.clear()
         # HF_HUB_OFFLINE: what is staged stays done; a new destination is a retryable error, the hub untouched
         offline = dict(env, HF_HUB_OFFLINE="1")
         code3, _out3, _res3 = ss.run_stager(req, tmp_path / "w", env=offline, python=ss.STAGING_PYTHON)
@@ -399,10 +412,13 @@ def test_hf_downloads_by_snapshot_download_pinned_to_the_commit_only_the_selecte
     wanted = {k: v for k, v in ss.tree_digest(models / "draft").items() if k != "generation_config.json"}
     assert ss.tree_digest(tmp_path / "pvc" / "target") == wanted
     assert "hf_testtoken" not in out
-    # the hub's copy does not stay beside the staged file: the partial directory holds no model file
-    partial = tmp_path / "pvc" / "target" / stager.PARTIAL
-    assert not [p for p in partial.rglob("*") if p.is_file() and p.suffix in (".safetensors", ".json")]
-    assert code2 == 0 and res2["artifacts"][0]["changed"] is False and not srv.requests
+    assert code2 == 0 and res2["artifacts"][0]["changed"] is False and rerun_requests == []
+    assert srv.requests == []  # offline: the hub untouched
+    assert code_cut == 1 and any(name.endswith(".part") for name in left), out_cut
+    hub_copies = [n for n in left if not n.endswith((".part", ".part.json")) and "/.cache/" not in n]
+    assert hub_copies == []
+    assert code_resumed == 0 and res_resumed["artifacts"][0]["bytes_resumed"] > 0, out_resumed
+    assert ss.tree_digest(tmp_path / "pvc-cut" / "target") == wanted
     assert code3 == 0 and code4 == 1 and "listing failed" in res4["message"], out4
 
 
