@@ -70,7 +70,11 @@ def draft_tp_must_be_one(version):
     "speculative_draft_tensor_parallel_size=N cannot be other value than 1".  vllm#9394 (in 0.6.4)
     allowed the target's size: 0.6.4's SpeculativeConfig._verify_and_get_draft_model_tensor_parallel_size
     accepts (1, target tensor_parallel_size), and so does every later release
-    (vllm/config/speculative.py SpeculativeConfig._verify_and_get_draft_tp in 0.32.0).
+    (vllm/config/speculative.py SpeculativeConfig._verify_and_get_draft_tp in 0.32.0).  Read again from the
+    sdists of 0.6.3.post1, 0.6.4, 0.6.4.post1 and 0.6.5 (vllm/config.py): 0.6.4 refuses draft TP 4 with
+    target TP 4 only with --enable-chunked-prefill (``chunked_prefill_policy``).  vllm#10483's error text
+    ("cannot be other value than 1", without "or target model tensor_parallel_size") is 0.6.3.post1's: its
+    build ("API server version dev") predates the change.
     """
     return version < _V("0.6.4")
 
