@@ -149,6 +149,7 @@ def playbook(
     print(
         "    %s, %d services: %.1f s, %.1f s CPU, peak RSS %.0f MiB"
         % (book, len(run.recap()), run.seconds, run.cpu_s, run.peak_rss_mib),
+        file=sys.stderr,  # stdout's "==> module" line is followed by its result count (test_bench_quick)
         flush=True,
     )
     return run
@@ -260,7 +261,7 @@ def write_result(tmp: Path, name: str, title: str, result: list[dict], notes: li
     (out / ("%s.md" % name)).write_text(
         markdown(title, result, notes + ["load average at the end: %.2f %.2f %.2f" % doc["loadavg"]])
     )
-    print("    result: %s" % (out / ("%s.md" % name)), flush=True)
+    print("    result: %s" % (out / ("%s.md" % name)), file=sys.stderr, flush=True)
     return out / ("%s.json" % name)
 
 
