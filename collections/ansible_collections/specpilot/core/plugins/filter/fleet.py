@@ -21,9 +21,9 @@ def fleet_slice_key(hosts, kind):
         raise AnsibleFilterError("fleet_slice_key: %s" % exc) from exc
 
 
-def fleet_slice(data, hosts, kind):
-    """A slice's part (``data``) -> {<its key>: {kind, hosts, data}}, for set_stats."""
-    return {fleet_slice_key(hosts, kind): fleet.slice_payload(kind, list(hosts or ()), data)}
+def fleet_slice(data, hosts, kind, limit=None):
+    """A slice's part (``data``) -> {<its key>: {kind, hosts, limit, data}}, for set_stats."""
+    return {fleet_slice_key(hosts, kind): fleet.slice_payload(kind, list(hosts or ()), data, limit)}
 
 
 def fleet_summary(variables, generated_at=None, expected=None):

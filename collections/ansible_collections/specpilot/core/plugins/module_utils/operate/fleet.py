@@ -46,10 +46,11 @@ def slice_key(kind, hosts):
     return "specpilot_%s_slice_%s" % (kind, hashlib.sha256(text.encode()).hexdigest()[:12])
 
 
-def slice_payload(kind, hosts, data):
-    """What one slice publishes under :func:`slice_key`: its kind, its hosts and its part (the guard's
-    report without the histories; smoke: ``{host: stats}``)."""
-    return {"kind": kind, "hosts": sorted(str(h) for h in hosts or ()), "data": data}
+def slice_payload(kind, hosts, data, limit=None):
+    """What one slice publishes under :func:`slice_key`: its kind, its hosts, the run's ``--limit`` (AWX's
+    limit prompt; None without one) and its part (the guard's report without the histories; smoke:
+    ``{host: stats}``)."""
+    return {"kind": kind, "hosts": sorted(str(h) for h in hosts or ()), "limit": limit or None, "data": data}
 
 
 def slices_of(variables):
@@ -180,7 +181,12 @@ def merge(slices, generated_at=None, expected=None):
 
     ``expected`` (the inventory's hosts): each one no slice reported is a failing row of its own, so a
     slice lost on the way shows as its services, not as a shorter list."""
-    conflicts = []
+    conflicts, notes = [], []
+    limits = sorted(set(str(p["limit"]) for p in slices.values() if p.get("limit")))
+    if limits and expected:
+        # the run covered the hosts of its limit only: the others are not missing
+        notes.append("the run was limited to %s: hosts outside it are not listed as unreported" % ", ".join(limits))
+        expected = None
     seen = _collect(slices, conflicts)
     hosts = sorted(set(seen["guard"]) | set(seen["smoke"]))
     missing = sorted(set(str(h) for h in expected or ()) - set(hosts))
@@ -198,6 +204,7 @@ def merge(slices, generated_at=None, expected=None):
         "unreported": missing,
         "services": rows,
         "conflicts": conflicts,
+        "notes": notes,
     }
 
 
@@ -240,6 +247,7 @@ def fleet_markdown(report):
     lines.append("")
     if report.get("failing"):
         lines += ["**Failing:** %s" % ", ".join(report["failing"]), ""]
+    lines += ["- %s" % n for n in report.get("notes") or []] + ([""] if report.get("notes") else [])
     if report.get("conflicts"):
         lines += ["## Conflicts", ""] + ["- %s" % c for c in report["conflicts"]] + [""]
     lines += plot_links(report)
