@@ -155,3 +155,11 @@ def test_the_fleet_report_is_readable_at_200_rows_and_written_with_its_plot(tmp_
                                                                           "2026-11-28T23:00:00Z"),
                                      "output_dir": str(tmp_path), "basename": "fleet", "plots": True})
     assert again["written"] is False
+
+
+def test_a_limited_run_lists_no_host_outside_its_limit_as_unreported():
+    limited = fleet_filter.fleet_slice(guard_part([guard_row("a")]), ["a"], "guard", "a")
+    report = fleet_filter.fleet_summary(limited, "t", ["a", "b"])
+    assert report["unreported"] == [] and [r["host"] for r in report["services"]] == ["a"]
+    assert report["notes"] == ["the run was limited to a: hosts outside it are not listed as unreported"]
+    assert "- the run was limited to a" in fleet.fleet_markdown(report)
