@@ -46,7 +46,8 @@ options:
   plots:
     description:
       - Draw the kind's plots beside the report (C(canary) - C(latency.png), both arms' p50 and p99 of TTFT, TPOT and
-        E2E per step; C(fleet) - C(fleet.png), each service's acceptance by risk), linked from the Markdown. Without matplotlib the report's notes say why there is none.
+        E2E per step; C(fleet) - C(fleet.png), each service's acceptance by risk), linked from the Markdown. Without
+        matplotlib the report's notes say why there is none.
     type: bool
     default: true
 extends_documentation_fragment:

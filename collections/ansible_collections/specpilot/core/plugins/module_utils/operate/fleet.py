@@ -167,11 +167,11 @@ def _slice_notes(slices):
 
 
 def _unreported(host):
+    message = "%s: no slice reported it (a slice failed before its report, or the host was not in the run)" % host
     return {"host": host, "name": host, "namespace": "", "speculative": None, "method": None,
             "num_speculative_tokens": None, "acceptance_rate": None, "acceptance_source": None, "drafted": None,
             "guard": None, "smoke": None, "last_verdict": None, "risk": "fail",
-            "reasons": ["no slice reported it"], "message": "%s: no slice reported it (a slice failed before its "
-                                                           "report, or the host was not in the run)" % host}
+            "reasons": ["no slice reported it"], "message": message}
 
 
 def merge(slices, generated_at=None, expected=None):
@@ -256,8 +256,8 @@ def fleet_markdown(report):
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [_table_line(r) for r in rows]
-    lines += ["", "Slices: " + (", ".join("%s (%s, %d hosts)" % (s["key"], s["kind"], s["hosts"])
-                                           for s in report.get("slices") or []) or "none")]
+    slices = ["%s (%s, %d hosts)" % (s["key"], s["kind"], s["hosts"]) for s in report.get("slices") or []]
+    lines += ["", "Slices: " + (", ".join(slices) or "none")]
     return "\n".join(lines) + "\n"
 
 
