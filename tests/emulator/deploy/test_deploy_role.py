@@ -85,6 +85,25 @@ def test_first_deploy_then_a_rerun_writes_nothing(emulator, tmp_path):
     assert emulator.control.writes(since=mark) == []
 
 
+def test_services_on_two_clusters_are_each_read_on_their_own_cluster(emulator, fresh_emulator, tmp_path):
+    """Issue 40: decide.yml's one read runs once, on the first service's connection; it covers the services of
+    that cluster only. A service of another cluster (its own specpilot_k8s_kubeconfig) is read there, not looked
+    up in the first cluster, where its namespace does not exist (which would fail it at once). So which service
+    comes first in a slice changes nothing."""
+    create_namespace(emulator, "two-a")
+    create_namespace(fresh_emulator, "two-b")
+    inv = write_inventory(tmp_path / "inv", "two-a", {
+        "svc": {"specpilot_speculative": NGRAM},
+        "svc-b": {"specpilot_speculative": NGRAM, "specpilot_namespace": "two-b",
+                  "specpilot_k8s_kubeconfig": str(fresh_emulator.kubeconfig)}})
+    with FakeKServe(emulator, "two-a"), FakeKServe(fresh_emulator, "two-b"):
+        run = run_deploy(emulator, tmp_path, inv)
+    _deploy_ok(run)
+    assert "svc: deployed, ready" in run.out and "svc-b: deployed, ready" in run.out
+    assert _isvc(emulator, "two-a") and _isvc(fresh_emulator, "two-b", "svc-b")
+    assert get(emulator, ISVC_API, "InferenceService", "svc-b", "two-b") is None
+
+
 def test_a_change_waits_for_the_new_rollout_not_a_stale_ready(emulator, tmp_path):
     ns = "deploy-change"
     create_namespace(emulator, ns)

@@ -163,3 +163,13 @@ def test_a_limited_run_lists_no_host_outside_its_limit_as_unreported():
     assert report["unreported"] == [] and [r["host"] for r in report["services"]] == ["a"]
     assert report["notes"] == ["the run was limited to a: hosts outside it are not listed as unreported"]
     assert "- the run was limited to a" in fleet.fleet_markdown(report)
+
+
+def test_the_cluster_key_follows_the_connection_variables_the_playbooks_read():
+    key = fleet_filter.k8s_cluster_key
+    assert key({}) == key({"specpilot_k8s_kubeconfig": ""}) == "||"
+    assert key({"specpilot_deploy_kubeconfig": "/a"}) == key({"specpilot_k8s_kubeconfig": "/a"}) == "/a||"
+    assert key({"specpilot_k8s_kubeconfig": "/a", "specpilot_deploy_kubeconfig": "/b"}) == "/a||"
+    assert key({"specpilot_k8s_context": "east", "specpilot_k8s_host": "https://api"}) == "|east|https://api"
+    with pytest.raises(Exception, match="host's variables"):
+        key(["a"])

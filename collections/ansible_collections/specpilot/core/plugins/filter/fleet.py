@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import cluster_key
 from ansible_collections.specpilot.core.plugins.module_utils.operate import fleet
 
 
@@ -35,8 +36,16 @@ def fleet_summary(variables, generated_at=None, expected=None):
     return fleet.merge(fleet.slices_of(dict(variables)), generated_at, list(expected or ()))
 
 
+def k8s_cluster_key(variables):
+    """A host's variables (hostvars[host]) -> the key of the cluster its tasks reach."""
+    if not isinstance(variables, Mapping):
+        raise AnsibleFilterError("k8s_cluster_key expects a host's variables, got %s" % type(variables).__name__)
+    return cluster_key(variables)
+
+
 class FilterModule(object):
     """specpilot fleet filters."""
 
     def filters(self):
-        return {"fleet_slice_key": fleet_slice_key, "fleet_slice": fleet_slice, "fleet_summary": fleet_summary}
+        return {"fleet_slice_key": fleet_slice_key, "fleet_slice": fleet_slice, "fleet_summary": fleet_summary,
+                "k8s_cluster_key": k8s_cluster_key}
