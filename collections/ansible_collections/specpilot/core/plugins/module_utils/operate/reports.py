@@ -13,6 +13,7 @@ for the rollback and guard roles.
 from __future__ import annotations
 
 from ansible_collections.specpilot.core.plugins.module_utils.common import get_path
+from ansible_collections.specpilot.core.plugins.module_utils.operate.acceptance_guard import judged
 
 __all__ = ["rollback_markdown", "guard_markdown"]
 
@@ -141,10 +142,10 @@ def _number(value, fmt):
 
 def _guard_row(s):
     per = " / ".join(str(round(p, 3)) for p in s.get("per_position") or []) or "-"
-    return "| %s/%s | %s | %s | %s | %s | %s | %s/%s | %s%s |" % (
+    return "| %s/%s | %s | %s | %s | %s | %s | %s/%s | %s%s | %s |" % (
         s.get("namespace"),
         s.get("name"),
-        s.get("status"),
+        judged(s.get("status")),
         _number(s.get("acceptance_rate"), "%.3f"),
         _number(s.get("mean_acceptance_length"), "%.2f"),
         per,
@@ -153,7 +154,15 @@ def _guard_row(s):
         s.get("consecutive_readings"),
         s.get("action"),
         " (rolled back)" if s.get("rolled_back") else "",
+        _verdict_cell(s.get("latest_verdict")),
     )
+
+
+def _verdict_cell(verdict):
+    """The latest benchmark or canary verdict in the guard's table: ``canary aborted (at)``, else ``-``."""
+    if not verdict:
+        return "-"
+    return "%s %s (%s)" % (verdict.get("kind"), verdict.get("verdict") or "no verdict", verdict.get("at"))
 
 
 def _guard_section(s):
@@ -182,9 +191,12 @@ def guard_markdown(report):
         "low below %s, borderline below %s," % (t["min_acceptance_rate"], t["warn_acceptance_rate"]),
         "judged from %s draft tokens per window," % t["min_draft_tokens"],
         "action after %s low readings in a row." % t["consecutive_readings"],
+        "The guard judges acceptance only: whether speculative decoding pays off in latency is the benchmark's",
+        "and the canary's verdict (the last column: the latest of their reports, when one exists).",
         "",
-        "| service | status | acceptance | mean acceptance length | per position | drafted | low in a row | action |",
-        "|---|---|---|---|---|---|---|---|",
+        "| service | judged | acceptance | mean acceptance length | per position | drafted | low in a row | action "
+        "| latest benchmark/canary verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [_guard_row(s) for s in report["services"]]
     for s in report["services"]:
