@@ -22,6 +22,7 @@ import os
 import re
 
 from ansible_collections.specpilot.core.plugins.module_utils.report.plots import plot_links, pyplot, saved
+from ansible_collections.specpilot.core.plugins.module_utils.report.tables import markdown_table
 
 __all__ = ["SLICE_KINDS", "slice_key", "slice_payload", "slices_of", "merge", "fleet_markdown", "render_plots"]
 
@@ -216,13 +217,16 @@ def _fmt(value, spec="%.3f"):
 
 
 def _cell(text):
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return str(text).replace("|", "\\|").replace("\n", "<br>")
 
 
-def _table_line(row):
+_COLUMNS = ("risk", "service", "speculative", "method", "k", "acceptance", "guard", "smoke", "last verdict", "why")
+
+
+def _table_row(row):
     guard = row.get("guard") or {}
     verdict = row.get("last_verdict") or {}
-    return "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+    return [
         row["risk"].upper() if row["risk"] == "fail" else row["risk"],
         _cell("%s/%s" % (row["namespace"], row["name"]) if row["namespace"] else row["name"]),
         row["speculative"] or "-", row["method"] or "-", _fmt(row["num_speculative_tokens"], "%d"),
@@ -231,7 +235,7 @@ def _table_line(row):
         row["smoke"] or "-",
         _cell("%s %s" % (verdict.get("kind"), verdict.get("verdict")) if verdict else "-"),
         _cell("; ".join(row["reasons"]) or "-"),
-    )
+    ]
 
 
 def fleet_markdown(report):
@@ -251,11 +255,7 @@ def fleet_markdown(report):
     if report.get("conflicts"):
         lines += ["## Conflicts", ""] + ["- %s" % c for c in report["conflicts"]] + [""]
     lines += plot_links(report)
-    lines += [
-        "| risk | service | speculative | method | k | acceptance | guard | smoke | last verdict | why |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    lines += [_table_line(r) for r in rows]
+    lines += markdown_table(_COLUMNS, [_table_row(r) for r in rows])
     slices = ["%s (%s, %d hosts)" % (s["key"], s["kind"], s["hosts"]) for s in report.get("slices") or []]
     lines += ["", "Slices: " + (", ".join(slices) or "none")]
     return "\n".join(lines) + "\n"
