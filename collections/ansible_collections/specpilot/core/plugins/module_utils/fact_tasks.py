@@ -30,6 +30,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.operate import (
     acceptance_guard as guard,
     canary,
     canary_prometheus,
+    fleet,
     monitoring,
     prometheus_api,
     reports,
@@ -371,9 +372,10 @@ REPORT_KINDS = {
     "rollback": reports.rollback_markdown,
     "guard": reports.guard_markdown,
     "canary": canary.report_markdown,
+    "fleet": fleet.fleet_markdown,
 }
 # ... and the plots a kind draws beside its Markdown (render(report, out_dir) -> [{file, title, path}])
-REPORT_PLOTS = {"canary": canary.render_plots}
+REPORT_PLOTS = {"canary": canary.render_plots, "fleet": fleet.render_plots}
 REPORT_WRITE_ARGS = dict(
     kind=dict(type="str", required=True, choices=sorted(REPORT_KINDS)),
     report=dict(type="dict", required=True),
