@@ -115,3 +115,42 @@ def test_the_margin_is_the_drop_a_change_may_make(margin, verdict):
     less = dict(STABLE, per_pos=[900, 600, 500], spec=(1000, 3000, 2000))
     out = canary.decide_step(arm(**STABLE), arm(**less), change={"acceptance_margin": margin})
     assert out["positions"]["positions"][1]["verdict"] == verdict
+
+
+def test_prometheus_answers_carry_the_accepted_tokens_per_position():
+    from ansible_collections.specpilot.core.plugins.module_utils.operate import canary_prometheus as cp
+
+    answers = {
+        "samples": [({"pod": "p"}, 5)],
+        "spec:num_drafts": [({}, 1000.0)],
+        "spec:num_draft_tokens": [({}, 3000.0)],
+        "spec:num_accepted_tokens": [({}, 2400.0)],
+        # sum by (position): Prometheus answers in no particular order
+        "spec:per_pos": [({"position": "2"}, 700.0), ({"position": "0"}, 900.0), ({"position": "1"}, 800.0)],
+    }
+    win = cp.arm_window_from_answers(answers, ["p"], 60, {})
+    assert win["acceptance"]["accepted_per_position"] == [900.0, 800.0, 700.0]
+    assert win["acceptance"]["per_position_acceptance"] == [0.9, 0.8, 0.7]
+    assert 'sum by (position) (increase(vllm:spec_decode_num_accepted_tokens_per_pos_total{' in cp.arm_queries(
+        'namespace="ml"', "60s")["spec:per_pos"]
+
+
+def _isvc(args):
+    return {"kind": "InferenceService", "spec": {"predictor": {"model": {"args": args}}}}
+
+
+SPEC3 = '--speculative-config={"method":"ngram","num_speculative_tokens":3}'
+SPEC2 = '--speculative-config={"method":"ngram","num_speculative_tokens":2}'
+
+
+def test_both_arms_of_a_change_must_sample_alike():
+    same = canary_change.sampling(_isvc(["/mnt/models", SPEC3, "--generation-config", "vllm"]),
+                                  {"args": ["/mnt/models", SPEC2, "--generation-config=vllm"]})
+    assert same["change"] and same["problem"] == ""
+    assert same["stable"]["--generation-config"] == same["canary"]["--generation-config"] == "vllm"
+    differ = canary_change.sampling(_isvc(["/mnt/models", SPEC3]), {"args": ["/mnt/models", SPEC2, "--generation-config=auto"]})
+    assert differ["problem"].startswith("the spec's --generation-config differs from the live service's "
+                                        "(--generation-config: live None, spec auto)")
+    # turning speculation on from off is not a change between two speculative configs: nothing to pin there
+    on = canary_change.sampling(_isvc(["/mnt/models"]), {"args": ["/mnt/models", SPEC2, "--generation-config=auto"]})
+    assert not on["change"] and on["problem"] == ""

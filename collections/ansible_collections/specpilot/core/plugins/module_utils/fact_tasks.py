@@ -28,6 +28,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args imp
 from ansible_collections.specpilot.core.plugins.module_utils.staging import http_get
 from ansible_collections.specpilot.core.plugins.module_utils.operate import (
     canary,
+    canary_change,
     canary_prometheus,
     prometheus_api,
     reports,
@@ -295,6 +296,14 @@ CANARY_STEP_ARGS = dict(
     max_extensions=dict(type="int", default=2),
     policy=dict(type="dict", default={}),
     min_acceptance=dict(type="float", default=canary.DEFAULT_MIN_ACCEPTANCE),
+    change=dict(
+        type="dict",
+        default={},
+        options=dict(
+            acceptance_margin=dict(type="float", default=canary_change.DEFAULT_ACCEPTANCE_MARGIN),
+            allowance=dict(type="float", default=canary_change.DEFAULT_CHANGE_ALLOWANCE),
+        ),
+    ),
     poll=dict(type="float", default=2.0),
     reference=dict(type="dict"),
     headers=dict(type="dict", default={}, no_log=True),
@@ -349,6 +358,7 @@ def canary_step(p, check_mode=False, keep=None):
             reference=p["reference"],
             keep=keep,
             source=source,
+            change=p["change"],
         )
     except MetricsParseError as exc:
         raise TaskFailure(str(exc)) from exc

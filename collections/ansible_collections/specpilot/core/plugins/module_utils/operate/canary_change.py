@@ -35,6 +35,7 @@ import math
 
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_verdict
 from ansible_collections.specpilot.core.plugins.module_utils.report.plots import pyplot, saved
+from ansible_collections.specpilot.core.plugins.module_utils.service import live
 
 __all__ = [
     "DEFAULT_ACCEPTANCE_MARGIN",
@@ -47,6 +48,7 @@ __all__ = [
     "positions_markdown",
     "positions_problem",
     "render_positions_plot",
+    "sampling",
     "unresolved",
 ]
 
@@ -288,6 +290,43 @@ def judge_change(figs, policy, allowance=DEFAULT_CHANGE_ALLOWANCE, skip=()):
     if unsure or not fine:
         return {"decision": "inconclusive", "reasons": unsure or ["no latency figure could be judged"]}
     return {"decision": "keep", "reasons": fine}
+
+
+# --------------------------------------------------------------------------- sampling
+
+# the engine arguments that set the server's default sampling parameters (a request's own override them):
+# vllm/engine/arg_utils.py EngineArgs.add_cli_args, ModelConfig.get_diff_sampling_param
+SAMPLING_FLAGS = ("--generation-config", "--override-generation-config")
+
+
+def _flag_values(args):
+    """{flag: value or None} of SAMPLING_FLAGS in an engine's args (``--flag=value`` or ``--flag value``)."""
+    out = dict((f, None) for f in SAMPLING_FLAGS)
+    args = [str(a) for a in args or []]
+    for i, word in enumerate(args):
+        flag, eq, value = word.partition("=")
+        if flag in out:
+            out[flag] = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+    return out
+
+
+def sampling(isvc, plan):
+    """The sampling both arms of a change run with: ``{stable, canary: {flag: value}, change, problem}``. ``change``:
+    the live service speculates already; ``problem`` ('' when none): the arms' server-side sampling defaults
+    differ, which would move acceptance by itself (vllm #33497 moved `vllm bench serve`'s default temperature),
+    so a change of them is not canaried together with a speculative change."""
+    view = live.view(isvc)
+    stable, canary = _flag_values(view.args), _flag_values((plan or {}).get("args"))
+    differ = [f for f in SAMPLING_FLAGS if stable[f] != canary[f]]
+    out = {"stable": stable, "canary": canary, "change": view.speculative, "problem": ""}
+    if view.speculative and differ:
+        out["problem"] = (
+            "the spec's %s differs from the live service's (%s): the arms would sample with different server "
+            "defaults, which changes acceptance by itself. Pin sampling in both arms: deploy that change on its own "
+            "first, or keep the live value in the spec" % (
+                " and ".join(differ), "; ".join("%s: live %s, spec %s" % (f, stable[f], canary[f]) for f in differ))
+        )
+    return out
 
 
 # --------------------------------------------------------------------------- report
