@@ -13,7 +13,7 @@ import threading
 import urllib.request
 
 import pytest
-from smoke_lab import ROOT, fake_env
+from smoke_lab import NAMESPACE, ROOT, fake_env
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -52,6 +52,15 @@ def test_a_canary_that_accepts_less_at_a_shared_position_aborts_naming_the_drop(
     (stable_pod,) = [lab.wait_single_ready_pod(SERVICE, 120)["metadata"]["name"]]
     before = lab.isvc(SERVICE)
     assert any('"num_speculative_tokens":3' in a for a in before["spec"]["predictor"]["model"]["args"])
+    # smoke records what it measured on the cluster, for the service's vLLM release (issue 38 item 3)
+    smoke = lab.smoke(SERVICE, tmp_path / "smoke", extra=fake_env(FAKE_ACCEPTANCE="0.95,0.9,0.85"))
+    assert smoke.rc == 0, smoke.output[-4000:]
+    record = lab.get("v1", "ConfigMap", SERVICE + "-specpilot-acceptance", NAMESPACE)
+    (key,) = record["data"]
+    recorded = json.loads(record["data"][key])
+    assert key == "vllm-" + recorded["vllm_version"] and (recorded["method"], recorded["k"]) == ("ngram", 3)
+    assert recorded["source"] == "smoke" and recorded["temperature"] == 0.0
+    assert [round(v, 1) for v in recorded["per_position"]] == [0.9, 0.9, 0.8], recorded  # the stand-in's rounding
     reports = tmp_path / "reports"
     traffic = Traffic(before["status"]["url"])
     try:

