@@ -98,17 +98,22 @@ def summary(record):
     )
 
 
+def _differences(live, recorded):
+    """[{position, live, recorded, difference}] at the positions both have."""
+    return [
+        {"position": i, "live": round(now, 4), "recorded": then, "difference": round(now - then, 4)}
+        for i, (now, then) in enumerate(zip(live or [], recorded or []))
+        if now is not None and then is not None
+    ]
+
+
 def compare(rate, per_position, record, tolerance=0.1):
     """The live acceptance against the record of the same release: ``{recorded, differences, lower, text}``;
     ``lower``: the positions (or the rate, position None) where live is below the record by more than
     ``tolerance`` (absolute). None without a record."""
     if not record:
         return None
-    diffs = []
-    rec_pp = record.get("per_position") or []
-    for i, (now, then) in enumerate(zip(per_position or [], rec_pp)):
-        if now is not None and then is not None:
-            diffs.append({"position": i, "live": round(now, 4), "recorded": then, "difference": round(now - then, 4)})
+    diffs = _differences(per_position, record.get("per_position"))
     lower = [d["position"] for d in diffs if d["difference"] < -tolerance]
     rate_then = record.get("acceptance_rate")
     if rate is not None and rate_then is not None and rate - rate_then < -tolerance and not diffs:

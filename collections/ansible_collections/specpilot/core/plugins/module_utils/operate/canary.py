@@ -135,16 +135,7 @@ def arm_window(pages):
         out["notes"] += ["%s: %s" % (page.get("pod"), n) for n in win["notes"]]
         out["requests"] += sum(finished.values())
         out["failed"] += sum(v for k, v in finished.items() if k in FAILED_REASONS)
-        for fig, keys in FIGURE_HISTOGRAMS.items():
-            key = next((k for k in keys if (win["latency"] or {}).get(k)), None)
-            if key is None:
-                continue
-            h = out["histograms"].setdefault(
-                fig, {"metric": win["latency"][key]["metric"], "count": 0, "sum": 0.0, "b": {}}
-            )
-            h["count"] += win["latency"][key]["window_count"] or 0
-            h["sum"] += win["latency"][key]["window_sum"] or 0.0
-            _add_buckets(h["b"], win["latency"][key]["window_buckets"])
+        _add_latency(out["histograms"], win["latency"] or {})
         if win["spec_decode_enabled"]:
             spec_seen = True
             for k in _SPEC_KEYS:
@@ -156,6 +147,18 @@ def arm_window(pages):
     out["error_rate"] = out["failed"] / out["requests"] if out["requests"] else 0.0
     out["acceptance"] = acceptance_figures(spec) if spec_seen else None
     return out
+
+
+def _add_latency(histograms, latency):
+    """Adds a pod's window of each figure's histogram (count, sum, bucket deltas) to the arm's."""
+    for fig, keys in FIGURE_HISTOGRAMS.items():
+        key = next((k for k in keys if latency.get(k)), None)
+        if key is None:
+            continue
+        h = histograms.setdefault(fig, {"metric": latency[key]["metric"], "count": 0, "sum": 0.0, "b": {}})
+        h["count"] += latency[key]["window_count"] or 0
+        h["sum"] += latency[key]["window_sum"] or 0.0
+        _add_buckets(h["b"], latency[key]["window_buckets"])
 
 
 def _add_positions(total, per_pos):

@@ -226,6 +226,13 @@ def _histograms(answers):
     return out
 
 
+def _acceptance(spec, answers):
+    """The arm's acceptance figures from the spec-decode counters' increases and the accepted tokens per position."""
+    counts = dict((k, _num(v or 0.0)) for k, v in spec.items())
+    counts["accepted_per_position"] = _per_position(answers.get("spec:per_pos") or [])
+    return canary.acceptance_figures(counts)
+
+
 def _per_position(vector):
     """[accepted tokens at position 0, 1, ...] of a ``sum by (position)`` answer; None when empty."""
     found = dict((int(m["position"]), v) for m, v in vector if str(m.get("position", "")).isdigit() and not math.isnan(v))
@@ -279,14 +286,7 @@ def arm_window_from_answers(answers, pods, seconds, where, pod_label="pod"):
         "failed": failed,
         "error_rate": failed / requests if requests else 0.0,
         "histograms": _histograms(answers),
-        "acceptance": (
-            canary.acceptance_figures(
-                dict([(k, _num(v or 0.0)) for k, v in spec.items()]
-                     + [("accepted_per_position", _per_position(answers.get("spec:per_pos") or []))])
-            )
-            if seen
-            else None
-        ),
+        "acceptance": _acceptance(spec, answers) if seen else None,
         "notes": notes,
         "unread": unread or None,
         "series": {"samples": samples, "missing": missing},
