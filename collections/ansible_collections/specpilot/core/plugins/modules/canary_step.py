@@ -217,7 +217,7 @@ positions:
   type: dict
 unresolved:
   description:
-    - The figures whose p50 and p99 fall in one and the same histogram bucket on both arms (the bucket in ms); each is
+    - The figures whose p50 falls in one and the same histogram bucket on both arms (the bucket in ms); each is
       judged on its mean (its ratio's C(statistic) is V(mean)), or not at all without a sum.
   returned: when the step got that far
   type: dict
