@@ -93,7 +93,7 @@ def test_a_canary_that_accepts_less_at_a_shared_position_aborts_naming_the_drop(
     # the stand-in rounds each request's accepted drafts: 0.90 is 15 of 17 drafts, 0.50 is 13 of 26
     assert re.match(r"acceptance drop at draft position 1: stable 0\.88\d -> canary 0\.50\d \(-0\.3\d\d, 95% CI", step["reasons"][0])
     assert "acceptance drop at draft position 1" in rep["summary"]
-    assert re.search(r"\| 1 \| 0\.88\d \(\d+ / \d+\) \| 0\.50\d \(\d+ / \d+\) \| -0\.3\d\d \(.*\) \| drop \|", md), md
+    assert re.search(r"\| 1 +\| 0\.88\d \(\d+ / \d+\) +\| 0\.50\d \(\d+ / \d+\) +\| -0\.3\d\d \(.*\) +\| drop +\|", md), md
     assert (reports / SERVICE / "acceptance_positions.png").exists()
     # aborted: the canary entry is gone, the stable predictor (k=3) untouched and still serving
     after = lab.isvc(SERVICE)

@@ -35,6 +35,7 @@ import math
 
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_verdict
 from ansible_collections.specpilot.core.plugins.module_utils.report.plots import pyplot, saved
+from ansible_collections.specpilot.core.plugins.module_utils.report.tables import markdown_table
 from ansible_collections.specpilot.core.plugins.module_utils.service import live
 
 __all__ = [
@@ -58,6 +59,7 @@ MIN_DRAFTS = 50
 Z95 = 1.959964
 LATENCY = ("ttft", "tpot", "e2e")
 LABELS = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E"}
+POSITION_COLUMNS = ("position", "stable", "canary", "difference (95% CI)", "verdict")
 
 
 # --------------------------------------------------------------------------- acceptance per position
@@ -343,16 +345,18 @@ def positions_markdown(step):
         "beyond the noise and a %.2f margin: Newcombe 95%% interval of the difference, each draft a trial, so the "
         "true uncertainty is wider):" % (comp.get("stable_k"), comp.get("canary_k"), comp.get("margin", 0)),
         "",
-        "| position | stable | canary | difference (95% CI) | verdict |",
-        "|---|---|---|---|---|",
     ]
-    for p in comp["positions"]:
-        ci = p.get("ci95")
-        lines.append("| %d | %s (%s / %s) | %s (%s / %s) | %s | %s |" % (
-            p["position"], _pct(p["stable"]["rate"]), p["stable"]["accepted"], p["stable"]["drafts"],
-            _pct(p["canary"]["rate"]), p["canary"]["accepted"], p["canary"]["drafts"],
-            "%+.3f (%+.3f to %+.3f)" % (p["difference"], ci[0], ci[1]) if ci else "n/a", p["verdict"]))
-    return lines
+    rows = [
+        (
+            p["position"],
+            "%s (%s / %s)" % (_pct(p["stable"]["rate"]), p["stable"]["accepted"], p["stable"]["drafts"]),
+            "%s (%s / %s)" % (_pct(p["canary"]["rate"]), p["canary"]["accepted"], p["canary"]["drafts"]),
+            "%+.3f (%+.3f to %+.3f)" % (p["difference"], p["ci95"][0], p["ci95"][1]) if p.get("ci95") else "n/a",
+            p["verdict"],
+        )
+        for p in comp["positions"]
+    ]
+    return lines + markdown_table(POSITION_COLUMNS, rows)
 
 
 def render_positions_plot(report, out_dir):
