@@ -12,7 +12,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.specpilot.core.plugins.module_utils.operate import canary
+from ansible_collections.specpilot.core.plugins.module_utils.operate import canary, canary_change
 from ansible_collections.specpilot.core.plugins.module_utils.service.versions import parse_version
 
 
@@ -42,6 +42,14 @@ def canary_todo(isvc, plan, record=None, retry=False, resume_name=None):
     return canary.todo(
         isvc, plan, record if isinstance(record, dict) else {}, bool(retry), resume_name or None
     )
+
+
+def canary_sampling(isvc, plan):
+    """live InferenceService | canary_sampling(plan) -> {stable, canary, change, problem}: the sampling flags of
+    both arms, whether the live service speculates (a change) and why the arms would not sample alike ('')."""
+    if not isinstance(isvc, dict) or not isinstance(plan, dict):
+        raise AnsibleFilterError("canary_sampling expects the live InferenceService and the validated plan")
+    return canary_change.sampling(isvc, plan)
 
 
 def canary_lock_seconds(ready_timeout, requested=0):
@@ -133,6 +141,7 @@ class FilterModule(object):
             "canary_knative_split": canary_knative_split,
             "canary_knative_step_problem": canary_knative_step_problem,
             "canary_left": canary_left,
+            "canary_sampling": canary_sampling,
             "canary_stable": canary_stable,
             "canary_lock_seconds": canary_lock_seconds,
             "canary_ready_seconds": canary_ready_seconds,
