@@ -106,7 +106,10 @@ def test_fields_are_checked_as_the_cluster_has_them():
 
 
 def test_prefill_gets_no_speculative_decoding():
-    plan = ok_plan(llm_spec(llm={"prefill": {"replicas": 2}, "replicas": 3}))
+    kv = '--kv-transfer-config={"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+    va = {"gpu_memory_utilization": 0.85, "max_model_len": 8192, "extra_args": [kv]}
+    plan = ok_plan(llm_spec(llm={"prefill": {"replicas": 2}, "replicas": 3}, vllm_args=va))
+    assert kv in plan["args"] and kv in plan["args_without_speculative"]
     spec = plan["llminferenceservice"]["spec"]
     decode, prefill = main_container(spec["template"]), main_container(spec["prefill"]["template"])
     assert spec["replicas"] == 3 and spec["prefill"]["replicas"] == 2

@@ -145,7 +145,7 @@ def test_warnings_print_and_fail_only_in_strict_mode(tmp_path):
     "inventory,hosts",
     [
         ("lab", {"lab-ngram", "lab-draft", "lab-suffix", "lab-eagle3", "lab-storage-uris", "lab-modelcar"}),
-        ("example", {"chat-eagle3", "chat-70b-draft", "reasoning-mtp"}),
+        ("example", {"chat-eagle3", "chat-70b-draft", "reasoning-mtp", "chat-llm-eagle3", "chat-llm-pd"}),
     ],
 )
 def test_inventories_validate_clean(tmp_path, inventory, hosts):

@@ -246,8 +246,9 @@ def engine_args(spec, speculative_args):
         args.append("--enforce-eager")
     if va.get("async_scheduling"):
         args.append("--async-scheduling")
-    args.extend(speculative_args)
+    # the speculative args last: the decode workload's are the prefill's plus them (place_speculative)
     args.extend(va.get("extra_args") or [])
+    args.extend(speculative_args)
     return args
 
 
@@ -308,6 +309,10 @@ def _workload_template(spec, args):
         main["resources"] = resources
     if spec.get("env"):
         main["env"] = copy.deepcopy(spec["env"])
+    # merged over the template's (config-llm-template.yaml: runAsNonRoot, no privilege escalation, no
+    # capabilities, RuntimeDefault seccomp); an image that runs as root needs runAsNonRoot: false here
+    if spec["runtime"].get("security_context"):
+        main["securityContext"] = copy.deepcopy(spec["runtime"]["security_context"])
     template = {"containers": [main]}
     template.update(render._gpu_placement(spec["gpu"]))
     if spec.get("service_account_name"):
