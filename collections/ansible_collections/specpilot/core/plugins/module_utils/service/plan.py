@@ -93,6 +93,8 @@ class WaitPlan:
     args: tuple
     deployment_mode: str
     startup_timeout_seconds: int
+    kind: str = KINDS[0]
+    api_version: str = API_VERSIONS[KINDS[0]]
 
     def for_args(self, args, spec_digest):
         """The same service waited for with other args (a rollback's)."""
@@ -101,6 +103,9 @@ class WaitPlan:
     def as_dict(self):
         out = dataclasses.asdict(self)
         out["args"] = list(self.args)
+        if self.kind == KINDS[0]:  # an InferenceService's wait keeps the keys it always had
+            out.pop("kind")
+            out.pop("api_version")
         return out
 
 
@@ -170,6 +175,8 @@ class Plan:
             args=self.args,
             deployment_mode=self.deployment_mode,
             startup_timeout_seconds=self.startup_timeout_seconds,
+            kind=self.kind,
+            api_version=self.api_version,
         )
 
     @property

@@ -458,11 +458,14 @@ def _plan(
         "args": args,
         "args_without_speculative": baseline,
         "tensor_parallel_size": tp,
+        # an LLMInferenceService has no ServingRuntime: KServe's LLMInferenceServiceConfig templates run vLLM
         "runtime": {
             "name": spec["runtime"]["name"],
             "kind": spec["runtime"]["kind"],
             "create": spec["runtime"]["create"],
-        },
+        }
+        if not llmisvc.is_llm(spec)
+        else {"name": None, "kind": None, "create": False},
         "startup_timeout_seconds": startup,
         "progress_deadline_seconds": deadline,
         "rollout_strategy": render.rollout_strategy(spec) if spec["deployment_mode"] == "Standard" else None,
