@@ -121,10 +121,14 @@ def test_deploy_puts_speculative_decoding_in_the_decode_workload_and_waits_for_i
         first = run_deploy_released(emu, tmp_path, inv, release, fake)
         assert first.rc == 0, first.out[-6000:]
         second = run_deploy(emu, tmp_path / "again", inv)
+        deployed = get(emu, *LLM, "llm-pd", NS)
+        rollbacks = [rollback(emu, tmp_path / ("rb%d" % i), inv, mode) for i, mode in enumerate(("off", "off"))]
+        off = get(emu, *LLM, "llm-pd", NS)
+        restored = rollback(emu, tmp_path / "rb-restore", inv, "restore")
     assert fake.errors == [] or all("Conflict" in e for e in fake.errors), fake.errors
     assert second.rc == 0, second.out[-6000:]
     assert second.recap()["llm-pd"]["changed"] == 0, second.changed_tasks()
-    obj = get(emu, *LLM, "llm-pd", NS)
+    obj = deployed
     view = live.view(obj)
     assert isinstance(view, live.LLMInferenceServiceView) and view.speculative
     config = [a for a in view.args if spec_flags.is_speculative(a)]
@@ -153,3 +157,31 @@ def run_deploy_released(emu, tmp_path, inv, release, fake):
              timeout=240, what="the LLMInferenceService applied")
     release.set()
     return run.wait(600)
+    _check_rollbacks(emu, deployed, off, rollbacks, restored)
+
+
+def rollback(emu, tmp, inv, mode):
+    from deploy_helpers import Run
+
+    return Run(emu, tmp, inv, "-e", "specpilot_rollback_mode=%s" % mode, "-e", "specpilot_rollback_smoke=false",
+               playbook="playbooks/rollback.yml").wait(600)
+
+
+def _check_rollbacks(emu, deployed, off, rollbacks, restored):
+    """rollback.yml off removes the speculative config from the decode workload (prefill and the rest kept),
+    and waits for the decode Deployment to run without it; a second off changes nothing; restore puts the
+    recorded spec back."""
+    first, second = rollbacks
+    assert first.rc == 0, first.out[-6000:]
+    assert first.recap()["llm-pd"]["changed"] >= 1
+    view = live.view(off)
+    assert not view.speculative and view.args == live.view(deployed).prefill_args
+    assert off["spec"]["prefill"] == deployed["spec"]["prefill"]
+    dep = get(emu, "apps/v1", "Deployment", "llm-pd-kserve", NS)
+    main = next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "main")
+    assert not spec_flags.speculative_args(llmisvc.engine_words(main["args"]))
+    assert second.rc == 0, second.out[-6000:]
+    assert second.recap()["llm-pd"]["changed"] == 0, second.changed_tasks()
+    assert restored.rc == 0, restored.out[-6000:]
+    back = get(emu, *LLM, "llm-pd", NS)
+    assert back["spec"] == deployed["spec"] and live.view(back).speculative
