@@ -454,10 +454,10 @@ def predictor_deployment_name(name, isvc=None):
 
 def llm_deployment_names(name, prefill=False):
     """The decode workload's Deployment (and the prefill one's): mainDeploymentName, prefillDeploymentName."""
-    return ["%s-kserve" % name] + (["%s-kserve-prefill" % name] if prefill else [])
+    decode = llmisvc.workload(name)["deployment"]
+    return [decode] + (["%s-prefill" % decode] if prefill else [])
 
 
-LLM_POD_SELECTOR = "app.kubernetes.io/name=%s,app.kubernetes.io/component=llminferenceservice-workload"
 
 
 def read_llm_workload(reader, name, namespace, api_version):
@@ -469,7 +469,7 @@ def read_llm_workload(reader, name, namespace, api_version):
     deployment = reader.get("Deployment", "apps/v1", name=names[0], namespace=namespace)
     if deployment is not None and prefill:
         deployment = dict(deployment, prefill=reader.get("Deployment", "apps/v1", name=names[1], namespace=namespace))
-    pods = reader.get("Pod", "v1", namespace=namespace, label_selector=LLM_POD_SELECTOR % name)
+    pods = reader.get("Pod", "v1", namespace=namespace, label_selector=",".join(llmisvc.workload(name)["pod_labels"]))
     return obj, deployment, pods
 
 

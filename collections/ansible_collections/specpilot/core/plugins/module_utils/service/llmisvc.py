@@ -51,6 +51,8 @@ from ansible_collections.specpilot.core.plugins.module_utils.service.spec import
 
 __all__ = [
     "KIND",
+    "PORT",
+    "workload",
     "CONTAINER",
     "DRAFT_ROOT",
     "DRAFT_VOLUME",
@@ -75,6 +77,22 @@ DRAFT_VOLUME = "specpilot-draft"
 MODEL_SCHEMES = ("hf", "pvc", "oci", "s3")
 DELIVERIES = ("storage_uri", "pvc")
 _PARALLELISM = (("tensor", "tensor"), ("pipeline", "pipeline"), ("data", "data"), ("data_local", "dataLocal"))
+
+
+# the port KServe's template serves vLLM on (config-llm-template.yaml: vllm serve ... --port 8000)
+PORT = 8000
+
+
+def workload(name):
+    """Where the decode workload's engine runs, for the roles that look inside it (smoke, benchmark, guard):
+    its container, its port, its pods' labels (workload_single_node.go singleNodeLabels, the component of the
+    decode workload; the prefill pods are ``llminferenceservice-workload-prefill``)."""
+    return {
+        "container": CONTAINER,
+        "port": PORT,
+        "pod_labels": ["app.kubernetes.io/name=%s" % name, "app.kubernetes.io/component=llminferenceservice-workload"],
+        "deployment": "%s-kserve" % name,
+    }
 
 
 def is_llm(spec):

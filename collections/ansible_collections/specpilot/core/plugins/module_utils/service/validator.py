@@ -584,7 +584,9 @@ def _manifests(spec, plan, mounts, delivery, startup, kserve_version, findings):
     """The ServingRuntime (None when specpilot does not create it) and the InferenceService, with the
     spec's overrides merged in, checked against the KServe release's rules."""
     if llmisvc.is_llm(spec):
-        plan.update(kind=llmisvc.KIND, api_version=llmisvc.api_version(kserve_version))
+        plan.update(
+            kind=llmisvc.KIND, api_version=llmisvc.api_version(kserve_version), workload=llmisvc.workload(spec["name"])
+        )
         plan["llminferenceservice"] = _llm_manifest(spec, plan, kserve_version, findings)
         return None, None
     digest = ""  # the caller annotates both objects with the digest of what they became
