@@ -918,7 +918,7 @@ def _yaml_text(data):
 
 
 def write_render_dir(plan, render_dir, check_mode=False):
-    """Write <render_dir>/<name>/{inferenceservice,servingruntime,plan}.yaml.
+    """Write <render_dir>/<name>/{inferenceservice,servingruntime,plan}.yaml (llminferenceservice.yaml for one).
 
     Returns (changed, files, diffs): files whose content is unchanged are left alone; nothing is
     written in check mode; ``diffs`` holds one Ansible diff (before/after) per file that changes
@@ -928,6 +928,7 @@ def write_render_dir(plan, render_dir, check_mode=False):
     documents = [
         ("inferenceservice.yaml", plan["inferenceservice"]),
         ("servingruntime.yaml", plan["servingruntime"]),
+        ("llminferenceservice.yaml", plan.get("llminferenceservice")),
         ("plan.yaml", plan),
     ]
     files, diffs = [], []
