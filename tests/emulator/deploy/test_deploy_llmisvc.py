@@ -185,3 +185,18 @@ def _check_rollbacks(emu, deployed, off, rollbacks, restored):
     assert restored.rc == 0, restored.out[-6000:]
     back = get(emu, *LLM, "llm-pd", NS)
     assert back["spec"] == deployed["spec"] and live.view(back).speculative
+
+
+def test_canary_refuses_an_llminferenceservice_before_any_write(upstream_llm, tmp_path):
+    """canary.yml on an LLMInferenceService fails saying why (no traffic-split field), and writes nothing."""
+    from deploy_helpers import Run
+
+    emu = upstream_llm
+    service = {"specpilot_resource": "LLMInferenceService", "specpilot_speculative": {"method": "ngram",
+               "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}}
+    inv = write_inventory(tmp_path / "inv", "canary-llm", {"llm-canary": service})
+    mark = emu.control.mark()
+    run = Run(emu, tmp_path, inv, playbook="playbooks/canary.yml").wait(300)
+    assert run.rc != 0
+    assert "canary-llm/llm-canary: an LLMInferenceService has no traffic-split field" in run.out
+    assert emu.control.writes(since=mark, include_dry_run=True) == []
