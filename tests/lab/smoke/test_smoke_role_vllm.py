@@ -193,7 +193,7 @@ def test_llminferenceservice_walk(vllm_smoke_lab, tmp_path, emulator_factory):
     first = lab.playbook(ROLLBACK, "lab-llm", extra=extra)
     assert first.rc == 0, first.output
     off = lab.get(api, kind, "lab-llm", "specpilot-lab")
-    assert not live.view(off).speculative and live.view(off).args == live.view(deployed).args[:-1]
+    assert not live.view(off).speculative and live.view(off).args == live.view(deployed).args[:-1], first.output[-6000:]
     second = lab.playbook(ROLLBACK, "lab-llm", extra=extra)
     assert second.rc == 0, second.output
     assert second.recap()["lab-llm"]["changed"] == 0, second.output
