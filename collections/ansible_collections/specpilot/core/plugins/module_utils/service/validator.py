@@ -326,25 +326,9 @@ def _validate(spec, options):
     version_label = format_version(vllm_version)
 
     minfo, draft_artifact = _draft_artifact(spec, x, findings)
-    llm = llmisvc.is_llm(spec)
-    if llm:  # its delivery, its mounts, its parallelism as vllm_args for the checks below
-        llmisvc.prepare(spec, findings)
-    if "delivery" not in spec:
-        if spec.get("draft") and draft_artifact:
-            findings.error(
-                "delivery",
-                "a draft artifact needs a delivery that carries two artifacts",
-                "set specpilot_delivery: storage_uris (KServe >= 0.16), modelcar or pvc",
-                "delivery-required",
-            )
-            return _finish(result, options)
-        spec["delivery"] = "storage_uri"
-    if llm:
-        delivery = llmisvc.delivery(spec, draft_artifact, findings)
-        mounts = resolve_mounts = llmisvc.mounts(spec, draft_artifact)
-    else:
-        delivery = _delivery(spec, draft_artifact, options, findings)
-        mounts, resolve_mounts = _mounts(spec, draft_artifact)
+    if not _default_delivery(spec, draft_artifact, findings):
+        return _finish(result, options)
+    delivery, mounts, resolve_mounts = _deliver(spec, draft_artifact, options, findings)
     async_requested = _check_extra_args(spec, vllm_version, findings)
 
     # model facts: typed in the spec, completed from each artifact's source (model_facts.py)
@@ -402,6 +386,35 @@ def _validate(spec, options):
     plan["inferenceservice"] = isvc
     result["plan"] = service_plan.build(plan).as_dict()
     return _finish(result, options)
+
+
+def _default_delivery(spec, draft_artifact, findings):
+    """The spec's delivery, storage_uri when it names none and has no draft to carry (False: an error says
+    why).  An LLMInferenceService's first (llmisvc.prepare: its delivery, its parallelism as vllm_args for
+    the checks that follow)."""
+    if llmisvc.is_llm(spec):
+        llmisvc.prepare(spec, findings)
+    if "delivery" not in spec:
+        if spec.get("draft") and draft_artifact:
+            findings.error(
+                "delivery",
+                "a draft artifact needs a delivery that carries two artifacts",
+                "set specpilot_delivery: storage_uris (KServe >= 0.16), modelcar or pvc",
+                "delivery-required",
+            )
+            return False
+        spec["delivery"] = "storage_uri"
+    return True
+
+
+def _deliver(spec, draft_artifact, options, findings):
+    """(the plan's delivery, the mount paths, the paths the speculative config is resolved against): an
+    LLMInferenceService's (llmisvc.py: spec.model.uri and the draft's volume), else an InferenceService's."""
+    if llmisvc.is_llm(spec):
+        mounts = llmisvc.mounts(spec, draft_artifact)
+        return llmisvc.delivery(spec, draft_artifact, findings), mounts, mounts
+    mounts, resolve_mounts = _mounts(spec, draft_artifact)
+    return _delivery(spec, draft_artifact, options, findings), mounts, resolve_mounts
 
 
 def _check_speculative_alone(raw, vllm_version, profile, findings):
