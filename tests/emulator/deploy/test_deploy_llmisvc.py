@@ -125,7 +125,6 @@ def test_deploy_puts_speculative_decoding_in_the_decode_workload_and_waits_for_i
         rollbacks = [rollback(emu, tmp_path / ("rb%d" % i), inv, mode) for i, mode in enumerate(("off", "off"))]
         off = get(emu, *LLM, "llm-pd", NS)
         restored = rollback(emu, tmp_path / "rb-restore", inv, "restore")
-    assert fake.errors == [] or all("Conflict" in e for e in fake.errors), fake.errors
     assert second.rc == 0, second.out[-6000:]
     assert second.recap()["llm-pd"]["changed"] == 0, second.changed_tasks()
     obj = deployed
