@@ -125,39 +125,47 @@ def test_dry_run_against_upstream_crd_loaded_into_the_lab(tmp_path):
     the API server's own messages where the schema says no (types, minimum, required, unknown fields
     under fieldValidation=Strict)."""
     upstream = _upstream("LLMInferenceService")
-    with Emulator(tmp_path / "emu", [str(LAB_CRDS)]).start(timeout=120) as emu:
-        crd_path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/llminferenceservices.serving.kserve.io"
-        lab_rv = emu.request("GET", crd_path).json()["metadata"]["resourceVersion"]
-        replacement = dict(upstream, metadata=dict(upstream["metadata"], resourceVersion=lab_rv))
-        r = emu.request("PUT", crd_path, body=json.dumps(replacement), timeout=120)
-        assert r.status == 200, r.text[:500]
-        loaded = r.json()
-        assert loaded["metadata"]["resourceVersion"] != lab_rv
-        assert _version(loaded, "v1alpha2")["schema"] == _version(upstream, "v1alpha2")["schema"]
+    emu = Emulator(tmp_path / "emu", [str(LAB_CRDS)]).start(timeout=120)
+    try:
+        _dry_runs(emu, upstream)
+    finally:
+        emu.stop()
 
-        for version in ("v1alpha1", "v1alpha2"):
-            obj = _llmisvc()
-            obj["apiVersion"] = f"serving.kserve.io/{version}"
-            r = _dry_run_apply(emu, obj, version)
-            assert r.status == 201, (version, r.text[:800])
-            assert r.json()["spec"]["template"]["containers"][0]["args"] == obj["spec"]["template"]["containers"][0]["args"]
-        listed = emu.request("GET", "/apis/serving.kserve.io/v1alpha2/namespaces/default/llminferenceservices")
-        assert listed.json()["items"] == []  # a dry run stores nothing
 
-        bad = _llmisvc(replicas=-1, parallelism={"tensor": "two"})
-        bad["spec"]["model"].pop("uri")
-        r = _dry_run_apply(emu, bad)
-        assert r.status == 422, r.text[:800]
-        causes = {c["field"]: c["message"] for c in r.json()["details"]["causes"]}
-        assert causes == {
-            "spec.model.uri": "Required value",
-            "spec.replicas": "Invalid value: -1: spec.replicas in body should be greater than or equal to 0",
-            "spec.parallelism.tensor": 'Invalid value: "string": spec.parallelism.tensor in body must be of type '
-            'integer: "string"',
-        }
+def _dry_runs(emu: Emulator, upstream: dict) -> None:
+    """The upstream CRD replaces the lab's; dry runs accepted and rejected as a real API server does."""
+    crd_path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/llminferenceservices.serving.kserve.io"
+    lab_rv = emu.request("GET", crd_path).json()["metadata"]["resourceVersion"]
+    replacement = dict(upstream, metadata=dict(upstream["metadata"], resourceVersion=lab_rv))
+    r = emu.request("PUT", crd_path, body=json.dumps(replacement), timeout=120)
+    assert r.status == 200, r.text[:500]
+    loaded = r.json()
+    assert loaded["metadata"]["resourceVersion"] != lab_rv
+    assert _version(loaded, "v1alpha2")["schema"] == _version(upstream, "v1alpha2")["schema"]
 
-        typo = _llmisvc()
-        typo["spec"]["template"]["containers"][0]["argz"] = ["--oops"]
-        r = _dry_run_apply(emu, typo)
-        assert r.status == 400, r.text[:800]
-        assert r.json()["message"] == 'strict decoding error: unknown field "spec.template.containers[0].argz"'
+    for version in ("v1alpha1", "v1alpha2"):
+        obj = _llmisvc()
+        obj["apiVersion"] = f"serving.kserve.io/{version}"
+        r = _dry_run_apply(emu, obj, version)
+        assert r.status == 201, (version, r.text[:800])
+        assert r.json()["spec"]["template"]["containers"][0]["args"] == obj["spec"]["template"]["containers"][0]["args"]
+    listed = emu.request("GET", "/apis/serving.kserve.io/v1alpha2/namespaces/default/llminferenceservices")
+    assert listed.json()["items"] == []  # a dry run stores nothing
+
+    bad = _llmisvc(replicas=-1, parallelism={"tensor": "two"})
+    bad["spec"]["model"].pop("uri")
+    r = _dry_run_apply(emu, bad)
+    assert r.status == 422, r.text[:800]
+    causes = {c["field"]: c["message"] for c in r.json()["details"]["causes"]}
+    assert causes == {
+        "spec.model.uri": "Required value",
+        "spec.replicas": "Invalid value: -1: spec.replicas in body should be greater than or equal to 0",
+        "spec.parallelism.tensor": 'Invalid value: "string": spec.parallelism.tensor in body must be of type '
+        'integer: "string"',
+    }
+
+    typo = _llmisvc()
+    typo["spec"]["template"]["containers"][0]["argz"] = ["--oops"]
+    r = _dry_run_apply(emu, typo)
+    assert r.status == 400, r.text[:800]
+    assert r.json()["message"] == 'strict decoding error: unknown field "spec.template.containers[0].argz"'

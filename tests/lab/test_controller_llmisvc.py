@@ -12,6 +12,9 @@ import urllib.request
 
 import pytest
 
+from specpilot_lab import seed
+from specpilot_lab.processes import LabPaths
+
 pytestmark = [pytest.mark.lab]
 
 API = "serving.kserve.io/v1alpha2"
@@ -137,6 +140,19 @@ def test_decode_workload_baserefs_status_and_delete(fake_lab, fake_models):
     log = lab.pod_log(ns, pod["metadata"]["name"], "main")
     assert "[access-log-detect] vllm version='0.32.0'" in log
     assert "speculative_config=SpeculativeConfig(method='ngram', model=None, num_spec_tokens=3)" in log
+
+    # what `make lab-status` says of an LLMInferenceService service (seed.describe's lines)
+    paths = LabPaths(lab.root / "status")
+    paths.root.mkdir()
+    paths.kubeconfig.symlink_to(lab.emu.kubeconfig)
+    lines = seed._llm_lines(paths, seed.Needs(namespace=ns, llm_services=["lab-llm", "not-yet"]))
+    assert lines == [
+        "inventories/lab: LLMInferenceServiceConfigs in kserve: kserve-config-llm-decode-template, "
+        "kserve-config-llm-prefill-template, kserve-config-llm-router-route, kserve-config-llm-scheduler, "
+        "kserve-config-llm-template",
+        f"inventories/lab: LLMInferenceService {ns}/lab-llm: Ready True, url {status['url']}",
+        f"inventories/lab: LLMInferenceService {ns}/not-yet: not deployed (deploy.yml)",
+    ]
 
     # a config the service names that does not exist: PresetsCombined False, the workload left running
     lab.patch(API, KIND, "lab-llm", ns, {"spec": {"baseRefs": [{"name": "missing"}]}})
