@@ -177,7 +177,7 @@ def test_check_mode_writes_nothing_and_shows_the_diff(emulator, tmp_path):
     assert emulator.control.writes(since=mark) == []  # dry-run requests are not writes
     assert emulator.control.writes(since=mark, include_dry_run=True)  # ... but they were made
     assert '"prompt_lookup_max":6' in run.out  # the diff shows the new argument
-    assert "The InferenceService with the revision record, svc" in run.out
+    assert "The serving object with the revision record, InferenceService/svc" in run.out
 
 
 def test_check_mode_first_deploy_into_a_new_namespace_creates_nothing_and_names_what_it_would(

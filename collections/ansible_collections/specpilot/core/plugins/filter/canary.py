@@ -34,6 +34,11 @@ def canary_support_problem(kserve_version, deployment_mode):
     return canary.support_problem(version, deployment_mode)
 
 
+def canary_kind_problem(kind):
+    """plan.kind | canary_kind_problem -> why a service of this kind cannot have a canary, or ''."""
+    return canary.kind_problem(str(kind or ""))
+
+
 def canary_todo(isvc, plan, record=None, retry=False, resume_name=None):
     """live InferenceService | canary_todo(plan, record, retry, resume_name) -> resume, interrupted, promoted,
     recorded or run."""
@@ -136,6 +141,7 @@ class FilterModule(object):
         return {
             "canary_arm_pods": canary_arm_pods,
             "canary_arm_selectors": canary_arm_selectors,
+            "canary_kind_problem": canary_kind_problem,
             "canary_knative_abort_patch": canary_knative_abort_patch,
             "canary_knative_restored_problem": canary_knative_restored_problem,
             "canary_knative_split": canary_knative_split,

@@ -85,6 +85,9 @@ DEPLOY_STATE = dict(
         "choices": ["Standard", "Knative", "RawDeployment", "Serverless"],
     },
     runtime={"type": "dict"},
+    # the plan's resource kind and its apiVersion (LLMInferenceService: its object, Deployments and pods)
+    kind={"type": "str", "default": "InferenceService", "choices": ["InferenceService", "LLMInferenceService"]},
+    api_version={"type": "str"},
     lease={"type": "bool", "default": True},
     history={"type": "bool", "default": True},
     workload={"type": "bool", "default": True},

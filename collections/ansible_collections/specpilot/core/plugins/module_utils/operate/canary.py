@@ -630,6 +630,20 @@ def outcome_summary(outcome, last_step=None):
 KNATIVE_SINCE = (0, 9)
 
 
+def kind_problem(kind):
+    """Why a service of this resource kind cannot have a canary ('' when it can): an LLMInferenceService
+    (serving.kserve.io v1alpha1/v1alpha2, kserve v0.20.0 pkg/apis/serving/v1alpha2/llm_inference_service_types.go
+    LLMInferenceServiceSpec) has no traffic-split field, neither spec.canary nor canaryTrafficPercent."""
+    if kind == "LLMInferenceService":
+        return (
+            "an LLMInferenceService has no traffic-split field (neither spec.canary nor canaryTrafficPercent), "
+            "so a canary cannot put speculative decoding on a slice "
+            "of the traffic, and none is faked; nothing was changed. Measure it with playbooks/benchmark.yml "
+            "(a baseline twin without speculative decoding) and keep it in check with playbooks/guard.yml"
+        )
+    return ""
+
+
 def support_problem(kserve_version, deployment_mode):
     """Why this cluster cannot split traffic for a canary ('' when it can). ``kserve_version`` a
     (major, minor, patch) tuple or None."""
