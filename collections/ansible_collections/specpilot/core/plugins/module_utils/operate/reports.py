@@ -12,6 +12,8 @@ for the rollback and guard roles.
 
 from __future__ import annotations
 
+import json
+
 from ansible_collections.specpilot.core.plugins.module_utils.common import get_path
 from ansible_collections.specpilot.core.plugins.module_utils.operate.acceptance_guard import judged
 
@@ -100,6 +102,12 @@ def _rollback_summary(r):
         "- Engine (smoke): %s%s"
         % (smoke.get("verdict") or "not run", " - %s" % smoke["message"] if smoke.get("message") else ""),
     ]
+    if smoke.get("verdict") and r.get("mode") == "restore":
+        judged = smoke.get("judged_config")
+        lines.append(
+            "- Smoke judged against: the restored revision's %s"
+            % (("speculative config " + json.dumps(judged, sort_keys=True)) if judged else "args (no speculative config)")
+        )
     note = get_path(r, "gpu_memory_utilization", "note")
     if note:
         lines.append("- gpu_memory_utilization: %s" % note)
