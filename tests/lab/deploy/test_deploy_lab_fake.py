@@ -102,14 +102,15 @@ def test_an_engine_that_exits_is_diagnosed_restored_and_on_request_left_for_debu
     assert restored["spec"]["predictor"]["model"]["args"] == good_args
     rollback = json.loads((reports / "rollback" / "svc.json").read_text())
     assert rollback["mode"] == "restore" and rollback["changed"] and rollback["rollout"]["done"], rollback
-    # the restored revision's engine is smoke-checked against that revision (its args, target and ngram config),
-    # not against the failed spec (whose target directory is missing: its args would be "missing" in the pod);
+    # the restored revision's engine is smoke-checked against that revision (its args, target and ngram
+    # config), not against the failed spec (whose target directory is missing: its args would be "missing" in the pod);
     # the failure message carries the verdict.  This test's minimal fake server logs no "Application startup
     # complete." nor metrics lines: the engine-start check is the only one it cannot pass (the stand-in engine
     # passes them all: tests/lab/rollback/test_rollback_lab_fake.py)
     assert rollback["smoke"]["judged_config"] == NGRAM, rollback["smoke"]
     assert "Smoke check of the restored revision: svc: " in words, out[-5000:]
-    smoke = {c["id"]: c for c in json.loads((reports / "smoke" / "svc" / "rollback-smoke.json").read_text())["checks"]}
+    smoke_report = json.loads((reports / "smoke" / "svc" / "rollback-smoke.json").read_text())
+    smoke = {c["id"]: c for c in smoke_report["checks"]}
     assert [k for k, c in smoke.items() if c["status"] == "fail"] == ["engine_start"], smoke
     for check in ("isvc_args", "pod_args", "engine_config", "probes"):
         assert smoke[check]["status"] == "pass", smoke[check]

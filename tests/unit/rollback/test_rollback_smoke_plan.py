@@ -10,7 +10,9 @@ import pytest
 
 from ansible_collections.specpilot.core.plugins.filter.rollback import rollback_smoke_plan
 from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_state
-from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_log_config import parse_speculative_repr
+from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_log_config import (
+    parse_speculative_repr,
+)
 from ansible_collections.specpilot.core.plugins.module_utils.operate import rollback
 from ansible_collections.specpilot.core.plugins.module_utils.service import plan as service_plan
 from ansible_collections.specpilot.core.plugins.module_utils.service import spec_flags
@@ -44,7 +46,8 @@ def _arg(cfg):
         (["--speculative-model=[ngram]", "--num-speculative-tokens=5", "--ngram-prompt-lookup-max", "4",
           "--use-v2-block-manager"],
          {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4}),
-        (["--speculative-model", "/mnt/models/draft", "--num-speculative-tokens=4", "--speculative-disable-mqa-scorer"],
+        (["--speculative-model", "/mnt/models/draft", "--num-speculative-tokens=4",
+          "--speculative-disable-mqa-scorer"],
          {"model": "/mnt/models/draft", "num_speculative_tokens": 4, "disable_mqa_scorer": True}),
         # a shell command line kept in one argument
         (["sh", "-c", "vllm serve /mnt/models --speculative-config '%s'" % json.dumps(K3)], K3),
@@ -89,7 +92,8 @@ def _plan(cfg):
 
 
 def _restore_decision(spelling):
-    """The live service runs k=2; the revision it replaced (recorded by deploy) ran k=3 written ``spelling``."""
+    """The live service runs k=2; the revision it replaced (recorded by deploy) ran k=3, written
+    ``spelling``."""
     old = _isvc(["/mnt/models", "--max-model-len=512"] + spelling, digest="a" * 64)
     record = deploy_state.record_for("b" * 64, old, None, True, 1000)["annotation"]
     live = _isvc(["/mnt/models", "--max-model-len=512", _arg(K2)], {deploy_state.ANN_PREVIOUS: record})
@@ -99,7 +103,8 @@ def _restore_decision(spelling):
 
 
 def _engine(cfg):
-    """What the smoke role reads of an engine running ``cfg`` (the engine-init line and the requested dict)."""
+    """What the smoke role reads of an engine running ``cfg`` (the engine-init line, the requested
+    dict)."""
     body = "method='%s', model=None, num_spec_tokens=%d" % (cfg["method"], cfg["num_speculative_tokens"])
     return {
         "speculative_config_found": True,
@@ -110,7 +115,8 @@ def _engine(cfg):
 
 
 def _checks(plan, args, cfg):
-    pod = {"metadata": {"name": "svc-pod"}, "spec": {"containers": [{"name": "kserve-container", "args": args}]}}
+    container = {"name": "kserve-container", "args": args}
+    pod = {"metadata": {"name": "svc-pod"}, "spec": {"containers": [container]}}
     result = smoke.evaluate(
         {"expect": "on", "plan": plan, "inferenceservice": _isvc(args), "pod": pod, "log_facts": _engine(cfg)}
     )

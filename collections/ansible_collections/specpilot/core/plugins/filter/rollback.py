@@ -34,7 +34,9 @@ def rollback_verify(live, decision):
 def rollback_smoke_plan(plan, decision):
     """plan | rollback_smoke_plan(decision): the plan the rollback's smoke check judges by (a restore:
     the restored revision's)."""
-    return rollback.smoke_plan(_mapping(plan, "rollback_smoke_plan") or {}, _mapping(decision, "decision") or {})
+    return rollback.smoke_plan(
+        _mapping(plan, "rollback_smoke_plan") or {}, _mapping(decision, "decision") or {}
+    )
 
 
 def rollback_reclaim_summary(reclaim, delete=False):

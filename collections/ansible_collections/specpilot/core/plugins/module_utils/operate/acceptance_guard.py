@@ -70,7 +70,8 @@ def _digest(value):
 
 
 def _parse_config(text):
-    """The config of a ``--speculative-config`` value (``spec_flags.config_value``), or ``{"unparsed": text}``."""
+    """The config of a ``--speculative-config`` value (``spec_flags.config_value``), or
+    ``{"unparsed": text}``."""
     value = spec_flags.config_value(text)
     if value is not None:
         return value

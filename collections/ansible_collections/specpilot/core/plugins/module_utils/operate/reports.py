@@ -104,10 +104,10 @@ def _rollback_summary(r):
     ]
     if smoke.get("verdict") and r.get("mode") == "restore":
         judged = smoke.get("judged_config")
-        lines.append(
-            "- Smoke judged against: the restored revision's %s"
-            % (("speculative config " + json.dumps(judged, sort_keys=True)) if judged else "args (no speculative config)")
-        )
+        what = "args (no speculative config)"
+        if judged:
+            what = "speculative config " + json.dumps(judged, sort_keys=True)
+        lines.append("- Smoke judged against: the restored revision's %s" % what)
     note = get_path(r, "gpu_memory_utilization", "note")
     if note:
         lines.append("- gpu_memory_utilization: %s" % note)
