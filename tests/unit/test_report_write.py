@@ -15,6 +15,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.operate.reports imp
 )
 from ansible_collections.specpilot.core.plugins.module_utils.report import files
 from ansible_collections.specpilot.core.plugins.module_utils.report.files import write_json_and_markdown
+from markdown_cells import unpadded
 
 ROLLBACK = {
     "name": "svc",
@@ -49,7 +50,7 @@ def write(tmp_path, kind, report, check_mode=False, **extra):
 
 
 def test_the_rollback_markdown_says_what_changed_and_how_it_was_checked():
-    md = rollback_markdown(ROLLBACK)
+    md = unpadded(rollback_markdown(ROLLBACK))
     assert md.startswith("# Rollback of ml/svc (mode off)\n")
     assert "- Result: changed\n" in md and "- Rollout: ready - ready\n" in md
     assert "- Verification: passed\n" in md
@@ -67,8 +68,10 @@ def test_the_rollback_markdown_of_a_failed_check_a_missing_service_and_a_reclaim
     failed = dict(
         ROLLBACK, check_mode=True, changed=False, verification={"ok": False, "problems": ["a", "b"]}
     )
-    md = rollback_markdown(
-        dict(failed, smoke={"verdict": None, "message": None}, rollout={"done": False, "message": "x"})
+    md = unpadded(
+        rollback_markdown(
+            dict(failed, smoke={"verdict": None, "message": None}, rollout={"done": False, "message": "x"})
+        )
     )
     assert "- Result: nothing to change (check mode: nothing written)" in md
     assert "- Verification: FAILED: a; b" in md and "- Engine (smoke): not run\n" in md
@@ -89,7 +92,7 @@ def test_the_rollback_markdown_of_a_failed_check_a_missing_service_and_a_reclaim
             "result": {"image": "r/i", "dropped_layer": {"digest": "sha256:l", "mount": "/models/draft"}},
         },
     }
-    md = rollback_markdown(dict(ROLLBACK, reclaim=reclaim, reclaim_job=None))
+    md = unpadded(rollback_markdown(dict(ROLLBACK, reclaim=reclaim, reclaim_job=None)))
     assert (
         "- Draft reclaim: draft /mnt/models/draft; storageUris entry dropped: no; PVC: n/a; Modelcar: repointed"
         in md
@@ -148,7 +151,7 @@ def test_the_guard_markdown_has_a_row_and_a_section_per_service():
             "consecutive_readings": 3,
         },
     }
-    md = guard_markdown(report)
+    md = unpadded(guard_markdown(report))
     assert "2026-11-26T00:00:00Z, mode scrape, auto-rollback on:" in md
     # issue 39: the column says what the guard judged (acceptance), and the latest benchmark/canary verdict
     assert "| service | judged | acceptance |" in md and "The guard judges acceptance only" in md

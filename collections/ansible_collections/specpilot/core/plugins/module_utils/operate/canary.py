@@ -56,6 +56,7 @@ import time
 
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_verdict
 from ansible_collections.specpilot.core.plugins.module_utils.report.plots import plot_links, pyplot
+from ansible_collections.specpilot.core.plugins.module_utils.report.tables import markdown_table
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics import parse_metrics_text
 from ansible_collections.specpilot.core.plugins.module_utils.service import live
 
@@ -658,6 +659,26 @@ def _source_text(step):
     return ""
 
 
+_ARM_COLUMNS = ("arm", "requests", "failed", "TTFT p50 / p99 ms", "TPOT p50 / p99 ms", "E2E p50 / p99 ms", "acceptance")
+
+
+def _arms(step):
+    return ("baseline", "canary") if step.get("arms") else ()
+
+
+def _arm_row(arm, a):
+    """One arm's line of a step's table: requests, failures, the three figures' p50 / p99, acceptance."""
+    figs = [a["figures"].get(f) or {} for f in ("ttft", "tpot", "e2e")]
+    acc = (a.get("acceptance") or {}).get("draft_acceptance_rate")
+    return (
+        arm,
+        a["requests"],
+        a["failed"],
+        *["%s / %s" % (_quantile_text(f, "p50_ms"), _quantile_text(f, "p99_ms")) for f in figs],
+        _fmt(acc),
+    )
+
+
 def report_markdown(report):
     """The canary report as Markdown: per step both arms' p50/p99, acceptance, decision, reason."""
     lines = [
@@ -691,23 +712,8 @@ def report_markdown(report):
             "Held %s s (%s extension(s))%s."
             % (step.get("window_s", 0), step.get("extensions", 0), _source_text(step)),
             "",
-            "| arm | requests | failed | TTFT p50 / p99 ms | TPOT p50 / p99 ms | E2E p50 / p99 ms | acceptance |",
-            "|---|---|---|---|---|---|---|",
         ]
-        for arm in ("baseline", "canary") if step.get("arms") else ():
-            a = step["arms"][arm]
-            figs = [a["figures"].get(f) or {} for f in ("ttft", "tpot", "e2e")]
-            acc = (a.get("acceptance") or {}).get("draft_acceptance_rate")
-            lines.append(
-                "| %s | %s | %s | %s | %s | %s | %s |"
-                % (
-                    arm,
-                    a["requests"],
-                    a["failed"],
-                    *["%s / %s" % (_quantile_text(f, "p50_ms"), _quantile_text(f, "p99_ms")) for f in figs],
-                    _fmt(acc),
-                )
-            )
+        lines += markdown_table(_ARM_COLUMNS, [_arm_row(arm, step["arms"][arm]) for arm in _arms(step)])
         ratios = step.get("ratios") or {}
         if ratios:
             lines += [
