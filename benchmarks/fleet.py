@@ -227,20 +227,23 @@ def out_dir(tmp: Path) -> Path:
 
 
 def markdown(title: str, result: list[dict], notes: list[str]) -> str:
-    lines = [
-        "# %s" % title,
-        "",
-        "| benchmark | value | unit | CPU s | target | ok |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in result:
-        cpu = "%.1f" % r["cpu_s"] if "cpu_s" in r else "-"
-        ok = "-" if not r.get("target") else ("yes" if r["ok"] else "NO")
-        lines.append(
-            "| %s | %.3g | %s | %s | %s | %s |"
-            % (r["name"], r["value"], r["unit"], cpu, r["target"] or "-", ok)
-        )
-    return "\n".join(lines + [""] + ["- %s" % n for n in notes] + [""])
+    from ansible_collections.specpilot.core.plugins.module_utils.report.tables import markdown_table
+
+    table = markdown_table(
+        ["benchmark", "value", "unit", "CPU s", "target", "ok"],
+        [
+            [
+                r["name"],
+                "%.3g" % r["value"],
+                r["unit"],
+                "%.1f" % r["cpu_s"] if "cpu_s" in r else "-",
+                r["target"] or "-",
+                "-" if not r.get("target") else ("yes" if r["ok"] else "NO"),
+            ]
+            for r in result
+        ],
+    )
+    return "\n".join(["# %s" % title, ""] + table + [""] + ["- %s" % n for n in notes] + [""])
 
 
 def write_result(tmp: Path, name: str, title: str, result: list[dict], notes: list[str]) -> Path:

@@ -165,6 +165,11 @@ def test_the_guard_markdown_has_a_row_and_a_section_per_service():
         in md
     )
     assert md.count("## ml/") == 2 and "Band:" not in md
+    # issue 38: the reading against the acceptance smoke recorded on the same vLLM release
+    recorded = dict(service, recorded={"text": "live acceptance 0.200 against the record of vLLM 0.32.0 (smoke, t at "
+                                               "temperature 0.0): position 0 0.50 (recorded 0.95)"})
+    md = guard_markdown(dict(report, services=[recorded]))
+    assert "\nRecorded (smoke, the same vLLM release): live acceptance 0.200 against the record of vLLM 0.32.0" in md
 
 
 def test_report_write_writes_once_and_never_counts_as_a_change(tmp_path):

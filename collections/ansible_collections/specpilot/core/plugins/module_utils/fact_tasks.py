@@ -29,7 +29,9 @@ from ansible_collections.specpilot.core.plugins.module_utils.staging import http
 from ansible_collections.specpilot.core.plugins.module_utils.operate import (
     acceptance_guard as guard,
     canary,
+    canary_change,
     canary_prometheus,
+    fleet,
     monitoring,
     prometheus_api,
     reports,
@@ -371,9 +373,10 @@ REPORT_KINDS = {
     "rollback": reports.rollback_markdown,
     "guard": reports.guard_markdown,
     "canary": canary.report_markdown,
+    "fleet": fleet.fleet_markdown,
 }
 # ... and the plots a kind draws beside its Markdown (render(report, out_dir) -> [{file, title, path}])
-REPORT_PLOTS = {"canary": canary.render_plots}
+REPORT_PLOTS = {"canary": canary.render_plots, "fleet": fleet.render_plots}
 REPORT_WRITE_ARGS = dict(
     kind=dict(type="str", required=True, choices=sorted(REPORT_KINDS)),
     report=dict(type="dict", required=True),
@@ -428,6 +431,14 @@ CANARY_STEP_ARGS = dict(
     max_extensions=dict(type="int", default=2),
     policy=dict(type="dict", default={}),
     min_acceptance=dict(type="float", default=canary.DEFAULT_MIN_ACCEPTANCE),
+    change=dict(
+        type="dict",
+        default={},
+        options=dict(
+            acceptance_margin=dict(type="float", default=canary_change.DEFAULT_ACCEPTANCE_MARGIN),
+            allowance=dict(type="float", default=canary_change.DEFAULT_CHANGE_ALLOWANCE),
+        ),
+    ),
     poll=dict(type="float", default=2.0),
     reference=dict(type="dict"),
     headers=dict(type="dict", default={}, no_log=True),
@@ -482,6 +493,7 @@ def canary_step(p, check_mode=False, keep=None):
             reference=p["reference"],
             keep=keep,
             source=source,
+            change=p["change"],
         )
     except MetricsParseError as exc:
         raise TaskFailure(str(exc)) from exc

@@ -187,6 +187,8 @@ def _guard_section(s):
     lines = ["", "## %s/%s" % (s.get("namespace"), s.get("name")), "", str(s.get("message"))]
     if s.get("acceptance_band"):
         lines += ["", "Band: %s" % s["acceptance_band"]["line"]]
+    if (s.get("recorded") or {}).get("text"):
+        lines += ["", "Recorded (smoke, the same vLLM release): %s" % s["recorded"]["text"]]
     if s.get("findings"):
         lines += [""] + ["- %s" % f for f in s["findings"]]
     if s.get("history"):
