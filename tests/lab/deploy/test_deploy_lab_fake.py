@@ -62,7 +62,8 @@ def test_a_change_rolls_out_a_new_pod_and_the_wait_sees_it(lab, tmp_path):
 
 def test_an_engine_that_exits_is_diagnosed_restored_and_on_request_left_for_debugging(lab, tmp_path):
     """Issue 39: a new revision whose engine crash-loops is diagnosed and, by default, the revision it replaced is
-    put back at once (the rollback role in restore mode, its rollout wait and the stored spec's check); with
+    put back at once (the rollback role in restore mode, its rollout wait, the stored spec's check and the smoke
+    check of the restored revision); with
     specpilot_deploy_restore_on_failure=false the failed revision stays for debugging and the failure prints the
     exact command that restores it."""
     inv = write_inventory(tmp_path / "inv", "svc-ns", {"svc": {"specpilot_speculative": NGRAM}})
@@ -83,8 +84,9 @@ def test_an_engine_that_exits_is_diagnosed_restored_and_on_request_left_for_debu
         },
     )
     reports = tmp_path / "reports"
+    # (the restore's smoke check does not wait for metrics lines this fake server never logs)
     no_probe = ("-e", "specpilot_deploy_fail_fast_restarts=2", "-e", "specpilot_deploy_probe=never",
-                "-e", f"specpilot_report_dir={reports}")
+                "-e", f"specpilot_report_dir={reports}", "-e", "specpilot_smoke_log_wait_seconds=0")
     run = run_deploy(lab.emu, tmp_path, inv, *no_probe)
     assert run.rc != 0
     out = run.out
@@ -100,6 +102,19 @@ def test_an_engine_that_exits_is_diagnosed_restored_and_on_request_left_for_debu
     assert restored["spec"]["predictor"]["model"]["args"] == good_args
     rollback = json.loads((reports / "rollback" / "svc.json").read_text())
     assert rollback["mode"] == "restore" and rollback["changed"] and rollback["rollout"]["done"], rollback
+    # the restored revision's engine is smoke-checked against that revision (its args, target and ngram
+    # config), not against the failed spec (whose target directory is missing: its args would be "missing" in the pod);
+    # the failure message carries the verdict.  This test's minimal fake server logs no "Application startup
+    # complete." nor metrics lines: the engine-start check is the only one it cannot pass (the stand-in engine
+    # passes them all: tests/lab/rollback/test_rollback_lab_fake.py)
+    assert rollback["smoke"]["judged_config"] == NGRAM, rollback["smoke"]
+    assert "Smoke check of the restored revision: svc: " in words, out[-5000:]
+    smoke_report = json.loads((reports / "smoke" / "svc" / "rollback-smoke.json").read_text())
+    smoke = {c["id"]: c for c in smoke_report["checks"]}
+    assert [k for k, c in smoke.items() if c["status"] == "fail"] == ["engine_start"], smoke
+    for check in ("isvc_args", "pod_args", "engine_config", "probes"):
+        assert smoke[check]["status"] == "pass", smoke[check]
+    assert "/mnt/models/missing" not in json.dumps(smoke)
     assert lab.get("coordination.k8s.io/v1", "Lease", "specpilot-deploy-svc", "svc-ns") is None
 
     # the same broken spec, left for debugging: the failure gives the exact command that puts it back

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from smoke_lab import ROOT
+from smoke_lab import ROOT, report
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -75,3 +75,47 @@ def test_draft_service_off_then_reclaim_only_when_confirmed(fake_rollback_lab, t
     again = run("again", specpilot_rollback_confirm_reclaim=True)
     assert again.rc == 0, again.output[-6000:]
     assert again.recap()[svc]["changed"] == 0
+
+
+def test_restore_is_smoke_checked_against_the_restored_revision(fake_rollback_lab, tmp_path):
+    """lab-ngram deployed at k=3, redeployed at k=2 (the spec still says k=2), then ``rollback.yml -e
+    specpilot_rollback_mode=restore``: the revision k=3 comes back and the restore's own smoke check passes,
+    judging the engine against the restored revision's config (k=3), not the spec's (k=2), which failed it
+    before (rollback_smoke_plan)."""
+    lab = fake_rollback_lab
+    svc = "lab-ngram"
+    k3 = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+    k2 = dict(k3, num_speculative_tokens=2)
+    try:
+        lab.deploy(svc, extra=dict(ENV, specpilot_speculative=k3))
+        first = lab.wait_single_ready_pod(svc, 120)["metadata"]["name"]
+        lab.deploy(svc, extra=dict(ENV, specpilot_speculative=k2))
+        second = lab.wait_single_ready_pod(svc, 120, not_pod=first)["metadata"]["name"]
+        assert "num_spec_tokens=2" in lab.engine_log(second)
+
+        extra = dict(
+            ENV,
+            specpilot_speculative=k2,
+            specpilot_rollback_mode="restore",
+            specpilot_rollback_report_dir=str(tmp_path / "restore"),
+            specpilot_smoke_report_dir=str(tmp_path / "restore"),
+            specpilot_rollback_wait_delay=1,
+        )
+        run = lab.playbook(ROLLBACK, svc, extra=extra)
+        assert run.rc == 0, run.output[-8000:]
+        pod = lab.wait_single_ready_pod(svc, 120, not_pod=second)["metadata"]["name"]
+        assert "num_spec_tokens=3" in lab.engine_log(pod)
+        rolled = json.loads((tmp_path / "restore" / f"{svc}.json").read_text())
+        assert rolled["mode"] == "restore" and rolled["changed"] and rolled["rollout"]["done"], rolled
+        assert rolled["smoke"]["verdict"] == "pass", rolled["smoke"]
+        # the report says which config the smoke check judged: the restored one
+        assert rolled["smoke"]["judged_config"]["num_speculative_tokens"] == 3, rolled["smoke"]
+        markdown = (tmp_path / "restore" / f"{svc}.md").read_text()
+        assert "Smoke judged against: the restored revision's speculative config" in markdown
+        smoke = report(tmp_path / "restore", svc, "rollback-smoke")
+        assert smoke["verdict"] == "pass" and smoke["expect"] == "on", smoke
+        assert smoke["plan"]["speculative_config"]["num_speculative_tokens"] == 3
+        engine = next(c for c in smoke["checks"] if c["id"] == "engine_config")
+        assert engine["status"] == "pass" and "num_spec_tokens=3" in engine["message"], engine
+    finally:
+        lab.delete_isvc(svc)

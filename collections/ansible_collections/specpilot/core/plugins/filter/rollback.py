@@ -31,6 +31,14 @@ def rollback_verify(live, decision):
     return rollback.verify(_mapping(live, "rollback_verify") or {}, _mapping(decision, "decision") or {})
 
 
+def rollback_smoke_plan(plan, decision):
+    """plan | rollback_smoke_plan(decision): the plan the rollback's smoke check judges by (a restore:
+    the restored revision's)."""
+    return rollback.smoke_plan(
+        _mapping(plan, "rollback_smoke_plan") or {}, _mapping(decision, "decision") or {}
+    )
+
+
 def rollback_reclaim_summary(reclaim, delete=False):
     """decision.reclaim | rollback_reclaim_summary(delete): one line on what the draft reclaim does."""
     return rollback.reclaim_summary(_mapping(reclaim, "rollback_reclaim_summary") or {}, bool(delete))
@@ -49,5 +57,6 @@ class FilterModule(object):
             "rollback_decision": rollback_decision,
             "rollback_decision_summary": rollback_decision_summary,
             "rollback_reclaim_summary": rollback_reclaim_summary,
+            "rollback_smoke_plan": rollback_smoke_plan,
             "rollback_verify": rollback_verify,
         }

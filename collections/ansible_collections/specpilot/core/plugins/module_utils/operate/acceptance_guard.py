@@ -70,14 +70,15 @@ def _digest(value):
 
 
 def _parse_config(text):
+    """The config of a ``--speculative-config`` value (``spec_flags.config_value``), or
+    ``{"unparsed": text}``."""
+    value = spec_flags.config_value(text)
+    if value is not None:
+        return value
     text = text.strip()
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
         text = shlex.split(text)[0]
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {"unparsed": text}
-    return value if isinstance(value, dict) else {"unparsed": text}
+    return {"unparsed": text}
 
 
 def isvc_speculative(isvc):

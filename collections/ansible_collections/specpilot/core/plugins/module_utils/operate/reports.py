@@ -12,6 +12,8 @@ for the rollback and guard roles.
 
 from __future__ import annotations
 
+import json
+
 from ansible_collections.specpilot.core.plugins.module_utils.common import get_path
 from ansible_collections.specpilot.core.plugins.module_utils.operate.acceptance_guard import judged
 from ansible_collections.specpilot.core.plugins.module_utils.report.tables import markdown_table
@@ -101,6 +103,12 @@ def _rollback_summary(r):
         "- Engine (smoke): %s%s"
         % (smoke.get("verdict") or "not run", " - %s" % smoke["message"] if smoke.get("message") else ""),
     ]
+    if smoke.get("verdict") and r.get("mode") == "restore":
+        judged = smoke.get("judged_config")
+        what = "args (no speculative config)"
+        if judged:
+            what = "speculative config " + json.dumps(judged, sort_keys=True)
+        lines.append("- Smoke judged against: the restored revision's %s" % what)
     note = get_path(r, "gpu_memory_utilization", "note")
     if note:
         lines.append("- gpu_memory_utilization: %s" % note)

@@ -50,6 +50,7 @@ __all__ = [
     "modelcar_reclaim_plan",
     "decide",
     "verify",
+    "smoke_plan",
     "reclaim_summary",
     "decision_summary",
 ]
@@ -672,6 +673,23 @@ def verify(live, decision):
         if pod_flags:
             problems.append("a predictor pod still runs with %s" % pod_flags)
     return {"ok": not problems, "problems": problems, "checks": checks}
+
+
+def smoke_plan(plan, decision):
+    """The plan the rollback's smoke check judges the engine by.
+
+    A restore puts back a recorded revision, whose speculative config is usually not the spec's (the
+    reason to restore): its smoke check is judged against that revision, the plan of the decision's
+    ``after_args`` and ``digest`` (``Plan.for_revision``: the speculative config those args give the
+    engine, ``spec_flags.speculative_config``).  Mode ``off`` and a plan of another object (or none)
+    keep the plan as given (``off`` expects no speculative decoding whatever the spec says)."""
+    typed = service_plan.from_dict(plan)
+    decision = decision or {}
+    if typed is None or decision.get("mode") != "restore" or decision.get("after_args") is None:
+        return plan
+    if (typed.name, typed.namespace) != (decision.get("name"), decision.get("namespace")):
+        return plan
+    return typed.for_revision(decision["after_args"], decision.get("digest")).as_dict()
 
 
 def _modelcar_summary(mc):

@@ -15,6 +15,8 @@ roles used to recompute each for itself is here, once:
 * the benchmark's baseline twin (:class:`BenchmarkTwin`: those args, the digest it is labelled with);
 * the wait plan of a rollout (:class:`WaitPlan`, with the spec's startup timeout; a rollback waits
   for other args with :meth:`WaitPlan.for_args`);
+* the plan of another revision of the service (:meth:`Plan.for_revision`: a restored one, judged by
+  its own args and the speculative config they give, ``spec_flags.speculative_config``);
 * the KServe deployment mode, normalised once (:func:`normalise_mode`: the legacy RawDeployment is
   Standard, Serverless is Knative).
 
@@ -28,6 +30,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+
+from ansible_collections.specpilot.core.plugins.module_utils.service import spec_flags
 
 __all__ = [
     "MODES",
@@ -186,6 +190,26 @@ class Plan:
         return BenchmarkTwin(
             args=self.args_without_speculative,
             digest=hashlib.sha256(digest_of.encode("utf-8")).hexdigest(),
+        )
+
+    def for_revision(self, args, spec_digest):
+        """The plan of another revision of this service, running ``args`` (a list, as stored: a rollback
+        restores one): its args with and without speculative decoding, its speculative arguments and the
+        speculative config they give the engine (``spec_flags.speculative_config``: JSON, dotted or V0
+        flags), its digest; the name, namespace, mode, startup budget and the spec's other facts stay.
+        The rendered manifests are the spec's, not the revision's: none.  ``revision_of`` in its facts
+        says which spec digest it was derived from."""
+        args = tuple(str(a) for a in (args or ()))
+        facts = dict(self.facts, revision_of=self.spec_digest)
+        return dataclasses.replace(
+            self,
+            spec_digest=spec_digest or "",
+            args=args,
+            args_without_speculative=tuple(spec_flags.strip_speculative(args)),
+            speculative_args=tuple(spec_flags.flag_value_items(args)),
+            speculative_config=spec_flags.speculative_config(args),
+            manifests=Manifests(),
+            facts=facts,
         )
 
     def as_dict(self):

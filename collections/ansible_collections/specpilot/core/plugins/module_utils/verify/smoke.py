@@ -96,23 +96,8 @@ def is_spec_flag(flag):
 
 def spec_args(args):
     """The speculative arguments in ``args``, each as one ``flag=value`` (or bare ``flag``) item,
-    whether written ``--flag=value`` or ``--flag value``."""
-    out = []
-    args = [str(a) for a in (args or [])]
-    i = 0
-    while i < len(args):
-        item = args[i]
-        flag = item.split("=", 1)[0]
-        if is_spec_flag(flag):
-            if "=" in item:
-                out.append(item)
-            elif i + 1 < len(args) and not args[i + 1].startswith("-"):
-                out.append("%s=%s" % (item, args[i + 1]))
-                i += 1
-            else:
-                out.append(item)
-        i += 1
-    return out
+    whether written ``--flag=value`` or ``--flag value`` (``spec_flags.flag_value_items``)."""
+    return spec_flags.flag_value_items(args)
 
 
 def _arg_present(item, args):
