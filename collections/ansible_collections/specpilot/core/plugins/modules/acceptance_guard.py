@@ -228,6 +228,16 @@ acceptance_band:
     read_at_temperature (null: live traffic), at_production (null), note, line})."
   returned: success
   type: dict
+load:
+  description:
+    - How much of the time the service ran above the measured crossover its live speculative config carries (the
+      last batch size of C(num_speculative_tokens_per_batch_size) with k > 0, or C(disable_by_batch_size) - 1), from
+      C(vllm:num_requests_running) - C({crossover, source, share_above (0-1), basis, text}).
+    - With O(prometheus_url) the share of the window (the same PromQL as the monitoring role's
+      C(SpecDecodeAboveCrossover) alert); from scrapes the share of this config's readings in the history.
+    - Null without a crossover or without a reading of the gauge. Also said at the end of RV(message).
+  returned: success
+  type: dict
 findings:
   description: Interpretation (low acceptance, borderline, per-position collapse, metrics missing).
   returned: success
@@ -326,9 +336,10 @@ def main():
             namespace = p["namespace"] or ((isvc.get("metadata") or {}).get("namespace"))
             selector = dict((str(k), str(v)) for k, v in (p["selector"] or {}).items()) or \
                 sm.default_selector(p["name"], namespace)
+            cross = sm.crossover_of(isvc_speculative(isvc)["config"])
             reading = prometheus_reading(p["prometheus_url"], selector, p["prometheus_window"], p["vllm_version"],
                                          p["prometheus_headers"], p["timeout"], p["validate_certs"],
-                                         http_get.get_bytes)
+                                         http_get.get_bytes, crossover=cross["concurrency"] if cross else None)
         elif on:
             if not p["metrics"]:
                 module.fail_json(msg="%s: speculative decoding is on but no metrics reading was given" % p["name"])

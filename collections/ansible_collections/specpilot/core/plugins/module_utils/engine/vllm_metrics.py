@@ -407,6 +407,8 @@ def _build(col, previous, source, now):
         "finished": dict((k, _clean(v)) for k, v in sorted(col.finished.items())),
         "created": created,
         "gauges": gauges,
+        # vllm:num_requests_running at the scrape (summed over engines), None when the page has none
+        "running": sum(col.running) if col.running else None,
         "derived": derived,
         "latency": latency,
         "families": col.families,
