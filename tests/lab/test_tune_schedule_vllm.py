@@ -75,7 +75,9 @@ def test_schedule_from_sweep_to_smoke_on_the_real_engine(vllm_venv, tiny_models,
         lab.wait_single_ready_pod("lab-ngram", 420)
 
         reports = tmp_path / "reports"
-        run = lab.playbook(TUNE, "lab-ngram", extra=dict(SWEEP, specpilot_report_dir=str(reports)), timeout=900)
+        run = lab.playbook(
+            TUNE, "lab-ngram", extra=dict(SWEEP, specpilot_report_dir=str(reports)), timeout=900
+        )
         assert run.rc == 0, run.output[-6000:]
         assert "Schedule sweep: 3 k (0 and the candidates) x 2 level(s)" in run.output, run.output[-6000:]
         tune_dir = reports / "tune" / "lab-ngram"
@@ -113,8 +115,10 @@ def test_schedule_from_sweep_to_smoke_on_the_real_engine(vllm_venv, tiny_models,
         smoke = lab.smoke("lab-ngram", smoke_dir)
         rep = report(smoke_dir, "lab-ngram")
         c = checks(rep)
-        print("[tune schedule] smoke %s: %s | %s" % (rep["verdict"], c["engine_schedule"]["message"],
-                                                     c.get("probe_running", {}).get("message")))
+        print(
+            "[tune schedule] smoke %s: %s | %s"
+            % (rep["verdict"], c["engine_schedule"]["message"], c.get("probe_running", {}).get("message"))
+        )
         assert c["engine_schedule"]["status"] == "pass", c["engine_schedule"]
         # an all-off schedule runs no drafts: the acceptance checks then fail, rightly (nothing to judge)
         if max(k for _a, _b, k in sched) > 0:

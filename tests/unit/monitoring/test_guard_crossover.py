@@ -27,23 +27,35 @@ def test_scrape_readings_give_the_share_of_readings_above_the_crossover():
         history = out["history_json"]
     assert [e["run"] for e in out["history"]] == [1.0, 3.0, 4.0, 2.0]
     assert out["load"] == {
-        "crossover": 2, "source": "num_speculative_tokens_per_batch_size", "share_above": 0.5,
+        "crossover": 2,
+        "source": "num_speculative_tokens_per_batch_size",
+        "share_above": 0.5,
         "basis": "of 4 reading(s) of vllm:num_requests_running",
-        "text": "above its crossover of 2 concurrent requests 50% of 4 reading(s) of vllm:num_requests_running"}
-    assert out["message"].endswith("; above its crossover of 2 concurrent requests 50% of 4 reading(s) of "
-                                   "vllm:num_requests_running")
+        "text": "above its crossover of 2 concurrent requests 50% of 4 reading(s) of vllm:num_requests_running",
+    }
+    assert out["message"].endswith(
+        "; above its crossover of 2 concurrent requests 50% of 4 reading(s) of " "vllm:num_requests_running"
+    )
 
 
 def test_a_new_config_counts_its_own_readings_only():
     first = g.evaluate(ON_SCHEDULE, with_running(4.0), None, {"min_draft_tokens": 20}, now=0)
-    other = isvc(["--model=/m", "--speculative-config=" + json.dumps(
-        dict(NGRAM, num_speculative_tokens_per_batch_size=[[1, 4, 3], [5, 8, 0]]))])
+    other = isvc(
+        [
+            "--model=/m",
+            "--speculative-config="
+            + json.dumps(dict(NGRAM, num_speculative_tokens_per_batch_size=[[1, 4, 3], [5, 8, 0]])),
+        ]
+    )
     out = g.evaluate(other, with_running(4.0), first["history_json"], {"min_draft_tokens": 20}, now=0)
     assert out["load"]["crossover"] == 4 and out["load"]["share_above"] == 0.0
 
 
-@pytest.mark.parametrize("obj", [isvc(["--model=/m", "--speculative-config=" + json.dumps(NGRAM)]),
-                                 isvc(["--model=/m"])], ids=["no-schedule", "off"])
+@pytest.mark.parametrize(
+    "obj",
+    [isvc(["--model=/m", "--speculative-config=" + json.dumps(NGRAM)]), isvc(["--model=/m"])],
+    ids=["no-schedule", "off"],
+)
 def test_without_a_crossover_there_is_no_load_figure(obj):
     out = g.evaluate(obj, with_running(9.0), None, {"min_draft_tokens": 20}, now=0)
     assert out["load"] is None and "crossover" not in out["message"]
@@ -54,19 +66,29 @@ class SharePrometheus(CannedPrometheus):
 
     def __call__(self, url, headers, timeout, validate_certs):
         import urllib.parse
+
         expr = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)["query"][0]
         if "> bool 2)[15m:30s]" in expr:
             self.queries.append(expr)
-            data = {"resultType": "vector",
-                    "result": [{"metric": {"namespace": "ml", "model_name": "svc"}, "value": [0, "0.25"]}]}
+            data = {
+                "resultType": "vector",
+                "result": [{"metric": {"namespace": "ml", "model_name": "svc"}, "value": [0, "0.25"]}],
+            }
             return json.dumps({"status": "success", "data": data}).encode()
         return super().__call__(url, headers, timeout, validate_certs)
 
 
 def test_prometheus_gives_the_share_of_the_window():
     fake = SharePrometheus(vp.HEALTHY)
-    r = g.prometheus_reading("http://prom:9090", {"namespace": "ml", "model_name": "svc"}, "15m", "0.32.0",
-                             fetch=fake, at=1.0, crossover=2)
+    r = g.prometheus_reading(
+        "http://prom:9090",
+        {"namespace": "ml", "model_name": "svc"},
+        "15m",
+        "0.32.0",
+        fetch=fake,
+        at=1.0,
+        crossover=2,
+    )
     assert r["above_crossover"] == 0.25
     out = g.evaluate(ON_SCHEDULE, r, None, {})
     assert out["load"]["share_above"] == 0.25 and out["load"]["basis"] == "of the last 15m (Prometheus)"

@@ -158,12 +158,19 @@ def test_running_requests_are_read_while_the_probes_run(engine):
     out = smoke_probe.run({"url": engine.url, "requests": smoke_probe.build_requests("svc", ["p"], 2, 4, 0)})
     samples = out["running_samples"]
     assert out["ok"] and len(samples) >= 4
-    assert all(set(x["text"].splitlines()) <= {
-        'vllm:num_requests_running{engine="0",model_name="svc"} 0.0',
-        'vllm:num_requests_running{engine="0",model_name="svc"} 1.0'} for x in samples)
+    assert all(
+        set(x["text"].splitlines())
+        <= {
+            'vllm:num_requests_running{engine="0",model_name="svc"} 0.0',
+            'vllm:num_requests_running{engine="0",model_name="svc"} 1.0',
+        }
+        for x in samples
+    )
     reads = smoke_schedule.running_reads(samples)
     assert max(reads) == 1.0 and len(reads) == len(samples)
-    assert smoke_probe.run({"url": engine.url, "requests": [], "metrics": False}).get("running_samples") is None
+    assert (
+        smoke_probe.run({"url": engine.url, "requests": [], "metrics": False}).get("running_samples") is None
+    )
 
 
 def test_failures_are_reported_not_raised(engine):

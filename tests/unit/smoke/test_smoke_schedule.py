@@ -26,14 +26,21 @@ DP_DROP = (
 def plan():
     return s.plan_for(
         "lab-ngram",
-        speculative={"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
-                     "prompt_lookup_min": 2, "num_speculative_tokens_per_batch_size": SCHEDULE},
+        speculative={
+            "method": "ngram",
+            "num_speculative_tokens": 3,
+            "prompt_lookup_max": 4,
+            "prompt_lookup_min": 2,
+            "num_speculative_tokens_per_batch_size": SCHEDULE,
+        },
     )
 
 
 def running(*values):
-    return [{"t": 0.1 * i, "text": 'vllm:num_requests_running{engine="0",model_name="lab-ngram"} %.1f' % v}
-            for i, v in enumerate(values)]
+    return [
+        {"t": 0.1 * i, "text": 'vllm:num_requests_running{engine="0",model_name="lab-ngram"} %.1f' % v}
+        for i, v in enumerate(values)
+    ]
 
 
 def verdict(plan, log_plan=None, extra="", **over):
@@ -53,11 +60,13 @@ def test_the_engine_runs_the_planned_schedule(plan):
     assert c["engine_schedule"]["status"] == "pass"
     assert c["engine_schedule"]["message"] == (
         "the engine runs batch 1-2: k=3; batch 3-4: off (given at start, engine-init line "
-        "SpeculativeConfig(method='ngram', model=None, num_spec_tokens=3), data_parallel_size=1)")
+        "SpeculativeConfig(method='ngram', model=None, num_spec_tokens=3), data_parallel_size=1)"
+    )
     assert c["probe_running"]["status"] == "pass"
     assert c["probe_running"]["message"] == (
         "the engine ran 1 request(s) at once during the probes (2 of 4 reads of vllm:num_requests_running); "
-        "the schedule runs k=3 there")
+        "the schedule runs k=3 there"
+    )
 
 
 def test_an_engine_started_without_the_schedule_fails(plan):
@@ -66,7 +75,8 @@ def test_an_engine_started_without_the_schedule_fails(plan):
     c = by_id(verdict(plan, log_plan=started))
     assert c["engine_schedule"]["status"] == "fail"
     assert c["engine_schedule"]["message"] == (
-        "the engine was given num_speculative_tokens_per_batch_size=None, planned [[1, 2, 3], [3, 4, 0]]")
+        "the engine was given num_speculative_tokens_per_batch_size=None, planned [[1, 2, 3], [3, 4, 0]]"
+    )
 
 
 def test_a_schedule_vllm_dropped_under_data_parallelism_fails(plan):
@@ -74,8 +84,10 @@ def test_a_schedule_vllm_dropped_under_data_parallelism_fails(plan):
     c = by_id(result)
     assert result["verdict"] == "fail"
     assert c["engine_schedule"]["status"] == "fail"
-    assert "does not run it: vLLM logged: Dynamic speculative decoding is not supported" in c["engine_schedule"][
-        "message"]
+    assert (
+        "does not run it: vLLM logged: Dynamic speculative decoding is not supported"
+        in c["engine_schedule"]["message"]
+    )
     assert "DYNAMIC_SD_DROPPED" in c["engine_warnings"]["message"]
 
 
@@ -86,10 +98,13 @@ def test_probes_run_where_the_schedule_turns_speculation_off_warn(plan):
     assert "k=0 there: speculation was off for the probes" in c["probe_running"]["message"]
 
 
-@pytest.mark.parametrize("samples,needle", [
-    ([], "0 read(s) of /metrics during the probes, none with vllm:num_requests_running"),
-    (running(0, 0), "read 2 time(s) during the probes, 0 each time"),
-])
+@pytest.mark.parametrize(
+    "samples,needle",
+    [
+        ([], "0 read(s) of /metrics during the probes, none with vllm:num_requests_running"),
+        (running(0, 0), "read 2 time(s) during the probes, 0 each time"),
+    ],
+)
 def test_probes_the_reads_missed_are_said_not_judged(plan, samples, needle):
     c = by_id(verdict(plan, probes=dict(s.probes_ok(), running_samples=samples)))
     assert c["probe_running"]["status"] == "info" and needle in c["probe_running"]["message"]

@@ -46,7 +46,11 @@ def test_before_0_26_data_parallel_keeps_the_schedule_on_every_rank():
             "prompt_lookup_max": 4,
             "num_speculative_tokens_per_batch_size": SCHEDULE,
         },
-        vllm_args={"gpu_memory_utilization": 0.85, "max_model_len": 8192, "extra_args": ["--data-parallel-size=2"]},
+        vllm_args={
+            "gpu_memory_utilization": 0.85,
+            "max_model_len": 8192,
+            "extra_args": ["--data-parallel-size=2"],
+        },
     )
     result = validate(spec, {})
     assert result["ok"], result.get("errors")
@@ -60,10 +64,16 @@ def test_before_0_24_the_schedule_is_refused():
     is refused with the release that brings it."""
     spec = base_spec(
         vllm_version="0.23.0",
-        speculative={"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
-                     "num_speculative_tokens_per_batch_size": SCHEDULE},
+        speculative={
+            "method": "ngram",
+            "num_speculative_tokens": 3,
+            "prompt_lookup_max": 4,
+            "num_speculative_tokens_per_batch_size": SCHEDULE,
+        },
     )
     result = validate(spec, {})
     assert not result["ok"]
-    assert any("num_speculative_tokens_per_batch_size" in e["path"] and "0.24.0" in e["message"]
-               for e in result["errors"]), result["errors"]
+    assert any(
+        "num_speculative_tokens_per_batch_size" in e["path"] and "0.24.0" in e["message"]
+        for e in result["errors"]
+    ), result["errors"]

@@ -320,7 +320,8 @@ def load_above_crossover(state, reading, history):
     if share is not None:
         basis = "of the last %s (Prometheus)" % reading.get("window")
     else:
-        runs = [e.get("run") for e in history if e.get("cfg") == state.get("digest") and e.get("run") is not None]
+        runs = [e.get("run") for e in history
+                if e.get("cfg") == state.get("digest") and e.get("run") is not None]
         if not runs:
             return None
         share = sum(1 for r in runs if r > n) / float(len(runs))

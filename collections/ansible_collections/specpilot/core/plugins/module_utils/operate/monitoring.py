@@ -546,13 +546,15 @@ def render(name, namespace, vllm_version, speculative=None, selector=None, setti
     profile = metric_profile(vllm_version, engine)
     sel = dict(selector or default_selector(name, namespace))
     crossover = crossover_of(speculative)
-    rule = prometheus_rule(name, namespace, vllm_version, planned, sel, settings, rule_labels, engine, crossover)
+    rule = prometheus_rule(name, namespace, vllm_version, planned, sel, settings, rule_labels, engine,
+                           crossover)
     dash = grafana_dashboard(name, namespace, vllm_version, planned, sel, settings, engine)
     exprs = expressions(profile, sel, _settings(settings)["window"], "rate")
     texts = [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]]
     texts += [t["expr"] for p in dash["panels"] for t in p["targets"]]
     if crossover:
-        exprs["above_crossover_share"] = above_crossover_share(sel, crossover["concurrency"], _settings(settings)["window"])
+        exprs["above_crossover_share"] = above_crossover_share(
+            sel, crossover["concurrency"], _settings(settings)["window"])
     return {
         "planned": planned,
         "crossover": crossover,

@@ -378,8 +378,11 @@ def _per_batch_dp(cfg, ctx, findings, path):
     if dp and dp.isdigit() and int(dp) > 1:
         findings.warning(
             path_join(path, "num_speculative_tokens_per_batch_size"),
-            "%s (vLLM %s)" % (per_batch_dp_note(ctx.get("version"), dp, cfg.get("num_speculative_tokens")),
-                              _ctx_version(ctx)),
+            "%s (vLLM %s)"
+            % (
+                per_batch_dp_note(ctx.get("version"), dp, cfg.get("num_speculative_tokens")),
+                _ctx_version(ctx),
+            ),
             "run one data-parallel rank per replica (scale with replicas), or set num_speculative_tokens "
             "to the k that suits the load",
             "per-batch-dropped-by-dp",

@@ -163,8 +163,9 @@ def scrape(base_url, headers=None, timeout=30.0, validate_certs=True):
 def running_lines(text):
     """The lines of a /metrics page that carry the running-requests gauge (the rest is dropped here,
     in the pod; the controller parses these with engine/vllm_metrics.py ``running_requests``)."""
-    return "\n".join(line for line in text.splitlines() if line.startswith(RUNNING + "{")
-                     or line.startswith(RUNNING + " "))
+    return "\n".join(
+        line for line in text.splitlines() if line.startswith(RUNNING + "{") or line.startswith(RUNNING + " ")
+    )
 
 
 class RunningSampler(threading.Thread):

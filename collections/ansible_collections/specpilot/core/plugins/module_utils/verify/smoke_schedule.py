@@ -75,36 +75,70 @@ def _schedule_checks(ctx):
     requested = log_facts.get("requested_speculative_config")
     got = _rows((requested or {}).get(SCHEDULE_KEY)) if isinstance(requested, dict) else None
     if logged is None:
-        return [_check("engine_schedule", "fail", TITLE,
-                       "the engine-init line shows no speculative config: the schedule does not run")]
+        return [
+            _check(
+                "engine_schedule",
+                "fail",
+                TITLE,
+                "the engine-init line shows no speculative config: the schedule does not run",
+            )
+        ]
     if requested is None:
-        return [_check("engine_schedule", "warn", TITLE,
-                       "no 'non-default args' line with speculative_config in the log: the engine-init line "
-                       "(%s) does not print the schedule, so it cannot be confirmed" % logged.get("repr"))]
+        return [
+            _check(
+                "engine_schedule",
+                "warn",
+                TITLE,
+                "no 'non-default args' line with speculative_config in the log: the engine-init line "
+                "(%s) does not print the schedule, so it cannot be confirmed" % logged.get("repr"),
+            )
+        ]
     if got != planned:
-        return [_check("engine_schedule", "fail", TITLE,
-                       "the engine was given %s=%s, planned %s" % (SCHEDULE_KEY, got, planned),
-                       requested=got, planned=planned)]
+        return [
+            _check(
+                "engine_schedule",
+                "fail",
+                TITLE,
+                "the engine was given %s=%s, planned %s" % (SCHEDULE_KEY, got, planned),
+                requested=got,
+                planned=planned,
+            )
+        ]
     dropped = _dropped(dict(log_facts, num_spec_tokens=logged.get("num_spec_tokens")))
     if dropped:
-        return [_check("engine_schedule", "fail", TITLE,
-                       "the engine was given the schedule but does not run it: %s" % dropped)]
+        return [
+            _check(
+                "engine_schedule",
+                "fail",
+                TITLE,
+                "the engine was given the schedule but does not run it: %s" % dropped,
+            )
+        ]
     k = logged.get("num_spec_tokens")
     top = max(r[2] for r in planned)
-    clamp = "" if k is None or top <= k else (
-        "; k above num_spec_tokens=%d is clamped to it (planned up to %d)" % (k, top))
-    return [_check(
-        "engine_schedule", "warn" if clamp else "pass", TITLE,
-        "the engine runs %s (given at start, engine-init line %s, data_parallel_size=%s)%s"
-        % (schedule_words(planned), logged.get("repr"), log_facts.get("data_parallel_size") or 1, clamp),
-        schedule=planned)]
+    clamp = (
+        ""
+        if k is None or top <= k
+        else ("; k above num_spec_tokens=%d is clamped to it (planned up to %d)" % (k, top))
+    )
+    return [
+        _check(
+            "engine_schedule",
+            "warn" if clamp else "pass",
+            TITLE,
+            "the engine runs %s (given at start, engine-init line %s, data_parallel_size=%s)%s"
+            % (schedule_words(planned), logged.get("repr"), log_facts.get("data_parallel_size") or 1, clamp),
+            schedule=planned,
+        )
+    ]
 
 
 def schedule_words(schedule):
     """'batch 1-4: k=3; batch 5-256: off'."""
     return "; ".join(
         "batch %s: %s" % ("%d" % a if a == b else "%d-%d" % (a, b), "k=%d" % k if k else "off")
-        for a, b, k in _rows(schedule))
+        for a, b, k in _rows(schedule)
+    )
 
 
 def running_reads(samples, model_name=None):
@@ -130,18 +164,33 @@ def _running_checks(ctx):
     reads = running_reads(samples, ctx.get("model_name"))
     title = "Running requests during the probes"
     if not reads:
-        return [_check("probe_running", "info", title,
-                       "%d read(s) of /metrics during the probes, none with vllm:num_requests_running"
-                       % len(samples))]
+        return [
+            _check(
+                "probe_running",
+                "info",
+                title,
+                "%d read(s) of /metrics during the probes, none with vllm:num_requests_running"
+                % len(samples),
+            )
+        ]
     busy = [int(v) for v in reads if v >= 1]
     if not busy:
-        return [_check("probe_running", "info", title,
-                       "vllm:num_requests_running read %d time(s) during the probes, 0 each time (every probe "
-                       "finished between two reads)" % len(reads), reads=len(reads))]
+        return [
+            _check(
+                "probe_running",
+                "info",
+                title,
+                "vllm:num_requests_running read %d time(s) during the probes, 0 each time (every probe "
+                "finished between two reads)" % len(reads),
+                reads=len(reads),
+            )
+        ]
     low, high = min(busy), max(busy)
     sizes = "%d" % low if low == high else "%d-%d" % (low, high)
-    message = "the engine ran %s request(s) at once during the probes (%d of %d reads of " \
-              "vllm:num_requests_running)" % (sizes, len(busy), len(reads))
+    message = (
+        "the engine ran %s request(s) at once during the probes (%d of %d reads of "
+        "vllm:num_requests_running)" % (sizes, len(busy), len(reads))
+    )
     schedule = (ctx["plan_cfg"] or {}).get(SCHEDULE_KEY)
     status = "pass"
     if schedule and ctx["expect"] == "on":
