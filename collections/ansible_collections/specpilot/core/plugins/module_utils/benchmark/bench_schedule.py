@@ -24,7 +24,11 @@ those per-level decisions; it computes no statistic of its own:
   figure's ratio there with its 95% interval; ``undecided`` when no cell decides;
 * :func:`deploy_advice` - what the service's vLLM can run: the schedule
   (``num_speculative_tokens_per_batch_size``), V0's ``disable_by_batch_size`` threshold from
-  the crossover, or the single best k with a note (the version facts are vllm_profiles').
+  the crossover, or the single best k with a note (the version facts are vllm_profiles'). The
+  schedule exists from vLLM 0.24.0 (vllm/config/speculative.py ``SpeculativeConfig`` and
+  vllm/v1/core/sched/scheduler.py ``Scheduler.__init__``, absent from 0.23.0's wheel); issue 37's
+  "since 0.26" is the release that drops it under data parallelism (service/speculative.py
+  ``PER_BATCH_DP_DROPPED_SINCE``).
 
 A closed-loop level of N concurrent requests keeps about N requests in the running batch, which
 is what vLLM's scheduler looks the schedule up by (the number of requests scheduled in a step).
