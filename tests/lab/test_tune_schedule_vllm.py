@@ -68,6 +68,8 @@ def speculative_arg(args: list[str]) -> dict:
 
 
 def test_schedule_from_sweep_to_smoke_on_the_real_engine(vllm_venv, tiny_models, tmp_path):
+    """Only vLLM shows that it takes the schedule the sweep wrote and runs it (its non-default args and
+    engine-init lines, its /metrics under the probes); the stand-in accepts any config."""
     lab = SmokeLab(tmp_path / "lab", engine.vllm_python(), crash_backoff=5.0)
     try:
         lab.models_pvc(tiny_models)
