@@ -141,7 +141,8 @@ def test_the_schedule_deploys_and_smoke_passes_on_the_real_engine(vllm_venv, tin
         args = lab.isvc("lab-ngram")["spec"]["predictor"]["model"]["args"]
         assert speculative_arg(args)["num_speculative_tokens_per_batch_size"] == sched
         smoke_dir = tmp_path / "smoke"
-        smoke = lab.smoke("lab-ngram", smoke_dir)
+        # the schedule is the service's spec for smoke too (the plan it checks against)
+        smoke = lab.smoke("lab-ngram", smoke_dir, extra={"specpilot_speculative": speculative})
     finally:
         lab.close()
     rep = report(smoke_dir, "lab-ngram")
