@@ -107,11 +107,11 @@ def test_the_sweep_writes_a_schedule_from_batch_1_a_crossover_and_a_plot(vllm_ve
     cross = data["crossover"]
     assert cross["status"] in ("found", "above_range", "none", "undecided"), cross
     if cross["status"] == "undecided":  # never a guessed crossover: the open cells say what would decide
-        assert cross["concurrency"] is None and data["open"], data
+        assert cross["concurrency"] is None and data["sweep"]["open"], data
     assert (tune_dir / "tune_schedule.png").stat().st_size > 0
     md = (tune_dir / "tune.md").read_text()
     assert cross["text"] in md
-    print("\n[tune schedule] %s | %s" % (data["schedule_text"], cross["text"]))
+    print("\n[tune schedule] %s | %s" % (data["sweep"]["schedule_text"], cross["text"]))
 
 
 def test_the_schedule_deploys_and_smoke_passes_on_the_real_engine(vllm_venv, tiny_models, tmp_path):
@@ -127,7 +127,7 @@ def test_the_schedule_deploys_and_smoke_passes_on_the_real_engine(vllm_venv, tin
     sched = data["schedule"]
     # the spec snippet's speculative config (k sized to the largest k that pays); where nothing paid, the
     # schedule is all k=0 and the service keeps its k=3 as the table's maximum
-    snippet = (data.get("advice") or {}).get("speculative") or {
+    snippet = (data["sweep"].get("advice") or {}).get("speculative") or {
         "method": "ngram",
         "num_speculative_tokens": 3,
         "num_speculative_tokens_per_batch_size": sched,
