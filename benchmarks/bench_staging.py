@@ -37,7 +37,7 @@ for path in (ROOT, ROOT / "collections", ROOT / "lab", ROOT / "tests"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from ansible_collections.specpilot.core.plugins.module_utils.staging import modelcar, stager
+from ansible_collections.specpilot.core.plugins.module_utils.staging import modelcar, pvc_staging, stager
 
 from benchmarks import quick, setting  # noqa: E402
 
@@ -45,6 +45,16 @@ SIZE_MIB = setting("SPECPILOT_BENCH_STAGING_MIB", 256, 2)
 REPEAT = max(1, setting("SPECPILOT_BENCH_STAGING_REPEAT", 2, 1))
 ROUNDS = 1 if quick() else REPEAT + 1  # the first round warms the page cache
 SYSTEM_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+
+def stager_program(work: Path) -> str:
+    """The staging program as the Job runs it: the ConfigMap's files (stager.py and what it imports
+    beside it, ``pvc_staging.program_files``) in one directory; returns the path of stager.py."""
+    program = Path(work) / "program"
+    program.mkdir(parents=True, exist_ok=True)
+    for name, text in pvc_staging.program_files().items():
+        (program / name).write_text(text)
+    return str(program / "stager.py")
 
 
 def _make_model(path: Path, size: int, seed: int) -> int:
@@ -285,7 +295,7 @@ def _resume(tmp: Path, src: Path, target_bytes: int) -> dict:
         reqf = tmp / "resume.json"
         reqf.write_text(json.dumps(req))
         proc = subprocess.Popen(
-            [SYSTEM_PYTHON, stager.__file__, "--request", str(reqf)], stdout=subprocess.DEVNULL
+            [SYSTEM_PYTHON, stager_program(tmp), "--request", str(reqf)], stdout=subprocess.DEVNULL
         )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not (part.exists() and part.stat().st_size >= size // 2):
@@ -297,7 +307,9 @@ def _resume(tmp: Path, src: Path, target_bytes: int) -> dict:
         srv.throttle_bps = None
         sent = srv.bytes_sent
         subprocess.run(
-            [SYSTEM_PYTHON, stager.__file__, "--request", str(reqf)], check=True, stdout=subprocess.DEVNULL
+            [SYSTEM_PYTHON, stager_program(tmp), "--request", str(reqf)],
+            check=True,
+            stdout=subprocess.DEVNULL,
         )
         again = srv.bytes_sent - sent
     ok_bytes = (

@@ -31,10 +31,8 @@ for path in (ROOT, ROOT / "collections", ROOT / "lab", ROOT / "tests"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from ansible_collections.specpilot.core.plugins.module_utils.staging import stager
-
 from benchmarks import quick, setting  # noqa: E402
-from benchmarks.bench_staging import SYSTEM_PYTHON, _make_model  # noqa: E402
+from benchmarks.bench_staging import SYSTEM_PYTHON, _make_model, stager_program  # noqa: E402
 
 COPY_MIB = setting("SPECPILOT_BENCH_STAGING_COPY_MIB", 1024, 2)
 REPEAT = max(1, setting("SPECPILOT_BENCH_STAGING_REPEAT", 2, 1))
@@ -62,7 +60,9 @@ def stage_copy(src_root: Path, work: Path, verify: str) -> float:
     reqf = dest / "request.json"
     reqf.write_text(json.dumps(req))
     t0 = time.perf_counter()
-    subprocess.run([SYSTEM_PYTHON, stager.__file__, "--request", str(reqf)], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [SYSTEM_PYTHON, stager_program(work), "--request", str(reqf)], check=True, stdout=subprocess.DEVNULL
+    )
     took = time.perf_counter() - t0
     shutil.rmtree(dest)
     return took

@@ -27,7 +27,8 @@ takes: ``manylinux_2_17_x86_64`` to ``manylinux_2_39_x86_64``, ``manylinux2014_x
 has and the optional kernel packages (flashinfer, tilelang, cutlass-dsl, quack, humming, tokenspeed; keep ``apache-tvm-ffi``, which xgrammar
 imports), ``pip install --no-deps --target DIR --platform manylinux_2_28_x86_64 --python-version 3.12``,
 remove ``vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so`` (Hopper runs FA3), ``vllm/vllm-rs`` and the
-third_party ``include`` trees, and carry DIR as ``tar.xz`` parts; pass it as ``--site``. The engines
+third_party ``include`` trees, and carry DIR as ``tar.xz`` parts; pass it as ``--site``. Add ``tabulate`` (the report's tables,
+requirements.txt's pin; one pure-Python wheel) to DIR when the machine lacks it. The engines
 run with ``VLLM_USE_FLASHINFER_SAMPLER=0`` (ENGINE_ENV) so that vLLM does not import FlashInfer.
 """
 
@@ -58,6 +59,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.engine import (
     vllm_logs,
     vllm_metrics,
 )  # noqa: E402
+from ansible_collections.specpilot.core.plugins.module_utils.report.tables import markdown_table  # noqa: E402
 from ansible_collections.specpilot.core.plugins.module_utils.verify import smoke  # noqa: E402
 from specpilot_lab.engine import Engine, EngineError, set_arg, tiny_target_args  # noqa: E402
 
@@ -262,6 +264,22 @@ def verdicts(base, sides):
     return out
 
 
+def _side_row(name, side, verdicts):
+    sm = side.get("smoke") or {}
+    fig = sm.get("figures") or {}
+    return (
+        name,
+        side.get("started"),
+        side.get("ready_s", "-"),
+        sm.get("vllm_version", "-"),
+        sm.get("engine_init_line", "-"),
+        "; ".join(sm.get("config_differences") or []) or "none",
+        _num(fig.get("acceptance_rate")),
+        _num(fig.get("mean_acceptance_length")),
+        (verdicts.get(name) or {}).get("decision", "-"),
+    )
+
+
 def markdown(doc):
     g = doc["gpu"]
     lines = ["# specpilot flow on a real GPU vLLM", ""]
@@ -273,29 +291,19 @@ def markdown(doc):
             "- memory: nvidia-smi %d MiB; torch/vLLM total %.2f GiB; CUDA context %d MiB"
             % (g["smi_total_mib"], g["total_gib_as_vllm_counts"], g["context_mib"]),
         ]
-    lines += [
-        "",
-        "| side | started | ready s | vLLM | init line | config diffs | acceptance | MAL | verdict |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, side in [("baseline", doc["baseline"])] + list(doc["speculative"].items()):
-        sm = side.get("smoke") or {}
-        fig = sm.get("figures") or {}
-        v = (doc["verdicts"].get(name) or {}).get("decision", "-")
-        lines.append(
-            "| %s | %s | %s | %s | %s | %s | %s | %s | %s |"
-            % (
-                name,
-                side.get("started"),
-                side.get("ready_s", "-"),
-                sm.get("vllm_version", "-"),
-                sm.get("engine_init_line", "-"),
-                "; ".join(sm.get("config_differences") or []) or "none",
-                _num(fig.get("acceptance_rate")),
-                _num(fig.get("mean_acceptance_length")),
-                v,
-            )
-        )
+    sides = [("baseline", doc["baseline"])] + list(doc["speculative"].items())
+    columns = (
+        "side",
+        "started",
+        "ready s",
+        "vLLM",
+        "init line",
+        "config diffs",
+        "acceptance",
+        "MAL",
+        "verdict",
+    )
+    lines += [""] + markdown_table(columns, [_side_row(name, side, doc["verdicts"]) for name, side in sides])
     lines.append("")
     for name, v in doc["verdicts"].items():
         why = "; ".join(v.get("reasons") or [v.get("why", "")])
@@ -307,25 +315,15 @@ def markdown(doc):
 def ratio_table(verdicts_by_method):
     """Each level's p50 ratios, speculative against baseline (above 1 is better), with the 95% interval."""
     rows = [
-        "",
-        "p50 ratios, speculative against baseline (above 1 is better; 95% interval):",
-        "",
-        "| method | level | decision | TTFT | TPOT | E2E | throughput |",
-        "|---|---|---|---|---|---|---|",
+        (name, (lv.get("level") or {}).get("key", "-"), lv.get("decision"))
+        + tuple(_ratio((lv.get("ratios") or {}).get(f)) for f in bv.FIGURES)
+        for name, v in verdicts_by_method.items()
+        for lv in v.get("levels") or []
     ]
-    for name, v in verdicts_by_method.items():
-        for lv in v.get("levels") or []:
-            figs = lv.get("ratios") or {}
-            rows.append(
-                "| %s | %s | %s | %s |"
-                % (
-                    name,
-                    (lv.get("level") or {}).get("key", "-"),
-                    lv.get("decision"),
-                    " | ".join(_ratio(figs.get(f)) for f in bv.FIGURES),
-                )
-            )
-    return rows if len(rows) > 5 else []
+    if not rows:
+        return []
+    intro = ["", "p50 ratios, speculative against baseline (above 1 is better; 95% interval):", ""]
+    return intro + markdown_table(("method", "level", "decision", "TTFT", "TPOT", "E2E", "throughput"), rows)
 
 
 def _ratio(fig):

@@ -25,9 +25,10 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
+from ansible_collections.specpilot.core.plugins.module_utils.staging.pvc_staging import program_files
+
 ROOT = Path(__file__).resolve().parents[1]
 COLLECTION = ROOT / "collections" / "ansible_collections" / "specpilot" / "core"
-STAGER = COLLECTION / "plugins" / "module_utils" / "staging" / "stager.py"
 STAGING_VENV = ROOT / ".venv-staging"
 STAGING_PYTHON = STAGING_VENV / "bin" / "python"
 SYSTEM_PYTHON = Path("/usr/bin/python3")
@@ -144,6 +145,25 @@ def tree_digest(path: Path, ignore=(".specpilot-staged.json",)) -> dict[str, str
 
 
 # ---------------------------------------------------------------- HTTP server
+def _hub_oid(rel: str, data: bytes) -> str:
+    """The hub's ETag of a file: an LFS file's sha256 (the safetensors here), else its git blob sha1."""
+    if rel.endswith(".safetensors"):
+        return hashlib.sha256(data).hexdigest()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def _hub_tree(root: Path) -> list[dict]:
+    """A repository's recursive tree as the hub's /api/models/<repo>/tree/<rev>?recursive=true lists it."""
+    out = []
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel, data = f.relative_to(root).as_posix(), f.read_bytes()
+        entry = {"type": "file", "path": rel, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
+        if rel.endswith(".safetensors"):
+            entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+        out.append(entry)
+    return out
+
+
 class ModelHTTPServer:
     """Serves ``root`` at ``/files/...`` (HEAD, GET, Range, ETag, optional Repr-Digest) and a fake
     Hugging Face hub for the repositories registered with :meth:`add_hf_repo`.
@@ -267,7 +287,12 @@ class ModelHTTPServer:
                 self.send_header("Content-Length", str(len(body)))
                 self.send_header("Accept-Ranges", "none" if server.no_ranges else "bytes")
                 st = file.stat()
-                self.send_header("ETag", f'"{st.st_size:x}-{int(st.st_mtime_ns):x}"')
+                if path.startswith("/files/"):
+                    self.send_header("ETag", f'"{st.st_size:x}-{int(st.st_mtime_ns):x}"')
+                else:  # the hub's file headers, as huggingface_hub reads them (get_hf_file_metadata)
+                    repo = "/".join(path.strip("/").split("/")[:2])
+                    self.send_header("ETag", '"%s"' % _hub_oid(rel, file.read_bytes()))
+                    self.send_header("X-Repo-Commit", server.hf_repos[repo]["sha"])
                 if status == 206:
                     self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
                 if server.repr_digest:
@@ -304,10 +329,12 @@ class ModelHTTPServer:
                 return None, None
 
             def _hf_api(self, path):
-                # /api/models/<org>/<repo>[/revision/<rev>]
+                # /api/models/<org>/<repo>[/revision/<rev>], and .../tree/<rev> (the file list
+                # huggingface_hub's snapshot_download reads)
                 rest = path[len("/api/models/") :].split("/")
                 repo = "/".join(rest[:2])
-                rev = urllib.parse.unquote(rest[3]) if len(rest) >= 4 and rest[2] == "revision" else "main"
+                at_rev = len(rest) >= 4 and rest[2] in ("revision", "tree")
+                rev = urllib.parse.unquote(rest[3]) if at_rev else "main"
                 info = server.hf_repos.get(repo)
                 if info is None or rev not in info["revisions"]:
                     body = json.dumps({"error": "Repository not found"}).encode()
@@ -320,6 +347,8 @@ class ModelHTTPServer:
                     return
                 if not self._authorized():
                     return
+                if len(rest) >= 4 and rest[2] == "tree":
+                    return self._json(_hub_tree(info["path"]))
                 siblings = []
                 for f in sorted(p for p in info["path"].rglob("*") if p.is_file()):
                     rel = f.relative_to(info["path"]).as_posix()
@@ -344,6 +373,14 @@ class ModelHTTPServer:
                         "likes": 0,
                     }
                 ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _json(self, doc):
+                body = json.dumps(doc).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -477,6 +514,10 @@ def run_stager(
     """Run stager.py as the Job would (a subprocess with a request file); returns (exit code,
     output, parsed result or error)."""
     work.mkdir(parents=True, exist_ok=True)
+    program = work / "program"  # the Job's ConfigMap mount: stager.py and the retry policy beside it
+    program.mkdir(exist_ok=True)
+    for name, text in program_files().items():
+        (program / name).write_text(text)
     req = work / f"request-{time.monotonic_ns()}.json"
     req.write_text(json.dumps(request))
     run_env = {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "HOME": str(work)}
@@ -486,7 +527,7 @@ def run_stager(
     run_env.update(env or {})
     exe = python or (SYSTEM_PYTHON if SYSTEM_PYTHON.exists() else Path(sys.executable))
     proc = subprocess.run(
-        [str(exe), str(STAGER), "--request", str(req)],
+        [str(exe), str(program / "stager.py"), "--request", str(req)],
         capture_output=True,
         text=True,
         env=run_env,

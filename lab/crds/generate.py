@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import types
 from pathlib import Path
 
 import yaml
@@ -976,7 +977,18 @@ def documents() -> dict[str, dict]:
         f"{GROUP}_clusterservingruntimes.yaml": serving_runtime(
             "ClusterServingRuntime", "clusterservingruntimes", "Cluster"
         ),
+        **_llmisvc_documents(),
     }
+
+
+def _llmisvc_documents() -> dict[str, dict]:
+    """LLMInferenceService and LLMInferenceServiceConfig (llmisvc_crds.py, built with this module's builders)."""
+    sys.path.insert(0, str(HERE))
+    try:
+        import llmisvc_crds
+    finally:
+        sys.path.remove(str(HERE))
+    return llmisvc_crds.documents(types.SimpleNamespace(**globals()))
 
 
 class _Dumper(yaml.SafeDumper):

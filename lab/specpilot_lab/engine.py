@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import stat
@@ -81,17 +82,30 @@ def fake_engine_python(dirpath: Path, server: Path = FAKE_ENGINE) -> Path:
     script under that name beside it - it is this machine's Python where ``import vllm`` finds the
     stand-in's release (fake_python.py)."""
     dirpath.mkdir(parents=True, exist_ok=True)
-    exe, exe3 = dirpath / "python", dirpath / "python3"
-    # the script names python3 (its sibling) so that the pod's sandbox holds both (sandbox.runtime_paths)
+    exe, exe3, cli = dirpath / "python", dirpath / "python3", dirpath / "vllm"
+    # the script names python3 and vllm (its siblings) so that the pod's sandbox holds them (sandbox.runtime_paths)
     script = (
-        f"#!/bin/sh\n# also installed as {exe3}\n"
+        f"#!/bin/sh\n# also installed as {exe3}\n# beside the console script {cli}\n"
         f'if [ "$1" = "-m" ]; then shift 2; exec {sys.executable} {server} "$@"; fi\n'
         f'exec {sys.executable} {FAKE_PYTHON} "$@"\n'
     )
-    for path in (exe, exe3):
-        path.write_text(script)
+    # ``vllm``, as the engine's console script: ``vllm serve ...`` (KServe's LLMInferenceService
+    # templates run it from bash), ``vllm --version`` answering the stand-in's release
+    console = (
+        f"#!/bin/sh\n# the stand-in's vllm console script: {exe}\n"
+        f'if [ "$1" = "--version" ]; then echo {_fake_release()}; exit 0; fi\n'
+        f'exec {exe} -m vllm.entrypoints.cli.main "$@"\n'
+    )
+    for path, text in ((exe, script), (exe3, script), (cli, console)):
+        path.write_text(text)
         path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return exe
+
+
+def _fake_release() -> str:
+    """The release the stand-in engine is (fake_python.py VERSION), without running it."""
+    match = re.search(r'^VERSION = "([^"]+)"', FAKE_PYTHON.read_text(), re.M)
+    return match.group(1) if match else "0.0.0"
 
 
 def vllm_available(venv: Path | None = None) -> bool:

@@ -206,6 +206,8 @@ def metrics_page():
     out.append("# TYPE vllm:num_requests_running gauge")
     out.append("vllm:num_requests_running{%s} %s" % (lbl, float(RUNNING[0])))
     counter("vllm:generation_tokens", "Number of generation tokens processed.", t["gen"])
+    # every request ends at its max_tokens (vLLM 0.32: finished_reason "length"); the canary counts them per arm
+    counter("vllm:request_success", "Count of successfully processed requests.", t["requests"], ',finished_reason="length"')
     out.append("# HELP vllm:e2e_request_latency_seconds Histogram of e2e request latency in seconds.")
     out.append("# TYPE vllm:e2e_request_latency_seconds histogram")
     out.append('vllm:e2e_request_latency_seconds_bucket{%s,le="+Inf"} %s' % (lbl, float(t["requests"])))

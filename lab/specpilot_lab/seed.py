@@ -41,6 +41,8 @@ BIND_TIMEOUT = 30.0
 # what models.py writes (one directory each)
 MODEL_NAMES = ("target", "draft", "eagle3")
 KSERVE = ("serving.kserve.io", "v1alpha1", "clusterservingruntimes")
+LLMISVC = ("serving.kserve.io", "v1alpha2", "llminferenceservices")
+LLMISVC_CONFIGS = ("serving.kserve.io", "v1alpha2", "llminferenceserviceconfigs")
 
 
 class SeedFailed(RuntimeError):
@@ -58,6 +60,9 @@ class Needs:
     modelcar: list[str] = field(default_factory=list)
     # ClusterServingRuntimes that services use without creating them
     cluster_runtimes: list[str] = field(default_factory=list)
+    # services served by KServe's LLMInferenceService (specpilot_resource): the controller's
+    # well-known LLMInferenceServiceConfigs in namespace kserve
+    llm_services: list[str] = field(default_factory=list)
 
 
 def _yaml(path: Path) -> dict:
@@ -99,6 +104,8 @@ def lab_needs(inventory: Path = LAB_INVENTORY) -> Needs:
         raise SeedFailed(f"{inventory}: every service needs the same literal specpilot_namespace")
     needs = Needs(namespace=namespaces.pop())
     for host, v in hosts.items():
+        if _literal(v.get("specpilot_resource")) == "LLMInferenceService":
+            needs.llm_services.append(host)
         delivery = _literal(v.get("specpilot_delivery"))
         artifacts = [(r, v.get(f"specpilot_{r}")) for r in ("target", "draft")]
         artifacts = [(r, a) for r, a in artifacts if isinstance(a, dict)]
@@ -280,6 +287,40 @@ def _layout(backing: Path, contents: dict[str, str]) -> str:
     return ", ".join(parts) or "no models"
 
 
+def _llm_lines(paths: LabPaths, needs: Needs) -> list[str]:
+    """The LLMInferenceService services: the well-known configs the lab controller keeps in namespace
+    kserve (controller/llmisvc_configs.py), and each service's Ready and address once deployed."""
+    from kubernetes import client
+
+    api = custom_api(paths)
+    try:
+        configs = api.list_namespaced_custom_object(*LLMISVC_CONFIGS[:2], "kserve", LLMISVC_CONFIGS[2])["items"]
+    except client.ApiException as exc:
+        if exc.status != 404:
+            raise
+        configs = []
+    names = sorted(c["metadata"]["name"] for c in configs)
+    lines = [
+        "inventories/lab: LLMInferenceServiceConfigs in kserve: "
+        + (", ".join(names) if names else "none yet (the lab controller creates them when it starts)")
+    ]
+    for host in needs.llm_services:
+        try:
+            obj = api.get_namespaced_custom_object(*LLMISVC[:2], needs.namespace, LLMISVC[2], host)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+            lines.append(f"inventories/lab: LLMInferenceService {needs.namespace}/{host}: not deployed (deploy.yml)")
+            continue
+        status = obj.get("status") or {}
+        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+        state = f"Ready {ready.get('status', 'Unknown')}" + (f" ({ready['reason']})" if ready.get("reason") else "")
+        lines.append(
+            f"inventories/lab: LLMInferenceService {needs.namespace}/{host}: {state}, url {status.get('url') or '-'}"
+        )
+    return lines
+
+
 def describe(paths: LabPaths) -> list[str]:
     """What the lab inventory finds in the lab (for ``make lab-status``)."""
     from kubernetes import client
@@ -297,6 +338,8 @@ def describe(paths: LabPaths) -> list[str]:
             continue
         backing = models_dir(paths, needs.namespace, claim)
         lines.append(f"inventories/lab: PVC {needs.namespace}/{claim} {phase}, {_layout(backing, contents)}")
+    if needs.llm_services:
+        lines += _llm_lines(paths, needs)
     if needs.modelcar:
         base = (
             "there" if (modelcar_base(paths) / "index.json").exists() else "missing (make lab-up writes it)"

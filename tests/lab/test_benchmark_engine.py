@@ -20,6 +20,7 @@ from specpilot_lab.controller.scheduling import node_object
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "benchmark"))
 from bench_helpers import WORKLOADS, run_tasks  # noqa: E402
+from markdown_cells import unpadded  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.real_engine, pytest.mark.slow]
 
@@ -145,7 +146,7 @@ def test_benchmark_ngram_on_vs_off_in_the_lab(shared_engine, tmp_path):
         for side in ("baseline", "speculative"):
             m = lv[side]["metrics"]
             assert m["ttft_ms"]["p50"] and m["tpot_ms"]["p50"] is not None and m["e2e_ms"]["p99"]
-    md = (out / "report.md").read_text()
+    md = unpadded((out / "report.md").read_text())
     for row in (
         "| Hardware | CPU only",
         "| Model and draft | target pvc://",

@@ -21,6 +21,7 @@ import pytest
 from test_benchmark_playbook import ISVC_API, Deployed, as_automation, fake_engine_lab, playbook, wait
 
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_client
+from markdown_cells import unpadded
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -157,7 +158,7 @@ def test_an_impossible_acceptance_floor_aborts_at_the_first_step_leaving_the_sta
     isvc = lab.isvc()
     assert "canary" not in isvc["spec"] and not isvc["status"].get("canaryStatuses")
     assert isvc["spec"]["predictor"]["model"]["args"] == lab.plan["args_without_speculative"]
-    md = (tmp_path / "reports" / "lab-ngram" / "report.md").read_text()
+    md = unpadded((tmp_path / "reports" / "lab-ngram" / "report.md").read_text())
     assert "| baseline |" in md and "| canary |" in md and "Step 50% - abort" in md
 
 

@@ -34,7 +34,8 @@ README = ROOT / "README.md"
 WALK_MARK = "<!-- the lab walk:"
 TOOLCHAIN = (".venv", ".venv-vllm", ".venv-staging")
 OLD = 946684800  # 2000-01-01: the copy's files are older than make's install stamps, as after `make`
-SERVICES = {"lab-ngram", "lab-draft", "lab-suffix", "lab-eagle3", "lab-storage-uris", "lab-modelcar"}
+SERVICES = {"lab-ngram", "lab-draft", "lab-suffix", "lab-eagle3", "lab-storage-uris", "lab-modelcar", "lab-llm"}
+LLM_SERVICES = {"lab-llm"}  # served by KServe's LLMInferenceService (issue 35); the others by InferenceServices
 # short runs on the stand-in engine, TTFT judged loosely (the point is the walk, not the figures)
 SHORT_BENCHMARK = {
     "specpilot_benchmark_qps_levels": [2],
@@ -186,16 +187,20 @@ def test_the_readme_lab_walk_runs_verbatim_in_a_fresh_copy_and_every_service_dep
         "inventories/lab: PVC specpilot-lab/specpilot-lab-draft Bound, model draft at the claim's root",
         f"inventories/lab: Modelcar base image {state / 'modelcar-base'}: there",
         "inventories/lab: ClusterServingRuntime specpilot-lab-vllm: there",
+        "inventories/lab: LLMInferenceServiceConfigs in kserve: kserve-config-llm-decode-template, "
+        "kserve-config-llm-prefill-template, kserve-config-llm-router-route, kserve-config-llm-scheduler, "
+        "kserve-config-llm-template",
+        "inventories/lab: LLMInferenceService specpilot-lab/lab-llm: Ready True, url http://127.0.0.1:",
         f"export KUBECONFIG={state / 'kubeconfig'}",
         f"export PATH={clone / '.venv' / 'bin'}:$PATH",
     ):
         assert line in status, status
     assert "http://" not in status.split("apiserver:", 1)[1].split("\n  kubeconfig", 1)[0], status
-    # six engines, two cores or more: each holds a core of its own while there are any, the rest share
+    # seven engines, two cores or more: each holds a core of its own while there are any, the rest share
     engines = re.findall(r"engine specpilot-lab/(\S+): cores (\S+) \((exclusive|shared pool)", status)
     assert len(engines) == len(SERVICES), status
     exclusive = [cores for _pod, cores, how in engines if how == "exclusive"]
-    assert exclusive and len(set(exclusive)) == len(exclusive) == min(len(os.sched_getaffinity(0)), 6), status
+    assert exclusive and len(set(exclusive)) == len(exclusive) == min(len(os.sched_getaffinity(0)), len(SERVICES)), status
     # option A's PVCs hold their model at the root (KServe 0.20 mounts the whole claim)
     assert (state / "pvcs" / "specpilot-lab" / "specpilot-lab-target" / "config.json").is_file()
 
@@ -212,7 +217,7 @@ def test_the_readme_lab_walk_runs_verbatim_in_a_fresh_copy_and_every_service_dep
         ]
         return isvc["spec"]["predictor"]
 
-    for name in SERVICES - {"lab-storage-uris", "lab-modelcar"}:
+    for name in SERVICES - {"lab-storage-uris", "lab-modelcar"} - LLM_SERVICES:
         assert predictor(name)["model"]["storageUri"] == "pvc://specpilot-lab-models/", name
     # option B: the image stage.yml pushed, by its digest; option A: one PVC entry per artifact
     assert predictor("lab-modelcar")["model"]["storageUri"] == f"oci://{pushed[1]}@{pushed[2]}"
@@ -223,8 +228,19 @@ def test_the_readme_lab_walk_runs_verbatim_in_a_fresh_copy_and_every_service_dep
     assert '"method":"eagle3","model":"/mnt/models/eagle3"' in " ".join(
         predictor("lab-eagle3")["model"]["args"]
     )
+    def llm_args(name: str) -> str:
+        """The decode workload's args of an LLMInferenceService (its container main), once Ready."""
+        obj = api.get_namespaced_custom_object(
+            "serving.kserve.io", "v1alpha2", "specpilot-lab", "llminferenceservices", name
+        )
+        assert {c["type"]: c["status"] for c in obj["status"]["conditions"]}.get("Ready") == "True", obj["status"]
+        main = next(c for c in obj["spec"]["template"]["containers"] if c["name"] == "main")
+        return " ".join(main["args"])
+
+    for name in LLM_SERVICES:  # deploy.yml put speculative decoding in the decode workload's args
+        assert "--speculative-config=" in llm_args(name), name
     env = dict(user_env(), KUBECONFIG=str(state / "kubeconfig"))
-    _walk_on(clone, env, predictor)
+    _walk_on(clone, env, predictor, llm_args)
     # the README's last line
     down = dict(shell(clone, walk[-1:] + ["make lab-status"]))
     assert ": running" not in down["make lab-status"], down["make lab-status"]
@@ -237,7 +253,7 @@ def _git_status(clone: Path) -> set[str]:
     return set(out.stdout.splitlines())
 
 
-def _walk_on(clone: Path, env: dict[str, str], predictor) -> None:
+def _walk_on(clone: Path, env: dict[str, str], predictor, llm_args) -> None:
     """After the README's deploy and smoke: the smoke reports, one benchmark, rollback twice, a clean
     checkout. The reports go where a user's would, under the project's `.reports/` (git ignores it)."""
 
@@ -262,7 +278,7 @@ def _walk_on(clone: Path, env: dict[str, str], predictor) -> None:
     out, recap = _playbook(clone, env, "rollback.yml")
     assert recap == {h: recap[h] for h in SERVICES} and all(c > 0 and f == 0 for c, f in recap.values()), out[-3000:]
     for name in SERVICES:
-        args = " ".join(predictor(name)["model"]["args"])
+        args = llm_args(name) if name in LLM_SERVICES else " ".join(predictor(name)["model"]["args"])
         assert "--speculative-config" not in args, (name, args)
         assert _report("rollback", f"{name}.json")["verification"]["ok"], name
     out, recap = _playbook(clone, env, "rollback.yml")

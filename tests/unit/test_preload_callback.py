@@ -93,7 +93,44 @@ def test_each_play_reads_the_projects_variable_names_once_for_its_workers(tmp_pa
     key = tuple(sorted(str((tmp_path / d).resolve()) for d in ("playbooks", "roles")))
     assert action._KNOWN[key] == ["specpilot_from_playbook", "specpilot_from_role"]
     # what a worker asks for (the playbook's folder, and the running role's parent) is that same read
-    assert action.known_variable_names(
-        {"playbook_dir": str(tmp_path / "playbooks")}, str(tmp_path / "roles" / "r")
-    ) is action._KNOWN[key]
+    assert (
+        action.known_variable_names(
+            {"playbook_dir": str(tmp_path / "playbooks")}, str(tmp_path / "roles" / "r")
+        )
+        is action._KNOWN[key]
+    )
     preload.known_variables(None)  # a play without a file (ad hoc): nothing to read
+
+
+def test_a_play_of_a_role_that_draws_imports_matplotlib_once_for_its_workers(monkeypatch):
+    """smoke's, the benchmark's and the canary's reports draw PNGs in each host's worker: a play running one
+    of those roles imports matplotlib at its start, in the parent (issue 40); another play does not."""
+    from ansible_collections.specpilot.core.plugins.module_utils.report import plots
+
+    class Role:
+        def __init__(self, name):
+            self.name = name
+
+        def get_name(self):
+            return self.name
+
+    class Play:
+        def __init__(self, *roles):
+            self.roles = [Role(r) for r in roles]
+
+        def get_roles(self):
+            return self.roles
+
+        def get_path(self):
+            return ""
+
+    monkeypatch.setattr(plots, "_LOADED", {})
+    callback = preload.CallbackModule()
+    try:
+        callback.v2_playbook_on_play_start(Play("specpilot_guard"))
+        assert plots._LOADED == {}  # the guard draws nothing: no matplotlib
+        callback.v2_playbook_on_play_start(Play("specpilot_smoke"))
+    finally:
+        gc.unfreeze()
+    assert plots._LOADED and plots._LOADED["plt"] is not None and "matplotlib.pyplot" in sys.modules
+    assert preload.plots_for(Play()) is False and preload.plots_for(None) is False

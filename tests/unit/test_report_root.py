@@ -26,6 +26,7 @@ ROOT_EXPR = "{{ specpilot_report_dir | default(playbook_dir | specpilot.core.pro
 REPORT_DIRS = {
     "specpilot_benchmark": ("specpilot_benchmark_report_dir", "benchmark"),
     "specpilot_canary": ("specpilot_canary_report_dir", "canary"),
+    "specpilot_fleet": ("specpilot_fleet_report_dir", "fleet"),
     "specpilot_guard": ("specpilot_guard_report_dir", "guard"),
     "specpilot_monitoring": ("specpilot_monitoring_render_dir", "monitoring"),
     "specpilot_rollback": ("specpilot_rollback_report_dir", "rollback"),

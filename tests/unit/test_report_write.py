@@ -15,6 +15,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.operate.reports imp
 )
 from ansible_collections.specpilot.core.plugins.module_utils.report import files
 from ansible_collections.specpilot.core.plugins.module_utils.report.files import write_json_and_markdown
+from markdown_cells import unpadded
 
 ROLLBACK = {
     "name": "svc",
@@ -49,7 +50,7 @@ def write(tmp_path, kind, report, check_mode=False, **extra):
 
 
 def test_the_rollback_markdown_says_what_changed_and_how_it_was_checked():
-    md = rollback_markdown(ROLLBACK)
+    md = unpadded(rollback_markdown(ROLLBACK))
     assert md.startswith("# Rollback of ml/svc (mode off)\n")
     assert "- Result: changed\n" in md and "- Rollout: ready - ready\n" in md
     assert "- Verification: passed\n" in md
@@ -67,8 +68,10 @@ def test_the_rollback_markdown_of_a_failed_check_a_missing_service_and_a_reclaim
     failed = dict(
         ROLLBACK, check_mode=True, changed=False, verification={"ok": False, "problems": ["a", "b"]}
     )
-    md = rollback_markdown(
-        dict(failed, smoke={"verdict": None, "message": None}, rollout={"done": False, "message": "x"})
+    md = unpadded(
+        rollback_markdown(
+            dict(failed, smoke={"verdict": None, "message": None}, rollout={"done": False, "message": "x"})
+        )
     )
     assert "- Result: nothing to change (check mode: nothing written)" in md
     assert "- Verification: FAILED: a; b" in md and "- Engine (smoke): not run\n" in md
@@ -89,7 +92,7 @@ def test_the_rollback_markdown_of_a_failed_check_a_missing_service_and_a_reclaim
             "result": {"image": "r/i", "dropped_layer": {"digest": "sha256:l", "mount": "/models/draft"}},
         },
     }
-    md = rollback_markdown(dict(ROLLBACK, reclaim=reclaim, reclaim_job=None))
+    md = unpadded(rollback_markdown(dict(ROLLBACK, reclaim=reclaim, reclaim_job=None)))
     assert (
         "- Draft reclaim: draft /mnt/models/draft; storageUris entry dropped: no; PVC: n/a; Modelcar: repointed"
         in md
@@ -128,6 +131,13 @@ def test_the_guard_markdown_has_a_row_and_a_section_per_service():
         history=[],
         rolled_back=True,
         action="rollback",
+        latest_verdict={
+            "kind": "canary",
+            "verdict": "aborted",
+            "summary": "TTFT +57%",
+            "at": "2026-11-25T09:00:00Z",
+            "path": "/r/canary/idle/report.json",
+        },
     )
     report = {
         "generated_at": "2026-11-26T00:00:00Z",
@@ -141,15 +151,25 @@ def test_the_guard_markdown_has_a_row_and_a_section_per_service():
             "consecutive_readings": 3,
         },
     }
-    md = guard_markdown(report)
+    md = unpadded(guard_markdown(report))
     assert "2026-11-26T00:00:00Z, mode scrape, auto-rollback on:" in md
-    assert "| ml/low | low | 0.200 | 1.60 | 0.5 / 0.1 / 0.0 | 30 | 1/3 | watch |" in md
-    assert "| ml/idle | idle | - | - | - | - | 1/3 | rollback (rolled back) |" in md
+    # issue 39: the column says what the guard judged (acceptance), and the latest benchmark/canary verdict
+    assert "| service | judged | acceptance |" in md and "The guard judges acceptance only" in md
+    assert "| ml/low | acceptance low | 0.200 | 1.60 | 0.5 / 0.1 / 0.0 | 30 | 1/3 | watch | - |" in md
+    assert (
+        "| ml/idle | idle | - | - | - | - | 1/3 | rollback (rolled back) | canary aborted (2026-11-25T09:00:00Z) |"
+        in md
+    )
     assert (
         "\n## ml/low\n\nacceptance is low\n\n- one finding\n\nLast readings, oldest first: ok 0.7, idle.\n"
         in md
     )
     assert md.count("## ml/") == 2 and "Band:" not in md
+    # issue 38: the reading against the acceptance smoke recorded on the same vLLM release
+    recorded = dict(service, recorded={"text": "live acceptance 0.200 against the record of vLLM 0.32.0 (smoke, t at "
+                                               "temperature 0.0): position 0 0.50 (recorded 0.95)"})
+    md = guard_markdown(dict(report, services=[recorded]))
+    assert "\nRecorded (smoke, the same vLLM release): live acceptance 0.200 against the record of vLLM 0.32.0" in md
 
 
 def test_report_write_writes_once_and_never_counts_as_a_change(tmp_path):
@@ -197,14 +217,24 @@ def test_each_run_keeps_its_record_and_latest_points_at_the_newest(tmp_path):
 
 
 def test_the_command_line_is_kept_with_its_secrets_masked(monkeypatch):
-    argv = ["/usr/bin/ansible-playbook", "-i", "inv", "playbooks/rollback.yml", "-e", "specpilot_k8s_api_key=abc123",
-            "-e", '{"token": "xyz"}', "--limit", "svc"]
+    argv = [
+        "/usr/bin/ansible-playbook",
+        "-i",
+        "inv",
+        "playbooks/rollback.yml",
+        "-e",
+        "specpilot_k8s_api_key=abc123",
+        "-e",
+        '{"token": "xyz"}',
+        "--limit",
+        "svc",
+    ]
     monkeypatch.setattr(files, "_proc", lambda pid, what: None)  # no /proc: sys.argv is the run's
     monkeypatch.setattr(files.sys, "argv", argv)
     run = files.provenance(now=1_800_000_000.0)
     assert run["command"] == (
         "ansible-playbook -i inv playbooks/rollback.yml -e 'specpilot_k8s_api_key=***' -e "
-        "'{\"token\": \"***\"}' --limit svc"
+        '\'{"token": "***"}\' --limit svc'
     )
     assert run["at"] == "2027-01-15T08:00:00Z" and "abc123" not in json.dumps(run)
 
@@ -253,7 +283,11 @@ def test_one_writer_for_every_report(tmp_path):
         str(tmp_path / "d"), "r", {"b": 1, "a": datetime.date(2026, 1, 2)}, "# r\n"
     )
     text = (tmp_path / "d" / "r.json").read_text()
-    assert written and text.startswith('{\n  "a": "2026-01-02",\n  "b": 1,\n  "run": {\n') and text.endswith("}\n")
+    assert (
+        written
+        and text.startswith('{\n  "a": "2026-01-02",\n  "b": 1,\n  "run": {\n')
+        and text.endswith("}\n")
+    )
     assert write_json_and_markdown(str(tmp_path / "d"), "r", {"a": "2026-01-02", "b": 1}, "# r\n") == (
         paths,
         False,

@@ -493,6 +493,17 @@ _SKELETONS: dict[tuple[str, str], dict] = {
 _BUILTIN_CACHE: dict[tuple[str, str], _TableTypeInfo] = {}
 
 
+def pod_spec_type_info_table() -> dict:
+    """The type table of core/v1 PodSpec (its patch strategies), for a kind that embeds one."""
+    return copy.deepcopy(_POD_SPEC)
+
+
+def table_type_info(table: dict) -> TypeInfo:
+    """TypeInfo of an object typed by a table (``@list``/``@patch`` nodes, as the built-in kinds' tables):
+    what a controller's strategic merge of a custom type (KServe's LLMInferenceServiceSpec) needs."""
+    return _TableTypeInfo(table)
+
+
 def builtin_type_info(group: str, version: str, kind: str) -> TypeInfo | None:
     """TypeInfo of a built-in kind (core ``""``, apps, batch, rbac, coordination, events,
     apiextensions); None for kinds it does not know."""

@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 
 from .. import registry
 from ..engine import vllm_python as default_vllm_python
-from . import kserve, scheduling
+from . import kserve, llmisvc, scheduling
 from .jobs import JobPodRun, elapsed_since
 from .kube import (
     Informer,
@@ -40,6 +40,7 @@ from .kube import (
     short_hash,
 )
 from .cpus import CpuManager
+from .llmisvc_manager import LLMInferenceServices
 from .podrun import PredictorRun
 from .proxy import ServiceProxy
 
@@ -54,7 +55,7 @@ LOCAL_URL_ANNOTATION = "specpilot.io/lab-url"
 REGISTRY_ALIASES = ("registry.lab", "lab-registry", "registry.lab.local")
 
 
-class Controller:
+class Controller(LLMInferenceServices):
     def __init__(
         self,
         kubeconfig: str | Path,
@@ -100,6 +101,8 @@ class Controller:
         self.tag_routes: dict[tuple[str, str, str], str] = {}
         self.rollout_started: dict[tuple[str, str, str], float] = {}
         self.isvc_keys: set[tuple[str, str]] = set()
+        self.llm_keys: set[tuple[str, str]] = set()
+        self.llm_proxies: dict[tuple[str, str], ServiceProxy] = {}
         self._informers: list[Informer] = []
         self._worker: threading.Thread | None = None
         self._oci_lock = threading.Lock()
@@ -116,7 +119,10 @@ class Controller:
             "job": self._on_job,
             "pod": self._on_pod,
             "node": self._on_node,
+            "llmisvc": self._on_llmisvc,
+            "llmisvcconfig": self._on_llmisvc_config,
         }
+        self.ensure_llmisvc_configs()
         for key, handler in handlers.items():
             inf = Informer(self.kube, key, handler, self.stop_event)
             inf.start()
@@ -145,7 +151,7 @@ class Controller:
             threads.append(t)
         for t in threads:
             t.join(timeout=40)
-        for p in list(self.proxies.values()) + list(self.tag_proxies.values()):
+        for p in list(self.proxies.values()) + list(self.tag_proxies.values()) + list(self.llm_proxies.values()):
             p.close()
 
     def _collect_stale_state(self) -> None:
@@ -192,6 +198,8 @@ class Controller:
                 kind, ns, name = key
                 if kind == "isvc":
                     self.reconcile_isvc(ns, name)
+                elif kind == "llmisvc":
+                    self.reconcile_llmisvc(ns, name)
                 elif kind == "pvc":
                     self.reconcile_pvc(ns, name)
                 elif kind == "job":
@@ -238,7 +246,7 @@ class Controller:
             threading.Thread(target=self.ensure_node, daemon=True).start()
         for run in list(self.runs.values()):
             if not run.scheduled:
-                self.enqueue(("isvc", run.namespace, run.isvc))
+                run.notify()
 
     def _on_pod(self, type_: str, obj: dict) -> None:
         md = obj.get("metadata") or {}
@@ -255,13 +263,15 @@ class Controller:
                 threading.Thread(target=jr.kill, daemon=True).start()
         if kserve.ISVC_LABEL in labels:
             self.enqueue(("isvc", key[0], labels[kserve.ISVC_LABEL]))
+        elif llmisvc.owner_of(labels):
+            self.enqueue(("llmisvc", key[0], llmisvc.owner_of(labels)))
         elif "job-name" in labels:
             self.enqueue(("job", key[0], labels["job-name"]))
         # a pod leaving frees resources: pending pods may fit now
         if type_ == "DELETED" or (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             for run in list(self.runs.values()):
                 if not run.scheduled:
-                    self.enqueue(("isvc", run.namespace, run.isvc))
+                    run.notify()
             for jr in list(self.job_pods.values()):
                 if not jr.scheduled:
                     self.enqueue(("job", jr.namespace, jr.job_name))
@@ -450,7 +460,7 @@ class Controller:
         self._isvc_status(isvc, stable, canaries, proxy)
 
     def _replicaset_statuses(self, ns: str, name: str) -> None:
-        runs = [r for r in self.runs.values() if r.namespace == ns and r.isvc == name]
+        runs = [r for r in self.runs.values() if r.namespace == ns and r.isvc == name and r.owner_kind == "isvc"]
         for stale in self.kube.list("replicaset", ns, label_selector=f"{kserve.ISVC_LABEL}={name}"):
             live = [r for r in runs if f"{r.deployment}-{r.hash}" == stale["metadata"]["name"]]
             self._rs_status(stale, live)
@@ -687,6 +697,14 @@ class Controller:
         )
         if not plan.get("revision"):  # Knative's revisions have their own Services; nothing reads them
             self._ensure_service(variant.isvc, dname)
+        return self._roll_out(variant.isvc, deploy, plan, key)
+
+    def _roll_out(self, owner: dict, deploy: dict, plan: dict, key: tuple, **run_kw) -> dict:
+        """The Deployment controller, scheduler and kubelet for one Deployment of an owner (an
+        InferenceService's predictor, an LLMInferenceService's workload): its ReplicaSet and pod,
+        the rollout rules, the pods' and the Deployment's status. key: the owner's reconcile key."""
+        template, thash = plan["template"], plan["hash"]
+        ns, dname = deploy["metadata"]["namespace"], deploy["metadata"]["name"]
         rs = self._ensure_replicaset(deploy, template, thash)
         runs = sorted(
             (r for r in self.runs.values() if r.namespace == ns and r.deployment == dname),
@@ -699,8 +717,8 @@ class Controller:
                 for r in old:
                     self._kill(r)
                 old = []
-            new = [self._create_pod(variant.isvc, rs, template, thash, plan["mounts"], dname)]
-            self.rollout_started[(ns, name, thash)] = time.time()
+            new = [self._create_pod(owner, rs, template, thash, plan["mounts"], dname, **run_kw)]
+            self.rollout_started[(ns, dname, thash)] = time.time()
         for r in new:
             if not r.scheduled:
                 msg = self.schedule(r.pod, [m.claim for m in r.mounts if m.kind == "pvc"])
@@ -762,7 +780,7 @@ class Controller:
                 self.kube.delete("service", svc["metadata"]["name"], ns)
 
     def teardown_isvc(self, ns: str, name: str) -> None:
-        for r in [r for r in self.runs.values() if r.namespace == ns and r.isvc == name]:
+        for r in [r for r in self.runs.values() if r.namespace == ns and r.isvc == name and r.owner_kind == "isvc"]:
             self._kill(r)
         proxy = self.proxies.pop((ns, name), None)
         self.weights.pop((ns, name), None)
@@ -780,7 +798,7 @@ class Controller:
 
     def _kill(self, run: PredictorRun) -> None:
         run.deleted = True
-        self.recorder.event(run.pod, "Normal", "Killing", f"Stopping container {kserve.CONTAINER}", "kubelet")
+        self.recorder.event(run.pod, "Normal", "Killing", f"Stopping container {run.container_name}", "kubelet")
         run.stop()
         self.kube.delete("pod", run.name, run.namespace)
         self.runs.pop((run.namespace, run.name), None)
@@ -911,7 +929,7 @@ class Controller:
         return self.kube.create("replicaset", body, namespace=md["namespace"])
 
     def _create_pod(
-        self, isvc: dict, rs: dict, template: dict, thash: str, mounts: list, deployment: str
+        self, isvc: dict, rs: dict, template: dict, thash: str, mounts: list, deployment: str, **run_kw
     ) -> PredictorRun:
         ns = rs["metadata"]["namespace"]
         pod_name = f"{rs['metadata']['name']}-{random_suffix(5)}"
@@ -931,7 +949,7 @@ class Controller:
             "spec": copy.deepcopy(template["spec"]),
         }
         pod = self.kube.create("pod", body, namespace=ns)
-        run = PredictorRun(self, ns, pod_name, isvc["metadata"]["name"], thash, pod, mounts)
+        run = PredictorRun(self, ns, pod_name, isvc["metadata"]["name"], thash, pod, mounts, **run_kw)
         run.deployment = deployment
         self.runs[(ns, pod_name)] = run
         self.recorder.event(
@@ -992,9 +1010,7 @@ class Controller:
         gen = md.get("generation", 1)
         observed = gen if ready_new else prev.get("observedGeneration")
         rs_name = f"{md['name']}-{thash}"
-        started = self.rollout_started.get(
-            (md["namespace"], md["labels"].get(kserve.ISVC_LABEL, ""), thash), time.time()
-        )
+        started = self.rollout_started.get((md["namespace"], md["name"], thash), time.time())
         deadline = (deploy.get("spec") or {}).get("progressDeadlineSeconds", 600)
         if ready_new:
             progressing = {
@@ -1018,7 +1034,7 @@ class Controller:
                 "message": f'ReplicaSet "{rs_name}" is progressing.',
             }
             self.enqueue(
-                ("isvc", md["namespace"], md["labels"].get(kserve.ISVC_LABEL, "")),
+                _owner_key(md),
                 max(1.0, deadline - (time.time() - started) + 1),
             )
         min_available = 1 - _max_unavailable(deploy)
@@ -1460,6 +1476,14 @@ class Controller:
 
 
 # ---------------------------------------------------------------- small helpers
+def _owner_key(md: dict) -> tuple:
+    """The reconcile key of a Deployment's owner: its InferenceService or LLMInferenceService."""
+    labels = md.get("labels") or {}
+    if kserve.ISVC_LABEL in labels:
+        return ("isvc", md["namespace"], labels[kserve.ISVC_LABEL])
+    return ("llmisvc", md["namespace"], llmisvc.owner_of(labels) or "")
+
+
 def _revision_hash(deploy: dict) -> str:
     return (deploy["metadata"].get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION, "")
 

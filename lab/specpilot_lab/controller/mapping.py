@@ -18,6 +18,7 @@ from pathlib import Path
 from ..engine import SERVER_MODULE, set_arg
 
 _PY = re.compile(r"^python(3(\.\d+)?)?$")
+_SHELLS = ("bash", "sh")
 CLI_MODULE = "vllm.entrypoints.cli.main"  # the ``vllm`` console script's module (vllm serve)
 
 
@@ -51,8 +52,9 @@ def engine_argv(container: dict, vllm_python: Path, env: dict[str, str]) -> tupl
     """(command prefix, vLLM server args) for the container.
 
     Accepted: no command (the vLLM OpenAI image's entrypoint, ``vllm serve``), ``vllm serve``,
-    ``python[3] -m vllm.entrypoints.cli.main serve`` and ``python[3] -m
-    vllm.entrypoints.openai.api_server``. The args reach the entry point as they are (``vllm
+    ``python[3] -m vllm.entrypoints.cli.main serve``, ``python[3] -m
+    vllm.entrypoints.openai.api_server`` and ``bash -c SCRIPT`` where SCRIPT runs ``vllm serve``
+    (KServe's LLMInferenceService templates; returned as it is: the shell is the prefix). The args reach the entry point as they are (``vllm
     serve``'s positional model wherever argparse finds it). Anything else raises CommandError (the
     lab runs the vLLM server only; images are not pulled)."""
     command = [expand_vars(c, env) for c in container.get("command") or []]
@@ -72,6 +74,12 @@ def engine_argv(container: dict, vllm_python: Path, env: dict[str, str]) -> tupl
         return serve, command[2:] + args
     if exe == "vllm" and not command[1:] and args[:1] == ["serve"]:
         return serve, args[1:]
+    if exe in _SHELLS and command[1:2] == ["-c"] and len(command) > 2 and "vllm serve" in command[2]:
+        # KServe's LLMInferenceService templates (config/llmisvcconfig/config-llm-template.yaml): a
+        # script that ends in ``eval "exec vllm serve ... $@"``, run by bash as it is, with the args as
+        # its positional parameters; ``vllm`` is the engine's console script (the interpreter's
+        # directory leads PATH in the sandbox), so only --host and --port are rewritten, in ``$@``
+        return command, args
     raise CommandError(
         f"the lab runs only the vLLM OpenAI server; cannot run command {shlex.join(command)!r} "
         "(expected python -m vllm.entrypoints.openai.api_server, vllm serve, or no command)"

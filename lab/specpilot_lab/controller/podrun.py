@@ -33,16 +33,20 @@ class PredictorRun:
         template_hash: str,
         pod: dict,
         mounts: list[kserve.Mount],
+        container_name: str = kserve.CONTAINER,
+        owner_kind: str = "isvc",
     ):
         self.ctl = ctl
         self.namespace = namespace
         self.name = name
-        self.isvc = isvc
+        self.isvc = isvc  # the owner's name: an InferenceService, or an LLMInferenceService (owner_kind)
+        self.owner_kind = owner_kind  # the reconcile key's kind: "isvc" or "llmisvc"
+        self.container_name = container_name  # kserve-container, or an LLMInferenceService workload's main
         self.deployment = kserve.predictor_service_name(isvc)  # the canary's, when it is one
         self.hash = template_hash
         self.pod = pod  # the Pod object as created (uid, spec)
         self.mounts = mounts
-        self.container = next(c for c in pod["spec"]["containers"] if c["name"] == kserve.CONTAINER)
+        self.container = next(c for c in pod["spec"]["containers"] if c["name"] == container_name)
         self.run_dir = ctl.state_dir / "engines" / namespace / name
         self.cpu_key = f"{namespace}/{name}"
         self.port = 0
@@ -91,11 +95,11 @@ class PredictorRun:
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def notify(self) -> None:
-        self.ctl.enqueue(("isvc", self.namespace, self.isvc))
+        self.ctl.enqueue((self.owner_kind, self.namespace, self.isvc))
 
     def event(self, type_: str, reason: str, message: str) -> None:
         self.ctl.recorder.event(
-            self.pod, type_, reason, message, "kubelet", field_path=f"spec.containers{{{kserve.CONTAINER}}}"
+            self.pod, type_, reason, message, "kubelet", field_path=f"spec.containers{{{self.container_name}}}"
         )
 
     # ---------------------------------------------------------------- the kubelet's job
@@ -168,7 +172,7 @@ class PredictorRun:
     def _run_loop(self, models: dict[str, Path]) -> None:
         """Run the engine in the pod's filesystem (sandbox.py) with the container's args, restarting
         it with back-off. models: a Modelcar's mount path -> its unpacked /models."""
-        writer = podlogs.PodLogWriter(self.ctl.podlogs_dir, self.namespace, self.name, kserve.CONTAINER)
+        writer = podlogs.PodLogWriter(self.ctl.podlogs_dir, self.namespace, self.name, self.container_name)
         # the pod's cores for its life, as a kubelet's CPU manager gives them (cpus.py)
         cpuset = self.ctl.cpus.allocate(self.cpu_key, cpus.requested_cores(self.container))
         try:
@@ -212,12 +216,12 @@ class PredictorRun:
                 # a fresh container: its own /tmp and HOME (emptyDirs and PVCs keep their data)
                 for d in ("container-tmp", "home"):
                     shutil.rmtree(self.run_dir / d, ignore_errors=True)
-                container_env = sandbox.engine_env(env, self.name, Path(prefix[0]))
+                container_env = sandbox.engine_env(env, self.name, self.ctl.vllm_python)
                 container_env.update(cpuset.env(container_env))
                 command = sandbox.engine_command(
                     hostname=self.name,
                     run_dir=self.run_dir,
-                    interpreter=Path(prefix[0]),
+                    interpreter=self.ctl.vllm_python,
                     binds=binds,
                     env=container_env,
                     working_dir=self.container.get("workingDir"),
@@ -239,7 +243,7 @@ class PredictorRun:
                 image = self.container.get("image", "")
                 if not self.started_once:
                     self.event("Normal", "Pulled", f'Container image "{image}" already present on machine')
-                self.event("Normal", "Created", f"Created container: {kserve.CONTAINER}")
+                self.event("Normal", "Created", f"Created container: {self.container_name}")
                 started = now()
                 self._engine = eng
                 eng.start()
@@ -250,7 +254,7 @@ class PredictorRun:
                     self.ctl.podlogs_dir,
                     self.namespace,
                     self.name,
-                    kserve.CONTAINER,
+                    self.container_name,
                     command,
                     pid=podexec.sandbox_init(eng.proc.pid),
                     env=container_env,
@@ -260,7 +264,7 @@ class PredictorRun:
                     self.phase = "Running"
                     self.started_once = True
                     self.state = {"running": {"startedAt": started}}
-                self.event("Normal", "Started", f"Started container {kserve.CONTAINER}")
+                self.event("Normal", "Started", f"Started container {self.container_name}")
                 self.notify()
                 while eng.alive() and not self._stop.is_set():
                     if not self.ready and eng.healthy(timeout=1.0):
@@ -269,7 +273,7 @@ class PredictorRun:
                         self.notify()
                     self.peak_rss = max(self.peak_rss, eng.peak_rss)
                     self._stop.wait(0.5)
-                podexec.withdraw(self.ctl.podlogs_dir, self.namespace, self.name, kserve.CONTAINER)
+                podexec.withdraw(self.ctl.podlogs_dir, self.namespace, self.name, self.container_name)
                 if self._stop.is_set():
                     eng.stop()
                     return
@@ -289,7 +293,7 @@ class PredictorRun:
                 if self.error:
                     terminated["message"] = self.error
                 # keep the crashed instance readable as --previous too, until the next start
-                cur = podlogs.log_path(self.ctl.podlogs_dir, self.namespace, self.name, kserve.CONTAINER)
+                cur = podlogs.log_path(self.ctl.podlogs_dir, self.namespace, self.name, self.container_name)
                 try:
                     shutil.copyfile(cur, cur.with_name(podlogs.PREVIOUS))
                 except OSError:
@@ -304,13 +308,13 @@ class PredictorRun:
                         "waiting": {
                             "reason": "CrashLoopBackOff",
                             "message": f"back-off {int(delay)}s restarting failed container="
-                            f"{kserve.CONTAINER} pod={self.name}_{self.namespace}({uid})",
+                            f"{self.container_name} pod={self.name}_{self.namespace}({uid})",
                         }
                     }
                 self.event(
                     "Warning",
                     "BackOff",
-                    f"Back-off restarting failed container {kserve.CONTAINER} in pod "
+                    f"Back-off restarting failed container {self.container_name} in pod "
                     f"{self.name}_{self.namespace}({self.pod['metadata'].get('uid', '')})",
                 )
                 self.notify()
@@ -344,7 +348,7 @@ class PredictorRun:
         ts = now()
         containers = []
         main = {
-            "name": kserve.CONTAINER,
+            "name": self.container_name,
             "image": self.container.get("image", ""),
             "imageID": "",
             "ready": s["ready"],
@@ -358,7 +362,7 @@ class PredictorRun:
             main["containerID"] = f"lab://{self.name}"
         containers.append(main)
         for c in self.pod["spec"]["containers"]:
-            if c["name"] == kserve.CONTAINER:
+            if c["name"] == self.container_name:
                 continue
             running = s["init_done"] and s["scheduled"]
             containers.append(
@@ -435,7 +439,7 @@ class PredictorRun:
                             if all_ready
                             else {
                                 "reason": "ContainersNotReady",
-                                "message": f"containers with unready status: [{kserve.CONTAINER}]",
+                                "message": f"containers with unready status: [{self.container_name}]",
                             }
                         ),
                     },
@@ -447,7 +451,7 @@ class PredictorRun:
                             if all_ready
                             else {
                                 "reason": "ContainersNotReady",
-                                "message": f"containers with unready status: [{kserve.CONTAINER}]",
+                                "message": f"containers with unready status: [{self.container_name}]",
                             }
                         ),
                     },

@@ -210,13 +210,15 @@ def engine_command(
     engine.MODELINFO_CACHE.mkdir(parents=True, exist_ok=True)
     cmd = bwrap_base(hostname, [b.dest for b in binds], new_session=False)
     cmd += ["--bind", str(tmp), "/tmp", "--bind", str(home), HOME, "--ro-bind", "/sys", "/sys"]
-    cmd += expose_args(runtime_paths(Path(interpreter)))
     cmd += ["--bind", str(engine.MODELINFO_CACHE), f"{HOME}/.cache/vllm/modelinfos"]
     for b in binds:
         if b.src is None:
             cmd += ["--tmpfs", b.dest]
         else:
             cmd += ["--ro-bind" if b.read_only else "--bind", str(b.src), b.dest]
+    # the "image" last: a pod volume at /tmp or /home (KServe's LLMInferenceService templates mount
+    # emptyDirs there) must not hide the engine's interpreter, which may live under them here
+    cmd += expose_args(runtime_paths(Path(interpreter)))
     cmd += ["--chdir", working_dir or "/", "--clearenv"]
     for k, v in env.items():
         cmd += ["--setenv", k, v]

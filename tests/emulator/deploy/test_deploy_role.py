@@ -40,7 +40,8 @@ def _isvc(emu, ns, name="svc"):
 def test_first_deploy_then_a_rerun_writes_nothing(emulator, tmp_path):
     ns = "deploy-first"
     create_namespace(emulator, ns)
-    inv = write_inventory(tmp_path / "inv", ns, {"svc": {"specpilot_speculative": NGRAM}})
+    inv = write_inventory(tmp_path / "inv", ns, {"svc": {"specpilot_speculative": NGRAM},
+                                                 "svc-b": {"specpilot_speculative": NGRAM}})
     with FakeKServe(emulator, ns):
         first = run_deploy(emulator, tmp_path, inv)
     _deploy_ok(first)
@@ -72,6 +73,35 @@ def test_first_deploy_then_a_rerun_writes_nothing(emulator, tmp_path):
     assert again.recap()["svc"]["changed"] == 0, again.changed_tasks()
     assert emulator.control.writes(since=mark) == []
     assert "svc: unchanged, ready" in again.out
+
+    # issue 40: the same no-op as AWX job slices (the hosts by name, slice n takes every 2nd from the n-th; here
+    # --limit): decide.yml's one read covers the slice's services, and each slice decides what the whole run did
+    assert again.recap()["svc-b"]["changed"] == 0 and "svc-b: unchanged, ready" in again.out
+    for part in (["svc"], ["svc-b"]):
+        sliced = run_deploy(emulator, tmp_path, inv, "--limit", ",".join(part))
+        _deploy_ok(sliced)
+        assert set(sliced.recap()) == set(part) and sliced.recap()[part[0]]["changed"] == 0, sliced.changed_tasks()
+        assert "%s: unchanged, ready" % part[0] in sliced.out
+    assert emulator.control.writes(since=mark) == []
+
+
+def test_services_on_two_clusters_are_each_read_on_their_own_cluster(emulator, fresh_emulator, tmp_path):
+    """Issue 40: decide.yml's one read runs once, on the first service's connection; it covers the services of
+    that cluster only. A service of another cluster (its own specpilot_k8s_kubeconfig) is read there, not looked
+    up in the first cluster, where its namespace does not exist (which would fail it at once). So which service
+    comes first in a slice changes nothing."""
+    create_namespace(emulator, "two-a")
+    create_namespace(fresh_emulator, "two-b")
+    inv = write_inventory(tmp_path / "inv", "two-a", {
+        "svc": {"specpilot_speculative": NGRAM},
+        "svc-b": {"specpilot_speculative": NGRAM, "specpilot_namespace": "two-b",
+                  "specpilot_k8s_kubeconfig": str(fresh_emulator.kubeconfig)}})
+    with FakeKServe(emulator, "two-a"), FakeKServe(fresh_emulator, "two-b"):
+        run = run_deploy(emulator, tmp_path, inv)
+    _deploy_ok(run)
+    assert "svc: deployed, ready" in run.out and "svc-b: deployed, ready" in run.out
+    assert _isvc(emulator, "two-a") and _isvc(fresh_emulator, "two-b", "svc-b")
+    assert get(emulator, ISVC_API, "InferenceService", "svc-b", "two-b") is None
 
 
 def test_a_change_waits_for_the_new_rollout_not_a_stale_ready(emulator, tmp_path):
@@ -147,7 +177,7 @@ def test_check_mode_writes_nothing_and_shows_the_diff(emulator, tmp_path):
     assert emulator.control.writes(since=mark) == []  # dry-run requests are not writes
     assert emulator.control.writes(since=mark, include_dry_run=True)  # ... but they were made
     assert '"prompt_lookup_max":6' in run.out  # the diff shows the new argument
-    assert "The InferenceService with the revision record, svc" in run.out
+    assert "The serving object with the revision record, InferenceService/svc" in run.out
 
 
 def test_check_mode_first_deploy_into_a_new_namespace_creates_nothing_and_names_what_it_would(

@@ -9,6 +9,7 @@ import json
 import urllib.request
 
 import pytest
+from ansible_collections.specpilot.core.plugins.module_utils.operate import fleet
 from smoke_lab import NAMESPACE, checks, fake_env, report
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -55,6 +56,8 @@ def test_pass_report_stats_and_check_mode(fake_smoke_lab, tmp_path):
     assert (tmp_path / SERVICE / "smoke.md").read_text().startswith("# Smoke check: lab-ngram - PASS")
     assert (tmp_path / SERVICE / "smoke-acceptance.png").read_bytes()[:4] == b"\x89PNG"
     assert "specpilot_smoke_results" in run.output and "verdict: pass" in run.output  # set_stats
+    # issue 40: and under the slice's own key, which a sliced job's artifacts keep for the fleet report
+    assert fleet.slice_key("smoke", [SERVICE]) in run.output
     assert run.recap()[SERVICE]["changed"] == 0 and run.recap()[SERVICE]["failed"] == 0
 
     check_dir = tmp_path / "check"

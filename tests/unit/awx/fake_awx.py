@@ -35,7 +35,8 @@ TYPES = {"job_templates": "job_template", "workflow_job_templates": "workflow_jo
          "projects": "project", "inventory_sources": "inventory_source", "schedules": "schedule",
          "credentials": "credential", "credential_types": "credential_type", "inventories": "inventory",
          "execution_environments": "execution_environment", "organizations": "organization",
-         "workflow_job_template_nodes": "workflow_job_template_node", "project_updates": "project_update"}
+         "workflow_job_template_nodes": "workflow_job_template_node", "project_updates": "project_update",
+         "instance_groups": "instance_group"}
 UNIFIED = ("job_templates", "workflow_job_templates", "projects", "inventory_sources")
 SURVEY_TYPES = {"text", "textarea", "password", "integer", "float", "multiplechoice", "multiselect"}
 
@@ -215,6 +216,9 @@ class FakeAWX:
                 self._ref(target, obj.get(field), field)
             if not str(obj.get("playbook", "")).startswith("playbooks/") or not obj["playbook"].endswith(".yml"):
                 raise ApiError(400, {"playbook": ["Playbook not found for project."]})
+            slices = obj.get("job_slice_count", 1)
+            if not isinstance(slices, int) or isinstance(slices, bool) or slices < 0:
+                raise ApiError(400, {"job_slice_count": ["A valid integer is required."]})
         if coll == "inventory_sources":
             self._ref("inventories", obj.get("inventory"), "inventory")
             if obj.get("source") == "scm":

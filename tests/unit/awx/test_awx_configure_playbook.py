@@ -48,8 +48,12 @@ def configure(awx, tmp_path, *args):
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
 
 
+FLEET = ("-e", '{"specpilot_awx_fleet_size": 200, "specpilot_awx_instance_groups": ["gpu-east"]}')
+
+
 def test_configure_creates_everything_then_changes_nothing(awx, tmp_path):
-    first = configure(awx, tmp_path)
+    east = awx._create("instance_groups", {"name": "gpu-east"})  # AWX's instance groups exist before (operators)
+    first = configure(awx, tmp_path, *FLEET)
     assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-3000:]
     assert awx.authorized
     assert SECRET not in first.stdout + first.stderr
@@ -74,7 +78,13 @@ def test_configure_creates_everything_then_changes_nothing(awx, tmp_path):
     templates = {t["name"]: t for t in awx.objects("job_templates")}
     assert set(templates) == {"specpilot validate", "specpilot deploy", "specpilot smoke", "specpilot rollback",
                               "specpilot benchmark", "specpilot tune", "specpilot canary", "specpilot guard",
-                              "specpilot monitoring"}
+                              "specpilot monitoring", "specpilot fleet report"}
+    # issue 40: a fleet of 200 runs the fleet's templates as 4 slices, on the instance group near its cluster
+    for name in ("specpilot guard", "specpilot smoke", "specpilot validate", "specpilot deploy", "specpilot rollback"):
+        assert templates[name]["job_slice_count"] == 4 and templates[name]["ask_job_slice_count_on_launch"] is True
+        assert [g["id"] for g in awx.associated("job_templates", templates[name]["id"], "instance_groups")] == \
+            [east["id"]], name
+    assert templates["specpilot canary"].get("job_slice_count", 1) == 1
     tune = awx.survey("job_templates", templates["specpilot tune"]["id"])
     assert {q["variable"]: q["type"] for q in tune["spec"]}["specpilot_benchmark_tune_num_speculative_tokens"] == "multiselect"
     guard = templates["specpilot guard"]
@@ -93,7 +103,8 @@ def test_configure_creates_everything_then_changes_nothing(awx, tmp_path):
     ujt = {v["id"]: v["name"] for c in fake_awx.UNIFIED for v in awx.objects(c)}
     assert {i: ujt[n["unified_job_template"]] for i, n in nodes.items()} == {
         "validate": "specpilot validate", "deploy": "specpilot deploy", "smoke": "specpilot smoke",
-        "rollback-restore": "specpilot rollback", "rollback-off": "specpilot rollback"}
+        "rollback-restore": "specpilot rollback", "rollback-off": "specpilot rollback",
+        "fleet-report": "specpilot fleet report"}
 
     def links(identifier, kind):
         return [n["identifier"] for n in awx.associated("workflow_job_template_nodes", nodes[identifier]["id"], kind)]
@@ -109,12 +120,20 @@ def test_configure_creates_everything_then_changes_nothing(awx, tmp_path):
     assert [n["identifier"] for n in awx.associated(
         "workflow_job_template_nodes", canary_nodes["canary"]["id"], "success_nodes")] == ["guard"]
 
+    assert links("smoke", "always_nodes") == ["fleet-report"]
+    guard_wf = awx.find("workflow_job_templates", name="specpilot guard fleet")
+    guard_nodes = {n["identifier"]: n for n in all_nodes if n["workflow_job_template"] == guard_wf["id"]}
+    assert {i: ujt[n["unified_job_template"]] for i, n in guard_nodes.items()} == {
+        "guard": "specpilot guard", "fleet-report": "specpilot fleet report"}
+    assert [n["identifier"] for n in awx.associated(
+        "workflow_job_template_nodes", guard_nodes["guard"]["id"], "always_nodes")] == ["fleet-report"]
+
     schedule = awx.find("schedules", name="specpilot guard hourly")
-    assert schedule["unified_job_template"] == guard["id"]
+    assert schedule["unified_job_template"] == guard_wf["id"]
     assert schedule["rrule"] == "DTSTART:20260101T000000Z RRULE:FREQ=HOURLY;INTERVAL=1"
 
     writes = len([r for r in awx.requests if r[0] != "GET"])
-    second = configure(awx, tmp_path)
+    second = configure(awx, tmp_path, *FLEET)
     assert second.returncode == 0, second.stdout[-4000:]
     ok, changed, _unreachable, failed = map(int, RECAP.search(second.stdout).groups())
     assert (changed, failed) == (0, 0), second.stdout[-4000:]

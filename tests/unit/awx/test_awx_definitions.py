@@ -38,8 +38,12 @@ for _f in sorted(DATA.glob("*.yml")):
 TEMPLATES = {t["name"]: t for t in DEFS["controller_templates"]}
 WORKFLOWS = {w["name"]: w for w in DEFS["controller_workflows"]}
 # the templates that act on the cluster per service
-MUTATING = {"specpilot canary", "specpilot deploy", "specpilot smoke", "specpilot rollback", "specpilot benchmark", "specpilot guard",
+MUTATING = {"specpilot canary", "specpilot deploy", "specpilot rollback", "specpilot benchmark", "specpilot guard",
             "specpilot monitoring", "specpilot tune"}
+# issue 40: the templates a fleet runs, sliced across execution nodes
+SLICED = {"specpilot guard", "specpilot smoke", "specpilot validate", "specpilot deploy", "specpilot rollback"}
+# the templates that contact no cluster
+CLUSTERLESS = {"specpilot validate", "specpilot fleet report"}
 SURVEY_TYPES = {"text", "textarea", "password", "integer", "float", "multiplechoice", "multiselect"}
 
 
@@ -184,7 +188,9 @@ def test_surveys_are_well_formed(obj):
 
 def test_no_overlapping_runs_where_they_must_not_overlap():
     for name, t in TEMPLATES.items():
-        assert t["ask_limit_on_launch"] is True, f"{name}: the service limit is AWX's limit prompt"
+        # the fleet report's play runs on localhost: a workflow's limit (services) would leave it no host
+        assert t["ask_limit_on_launch"] is (name != "specpilot fleet report"), \
+            f"{name}: the service limit is AWX's limit prompt"
         if name in MUTATING:
             assert t["allow_simultaneous"] is False, name
     for w in WORKFLOWS.values():
@@ -207,7 +213,7 @@ def test_references_resolve():
         assert t["inventory"] in names["controller_inventories"]
         assert t["execution_environment"] in names["controller_execution_environments"]
         assert set(t.get("credentials", [])) <= names["controller_credentials"]
-        if t["name"] != "specpilot validate":  # validate never contacts a cluster
+        if t["name"] not in CLUSTERLESS:
             assert t.get("credentials"), f"{t['name']} needs the Kubernetes credential"
 
 
@@ -220,15 +226,17 @@ def test_inventory_source_points_at_a_project_inventory():
 def test_rollout_workflow():
     w = WORKFLOWS["specpilot rollout"]
     nodes = {n["identifier"]: n for n in w["simplified_workflow_nodes"]}
-    assert set(nodes) == {"validate", "deploy", "smoke", "rollback-restore", "rollback-off"}
+    assert set(nodes) == {"validate", "deploy", "smoke", "rollback-restore", "rollback-off", "fleet-report"}
     for node in nodes.values():
         assert node["unified_job_template"] in TEMPLATES
         for link in ("success_nodes", "failure_nodes", "always_nodes"):
             assert set(node.get(link, [])) <= set(nodes)
-    edges = {(a, kind, b) for a, n in nodes.items() for kind in ("success_nodes", "failure_nodes")
+    edges = {(a, kind, b) for a, n in nodes.items() for kind in ("success_nodes", "failure_nodes", "always_nodes")
              for b in n.get(kind, [])}
     assert edges == {("validate", "success_nodes", "deploy"), ("deploy", "success_nodes", "smoke"),
-                     ("deploy", "failure_nodes", "rollback-restore"), ("smoke", "failure_nodes", "rollback-off")}
+                     ("deploy", "failure_nodes", "rollback-restore"), ("smoke", "failure_nodes", "rollback-off"),
+                     ("smoke", "always_nodes", "fleet-report")}
+    assert nodes["fleet-report"]["unified_job_template"] == "specpilot fleet report"
     assert nodes["validate"]["unified_job_template"] == "specpilot validate"
     assert nodes["deploy"]["unified_job_template"] == "specpilot deploy"
     assert nodes["smoke"]["unified_job_template"] == "specpilot smoke"
@@ -267,7 +275,8 @@ def test_schedules():
     by_name = {s["name"]: s for s in DEFS["controller_schedules"]}
     settings = load(DATA / "settings.yml")
     guard = by_name["specpilot guard hourly"]
-    assert guard["unified_job_template"] == "specpilot guard" and guard["enabled"] is True
+    # issue 40: the sliced guard, then one fleet summary of every slice
+    assert guard["unified_job_template"] == "specpilot guard fleet" and guard["enabled"] is True
     rrules = {"{{ specpilot_awx_guard_rrule }}": settings["specpilot_awx_guard_rrule"],
               "{{ specpilot_awx_smoke_rrule }}": settings["specpilot_awx_smoke_rrule"]}
     assert "FREQ=HOURLY;INTERVAL=1" in settings["specpilot_awx_guard_rrule"]
@@ -276,8 +285,53 @@ def test_schedules():
         rrule = rrules.get(s["rrule"], s["rrule"])
         assert re.fullmatch(r"DTSTART:\d{8}T\d{6}Z RRULE:FREQ=(MINUTELY|HOURLY|DAILY|WEEKLY|MONTHLY)(;[A-Z]+=[A-Z0-9,]+)*",
                             rrule), rrule
-        asked = {q["variable"] for q in survey_questions(TEMPLATES[s["unified_job_template"]])}
+        target = TEMPLATES.get(s["unified_job_template"]) or WORKFLOWS[s["unified_job_template"]]
+        asked = {q["variable"] for q in survey_questions(target)}
         assert set(s.get("extra_data", {})) <= asked
+
+
+def render_setting(name: str, **overrides):
+    """A settings.yml value rendered as Ansible would (plain Jinja: its expressions use only builtin filters)."""
+    import jinja2
+
+    settings = dict(load(DATA / "settings.yml"), **overrides)
+    value = settings[name]
+    return jinja2.Environment().from_string(value).render(**settings) if isinstance(value, str) else value
+
+
+@pytest.mark.parametrize("fleet, per_slice, most, slices", [(1, 50, 4, 1), (50, 50, 4, 1), (51, 50, 4, 2),
+                                                            (200, 50, 4, 4), (1000, 50, 4, 4), (200, 25, 16, 8)])
+def test_the_slice_count_is_sized_from_the_fleet(fleet, per_slice, most, slices):
+    assert int(render_setting("specpilot_awx_job_slice_count", specpilot_awx_fleet_size=fleet,
+                              specpilot_awx_services_per_slice=per_slice, specpilot_awx_max_slices=most)) == slices
+
+
+def test_fleet_templates_are_sliced_with_their_instance_groups_and_the_workflows_merge_the_slices():
+    """Issue 40: the guard, smoke, validate, deploy and rollback templates run as slices (a count sized in
+    settings.yml, asked again at launch) on the instance groups of settings.yml; only the read-only ones run beside
+    another job of the same template; a workflow node after each sliced guard or smoke merges the slices."""
+    for name in SLICED:
+        t = TEMPLATES[name]
+        assert t["job_slice_count"] == "{{ specpilot_awx_job_slice_count }}", name
+        assert t["ask_job_slice_count_on_launch"] is True, name
+        assert t["instance_groups"] == "{{ specpilot_awx_instance_groups }}", name
+    for name in set(TEMPLATES) - SLICED:
+        assert "job_slice_count" not in TEMPLATES[name], f"{name} is not slice-safe (one service a run)"
+    assert {n for n in TEMPLATES if TEMPLATES[n]["allow_simultaneous"]} == {
+        "specpilot validate", "specpilot smoke", "specpilot fleet report"}
+    fleet = TEMPLATES["specpilot fleet report"]
+    assert fleet["playbook"] == "playbooks/fleet_report.yml" and not fleet.get("credentials")
+    assert roles_of_playbook(ROOT / fleet["playbook"]) == ["specpilot_fleet"]
+    merged_after = set()
+    for w in WORKFLOWS.values():
+        nodes = {n["identifier"]: n for n in w["simplified_workflow_nodes"]}
+        for node in nodes.values():
+            for child in node.get("always_nodes", []):
+                if nodes[child]["unified_job_template"] == "specpilot fleet report":
+                    merged_after.add(node["unified_job_template"])
+    assert merged_after == {"specpilot guard", "specpilot smoke"}
+    guard_fleet = {n["identifier"]: n for n in WORKFLOWS["specpilot guard fleet"]["simplified_workflow_nodes"]}
+    assert guard_fleet["guard"]["always_nodes"] == ["fleet-report"]
 
 
 def test_kubernetes_credential_injects_k8s_auth_and_no_kubeconfig():

@@ -9,6 +9,7 @@ from bench_helpers import ACCEPT, WORKLOADS, StreamServer, run, run_tasks
 
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_analysis as ba
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_report as br
+from markdown_cells import unpadded
 
 GPU_NODE = {
     "metadata": {
@@ -137,7 +138,7 @@ def test_report_files_markdown_and_plots(tmp_path):
     assert lv["valid"] is True and lv["decision"] == "rollback" and len(lv["ratios"]["tpot"]["ci95"]) == 2
     assert data["context_missing"] == [] and set(data["context"]) == set(br.CONTEXT_FIELDS)
     assert data["levels"][0]["baseline"]["metrics"]["ttft_ms"]["p50"] == pytest.approx(52)
-    md = open(paths["markdown"]).read()
+    md = unpadded(open(paths["markdown"]).read())
     assert "## Verdict: ROLL BACK speculative decoding (at qps=16)" in md
     for field in (
         "| Hardware | NVIDIA-A30 x 1 per replica",

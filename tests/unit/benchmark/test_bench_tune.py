@@ -11,6 +11,7 @@ from bench_helpers import ACCEPT, run, run_tasks
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_analysis as ba
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_tune as bt
 from ansible_collections.specpilot.core.plugins.module_utils.report.plots import pyplot
+from markdown_cells import unpadded
 
 BASELINE = [run("baseline", 1, ttft_ms=50, tpot_ms=20, jitter=0.05)]
 
@@ -130,7 +131,7 @@ def test_report_files_table_and_plot(three, tmp_path):
     data = json.loads((tmp_path / "tune.json").read_text())
     assert data["kind"] == "specpilot-tune" and data["recommendation"]["num_speculative_tokens"] == 3
     assert [c["id"] for c in data["candidates"]] == ["k1", "k2", "k3"]
-    md = (tmp_path / "tune.md").read_text()
+    md = unpadded((tmp_path / "tune.md").read_text())
     assert md.startswith(
         "# Speculative decoding tuning run: svc\n\nrecommended ngram num_speculative_tokens=3"
     )

@@ -267,3 +267,49 @@ def test_an_engine_out_of_memory_while_measured_makes_the_level_invalid():
     level = res["levels"][0]
     assert res["decision"] == "invalid" and not level["valid"]
     assert any(r.startswith("speculative: the engine restarted 1 time(s)") for r in level["invalid_reasons"])
+
+
+def _restarted_pod(name, restarts, finished_at, running_since, reason="OOMKilled"):
+    pod = _pod(name, restarts, reason)
+    c = pod["status"]["containerStatuses"][0]
+    c["lastState"]["terminated"]["finishedAt"] = finished_at
+    c["state"] = {"running": {"startedAt": running_since}}
+    return pod
+
+
+def test_an_out_of_memory_restart_invalidates_only_the_level_it_hit():
+    """Issue 39, per level: the engine was OOM-killed at 10:01:05 and ran again from 10:01:20, during the second of
+    three levels (10:00:00-60 s, 10:01:00-60 s, 10:02:00-60 s): that level is invalid with the reason and the
+    time, the two others stay valid. Several restarts (the earlier ones untimed) hit every level up to the last;
+    a run without its times (vllm bench serve) gets the side's restarts."""
+    from ansible_collections.specpilot.core.plugins.filter.benchmark import benchmark_engine_restarts
+
+    t0 = 1795860000.0  # 2026-11-28T10:00:00Z
+    runs = []
+    for i, qps in enumerate((1, 2, 4)):
+        base = _noisy("baseline", qps, 11.96, 20.0, 0.3)
+        spec = dict(_noisy("speculative", qps, 13.17, 10.15, 0.3, acceptance=ACCEPT), started_at=t0 + 60 * i,
+                    duration_s=58.0)
+        runs += [base, spec]
+    after = [_restarted_pod("p", 1, "2026-11-28T10:01:05Z", "2026-11-28T10:01:20Z")]
+    marked = benchmark_engine_restarts(runs[1::2], [_pod("p", 0)], after)
+    hit = [r["summary"].get("engine_restarts") for r in marked]
+    assert [h is not None for h in hit] == [False, True, False]
+    assert hit[1]["reason"].startswith(
+        "the engine restarted 1 time(s) while this level was measured (pod p: OOMKilled, exit 137 at "
+        "2026-11-28T10:01:05Z), out of memory"), hit[1]["reason"]
+    res = ba.analyse([r for pair in zip(runs[0::2], marked) for r in pair], target={"qps": 1})
+    assert res["per_level"] == {"qps=1": "keep", "qps=2": "invalid", "qps=4": "keep"}, res["per_level"]
+    level = {lv["level"]["key"]: lv for lv in res["levels"]}["qps=2"]
+    assert any(r.startswith("speculative: the engine restarted 1 time(s) while this level was measured")
+               and "OOMKilled" in r for r in level["invalid_reasons"]), level["invalid_reasons"]
+    # three restarts, the last at 10:01:05: the first two levels (the earlier restarts have no time)
+    several = [_restarted_pod("p", 3, "2026-11-28T10:01:05Z", "2026-11-28T10:01:20Z")]
+    hit = [r["summary"].get("engine_restarts") for r in benchmark_engine_restarts(runs[1::2], [_pod("p", 0)], several)]
+    assert [h is not None for h in hit] == [True, True, False]
+    # a restart before the side's first level only (down 09:59:00-09:59:50): no level hit
+    early = [_restarted_pod("p", 1, "2026-11-28T09:59:00Z", "2026-11-28T09:59:50Z")]
+    assert benchmark_engine_restarts(runs[1::2], [_pod("p", 0)], early) == runs[1::2]
+    untimed = dict(runs[1], started_at=None)
+    assert "the level's times are unknown" in benchmark_engine_restarts(
+        [untimed], [_pod("p", 0)], after)[0]["summary"]["engine_restarts"]["reason"]

@@ -157,11 +157,15 @@ class FakePrometheus:
             return [({"pod": p["pod"]}, samples) for p in ARMS[arm]]
         if key == "requests":
             return [({"finished_reason": r}, v) for r, v in facts["finished"].items()]
+        if key == "spec:per_pos":  # the page has no per-position counters: no series
+            return []
         if key.startswith("spec:"):
             return [({}, facts["counters"][key[5:]])] if spec else []
         lat = facts["latency"].get(key[5:])
         if not lat:
             return []
+        if key.startswith("sum:"):
+            return [({}, lat["sum"])]
         return [({"le": repr(le)}, v) for le, v in lat["buckets"]] + [({"le": "+Inf"}, lat["count"])]
 
 
@@ -217,7 +221,12 @@ def test_the_old_inter_token_name_carries_tpot_when_it_is_the_only_one():
         "metric": "vllm:time_per_output_token_seconds",
         "count": 10.0,
         "buckets": [[0.025, 3.0], [0.05, 10.0]],
+        "sum": None,  # no answer of its sum: the mean is unknown, never 0
     }
+    with_sum = cp.arm_window_from_answers(
+        {"samples": [({"pod": "p"}, 5)], "hist:tpot": buckets, "sum:tpot": [({}, 0.31)]}, ["p"], 60, {}
+    )
+    assert with_sum["histograms"]["tpot"]["sum"] == 0.31
     both = cp.arm_window_from_answers(
         {"samples": [({"pod": "p"}, 5)], "hist:tpot": buckets, "hist:itl": buckets}, ["p"], 60, {}
     )

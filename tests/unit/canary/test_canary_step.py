@@ -7,6 +7,7 @@ from __future__ import annotations
 from test_canary_window import page
 
 from ansible_collections.specpilot.core.plugins.module_utils.operate import canary
+from markdown_cells import unpadded
 
 ARMS = {
     "baseline": [{"pod": "stable-1", "url": "http://b/metrics"}],
@@ -144,8 +145,8 @@ def test_the_report_has_both_arms_figures_per_step():
         }
     )
     assert "## Step 50% - promote-step" in md
-    base = next(line for line in md.splitlines() if line.startswith("| baseline |"))
-    can = next(line for line in md.splitlines() if line.startswith("| canary |"))
+    base = next(line for line in unpadded(md).splitlines() if line.startswith("| baseline |"))
+    can = next(line for line in unpadded(md).splitlines() if line.startswith("| canary |"))
     assert base.split("|")[2].strip() == "60" and can.split("|")[-2].strip() == "0.80"
     assert "TPOT p50" in md and "95% CI" in md
     assert "Resumed" not in md

@@ -106,10 +106,16 @@ def test_histogram_quantile_as_prometheus():
 
 
 def page(
-    ttft_s: float, tpot_s: float, n: int, spec: tuple[int, int, int] | None = None, aborted: int = 0
+    ttft_s: float,
+    tpot_s: float,
+    n: int,
+    spec: tuple[int, int, int] | None = None,
+    aborted: int = 0,
+    per_pos: list[int] | None = None,
 ) -> str:
     """A vLLM-named page of n requests with these latencies (prometheus_client writes it with
-    vLLM 0.32's buckets) and spec-decode counters (drafts, draft tokens, accepted) when given."""
+    vLLM 0.32's buckets) and spec-decode counters (drafts, draft tokens, accepted) when given, with the
+    accepted tokens per draft position (``per_pos``) when given."""
     reg = CollectorRegistry()
     lbl = ["model_name", "engine"]
     ttft = Histogram(
@@ -144,6 +150,10 @@ def page(
     if spec:
         for name, value in zip(("num_drafts", "num_draft_tokens", "num_accepted_tokens"), spec):
             Counter("vllm:spec_decode_" + name, "", lbl, registry=reg).labels("m", "0").inc(value)
+    if per_pos:
+        pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos", "", lbl + ["position"], registry=reg)
+        for i, value in enumerate(per_pos):
+            pos.labels("m", "0", str(i)).inc(value)
     # one engine's counters keep their creation time; each registry here has its own: left out
     return "".join(line for line in generate_latest(reg).decode().splitlines(True) if "_created" not in line)
 
@@ -193,6 +203,19 @@ def test_too_few_requests_extend_then_stop_inconclusive():
 def test_no_difference_is_undecided_never_acted_on():
     out = canary.decide_step(arm(**BASE), arm(0.03, 0.04, 120, spec=(1000, 3000, 2400)), extensions_left=0)
     assert out["decision"] == "inconclusive" and out["verdict"]["decision"] == "inconclusive"
+    # every figure of both arms sits in one and the same bucket: their quantiles tell the arms nothing, so each is
+    # judged on its mean (issue 39: never decide on a measurement that measured nothing)
+    assert sorted(out["unresolved"]) == ["e2e", "tpot", "ttft"] and out["ratios"]["tpot"]["statistic"] == "mean"
+    assert any("TPOT p50 of both arms falls in the same histogram bucket (25-50 ms): judged on the mean" in r
+               for r in out["reasons"])
+
+
+def test_a_difference_inside_one_bucket_is_measured_on_the_means():
+    # TPOT 40 -> 37 ms: both inside the 25-50 ms bucket, the quantiles cannot see it, the means do
+    out = canary.decide_step(arm(**BASE), arm(0.03, 0.037, 120, spec=(1000, 3000, 2400)), extensions_left=0)
+    assert out["decision"] == "promote-step", out["reasons"]
+    tpot = out["ratios"]["tpot"]
+    assert tpot["value"] == pytest.approx(40 / 37, rel=1e-3) and 1.0 < tpot["ci95"][0] < tpot["value"] < tpot["ci95"][1]
 
 
 def test_the_services_slo_policy_applies():

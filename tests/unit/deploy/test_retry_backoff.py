@@ -99,6 +99,27 @@ def test_run_stops_at_the_attempts_and_raises_the_last_error():
     assert len(calls) == 3 and clock.slept == [0.5, 1.0]
 
 
+def test_run_gives_up_when_the_next_attempt_would_start_past_the_total():
+    """``total`` bounds the time a retried call takes: the first wait that would end past it is not slept."""
+    slept, now = [], [NOW]
+
+    def sleep(seconds):
+        slept.append(seconds)
+        now[0] += seconds
+
+    def call():
+        now[0] += 1.0  # each attempt takes a second
+        return 503
+
+    limited = Backoff(9, base=0.5, cap=4.0, sleep=sleep, rand=lambda: 1.0, clock=lambda: now[0], total=10.0)
+    assert limited.run(call, lambda code, exc: (True, None)) == 503
+    # attempts at 0, 1.5, 3.5, 6.5; the next wait (4 s) would start one at 11.5 > 10: the last outcome returned
+    assert slept == [0.5, 1.0, 2.0] and now[0] - NOW == 7.5
+    # a Retry-After longer than what is left is not waited for either
+    slept.clear()
+    assert limited.run(call, lambda code, exc: (True, "30")) == 503 and slept == []
+
+
 def test_run_does_not_retry_a_final_error():
     clock = Clock()
     with pytest.raises(ValueError):

@@ -167,9 +167,9 @@ class Run:
 
 
 def run_guard(emu, tmp_path: Path, inventory: Path, *args: str, extra: dict | None = None,
-              roles_path: Path | None = None, timeout: int = 300) -> Run:
+              roles_path: Path | None = None, timeout: int = 300, env_extra: dict | None = None) -> Run:
     report_dir = tmp_path / "report"
-    env = dict(os.environ)
+    env = dict(os.environ, **(env_extra or {}))
     env.update(
         K8S_AUTH_KUBECONFIG=str(emu.kubeconfig),
         ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),

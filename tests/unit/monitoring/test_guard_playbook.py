@@ -11,6 +11,7 @@ import pytest
 
 import guard_support as gs
 import vllm_pages as vp
+from markdown_cells import unpadded
 
 pytestmark = [pytest.mark.slow]
 
@@ -60,6 +61,10 @@ def test_every_kind_of_service_in_one_run_each_in_isolation(emulator, metrics, n
         "; latest canary verdict (2026-11-27T10:00:00Z): aborted - at step 50%%: TTFT +57%% against the stable "
         "predictor (%s)" % (canary / "report.json"))
     assert "latest" not in by["low"]["message"]  # no verdict for that one
+    # the report's table: what was judged, and the verdict the guard does not give
+    assert "| %s/healthy | acceptance healthy | 0.800 |" % ns in unpadded(run.markdown), run.markdown
+    assert "| none | canary aborted (2026-11-27T10:00:00Z) |\n" in unpadded(run.markdown), run.markdown
+    assert by["healthy"]["latest_verdict"]["verdict"] == "aborted" and by["low"]["latest_verdict"] is None
     assert "cannot read http://127.0.0.1:9/nowhere/metrics" in by["gone"]["error"]
     assert "exports no vllm:spec_decode_* series" in by["dropped"]["findings"][0]
     # figures of the window between the two scrapes (one unit of traffic), as the parser computes them
@@ -81,7 +86,7 @@ def test_every_kind_of_service_in_one_run_each_in_isolation(emulator, metrics, n
     # the guard never touches the InferenceService (no annotation: KServe would restart the pods)
     assert "specpilot.io/guard-history" not in (isvc["metadata"].get("annotations") or {})
     assert isvc["metadata"]["generation"] == 1
-    assert "| low | 0.200 | 1.60 | 0.5 / 0.1 / 0.0 | 30 | 1/3 | watch |" in run.markdown
+    assert "| acceptance low | 0.200 | 1.60 | 0.5 / 0.1 / 0.0 | 30 | 1/3 | watch | - |" in unpadded(run.markdown)
 
     # check mode, errors tolerated: the same verdicts, nothing written
     check = gs.run_guard(emulator, tmp_path, inv, "--check", extra={"specpilot_guard_fail_on_error": False})

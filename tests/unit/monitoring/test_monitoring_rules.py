@@ -166,14 +166,37 @@ def test_scrape_configs_select_the_services_pods_on_the_engines_port():
 # ------------------------------------------------------------------ playbooks/monitoring.yml
 
 
-def run_playbook(tmp_path: Path, *args: str, kubeconfig: Path | None = None) -> subprocess.CompletedProcess:
+def run_playbook(tmp_path: Path, *args: str, kubeconfig: Path | None = None, extra: dict | None = None,
+                 playbook: str = "monitoring.yml") -> subprocess.CompletedProcess:
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
                ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"), TMPDIR=str(tmp_path), ANSIBLE_NOCOLOR="1")
     if kubeconfig:
         env["K8S_AUTH_KUBECONFIG"] = str(kubeconfig)
     cmd = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(ROOT / "inventories" / "lab"),
-           str(ROOT / "playbooks" / "monitoring.yml"), *args]
+           str(ROOT / "playbooks" / playbook), *args]
+    if extra:
+        cmd += ["-e", json.dumps(extra)]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+SA_NS = "specpilot-lab"
+SA = "specpilot-automation"
+SA_USER = f"system:serviceaccount:{SA_NS}:{SA}"
+
+
+def _shipped_service_account(emu, tmp_path: Path) -> dict:
+    """playbooks/rbac.yml as the admin (inventories/lab's namespace), then a TokenRequest of its ServiceAccount:
+    the variables that run a playbook as that ServiceAccount."""
+    from specpilot_lab.apiserver.server import write_kubeconfig
+
+    rbac = run_playbook(tmp_path, kubeconfig=emu.kubeconfig, playbook="rbac.yml",
+                        extra={"specpilot_k8s_kubeconfig": str(emu.kubeconfig)})
+    assert rbac.returncode == 0, rbac.stdout[-4000:] + rbac.stderr[-2000:]
+    r = emu.request("POST", f"/api/v1/namespaces/{SA_NS}/serviceaccounts/{SA}/token", {"spec": {}})
+    assert r.status == 201, r
+    path = write_kubeconfig(tmp_path / "automation.kubeconfig", emu.url.replace("http://", "https://"), SA_NS,
+                            token=r.json()["status"]["token"], user=SA, ca_file=emu.state_dir / "apiserver.crt")
+    return {"specpilot_k8s_kubeconfig": str(path)}
 
 
 def recap(output: str) -> dict:
@@ -218,8 +241,17 @@ def test_playbook_applies_rule_and_dashboard(emulator_factory, tmp_path):
     emu = emulator_factory(crds=[LAB_CRDS, CRD, POD_MONITOR_CRD], name="monitoring")
     emu.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                "metadata": {"name": "specpilot-lab"}})
-    proc = run_playbook(tmp_path, *args, kubeconfig=emu.kubeconfig)
+    # issue 39: as the shipped ServiceAccount (roles/specpilot_rbac), whose Role and ClusterRole must allow
+    # the read of the operator's CRDs and the applies; the API emulator enforces RBAC as kube-apiserver does
+    sa = _shipped_service_account(emu, tmp_path)
+    mark = emu.control.mark()
+    proc = run_playbook(tmp_path, *args, kubeconfig=emu.kubeconfig, extra=sa)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    mine = [e for e in emu.control.requests(since=mark) if e["user"] == SA_USER]
+    assert mine and not [e for e in mine if e["code"] in (401, 403)], [e for e in mine if e["code"] in (401, 403)]
+    assert {(e["verb"], e["name"]) for e in mine if e["resource"] == "customresourcedefinitions"} == {
+        ("get", "prometheusrules.monitoring.coreos.com"), ("get", "podmonitors.monitoring.coreos.com")}
+    assert {e["resource"] for e in mine if e["verb"] == "create"} == {"prometheusrules", "podmonitors", "configmaps"}
     monitor = emu.request("GET", "/apis/monitoring.coreos.com/v1/namespaces/specpilot-lab/podmonitors/"
                                  "lab-ngram-specpilot-vllm").json()
     stored = emu.request("GET", "/apis/monitoring.coreos.com/v1/namespaces/specpilot-lab/prometheusrules/"
@@ -231,5 +263,5 @@ def test_playbook_applies_rule_and_dashboard(emulator_factory, tmp_path):
     cm = emu.request("GET", "/api/v1/namespaces/specpilot-lab/configmaps/specpilot-specpilot-lab-lab-ngram").json()
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(cm["data"]["specpilot-specpilot-lab-lab-ngram.json"]) == expected["dashboard"]
-    again = run_playbook(tmp_path, *args, kubeconfig=emu.kubeconfig)
+    again = run_playbook(tmp_path, *args, kubeconfig=emu.kubeconfig, extra=sa)
     assert again.returncode == 0 and recap(again.stdout)["lab-ngram"] == (0, 0), again.stdout

@@ -40,7 +40,7 @@ def plan_for(host: str = "lab-ngram", **changes) -> dict:
 
 
 def isvc_for(plan: dict, ready: bool = True, args: list[str] | None = None, message: str = "") -> dict:
-    isvc = copy.deepcopy(plan["inferenceservice"])
+    isvc = copy.deepcopy(plan.get("serving") or plan["inferenceservice"])  # the plan's kind's object
     if args is not None:
         isvc["spec"]["predictor"]["model"]["args"] = list(args)
     cond = (

@@ -13,6 +13,7 @@ import pytest
 import smoke_samples as s
 
 from ansible_collections.specpilot.core.plugins.module_utils.verify import smoke, smoke_report
+from markdown_cells import unpadded
 
 BIN = Path(sys.executable).parent
 
@@ -35,7 +36,7 @@ def test_report_content_and_markdown(plan):
     assert rep["plan"]["speculative_config"]["model"] == "/mnt/models/draft"
     assert rep["engine"]["speculative_config"]["method"] == "draft_model"
     assert json.loads(json.dumps(rep)) == rep  # JSON-able as is
-    md = smoke_report.render_markdown(rep)
+    md = unpadded(smoke_report.render_markdown(rep))
     assert md.startswith("# Smoke check: lab-draft - FAIL\n")
     assert (
         "| Acceptance rate | FAIL | draft acceptance rate 0.02 (from /metrics) is below the minimum 0.50"
@@ -50,7 +51,7 @@ def test_report_content_and_markdown(plan):
 def test_pipes_in_messages_do_not_break_the_table(plan):
     _result, rep = make_report(plan)
     rep["checks"][0]["message"] = "a | b\nc"
-    assert "| InferenceService | PASS | a \\| b c |" in smoke_report.render_markdown(rep)
+    assert "| InferenceService | PASS | a \\| b c |" in unpadded(smoke_report.render_markdown(rep))
 
 
 def test_write_report_files_and_rewrite_only_on_change(plan, tmp_path):
@@ -222,7 +223,7 @@ def test_the_band_at_the_production_temperature_and_without_one(plan):
     band = rep["acceptance_band"]
     assert band["band"] == "measure_p99" and band["at_production"] is True
     assert "0.5-0.65: borderline, measure P99 under load" in band["line"]
-    assert "read at the production temperature 0." in smoke_report.render_markdown(rep)
+    assert "read at the production temperature 0." in unpadded(smoke_report.render_markdown(rep))
     # low acceptance, no production temperature in the spec
     _result, rep = make_report(plan, rate_counts=(9, 30, 10, (6, 2, 1)))
     band = rep["acceptance_band"]

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import job_watch
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_retry, job_watch
 from ansible_collections.specpilot.core.plugins.module_utils.operate import rollback
 from ansible_collections.specpilot.core.plugins.module_utils.staging import pvc_staging, stager
 
@@ -181,6 +181,8 @@ def test_job_manifest_reaches_secrets_only_through_env_from():
     cm = plan["manifests"]["configmap"]
     assert cm["metadata"]["name"] == job["metadata"]["name"]
     assert cm["data"]["stager.py"] == open(stager.__file__).read()
+    # the retry policy the program imports beside itself when it runs as the Job's program
+    assert cm["data"]["deploy_retry.py"] == open(deploy_retry.__file__).read()
     req = json.loads(cm["data"]["request.json"])
     assert [a["dest"] for a in req["artifacts"]] == ["chat/target", "chat/draft"]
     assert (

@@ -367,48 +367,59 @@ def test_s3_resume_uses_a_range_request(tmp_path, models):
 
 
 # ---------------------------------------------------------------- hf (fake hub, real client when installed)
-def test_hf_code_path_with_a_stub_api(tmp_path, models):
-    """hf:// without huggingface_hub: the listing comes from a stub with the HfApi interface."""
-
-    class Sib:
-        def __init__(self, rel, data):
-            self.rfilename, self.size, self.blob_id = rel, len(data), hashlib.sha1(data).hexdigest()
-            self.lfs = (
-                {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
-                if rel.endswith(".safetensors")
-                else None
-            )
-
-    class Info:
-        sha = "abc123" + "0" * 34
-        siblings = [
-            Sib(p.relative_to(models / "draft").as_posix(), p.read_bytes())
-            for p in sorted((models / "draft").iterdir())
-        ]
-
-    class Api:
-        calls = []
-
-        def model_info(self, repo, revision=None, files_metadata=False):
-            self.calls.append((repo, revision, files_metadata))
-            return Info()
-
+@pytest.mark.skipif(
+    not ss.STAGING_PYTHON.exists(), reason=".venv-staging (huggingface_hub) missing: run make"
+)
+def test_hf_downloads_by_snapshot_download_pinned_to_the_commit_only_the_selected_files(tmp_path, models):
+    """huggingface_hub's snapshot_download fetches each selected file at the commit the revision resolved to
+    (never the moving tag), with the token; include/exclude choose the files; a rerun fetches nothing."""
+    sha = "abc123" + "0" * 34
     with ss.ModelHTTPServer(models, token="hf_testtoken") as srv:
-        srv.add_hf_repo("org/draft", models / "draft", sha=Info.sha)
-        art = {"role": "draft", "uri": "hf://org/draft@v1.0", "dest": "draft", "request_digest": "sha256:x"}
-        env = stager.Env("", {"HF_ENDPOINT": srv.url, "HF_TOKEN": "hf_testtoken"})
-        api = Api()
-        src = stager.HfSource(art, env, api=api)
-        out = io.StringIO()
-        res = stager.run_request(
-            {"dest_root": str(tmp_path / "pvc"), "artifacts": [art]}, out=out, sources={"draft": src}
+        srv.add_hf_repo("org/draft", models / "draft", sha=sha, revisions=("main", "v1.0"))
+        art = {"uri": "hf://org/draft@v1.0", "exclude": ["generation_config.json"]}
+        req = request(tmp_path / "pvc", art, layout_check=False)
+        env = {"HF_ENDPOINT": srv.url, "HF_TOKEN": "hf_testtoken", "HF_HUB_DISABLE_TELEMETRY": "1"}
+        code, out, res = ss.run_stager(req, tmp_path / "w", env=env, python=ss.STAGING_PYTHON)
+        assert code == 0, out
+        fetched = [r for r in srv.requests if "/resolve/" in r["path"]]
+        srv.requests.clear()
+        code2, out2, res2 = ss.run_stager(req, tmp_path / "w", env=env, python=ss.STAGING_PYTHON)
+        rerun_requests = list(srv.requests)
+        # interrupted mid-way: the hub's copy of a file is gone once opened (the PVC holds one extra file at
+        # most), only the staging program's resumable .part stays; the next run resumes it
+        cut = request(tmp_path / "pvc-cut", art, layout_check=False)
+        code_cut, out_cut, _ = ss.run_stager(
+            dict(cut, _test_stop_after_bytes=200 * 1024), tmp_path / "w", env=env, python=ss.STAGING_PYTHON
         )
-    assert api.calls == [("org/draft", "v1.0", True)]
-    assert res["artifacts"][0]["status"]["resolved_revision"] == Info.sha
-    assert ss.tree_digest(tmp_path / "pvc" / "draft") == ss.tree_digest(models / "draft")
-    downloads = [r for r in srv.requests if "/resolve/" in r["path"]]
-    assert downloads and all(f"/resolve/{Info.sha}/" in r["path"] and r["authorization"] for r in downloads)
-    assert "hf_testtoken" not in out.getvalue()
+        partial = tmp_path / "pvc-cut" / "target" / stager.PARTIAL
+        left = sorted(p.relative_to(partial).as_posix() for p in partial.rglob("*") if p.is_file())
+        code_resumed, out_resumed, res_resumed = ss.run_stager(
+            cut, tmp_path / "w", env=env, python=ss.STAGING_PYTHON
+        )
+        srv.requests.clear()
+        # HF_HUB_OFFLINE: what is staged stays done; a new destination is a retryable error, the hub untouched
+        offline = dict(env, HF_HUB_OFFLINE="1")
+        code3, _out3, _res3 = ss.run_stager(req, tmp_path / "w", env=offline, python=ss.STAGING_PYTHON)
+        code4, out4, res4 = ss.run_stager(
+            request(tmp_path / "pvc2", art, layout_check=False),
+            tmp_path / "w",
+            env=offline,
+            python=ss.STAGING_PYTHON,
+        )
+    assert res["artifacts"][0]["status"]["resolved_revision"] == sha
+    assert fetched and all(f"/resolve/{sha}/" in r["path"] and r["authorization"] for r in fetched)
+    assert not any("generation_config.json" in r["path"] for r in fetched)
+    wanted = {k: v for k, v in ss.tree_digest(models / "draft").items() if k != "generation_config.json"}
+    assert ss.tree_digest(tmp_path / "pvc" / "target") == wanted
+    assert "hf_testtoken" not in out
+    assert code2 == 0 and res2["artifacts"][0]["changed"] is False and rerun_requests == []
+    assert srv.requests == []  # offline: the hub untouched
+    assert code_cut == 1 and any(name.endswith(".part") for name in left), out_cut
+    hub_copies = [n for n in left if not n.endswith((".part", ".part.json")) and "/.cache/" not in n]
+    assert hub_copies == []
+    assert code_resumed == 0 and res_resumed["artifacts"][0]["bytes_resumed"] > 0, out_resumed
+    assert ss.tree_digest(tmp_path / "pvc-cut" / "target") == wanted
+    assert code3 == 0 and code4 == 1 and "listing failed" in res4["message"], out4
 
 
 @pytest.mark.skipif(
@@ -506,20 +517,30 @@ def test_archives_with_links_or_escaping_paths_are_refused(tmp_path):
     assert not (tmp_path / "outside.json").exists()
 
 
-def test_the_program_is_standard_library_only():
+def _top_imports(path):
     import ast
 
-    tree = ast.parse(open(stager.__file__).read())
     top = set()
-    for node in tree.body:
+    for node in ast.walk(ast.parse(open(path).read())):
         if isinstance(node, ast.Import):
-            top.update(a.name.split(".")[0] for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            top.add((node.module or "").split(".")[0])
-        elif isinstance(node, ast.Try):
-            for sub in ast.walk(node):
-                if isinstance(sub, ast.ImportFrom):
-                    top.add((sub.module or "").split(".")[0])
+            top.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            top.add(node.module or "")
+    return top
+
+
+def test_the_program_is_standard_library_only():
+    """stager.py imports the standard library and the collection's retry policy, deploy_retry (from the
+    collection, or beside it in the Job's ConfigMap), which is standard library only itself; the fetch
+    tools (boto3, huggingface_hub) only inside the functions of their schemes."""
     import sys
 
-    assert top <= set(sys.stdlib_module_names) | {"__future__"}, top - set(sys.stdlib_module_names)
+    from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_retry
+
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    policy = {"ansible_collections.specpilot.core.plugins.module_utils.k8s", "deploy_retry"}
+    fetch = {"boto3", "botocore.config", "huggingface_hub", "huggingface_hub.utils"}
+    top = {name for name in _top_imports(stager.__file__) if name.split(".")[0] not in stdlib}
+    assert top - fetch == policy
+    own = {name.split(".")[0] for name in _top_imports(deploy_retry.__file__)}
+    assert own <= stdlib, own - stdlib

@@ -110,8 +110,8 @@ def test_the_live_view_reads_the_engine_container_and_shell_lines():
     assert view.speculative and view.speculative_flags == [shell]
     off = live.view(isvc(["--model=/m", "--use-v2-block-manager"]))
     assert not off.speculative and off.speculative_flags == ["--use-v2-block-manager"]
-    with pytest.raises(ValueError, match="LLMInferenceService"):
-        live.view(isvc([], kind="LLMInferenceService"))
+    with pytest.raises(ValueError, match="no live view of kind Route"):
+        live.view(isvc([], kind="Route"))
 
 
 def test_the_speculative_flags_are_defined_once_from_the_profiles():

@@ -75,6 +75,51 @@ def test_lora_with_adaptive_verification_is_refused():
 
 
 @pytest.mark.parametrize(
+    "version,method,draft_tp,code,path",
+    [
+        # 0.6.3.post1: "Speculative decoding and chunked prefill are currently mutually exclusive"
+        ("0.6.3", "ngram", None, "v0-chunked-prefill", "vllm_args.extra_args"),
+        # 0.6.4: only a draft at TP 1 (unset means the target's 4), never a hidden-state draft
+        ("0.6.4", "draft_model", 4, "draft-tp", "speculative.draft_tensor_parallel_size"),
+        ("0.6.4", "draft_model", None, "draft-tp", "speculative.draft_tensor_parallel_size"),
+        ("0.6.4", "draft_model", 1, None, None),
+        ("0.6.4", "ngram", None, None, None),  # the n-gram branch never reaches the check
+        ("0.6.4", "eagle", 1, "v0-chunked-prefill", "vllm_args.extra_args"),
+        # 0.6.5: the draft-TP clause is gone; hidden-state drafts still refused
+        ("0.6.5", "draft_model", 4, None, None),
+        ("0.6.5", "medusa", 1, "v0-chunked-prefill", "vllm_args.extra_args"),
+    ],
+)
+def test_chunked_prefill_per_release(version, method, draft_tp, code, path):
+    findings = _Findings()
+    cfg = {"method": method}
+    if draft_tp is not None:
+        cfg["draft_tensor_parallel_size"] = draft_tp
+    ctx = {
+        "version": parse_version(version),
+        "version_label": version,
+        "target_tp": 4,
+        "extra_args": ["--enable-chunked-prefill"],
+        "chunked_profile": "incompatible",  # the 0.6.3.post1 profile these releases are judged on
+    }
+    preflight_rules.check_chunked_prefill(cfg, ctx, findings, "speculative")
+    assert findings.errors == ([(path, code)] if code else [])
+    preflight_rules.check_chunked_prefill(
+        cfg, dict(ctx, extra_args=["--enable-chunked-prefill=False"]), findings, "speculative"
+    )
+    assert len(findings.errors) == (1 if code else 0)  # off: nothing more
+
+
+class _Findings:
+    def __init__(self):
+        self.errors = []
+
+    def error(self, path, message, hint, code):
+        assert message and hint
+        self.errors.append((path, code))
+
+
+@pytest.mark.parametrize(
     "version,draft_tp,code",
     [
         ("0.6.3", 4, "draft-tp"),  # 1 only before vllm#9394

@@ -144,8 +144,8 @@ def test_warnings_print_and_fail_only_in_strict_mode(tmp_path):
 @pytest.mark.parametrize(
     "inventory,hosts",
     [
-        ("lab", {"lab-ngram", "lab-draft", "lab-suffix", "lab-eagle3", "lab-storage-uris", "lab-modelcar"}),
-        ("example", {"chat-eagle3", "chat-70b-draft", "reasoning-mtp"}),
+        ("lab", {"lab-ngram", "lab-draft", "lab-suffix", "lab-eagle3", "lab-storage-uris", "lab-modelcar", "lab-llm"}),
+        ("example", {"chat-eagle3", "chat-70b-draft", "reasoning-mtp", "chat-llm-eagle3", "chat-llm-pd"}),
     ],
 )
 def test_inventories_validate_clean(tmp_path, inventory, hosts):

@@ -48,12 +48,15 @@ def test_real_world_case(path):
 
 
 def test_validate_playbook_refuses_the_draft_tp_of_vllm_10483(tmp_path):
-    """validate.yml on vllm#10483's config: draft TP 4 with target TP 4 on a release before vllm#9394 fails,
-    naming the variable, the value, the release and the fix (0.6.4 accepts it: see its case above)."""
-    case = SPECS / "real_world" / "draft_tp_4_target_tp_4_0.6.3.yml"
+    """validate.yml on vllm#10483's config on vLLM 0.6.4 with chunked prefill (issue 38's must-show): draft TP 4
+    with target TP 4 fails, naming the variable, the value, the release and the fix.  0.6.4's source
+    refuses it only with --enable-chunked-prefill (vllm/config.py SpeculativeConfig.maybe_create_spec_config);
+    without it 0.6.4 accepts TP 4 (draft_tp_4_target_tp_4_0.6.4.yml) and 0.6.3 refuses it (..._0.6.3.yml)."""
+    case = SPECS / "real_world" / "draft_tp_4_target_tp_4_chunked_prefill_0.6.4.yml"
     proc = run_playbook(tmp_path, "playbooks/validate.yml", "-e", "specpilot_spec_file=%s" % case)
     assert proc.returncode != 0, proc.stdout
     out = proc.stdout
     assert "specpilot_speculative.draft_tensor_parallel_size" in out, out
-    assert "draft_tensor_parallel_size=4" in out and "vLLM 0.6.3" in out and "set it to 1" in out, out
+    assert "draft_tensor_parallel_size=4" in out and "vLLM 0.6.4" in out, out
+    assert "set draft_tensor_parallel_size to 1" in out and "--enable-chunked-prefill" in out, out
     assert "[draft-tp]" in out, out

@@ -19,6 +19,7 @@ import time
 from ansible.errors import AnsibleActionFail
 from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_rollout, deploy_state
 from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args
+from ansible_collections.specpilot.core.plugins.module_utils.service import llmisvc
 from ansible_collections.specpilot.core.plugins.module_utils.service import plan as service_plan
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import Action
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import (
@@ -117,7 +118,12 @@ def read_state(reader, params):
     }
     if not out["namespace_exists"]:
         return out
-    out["inferenceservice"] = reader.get(ISVC[0], ISVC[1], name=name, namespace=ns)
+    llm = params.get("kind") == llmisvc.KIND
+    if llm:  # the object, its decode Deployment and pods (kept under the InferenceService's keys)
+        obj, deployment, pods = deploy_rollout.read_llm_workload(reader, name, ns, params.get("api_version"))
+        out["inferenceservice"] = obj
+    else:
+        out["inferenceservice"] = reader.get(ISVC[0], ISVC[1], name=name, namespace=ns)
     runtime = params.get("runtime") or {}
     if runtime.get("name"):
         kind = runtime.get("kind") or "ServingRuntime"
@@ -130,7 +136,9 @@ def read_state(reader, params):
         )
     if params["history"]:
         out["history"] = reader.get("ConfigMap", "v1", name=deploy_state.history_name(name), namespace=ns)
-    if params["workload"] and out["inferenceservice"] is not None:
+    if params["workload"] and llm and out["inferenceservice"] is not None:
+        out["deployment"], out["pods"] = deployment, pods
+    elif params["workload"] and out["inferenceservice"] is not None:
         if service_plan.normalise_mode(params["deployment_mode"]) == "Standard":
             out["deployment"] = reader.get(
                 "Deployment",

@@ -58,7 +58,12 @@ class ActionModule(Action):
 
 def read_workload(reader, plan):
     return deploy_rollout.read_workload(
-        reader, plan["name"], plan["namespace"], plan.get("deployment_mode") or "Standard"
+        reader,
+        plan["name"],
+        plan["namespace"],
+        plan.get("deployment_mode") or "Standard",
+        plan.get("kind"),
+        plan.get("api_version"),
     )
 
 

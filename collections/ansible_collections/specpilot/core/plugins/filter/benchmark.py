@@ -64,14 +64,18 @@ def benchmark_twin_lock_seconds(api_timeout, requested=0):
 
 def benchmark_engine_restarts(runs, before, after):
     """runs | benchmark_engine_restarts(pods before, pods after) -> the runs, each one's summary with
-    ``engine_restarts`` when the side's engine restarted between the two reads (the level is then invalid,
-    bench_verdict.level_validity, with the reason)."""
+    ``engine_restarts`` when the side's engine restarted while that level was measured (the level is then
+    invalid, bench_verdict.level_validity, with the reason; bench_verdict.restarts_of_level)."""
     if not isinstance(runs, (list, tuple)):
         raise AnsibleFilterError("benchmark_engine_restarts expects a list of runs, got %s" % type(runs).__name__)
     restarted = bench_verdict.engine_restarts(list(before or []), list(after or []))
     if not restarted:
         return list(runs)
-    return [dict(r, summary=dict(r.get("summary") or {}, engine_restarts=restarted)) for r in runs]
+    out = []
+    for run in runs:
+        hit = bench_verdict.restarts_of_level(restarted, run)
+        out.append(dict(run, summary=dict(run.get("summary") or {}, engine_restarts=hit)) if hit else run)
+    return out
 
 
 class FilterModule(object):

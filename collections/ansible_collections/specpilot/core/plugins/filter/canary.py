@@ -12,7 +12,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.specpilot.core.plugins.module_utils.operate import canary
+from ansible_collections.specpilot.core.plugins.module_utils.operate import canary, canary_change
 from ansible_collections.specpilot.core.plugins.module_utils.service.versions import parse_version
 
 
@@ -34,6 +34,11 @@ def canary_support_problem(kserve_version, deployment_mode):
     return canary.support_problem(version, deployment_mode)
 
 
+def canary_kind_problem(kind):
+    """plan.kind | canary_kind_problem -> why a service of this kind cannot have a canary, or ''."""
+    return canary.kind_problem(str(kind or ""))
+
+
 def canary_todo(isvc, plan, record=None, retry=False, resume_name=None):
     """live InferenceService | canary_todo(plan, record, retry, resume_name) -> resume, interrupted, promoted,
     recorded or run."""
@@ -42,6 +47,14 @@ def canary_todo(isvc, plan, record=None, retry=False, resume_name=None):
     return canary.todo(
         isvc, plan, record if isinstance(record, dict) else {}, bool(retry), resume_name or None
     )
+
+
+def canary_sampling(isvc, plan):
+    """live InferenceService | canary_sampling(plan) -> {stable, canary, change, problem}: the sampling flags of
+    both arms, whether the live service speculates (a change) and why the arms would not sample alike ('')."""
+    if not isinstance(isvc, dict) or not isinstance(plan, dict):
+        raise AnsibleFilterError("canary_sampling expects the live InferenceService and the validated plan")
+    return canary_change.sampling(isvc, plan)
 
 
 def canary_lock_seconds(ready_timeout, requested=0):
@@ -128,11 +141,13 @@ class FilterModule(object):
         return {
             "canary_arm_pods": canary_arm_pods,
             "canary_arm_selectors": canary_arm_selectors,
+            "canary_kind_problem": canary_kind_problem,
             "canary_knative_abort_patch": canary_knative_abort_patch,
             "canary_knative_restored_problem": canary_knative_restored_problem,
             "canary_knative_split": canary_knative_split,
             "canary_knative_step_problem": canary_knative_step_problem,
             "canary_left": canary_left,
+            "canary_sampling": canary_sampling,
             "canary_stable": canary_stable,
             "canary_lock_seconds": canary_lock_seconds,
             "canary_ready_seconds": canary_ready_seconds,

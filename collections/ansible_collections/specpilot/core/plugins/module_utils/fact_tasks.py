@@ -3,8 +3,8 @@
 # Apache-2.0 (see LICENSE)
 # SPDX-License-Identifier: Apache-2.0
 """The work of the modules that only read, compute and write reports (vllm_log_facts,
-vllm_metrics_facts, smoke_verdict, report_write, canary_report and canary_step), as functions of the
-task's parameters.
+vllm_metrics_facts, smoke_probe, smoke_verdict, acceptance_guard, report_write, canary_report and
+canary_step), as functions of the task's parameters.
 
 Each is run two ways, with the same argument spec and the same results:
 * by its action plugin (plugins/action/<name>.py), in the Ansible worker process - what a playbook
@@ -27,13 +27,22 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import HELD_LOCK, K8S_AUTH
 from ansible_collections.specpilot.core.plugins.module_utils.staging import http_get
 from ansible_collections.specpilot.core.plugins.module_utils.operate import (
+    acceptance_guard as guard,
     canary,
+    canary_change,
     canary_prometheus,
+    fleet,
+    monitoring,
     prometheus_api,
     reports,
 )
+from ansible_collections.specpilot.core.plugins.module_utils.service.versions import VersionError
 from ansible_collections.specpilot.core.plugins.module_utils.report.files import write_report
-from ansible_collections.specpilot.core.plugins.module_utils.verify import smoke, smoke_report
+from ansible_collections.specpilot.core.plugins.module_utils.verify import (
+    smoke,
+    smoke_probe as probe,
+    smoke_report,
+)
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_logs import (
     DEFAULT_MAX_ISSUES,
     DEFAULT_MAX_WINDOWS,
@@ -155,6 +164,49 @@ def _scrape(p, kwargs):
         resp.close()
 
 
+# ---------------------------------------------------------------- smoke_probe
+
+SMOKE_PROBE_ARGS = dict(
+    url=dict(type="str", required=True),
+    model=dict(type="str", required=True),
+    prompts=dict(type="list", elements="str", required=True),
+    count=dict(type="int", default=8),
+    max_tokens=dict(type="int", default=128, no_log=False),  # a count, not a credential
+    temperature=dict(type="float", default=0.0),
+    request_params=dict(type="dict", default={}),
+    endpoint=dict(type="str", default="completions", choices=["completions", "chat"]),
+    metrics=dict(type="bool", default=True),
+    headers=dict(type="dict", default={}, no_log=True),
+    timeout=dict(type="float", default=120),
+    validate_certs=dict(type="bool", default=True),
+)
+
+
+def smoke_probe(p, check_mode=False):
+    """specpilot.core.smoke_probe: the probe requests from the controller, /metrics read before and after
+    (verify/smoke_probe.py, the code that also runs inside the pod). Inference requests change nothing that
+    check mode protects: sent in check mode too, never ``changed``."""
+    del check_mode
+    if p["max_tokens"] < 1:
+        raise TaskFailure("max_tokens must be >= 1")
+    if p["temperature"] < 0:
+        raise TaskFailure("temperature must be >= 0")
+    try:
+        bodies = probe.build_requests(
+            p["model"],
+            p["prompts"],
+            p["count"],
+            p["max_tokens"],
+            p["temperature"],
+            p["request_params"],
+            p["endpoint"],
+        )
+    except ValueError as exc:
+        raise TaskFailure(str(exc)) from exc
+    job = {k: p[k] for k in ("url", "endpoint", "headers", "timeout", "validate_certs", "metrics")}
+    return dict(probe.run(dict(job, requests=bodies)), changed=False)
+
+
 # ---------------------------------------------------------------- smoke_verdict
 
 SMOKE_THRESHOLDS = dict(
@@ -231,6 +283,92 @@ def _smoke_report_files(p, report, check_mode):
     return files, files.pop("changed")
 
 
+# ---------------------------------------------------------------- acceptance_guard
+
+ACCEPTANCE_GUARD_ARGS = dict(
+    name=dict(type="str", required=True),
+    isvc=dict(type="dict"),
+    metrics=dict(type="dict"),
+    prometheus_url=dict(type="str"),
+    prometheus_window=dict(type="str", default="15m"),
+    prometheus_headers=dict(type="dict", no_log=True),
+    selector=dict(type="dict"),
+    namespace=dict(type="str"),
+    vllm_version=dict(type="str", default="0.32.0"),
+    validate_certs=dict(type="bool", default=True),
+    timeout=dict(type="float", default=10),
+    history=dict(type="raw"),
+    min_acceptance_rate=dict(type="float", default=0.5),
+    warn_acceptance_rate=dict(type="float", default=0.65),
+    min_draft_tokens=dict(type="int", default=100, no_log=False),  # a count, not a credential
+    consecutive_readings=dict(type="int", default=3),
+    history_size=dict(type="int", default=10),
+    collapse_threshold=dict(type="float", default=0.05),
+    auto_rollback=dict(type="bool", default=False),
+    production_temperature=dict(type="float"),
+    verdict_reports=dict(type="list", elements="path", default=[]),
+)
+GUARD_SETTINGS = (
+    "min_acceptance_rate",
+    "warn_acceptance_rate",
+    "min_draft_tokens",
+    "consecutive_readings",
+    "history_size",
+    "collapse_threshold",
+    "auto_rollback",
+)
+
+
+def _guard_reading(p, isvc):
+    """The window's reading: from Prometheus, from the two scrapes' facts, or none (speculation off)."""
+    if not guard.isvc_speculative(isvc)["on"]:
+        return {}
+    if p["prometheus_url"]:
+        namespace = p["namespace"] or ((isvc.get("metadata") or {}).get("namespace"))
+        selector = dict(
+            (str(k), str(v)) for k, v in (p["selector"] or {}).items()
+        ) or monitoring.default_selector(p["name"], namespace)
+        # issue 37: the share of the window above the crossover the live schedule carries
+        cross = monitoring.crossover_of(guard.isvc_speculative(isvc)["config"])
+        return guard.prometheus_reading(
+            p["prometheus_url"],
+            selector,
+            p["prometheus_window"],
+            p["vllm_version"],
+            p["prometheus_headers"],
+            p["timeout"],
+            p["validate_certs"],
+            http_get.get_bytes,
+            crossover=cross["concurrency"] if cross else None,
+        )
+    if not p["metrics"]:
+        raise TaskFailure("%s: speculative decoding is on but no metrics reading was given" % p["name"])
+    return guard.reading_from_facts(p["metrics"])
+
+
+def acceptance_guard(p, check_mode=False):
+    """specpilot.core.acceptance_guard: one reading of a service judged against its history
+    (operate/acceptance_guard.py ``evaluate``), with the newest benchmark or canary verdict named."""
+    del check_mode  # reads only; the role writes the history
+    isvc = p["isvc"] or None
+    try:
+        reading = _guard_reading(p, isvc)
+        result = guard.evaluate(
+            isvc,
+            reading,
+            p["history"],
+            {k: p[k] for k in GUARD_SETTINGS},
+            name=p["name"],
+            production_temperature=p["production_temperature"],
+        )
+        # what judged the speed: the newest benchmark or canary verdict of the service, when there is one
+        result["latest_verdict"] = guard.latest_verdict(p["verdict_reports"])
+        result["message"] += guard.verdict_pointer(result["latest_verdict"])
+    except (guard.GuardError, monitoring.MonitoringError, VersionError) as exc:
+        raise TaskFailure("%s: %s" % (p["name"], exc)) from exc
+    return dict(result, changed=False)
+
+
 # ---------------------------------------------------------------- report_write (and canary_report)
 
 # the reports rendered from a result a role assembled; smoke and benchmark write theirs with their verdicts
@@ -238,9 +376,10 @@ REPORT_KINDS = {
     "rollback": reports.rollback_markdown,
     "guard": reports.guard_markdown,
     "canary": canary.report_markdown,
+    "fleet": fleet.fleet_markdown,
 }
 # ... and the plots a kind draws beside its Markdown (render(report, out_dir) -> [{file, title, path}])
-REPORT_PLOTS = {"canary": canary.render_plots}
+REPORT_PLOTS = {"canary": canary.render_plots, "fleet": fleet.render_plots}
 REPORT_WRITE_ARGS = dict(
     kind=dict(type="str", required=True, choices=sorted(REPORT_KINDS)),
     report=dict(type="dict", required=True),
@@ -295,6 +434,14 @@ CANARY_STEP_ARGS = dict(
     max_extensions=dict(type="int", default=2),
     policy=dict(type="dict", default={}),
     min_acceptance=dict(type="float", default=canary.DEFAULT_MIN_ACCEPTANCE),
+    change=dict(
+        type="dict",
+        default={},
+        options=dict(
+            acceptance_margin=dict(type="float", default=canary_change.DEFAULT_ACCEPTANCE_MARGIN),
+            allowance=dict(type="float", default=canary_change.DEFAULT_CHANGE_ALLOWANCE),
+        ),
+    ),
     poll=dict(type="float", default=2.0),
     reference=dict(type="dict"),
     headers=dict(type="dict", default={}, no_log=True),
@@ -349,6 +496,7 @@ def canary_step(p, check_mode=False, keep=None):
             reference=p["reference"],
             keep=keep,
             source=source,
+            change=p["change"],
         )
     except MetricsParseError as exc:
         raise TaskFailure(str(exc)) from exc

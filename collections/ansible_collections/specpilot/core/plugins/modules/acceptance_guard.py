@@ -282,76 +282,11 @@ settings:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specpilot.core.plugins.module_utils.staging import http_get
-from ansible_collections.specpilot.core.plugins.module_utils.operate import monitoring as sm
-from ansible_collections.specpilot.core.plugins.module_utils.operate.acceptance_guard import (
-    GuardError,
-    evaluate,
-    isvc_speculative,
-    latest_verdict,
-    prometheus_reading,
-    reading_from_facts,
-    verdict_pointer,
-)
-from ansible_collections.specpilot.core.plugins.module_utils.service.versions import VersionError
+from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            name=dict(type="str", required=True),
-            isvc=dict(type="dict"),
-            metrics=dict(type="dict"),
-            prometheus_url=dict(type="str"),
-            prometheus_window=dict(type="str", default="15m"),
-            prometheus_headers=dict(type="dict", no_log=True),
-            selector=dict(type="dict"),
-            namespace=dict(type="str"),
-            vllm_version=dict(type="str", default="0.32.0"),
-            validate_certs=dict(type="bool", default=True),
-            timeout=dict(type="float", default=10),
-            history=dict(type="raw"),
-            min_acceptance_rate=dict(type="float", default=0.5),
-            warn_acceptance_rate=dict(type="float", default=0.65),
-            min_draft_tokens=dict(type="int", default=100, no_log=False),  # a count, not a credential
-            consecutive_readings=dict(type="int", default=3),
-            history_size=dict(type="int", default=10),
-            collapse_threshold=dict(type="float", default=0.05),
-            auto_rollback=dict(type="bool", default=False),
-            production_temperature=dict(type="float"),
-            verdict_reports=dict(type="list", elements="path", default=[]),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    isvc = p["isvc"] or None
-    params = dict((k, p[k]) for k in ("min_acceptance_rate", "warn_acceptance_rate", "min_draft_tokens",
-                                      "consecutive_readings", "history_size", "collapse_threshold",
-                                      "auto_rollback"))
-    try:
-        reading = {}
-        on = isvc_speculative(isvc)["on"]
-        if on and p["prometheus_url"]:
-            namespace = p["namespace"] or ((isvc.get("metadata") or {}).get("namespace"))
-            selector = dict((str(k), str(v)) for k, v in (p["selector"] or {}).items()) or \
-                sm.default_selector(p["name"], namespace)
-            cross = sm.crossover_of(isvc_speculative(isvc)["config"])
-            reading = prometheus_reading(p["prometheus_url"], selector, p["prometheus_window"], p["vllm_version"],
-                                         p["prometheus_headers"], p["timeout"], p["validate_certs"],
-                                         http_get.get_bytes, crossover=cross["concurrency"] if cross else None)
-        elif on:
-            if not p["metrics"]:
-                module.fail_json(msg="%s: speculative decoding is on but no metrics reading was given" % p["name"])
-            reading = reading_from_facts(p["metrics"])
-        result = evaluate(isvc, reading, p["history"], params, name=p["name"],
-                          production_temperature=p["production_temperature"])
-        # what judged the speed: the newest benchmark or canary verdict of the service, when there is one
-        result["latest_verdict"] = latest_verdict(p["verdict_reports"])
-        result["message"] += verdict_pointer(result["latest_verdict"])
-    except (GuardError, sm.MonitoringError, VersionError) as exc:
-        module.fail_json(msg="%s: %s" % (p["name"], exc))
-    module.exit_json(changed=False, **result)
+    fact_tasks.run_module(fact_tasks.acceptance_guard, fact_tasks.ACCEPTANCE_GUARD_ARGS)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,25 @@ options:
     description: The canary's draft acceptance rate below which the canary is aborted.
     type: float
     default: 0.5
+  change:
+    description:
+      - A change of a service that already speculates (the baseline arm has spec-decode counters) - the canary's
+        acceptance is compared with the baseline's at each draft position both draft, and its latency may be worse by
+        an allowance (no gain required).
+    type: dict
+    default: {}
+    suboptions:
+      acceptance_margin:
+        description:
+          - The canary is aborted, the position named, when the whole 95% interval (Newcombe's, each draft a trial) of
+            its acceptance rate minus the baseline's at a shared position lies below minus this.
+        type: float
+        default: 0.02
+      allowance:
+        description: How much slower the canary may be on the SLO's bound figure (0.05 is 5%); the other figures keep the
+          policy's allowance, at least this.
+        type: float
+        default: 0.05
   reference:
     description:
       - The baseline's window of an earlier step (its RV(baseline_window)), compared with instead of the baseline's pods,
@@ -188,6 +207,24 @@ verdict:
   description: The benchmark verdict's result (keep, rollback, inconclusive); null when not judged.
   returned: always
   type: dict
+positions:
+  description:
+    - A change of a service that already speculates - both arms' acceptance per draft position they share (C(stable_k),
+      C(canary_k), C(shared), C(margin), C(missing), C(positions) - each C(position), C(stable) and C(canary) with
+      C(accepted), C(drafts), C(rate), the C(difference) with its C(ci95), and the C(verdict) holds, drop or
+      too-few-drafts).
+  returned: when the baseline arm speculates and the step got that far
+  type: dict
+unresolved:
+  description:
+    - The figures whose p50 falls in one and the same histogram bucket on both arms (the bucket in ms); each is
+      judged on its mean (its ratio's C(statistic) is V(mean)), or not at all without a sum.
+  returned: when the step got that far
+  type: dict
+judged_by:
+  description: The figure that decides for the SLO's bound figure (another one when the bound figure cannot be judged).
+  returned: when the step got that far
+  type: str
 window_s:
   description: Seconds the step was held.
   returned: always

@@ -85,6 +85,17 @@ options:
     type: str
     default: Standard
     choices: [Standard, Knative, RawDeployment, Serverless]
+  kind:
+    description:
+      - The serving resource (the validated plan's C(kind)). For C(LLMInferenceService) its object (under the key
+        C(inferenceservice) of the answer), its decode Deployment C(<name>-kserve) and its pods are read.
+    type: str
+    default: InferenceService
+    choices: [InferenceService, LLMInferenceService]
+  api_version:
+    description:
+      - The apiVersion of an C(LLMInferenceService) (the plan's C(api_version)).
+    type: str
   runtime:
     description:
       - The runtime to read, C({kind, name}) (the validated plan's C(runtime)); C(kind) is C(ServingRuntime)

@@ -66,6 +66,19 @@ options:
     type: str
     choices: [Standard, Knative]
     default: Standard
+  kind:
+    description:
+      - The service's serving resource (C(specpilot_resource)). For C(LLMInferenceService) the PodMonitor selects its
+        decode workload's pods (the ones that draft) on port 8000, and no ServiceMonitor is rendered (RV(service_monitor)
+        is null; I(scrape=servicemonitor) is refused).
+    type: str
+    choices: [InferenceService, LLMInferenceService]
+    default: InferenceService
+  model_name:
+    description:
+      - The name vLLM serves when it is not I(name) (an LLMInferenceService's C(specpilot_llm.model_name)); the
+        default selector's C(model_name).
+    type: str
   speculative:
     description:
       - The service's speculative config (C(specpilot_speculative)). Empty or null means speculative decoding
@@ -199,7 +212,8 @@ apply:
   type: dict
 service_monitor:
   description: A C(monitoring.coreos.com/v1) ServiceMonitor of the predictor's Service (Standard mode), its
-    endpoints on port 8080. Apply it or the PodMonitor, not both (the pods would be scraped twice).
+    endpoints on port 8080. Apply it or the PodMonitor, not both (the pods would be scraped twice). Null for an
+    LLMInferenceService (I(kind)).
   returned: success
   type: dict
 dashboard:
@@ -260,6 +274,8 @@ def main():
             missing_severity=dict(type="str", default="critical"),
             rule_labels=dict(type="dict"),
             deployment_mode=dict(type="str", choices=["Standard", "Knative"], default="Standard"),
+            kind=dict(type="str", choices=["InferenceService", "LLMInferenceService"], default="InferenceService"),
+            model_name=dict(type="str"),
             scrape=dict(type="str", choices=["podmonitor", "servicemonitor", "none"], default="podmonitor"),
         ),
         supports_check_mode=True,
@@ -279,7 +295,7 @@ def main():
     rule_labels = dict((str(k), str(v)) for k, v in (p["rule_labels"] or {}).items())
     try:
         result = render(p["name"], p["namespace"], p["vllm_version"], p["speculative"], selector, settings,
-                        rule_labels, p["engine"], p["deployment_mode"])
+                        rule_labels, p["engine"], p["deployment_mode"], p["kind"], p["model_name"])
         result["apply"] = to_apply(result, p["scrape"])
     except (MonitoringError, VersionError) as exc:
         module.fail_json(msg="cannot render monitoring for %s/%s: %s" % (p["namespace"], p["name"], exc))

@@ -26,10 +26,11 @@ options:
     description:
       - C(rollback) the result of the rollback role (C(specpilot_rollback_result)) of one service;
         C(guard) the guard's report over the services of a play (C(specpilot_guard_report));
-        C(canary) a canary run's steps (what M(specpilot.core.canary_report) writes).
+        C(canary) a canary run's steps (what M(specpilot.core.canary_report) writes);
+        C(fleet) the fleet summary of C(playbooks/fleet_report.yml) (the filter C(specpilot.core.fleet_summary)).
     type: str
     required: true
-    choices: [canary, guard, rollback]
+    choices: [canary, fleet, guard, rollback]
   report:
     description: The report. A report the kind's renderer cannot read fails the task naming the missing key.
     type: dict
@@ -45,7 +46,8 @@ options:
   plots:
     description:
       - Draw the kind's plots beside the report (C(canary) - C(latency.png), both arms' p50 and p99 of TTFT, TPOT and
-        E2E per step), linked from the Markdown. Without matplotlib the report's notes say why there is none.
+        E2E per step; C(fleet) - C(fleet.png), each service's acceptance by risk), linked from the Markdown. Without
+        matplotlib the report's notes say why there is none.
     type: bool
     default: true
 extends_documentation_fragment:

@@ -211,58 +211,11 @@ elapsed_s:
   type: float
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.specpilot.core.plugins.module_utils.verify.smoke_probe import build_requests, run
+from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            url=dict(type="str", required=True),
-            model=dict(type="str", required=True),
-            prompts=dict(type="list", elements="str", required=True),
-            count=dict(type="int", default=8),
-            max_tokens=dict(type="int", default=128, no_log=False),  # a count, not a credential
-            temperature=dict(type="float", default=0.0),
-            request_params=dict(type="dict", default={}),
-            endpoint=dict(type="str", default="completions", choices=["completions", "chat"]),
-            metrics=dict(type="bool", default=True),
-            headers=dict(type="dict", default={}, no_log=True),
-            timeout=dict(type="float", default=120),
-            validate_certs=dict(type="bool", default=True),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    if p["max_tokens"] < 1:
-        module.fail_json(msg="max_tokens must be >= 1")
-    if p["temperature"] < 0:
-        module.fail_json(msg="temperature must be >= 0")
-    try:
-        bodies = build_requests(
-            p["model"],
-            p["prompts"],
-            p["count"],
-            p["max_tokens"],
-            p["temperature"],
-            p["request_params"],
-            p["endpoint"],
-        )
-    except ValueError as exc:
-        module.fail_json(msg=str(exc))
-    result = run(
-        {
-            "url": p["url"],
-            "requests": bodies,
-            "endpoint": p["endpoint"],
-            "headers": p["headers"],
-            "timeout": p["timeout"],
-            "validate_certs": p["validate_certs"],
-            "metrics": p["metrics"],
-        }
-    )
-    module.exit_json(changed=False, **result)
+    fact_tasks.run_module(fact_tasks.smoke_probe, fact_tasks.SMOKE_PROBE_ARGS)
 
 
 if __name__ == "__main__":

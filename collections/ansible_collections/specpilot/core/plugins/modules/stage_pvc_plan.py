@@ -230,7 +230,7 @@ status_configmap_name:
   type: str
   returned: always
 program_sha256:
-  description: sha256 of the staging program.
+  description: sha256 of the staging program (its files, stager.py and deploy_retry.py, in name order).
   type: str
   returned: always
 request:

@@ -23,6 +23,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_cli
 from ansible_collections.specpilot.core.plugins.module_utils.common import get_path
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import vllm_bench
 from ansible_collections.specpilot.core.plugins.module_utils.service import live as live_view
+from ansible_collections.specpilot.core.plugins.module_utils.service import llmisvc
 from ansible_collections.specpilot.core.plugins.module_utils.service import plan as service_plan
 from ansible_collections.specpilot.core.plugins.module_utils.service.render import deep_merge
 
@@ -115,7 +116,7 @@ def render_twin(plan, suffix, variant=None):
         # the plan's own twin (service/plan.py Plan.twin): its args and digest
         baseline = service_plan.build(plan).twin
         args, method, digest, purpose = list(baseline.args), baseline.method, baseline.digest, baseline.purpose
-    isvc = source["inferenceservice"]
+    isvc = source.get("serving") or source["inferenceservice"]  # the plan's kind's object
     meta = isvc.get("metadata") or {}
     labels = dict(meta.get("labels") or {})
     labels.update({"specpilot.io/service": name, "specpilot.io/benchmark-twin-of": plan["name"]})
@@ -138,6 +139,12 @@ def render_twin(plan, suffix, variant=None):
         },
         "spec": {"predictor": {"model": {"args": args}}},
     }
+    if isvc.get("kind") == llmisvc.KIND:  # a second LLMInferenceService: the decode workload gets the args
+        manifest = deep_merge(isvc, dict(patch, spec={}))
+        for container in (manifest["spec"].get("template") or {}).get("containers") or []:
+            if container.get("name") == llmisvc.CONTAINER:
+                container["args"] = llmisvc.container_args(args)
+        return {"name": name, "args": args, "digest": digest, "manifest": manifest}
     return {"name": name, "args": args, "digest": digest, "manifest": deep_merge(isvc, patch)}
 
 

@@ -24,6 +24,7 @@ import json
 from ansible_collections.specpilot.core.plugins.module_utils.report.plots import plot_links, pyplot, saved
 from ansible_collections.specpilot.core.plugins.module_utils.common import get_path
 from ansible_collections.specpilot.core.plugins.module_utils.report import files as report_files
+from ansible_collections.specpilot.core.plugins.module_utils.report.tables import markdown_table
 
 __all__ = [
     "CONTEXT_FIELDS",
@@ -430,32 +431,51 @@ def _md_decision(report):
         "both sides measured (samples: baseline/speculative, the TPOT column's), with a bootstrap interval over "
         "prompts.",
         "",
-        "| level | valid | decision | TTFT p50 | TPOT p50 | E2E p50 | tok/s p50 | TPOT p99 | samples | more runs |",
-        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for lv in report["levels"]:
-        figs = lv.get("ratios") or {}
-        out.append(
-            "| %s | %s | **%s** | %s | %s | %s | %s | %s | %s | %s |"
-            % (
-                lv["level"]["key"],
-                "yes" if lv.get("valid") else "no",
-                lv.get("decision"),
-                ratio_ci(figs.get("ttft")),
-                ratio_ci(figs.get("tpot")),
-                ratio_ci(figs.get("e2e")),
-                ratio_ci(figs.get("throughput")),
-                ratio_ci((figs.get("tpot") or {}).get("p99")),
-                _samples_text(figs.get("tpot")),
-                lv.get("runs_needed") or "",
-            )
-        )
+    columns = (
+        "level",
+        "valid",
+        "decision",
+        "TTFT p50",
+        "TPOT p50",
+        "E2E p50",
+        "tok/s p50",
+        "TPOT p99",
+        "samples",
+    )
+    out += markdown_table(columns + ("more runs",), [_decision_row(lv) for lv in report["levels"]])
     out.append("")
     for lv in report["levels"]:
         for reason in lv.get("invalid_reasons") or []:
             out.append("- %s invalid: %s" % (lv["level"]["key"], md_escape(reason)))
     out.append("")
     return out
+
+
+def _decision_row(lv):
+    figs = lv.get("ratios") or {}
+    return (
+        lv["level"]["key"],
+        "yes" if lv.get("valid") else "no",
+        "**%s**" % lv.get("decision"),
+        ratio_ci(figs.get("ttft")),
+        ratio_ci(figs.get("tpot")),
+        ratio_ci(figs.get("e2e")),
+        ratio_ci(figs.get("throughput")),
+        ratio_ci((figs.get("tpot") or {}).get("p99")),
+        _samples_text(figs.get("tpot")),
+        lv.get("runs_needed") or "",
+    )
+
+
+def _temperature_row(r):
+    return (
+        "%g%s" % (r["temperature"], " (production)" if r["production"] else ""),
+        fmt_value(r["acceptance_rate"], "%.3f"),
+        fmt_value(r["mean_acceptance_length"]),
+        " / ".join("%.2f" % p for p in r["per_position"] if p is not None) or "n/a",
+        r["band"] or "n/a",
+    )
 
 
 def _md_temperature(report):
@@ -465,20 +485,8 @@ def _md_temperature(report):
     if not rows:
         out.append("Not measured: %s." % (report.get("temperature_sweep_skipped") or "no sweep runs"))
     else:
-        out.append("| temperature | acceptance rate | mean acceptance length | per position | band |")
-        out.append("|---|---|---|---|---|")
-        for r in rows:
-            out.append(
-                "| %g%s | %s | %s | %s | %s |"
-                % (
-                    r["temperature"],
-                    " (production)" if r["production"] else "",
-                    fmt_value(r["acceptance_rate"], "%.3f"),
-                    fmt_value(r["mean_acceptance_length"]),
-                    " / ".join("%.2f" % p for p in r["per_position"] if p is not None) or "n/a",
-                    r["band"] or "n/a",
-                )
-            )
+        columns = ("temperature", "acceptance rate", "mean acceptance length", "per position", "band")
+        out += markdown_table(columns, [_temperature_row(r) for r in rows])
     out.append("")
     rec = report.get("recommendation")
     out.append("## num_speculative_tokens")
@@ -548,18 +556,83 @@ def _md_context(report):
     rt = ctx.get("runtime") or {}
     rp = ctx.get("request_params") or {}
     wl = ctx.get("workload") or {}
-    out.append("| field | value |")
-    out.append("|---|---|")
-    out.append("| Hardware | %s |" % md_escape(hw.get("summary") or "unknown"))
-    out.append("| Model and draft | %s |" % md_escape(model.get("summary") or "unknown"))
-    out.append("| Runtime | %s |" % md_escape(rt.get("summary") or "unknown"))
     rp_text = ", ".join(
         "%s=%s" % (k, json.dumps(v, sort_keys=True)) for k, v in sorted(rp.items()) if k not in ("levels",)
     )
-    out.append("| Request parameters | %s |" % md_escape(rp_text or "unknown"))
-    out.append("| Workload | %s |" % md_escape(_workload_text(wl)))
+    rows = [
+        ("Hardware", md_escape(hw.get("summary") or "unknown")),
+        ("Model and draft", md_escape(model.get("summary") or "unknown")),
+        ("Runtime", md_escape(rt.get("summary") or "unknown")),
+        ("Request parameters", md_escape(rp_text or "unknown")),
+        ("Workload", md_escape(_workload_text(wl))),
+    ]
+    out += markdown_table(("field", "value"), rows)
     out.append("")
     return out
+
+
+_SIDES = ("baseline", "speculative")
+_RESULT_COLUMNS = (
+    "level",
+    "side",
+    "ok/sent",
+    "TTFT p50",
+    "TTFT p99",
+    "TPOT p50",
+    "TPOT p99",
+    "ITL p50",
+    "E2E p50",
+)
+_RESULT_COLUMNS += ("E2E p99", "req tok/s p50", "output tok/s")
+_THROUGHPUT_COLUMNS = (
+    "level",
+    "decision",
+    "tok/s speedup (per request)",
+    "system tok/s ratio",
+    "acceptance rate",
+)
+_THROUGHPUT_COLUMNS += ("mean acceptance length (ceiling)", "headroom converted")
+
+
+def _side_row(key, side, s):
+    """One side's line of the results table (a side that did not run: its level, its name and '-')."""
+    if not s:
+        return (key, side, "-") + ("",) * 9
+    return (
+        key,
+        side,
+        "%d/%d" % (s.get("ok", 0), s.get("requests", 0)),
+        fmt_value(_st(s, "ttft_ms", "p50")),
+        fmt_value(_st(s, "ttft_ms", "p99")),
+        fmt_value(_st(s, "tpot_ms", "p50")),
+        fmt_value(_st(s, "tpot_ms", "p99")),
+        fmt_value(_st(s, "itl_ms", "p50")),
+        fmt_value(_st(s, "e2e_ms", "p50")),
+        fmt_value(_st(s, "e2e_ms", "p99")),
+        fmt_value(_st(s, "request_tok_s", "p50"), "%.1f"),
+        fmt_value(s.get("output_throughput"), "%.1f"),
+    )
+
+
+def _throughput_row(lv):
+    c = lv["comparison"]
+    sp = c.get("speedups") or {}
+    acc = lv.get("acceptance") or {}
+    hr = c.get("headroom") or {}
+    converted = (
+        "n/a"
+        if hr.get("converted") is None
+        else "%.0f%% (%s of %s)" % (100 * hr["converted"], _x(hr.get("realised")), _x(hr.get("ceiling")))
+    )
+    return (
+        lv["level"]["key"],
+        "**%s**" % lv["decision"],
+        _x(sp.get("request_tok_s")),
+        _x(sp.get("output_throughput")),
+        fmt_value(acc.get("draft_acceptance_rate"), "%.3f"),
+        fmt_value(acc.get("mean_acceptance_length")),
+        converted,
+    )
 
 
 def _md_results(report):
@@ -570,34 +643,9 @@ def _md_results(report):
         "Medians (p50) and tails (p99) over every timed request; latencies in ms, throughput in tok/s. "
         "Speedup > 1 means speculative decoding is better.",
         "",
-        "| level | side | ok/sent | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | ITL p50 | E2E p50 | E2E p99 "
-        "| req tok/s p50 | output tok/s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for lv in report["levels"]:
-        for side in ("baseline", "speculative"):
-            s = lv.get(side)
-            if not s:
-                out.append("| %s | %s | - | | | | | | | | | |" % (lv["level"]["key"], side))
-                continue
-            out.append(
-                "| %s | %s | %d/%d | %s | %s | %s | %s | %s | %s | %s | %s | %s |"
-                % (
-                    lv["level"]["key"],
-                    side,
-                    s.get("ok", 0),
-                    s.get("requests", 0),
-                    fmt_value(_st(s, "ttft_ms", "p50")),
-                    fmt_value(_st(s, "ttft_ms", "p99")),
-                    fmt_value(_st(s, "tpot_ms", "p50")),
-                    fmt_value(_st(s, "tpot_ms", "p99")),
-                    fmt_value(_st(s, "itl_ms", "p50")),
-                    fmt_value(_st(s, "e2e_ms", "p50")),
-                    fmt_value(_st(s, "e2e_ms", "p99")),
-                    fmt_value(_st(s, "request_tok_s", "p50"), "%.1f"),
-                    fmt_value(s.get("output_throughput"), "%.1f"),
-                )
-            )
+    rows = [_side_row(lv["level"]["key"], side, lv.get(side)) for lv in report["levels"] for side in _SIDES]
+    out += markdown_table(_RESULT_COLUMNS, rows)
     out.append("")
     # issue 39: a second TTFT/TPOT speedup here (the ratio of the medians over every timed request) read 0.02x
     # beside the decision table's 0.81x for the same level; the decision table's, with its interval, is the one
@@ -605,33 +653,7 @@ def _md_results(report):
         "TTFT and TPOT speedups: the decision table above (the ratios of record, with their intervals)."
     )
     out.append("")
-    out.append(
-        "| level | decision | tok/s speedup (per request) | system tok/s ratio "
-        "| acceptance rate | mean acceptance length (ceiling) | headroom converted |"
-    )
-    out.append("|---|---|---|---|---|---|---|")
-    for lv in report["levels"]:
-        c = lv["comparison"]
-        sp = c.get("speedups") or {}
-        acc = lv.get("acceptance") or {}
-        hr = c.get("headroom") or {}
-        out.append(
-            "| %s | **%s** | %s | %s | %s | %s | %s |"
-            % (
-                lv["level"]["key"],
-                lv["decision"],
-                _x(sp.get("request_tok_s")),
-                _x(sp.get("output_throughput")),
-                fmt_value(acc.get("draft_acceptance_rate"), "%.3f"),
-                fmt_value(acc.get("mean_acceptance_length")),
-                (
-                    "n/a"
-                    if hr.get("converted") is None
-                    else "%.0f%% (%s of %s)"
-                    % (100 * hr["converted"], _x(hr.get("realised")), _x(hr.get("ceiling")))
-                ),
-            )
-        )
+    out += markdown_table(_THROUGHPUT_COLUMNS, [_throughput_row(lv) for lv in report["levels"]])
     out.append("")
     return out
 
@@ -641,29 +663,28 @@ def _md_acceptance(report):
     out = [
         "## Acceptance (speculative side, /metrics deltas over the timed requests)",
         "",
-        "| level | drafts | draft tokens | accepted | acceptance rate | mean acceptance length "
-        "| per-position acceptance | reading |",
-        "|---|---|---|---|---|---|---|---|",
     ]
-    for lv in report["levels"]:
-        acc = lv.get("acceptance") or {}
-        pos = acc.get("per_position_acceptance")
-        hr = lv["comparison"].get("headroom") or {}
-        out.append(
-            "| %s | %s | %s | %s | %s | %s | %s | %s |"
-            % (
-                lv["level"]["key"],
-                fmt_value(acc.get("num_drafts"), "%d"),
-                fmt_value(acc.get("num_draft_tokens"), "%d"),
-                fmt_value(acc.get("num_accepted_tokens"), "%d"),
-                fmt_value(acc.get("draft_acceptance_rate"), "%.3f"),
-                fmt_value(acc.get("mean_acceptance_length")),
-                " / ".join("%.2f" % p for p in pos if p is not None) if pos else "n/a",
-                md_escape(hr.get("acceptance_band") or ""),
-            )
-        )
+    columns = ("level", "drafts", "draft tokens", "accepted", "acceptance rate", "mean acceptance length")
+    columns += ("per-position acceptance", "reading")
+    out += markdown_table(columns, [_acceptance_row(lv) for lv in report["levels"]])
     out.append("")
     return out
+
+
+def _acceptance_row(lv):
+    acc = lv.get("acceptance") or {}
+    pos = acc.get("per_position_acceptance")
+    hr = lv["comparison"].get("headroom") or {}
+    return (
+        lv["level"]["key"],
+        fmt_value(acc.get("num_drafts"), "%d"),
+        fmt_value(acc.get("num_draft_tokens"), "%d"),
+        fmt_value(acc.get("num_accepted_tokens"), "%d"),
+        fmt_value(acc.get("draft_acceptance_rate"), "%.3f"),
+        fmt_value(acc.get("mean_acceptance_length")),
+        " / ".join("%.2f" % p for p in pos if p is not None) if pos else "n/a",
+        md_escape(hr.get("acceptance_band") or ""),
+    )
 
 
 def _md_tails(report):
@@ -671,28 +692,27 @@ def _md_tails(report):
     out = [
         "## P50 vs P99 (the mixed-workload signal)",
         "",
-        "| level | metric | baseline p50 -> p99 (gap) | speculative p50 -> p99 (gap) | gap widened |",
-        "|---|---|---|---|---|",
     ]
-    for lv in report["levels"]:
-        for metric, entry in sorted((lv["comparison"].get("gaps") or {}).items()):
-            b, s = entry.get("baseline") or {}, entry.get("speculative") or {}
-            out.append(
-                "| %s | %s | %s -> %s (%s) | %s -> %s (%s) | %s |"
-                % (
-                    lv["level"]["key"],
-                    metric.replace("_ms", "").upper(),
-                    fmt_value(b.get("p50")),
-                    fmt_value(b.get("p99")),
-                    fmt_value(b.get("gap")),
-                    fmt_value(s.get("p50")),
-                    fmt_value(s.get("p99")),
-                    fmt_value(s.get("gap")),
-                    {True: "yes", False: "no", None: "n/a"}[entry.get("widened")],
-                )
-            )
+    rows = [
+        _gap_row(lv["level"]["key"], metric, entry)
+        for lv in report["levels"]
+        for metric, entry in sorted((lv["comparison"].get("gaps") or {}).items())
+    ]
+    columns = ("level", "metric", "baseline p50 -> p99 (gap)", "speculative p50 -> p99 (gap)", "gap widened")
+    out += markdown_table(columns, rows)
     out.append("")
     return out
+
+
+def _gap_row(key, metric, entry):
+    b, s = entry.get("baseline") or {}, entry.get("speculative") or {}
+    return (
+        key,
+        metric.replace("_ms", "").upper(),
+        "%s -> %s (%s)" % (fmt_value(b.get("p50")), fmt_value(b.get("p99")), fmt_value(b.get("gap"))),
+        "%s -> %s (%s)" % (fmt_value(s.get("p50")), fmt_value(s.get("p99")), fmt_value(s.get("gap"))),
+        {True: "yes", False: "no", None: "n/a"}[entry.get("widened")],
+    )
 
 
 def _md_per_prompt(report):
@@ -703,19 +723,18 @@ def _md_per_prompt(report):
     if tl and tl["comparison"].get("per_prompt"):
         out.append("## Per prompt at %s (medians over the runs of each prompt)" % tgt["key"])
         out.append("")
-        out.append("| prompt | runs (base/spec) | TTFT speedup | TPOT speedup | tok/s speedup |")
-        out.append("|---|---|---|---|---|")
-        for p in tl["comparison"]["per_prompt"]:
-            out.append(
-                "| %s | %s | %s | %s | %s |"
-                % (
-                    md_escape(p["prompt_id"]),
-                    "/".join(str(r) for r in p["runs"]),
-                    _x(p["ttft_speedup"]),
-                    _x(p["tpot_speedup"]),
-                    _x(p["tok_s_speedup"]),
-                )
+        rows = [
+            (
+                md_escape(p["prompt_id"]),
+                "/".join(str(r) for r in p["runs"]),
+                _x(p["ttft_speedup"]),
+                _x(p["tpot_speedup"]),
+                _x(p["tok_s_speedup"]),
             )
+            for p in tl["comparison"]["per_prompt"]
+        ]
+        columns = ("prompt", "runs (base/spec)", "TTFT speedup", "TPOT speedup", "tok/s speedup")
+        out += markdown_table(columns, rows)
         out.append("")
 
     if report.get("plots"):

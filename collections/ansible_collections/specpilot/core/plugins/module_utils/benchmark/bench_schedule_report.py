@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from ansible_collections.specpilot.core.plugins.module_utils.report.plots import pyplot, saved
+from ansible_collections.specpilot.core.plugins.module_utils.report.tables import markdown_table
 
 __all__ = ["markdown_lines", "render_heatmap", "snippet"]
 
@@ -38,6 +39,12 @@ def _open_lines(sweep):
     ]
 
 
+def _level_row(lv):
+    b = lv.get("bound") or {}
+    ratio = "%.2fx (%.2f-%.2f)" % ((b["value"],) + tuple(b["ci95"])) if b.get("ci95") else "-"
+    return ("%d" % lv["concurrency"], lv["status"], "%d" % lv["k"], ratio, len(lv["open"]))
+
+
 def markdown_lines(report):
     """The '## Schedule by load' section of tune.md ([] when the run swept no schedule)."""
     sweep = report.get("sweep")
@@ -50,16 +57,10 @@ def markdown_lines(report):
         % (sweep["max_num_seqs"], sweep["schedule_text"])
     )
     out.append("")
-    out.append(
-        "| concurrency | decision | k | %s speedup (95%% CI) | open cells |" % sweep["bound_by"].upper()
+    out += markdown_table(
+        ("concurrency", "decision", "k", "%s speedup (95%% CI)" % sweep["bound_by"].upper(), "open cells"),
+        [_level_row(lv) for lv in sweep["levels"]],
     )
-    out.append("|---|---|---|---|---|")
-    for lv in sweep["levels"]:
-        b = lv.get("bound") or {}
-        ratio = "%.2fx (%.2f-%.2f)" % ((b["value"],) + tuple(b["ci95"])) if b.get("ci95") else "-"
-        out.append(
-            "| %d | %s | %d | %s | %d |" % (lv["concurrency"], lv["status"], lv["k"], ratio, len(lv["open"]))
-        )
     out.append("")
     opened = _open_lines(sweep)
     if opened:

@@ -30,6 +30,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.benchmark.bench_rep
     ratio_ci,
 )
 from ansible_collections.specpilot.core.plugins.module_utils.report import files as report_files
+from ansible_collections.specpilot.core.plugins.module_utils.report.tables import markdown_table
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_schedule, bench_schedule_report
 
 __all__ = [
@@ -257,6 +258,26 @@ def _link(path, out_dir):
     return "[report](%s)" % (os.path.relpath(path, out_dir) if out_dir else path)
 
 
+def _candidate_row(r, rec, out_dir):
+    """One candidate's line of tune.md's table."""
+    mark = " (recommended)" if rec["id"] is not None and r["id"] == rec["id"] else ""
+    mark += " (configured)" if r["configured"] else ""
+    return (
+        md_escape(r["id"]) + mark,
+        md_escape(r["method"]),
+        r["num_speculative_tokens"],
+        "**%s**" % r["decision"],
+        ratio_ci(r["bound"], no_ci=""),
+        ratio_ci(r["ratios"]["ttft"], no_ci=""),
+        ratio_ci(r["ratios"]["tpot"], no_ci=""),
+        ratio_ci(r["ratios"]["e2e"], no_ci=""),
+        ratio_ci(r["ratios"]["throughput"], no_ci=""),
+        fmt_value(r["acceptance_rate"], "%.3f"),
+        fmt_value(r["mean_acceptance_length"]),
+        _link(r.get("report"), out_dir),
+    )
+
+
 def render_markdown(report, out_dir=None):
     """tune.md: the recommendation, the table of candidates, their reasons, the plot (candidate
     reports linked relative to out_dir, where tune.md is written)."""
@@ -272,32 +293,9 @@ def render_markdown(report, out_dir=None):
         % (conf.get("method"), conf.get("num_speculative_tokens"), label, report.get("level") or "n/a")
     )
     out.append("")
-    out.append(
-        "| candidate | method | k | decision | %s (bound) | TTFT | TPOT | E2E | tok/s | acceptance rate "
-        "| mean acceptance length | report |" % label
-    )
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in report["candidates"]:
-        mark = " (recommended)" if rec["id"] is not None and r["id"] == rec["id"] else ""
-        mark += " (configured)" if r["configured"] else ""
-        out.append(
-            "| %s%s | %s | %s | **%s** | %s | %s | %s | %s | %s | %s | %s | %s |"
-            % (
-                md_escape(r["id"]),
-                mark,
-                md_escape(r["method"]),
-                r["num_speculative_tokens"],
-                r["decision"],
-                ratio_ci(r["bound"], no_ci=""),
-                ratio_ci(r["ratios"]["ttft"], no_ci=""),
-                ratio_ci(r["ratios"]["tpot"], no_ci=""),
-                ratio_ci(r["ratios"]["e2e"], no_ci=""),
-                ratio_ci(r["ratios"]["throughput"], no_ci=""),
-                fmt_value(r["acceptance_rate"], "%.3f"),
-                fmt_value(r["mean_acceptance_length"]),
-                _link(r.get("report"), out_dir),
-            )
-        )
+    columns = ("candidate", "method", "k", "decision", "%s (bound)" % label, "TTFT", "TPOT", "E2E", "tok/s")
+    columns += ("acceptance rate", "mean acceptance length", "report")
+    out += markdown_table(columns, [_candidate_row(r, rec, out_dir) for r in report["candidates"]])
     out.append("")
     out += ["## Why", ""]
     for r in report["candidates"]:

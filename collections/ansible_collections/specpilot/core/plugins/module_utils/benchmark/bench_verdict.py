@@ -35,6 +35,7 @@ completions of both sides at temperature 0; ``temperature_sweep`` bands acceptan
 
 from __future__ import annotations
 
+import datetime
 import math
 
 from ansible_collections.specpilot.core.plugins.module_utils.common import with_defaults
@@ -391,26 +392,80 @@ def _restart_counts(pods, container):
     return out
 
 
+def _epoch(stamp):
+    """A Kubernetes time (``2026-11-28T23:41:39Z``, fractions allowed) as epoch seconds, or None."""
+    if not isinstance(stamp, str) or not stamp:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return when.timestamp()
+
+
+def _restarted_pod(name, c, more):
+    last = (c.get("lastState") or {}).get("terminated") or {}
+    running = (c.get("state") or {}).get("running") or {}
+    return {"pod": name, "restarts": more, "last_reason": last.get("reason"), "last_exit_code": last.get("exitCode"),
+            "last_finished_at": last.get("finishedAt"), "terminated_at": _epoch(last.get("finishedAt")),
+            "running_since": _epoch(running.get("startedAt"))}
+
+
+def _restart_record(pods, when):
+    restarts = sum(p["restarts"] for p in pods)
+    oom = sum(p["restarts"] for p in pods if p["last_reason"] == "OOMKilled")
+    which = ", ".join("pod %s: %s, exit %s%s" % (
+        p["pod"], p["last_reason"] or "?", p["last_exit_code"],
+        " at %s" % p["last_finished_at"] if p.get("last_finished_at") else "") for p in pods)
+    reason = "the engine restarted %d time(s) %s (%s)%s: the figures include a cold start" % (
+        restarts, when, which, ", out of memory: give the engine more memory or lower max_num_seqs" if oom else "")
+    return {"restarts": restarts, "oom": oom, "pods": pods, "reason": reason}
+
+
 def engine_restarts(before, after, container="kserve-container"):
     """The engine restarts between two reads of a side's pods (lists of Pod objects): ``{restarts, oom,
     pods, reason}``, or None when none restarted. A pod absent from ``before`` counts all its restarts
-    (it was created meanwhile: the engine started cold)."""
+    (it was created meanwhile: the engine started cold). Each pod says when its last termination ended
+    (``terminated_at``) and its container runs again (``running_since``), epoch seconds or None."""
     was = _restart_counts(before, container)
     pods = []
     for name, c in sorted(_restart_counts(after, container).items()):
         more = int(c.get("restartCount") or 0) - int((was.get(name) or {}).get("restartCount") or 0)
         if more > 0:
-            last = (c.get("lastState") or {}).get("terminated") or {}
-            pods.append({"pod": name, "restarts": more, "last_reason": last.get("reason"),
-                         "last_exit_code": last.get("exitCode")})
-    if not pods:
+            pods.append(_restarted_pod(name, c, more))
+    return _restart_record(pods, "while it was measured") if pods else None
+
+
+# a level's window is widened by this much on each side: the controller's and the node's clocks differ
+RESTART_CLOCK_SLACK_S = 2.0
+
+
+def _pod_hit_level(p, start, end):
+    """Whether pod ``p``'s restarts fall in the level measured from ``start`` to ``end`` (epoch s): its
+    container was down (from its last termination until it ran again) during the level; when a restart's
+    time is unknown (no lastState, or earlier restarts of several), every level up to the last one."""
+    down_from = p.get("terminated_at")
+    if down_from is None:
+        return True
+    if p["restarts"] > 1 and start <= down_from + RESTART_CLOCK_SLACK_S:
+        return True
+    down_until = p.get("running_since") or float("inf")
+    return down_from <= end + RESTART_CLOCK_SLACK_S and down_until >= start - RESTART_CLOCK_SLACK_S
+
+
+def restarts_of_level(restarted, run):
+    """The part of a side's ``engine_restarts`` that hit one level (a run with ``started_at``, epoch s,
+    and ``duration_s``), or None. A run without its times (vllm bench serve) gets the side's."""
+    if not restarted:
         return None
-    restarts = sum(p["restarts"] for p in pods)
-    oom = sum(p["restarts"] for p in pods if p["last_reason"] == "OOMKilled")
-    which = ", ".join("pod %s: %s, exit %s" % (p["pod"], p["last_reason"] or "?", p["last_exit_code"]) for p in pods)
-    reason = "the engine restarted %d time(s) while it was measured (%s)%s: the figures include a cold start" % (
-        restarts, which, ", out of memory: give the engine more memory or lower max_num_seqs" if oom else "")
-    return {"restarts": restarts, "oom": oom, "pods": pods, "reason": reason}
+    start, duration = run.get("started_at"), run.get("duration_s")
+    if not isinstance(start, (int, float)) or not isinstance(duration, (int, float)):
+        return dict(restarted, reason=restarted["reason"].replace(
+            "while it was measured", "while this side was measured (the level's times are unknown)"))
+    pods = [p for p in restarted["pods"] if _pod_hit_level(p, start, start + duration)]
+    return _restart_record(pods, "while this level was measured") if pods else None
 
 
 def level_validity(baseline, speculative, acceptance, figs):

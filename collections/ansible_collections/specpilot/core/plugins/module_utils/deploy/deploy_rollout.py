@@ -23,11 +23,21 @@ Knative mode (``status.components.predictor``):
 A rollout has failed for good when a new pod's ``kserve-container`` keeps crashing (restarts at
 or above ``fail_fast_restarts``), is OOMKilled that often, its image cannot be pulled or its
 init container (modelcar-init) keeps failing, when a new pod stays unschedulable longer than
-``pending_grace`` seconds, or when KServe declares the spec invalid.  Pure standard library.
+``pending_grace`` seconds, or when KServe declares the spec invalid.
+
+An LLMInferenceService (``expected["kind"]``) rolls out as Standard mode does, with KServe's names
+(kserve v0.20.0 pkg/controller/v1alpha2/llmisvc/workload_single_node.go): the decode workload's Deployment
+``<name>-kserve`` (``mainDeploymentName``), its container ``main`` with the plan's args as stored (quoted for the
+template's eval, service/llmisvc.py), its pods labelled ``app.kubernetes.io/name=<name>``,
+``app.kubernetes.io/component=llminferenceservice-workload`` (``singleNodeLabels``); with ``spec.prefill`` the
+prefill Deployment ``<name>-kserve-prefill`` too; then ``Ready=True`` (the living set of WorkloadsReady and
+RouterReady, pkg/apis/serving/v1alpha2/llm_inference_service_lifecycle.go) and ``status.url``.  Pure standard
+library.
 """
 
 from __future__ import annotations
 
+from ansible_collections.specpilot.core.plugins.module_utils.service import llmisvc
 from ansible_collections.specpilot.core.plugins.module_utils.service import plan as service_plan
 from ansible_collections.specpilot.core.plugins.module_utils.service import render
 from ansible_collections.specpilot.core.plugins.module_utils.common import k8s_meta, parse_time
@@ -69,8 +79,30 @@ def _conditions(obj):
     }
 
 
+def _llm_expected(name, namespace, args, digest, prefill):
+    return {
+        "kind": llmisvc.KIND,
+        "name": name,
+        "namespace": namespace,
+        "mode": "Standard",
+        "container": llmisvc.CONTAINER,
+        "args": list(args or []),
+        "digest": digest,
+        "prefill": bool(prefill),
+    }
+
+
 def expected_from_plan(plan):
     """What the new rollout must show, from a validated plan."""
+    if plan.get("kind") == llmisvc.KIND:
+        serving = plan.get("serving") or plan.get("llminferenceservice") or {}
+        return _llm_expected(
+            plan["name"],
+            plan["namespace"],
+            llmisvc.container_args(plan.get("args")),
+            plan.get("spec_digest"),
+            (serving.get("spec") or {}).get("prefill") is not None,
+        )
     return {
         "name": plan["name"],
         "namespace": plan["namespace"],
@@ -81,8 +113,18 @@ def expected_from_plan(plan):
 
 
 def expected_from_isvc(isvc):
-    """What the rollout of a live InferenceService's own spec looks like (its args and digest)."""
+    """What the rollout of a live InferenceService's (or LLMInferenceService's) own spec looks like."""
     md = k8s_meta(isvc)
+    if (isvc or {}).get("kind") == llmisvc.KIND:
+        spec = isvc.get("spec") or {}
+        main = _named((spec.get("template") or {}).get("containers"), llmisvc.CONTAINER) or {}
+        return _llm_expected(
+            md.get("name"),
+            md.get("namespace"),
+            main.get("args"),
+            (md.get("annotations") or {}).get(ANN_DIGEST),
+            spec.get("prefill") is not None,
+        )
     model = ((isvc.get("spec") or {}).get("predictor") or {}).get("model") or {}
     mode = (md.get("annotations") or {}).get("serving.kserve.io/deploymentMode") or "Standard"
     return {
@@ -94,12 +136,12 @@ def expected_from_isvc(isvc):
     }
 
 
-def template_container(deployment):
+def template_container(deployment, name=CONTAINER):
     containers = ((((deployment or {}).get("spec") or {}).get("template") or {}).get("spec") or {}).get(
         "containers"
     ) or []
     for container in containers:
-        if container.get("name") == CONTAINER:
+        if container.get("name") == name:
             return container
     return containers[0] if containers else None
 
@@ -204,14 +246,15 @@ def pod_summary(pod, expected=None, now=None):
     md = k8s_meta(pod)
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
-    cstatus = _named(status.get("containerStatuses"), CONTAINER) or {}
+    engine = (expected or {}).get("container") or CONTAINER
+    cstatus = _named(status.get("containerStatuses"), engine) or {}
     conds = {c.get("type"): c for c in status.get("conditions") or [] if isinstance(c, dict)}
     last = (cstatus.get("lastState") or {}).get("terminated") or {}
     state = cstatus.get("state") or {}
     waiting = state.get("waiting") or {}
     return {
         "name": md.get("name"),
-        "new": _is_new(_named(spec.get("containers"), CONTAINER), md, expected),
+        "new": _is_new(_named(spec.get("containers"), engine), md, expected),
         "phase": status.get("phase") or "Pending",
         "terminating": bool(md.get("deletionTimestamp")),
         "ready": bool((conds.get("Ready") or {}).get("status") == "True"),
@@ -409,10 +452,33 @@ def predictor_deployment_name(name, isvc=None):
     return "%s-%s-predictor" % (name, pname) if pname else "%s-predictor" % name
 
 
-def read_workload(reader, name, namespace, deployment_mode="Standard"):
+def llm_deployment_names(name, prefill=False):
+    """The decode workload's Deployment (and the prefill one's): mainDeploymentName, prefillDeploymentName."""
+    decode = llmisvc.workload(name)["deployment"]
+    return [decode] + (["%s-prefill" % decode] if prefill else [])
+
+
+
+
+def read_llm_workload(reader, name, namespace, api_version):
+    """(LLMInferenceService, its decode Deployment, its decode pods), as :func:`read_workload`; the
+    prefill Deployment, when the object has spec.prefill, as the decode Deployment's ``prefill``."""
+    obj = reader.get(llmisvc.KIND, api_version, name=name, namespace=namespace)
+    prefill = ((obj or {}).get("spec") or {}).get("prefill") is not None
+    names = llm_deployment_names(name, prefill)
+    deployment = reader.get("Deployment", "apps/v1", name=names[0], namespace=namespace)
+    if deployment is not None and prefill:
+        deployment = dict(deployment, prefill=reader.get("Deployment", "apps/v1", name=names[1], namespace=namespace))
+    pods = reader.get("Pod", "v1", namespace=namespace, label_selector=",".join(llmisvc.workload(name)["pod_labels"]))
+    return obj, deployment, pods
+
+
+def read_workload(reader, name, namespace, deployment_mode="Standard", kind=None, api_version=None):
     """(InferenceService, its predictor's Deployment in Standard mode or None, its pods), read with
     ``reader.get(kind, api_version, name=, namespace=, label_selector=)``; each None (the pods [])
-    when absent."""
+    when absent.  ``kind`` LLMInferenceService: :func:`read_llm_workload`."""
+    if kind == llmisvc.KIND:
+        return read_llm_workload(reader, name, namespace, api_version)
     isvc = reader.get("InferenceService", "serving.kserve.io/v1beta1", name=name, namespace=namespace)
     deployment = None
     if (deployment_mode or "Standard") == "Standard":
@@ -467,7 +533,7 @@ def _standard_checks(expected, deployment, baseline, checks, waiting):
     ``waiting``; returns the progress headline."""
     dmd = k8s_meta(deployment)
     dstatus = (deployment or {}).get("status") or {}
-    container = template_container(deployment)
+    container = template_container(deployment, expected.get("container") or CONTAINER)
     tmpl_meta = (((deployment or {}).get("spec") or {}).get("template") or {}).get("metadata") or {}
     generation = dmd.get("generation")
     observed = dstatus.get("observedGeneration")
@@ -516,13 +582,36 @@ def _pods_text(summaries):
     )
 
 
-def _isvc_waiting(checks, ready, waiting):
+def _llm_checks(expected, isvc, deployment, checks, waiting):
+    """An LLMInferenceService beyond its decode Deployment: the prefill Deployment available (its own
+    controller's generation observed), then status.url."""
+    if expected.get("kind") != llmisvc.KIND:
+        return
+    if expected.get("prefill"):
+        prefill = (deployment or {}).get("prefill")
+        pstatus = (prefill or {}).get("status") or {}
+        replicas = int(pstatus.get("replicas") or 0)
+        checks["prefill_available"] = bool(
+            prefill
+            and (pstatus.get("observedGeneration") or 0) >= (k8s_meta(prefill).get("generation") or 0)
+            and replicas >= 1
+            and int(pstatus.get("updatedReplicas") or 0) == replicas
+            and int(pstatus.get("availableReplicas") or 0) == replicas
+        )
+        if not checks["prefill_available"] and not waiting:
+            waiting.append("the prefill Deployment %s-kserve-prefill not available yet" % expected.get("name"))
+    checks["url"] = bool(((isvc or {}).get("status") or {}).get("url"))
+    if checks.get("isvc_ready") and not checks["url"] and not waiting:
+        waiting.append("LLMInferenceService has no status.url yet")
+
+
+def _isvc_waiting(checks, ready, waiting, kind="InferenceService"):
     """Add what the InferenceService itself still waits for (first when it is missing)."""
     if not checks["isvc_present"]:
-        waiting.insert(0, "InferenceService not found")
+        waiting.insert(0, "%s not found" % kind)
     elif not waiting and not checks["isvc_ready"]:
         reason = " (%s)" % ready.get("reason") if ready.get("reason") else ""
-        waiting.append("InferenceService Ready=%s%s" % (ready.get("status") or "Unknown", reason))
+        waiting.append("%s Ready=%s%s" % (kind, ready.get("status") or "Unknown", reason))
 
 
 def _phase(done, cause, why, summaries, checks, waiting, headline, ready_text):
@@ -565,7 +654,9 @@ def rollout_status(
         headline = _knative_checks(isvc, baseline, checks, waiting)
     else:
         headline = _standard_checks(expected, deployment, baseline, checks, waiting)
-    _isvc_waiting(checks, ready, waiting)
+    kind = expected.get("kind") or "InferenceService"
+    _isvc_waiting(checks, ready, waiting, kind)
+    _llm_checks(expected, isvc, deployment, checks, waiting)
     done = not waiting
     cause, why = (None, None)
     if not done:
@@ -579,7 +670,7 @@ def rollout_status(
         "cause": cause,
         "phase": phase,
         "message": message,
-        "progress": "%s | %s | InferenceService %s" % (headline, pod_text, ready_text),
+        "progress": "%s | %s | %s %s" % (headline, pod_text, kind, ready_text),
         "waiting_for": waiting,
         "activity": pods_activity(summaries) if not done else None,
         "checks": checks,

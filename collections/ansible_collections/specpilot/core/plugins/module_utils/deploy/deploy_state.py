@@ -23,6 +23,7 @@ import copy
 import json
 
 from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_rollout
+from ansible_collections.specpilot.core.plugins.module_utils.service import llmisvc
 from ansible_collections.specpilot.core.plugins.module_utils.common import (
     k8s_meta,
     key_paths,
@@ -171,18 +172,23 @@ def revision_snapshot(isvc, runtime=None, ready=None, now=None):
     """The revision a live InferenceService (and the runtime specpilot manages for it) is at:
     ``{v, digest, recorded_at, ready, labels, annotations, predictor, runtime}``.  ``predictor``
     is the whole stored ``spec.predictor``; rollback re-applies it (and ``runtime``) as they were.
+    An LLMInferenceService's record holds its whole ``spec`` instead (its workloads), and ``kind``.
     """
     md = k8s_meta(isvc)
-    return {
+    out = {
         "v": RECORD_VERSION,
         "digest": _annotations(isvc).get(ANN_DIGEST),
         "recorded_at": micro_time(now) if now is not None else None,
         "ready": ready,
         "labels": md.get("labels") or {},
         "annotations": {k: v for k, v in (md.get("annotations") or {}).items() if k not in _SKIP_ANNOTATIONS},
-        "predictor": copy.deepcopy(((isvc or {}).get("spec") or {}).get("predictor") or {}),
-        "runtime": _runtime_snapshot(runtime),
     }
+    if (isvc or {}).get("kind") == llmisvc.KIND:
+        out.update(kind=llmisvc.KIND, spec=copy.deepcopy(isvc.get("spec") or {}), runtime=None)
+        return out
+    out["predictor"] = copy.deepcopy(((isvc or {}).get("spec") or {}).get("predictor") or {})
+    out["runtime"] = _runtime_snapshot(runtime)
+    return out
 
 
 def record_for(plan_digest, live_isvc, live_runtime=None, live_ready=None, now=None):
@@ -272,7 +278,7 @@ def history_data(configmap, entry, new_digest, limit=HISTORY_LIMIT):
 def desired_objects(plan, record_annotation):
     """The ServingRuntime (or None) and the InferenceService as deploy applies them: the plan's
     manifests, with the revision record on the InferenceService (written in the same apply)."""
-    isvc = copy.deepcopy(plan["inferenceservice"])
+    isvc = copy.deepcopy(plan.get("serving") or plan["inferenceservice"])  # the plan's kind's object
     if record_annotation:
         isvc.setdefault("metadata", {}).setdefault("annotations", {})[ANN_PREVIOUS] = record_annotation
     runtime = copy.deepcopy(plan.get("servingruntime")) if plan.get("servingruntime") else None
@@ -292,6 +298,8 @@ def _predictor_changed(isvc, live_isvc):
     """Whether the desired predictor differs from the live one (or there is none)."""
     if not live_isvc:
         return True
+    if isvc.get("kind") == llmisvc.KIND:  # its workloads are its spec
+        return subset_diff(isvc.get("spec"), live_isvc.get("spec")) != []
     return (
         subset_diff((isvc.get("spec") or {}).get("predictor"), (live_isvc.get("spec") or {}).get("predictor"))
         != []
@@ -398,7 +406,7 @@ def problem(plan, live, holder="", now=None, create_namespace=False):
             )
         return ""
     runtime = plan.get("runtime") or {}
-    if not runtime.get("create", True) and live.get("servingruntime") is None:
+    if runtime.get("name") and not runtime.get("create", True) and live.get("servingruntime") is None:
         return (
             "the %s %s named in specpilot_runtime does not exist (runtime.create is false, so specpilot "
             "does not create it)" % (runtime.get("kind"), runtime.get("name"))

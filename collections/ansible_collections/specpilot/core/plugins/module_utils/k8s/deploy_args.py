@@ -85,6 +85,9 @@ DEPLOY_STATE = dict(
         "choices": ["Standard", "Knative", "RawDeployment", "Serverless"],
     },
     runtime={"type": "dict"},
+    # the plan's resource kind and its apiVersion (LLMInferenceService: its object, Deployments and pods)
+    kind={"type": "str", "default": "InferenceService", "choices": ["InferenceService", "LLMInferenceService"]},
+    api_version={"type": "str"},
     lease={"type": "bool", "default": True},
     history={"type": "bool", "default": True},
     workload={"type": "bool", "default": True},
@@ -216,3 +219,23 @@ def action_only(name, argument_spec):
     module, it fails."""
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     module.fail_json(msg="specpilot.core.%s runs as an action plugin on the controller" % name)
+
+
+# The variables that choose the cluster a host's tasks reach, in the order the playbooks' module_defaults read them
+# (specpilot_k8s_*, then the deprecated specpilot_deploy_* / specpilot_rollback_* names); an empty value falls through.
+CLUSTER_VARIABLES = (
+    ("specpilot_k8s_kubeconfig", "specpilot_deploy_kubeconfig", "specpilot_rollback_kubeconfig"),
+    ("specpilot_k8s_context", "specpilot_deploy_context", "specpilot_rollback_context"),
+    ("specpilot_k8s_host",),
+)
+
+
+def cluster_key(variables):
+    """Which cluster a host's tasks reach: its kubeconfig, context and API host as the playbooks' module_defaults
+    take them (issue 40: a one-read step run once for a play reads only the services of its own host's cluster;
+    the others read their own). Hosts with no such variable share the environment's cluster (K8S_AUTH_*)."""
+    parts = []
+    for names in CLUSTER_VARIABLES:
+        value = next((variables.get(n) for n in names if variables.get(n) not in (None, "")), "")
+        parts.append(str(value))
+    return "|".join(parts)

@@ -3,7 +3,8 @@
 # Apache-2.0 (see LICENSE)
 # SPDX-License-Identifier: Apache-2.0
 """Is a failed API call worth retrying, and how long to wait before it: the one retry helper of the
-collection (the Kubernetes reads and Lease writes of plugin_utils, the OCI registry client).
+collection (the Kubernetes reads and Lease writes of plugin_utils, the OCI registry client, the staging
+program's HTTP downloads).
 
 kubernetes.core puts the API server's Status in the failure message (``"code":500``) or in
 ``status`` / ``error``.  429 (throttled) and 500/502/503/504 are transient; 409 (conflict) is
@@ -13,7 +14,11 @@ connection error, a discovery request that failed) is retried.
 
 :class:`Backoff` waits between attempts: exponential backoff with full jitter, capped
 (``random(0, min(cap, base * 2**attempt))``), or what the server's ``Retry-After`` asks on a 429 or
-503 (delta-seconds or an HTTP-date, RFC 9110 section 10.2.3), itself capped.  Pure standard library.
+503 (delta-seconds or an HTTP-date, RFC 9110 section 10.2.3), itself capped; with ``total``, no attempt
+starts more than that many seconds after the first (the time a retried call may take is bounded).
+
+Pure standard library, Python 3.8+: the staging program (``staging/stager.py``) runs it in a pod, where
+this file is shipped beside it in the Job's ConfigMap (``staging/pvc_staging.py`` ``program_files``).
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ import time
 __all__ = [
     "TRANSIENT",
     "RETRY_STATUS",
+    "HTTP_RETRY_STATUS",
+    "HTTP_FINAL",
     "FINAL",
     "status_code",
     "transient_status",
@@ -40,6 +47,10 @@ __all__ = [
 RETRY_STATUS = (429, 500, 502, 503, 504)
 TRANSIENT = (409,) + RETRY_STATUS
 FINAL = (400, 401, 403, 404, 405, 410, 415, 422)
+# a plain HTTP download (the staging program's sources): a request timeout (408) and Too Early (425) are
+# worth a retry too; a missing or forbidden file, or a server that cannot do the method, is an answer
+HTTP_RETRY_STATUS = (408, 425) + RETRY_STATUS
+HTTP_FINAL = (401, 403, 404, 405, 410, 501)
 _CODE = re.compile(r'"code"\s*:\s*(\d{3})')
 _REASON = {
     "Conflict": 409,
@@ -120,7 +131,9 @@ class Backoff(object):
     """Attempts of one call, with waits between them.
 
     ``attempts``: how many calls in all; ``base``/``cap``: the exponential backoff with full jitter;
-    ``max_retry_after``: the longest a ``Retry-After`` is honoured (a longer one waits this long).
+    ``max_retry_after``: the longest a ``Retry-After`` is honoured (a longer one waits this long);
+    ``total``: seconds after the first attempt's start past which no attempt starts (None: no bound), so a
+    wait that would end later gives up at once with the last outcome.
     ``sleep``, ``rand`` and ``clock`` are there for tests (a fake clock)."""
 
     def __init__(
@@ -132,8 +145,10 @@ class Backoff(object):
         sleep=time.sleep,
         rand=random.random,
         clock=time.time,
+        total=None,
     ):
         self.attempts = max(1, int(attempts))
+        self.total = None if total is None else float(total)
         self.base = float(base)
         self.cap = float(cap)
         self.max_retry_after = float(max_retry_after)
@@ -152,6 +167,7 @@ class Backoff(object):
         """``call()`` until ``verdict(outcome, exc)`` says it is final or the attempts are spent; the
         last outcome is returned (or its exception raised).  ``verdict`` returns ``(retry, retry_after)``:
         whether to try again, and the answer's ``Retry-After`` value (None without one)."""
+        started = self._clock()
         for attempt in range(self.attempts):
             outcome = exc = None
             try:
@@ -159,12 +175,17 @@ class Backoff(object):
             except Exception as error:  # noqa: BLE001 - the verdict decides; unknown ones are raised
                 exc = error
             again, retry_after = verdict(outcome, exc)
-            if not again or attempt + 1 >= self.attempts:
+            wait = self.delay(attempt, retry_after) if again and attempt + 1 < self.attempts else None
+            if wait is None or not self._within_total(started, wait):
                 if exc is not None:
                     raise exc
                 return outcome
-            self._sleep(self.delay(attempt, retry_after))
+            self._sleep(wait)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _within_total(self, started, wait):
+        """True when an attempt after ``wait`` more seconds still starts within ``total`` of ``started``."""
+        return self.total is None or self._clock() - started + wait <= self.total
 
 
 # What a failed call's message says about its cause, and what the user runs next (issue 39: deploy with the

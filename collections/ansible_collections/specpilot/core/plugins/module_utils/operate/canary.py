@@ -55,8 +55,13 @@ import os
 import time
 
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_verdict
-from ansible_collections.specpilot.core.plugins.module_utils.report.plots import plot_links, pyplot
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics import parse_metrics_text
+from ansible_collections.specpilot.core.plugins.module_utils.operate import canary_change
+from ansible_collections.specpilot.core.plugins.module_utils.operate.canary_report import (  # noqa: F401 (re-exported)
+    bucket_resolution,
+    render_plots,
+    report_markdown,
+)
 from ansible_collections.specpilot.core.plugins.module_utils.service import live
 
 __all__ = [
@@ -122,6 +127,7 @@ def arm_window(pages):
     error_rate, histograms: {ttft, tpot, e2e: {metric, count, buckets}}, acceptance, notes}``."""
     out = {"pods": [], "requests": 0, "failed": 0, "histograms": {}, "notes": []}
     spec = dict((k, 0) for k in _SPEC_KEYS)
+    spec["accepted_per_position"] = []
     spec_seen = False
     for page in pages:
         win, finished = _pod_window(page.get("before"), page["after"])
@@ -129,19 +135,12 @@ def arm_window(pages):
         out["notes"] += ["%s: %s" % (page.get("pod"), n) for n in win["notes"]]
         out["requests"] += sum(finished.values())
         out["failed"] += sum(v for k, v in finished.items() if k in FAILED_REASONS)
-        for fig, keys in FIGURE_HISTOGRAMS.items():
-            key = next((k for k in keys if (win["latency"] or {}).get(k)), None)
-            if key is None:
-                continue
-            h = out["histograms"].setdefault(
-                fig, {"metric": win["latency"][key]["metric"], "count": 0, "b": {}}
-            )
-            h["count"] += win["latency"][key]["window_count"] or 0
-            _add_buckets(h["b"], win["latency"][key]["window_buckets"])
+        _add_latency(out["histograms"], win["latency"] or {})
         if win["spec_decode_enabled"]:
             spec_seen = True
             for k in _SPEC_KEYS:
                 spec[k] += win["derived"].get(k) or 0
+            _add_positions(spec["accepted_per_position"], win["derived"].get("accepted_per_position"))
     for h in out["histograms"].values():
         b = h.pop("b")
         h["buckets"] = [[le, b[le]] for le in sorted(b)]
@@ -150,15 +149,39 @@ def arm_window(pages):
     return out
 
 
+def _add_latency(histograms, latency):
+    """Adds a pod's window of each figure's histogram (count, sum, bucket deltas) to the arm's."""
+    for fig, keys in FIGURE_HISTOGRAMS.items():
+        key = next((k for k in keys if latency.get(k)), None)
+        if key is None:
+            continue
+        h = histograms.setdefault(fig, {"metric": latency[key]["metric"], "count": 0, "sum": 0.0, "b": {}})
+        h["count"] += latency[key]["window_count"] or 0
+        h["sum"] += latency[key]["window_sum"] or 0.0
+        _add_buckets(h["b"], latency[key]["window_buckets"])
+
+
+def _add_positions(total, per_pos):
+    """Adds a pod's accepted tokens per draft position (a window's deltas) to the arm's."""
+    for i, v in enumerate(per_pos or []):
+        if i == len(total):
+            total.append(0)
+        total[i] += v or 0
+
+
 def acceptance_figures(spec):
-    """Acceptance rate and mean acceptance length of an arm's summed spec-decode counters."""
+    """Acceptance rate, mean acceptance length and (with ``accepted_per_position``, the arm's accepted tokens
+    per draft position) the rate per position of an arm's summed spec-decode counters."""
     drafts, tokens, accepted = spec["num_drafts"], spec["num_draft_tokens"], spec["num_accepted_tokens"]
+    per_pos = list(spec.get("accepted_per_position") or []) or None
     return {
         "num_drafts": drafts,
         "num_draft_tokens": tokens,
         "num_accepted_tokens": accepted,
         "draft_acceptance_rate": accepted / float(tokens) if tokens else None,
         "mean_acceptance_length": 1.0 + accepted / float(drafts) if drafts else None,
+        "accepted_per_position": per_pos,
+        "per_position_acceptance": [a / float(drafts) for a in per_pos] if per_pos and drafts else None,
     }
 
 
@@ -271,11 +294,14 @@ def decide_step(
     min_acceptance=DEFAULT_MIN_ACCEPTANCE,
     min_requests=20,
     extensions_left=0,
+    change=None,
 ):
-    """The step's decision from both arms' windows (:func:`arm_window`).
+    """The step's decision from both arms' windows (:func:`arm_window`). ``change``: ``{acceptance_margin,
+    allowance}`` of a change between two speculative configs (canary_change's defaults when not given).
 
     Returns ``{decision, reasons, verdict, ratios, arms: {baseline, canary: {requests, failed,
-    figures, acceptance}}}``; ``decision`` is one of DECISIONS."""
+    figures, acceptance}}, positions (a change: canary_change.compare_positions), unresolved, judged_by}``;
+    ``decision`` is one of DECISIONS."""
     out = {
         "arms": dict(
             (
@@ -325,12 +351,42 @@ def decide_step(
                 % (acc, min_acceptance)
             ],
         )
+    floor = "canary acceptance rate %.3f (floor %.2f)" % (acc, min_acceptance)
+    return _judged(out, baseline, canary, policy, floor, extensions_left, change or {})
+
+
+def _judged(out, baseline, canary, policy, floor, extensions_left, change):
+    """The step judged, when the stable arm speculates too (a change between two configs), first on acceptance
+    per shared draft position, then on latency without a required gain (canary_change); a figure whose quantiles
+    the histograms cannot resolve is judged on its mean (canary_change.mean_ratio), or not at all."""
+    acc_reasons = []
+    if baseline["acceptance"] is not None:
+        out["positions"] = canary_change.compare_positions(
+            baseline["acceptance"], canary["acceptance"],
+            change.get("acceptance_margin", canary_change.DEFAULT_ACCEPTANCE_MARGIN))
+        kind, acc_reasons = canary_change.positions_problem(out["positions"])
+        if kind == "drop":
+            return dict(out, decision="abort", reasons=acc_reasons)
+        if kind == "undecided":
+            return _undecided(out, acc_reasons, extensions_left)
+    bound = bench_verdict.policy_with_defaults(policy)["bound_by"]
+    unres = canary_change.unresolved(out["arms"]["baseline"]["figures"], out["arms"]["canary"]["figures"])
     sizes = _sizes(baseline, canary)
     base, spec = _summary(baseline, sizes), _summary(canary, sizes)
     figs = bench_verdict.ratios(base, spec, policy)
-    verdict = bench_verdict.decide(base, spec, figs, policy)
-    out.update(ratios=figs, verdict=verdict)
-    reasons = verdict["reasons"] + ["canary acceptance rate %.3f (floor %.2f)" % (acc, min_acceptance)]
+    skip, notes = canary_change.by_means(figs, unres, baseline["histograms"], canary["histograms"])
+    decide_by, more = canary_change.resolution_reasons(dict((f, unres[f]) for f in skip), bound)
+    notes += more
+    out.update(unresolved=unres, judged_by=decide_by, ratios=figs)
+    if decide_by is None:
+        return _undecided(out, notes + ["no latency figure that decides is resolved by the histograms"], extensions_left)
+    if baseline["acceptance"] is not None:
+        verdict = canary_change.judge_change(
+            figs, policy, change.get("allowance", canary_change.DEFAULT_CHANGE_ALLOWANCE), skip=tuple(skip))
+    else:
+        verdict = bench_verdict.decide(base, spec, figs, dict(policy or {}, bound_by=decide_by))
+    out.update(verdict=verdict)
+    reasons = verdict["reasons"] + acc_reasons + notes + [floor]
     if verdict["decision"] == "keep":
         return dict(out, decision="promote-step", reasons=reasons)
     if verdict["decision"] == "rollback":
@@ -421,8 +477,9 @@ def run_step(
     reference=None,
     keep=None,
     source=None,
+    change=None,
 ):
-    """Hold one step and decide it. ``arms``: ``{baseline: [{pod, url}], canary: [{pod, url}]}``
+    """Hold one step and decide it. ``change``: :func:`decide_step`'s. ``arms``: ``{baseline: [{pod, url}], canary: [{pod, url}]}``
     (each pod's /metrics URL); ``fetch(url)`` returns a page's text. ``source``: what reads the
     arms (``begin(arms)``, then ``read()`` -> ``{arm: window}``, ``name`` and ``details()``), by
     default :class:`PodPages` over ``fetch``. The window ends after
@@ -460,6 +517,7 @@ def run_step(
             min_acceptance,
             min_requests,
             max_extensions - extensions,
+            change,
         )
         if result["decision"] != "extend":
             break
@@ -572,6 +630,20 @@ def outcome_summary(outcome, last_step=None):
 KNATIVE_SINCE = (0, 9)
 
 
+def kind_problem(kind):
+    """Why a service of this resource kind cannot have a canary ('' when it can): an LLMInferenceService
+    (serving.kserve.io v1alpha1/v1alpha2, kserve v0.20.0 pkg/apis/serving/v1alpha2/llm_inference_service_types.go
+    LLMInferenceServiceSpec) has no traffic-split field, neither spec.canary nor canaryTrafficPercent."""
+    if kind == "LLMInferenceService":
+        return (
+            "an LLMInferenceService has no traffic-split field (neither spec.canary nor canaryTrafficPercent), "
+            "so a canary cannot put speculative decoding on a slice "
+            "of the traffic, and none is faked; nothing was changed. Measure it with playbooks/benchmark.yml "
+            "(a baseline twin without speculative decoding) and keep it in check with playbooks/guard.yml"
+        )
+    return ""
+
+
 def support_problem(kserve_version, deployment_mode):
     """Why this cluster cannot split traffic for a canary ('' when it can). ``kserve_version`` a
     (major, minor, patch) tuple or None."""
@@ -599,189 +671,6 @@ def support_problem(kserve_version, deployment_mode):
             "playbooks/benchmark.yml (a baseline twin) instead" % ".".join(str(x) for x in kserve_version)
         )
     return ""
-
-
-def _fmt(value, unit=""):
-    return "n/a" if value is None else "%.2f%s" % (value, unit)
-
-
-def _ratio_text(entry, resolution=None):
-    if not entry or entry.get("value") is None:
-        return "n/a"
-    ci = entry.get("ci95")
-    text = "95%% CI %.2f-%.2f" % tuple(ci) if ci else "no CI"
-    if resolution:
-        text += "; the buckets allow %s" % resolution
-    return "%.2fx (%s)" % (entry["value"], text)
-
-
-def _quantile_text(figure, quantile):
-    """A quantile from a histogram as the table shows it: its value, or ``>= <last bound>`` when it is past
-    the last finite bucket (the value is then that bound, not a measurement)."""
-    edges = figure.get(quantile.replace("_ms", "_bucket_ms"))
-    if edges and edges[1] is None:
-        return ">= %s" % _fmt(edges[0])
-    return _fmt(figure.get(quantile))
-
-
-def bucket_resolution(baseline, canary, quantile="p50_ms"):
-    """The range of baseline / canary ratios the two quantiles' buckets allow ('0.50-2.00x', '>= 1.50x'), or
-    None when a bucket is not known: a ratio of histogram quantiles is no finer than that, whatever its
-    bootstrap interval says (the resampled values are spread inside the same buckets)."""
-    b = (baseline or {}).get(quantile.replace("_ms", "_bucket_ms"))
-    c = (canary or {}).get(quantile.replace("_ms", "_bucket_ms"))
-    if not b or not c:
-        return None
-    low = b[0] / c[1] if c[1] else 0.0
-    if b[1] is None or not c[0]:
-        return ">= %.2fx" % low
-    return "%.2f-%.2fx" % (low, b[1] / c[0])
-
-
-READ_FROM = {
-    "pods": " Both arms are read from their own pods' /metrics.",
-    "prometheus": " Both arms are read from Prometheus {url} (specpilot_canary_prometheus_url).",
-}
-
-
-def _source_text(step):
-    """Where a step's figures come from, in words ('' for a step that read nothing)."""
-    if step.get("source") == "prometheus":
-        prom = step.get("prometheus") or {}
-        return "; figures from Prometheus %s (increase() over %s, evaluated at %s)" % (
-            prom.get("url", "?"),
-            prom.get("range", "?"),
-            prom.get("evaluated_at", "?"),
-        )
-    if step.get("source") == "pods":
-        return "; figures from the arms' pods' /metrics (deltas between scrapes)"
-    return ""
-
-
-def report_markdown(report):
-    """The canary report as Markdown: per step both arms' p50/p99, acceptance, decision, reason."""
-    lines = [
-        "# Canary of %s/%s" % (report["namespace"], report["service"]),
-        "",
-        "**%s** - %s" % (report["outcome"].upper(), report["summary"]),
-        "",
-        "Canary predictor `%s` (speculative config `%s`), steps %s %%, window %s s, at least %s requests per arm, "
-        "acceptance floor %s.%s"
-        % (
-            report["canary_name"],
-            report.get("speculative_config"),
-            report["steps_planned"],
-            report["window_s"],
-            report["min_requests"],
-            report["min_acceptance"],
-            READ_FROM.get(report.get("source"), "").format(url=report.get("prometheus_url")),
-        ),
-        "",
-    ]
-    if report.get("resumed_at"):
-        lines += [
-            "Resumed at %s%%: this canary, left in place by a run killed mid-step, was taken up again at that step "
-            "(held from the start of a new window), then the steps above it." % report["resumed_at"],
-            "",
-        ]
-    for step in report["steps"]:
-        lines += [
-            "## Step %s%% - %s" % (step["traffic_percent"], step["decision"]),
-            "",
-            "Held %s s (%s extension(s))%s."
-            % (step.get("window_s", 0), step.get("extensions", 0), _source_text(step)),
-            "",
-            "| arm | requests | failed | TTFT p50 / p99 ms | TPOT p50 / p99 ms | E2E p50 / p99 ms | acceptance |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for arm in ("baseline", "canary") if step.get("arms") else ():
-            a = step["arms"][arm]
-            figs = [a["figures"].get(f) or {} for f in ("ttft", "tpot", "e2e")]
-            acc = (a.get("acceptance") or {}).get("draft_acceptance_rate")
-            lines.append(
-                "| %s | %s | %s | %s | %s | %s | %s |"
-                % (
-                    arm,
-                    a["requests"],
-                    a["failed"],
-                    *["%s / %s" % (_quantile_text(f, "p50_ms"), _quantile_text(f, "p99_ms")) for f in figs],
-                    _fmt(acc),
-                )
-            )
-        ratios = step.get("ratios") or {}
-        if ratios:
-            lines += [
-                "",
-                "Speedup (baseline / canary): "
-                + ", ".join(
-                    "%s p50 %s, p99 %s"
-                    % (
-                        f.upper(),
-                        _ratio_text(ratios.get(f), _step_resolution(step, f, "p50_ms")),
-                        _ratio_text((ratios.get(f) or {}).get("p99"), _step_resolution(step, f, "p99_ms")),
-                    )
-                    for f in ("ttft", "tpot", "e2e")
-                ),
-                "",
-                "The figures come from histogram buckets: a quantile is known to its bucket, and a ratio to the "
-                "range the two buckets allow (shown after each interval); `>=` marks a quantile past the last "
-                "bucket.",
-            ]
-        lines += ["", "Reasons:", ""] + ["- %s" % r for r in step["reasons"]] + [""]
-        if step.get("notes"):
-            lines += ["Notes:", ""] + ["- %s" % n for n in step["notes"]] + [""]
-    lines += plot_links(report)
-    return "\n".join(lines) + "\n"
-
-
-def _step_resolution(step, figure, quantile):
-    arms = step.get("arms") or {}
-    pick = [((arms.get(a) or {}).get("figures") or {}).get(figure) for a in ("baseline", "canary")]
-    return bucket_resolution(pick[0], pick[1], quantile)
-
-
-PLOT_FIGURES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E"))
-ARM_STYLE = {"baseline": "#1f77b4", "canary": "#d62728"}
-
-
-def _arm_series(steps, arm, figure, quantile):
-    """(traffic percents, values in ms) of one arm's figure over the steps that measured it."""
-    xs, ys = [], []
-    for step in steps:
-        value = (((step.get("arms") or {}).get(arm) or {}).get("figures") or {}).get(figure) or {}
-        if value.get(quantile) is not None:
-            xs.append(step["traffic_percent"])
-            ys.append(value[quantile])
-    return xs, ys
-
-
-def render_plots(report, out_dir):
-    """latency.png: per step (traffic percent), both arms' p50 (solid) and p99 (dashed) of TTFT, TPOT
-    and E2E. Nothing when no step measured both arms (an abort before the first window)."""
-    plt = pyplot()[0]
-    steps = [s for s in report.get("steps") or [] if s.get("arms")]
-    if plt is None or not steps:
-        return []
-    fig, axes = plt.subplots(1, len(PLOT_FIGURES), figsize=(12, 4))
-    for ax, (figure, title) in zip(axes, PLOT_FIGURES):
-        for arm, colour in ARM_STYLE.items():
-            for quantile, style in (("p50_ms", "-"), ("p99_ms", "--")):
-                xs, ys = _arm_series(steps, arm, figure, quantile)
-                if xs:
-                    label = "%s %s" % (arm, quantile[:3])
-                    ax.plot(xs, ys, style, marker="o", color=colour, label=label)
-        ax.set_title("%s (ms)" % title)
-        ax.set_xlabel("canary share of traffic (%)")
-        ax.grid(True, alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.suptitle(
-        "Canary of %s/%s: %s" % (report.get("namespace"), report.get("service"), report.get("outcome"))
-    )
-    fig.tight_layout()
-    path = os.path.join(out_dir, "latency.png")
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return [{"file": "latency.png", "title": "Latency of both arms per step", "path": path}]
 
 
 LAB_URL_ANNOTATION = "specpilot.io/lab-url"

@@ -40,6 +40,7 @@ import time
 import urllib.parse
 
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics import COUNTERS, HISTOGRAMS
+from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics import PER_POSITION as _PER_POSITION
 from ansible_collections.specpilot.core.plugins.module_utils.operate import canary
 from ansible_collections.specpilot.core.plugins.module_utils.operate import monitoring as sm
 from ansible_collections.specpilot.core.plugins.module_utils.operate import prometheus_api
@@ -62,6 +63,7 @@ MIN_SCRAPES = 2  # increase() of a series needs two samples inside the range
 _NAMES = dict((key, base + "_total") for base, key in COUNTERS.items())
 REQUESTS = _NAMES["request_success"]
 SPEC_COUNTERS = dict((key, _NAMES[key]) for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"))
+PER_POSITION = _PER_POSITION + "_total"
 # the setting names the messages use: the module's parameters (the role passes its own)
 PARAMETERS = {
     "url": "prometheus_url",
@@ -173,8 +175,12 @@ def arm_queries(sel, rng, pod_label="pod"):
     }
     for key in sorted(set(k for keys in canary.FIGURE_HISTOGRAMS.values() for k in keys)):
         out["hist:" + key] = "sum by (le) (increase(%s_bucket{%s}[%s]))" % (HISTOGRAMS[key], sel, rng)
+        # the window's sum: the mean a figure is judged on when its buckets cannot resolve it (canary_change)
+        out["sum:" + key] = "sum(increase(%s_sum{%s}[%s]))" % (HISTOGRAMS[key], sel, rng)
     for key, name in SPEC_COUNTERS.items():
         out["spec:" + key] = "sum(increase(%s{%s}[%s]))" % (name, sel, rng)
+    # accepted tokens per draft position: a change between two speculative configs is judged on them
+    out["spec:per_pos"] = "sum by (position) (increase(%s{%s}[%s]))" % (PER_POSITION, sel, rng)
     return out
 
 
@@ -214,9 +220,25 @@ def _histograms(answers):
         for key in keys:
             h = _histogram(answers.get("hist:" + key) or [])
             if h is not None:
-                out[fig] = dict(h, metric=HISTOGRAMS[key])
+                total = prometheus_api.vector_total(answers.get("sum:" + key) or [])
+                out[fig] = dict(h, metric=HISTOGRAMS[key], sum=None if total is None else _num(total))
                 break
     return out
+
+
+def _acceptance(spec, answers):
+    """The arm's acceptance figures from the spec-decode counters' increases and the accepted tokens per position."""
+    counts = dict((k, _num(v or 0.0)) for k, v in spec.items())
+    counts["accepted_per_position"] = _per_position(answers.get("spec:per_pos") or [])
+    return canary.acceptance_figures(counts)
+
+
+def _per_position(vector):
+    """[accepted tokens at position 0, 1, ...] of a ``sum by (position)`` answer; None when empty."""
+    found = dict((int(m["position"]), v) for m, v in vector if str(m.get("position", "")).isdigit() and not math.isnan(v))
+    if not found:
+        return None
+    return [_num(found.get(i, 0.0)) for i in range(max(found) + 1)]
 
 
 def _unread(samples, seconds, where):
@@ -264,9 +286,7 @@ def arm_window_from_answers(answers, pods, seconds, where, pod_label="pod"):
         "failed": failed,
         "error_rate": failed / requests if requests else 0.0,
         "histograms": _histograms(answers),
-        "acceptance": (
-            canary.acceptance_figures(dict((k, _num(v or 0.0)) for k, v in spec.items())) if seen else None
-        ),
+        "acceptance": _acceptance(spec, answers) if seen else None,
         "notes": notes,
         "unread": unread or None,
         "series": {"samples": samples, "missing": missing},

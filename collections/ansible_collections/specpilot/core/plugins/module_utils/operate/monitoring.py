@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import re
 
+from ansible_collections.specpilot.core.plugins.module_utils.service import llmisvc
 from ansible_collections.specpilot.core.plugins.module_utils.service.versions import (
     parse_version,
     speculative_engine,
@@ -488,21 +489,39 @@ def _monitor_meta(name, namespace, labels):
     }
 
 
-def pod_monitor(name, namespace, deployment_mode="Standard", labels=None, interval=SCRAPE_INTERVAL):
+def _llm_pod_monitor_spec(name, namespace, interval):
+    """An LLMInferenceService's decode pods (the workload that drafts; llmisvc.workload's labels), on the port
+    KServe's template serves on: its container port has no name (config-llm-template.yaml), so by number."""
+    work = llmisvc.workload(name)
+    labels = dict(label.split("=", 1) for label in work["pod_labels"])
+    return {
+        "selector": {"matchLabels": labels},
+        "namespaceSelector": {"matchNames": [namespace]},
+        "podMetricsEndpoints": [{"targetPort": work["port"], "path": "/metrics", "interval": interval}],
+    }
+
+
+def pod_monitor(name, namespace, deployment_mode="Standard", labels=None, interval=SCRAPE_INTERVAL,
+                kind="InferenceService"):
     """A monitoring.coreos.com/v1 PodMonitor that scrapes /metrics of every pod of InferenceService
     ``name`` (KServe labels its pods ``serving.kserve.io/inferenceservice``), stable and canary alike, on
-    the engine's port. The operator adds the ``namespace`` label the rule's selector uses."""
-    return {
-        "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "PodMonitor",
-        "metadata": _monitor_meta(name, namespace, labels),
-        "spec": {
+    the engine's port. The operator adds the ``namespace`` label the rule's selector uses.  ``kind``
+    LLMInferenceService: its decode pods."""
+    if kind == llmisvc.KIND:
+        spec = _llm_pod_monitor_spec(name, namespace, interval)
+    else:
+        spec = {
             "selector": {"matchLabels": {ISVC_LABEL: name}},
             "namespaceSelector": {"matchNames": [namespace]},
             "podMetricsEndpoints": [
                 {"port": _POD_PORT.get(deployment_mode, "http"), "path": "/metrics", "interval": interval}
             ],
-        },
+        }
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": _monitor_meta(name, namespace, labels),
+        "spec": spec,
     }
 
 
@@ -527,6 +546,15 @@ SCRAPE_KINDS = {"podmonitor": "PodMonitor", "servicemonitor": "ServiceMonitor", 
 
 
 def to_apply(rendered, scrape="podmonitor"):
+    """See _to_apply; an LLMInferenceService has no predictor Service for a ServiceMonitor."""
+    if scrape == "servicemonitor" and rendered.get("service_monitor") is None:
+        raise MonitoringError(
+            "an LLMInferenceService has no predictor Service to scrape through: use scrape podmonitor (its decode pods)"
+        )
+    return _to_apply(rendered, scrape)
+
+
+def _to_apply(rendered, scrape="podmonitor"):
     """What the role applies of ``render``'s result, in order, and the CRD each needs: the PrometheusRule
     and the scrape config ``scrape`` names (``podmonitor``, ``servicemonitor`` or ``none``: one, never both,
     or the pods would be scraped twice). ``{"objects": [...], "crds": [...]}``."""
@@ -539,12 +567,14 @@ def to_apply(rendered, scrape="podmonitor"):
 
 
 def render(name, namespace, vllm_version, speculative=None, selector=None, settings=None,
-           rule_labels=None, engine="auto", deployment_mode="Standard"):
+           rule_labels=None, engine="auto", deployment_mode="Standard", kind="InferenceService", model_name=None):
     """Everything for one service: the rule, the dashboard, the scrape configs (a PodMonitor and a
-    ServiceMonitor), the PromQL and the metric names."""
+    ServiceMonitor; an LLMInferenceService: its decode pods' PodMonitor only), the PromQL and the metric
+    names.  ``model_name``: the name vLLM serves when it is not the service's (an LLMInferenceService's
+    spec.model.name)."""
     planned = bool(speculative)
     profile = metric_profile(vllm_version, engine)
-    sel = dict(selector or default_selector(name, namespace))
+    sel = dict(selector or default_selector(model_name or name, namespace))
     crossover = crossover_of(speculative)
     rule = prometheus_rule(name, namespace, vllm_version, planned, sel, settings, rule_labels, engine,
                            crossover)
@@ -561,8 +591,8 @@ def render(name, namespace, vllm_version, speculative=None, selector=None, setti
         "profile": profile,
         "selector": sel,
         "prometheus_rule": rule,
-        "pod_monitor": pod_monitor(name, namespace, deployment_mode, rule_labels),
-        "service_monitor": service_monitor(name, namespace, rule_labels),
+        "pod_monitor": pod_monitor(name, namespace, deployment_mode, rule_labels, kind=kind),
+        "service_monitor": None if kind == llmisvc.KIND else service_monitor(name, namespace, rule_labels),
         "dashboard": dash,
         "expressions": {k: v for k, v in exprs.items() if v is not None},
         "metrics": metric_names("\n".join(texts)),

@@ -13,6 +13,8 @@ for the rollback and guard roles.
 from __future__ import annotations
 
 from ansible_collections.specpilot.core.plugins.module_utils.common import get_path
+from ansible_collections.specpilot.core.plugins.module_utils.operate.acceptance_guard import judged
+from ansible_collections.specpilot.core.plugins.module_utils.report.tables import markdown_table
 
 __all__ = ["rollback_markdown", "guard_markdown"]
 
@@ -55,15 +57,15 @@ def _reclaim_line(r):
 def _modelcar_lines(r):
     mc = r["reclaim"]["modelcar"]
     res = mc.get("result") or {}
-    lines = [
-        "",
-        "| Modelcar image | digest | storageUri |",
-        "|---|---|---|",
-        "| before | `%s` | `%s` |" % (mc.get("digest"), mc.get("storage_uri")),
-        "| after | `%s` | `%s` |"
-        % (mc.get("new_digest") or mc.get("digest"), mc.get("new_storage_uri") or mc.get("storage_uri")),
-        "",
+    rows = [
+        ("before", "`%s`" % mc.get("digest"), "`%s`" % mc.get("storage_uri")),
+        (
+            "after",
+            "`%s`" % (mc.get("new_digest") or mc.get("digest")),
+            "`%s`" % (mc.get("new_storage_uri") or mc.get("storage_uri")),
+        ),
     ]
+    lines = [""] + markdown_table(("Modelcar image", "digest", "storageUri"), rows) + [""]
     if mc.get("new_digest"):
         layer = res.get("dropped_layer") or {}
         lines.append(
@@ -116,13 +118,12 @@ def rollback_markdown(r):
         return "\n".join(lines + ["Skipped: the InferenceService does not exist."]) + "\n"
     before, after = r.get("before") or {}, r.get("after") or {}
     lines += _rollback_summary(r)
+    rows = [
+        ("spec digest", "`%s`" % before.get("digest"), "`%s`" % after.get("digest")),
+        ("speculative args", _cell(before.get("speculative") or []), _cell(after.get("speculative") or [])),
+    ]
+    lines += [""] + markdown_table(("", "before", "after"), rows)
     lines += [
-        "",
-        "| | before | after |",
-        "|---|---|---|",
-        "| spec digest | `%s` | `%s` |" % (before.get("digest"), after.get("digest")),
-        "| speculative args | %s | %s |"
-        % (_cell(before.get("speculative") or []), _cell(after.get("speculative") or [])),
         "",
         "Removed: " + _code(r.get("removed_args") or []),
         "",
@@ -139,27 +140,47 @@ def _number(value, fmt):
     return fmt % value if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
 
 
+_GUARD_COLUMNS = (
+    "service",
+    "judged",
+    "acceptance",
+    "mean acceptance length",
+    "per position",
+    "drafted",
+    "low in a row",
+    "action",
+    "latest benchmark/canary verdict",
+)
+
+
 def _guard_row(s):
     per = " / ".join(str(round(p, 3)) for p in s.get("per_position") or []) or "-"
-    return "| %s/%s | %s | %s | %s | %s | %s | %s/%s | %s%s |" % (
-        s.get("namespace"),
-        s.get("name"),
-        s.get("status"),
+    return (
+        "%s/%s" % (s.get("namespace"), s.get("name")),
+        judged(s.get("status")),
         _number(s.get("acceptance_rate"), "%.3f"),
         _number(s.get("mean_acceptance_length"), "%.2f"),
         per,
         s["drafted"] if s.get("drafted") is not None else "-",
-        s.get("streak"),
-        s.get("consecutive_readings"),
-        s.get("action"),
-        " (rolled back)" if s.get("rolled_back") else "",
+        "%s/%s" % (s.get("streak"), s.get("consecutive_readings")),
+        "%s%s" % (s.get("action"), " (rolled back)" if s.get("rolled_back") else ""),
+        _verdict_cell(s.get("latest_verdict")),
     )
+
+
+def _verdict_cell(verdict):
+    """The latest benchmark or canary verdict in the guard's table: ``canary aborted (at)``, else ``-``."""
+    if not verdict:
+        return "-"
+    return "%s %s (%s)" % (verdict.get("kind"), verdict.get("verdict") or "no verdict", verdict.get("at"))
 
 
 def _guard_section(s):
     lines = ["", "## %s/%s" % (s.get("namespace"), s.get("name")), "", str(s.get("message"))]
     if s.get("acceptance_band"):
         lines += ["", "Band: %s" % s["acceptance_band"]["line"]]
+    if (s.get("recorded") or {}).get("text"):
+        lines += ["", "Recorded (smoke, the same vLLM release): %s" % s["recorded"]["text"]]
     if s.get("findings"):
         lines += [""] + ["- %s" % f for f in s["findings"]]
     if s.get("history"):
@@ -182,11 +203,11 @@ def guard_markdown(report):
         "low below %s, borderline below %s," % (t["min_acceptance_rate"], t["warn_acceptance_rate"]),
         "judged from %s draft tokens per window," % t["min_draft_tokens"],
         "action after %s low readings in a row." % t["consecutive_readings"],
+        "The guard judges acceptance only: whether speculative decoding pays off in latency is the benchmark's",
+        "and the canary's verdict (the last column: the latest of their reports, when one exists).",
         "",
-        "| service | status | acceptance | mean acceptance length | per position | drafted | low in a row | action |",
-        "|---|---|---|---|---|---|---|---|",
     ]
-    lines += [_guard_row(s) for s in report["services"]]
+    lines += markdown_table(_GUARD_COLUMNS, [_guard_row(s) for s in report["services"]])
     for s in report["services"]:
         lines += _guard_section(s)
     return "\n".join(lines) + "\n"

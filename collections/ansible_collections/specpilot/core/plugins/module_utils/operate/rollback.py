@@ -29,6 +29,7 @@ import posixpath
 
 from ansible_collections.specpilot.core.plugins.module_utils.staging import data_safety, modelcar_reclaim
 from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_rollout, deploy_state
+from ansible_collections.specpilot.core.plugins.module_utils.operate import rollback_llm
 from ansible_collections.specpilot.core.plugins.module_utils.service import plan as service_plan
 from ansible_collections.specpilot.core.plugins.module_utils.service import live as live_view
 from ansible_collections.specpilot.core.plugins.module_utils.service import render
@@ -537,6 +538,8 @@ def decide(live, mode="off", now=None, options=None):
             "error": None,
             "message": "InferenceService not found",
         }
+    if rollback_llm.is_llm(isvc):  # an LLMInferenceService: its decode workload's args, its recorded spec
+        return rollback_llm.decide(live, mode, now, opts)
     md = isvc.get("metadata") or {}
     annotations = md.get("annotations") or {}
     deployment, pods = live.get("deployment"), live.get("pods") or []
@@ -618,6 +621,8 @@ def verify(live, decision):
     """After the rollout: stored spec, Deployment template and pods carry no speculative flags, and
     the stored predictor is the decided one.  ``{ok, problems, checks}``."""
     isvc = (live or {}).get("inferenceservice") or {}
+    if rollback_llm.is_llm(isvc):
+        return rollback_llm.verify(live, decision)
     predictor = (isvc.get("spec") or {}).get("predictor") or {}
     problems, checks = [], {}
     want_off = decision.get("mode") == "off"

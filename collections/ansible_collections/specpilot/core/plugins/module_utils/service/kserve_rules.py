@@ -20,6 +20,9 @@ from ansible_collections.specpilot.core.plugins.module_utils.common import get_p
 __all__ = [
     "check_inferenceservice",
     "check_servingruntime",
+    "check_llminferenceservice",
+    "llmisvc_version",
+    "LLMISVC_FIELDS",
     "uri_scheme",
     "common_parent",
     "KSERVE_STORAGE_SCHEMES",
@@ -485,4 +488,74 @@ def check_servingruntime(runtime, findings, where):
             "the runtime's container must be named kserve-container",
             "do not rename it",
             "runtime-container-name",
+        )
+
+
+# KServe's LLMInferenceService (serving.kserve.io): the API version a release serves and stores, and the
+# spec fields each release's CRD has (config/crd/full/llmisvc/serving.kserve.io_llminferenceservices.yaml at
+# v0.16.0, v0.17.0 and v0.20.0): v1alpha1 only on 0.16; v1alpha2, served and stored, from 0.17 (v1alpha1
+# still served, converted).  A release between two rows has the fields of the row below it.
+LLMISVC_FIELDS = (
+    ((0, 16, 0), "v1alpha1", ("baseRefs", "model", "parallelism", "prefill", "replicas", "router", "template", "worker")),
+    ((0, 17, 0), "v1alpha2", ("annotations", "labels", "scaling", "storageInitializer")),
+    ((0, 20, 0), "v1alpha2", ("tracing", "kvCacheOffloading")),
+)
+LLMISVC_MODEL_FIELDS = {"v1alpha1": ("uri", "name", "lora", "criticality"), "v1alpha2": ("uri", "name", "lora", "confidential")}
+# a field of v1alpha2 alone (v0.20.0's v1alpha1 has no kvCacheOffloading)
+_LLMISVC_V2_ONLY = ("kvCacheOffloading",)
+
+
+def llmisvc_version(kserve_version):
+    """The LLMInferenceService API version a KServe release stores (None before 0.16: it has none)."""
+    found = None
+    for since, version, _fields in LLMISVC_FIELDS:
+        if kserve_version is not None and tuple(kserve_version) >= since:
+            found = version
+    return found
+
+
+def llmisvc_spec_fields(kserve_version, api_version):
+    fields = []
+    for since, _version, added in LLMISVC_FIELDS:
+        if tuple(kserve_version) >= since:
+            fields += [f for f in added if api_version == "v1alpha2" or f not in _LLMISVC_V2_ONLY]
+    return fields
+
+
+def check_llminferenceservice(obj, ctx, findings, where):
+    """The final LLMInferenceService against the cluster's release: its API version, the spec fields its CRD
+    has (the API server would prune the others), the model's fields, replicas and scaling not both."""
+    version = _v(ctx)
+    api = llmisvc_version(version)
+    if api is None:
+        findings.error(
+            where("apiVersion"),
+            "LLMInferenceService needs KServe >= 0.16 (cluster: %s)" % _vl(ctx),
+            "use resource InferenceService, or upgrade KServe",
+            "llmisvc-version",
+        )
+        return
+    spec = obj.get("spec") or {}
+    known = llmisvc_spec_fields(version, api)
+    for key in sorted(set(spec) - set(known)):
+        findings.error(
+            where("spec." + key),
+            "spec.%s is not a field of LLMInferenceService %s in KServe %s" % (key, api, _vl(ctx)),
+            "remove it (the API server would drop it), or upgrade KServe",
+            "llmisvc-field-version",
+        )
+    for key in sorted(set(spec.get("model") or {}) - set(LLMISVC_MODEL_FIELDS[api])):
+        findings.error(
+            where("spec.model." + key),
+            "spec.model.%s is not a field of LLMInferenceService %s" % (key, api),
+            "remove it",
+            "llmisvc-field-version",
+        )
+    if "replicas" in spec and "scaling" in spec:
+        # the CRD's x-kubernetes-validations rule "!(has(self.replicas) && has(self.scaling))"
+        findings.error(
+            where("spec.scaling"),
+            "replicas and scaling are mutually exclusive on an LLMInferenceService",
+            "keep one",
+            "llmisvc-replicas-scaling",
         )

@@ -14,10 +14,11 @@ legacy names are normalised by ``plan.normalise_mode``.  Pure standard library.
 
 from __future__ import annotations
 
+from ansible_collections.specpilot.core.plugins.module_utils.service import llmisvc
 from ansible_collections.specpilot.core.plugins.module_utils.service import plan as service_plan
 from ansible_collections.specpilot.core.plugins.module_utils.service import spec_flags
 
-__all__ = ["LiveService", "InferenceServiceView", "VIEWS", "view", "predictor_args"]
+__all__ = ["LiveService", "InferenceServiceView", "LLMInferenceServiceView", "VIEWS", "view", "predictor_args"]
 
 ANN_DEPLOYMENT_MODE = "serving.kserve.io/deploymentMode"
 ANN_DIGEST = "specpilot.io/spec-digest"
@@ -134,8 +135,67 @@ class InferenceServiceView(LiveService):
         return [str(a) for a in (model.get("command") or []) + (model.get("args") or [])]
 
 
-# kind -> its view (LLMInferenceService: the next one)
-VIEWS = {InferenceServiceView.kind: InferenceServiceView}
+class LLMInferenceServiceView(LiveService):
+    """A KServe LLMInferenceService (serving.kserve.io/v1alpha1 or v1alpha2): the engine is the ``main``
+    container of the decode workload (``spec.template``; llmisvc.py cites KServe's source).  Its args are
+    the ``$@`` of the template's ``eval``, so what vLLM runs is their shell parse (``llmisvc.engine_words``):
+    ``args`` and ``command_line`` are those words.  ``prefill_args``: the prefill workload's, where set."""
+
+    kind = "LLMInferenceService"
+
+    @property
+    def spec(self):
+        return self.obj.get("spec") or {}
+
+    @property
+    def deployment_mode(self):
+        """Standard: KServe runs its workloads as Deployments (or LeaderWorkerSets), never Knative."""
+        return "Standard"
+
+    @staticmethod
+    def _main_args(template):
+        for container in (template or {}).get("containers") or []:
+            if isinstance(container, dict) and container.get("name") == llmisvc.CONTAINER:
+                return llmisvc.engine_words(container.get("args"))
+        return []
+
+    @property
+    def args(self):
+        return self._main_args(self.spec.get("template"))
+
+    @property
+    def stored_args(self):
+        """The decode ``main`` container's args as stored (quoted for the eval)."""
+        for container in (self.spec.get("template") or {}).get("containers") or []:
+            if isinstance(container, dict) and container.get("name") == llmisvc.CONTAINER:
+                return list(container.get("args") or [])
+        return []
+
+    @property
+    def prefill_args(self):
+        prefill = self.spec.get("prefill")
+        return self._main_args(prefill.get("template")) if isinstance(prefill, dict) else None
+
+    @property
+    def command_line(self):
+        return [str(a) for a in self.args]
+
+    @property
+    def model_uri(self):
+        return (self.spec.get("model") or {}).get("uri")
+
+    @property
+    def served_model_name(self):
+        """spec.model.name (KServe's template serves it with --served-model-name), else the object's name."""
+        return (self.spec.get("model") or {}).get("name") or self.name
+
+    @property
+    def url(self):
+        return (self.obj.get("status") or {}).get("url")
+
+
+# kind -> its view
+VIEWS = {view_class.kind: view_class for view_class in (InferenceServiceView, LLMInferenceServiceView)}
 
 
 def view(obj, kind=None):

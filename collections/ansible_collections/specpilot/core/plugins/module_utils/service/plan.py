@@ -8,7 +8,9 @@
 cluster was reached) and hands them to :func:`build`, which returns a frozen :class:`Plan`.  What the
 roles used to recompute each for itself is here, once:
 
-* the rendered manifests (:class:`Manifests`: the ServingRuntime and the InferenceService);
+* the resource that serves it (``kind``: InferenceService, the default, or LLMInferenceService; its
+  ``api_version``) and the rendered manifests (:class:`Manifests`: the ServingRuntime and the
+  InferenceService, or the LLMInferenceService; ``serving``: the one of ``kind``);
 * the engine args with and without speculative decoding (``args``, ``args_without_speculative``);
 * the benchmark's baseline twin (:class:`BenchmarkTwin`: those args, the digest it is labelled with);
 * the wait plan of a rollout (:class:`WaitPlan`, with the spec's startup timeout; a rollback waits
@@ -29,6 +31,7 @@ import hashlib
 
 __all__ = [
     "MODES",
+    "KINDS",
     "LEGACY_MODES",
     "DEFAULT_STARTUP_TIMEOUT",
     "normalise_mode",
@@ -41,6 +44,9 @@ __all__ = [
 ]
 
 MODES = ("Standard", "Knative")
+# the serving resources a plan can name (the first is the default); service/live.py has a view of each
+KINDS = ("InferenceService", "LLMInferenceService")
+API_VERSIONS = {"InferenceService": "serving.kserve.io/v1beta1"}
 # KServe's names before 0.16 (still accepted by its controller and in most published examples)
 LEGACY_MODES = {"RawDeployment": "Standard", "Serverless": "Knative"}
 # the startup budget of a plan that names none (render.startup_budget's floor for one artifact)
@@ -59,6 +65,10 @@ _TYPED = (
     "startup_timeout_seconds",
     "servingruntime",
     "inferenceservice",
+    "llminferenceservice",
+    "kind",
+    "api_version",
+    "serving",
     "wait_plan",
     "benchmark_twin",
 )
@@ -83,6 +93,8 @@ class WaitPlan:
     args: tuple
     deployment_mode: str
     startup_timeout_seconds: int
+    kind: str = KINDS[0]
+    api_version: str = API_VERSIONS[KINDS[0]]
 
     def for_args(self, args, spec_digest):
         """The same service waited for with other args (a rollback's)."""
@@ -91,6 +103,9 @@ class WaitPlan:
     def as_dict(self):
         out = dataclasses.asdict(self)
         out["args"] = list(self.args)
+        if self.kind == KINDS[0]:  # an InferenceService's wait keeps the keys it always had
+            out.pop("kind")
+            out.pop("api_version")
         return out
 
 
@@ -115,6 +130,7 @@ class Manifests:
 
     servingruntime: dict = None
     inferenceservice: dict = None
+    llminferenceservice: dict = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +151,15 @@ class Plan:
     facts: dict = dataclasses.field(default_factory=dict)
     # the validator's order of the keys (the rendered plan.yaml keeps it)
     key_order: tuple = dataclasses.field(default=(), compare=False, repr=False)
+    kind: str = KINDS[0]
+    api_version: str = API_VERSIONS[KINDS[0]]
+
+    @property
+    def serving(self):
+        """The rendered serving object of this plan's kind (what deploy applies last)."""
+        if self.kind == "LLMInferenceService":
+            return self.manifests.llminferenceservice
+        return self.manifests.inferenceservice
 
     @property
     def speculative(self):
@@ -150,6 +175,8 @@ class Plan:
             args=self.args,
             deployment_mode=self.deployment_mode,
             startup_timeout_seconds=self.startup_timeout_seconds,
+            kind=self.kind,
+            api_version=self.api_version,
         )
 
     @property
@@ -175,9 +202,16 @@ class Plan:
             startup_timeout_seconds=self.startup_timeout_seconds,
             servingruntime=copy.deepcopy(self.manifests.servingruntime),
             inferenceservice=copy.deepcopy(self.manifests.inferenceservice),
+            kind=self.kind,
+            api_version=self.api_version,
             wait_plan=self.wait.as_dict(),
             benchmark_twin=self.twin.as_dict(),
         )
+        if self.kind != KINDS[0]:  # an InferenceService's plan keeps the keys it always had
+            typed.update(
+                llminferenceservice=copy.deepcopy(self.manifests.llminferenceservice),
+                serving=copy.deepcopy(self.serving),
+            )
         out = {}
         for key in self.key_order + tuple(self.facts) + tuple(typed):
             if key not in out and (key in typed or key in self.facts):
@@ -202,9 +236,12 @@ def build(values):
         manifests=Manifests(
             servingruntime=copy.deepcopy(values.get("servingruntime")),
             inferenceservice=copy.deepcopy(values.get("inferenceservice")),
+            llminferenceservice=copy.deepcopy(values.get("llminferenceservice")),
         ),
         facts={k: copy.deepcopy(v) for k, v in values.items() if k not in _TYPED},
         key_order=tuple(values),
+        kind=values.get("kind") or KINDS[0],
+        api_version=values.get("api_version") or API_VERSIONS.get(values.get("kind") or KINDS[0]) or "",
     )
 
 

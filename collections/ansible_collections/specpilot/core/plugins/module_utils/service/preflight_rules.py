@@ -11,6 +11,8 @@ so a release that was not examined but whose source was read (0.6.4) is judged a
 
 - draft tensor parallelism (``draft_tp_must_be_one``, ``check_draft_tp``), called from
   ``speculative._check``;
+- chunked prefill with speculative decoding (``chunked_prefill_policy``, ``check_chunked_prefill``),
+  called from ``speculative._v0_semantics``;
 - synthetic rejection sampling only for a spec whose ``purpose`` is ``benchmark``;
 - ``use_heterogeneous_vocab`` with a draft sampling method other than greedy;
 - structured output (``workload.structured_output``) on the releases where it breaks under
@@ -25,7 +27,14 @@ from __future__ import annotations
 from ansible_collections.specpilot.core.plugins.module_utils.report.findings import path_join
 from ansible_collections.specpilot.core.plugins.module_utils.service.versions import parse_version
 
-__all__ = ["check", "check_draft_tp", "draft_tp_must_be_one", "engine_for"]
+__all__ = [
+    "check",
+    "check_chunked_prefill",
+    "check_draft_tp",
+    "chunked_prefill_policy",
+    "draft_tp_must_be_one",
+    "engine_for",
+]
 
 _V = parse_version
 
@@ -61,9 +70,85 @@ def draft_tp_must_be_one(version):
     "speculative_draft_tensor_parallel_size=N cannot be other value than 1".  vllm#9394 (in 0.6.4)
     allowed the target's size: 0.6.4's SpeculativeConfig._verify_and_get_draft_model_tensor_parallel_size
     accepts (1, target tensor_parallel_size), and so does every later release
-    (vllm/config/speculative.py SpeculativeConfig._verify_and_get_draft_tp in 0.32.0).
+    (vllm/config/speculative.py SpeculativeConfig._verify_and_get_draft_tp in 0.32.0).  Read again from the
+    sdists of 0.6.3.post1, 0.6.4, 0.6.4.post1 and 0.6.5 (vllm/config.py): 0.6.4 refuses draft TP 4 with
+    target TP 4 only with --enable-chunked-prefill (``chunked_prefill_policy``).  vllm#10483's error text
+    ("cannot be other value than 1", without "or target model tensor_parallel_size") is 0.6.3.post1's: its
+    build ("API server version dev") predates the change.
     """
     return version < _V("0.6.4")
+
+
+# --- chunked prefill with speculative decoding (V0) --------------------------------------------
+
+_HIDDEN_STATE_DRAFTS = ("medusa", "mlp_speculator", "eagle")
+
+
+def chunked_prefill_policy(version, profile_policy):
+    """What vLLM ``version`` does with ``--enable-chunked-prefill`` and a speculative config.
+
+    The profile's policy is its basis release's (0.6.4 and 0.6.5 are judged on 0.6.3.post1's
+    profile); the releases between examined ones behave as their source says:
+
+    - 0.6.3.post1: vllm/config.py SpeculativeConfig.maybe_create_spec_config raises "Speculative
+      decoding and chunked prefill are currently mutually exclusive": ``incompatible``.
+    - 0.6.4, 0.6.4.post1: the same function accepts chunked prefill (vllm#9291) but raises
+      "Chunked prefill and hidden-state based draft models are not compatible" for a medusa,
+      mlp_speculator or eagle draft, and "Chunked prefill and speculative decoding can be enabled
+      simultaneously only for draft models with tensor parallel size 1" when the draft's TP (from
+      _verify_and_get_draft_model_tensor_parallel_size: the spec's, or the target's when unset,
+      1 for mlp_speculator) is not 1; an n-gram proposer never reaches either check:
+      ``draft-tp-one``.
+    - 0.6.5: the draft-TP clause is gone; the hidden-state one stays:
+      ``incompatible-for-medusa-mlp-eagle``.
+    """
+    if version < _V("0.6.4"):
+        return "incompatible"
+    if version < _V("0.6.5"):
+        return "draft-tp-one"
+    if profile_policy == "incompatible":
+        return "incompatible-for-medusa-mlp-eagle"
+    return profile_policy
+
+
+def _chunked_prefill_requested(ctx):
+    return any(
+        a.startswith("--enable-chunked-prefill") and not a.endswith(("=false", "=False"))
+        for a in ctx.get("extra_args") or []
+    )
+
+
+def check_chunked_prefill(cfg, ctx, findings, path):
+    """``--enable-chunked-prefill`` against the runtime's policy (``chunked_prefill_policy``)."""
+    if not _chunked_prefill_requested(ctx):
+        return
+    method, label = cfg.get("method"), ctx["version_label"]
+    policy = chunked_prefill_policy(ctx["version"], ctx.get("chunked_profile"))
+    if policy == "incompatible" or (policy != "ok" and method in _HIDDEN_STATE_DRAFTS):
+        findings.error(
+            "vllm_args.extra_args",
+            "vLLM %s cannot combine chunked prefill with %s speculative decoding"
+            % (label, "any" if policy == "incompatible" else method),
+            "remove --enable-chunked-prefill",
+            "v0-chunked-prefill",
+        )
+        return
+    if policy != "draft-tp-one" or method in ("ngram", "[ngram]"):
+        return
+    tp = ctx.get("target_tp") or 1
+    dtp = _int(cfg.get("draft_tensor_parallel_size"))
+    effective = dtp if dtp is not None else tp
+    if effective != 1:
+        findings.error(
+            path_join(path, "draft_tensor_parallel_size"),
+            "draft_tensor_parallel_size=%s with --enable-chunked-prefill: vLLM %s runs chunked prefill with "
+            "speculative decoding only for a draft at tensor parallel size 1 (start-up fails: 'Chunked "
+            "prefill and speculative decoding can be enabled simultaneously only for draft models with "
+            "tensor parallel size 1', vllm/config.py SpeculativeConfig.maybe_create_spec_config)"
+            % (effective if dtp is not None else "unset (the target's %d)" % tp, label),
+            "set draft_tensor_parallel_size to 1, remove --enable-chunked-prefill, or use vLLM >= 0.6.5",
+            "draft-tp",
+        )
 
 
 # V1 proposers that build the drafter with the target's parallel groups: they never read

@@ -310,6 +310,22 @@ def _workload():
     )
 
 
+_LLM_PARALLELISM = _s(
+    "spec.parallelism of an LLMInferenceService: tensor and pipeline sizes (the GPU budget and the draft's "
+    "tensor-parallel size read them, as vllm_args.tensor_parallel_size), data and data_local (data "
+    "parallelism), expert (expert parallelism).  gpu.count is tensor x pipeline x data_local.",
+    type="object",
+    additionalProperties=False,
+    properties={
+        "tensor": {"type": "integer", "minimum": 1, "maximum": 1024},
+        "pipeline": {"type": "integer", "minimum": 1, "maximum": 1024},
+        "data": {"type": "integer", "minimum": 1, "maximum": 4096},
+        "data_local": {"type": "integer", "minimum": 1, "maximum": 1024},
+        "expert": {"type": "boolean"},
+    },
+)
+
+
 SERVICE_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": "https://specpilot.invalid/schemas/service.schema.json",
@@ -351,6 +367,49 @@ SERVICE_SCHEMA = {
             "annotation.",
             type="string",
             enum=["Standard", "Knative", "RawDeployment", "Serverless"],
+        ),
+        "resource": _s(
+            "The KServe resource that serves it: InferenceService (the default; with a ServingRuntime) or "
+            "LLMInferenceService (KServe >= 0.16: v1alpha1 on 0.16, v1alpha2 from 0.17; its settings in llm; "
+            "target.uri is its spec.model.uri, a draft comes from a PVC as a second volume; speculative "
+            "decoding goes to the decode workload's vLLM args only).",
+            type="string",
+            enum=["InferenceService", "LLMInferenceService"],
+        ),
+        "llm": _s(
+            "Settings of resource LLMInferenceService (ignored otherwise).",
+            type="object",
+            additionalProperties=False,
+            properties={
+                "model_name": _s(
+                    "spec.model.name: the name vLLM serves (--served-model-name).  Default: the service name.",
+                    type="string",
+                    minLength=1,
+                ),
+                "replicas": _s("spec.replicas of the decode workload.  Default: min_replicas.", type="integer", minimum=0),
+                "parallelism": _LLM_PARALLELISM,
+                "prefill": _s(
+                    "spec.prefill: a separate prefill workload (prefill/decode disaggregation).  It gets the "
+                    "engine args without speculative decoding.",
+                    type="object",
+                    additionalProperties=False,
+                    properties={
+                        "replicas": _s("Prefill replicas (default 1).", type="integer", minimum=0),
+                        "parallelism": _LLM_PARALLELISM,
+                    },
+                ),
+                "base_refs": _s(
+                    "spec.baseRefs: LLMInferenceServiceConfig names merged under the spec (the well-known "
+                    "kserve-config-llm-* templates are merged by KServe on its own).",
+                    type="array",
+                    items={"type": "string", "pattern": _DNS_LABEL},
+                ),
+                "router": _s(
+                    "spec.router as KServe takes it (route, gateway, scheduler), e.g. {route: {}, gateway: {}, "
+                    "scheduler: {}}; omitted when not given.",
+                    type="object",
+                ),
+            },
         ),
         "vllm_version": _s(
             'vLLM release inside the runtime image, e.g. "0.19.1", or "auto" (the default when '
@@ -658,6 +717,11 @@ SERVICE_SCHEMA = {
             properties={
                 "inferenceservice": _s("Merged into the InferenceService.", type="object"),
                 "servingruntime": _s("Merged into the ServingRuntime.", type="object"),
+                "llminferenceservice": _s(
+                    "Merged into the LLMInferenceService (resource LLMInferenceService); checked against the "
+                    "fields the cluster's KServe release has.",
+                    type="object",
+                ),
             },
         ),
         "acknowledged_warnings": _s(
@@ -792,6 +856,7 @@ def normalise(spec):
     """Defaults applied to a spec that passed the schema.  Returns a new dict."""
     spec = copy.deepcopy(spec)
     spec.setdefault("deployment_mode", "Standard")
+    spec.setdefault("resource", "InferenceService")
     spec["deployment_mode"] = normalise_mode(spec["deployment_mode"])
     runtime = spec.setdefault("runtime", {})
     runtime.setdefault("create", True)

@@ -539,24 +539,9 @@ def _v0_semantics(cfg, ctx, findings, path):
             "use a draft checkpoint converted to model_type '%s'" % expected,
             "v0-draft-kind",
         )
-    extra = ctx.get("extra_args") or []
-    chunked = any(
-        a.startswith("--enable-chunked-prefill") and not a.endswith(("=false", "=False")) for a in extra
+    preflight_rules.check_chunked_prefill(
+        cfg, dict(ctx, chunked_profile=x["chunked_prefill"]), findings, path
     )
-    if chunked and (
-        x["chunked_prefill"] == "incompatible"
-        or (
-            x["chunked_prefill"] == "incompatible-for-medusa-mlp-eagle"
-            and method in ("medusa", "mlp_speculator", "eagle")
-        )
-    ):
-        findings.error(
-            "vllm_args.extra_args",
-            "vLLM %s cannot combine chunked prefill with %s speculative decoding"
-            % (version, "any" if x["chunked_prefill"] == "incompatible" else method),
-            "remove --enable-chunked-prefill",
-            "v0-chunked-prefill",
-        )
 
 
 def _async_scheduling(cfg, ctx, findings, path):

@@ -22,6 +22,7 @@ from ansible_collections.specpilot.core.plugins.module_utils.service import clus
 from ansible_collections.specpilot.core.plugins.module_utils.service import compat
 from ansible_collections.specpilot.core.plugins.module_utils.service import gpu_budget
 from ansible_collections.specpilot.core.plugins.module_utils.service import kserve_rules
+from ansible_collections.specpilot.core.plugins.module_utils.service import llmisvc
 from ansible_collections.specpilot.core.plugins.module_utils.service import model_facts
 from ansible_collections.specpilot.core.plugins.module_utils.service import plan as service_plan
 from ansible_collections.specpilot.core.plugins.module_utils.service import preflight_rules
@@ -325,18 +326,9 @@ def _validate(spec, options):
     version_label = format_version(vllm_version)
 
     minfo, draft_artifact = _draft_artifact(spec, x, findings)
-    if "delivery" not in spec:
-        if spec.get("draft") and draft_artifact:
-            findings.error(
-                "delivery",
-                "a draft artifact needs a delivery that carries two artifacts",
-                "set specpilot_delivery: storage_uris (KServe >= 0.16), modelcar or pvc",
-                "delivery-required",
-            )
-            return _finish(result, options)
-        spec["delivery"] = "storage_uri"
-    delivery = _delivery(spec, draft_artifact, options, findings)
-    mounts, resolve_mounts = _mounts(spec, draft_artifact)
+    if not _default_delivery(spec, draft_artifact, findings):
+        return _finish(result, options)
+    delivery, mounts, resolve_mounts = _deliver(spec, draft_artifact, options, findings)
     async_requested = _check_extra_args(spec, vllm_version, findings)
 
     # model facts: typed in the spec, completed from each artifact's source (model_facts.py)
@@ -384,8 +376,8 @@ def _validate(spec, options):
         draft_artifact=draft_artifact,
     )
     runtime, isvc = _manifests(spec, plan, mounts, delivery, startup, kserve_version, findings)
-    plan["spec_digest"] = _deployment_digest(runtime, isvc, plan["staging"])
-    for manifest in (runtime, isvc):
+    plan["spec_digest"] = _deployment_digest(runtime, isvc, plan["staging"], plan.get("llminferenceservice"))
+    for manifest in (runtime, isvc, plan.get("llminferenceservice")):
         if manifest is not None:
             manifest.setdefault("metadata", {}).setdefault("annotations", {})[render.ANN_DIGEST] = plan[
                 "spec_digest"
@@ -394,6 +386,35 @@ def _validate(spec, options):
     plan["inferenceservice"] = isvc
     result["plan"] = service_plan.build(plan).as_dict()
     return _finish(result, options)
+
+
+def _default_delivery(spec, draft_artifact, findings):
+    """The spec's delivery, storage_uri when it names none and has no draft to carry (False: an error says
+    why).  An LLMInferenceService's first (llmisvc.prepare: its delivery, its parallelism as vllm_args for
+    the checks that follow)."""
+    if llmisvc.is_llm(spec):
+        llmisvc.prepare(spec, findings)
+    if "delivery" not in spec:
+        if spec.get("draft") and draft_artifact:
+            findings.error(
+                "delivery",
+                "a draft artifact needs a delivery that carries two artifacts",
+                "set specpilot_delivery: storage_uris (KServe >= 0.16), modelcar or pvc",
+                "delivery-required",
+            )
+            return False
+        spec["delivery"] = "storage_uri"
+    return True
+
+
+def _deliver(spec, draft_artifact, options, findings):
+    """(the plan's delivery, the mount paths, the paths the speculative config is resolved against): an
+    LLMInferenceService's (llmisvc.py: spec.model.uri and the draft's volume), else an InferenceService's."""
+    if llmisvc.is_llm(spec):
+        mounts = llmisvc.mounts(spec, draft_artifact)
+        return llmisvc.delivery(spec, draft_artifact, findings), mounts, mounts
+    mounts, resolve_mounts = _mounts(spec, draft_artifact)
+    return _delivery(spec, draft_artifact, options, findings), mounts, resolve_mounts
 
 
 def _check_speculative_alone(raw, vllm_version, profile, findings):
@@ -423,8 +444,10 @@ def _plan(
     draft_artifact,
 ):
     """The plan the roles act on (without the manifests, which _manifests renders from it)."""
-    args = render.engine_args(spec, mounts, spec_args)
-    baseline = render.engine_args(spec, mounts, [])
+    if llmisvc.is_llm(spec):  # the args beyond KServe's template's, as vLLM gets them
+        args, baseline = llmisvc.engine_args(spec, spec_args), llmisvc.engine_args(spec, [])
+    else:
+        args, baseline = render.engine_args(spec, mounts, spec_args), render.engine_args(spec, mounts, [])
     return {
         "name": spec["name"],
         "namespace": spec["namespace"],
@@ -448,11 +471,14 @@ def _plan(
         "args": args,
         "args_without_speculative": baseline,
         "tensor_parallel_size": tp,
+        # an LLMInferenceService has no ServingRuntime: KServe's LLMInferenceServiceConfig templates run vLLM
         "runtime": {
             "name": spec["runtime"]["name"],
             "kind": spec["runtime"]["kind"],
             "create": spec["runtime"]["create"],
-        },
+        }
+        if not llmisvc.is_llm(spec)
+        else {"name": None, "kind": None, "create": False},
         "startup_timeout_seconds": startup,
         "progress_deadline_seconds": deadline,
         "rollout_strategy": render.rollout_strategy(spec) if spec["deployment_mode"] == "Standard" else None,
@@ -551,9 +577,31 @@ def _lifecycle_checks(spec, with_draft, delivery, startup, findings):
         )
 
 
+def _llm_manifest(spec, plan, kserve_version, findings):
+    """The LLMInferenceService (llmisvc.py), with overrides.llminferenceservice merged in, checked against
+    the KServe release's fields (kserve_rules.check_llminferenceservice)."""
+    obj = llmisvc.manifest(spec, plan, kserve_version)
+    patch = (spec.get("overrides") or {}).get("llminferenceservice")
+    if patch:
+        obj = render.deep_merge(obj, patch)
+    base = _where_factory("llminferenceservice", patch, [])
+
+    def where(mpath):  # the KServe release decides the API version: the choice of resource is the field
+        return "resource" if mpath == "apiVersion" else base(mpath)
+
+    kserve_rules.check_llminferenceservice(obj, {"kserve_version": kserve_version}, findings, where)
+    return obj
+
+
 def _manifests(spec, plan, mounts, delivery, startup, kserve_version, findings):
     """The ServingRuntime (None when specpilot does not create it) and the InferenceService, with the
     spec's overrides merged in, checked against the KServe release's rules."""
+    if llmisvc.is_llm(spec):
+        plan.update(
+            kind=llmisvc.KIND, api_version=llmisvc.api_version(kserve_version), workload=llmisvc.workload(spec["name"])
+        )
+        plan["llminferenceservice"] = _llm_manifest(spec, plan, kserve_version, findings)
+        return None, None
     digest = ""  # the caller annotates both objects with the digest of what they became
     runtime = render.servingruntime(spec, mounts, delivery["type"] == "modelcar", startup, digest)
     isvc = render.inferenceservice(spec, plan, kserve_version)
@@ -587,7 +635,7 @@ def _manifests(spec, plan, mounts, delivery, startup, kserve_version, findings):
     return runtime, isvc
 
 
-def _deployment_digest(runtime, isvc, staging):
+def _deployment_digest(runtime, isvc, staging, llm=None):
     """sha256 of what deploy applies: both objects (without the digest annotation) and the
     artifact sources.  Smoke/benchmark settings, model facts and acknowledged warnings are
     not in it: KServe copies InferenceService annotations onto the pods, so the annotation
@@ -602,6 +650,8 @@ def _deployment_digest(runtime, isvc, staging):
 
     return spec_digest(
         {"servingruntime": strip(runtime), "inferenceservice": strip(isvc), "staging": staging}
+        if llm is None
+        else {"llminferenceservice": strip(llm), "staging": staging}
     )
 
 
@@ -881,7 +931,7 @@ def _yaml_text(data):
 
 
 def write_render_dir(plan, render_dir, check_mode=False):
-    """Write <render_dir>/<name>/{inferenceservice,servingruntime,plan}.yaml.
+    """Write <render_dir>/<name>/{inferenceservice,servingruntime,plan}.yaml (llminferenceservice.yaml for one).
 
     Returns (changed, files, diffs): files whose content is unchanged are left alone; nothing is
     written in check mode; ``diffs`` holds one Ansible diff (before/after) per file that changes
@@ -891,6 +941,7 @@ def write_render_dir(plan, render_dir, check_mode=False):
     documents = [
         ("inferenceservice.yaml", plan["inferenceservice"]),
         ("servingruntime.yaml", plan["servingruntime"]),
+        ("llminferenceservice.yaml", plan.get("llminferenceservice")),
         ("plan.yaml", plan),
     ]
     files, diffs = [], []

@@ -25,6 +25,7 @@ import json
 import re
 
 from ansible_collections.specpilot.core.plugins.module_utils import common
+from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_retry
 from ansible_collections.specpilot.core.plugins.module_utils.staging import data_safety, stager
 
 __metaclass__ = type
@@ -46,6 +47,13 @@ class PlanError(ValueError):
 def program_source():
     """The staging program's source text (stager.py), as shipped in the ConfigMap."""
     return common.module_source(stager)
+
+
+def program_files():
+    """The staging program's files by name, as shipped in the ConfigMap and run from its mount: stager.py and
+    the retry policy it imports beside it when it runs as a program (deploy_retry.py, standard library only).
+    """
+    return {"stager.py": program_source(), "deploy_retry.py": common.module_source(deploy_retry)}
 
 
 def sha256_text(text):
@@ -202,7 +210,8 @@ def build_plan(p, served_of=None):
     for entry in todo:
         if entry["uri"].startswith("pvc://") and parse_pvc_uri(entry["uri"])[0] == pvc["name"]:
             entry["src_root"] = DEST_MOUNT  # the source lives on the destination PVC
-    program = program_source()
+    files = program_files()
+    program = "".join(files[name] for name in sorted(files))
     request = {
         "format": stager.FORMAT,
         "dest_root": DEST_MOUNT,
@@ -238,7 +247,7 @@ def build_plan(p, served_of=None):
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"name": job_name, "namespace": namespace, "labels": labels},
-            "data": {"stager.py": program, "request.json": request_json},
+            "data": dict(files, **{"request.json": request_json}),
         }
         out["manifests"]["job"] = job_manifest(p, job_name, namespace, labels, pvc["name"], todo)
     return out

@@ -4,10 +4,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """specpilot's staging program: copy model artifacts into a directory, resumably and verified.
 
-One file, Python 3.8+ standard library only, so that it runs unchanged in three places:
+One file, Python 3.8+ standard library only (and the collection's retry policy, ``k8s/deploy_retry.py``,
+itself standard library only), so that it runs unchanged in three places:
 
 * in a Kubernetes Job (``python3 stager.py --request request.json``): the PVC staging role ships
-  this file and the request in a ConfigMap and mounts the PVC(s);
+  this file, ``deploy_retry.py`` beside it and the request in a ConfigMap and mounts the PVC(s);
 * on the Ansible controller, imported as ``specpilot.core`` module_utils (the Modelcar role
   fetches its sources with it before building the image);
 * in tests, as a subprocess or imported.
@@ -16,9 +17,9 @@ Sources (``uri`` of an artifact):
 
 ``hf://org/repo[@revision]``
     Lists the repository with ``huggingface_hub`` (imported only for this scheme; the image must
-    have it) and downloads each file over HTTP from ``<endpoint>/<repo>/resolve/<commit>/<file>``
-    with the token as a Bearer header (never sent to another host after a redirect). The LFS
-    sha256 published by the hub is verified; the commit the revision resolved to is recorded.
+    have it) and downloads each selected file with its ``snapshot_download``, pinned to the commit
+    the revision resolved to, only that file (``allow_patterns``), into the partial directory; the
+    copy into place verifies the LFS sha256 the hub published, and the commit is recorded.
 ``s3://bucket/prefix``
     ``boto3`` (imported only for this scheme). Endpoint, region and credentials from the
     environment (see below). Single-part ETags (MD5) are verified.
@@ -70,6 +71,7 @@ from __future__ import absolute_import, division, print_function
 import argparse
 import collections
 import fnmatch
+import glob
 import hashlib
 import io
 import json
@@ -87,6 +89,11 @@ import tarfile
 import threading
 import time
 import zipfile
+
+try:  # as specpilot.core module_utils (the Modelcar fetch, validation's model facts, tests)
+    from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_retry
+except ImportError:  # as the staging Job's program: pvc_staging ships deploy_retry.py beside this file
+    import deploy_retry
 
 try:  # Python 3
     from urllib import error as urlerror
@@ -343,17 +350,56 @@ class _StripAuthOnRedirect(urlrequest.HTTPRedirectHandler if urlrequest else obj
         return new
 
 
+_NETWORK_ERRORS = (urlerror.URLError, socket.timeout, ConnectionError, ssl.SSLError) if urlerror else ()
+_TLS_VERIFY_ERROR = ssl.SSLCertVerificationError if hasattr(ssl, "SSLCertVerificationError") else ssl.SSLError
+
+
+def _verdict(what, exc):
+    """``(retry, Retry-After)`` of an HTTP attempt (deploy_retry.Backoff's verdict): an answer a retry cannot
+    change (a missing file, refused credentials, a certificate that does not verify) raises StageError; a
+    transient status (deploy_retry.HTTP_RETRY_STATUS) or a network error is retried; another status is not."""
+    if exc is None:
+        return False, None
+    if isinstance(exc, urlerror.HTTPError):
+        if exc.code in deploy_retry.HTTP_FINAL:
+            raise StageError("%s: HTTP %d %s" % (what, exc.code, exc.reason))
+        if exc.code not in deploy_retry.HTTP_RETRY_STATUS:
+            return False, None
+        return True, deploy_retry.retry_after_of(exc.code, exc.headers)
+    if isinstance(exc, _NETWORK_ERRORS):
+        reason = getattr(exc, "reason", exc)
+        if isinstance(reason, _TLS_VERIFY_ERROR):
+            raise StageError("%s: TLS verification failed: %s" % (what, reason))
+        return True, None
+    return False, None
+
+
 class Http(object):
     """urllib with timeouts, retries on transient errors, and an optional Authorization header.
 
-    ``retries`` more attempts after the first, the first ``backoff`` seconds later, each wait twice the
-    last (at most 15 s): the staging Job's default; a validation reading model facts asks for less."""
+    The retries follow the collection's one policy (``deploy_retry.Backoff``): ``retries`` more attempts
+    after the first, after waits of exponential backoff with full jitter (``backoff`` seconds the first at
+    most, doubling, at most 15 s), or what a 429's or 503's ``Retry-After`` asks (at most
+    ``max_retry_after``), and no attempt later than ``total`` seconds after the first: the staging Job's
+    default; a validation reading model facts asks for less."""
 
-    def __init__(self, authorization=None, timeout=60, retries=4, insecure=False, backoff=1.0):
+    def __init__(
+        self,
+        authorization=None,
+        timeout=60,
+        retries=4,
+        insecure=False,
+        backoff=1.0,
+        max_retry_after=60.0,
+        total=300.0,
+    ):
         self.authorization = authorization
         self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
+        self.max_retry_after = max_retry_after
+        self.total = total
+        self.sleep, self.clock = time.sleep, time.time  # tests: a fake sleep and clock
         handlers = [_StripAuthOnRedirect()]
         if insecure:
             ctx = ssl.create_default_context()
@@ -368,33 +414,24 @@ class Http(object):
         req = urlrequest.Request(url, method=method, headers=hdrs)
         if self.authorization:
             req.add_header("Authorization", self.authorization)
-        delay = self.backoff
-        for attempt in range(self.retries + 1):
-            try:
-                return self.opener.open(req, timeout=self.timeout)
-            except urlerror.HTTPError as exc:
-                if exc.code in (401, 403, 404, 405, 410, 501):
-                    raise StageError("%s %s: HTTP %d %s" % (method, redact_uri(url), exc.code, exc.reason))
-                if attempt >= self.retries or exc.code not in (408, 425, 429, 500, 502, 503, 504):
-                    raise TransientError(
-                        "%s %s: HTTP %d %s" % (method, redact_uri(url), exc.code, exc.reason)
-                    )
-            except (urlerror.URLError, socket.timeout, ConnectionError, ssl.SSLError) as exc:
-                reason = getattr(exc, "reason", exc)
-                if isinstance(
-                    reason,
-                    (
-                        ssl.SSLCertVerificationError
-                        if hasattr(ssl, "SSLCertVerificationError")
-                        else ssl.SSLError
-                    ),
-                ):
-                    raise StageError("%s %s: TLS verification failed: %s" % (method, redact_uri(url), reason))
-                if attempt >= self.retries:
-                    raise TransientError("%s %s: %s" % (method, redact_uri(url), reason))
-            time.sleep(delay)
-            delay = min(delay * 2, 15)
-        raise TransientError("%s %s: giving up" % (method, redact_uri(url)))  # pragma: no cover
+        what = "%s %s" % (method, redact_uri(url))
+        backoff = deploy_retry.Backoff(
+            attempts=self.retries + 1,
+            base=self.backoff,
+            cap=15.0,
+            max_retry_after=self.max_retry_after,
+            sleep=self.sleep,
+            clock=self.clock,
+            total=self.total,
+        )
+        try:
+            return backoff.run(
+                lambda: self.opener.open(req, timeout=self.timeout), lambda _r, exc: _verdict(what, exc)
+            )
+        except urlerror.HTTPError as exc:
+            raise TransientError("%s: HTTP %d %s" % (what, exc.code, exc.reason))
+        except _NETWORK_ERRORS as exc:
+            raise TransientError("%s: %s" % (what, getattr(exc, "reason", exc)))
 
     def head(self, url):
         """(size or None, accept_ranges, etag, sha256 or None) of a URL."""
@@ -741,6 +778,61 @@ class HfSource(object):
         self._api = api
         self.http = http or Http(authorization=("Bearer " + self.token) if self.token else None)
         self.revision = None
+        self.workdir = None  # where snapshot_download writes: the destination's partial directory (prepare)
+
+    def prepare(self, dest):
+        """The destination the files are staged into (its partial directory holds the hub's downloads)."""
+        self.workdir = os.path.join(dest, PARTIAL, "hf")
+
+    def _hub(self, name):
+        try:
+            import huggingface_hub
+        except ImportError:
+            raise StageError(
+                "hf:// sources need huggingface_hub in the staging image "
+                "(python3 -c 'import huggingface_hub' failed): use an image that has it"
+            )
+        return getattr(huggingface_hub, name)
+
+    def _hub_error(self, what, exc):
+        """StageError for an answer a retry cannot change (missing, gated, refused), else TransientError."""
+        name = type(exc).__name__
+        msg = "hf://%s@%s: %s failed: %s: %s" % (self.repo, self.requested, what, name, str(exc)[:300])
+        if "NotFound" in name or "Gated" in name or "401" in str(exc) or "403" in str(exc):
+            return StageError(msg)
+        return TransientError(msg)
+
+    def _snapshot_opener(self, rel):
+        """opener(offset) of one file: huggingface_hub's snapshot_download fetches it (pinned to the resolved
+        commit, this file only: a file the destination already holds is never fetched; the library resumes
+        its own interrupted download) into the partial directory. The file is unlinked once opened, so its
+        space returns when the copy into place has read it: the PVC holds one extra file at most."""
+
+        def opener(offset):
+            if self.workdir is None:
+                raise StageError("hf://%s: no destination prepared for the download" % self.repo)
+            snapshot_download = self._hub("snapshot_download")
+            from huggingface_hub.utils import disable_progress_bars
+
+            disable_progress_bars()  # the log carries the stager's own progress lines
+            try:
+                root = snapshot_download(
+                    repo_id=self.repo,
+                    revision=self.revision,
+                    allow_patterns=[glob.escape(rel)],
+                    local_dir=self.workdir,
+                    endpoint=self.endpoint,
+                    token=self.token or False,
+                )
+            except Exception as exc:  # huggingface_hub's errors (HTTP, not found, offline)
+                raise self._hub_error("download of %s" % rel, exc)
+            fh = open(os.path.join(root, rel), "rb")
+            os.unlink(os.path.join(root, rel))
+            if offset:
+                fh.seek(offset)
+            return fh, offset
+
+        return opener
 
     def describe(self):
         return {"uri": self.art["uri"], "revision": self.requested, "resolved_revision": self.revision}
@@ -748,25 +840,14 @@ class HfSource(object):
     @property
     def api(self):
         if self._api is None:
-            try:
-                from huggingface_hub import HfApi
-            except ImportError:
-                raise StageError(
-                    "hf:// sources need huggingface_hub in the staging image "
-                    "(python3 -c 'import huggingface_hub' failed): use an image that has it"
-                )
-            self._api = HfApi(endpoint=self.endpoint, token=self.token or False)
+            self._api = self._hub("HfApi")(endpoint=self.endpoint, token=self.token or False)
         return self._api
 
     def files(self):
         try:
             info = self.api.model_info(self.repo, revision=self.requested, files_metadata=True)
         except Exception as exc:  # huggingface_hub's errors (RepositoryNotFound, RevisionNotFound, HTTP)
-            name = type(exc).__name__
-            msg = "hf://%s@%s: listing failed: %s: %s" % (self.repo, self.requested, name, str(exc)[:300])
-            if "NotFound" in name or "Gated" in name or "401" in str(exc) or "403" in str(exc):
-                raise StageError(msg)
-            raise TransientError(msg)
+            raise self._hub_error("listing", exc)
         self.revision = getattr(info, "sha", None) or self.requested
         out = []
         for sib in getattr(info, "siblings", None) or []:
@@ -789,7 +870,7 @@ class HfSource(object):
                     size=size,
                     sha256=sha,
                     identity={"revision": self.revision, "blob": getattr(sib, "blob_id", None), "size": size},
-                    opener=self.http.opener_for(url),
+                    opener=self._snapshot_opener(rel),
                     url=url,
                 )
             )
@@ -1071,6 +1152,10 @@ class Stager(object):
 
     def _fetch(self, art, role, dest, source):
         """(stats, staged files) of the source's files: one archive unpacked, or the selected files."""
+        if hasattr(
+            source, "prepare"
+        ):  # hf://: the hub's downloads go into the destination's partial directory
+            source.prepare(dest)
         files = source.files()
         manifest_sums = self._manifest(art, source, files)
         include, exclude = art.get("include") or [], art.get("exclude") or []

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 
 from ansible_collections.specpilot.core.plugins.module_utils.verify import pod_view
-from ansible_collections.specpilot.core.plugins.module_utils.service import live, render, spec_flags
+from ansible_collections.specpilot.core.plugins.module_utils.service import live, llmisvc, render, spec_flags
 from ansible_collections.specpilot.core.plugins.module_utils.operate.acceptance_band import band_reading
 from ansible_collections.specpilot.core.plugins.module_utils.common import get_path, with_defaults
 from ansible_collections.specpilot.core.plugins.module_utils.verify.smoke_acceptance import (
@@ -208,8 +208,11 @@ def pod_container(pod, container="kserve-container"):
 
 
 def pod_args(pod, container="kserve-container"):
+    """The container's command and args; an LLMInferenceService's ``main`` container's args as vLLM gets them
+    (the ``$@`` of its template's eval, service/llmisvc.py ``engine_words``)."""
     c = pod_container(pod, container) or {}
-    return [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
+    args = llmisvc.engine_words(c.get("args")) if container == llmisvc.CONTAINER else (c.get("args") or [])
+    return [str(a) for a in (c.get("command") or []) + list(args)]
 
 
 def _condition(obj, ctype):

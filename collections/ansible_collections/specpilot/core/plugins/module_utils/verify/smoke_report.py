@@ -14,6 +14,7 @@ import os
 from ansible_collections.specpilot.core.plugins.module_utils.common import write_if_changed
 from ansible_collections.specpilot.core.plugins.module_utils.report.files import write_json_and_markdown
 from ansible_collections.specpilot.core.plugins.module_utils.report.plots import plot_links, pyplot
+from ansible_collections.specpilot.core.plugins.module_utils.report.tables import markdown_table
 from ansible_collections.specpilot.core.plugins.module_utils.verify.smoke import REPORT_FORMAT
 from ansible_collections.specpilot.core.plugins.module_utils.verify.smoke_checks import _fmt
 
@@ -147,33 +148,31 @@ def _md_positions(met, log):
     k = max(len(met["per_position_acceptance"]), len(log["per_position_acceptance"]))
     if not k:
         return []
-    lines = ["", "| position | /metrics | log |", "|---|---|---|"]
-    for i in range(k):
-        mv = _at(met["per_position_acceptance"], i)
-        lv = _at(log["per_position_acceptance"], i)
-        lines.append("| %d | %s | %s |" % (i + 1, _fmt(mv, 3), _fmt(lv, 3)))
-    return lines
+    rows = [
+        (
+            "%d" % (i + 1),
+            _fmt(_at(met["per_position_acceptance"], i), 3),
+            _fmt(_at(log["per_position_acceptance"], i), 3),
+        )
+        for i in range(k)
+    ]
+    return [""] + markdown_table(("position", "/metrics", "log"), rows)
 
 
 def _md_acceptance(report):
     """The acceptance figures of /metrics and the log, per position, the thresholds and the band."""
     fig = report["figures"]
     met, log = fig["metrics"], fig["log"]
-    lines = [
-        "",
-        "## Acceptance",
-        "",
-        "| figure | /metrics (probe window) | engine log (after the probes) |",
-        "|---|---|---|",
-        "| draft acceptance rate | %s | %s |"
-        % (_fmt(met["acceptance_rate"], 3), _fmt(log["acceptance_rate"], 3)),
-        "| mean acceptance length | %s | %s |"
-        % (_fmt(met["mean_acceptance_length"]), _fmt(log["mean_acceptance_length"])),
-        "| drafted tokens | %s | %s |" % (met["num_draft_tokens"], log["drafted_tokens"]),
-        "| accepted tokens | %s | %s |" % (met["num_accepted_tokens"], log["accepted_tokens"]),
-        "| drafts | %s | |" % met["num_drafts"],
-        "| log windows | | %s |" % log["windows"],
+    rows = [
+        ("draft acceptance rate", _fmt(met["acceptance_rate"], 3), _fmt(log["acceptance_rate"], 3)),
+        ("mean acceptance length", _fmt(met["mean_acceptance_length"]), _fmt(log["mean_acceptance_length"])),
+        ("drafted tokens", met["num_draft_tokens"], log["drafted_tokens"]),
+        ("accepted tokens", met["num_accepted_tokens"], log["accepted_tokens"]),
+        ("drafts", met["num_drafts"], ""),
+        ("log windows", "", log["windows"]),
     ]
+    lines = ["", "## Acceptance", ""]
+    lines += markdown_table(("figure", "/metrics (probe window)", "engine log (after the probes)"), rows)
     lines += _md_positions(met, log)
     th = report["thresholds"]
     lines += [
@@ -197,19 +196,12 @@ def _md_acceptance(report):
 def _md_latency(latency):
     if not latency:
         return []
-    lines = [
-        "",
-        "## Latency in the probe window (/metrics)",
-        "",
-        "| histogram | mean (ms) | observations |",
-        "|---|---|---|",
+    rows = [
+        ("%s (`%s`)" % (key, lat.get("metric")), "%.1f" % (lat["mean_s"] * 1000.0), lat.get("count"))
+        for key, lat in sorted(latency.items())
     ]
-    for key in sorted(latency):
-        lat = latency[key]
-        lines.append(
-            "| %s (`%s`) | %.1f | %s |" % (key, lat.get("metric"), lat["mean_s"] * 1000.0, lat.get("count"))
-        )
-    return lines
+    lines = ["", "## Latency in the probe window (/metrics)", ""]
+    return lines + markdown_table(("histogram", "mean (ms)", "observations"), rows)
 
 
 def _md_list(title, items):
@@ -220,9 +212,9 @@ def _md_list(title, items):
 def render_markdown(report):
     """The report as Markdown (one page per service)."""
     lines = _md_header(report)
-    lines += ["", "## Checks", "", "| check | status | detail |", "|---|---|---|"]
-    for c in report["checks"]:
-        lines.append("| %s | %s | %s |" % (c["title"], _status_mark(c["status"]), _md_escape(c["message"])))
+    lines += ["", "## Checks", ""]
+    rows = [(c["title"], _status_mark(c["status"]), _md_escape(c["message"])) for c in report["checks"]]
+    lines += markdown_table(("check", "status", "detail"), rows)
     if report["expect"] == "on":
         lines += _md_acceptance(report)
     lines += _md_latency(report["figures"].get("latency"))

@@ -1,0 +1,51 @@
+# -*- coding: utf-8 -*-
+# Copyright: specpilot maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Filters of the fleet view (issue 40): each slice's set_stats key and the merged fleet summary."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import cluster_key
+from ansible_collections.specpilot.core.plugins.module_utils.operate import fleet
+
+
+def fleet_slice_key(hosts, kind):
+    """The play's hosts (ansible_play_hosts_all) -> the set_stats key of this slice's part."""
+    try:
+        return fleet.slice_key(kind, list(hosts or ()))
+    except ValueError as exc:
+        raise AnsibleFilterError("fleet_slice_key: %s" % exc) from exc
+
+
+def fleet_slice(data, hosts, kind, limit=None):
+    """A slice's part (``data``) -> {<its key>: {kind, hosts, limit, data}}, for set_stats."""
+    return {fleet_slice_key(hosts, kind): fleet.slice_payload(kind, list(hosts or ()), data, limit)}
+
+
+def fleet_summary(variables, generated_at=None, expected=None):
+    """{key: slice part} (the slices' set_stats, as AWX merges them, or any mapping holding them) -> the
+    fleet summary (module_utils/operate/fleet.py ``merge``)."""
+    if not isinstance(variables, Mapping):
+        raise AnsibleFilterError("fleet_summary expects a mapping of the slices' set_stats, got %s"
+                                 % type(variables).__name__)
+    return fleet.merge(fleet.slices_of(dict(variables)), generated_at, list(expected or ()))
+
+
+def k8s_cluster_key(variables):
+    """A host's variables (hostvars[host]) -> the key of the cluster its tasks reach."""
+    if not isinstance(variables, Mapping):
+        raise AnsibleFilterError("k8s_cluster_key expects a host's variables, got %s" % type(variables).__name__)
+    return cluster_key(variables)
+
+
+class FilterModule(object):
+    """specpilot fleet filters."""
+
+    def filters(self):
+        return {"fleet_slice_key": fleet_slice_key, "fleet_slice": fleet_slice, "fleet_summary": fleet_summary,
+                "k8s_cluster_key": k8s_cluster_key}

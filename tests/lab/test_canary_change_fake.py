@@ -1,0 +1,102 @@
+"""Issue 38 (must show): a canary of a change to a service that already speculates, whose arm accepts less at the
+draft positions both arms share, aborts and its report names the drop. The lab's stand-in engine
+(lab/specpilot_lab/fake_engine.py) is told its acceptance per position (FAKE_ACCEPTANCE in the pod env): lab-ngram
+runs at k=3 accepting 0.95 / 0.90 / 0.85, the canary is the spec at k=2 told to accept 0.95 / 0.50. The real
+engine's k change is tests/lab/test_canary_real_engine.py; a change of the vLLM release is not run in the lab
+(it runs one release): the comparison it would make is the unit tests' (tests/unit/canary/test_canary_change.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import urllib.request
+
+import pytest
+from smoke_lab import NAMESPACE, ROOT, fake_env
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+CANARY = ROOT / "playbooks" / "canary.yml"
+SERVICE = "lab-ngram"
+
+
+class Traffic:
+    """Completions to the service's address, a new connection each (the lab's Service spreads them by weight)."""
+
+    def __init__(self, url: str):
+        self.url, self.ok, self.failed = url, 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        body = json.dumps({"model": SERVICE, "prompt": "the model predicts the next token", "max_tokens": 64}).encode()
+        while not self._stop.wait(0.05):
+            req = urllib.request.Request(self.url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=30) as resp:
+                    resp.read()
+                self.ok += 1
+            except OSError:  # the address may refuse while a predictor is replaced
+                self.failed += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def test_a_canary_that_accepts_less_at_a_shared_position_aborts_naming_the_drop(fake_spec_lab, tmp_path):
+    lab = fake_spec_lab
+    lab.deploy(SERVICE, extra=fake_env(FAKE_ACCEPTANCE="0.95,0.9,0.85"))
+    (stable_pod,) = [lab.wait_single_ready_pod(SERVICE, 120)["metadata"]["name"]]
+    before = lab.isvc(SERVICE)
+    assert any('"num_speculative_tokens":3' in a for a in before["spec"]["predictor"]["model"]["args"])
+    # smoke records what it measured on the cluster, for the service's vLLM release (issue 38 item 3)
+    smoke = lab.smoke(SERVICE, tmp_path / "smoke", extra=fake_env(FAKE_ACCEPTANCE="0.95,0.9,0.85"))
+    assert smoke.rc == 0, smoke.output[-4000:]
+    record = lab.get("v1", "ConfigMap", SERVICE + "-specpilot-acceptance", NAMESPACE)
+    (key,) = record["data"]
+    recorded = json.loads(record["data"][key])
+    assert key == "vllm-" + recorded["vllm_version"] and (recorded["method"], recorded["k"]) == ("ngram", 3)
+    assert recorded["source"] == "smoke" and recorded["temperature"] == 0.0
+    assert [round(v, 1) for v in recorded["per_position"]] == [0.9, 0.9, 0.8], recorded  # the stand-in's rounding
+    reports = tmp_path / "reports"
+    traffic = Traffic(before["status"]["url"])
+    try:
+        run = lab.playbook(
+            CANARY,
+            SERVICE,
+            extra=dict(
+                fake_env(FAKE_ACCEPTANCE="0.95,0.5"),
+                specpilot_override_num_speculative_tokens=2,
+                specpilot_canary_steps=[50, 100],
+                specpilot_canary_window=20,
+                specpilot_canary_min_requests=10,
+                specpilot_canary_max_extensions=1,
+                specpilot_canary_poll=1,
+                specpilot_canary_smoke=False,
+                specpilot_canary_report_dir=str(reports),
+            ),
+        )
+    finally:
+        traffic.stop()
+    assert run.rc == 0, run.output[-6000:]
+    rep = json.loads((reports / SERVICE / "report.json").read_text())
+    md = (reports / SERVICE / "report.md").read_text()
+    assert rep["outcome"] == "aborted" and rep["change"] is True, md
+    (step,) = rep["steps"]
+    assert step["traffic_percent"] == 50 and step["decision"] == "abort", md
+    comp = step["positions"]
+    assert (comp["stable_k"], comp["canary_k"], comp["shared"]) == (3, 2, 2)
+    assert [p["verdict"] for p in comp["positions"]] == ["holds", "drop"], comp
+    # the stand-in rounds each request's accepted drafts: 0.90 is 15 of 17 drafts, 0.50 is 13 of 26
+    assert re.match(r"acceptance drop at draft position 1: stable 0\.88\d -> canary 0\.50\d \(-0\.3\d\d, 95% CI", step["reasons"][0])
+    assert "acceptance drop at draft position 1" in rep["summary"]
+    assert re.search(r"\| 1 +\| 0\.88\d \(\d+ / \d+\) +\| 0\.50\d \(\d+ / \d+\) +\| -0\.3\d\d \(.*\) +\| drop +\|", md), md
+    assert (reports / SERVICE / "acceptance_positions.png").exists()
+    # aborted: the canary entry is gone, the stable predictor (k=3) untouched and still serving
+    after = lab.isvc(SERVICE)
+    assert "canary" not in after["spec"] and after["spec"]["predictor"] == before["spec"]["predictor"]
+    assert lab.live_pods(SERVICE) == [stable_pod]
+    assert traffic.ok > 0
