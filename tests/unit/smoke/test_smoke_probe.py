@@ -334,7 +334,8 @@ def test_the_module_and_its_action_task_probe_alike(engine):
         params = ArgumentSpecValidator(fact_tasks.SMOKE_PROBE_ARGS).validate(args).validated_parameters
         return json.loads(json.dumps(fact_tasks.smoke_probe(params)))
 
-    timing = {"elapsed_s", "latency_mean_s", "invocation", "results", "metrics_before", "metrics_after"}
+    timing = {"elapsed_s", "latency_mean_s", "invocation", "results", "metrics_before", "metrics_after",
+              "running_samples"}
     args = {"url": engine.url, "model": "svc", "prompts": ["a", "b"], "count": 2, "max_tokens": 3}
     by_module, failed = as_module(args)
     by_task = as_task(args)
@@ -343,7 +344,9 @@ def test_the_module_and_its_action_task_probe_alike(engine):
         k: v for k, v in by_task.items() if k not in timing
     }
     assert [len(r["results"]) for r in (by_module, by_task)] == [2, 2]
-    assert [b["prompt"] for b in engine.bodies] == ["a", "b", "a", "b"] and engine.scrapes == 4
+    # /metrics before and after each run, and the running-requests sampler's reads between (issue 37)
+    sampled = len(by_module["running_samples"]) + len(by_task["running_samples"])
+    assert [b["prompt"] for b in engine.bodies] == ["a", "b", "a", "b"] and engine.scrapes == 4 + sampled
     refused, failed = as_module(dict(args, max_tokens=0))
     assert failed and refused["msg"] == "max_tokens must be >= 1"
     with pytest.raises(fact_tasks.TaskFailure, match="max_tokens must be >= 1"):

@@ -226,22 +226,25 @@ def run(job):
     if want_metrics:
         out["metrics_after"], err = scrape(url, headers, timeout, certs)
         out["metrics_error"] = out["metrics_error"] or err
+    out.update(summary(results))
+    out["elapsed_s"] = round(time.time() - t0, 3)
+    return out
+
+
+def summary(results):
+    """What the probe results add up to: counts, tokens of the good ones, their mean latency."""
     good = [r for r in results if r["ok"]]
     latencies = [r["latency_s"] for r in good]
-    out.update(
-        {
-            "results": results,
-            "requests": len(results),
-            "succeeded": len(good),
-            "failed": len(results) - len(good),
-            "ok": bool(results) and len(good) == len(results),
-            "completion_tokens": sum(int(r["completion_tokens"] or 0) for r in good),
-            "prompt_tokens": sum(int(r["prompt_tokens"] or 0) for r in good),
-            "latency_mean_s": round(sum(latencies) / len(latencies), 4) if latencies else None,
-            "elapsed_s": round(time.time() - t0, 3),
-        }
-    )
-    return out
+    return {
+        "results": results,
+        "requests": len(results),
+        "succeeded": len(good),
+        "failed": len(results) - len(good),
+        "ok": bool(results) and len(good) == len(results),
+        "completion_tokens": sum(int(r["completion_tokens"] or 0) for r in good),
+        "prompt_tokens": sum(int(r["prompt_tokens"] or 0) for r in good),
+        "latency_mean_s": round(sum(latencies) / len(latencies), 4) if latencies else None,
+    }
 
 
 def main(job_b64=None):
