@@ -243,11 +243,22 @@ def test_recorded_lab_runs_of_a_starved_baseline_are_invalid_and_not_judged():
     assert ba.analyse(runs, target={"qps": 1})["decision"] == "invalid"
 
 
-def _pod(name, restarts, reason=None):
-    status = {"name": "kserve-container", "restartCount": restarts}
+def _pod(name, restarts, reason=None, container="kserve-container"):
+    status = {"name": container, "restartCount": restarts}
     if reason:
         status["lastState"] = {"terminated": {"reason": reason, "exitCode": 137}}
-    return {"metadata": {"name": name}, "status": {"containerStatuses": [status]}}
+    # a sidecar that restarts is not the engine
+    sidecar = {"name": "istio-proxy", "restartCount": 9}
+    return {"metadata": {"name": name}, "status": {"containerStatuses": [sidecar, status]}}
+
+
+def test_an_llminferenceservice_engine_restart_is_found_in_its_main_container():
+    """Issue 35: an LLMInferenceService's workload pods run vLLM in ``main`` (KServe's templates), not
+    ``kserve-container``; its out-of-memory restarts count the same, a sidecar's never."""
+    before, after = [_pod("d", 0, container="main")], [_pod("d", 1, "OOMKilled", container="main")]
+    restarted = bv.engine_restarts(before, after)
+    assert restarted["restarts"] == 1 and restarted["oom"] == 1
+    assert bv.engine_restarts(before, [_pod("d", 0, container="main")]) is None
 
 
 def test_an_engine_out_of_memory_while_measured_makes_the_level_invalid():
@@ -271,7 +282,7 @@ def test_an_engine_out_of_memory_while_measured_makes_the_level_invalid():
 
 def _restarted_pod(name, restarts, finished_at, running_since, reason="OOMKilled"):
     pod = _pod(name, restarts, reason)
-    c = pod["status"]["containerStatuses"][0]
+    c = pod["status"]["containerStatuses"][-1]
     c["lastState"]["terminated"]["finishedAt"] = finished_at
     c["state"] = {"running": {"startedAt": running_since}}
     return pod

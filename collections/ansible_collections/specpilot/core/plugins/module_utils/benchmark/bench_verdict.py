@@ -39,6 +39,7 @@ import datetime
 import math
 
 from ansible_collections.specpilot.core.plugins.module_utils.common import with_defaults
+from ansible_collections.specpilot.core.plugins.module_utils.service.live import ENGINE_CONTAINERS
 from ansible_collections.specpilot.core.plugins.module_utils.service.spec import SLO_DEFAULTS
 
 __all__ = [
@@ -382,12 +383,15 @@ def _acceptance_validity(acceptance, figs, reasons):
             )
 
 
-def _restart_counts(pods, container):
-    """{(pod name): restartCount of its ``container``} and the container statuses, by pod name."""
+def _restart_counts(pods, container=None):
+    """{(pod name): restartCount of its ``container``} and the container statuses, by pod name; without
+    ``container``, the engine's (``live.ENGINE_CONTAINERS``: an InferenceService's or an
+    LLMInferenceService's)."""
+    names = (container,) if container else ENGINE_CONTAINERS
     out = {}
     for pod in pods or []:
         for c in (pod.get("status") or {}).get("containerStatuses") or []:
-            if c.get("name") == container:
+            if c.get("name") in names:
                 out[(pod.get("metadata") or {}).get("name")] = c
     return out
 
@@ -424,7 +428,7 @@ def _restart_record(pods, when):
     return {"restarts": restarts, "oom": oom, "pods": pods, "reason": reason}
 
 
-def engine_restarts(before, after, container="kserve-container"):
+def engine_restarts(before, after, container=None):
     """The engine restarts between two reads of a side's pods (lists of Pod objects): ``{restarts, oom,
     pods, reason}``, or None when none restarted. A pod absent from ``before`` counts all its restarts
     (it was created meanwhile: the engine started cold). Each pod says when its last termination ended

@@ -18,12 +18,15 @@ from ansible_collections.specpilot.core.plugins.module_utils.service import llmi
 from ansible_collections.specpilot.core.plugins.module_utils.service import plan as service_plan
 from ansible_collections.specpilot.core.plugins.module_utils.service import spec_flags
 
-__all__ = ["LiveService", "InferenceServiceView", "LLMInferenceServiceView", "VIEWS", "view", "predictor_args"]
+__all__ = ["LiveService", "InferenceServiceView", "LLMInferenceServiceView", "VIEWS", "view", "predictor_args", "ENGINE_CONTAINERS"]
 
 ANN_DEPLOYMENT_MODE = "serving.kserve.io/deploymentMode"
 ANN_DIGEST = "specpilot.io/spec-digest"
 # KServe's name of the predictor container that runs the model server
 CONTAINER = "kserve-container"
+# the container that runs vLLM in a serving pod, per kind: an InferenceService's predictor pods, an
+# LLMInferenceService's workload pods (its ``main``; llmisvc.py cites KServe's templates)
+ENGINE_CONTAINERS = (CONTAINER, llmisvc.CONTAINER)
 
 
 class LiveService:
