@@ -35,6 +35,7 @@ p.add_argument("--port", type=int, default=8080)
 p.add_argument("--host", default="127.0.0.1")
 p.add_argument("--served-model-name", default=None)
 p.add_argument("--speculative-config", default=None)
+p.add_argument("--data-parallel-size", type=int, default=1)
 args, _unknown = p.parse_known_intermixed_args()
 args.model = args.model or next((w for w in args.words if w != "serve"), "/mnt/models")
 PID = os.getpid()
@@ -59,6 +60,7 @@ TOTAL = {
 }
 WINDOW = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0] * K}
 CREATED = time.time()
+RUNNING = [0]  # requests being answered: vllm:num_requests_running
 
 
 def stamp():
@@ -97,6 +99,16 @@ if SPEC and SPEC.get("method") in ("ngram", "suffix"):
         "Async scheduling not supported with %s-based speculative decoding "
         "and will be disabled." % SPEC["method"],
     )
+if SPEC and SPEC.get("num_speculative_tokens_per_batch_size") and args.data_parallel_size > 1:
+    # vLLM 0.32 vllm/config/vllm.py VllmConfig._maybe_disable_dynamic_sd_for_data_parallel
+    log(
+        "APIServer",
+        "WARNING",
+        "vllm.py:1066",
+        "Dynamic speculative decoding is not supported with data parallelism because data-parallel ranks "
+        "can select different speculative-token counts, causing DP divergence and deadlocks. Disabling "
+        "num_speculative_tokens_per_batch_size and falling back to static num_speculative_tokens=%d." % K,
+    )
 if SPEC:
     spec_repr = "SpeculativeConfig(method=%r, model=%r, num_spec_tokens=%d)" % (
         SPEC.get("method"),
@@ -111,8 +123,8 @@ log(
     "core.py:133",
     "Initializing a V1 LLM engine (v0.32.0) with config: model=%r, "
     "speculative_config=%s, tokenizer=%r, skip_tokenizer_init=False, dtype=torch.float32, max_seq_len=512, "
-    "tensor_parallel_size=1, pipeline_parallel_size=1, data_parallel_size=1, seed=0, served_model_name=%s, "
-    "enable_prefix_caching=True" % (args.model, spec_repr, args.model, NAME),
+    "tensor_parallel_size=1, pipeline_parallel_size=1, data_parallel_size=%d, seed=0, served_model_name=%s, "
+    "enable_prefix_caching=True" % (args.model, spec_repr, args.model, args.data_parallel_size, NAME),
 )
 if SPEC:
     log(
@@ -190,6 +202,9 @@ def metrics_page():
 
     with LOCK:
         t = dict(TOTAL, per_pos=list(TOTAL["per_pos"]))
+    out.append("# HELP vllm:num_requests_running Number of requests in model execution batches.")
+    out.append("# TYPE vllm:num_requests_running gauge")
+    out.append("vllm:num_requests_running{%s} %s" % (lbl, float(RUNNING[0])))
     counter("vllm:generation_tokens", "Number of generation tokens processed.", t["gen"])
     # every request ends at its max_tokens (vLLM 0.32: finished_reason "length"); the canary counts them per arm
     counter("vllm:request_success", "Count of successfully processed requests.", t["requests"], ',finished_reason="length"')
@@ -250,9 +265,12 @@ class Handler(BaseHTTPRequestHandler):
             return
         t0 = time.time()
         max_tokens = int(body.get("max_tokens") or 16)
+        with LOCK:
+            RUNNING[0] += 1
         account(max_tokens)
         time.sleep(0.01)
         with LOCK:
+            RUNNING[0] -= 1
             TOTAL["gen"] += max_tokens
             TOTAL["requests"] += 1
             TOTAL["e2e_sum"] += time.time() - t0

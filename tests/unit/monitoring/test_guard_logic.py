@@ -127,7 +127,7 @@ def test_history_is_bounded_and_robust():
     outs = chain([vp.HEALTHY] * 4, history_size=3, consecutive_readings=2)
     assert len(outs[-1]["history"]) == 3
     entry = outs[-1]["history"][-1]
-    assert set(entry) == {"at", "status", "cfg", "src", "rate", "drafted", "accepted", "mal", "pp"}
+    assert set(entry) == {"at", "status", "cfg", "src", "rate", "drafted", "accepted", "mal", "pp", "run"}
     assert json.loads(outs[-1]["history_json"]) == outs[-1]["history"]
     for bad in ("not json", json.dumps({"a": 1}), json.dumps([{"status": "weird"}, 3])):
         out = run(ON, vp.HEALTHY, bad)

@@ -9,6 +9,7 @@ import shlex
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -19,7 +20,7 @@ from ansible_collections.specpilot.core.plugins.filter.smoke import (
     smoke_log_window,
     smoke_pick_pod,
 )
-from ansible_collections.specpilot.core.plugins.module_utils.verify import smoke_probe
+from ansible_collections.specpilot.core.plugins.module_utils.verify import smoke_probe, smoke_schedule
 
 
 class Engine:
@@ -30,6 +31,8 @@ class Engine:
         self.bodies = []
         self.scrapes = 0
         self.headers = []
+        self.running = 0  # requests in flight: vllm:num_requests_running
+        self.delay = 0.0  # seconds a completion takes
         engine = self
 
         class H(BaseHTTPRequestHandler):
@@ -48,13 +51,22 @@ class Engine:
                     self._send(
                         200,
                         'vllm:spec_decode_num_drafts_total{engine="0",model_name="svc"} %d.0\n'
-                        % (engine.scrapes * 10),
+                        'vllm:num_requests_running{engine="0",model_name="svc"} %d.0\n'
+                        % (engine.scrapes * 10, engine.running),
                         "text/plain",
                     )
                 else:
                     self._send(404, "{}")
 
             def do_POST(self):
+                engine.running += 1
+                try:
+                    time.sleep(engine.delay)
+                    self._post()
+                finally:
+                    engine.running -= 1
+
+            def _post(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 engine.bodies.append(body)
                 if body.get("model") != engine.model:
@@ -132,9 +144,33 @@ def test_run_scrapes_around_the_probes(engine):
         }
     )
     assert out["ok"] and out["requests"] == 3 and out["succeeded"] == 3 and out["completion_tokens"] == 12
-    assert out["metrics_before"].endswith(" 10.0\n") and out["metrics_after"].endswith(" 20.0\n")
+    # the page before the probes is the first read; the one after them the last (the sampler reads between)
+    assert 'drafts_total{engine="0",model_name="svc"} 10.0' in out["metrics_before"]
+    assert 'drafts_total{engine="0",model_name="svc"} %d.0' % (engine.scrapes * 10) in out["metrics_after"]
     assert [r["status"] for r in out["results"]] == [200, 200, 200]
     assert engine.headers[0]["Authorization"] == "Bearer t"
+
+
+def test_running_requests_are_read_while_the_probes_run(engine):
+    """The sampler reads vllm:num_requests_running while each probe is in flight and keeps only that
+    gauge's lines; the verdict's parser reads 1 request at once from them (the probes run one by one)."""
+    engine.delay = 0.4
+    out = smoke_probe.run({"url": engine.url, "requests": smoke_probe.build_requests("svc", ["p"], 2, 4, 0)})
+    samples = out["running_samples"]
+    assert out["ok"] and len(samples) >= 4
+    assert all(
+        set(x["text"].splitlines())
+        <= {
+            'vllm:num_requests_running{engine="0",model_name="svc"} 0.0',
+            'vllm:num_requests_running{engine="0",model_name="svc"} 1.0',
+        }
+        for x in samples
+    )
+    reads = smoke_schedule.running_reads(samples)
+    assert max(reads) == 1.0 and len(reads) == len(samples)
+    assert (
+        smoke_probe.run({"url": engine.url, "requests": [], "metrics": False}).get("running_samples") is None
+    )
 
 
 def test_failures_are_reported_not_raised(engine):
@@ -298,7 +334,8 @@ def test_the_module_and_its_action_task_probe_alike(engine):
         params = ArgumentSpecValidator(fact_tasks.SMOKE_PROBE_ARGS).validate(args).validated_parameters
         return json.loads(json.dumps(fact_tasks.smoke_probe(params)))
 
-    timing = {"elapsed_s", "latency_mean_s", "invocation", "results", "metrics_before", "metrics_after"}
+    timing = {"elapsed_s", "latency_mean_s", "invocation", "results", "metrics_before", "metrics_after",
+              "running_samples"}
     args = {"url": engine.url, "model": "svc", "prompts": ["a", "b"], "count": 2, "max_tokens": 3}
     by_module, failed = as_module(args)
     by_task = as_task(args)
@@ -307,7 +344,9 @@ def test_the_module_and_its_action_task_probe_alike(engine):
         k: v for k, v in by_task.items() if k not in timing
     }
     assert [len(r["results"]) for r in (by_module, by_task)] == [2, 2]
-    assert [b["prompt"] for b in engine.bodies] == ["a", "b", "a", "b"] and engine.scrapes == 4
+    # /metrics before and after each run, and the running-requests sampler's reads between (issue 37)
+    sampled = len(by_module["running_samples"]) + len(by_task["running_samples"])
+    assert [b["prompt"] for b in engine.bodies] == ["a", "b", "a", "b"] and engine.scrapes == 4 + sampled
     refused, failed = as_module(dict(args, max_tokens=0))
     assert failed and refused["msg"] == "max_tokens must be >= 1"
     with pytest.raises(fact_tasks.TaskFailure, match="max_tokens must be >= 1"):

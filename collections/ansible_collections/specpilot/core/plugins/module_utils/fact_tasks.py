@@ -328,6 +328,8 @@ def _guard_reading(p, isvc):
         selector = dict(
             (str(k), str(v)) for k, v in (p["selector"] or {}).items()
         ) or monitoring.default_selector(p["name"], namespace)
+        # issue 37: the share of the window above the crossover the live schedule carries
+        cross = monitoring.crossover_of(guard.isvc_speculative(isvc)["config"])
         return guard.prometheus_reading(
             p["prometheus_url"],
             selector,
@@ -337,6 +339,7 @@ def _guard_reading(p, isvc):
             p["timeout"],
             p["validate_certs"],
             http_get.get_bytes,
+            crossover=cross["concurrency"] if cross else None,
         )
     if not p["metrics"]:
         raise TaskFailure("%s: speculative decoding is on but no metrics reading was given" % p["name"])

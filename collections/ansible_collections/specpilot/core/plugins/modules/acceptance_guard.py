@@ -228,6 +228,16 @@ acceptance_band:
     read_at_temperature (null: live traffic), at_production (null), note, line})."
   returned: success
   type: dict
+load:
+  description:
+    - How much of the time the service ran above the measured crossover its live speculative config carries (the
+      last batch size of C(num_speculative_tokens_per_batch_size) with k > 0, or C(disable_by_batch_size) - 1), from
+      C(vllm:num_requests_running) - C({crossover, source, share_above (0-1), basis, text}).
+    - With O(prometheus_url) the share of the window (the same PromQL as the monitoring role's
+      C(SpecDecodeAboveCrossover) alert); from scrapes the share of this config's readings in the history.
+    - Null without a crossover or without a reading of the gauge. Also said at the end of RV(message).
+  returned: success
+  type: dict
 findings:
   description: Interpretation (low acceptance, borderline, per-position collapse, metrics missing).
   returned: success

@@ -191,6 +191,14 @@ prometheus_rule:
   description: The PrometheusRule manifest.
   returned: success
   type: dict
+crossover:
+  description:
+    - The measured crossover the speculative config carries - C({concurrency, source}) - the last batch size of
+      C(num_speculative_tokens_per_batch_size) with k > 0 (k = 0 above it), or C(disable_by_batch_size) - 1; null
+      when it carries none. With it the rule has C(SpecDecodeAboveCrossover) and RV(expressions) an
+      C(above_crossover_share).
+  returned: success
+  type: dict
 pod_monitor:
   description: A C(monitoring.coreos.com/v1) PodMonitor that scrapes C(/metrics) of the service's pods (label
     C(serving.kserve.io/inferenceservice)) on the engine's port (C(http); C(user-port) in Knative mode), with

@@ -140,6 +140,21 @@ metrics_error:
   description: Why a C(/metrics) page could not be read; null otherwise.
   returned: always
   type: str
+running_samples:
+  description:
+    - C(/metrics) read every 0.1 s while the requests ran, keeping only the lines of
+      C(vllm:num_requests_running) (the batch size the engine's batch-size schedule of k is looked up by).
+    - The smoke verdict's C(probe_running) check reads them.
+  returned: when the metrics are read
+  type: list
+  elements: dict
+  contains:
+    t:
+      description: Seconds since the first read.
+      type: float
+    text:
+      description: The page's C(vllm:num_requests_running) lines.
+      type: str
 results:
   description: One entry per request.
   returned: always

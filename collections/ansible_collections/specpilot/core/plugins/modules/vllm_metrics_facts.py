@@ -227,6 +227,11 @@ gauges:
     efficiency:
       description: C(vllm:spec_decode_efficiency).
       type: float
+running:
+  description: C(vllm:num_requests_running) at the scrape (requests in the running batch, summed over engines);
+    null when the page has none.
+  returned: always
+  type: float
 derived:
   description: Figures for the window (deltas against O(previous), else cumulative).
   returned: always

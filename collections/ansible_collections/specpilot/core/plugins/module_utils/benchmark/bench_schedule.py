@@ -24,7 +24,11 @@ those per-level decisions; it computes no statistic of its own:
   figure's ratio there with its 95% interval; ``undecided`` when no cell decides;
 * :func:`deploy_advice` - what the service's vLLM can run: the schedule
   (``num_speculative_tokens_per_batch_size``), V0's ``disable_by_batch_size`` threshold from
-  the crossover, or the single best k with a note (the version facts are vllm_profiles').
+  the crossover, or the single best k with a note (the version facts are vllm_profiles'). The
+  schedule exists from vLLM 0.24.0 (vllm/config/speculative.py ``SpeculativeConfig`` and
+  vllm/v1/core/sched/scheduler.py ``Scheduler.__init__``, absent from 0.23.0's wheel); issue 37's
+  "since 0.26" is the release that drops it under data parallelism (service/speculative.py
+  ``PER_BATCH_DP_DROPPED_SINCE``).
 
 A closed-loop level of N concurrent requests keeps about N requests in the running batch, which
 is what vLLM's scheduler looks the schedule up by (the number of requests scheduled in a step).
@@ -32,6 +36,7 @@ is what vLLM's scheduler looks the schedule up by (the number of requests schedu
 
 from __future__ import annotations
 
+from ansible_collections.specpilot.core.plugins.module_utils.service import speculative
 from ansible_collections.specpilot.core.plugins.module_utils.service import vllm_profiles as vp
 from ansible_collections.specpilot.core.plugins.module_utils.service.versions import (
     format_version,
@@ -261,12 +266,9 @@ def deploy_advice(schedule, cross, method=None, version=None, data_parallel_size
         spec["num_speculative_tokens_per_batch_size"] = [list(r) for r in schedule]
         form = "per_batch_size"
         if (data_parallel_size or 1) > 1:
-            # vllm/config/vllm.py VllmConfig._maybe_disable_dynamic_sd_for_data_parallel: with
-            # data_parallel_size > 1 the table is dropped and the static k runs
-            notes.append(
-                "data_parallel_size=%d: vLLM drops the schedule under data parallelism and runs "
-                "num_speculative_tokens=%d at every batch size" % (data_parallel_size, max_k)
-            )
+            # what the release does with it under data parallelism: service/speculative.py
+            # per_batch_dp_note (vLLM 0.26.0+ drops it, 0.24-0.25 keep it on every rank)
+            notes.append(speculative.per_batch_dp_note(version, data_parallel_size, max_k))
     elif _supports("disable_by_batch_size", version) and cross.get("concurrency"):
         # V0 vllm/spec_decode/spec_decode_worker.py SpecDecodeWorker._should_disable_all_speculation:
         # off when running_queue_size >= disable_by_batch_size, so N + 1 keeps it on up to N

@@ -41,6 +41,10 @@ ISSUE_RULES = (
         "Async scheduling is not compatible with disable_padded_drafter_batch=True",  # 0.14.1-0.32.0
         "Async scheduling is disabled because the V1 model runner does not support it",  # 0.33.0
     ), "vLLM turned async scheduling off because of the speculative method"),
+    _Rule("DYNAMIC_SD_DROPPED", "warning", (
+        # vllm/config/vllm.py VllmConfig._maybe_disable_dynamic_sd_for_data_parallel (0.26.0-0.32.0)
+        "Disabling num_speculative_tokens_per_batch_size and falling back",
+    ), "vLLM dropped the batch-size schedule of k (data parallelism) and runs the static k"),
     _Rule("SAMPLING_PARAM_IGNORED", "warning", (
         "min_p and logit_bias parameters won't work with speculative decoding",  # 0.17.1-0.33.0
         "min_p, logit_bias, and min_tokens parameters won't currently work with speculative decoding",

@@ -47,6 +47,7 @@ __all__ = [
     "parse_metrics_file",
     "parse_metrics_stream",
     "parse_metrics_text",
+    "running_requests",
 ]
 
 SPEC_PREFIX = "vllm:spec_decode"
@@ -61,6 +62,8 @@ COUNTERS = {
     "vllm:request_success": "request_success",
 }
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
+# the requests in the running batch (a gauge, every release): what the batch-size schedule is looked up by
+RUNNING = "vllm:num_requests_running"
 V0_GAUGES = {
     "vllm:spec_decode_draft_acceptance_rate": "draft_acceptance_rate",
     "vllm:spec_decode_efficiency": "efficiency",
@@ -114,6 +117,7 @@ class _Collector(object):
         self.model_names = set()
         self.samples = 0
         self.families = 0
+        self.running = []
 
     def family(self, fam):
         self.families += 1
@@ -163,6 +167,10 @@ class _Collector(object):
                 if pos is not None and pos.isdigit() and not math.isnan(value):
                     idx = int(pos)
                     self.per_pos[idx] = self.per_pos.get(idx, 0.0) + value
+                return
+            if suffix is None and base == RUNNING:
+                if not math.isnan(value):
+                    self.running.append(value)
                 return
             if suffix is None and base in V0_GAUGES:
                 self.gauges.setdefault(V0_GAUGES[base], []).append(value)
@@ -399,6 +407,8 @@ def _build(col, previous, source, now):
         "finished": dict((k, _clean(v)) for k, v in sorted(col.finished.items())),
         "created": created,
         "gauges": gauges,
+        # vllm:num_requests_running at the scrape (summed over engines), None when the page has none
+        "running": sum(col.running) if col.running else None,
         "derived": derived,
         "latency": latency,
         "families": col.families,
@@ -443,3 +453,13 @@ def parse_metrics_file(path, model_name=None, previous=None, now=None):
     with io.open(path, "r", encoding="utf-8", errors="replace") as fh:
         return parse_metrics_stream(fh, model_name=model_name, previous=previous, source=path,
                                     openmetrics=openmetrics, now=now)
+
+
+def running_requests(text, model_name=None):
+    """``vllm:num_requests_running`` of a /metrics page (or of its lines of that gauge), summed over
+    engines and filtered by ``model_name``; None when the page has no such series."""
+    if not HAS_PROMETHEUS_CLIENT:
+        raise PROMETHEUS_CLIENT_IMPORT_ERROR
+    col = _Collector(model_name)
+    _consume(_text_fd_families(io.StringIO(text)), col)
+    return sum(col.running) if col.running else None

@@ -136,6 +136,7 @@ def reading_from_facts(facts):
         "mean_acceptance_length": derived.get("mean_acceptance_length"),
         "per_position": derived.get("per_position_acceptance"),
         "engine_era": facts.get("engine_era"),
+        "running": facts.get("running"),
     }
     if derived.get("source") == "v0_gauges":
         reading["window"] = "cumulative-gauge"
@@ -156,7 +157,7 @@ _total = prometheus_api.vector_total
 
 
 def prometheus_reading(base_url, selector, window, vllm_version, headers=None, timeout=10.0,
-                       validate_certs=True, fetch=None, at=None):
+                       validate_certs=True, fetch=None, at=None, crossover=None):
     """A reading over ``window`` from a Prometheus server, with the PrometheusRule's own PromQL.
 
     Every query is evaluated at the same instant ``at`` (default: now), so the ratios compare
@@ -176,6 +177,9 @@ def prometheus_reading(base_url, selector, window, vllm_version, headers=None, t
                "mean_acceptance_length": None, "per_position": None}
     reading["spec_series"] = bool(q(exprs["spec_series"]))
     reading["engine_up"] = bool(q(exprs["engine_up"]))
+    if crossover is not None:  # the share of the window the busiest engine ran above it (monitoring's PromQL)
+        share = q(sm.above_crossover_share(selector, crossover, window))
+        reading["above_crossover"] = max(v for _m, v in share) if share else None
     if profile["era"] != "v1":
         gauge = _total(q(exprs["acceptance_rate"]))
         reading.update(window="cumulative-gauge", acceptance_rate=gauge)
@@ -300,6 +304,35 @@ def _history_entry(status, state, reading, now):
         "accepted": reading.get("accepted"),
         "mal": _round(reading.get("mean_acceptance_length"), 3),
         "pp": [_round(v, 3) for v in reading.get("per_position") or []] or None,
+        "run": reading.get("running"),
+    }
+
+
+def load_above_crossover(state, reading, history):
+    """How much of the time the service ran above the crossover its live speculative config carries
+    (``monitoring.crossover_of``: the schedule's last k > 0): ``{crossover, share_above, basis, text}``, or
+    None without a crossover or without a figure. From Prometheus: the share of the window; from scrapes:
+    the share of the readings of this config that found more requests running than the crossover."""
+    cross = sm.crossover_of(state.get("config"))
+    if not cross:
+        return None
+    n = cross["concurrency"]
+    share = reading.get("above_crossover")
+    if share is not None:
+        basis = "of the last %s (Prometheus)" % reading.get("window")
+    else:
+        runs = [e.get("run") for e in history
+                if e.get("cfg") == state.get("digest") and e.get("run") is not None]
+        if not runs:
+            return None
+        share = sum(1 for r in runs if r > n) / float(len(runs))
+        basis = "of %d reading(s) of vllm:num_requests_running" % len(runs)
+    return {
+        "crossover": n,
+        "source": cross["source"],
+        "share_above": _round(share),
+        "basis": basis,
+        "text": "above its crossover of %d concurrent requests %.0f%% %s" % (n, 100 * share, basis),
     }
 
 
@@ -383,6 +416,9 @@ def evaluate(isvc, reading, history_raw, params=None, now=None, name=None, produ
     action = _action(status, streak, s)
     label = name or ((isvc or {}).get("metadata") or {}).get("name") or "service"
     message = _message(label, status, reading, streak, s)
+    load = load_above_crossover(state, reading, history) if state["on"] else None
+    if load:
+        message += "; " + load["text"]
     if action == "report" and status == "low":
         message += "; action needed"
     message += _ACTION_SUFFIX.get(action, "")
@@ -400,6 +436,7 @@ def evaluate(isvc, reading, history_raw, params=None, now=None, name=None, produ
         # the band rule applied to a judged reading of live traffic (its temperature is the clients')
         "acceptance_band": (band_reading(rate, production_temperature, None, "live traffic")
                             if banded else None),
+        "load": load,
         "record": record,
         "entry": entry,
         "history": history,

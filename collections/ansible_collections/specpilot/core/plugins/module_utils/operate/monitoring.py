@@ -70,6 +70,38 @@ class MonitoringError(ValueError):
     """A parameter that cannot be turned into valid rules."""
 
 
+def crossover_of(speculative):
+    """The measured crossover a speculative config carries: the highest batch size (concurrent requests in
+    one engine's running batch) at which speculation still runs, above which the config turns it off;
+    None when it does not say.
+
+    One model: the tuning run's schedule (``tune.json`` ``schedule``, pasted as
+    ``num_speculative_tokens_per_batch_size``) ends its last range with k > 0 at the crossover and runs
+    k = 0 above it (benchmark/bench_schedule.py ``build_schedule``); V0's ``disable_by_batch_size`` is the
+    crossover + 1 (``deploy_advice``). Returns ``{concurrency, source}``."""
+    spec = speculative if isinstance(speculative, dict) else {}
+    table = spec.get("num_speculative_tokens_per_batch_size")
+    if isinstance(table, list) and table:
+        rows = sorted((r for r in table if isinstance(r, (list, tuple)) and len(r) == 3), key=lambda r: r[0])
+        paying = [r for r in rows if r[2] > 0]
+        if paying and rows[-1][2] == 0:
+            return {"concurrency": int(paying[-1][1]), "source": "num_speculative_tokens_per_batch_size"}
+        return None
+    limit = spec.get("disable_by_batch_size")
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit > 1:
+        return {"concurrency": limit - 1, "source": "disable_by_batch_size"}
+    return None
+
+
+def above_crossover_share(selector, crossover, window, step="30s"):
+    """PromQL: the share of ``window`` (0-1) in which the busiest engine of the service ran more requests at
+    once than ``crossover`` (``vllm:num_requests_running``, one series per engine, sampled every ``step``)."""
+    _check_duration("window", window)
+    _check_duration("step", step)
+    return "max by (%s) (avg_over_time((%s{%s} > bool %d)[%s:%s]))" % (
+        ", ".join(sorted(selector)), RUNNING, selector_text(selector), int(crossover), window, step)
+
+
 def metric_profile(vllm_version, engine="auto"):
     """The metric names one vLLM version exports (None where it has none)."""
     version = parse_version(vllm_version)
@@ -216,8 +248,8 @@ def rule_name(name):
 
 
 def prometheus_rule(name, namespace, vllm_version, planned=True, selector=None, settings=None,
-                    rule_labels=None, engine="auto"):
-    """A monitoring.coreos.com/v1 PrometheusRule for one service."""
+                    rule_labels=None, engine="auto", crossover=None):
+    """A monitoring.coreos.com/v1 PrometheusRule for one service (``crossover``: :func:`crossover_of`)."""
     s = _settings(settings)
     selector = dict(selector or default_selector(name, namespace))
     profile = metric_profile(vllm_version, engine)
@@ -273,6 +305,8 @@ def prometheus_rule(name, namespace, vllm_version, planned=True, selector=None, 
                 "Acceptance collapses at this draft position: the tokens drafted from here "
                 "on are wasted work. Lower num_speculative_tokens to the position number.",
             ))
+    if planned and crossover:
+        rules.append(_above_crossover_alert(selector, s, crossover, service, labels_common))
     group = {"name": "specpilot.speculative.%s.%s" % (namespace, name), "rules": rules}
     labels = {"app.kubernetes.io/managed-by": "specpilot", "specpilot.io/inferenceservice": name}
     labels.update(rule_labels or {})
@@ -282,6 +316,28 @@ def prometheus_rule(name, namespace, vllm_version, planned=True, selector=None, 
         "metadata": {"name": rule_name(name), "namespace": namespace, "labels": labels},
         "spec": {"groups": [group]},
     }
+
+
+def _above_crossover_alert(selector, s, crossover, service, labels_common):
+    """SpecDecodeAboveCrossover: the busiest engine ran, on average over the window and for ``for`` more,
+    more requests at once than the measured crossover (``vllm:num_requests_running``, a gauge: no rate)."""
+    n = int(crossover["concurrency"])
+    expr = "max by (%s) (avg_over_time(%s{%s}[%s])) > %d" % (
+        ", ".join(sorted(selector)), RUNNING, selector_text(selector), s["window"], n)
+    if crossover["source"] == "num_speculative_tokens_per_batch_size":
+        effect = ("its batch-size schedule runs k=0 there, so the service serves without speculation's "
+                  "gain (and pays for the idle proposer)")
+    else:
+        effect = "speculation is disabled for new requests there (disable_by_batch_size)"
+    return _alert(
+        "SpecDecodeAboveCrossover", expr, s["for"], dict(labels_common, severity="info"),
+        "%s runs {{ $value | humanize }} requests at once on average, above its measured crossover of %d"
+        % (service, n),
+        "Speculative decoding paid up to %d concurrent requests in the tuning run (tune.json crossover, "
+        "carried by %s); over %s the busiest engine averaged more: %s. If the load stays there, measure again "
+        "(playbooks/tune.yml -e specpilot_benchmark_tune_schedule=true) or scale out, so each replica runs "
+        "below the crossover." % (n, crossover["source"], s["window"], effect),
+    )
 
 
 def _alert(alert, expr, for_, labels, summary, description):
@@ -519,13 +575,19 @@ def render(name, namespace, vllm_version, speculative=None, selector=None, setti
     planned = bool(speculative)
     profile = metric_profile(vllm_version, engine)
     sel = dict(selector or default_selector(model_name or name, namespace))
-    rule = prometheus_rule(name, namespace, vllm_version, planned, sel, settings, rule_labels, engine)
+    crossover = crossover_of(speculative)
+    rule = prometheus_rule(name, namespace, vllm_version, planned, sel, settings, rule_labels, engine,
+                           crossover)
     dash = grafana_dashboard(name, namespace, vllm_version, planned, sel, settings, engine)
     exprs = expressions(profile, sel, _settings(settings)["window"], "rate")
     texts = [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]]
     texts += [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    if crossover:
+        exprs["above_crossover_share"] = above_crossover_share(
+            sel, crossover["concurrency"], _settings(settings)["window"])
     return {
         "planned": planned,
+        "crossover": crossover,
         "profile": profile,
         "selector": sel,
         "prometheus_rule": rule,

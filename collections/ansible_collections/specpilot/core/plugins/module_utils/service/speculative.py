@@ -345,15 +345,44 @@ def _synthetic(cfg, ctx, findings, path):
         )
 
 
-def _per_batch_dp(ctx, findings, path):
+# The release from which vLLM drops the batch-size schedule under data parallelism: vLLM 0.26.0
+# vllm/config/vllm.py VllmConfig._maybe_disable_dynamic_sd_for_data_parallel (called from
+# __post_init__) sets num_speculative_tokens_per_batch_size = None when data_parallel_size > 1. The
+# key itself exists from 0.24.0 (vllm/config/speculative.py SpeculativeConfig; vllm/v1/core/sched/
+# scheduler.py Scheduler.__init__ builds the lookup with build_dynamic_sd_schedule_lookup); 0.24.0 and
+# 0.25.1 have no such guard and run the schedule on every rank (wheels of vllm 0.23.0, 0.24.0, 0.25.1
+# and 0.26.0 read on 2026-11-28). The issue's "since 0.26" is this guard's release, not the key's.
+PER_BATCH_DP_DROPPED_SINCE = "0.26.0"
+
+
+def per_batch_dp_note(version, dp, k):
+    """What vLLM ``version`` (a parsed tuple, or None) does with a batch-size schedule under
+    ``--data-parallel-size`` ``dp`` > 1; ``k`` is the static num_speculative_tokens."""
+    if version is not None and version < parse_version(PER_BATCH_DP_DROPPED_SINCE):
+        return (
+            "data_parallel_size=%s: this vLLM keeps the batch-size schedule on every data-parallel rank, "
+            "where ranks may pick different k in one step and diverge or deadlock (vLLM %s and later "
+            "drop the schedule under data parallelism and run num_speculative_tokens=%s)"
+            % (dp, PER_BATCH_DP_DROPPED_SINCE, k)
+        )
+    return (
+        "data_parallel_size=%s: vLLM drops the batch-size schedule under data parallelism and runs "
+        "num_speculative_tokens=%s at every batch size" % (dp, k)
+    )
+
+
+def _per_batch_dp(cfg, ctx, findings, path):
     """vllm/config/vllm.py VllmConfig._maybe_disable_dynamic_sd_for_data_parallel: with
-    data_parallel_size > 1 vLLM drops the schedule and runs the static num_speculative_tokens."""
+    data_parallel_size > 1 vLLM (0.26.0+) drops the schedule and runs the static num_speculative_tokens."""
     dp = render.extra_arg(ctx.get("extra_args"), "--data-parallel-size")
     if dp and dp.isdigit() and int(dp) > 1:
         findings.warning(
             path_join(path, "num_speculative_tokens_per_batch_size"),
-            "--data-parallel-size=%s: vLLM %s drops the batch-size schedule under data parallelism and "
-            "runs num_speculative_tokens at every batch size" % (dp, _ctx_version(ctx)),
+            "%s (vLLM %s)"
+            % (
+                per_batch_dp_note(ctx.get("version"), dp, cfg.get("num_speculative_tokens")),
+                _ctx_version(ctx),
+            ),
             "run one data-parallel rank per replica (scale with replicas), or set num_speculative_tokens "
             "to the k that suits the load",
             "per-batch-dropped-by-dp",
@@ -364,7 +393,7 @@ def _per_batch(cfg, ctx, findings, path):
     table = cfg.get("num_speculative_tokens_per_batch_size")
     if not isinstance(table, list):
         return
-    _per_batch_dp(ctx, findings, path)
+    _per_batch_dp(cfg, ctx, findings, path)
     for i, row in enumerate(table):
         if (
             isinstance(row, list)

@@ -33,6 +33,10 @@ from ansible_collections.specpilot.core.plugins.module_utils.verify.smoke_accept
     figures,
     interpretation,
 )
+from ansible_collections.specpilot.core.plugins.module_utils.verify.smoke_schedule import (
+    _running_checks,
+    _schedule_checks,
+)
 from ansible_collections.specpilot.core.plugins.module_utils.verify.smoke_checks import (
     _check,
     _fmt,
@@ -713,9 +717,11 @@ CHECK_SECTIONS = (
     _pod_checks,
     _engine_start_checks,
     _engine_config_checks,
+    _schedule_checks,
     _engine_version_checks,
     _pod_view_checks,
     _probe_checks,
+    _running_checks,
     _metrics_checks,
     _acceptance_checks,
     _acceptance_shape_checks,

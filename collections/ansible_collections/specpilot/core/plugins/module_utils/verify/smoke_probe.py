@@ -20,6 +20,7 @@ import json
 import socket
 import ssl
 import sys
+import threading
 import time
 
 from urllib.error import HTTPError, URLError
@@ -28,6 +29,10 @@ from urllib.request import HTTPSHandler, Request, build_opener
 RESULT_FORMAT = 1
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 MAX_TEXT = 200
+# vllm:num_requests_running read during the probes: its lines only, at most MAX_RUNNING_READS reads
+RUNNING = "vllm:num_requests_running"
+RUNNING_INTERVAL = 0.1
+MAX_RUNNING_READS = 2000
 
 
 def build_requests(
@@ -155,10 +160,45 @@ def scrape(base_url, headers=None, timeout=30.0, validate_certs=True):
     return text, None
 
 
+def running_lines(text):
+    """The lines of a /metrics page that carry the running-requests gauge (the rest is dropped here,
+    in the pod; the controller parses these with engine/vllm_metrics.py ``running_requests``)."""
+    return "\n".join(
+        line for line in text.splitlines() if line.startswith(RUNNING + "{") or line.startswith(RUNNING + " ")
+    )
+
+
+class RunningSampler(threading.Thread):
+    """Reads /metrics every ``interval`` seconds until stopped; keeps ``{t, text}`` of the gauge's
+    lines (t: seconds since the sampler started)."""
+
+    def __init__(self, url, headers, timeout, certs, interval=RUNNING_INTERVAL):
+        threading.Thread.__init__(self)
+        self.daemon = True
+        self.args = (url, headers, timeout, certs)
+        self.interval = interval
+        self.samples = []
+        self.done = threading.Event()
+
+    def run(self):
+        t0 = time.time()
+        while not self.done.is_set() and len(self.samples) < MAX_RUNNING_READS:
+            text, err = scrape(*self.args)
+            if text is not None:
+                self.samples.append({"t": round(time.time() - t0, 3), "text": running_lines(text)})
+            self.done.wait(self.interval)
+
+    def stop(self):
+        self.done.set()
+        self.join()
+        return self.samples
+
+
 def run(job):
     """Run a job: {url, requests: [bodies], endpoint, headers, timeout, validate_certs, metrics: bool}.
 
-    Returns {format, url, metrics_before, metrics_after, metrics_error, results, requests,
+    Returns {format, url, metrics_before, metrics_after, metrics_error, running_samples (the
+    vllm:num_requests_running lines read while the probes ran), results, requests,
     succeeded, failed, ok, completion_tokens, prompt_tokens, latency_mean_s, elapsed_s}."""
     url = job["url"]
     endpoint = job.get("endpoint") or "completions"
@@ -177,26 +217,34 @@ def run(job):
     t0 = time.time()
     if want_metrics:
         out["metrics_before"], out["metrics_error"] = scrape(url, headers, timeout, certs)
+    sampler = RunningSampler(url, headers, timeout, certs) if want_metrics else None
+    if sampler is not None:
+        sampler.start()
     results = [probe_one(url, body, endpoint, headers, timeout, certs) for body in job.get("requests") or []]
+    if sampler is not None:
+        out["running_samples"] = sampler.stop()
     if want_metrics:
         out["metrics_after"], err = scrape(url, headers, timeout, certs)
         out["metrics_error"] = out["metrics_error"] or err
+    out.update(summary(results))
+    out["elapsed_s"] = round(time.time() - t0, 3)
+    return out
+
+
+def summary(results):
+    """What the probe results add up to: counts, tokens of the good ones, their mean latency."""
     good = [r for r in results if r["ok"]]
     latencies = [r["latency_s"] for r in good]
-    out.update(
-        {
-            "results": results,
-            "requests": len(results),
-            "succeeded": len(good),
-            "failed": len(results) - len(good),
-            "ok": bool(results) and len(good) == len(results),
-            "completion_tokens": sum(int(r["completion_tokens"] or 0) for r in good),
-            "prompt_tokens": sum(int(r["prompt_tokens"] or 0) for r in good),
-            "latency_mean_s": round(sum(latencies) / len(latencies), 4) if latencies else None,
-            "elapsed_s": round(time.time() - t0, 3),
-        }
-    )
-    return out
+    return {
+        "results": results,
+        "requests": len(results),
+        "succeeded": len(good),
+        "failed": len(results) - len(good),
+        "ok": bool(results) and len(good) == len(results),
+        "completion_tokens": sum(int(r["completion_tokens"] or 0) for r in good),
+        "prompt_tokens": sum(int(r["prompt_tokens"] or 0) for r in good),
+        "latency_mean_s": round(sum(latencies) / len(latencies), 4) if latencies else None,
+    }
 
 
 def main(job_b64=None):
