@@ -95,6 +95,14 @@ def test_speculation_that_pays_at_every_level_is_a_lower_bound_not_extrapolated(
     assert out["crossover"]["status"] == "above_range" and out["crossover"]["interval"] == [4, 32]
 
 
+def test_a_crossover_next_to_the_level_that_is_off_names_one_batch_size():
+    """Off at the very next batch size: it stops paying there (not "between 2 and 2")."""
+    cross = bs.analyse_sweep(sweep({3: {1: 8, 2: 30}}), max_num_seqs=8)["crossover"]
+    assert cross["status"] == "found" and cross["concurrency"] == 1 and cross["interval"] == [1, 1]
+    assert "it stops paying at 2, the next level, decided off" in cross["text"]
+    assert "between 2 and 2" not in cross["text"]
+
+
 def test_no_crossover_when_every_k_is_slower_everywhere():
     out = bs.analyse_sweep(sweep({1: {1: 24, 4: 26}, 2: {1: 27, 4: 30}}), max_num_seqs=16, version=(0, 32, 0))
     assert [lv["status"] for lv in out["levels"]] == ["off", "off"]

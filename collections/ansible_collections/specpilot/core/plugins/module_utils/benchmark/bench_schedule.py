@@ -215,7 +215,11 @@ def crossover(levels, max_num_seqs=DEFAULT_MAX_NUM_SEQS):
         top["k"],
     )
     if off:
-        where = "it stops paying between %d and %d, decided off at %d" % (n + 1, off, off)
+        where = (
+            "it stops paying at %d, the next level, decided off" % off
+            if off == n + 1
+            else "it stops paying between %d and %d, decided off at %d" % (n + 1, off, off)
+        )
     else:
         where = "nothing above %d decided it off, so the crossover is at least %d" % (n, n)
     return {
