@@ -38,7 +38,7 @@ CONNECTION = (
 VARIABLES = {option: "specpilot_k8s_" + option for option in CONNECTION}
 BOOLEANS = ("validate_certs", "persist_config")  # false is a value: default(omit), not default(omit, true)
 # the playbooks that never contact a cluster
-OFFLINE_PLAYBOOKS = {"validate.yml", "awx_configure.yml"}
+OFFLINE_PLAYBOOKS = {"validate.yml", "awx_configure.yml", "fleet_report.yml"}
 PLAYBOOKS = sorted(p for p in (ROOT / "playbooks").glob("*.yml") if p.name not in OFFLINE_PLAYBOOKS)
 GROUP = yaml.safe_load((COLLECTION / "meta" / "runtime.yml").read_text())["action_groups"]["k8s"]
 
@@ -142,6 +142,17 @@ def _k8s_action(task: dict) -> str | None:
         if key.startswith("kubernetes.core.") or key.removeprefix("specpilot.core.") in GROUP and "." in key:
             return key
     return None
+
+
+def test_the_fleet_report_reaches_no_cluster():
+    """fleet_report.yml is offline (OFFLINE_PLAYBOOKS): it merges the slices' set_stats on localhost, and its
+    role calls no module of the connection group, so it needs no connection."""
+    (play,) = yaml.safe_load((ROOT / "playbooks" / "fleet_report.yml").read_text())
+    assert play["hosts"] == "localhost" and play["connection"] == "local"
+    roles = [r["role"] if isinstance(r, dict) else r for r in play["roles"]]
+    for role in roles:
+        for path in sorted((ROOT / "roles" / role / "tasks").glob("*.yml")):
+            assert [_k8s_action(t) for t in _tasks(yaml.safe_load(path.read_text())) if _k8s_action(t)] == [], path
 
 
 def test_no_task_names_a_connection_option():

@@ -317,11 +317,34 @@ _LLM_PARALLELISM = _s(
     type="object",
     additionalProperties=False,
     properties={
-        "tensor": {"type": "integer", "minimum": 1, "maximum": 1024},
-        "pipeline": {"type": "integer", "minimum": 1, "maximum": 1024},
-        "data": {"type": "integer", "minimum": 1, "maximum": 4096},
-        "data_local": {"type": "integer", "minimum": 1, "maximum": 1024},
-        "expert": {"type": "boolean"},
+        "tensor": _s(
+            "spec.parallelism.tensor: the tensor-parallel size (vLLM's --tensor-parallel-size).",
+            type="integer",
+            minimum=1,
+            maximum=1024,
+        ),
+        "pipeline": _s(
+            "spec.parallelism.pipeline: the pipeline-parallel size (vLLM's --pipeline-parallel-size).",
+            type="integer",
+            minimum=1,
+            maximum=1024,
+        ),
+        "data": _s(
+            "spec.parallelism.data: the data-parallel size across all nodes (vLLM's --data-parallel-size).",
+            type="integer",
+            minimum=1,
+            maximum=4096,
+        ),
+        "data_local": _s(
+            "spec.parallelism.dataLocal: the data-parallel ranks on one node (vLLM's --data-parallel-size-local).",
+            type="integer",
+            minimum=1,
+            maximum=1024,
+        ),
+        "expert": _s(
+            "spec.parallelism.expert: expert parallelism for MoE models (vLLM's --enable-expert-parallel).",
+            type="boolean",
+        ),
     },
 )
 
@@ -386,7 +409,9 @@ SERVICE_SCHEMA = {
                     type="string",
                     minLength=1,
                 ),
-                "replicas": _s("spec.replicas of the decode workload.  Default: min_replicas.", type="integer", minimum=0),
+                "replicas": _s(
+                    "spec.replicas of the decode workload.  Default: min_replicas.", type="integer", minimum=0
+                ),
                 "parallelism": _LLM_PARALLELISM,
                 "prefill": _s(
                     "spec.prefill: a separate prefill workload (prefill/decode disaggregation).  It gets the "
