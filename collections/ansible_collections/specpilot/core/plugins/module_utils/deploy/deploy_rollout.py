@@ -458,8 +458,6 @@ def llm_deployment_names(name, prefill=False):
     return [decode] + (["%s-prefill" % decode] if prefill else [])
 
 
-
-
 def read_llm_workload(reader, name, namespace, api_version):
     """(LLMInferenceService, its decode Deployment, its decode pods), as :func:`read_workload`; the
     prefill Deployment, when the object has spec.prefill, as the decode Deployment's ``prefill``."""

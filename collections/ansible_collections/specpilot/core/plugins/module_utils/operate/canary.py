@@ -51,7 +51,6 @@ to live traffic and are not checked.
 
 from __future__ import annotations
 
-import os
 import time
 
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_verdict
@@ -73,6 +72,7 @@ __all__ = [
     "arm_pods",
     "arm_selectors",
     "arm_window",
+    "bucket_resolution",
     "decide_step",
     "histogram_quantile",
     "knative_abort_patch",
