@@ -26,7 +26,7 @@ for _path in (ROOT, ROOT / "lab", ROOT / "collections", ROOT / "tests" / "emulat
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from deploy_helpers import GROUP_VARS, NGRAM  # noqa: E402
+from deploy_helpers import GROUP_VARS, NGRAM, parse_recap  # noqa: E402
 
 from benchmarks import quick, setting  # noqa: E402
 from benchmarks.__main__ import descendants  # noqa: E402
@@ -123,13 +123,7 @@ class Timed:
         return self
 
     def recap(self) -> dict[str, dict[str, int]]:
-        out = {}
-        for line in self.out.split("PLAY RECAP", 1)[-1].splitlines():
-            if ":" not in line or "ok=" not in line:
-                continue
-            name, _, rest = line.partition(":")
-            out[name.strip()] = {k: int(v) for k, v in (kv.split("=") for kv in rest.split())}
-        return out
+        return parse_recap(self.out)
 
 
 def playbook(

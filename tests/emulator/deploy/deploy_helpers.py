@@ -146,13 +146,7 @@ class Run:
 
     # ------------------------------------------------------------ output helpers
     def recap(self) -> dict[str, dict[str, int]]:
-        out = {}
-        for line in self.out.split("PLAY RECAP", 1)[-1].splitlines():
-            if ":" not in line or "ok=" not in line:
-                continue
-            host, _, rest = line.partition(":")
-            out[host.strip()] = {k: int(v) for k, v in (kv.split("=") for kv in rest.split())}
-        return out
+        return parse_recap(self.out)
 
     def changed_tasks(self) -> list[str]:
         """TASK headers followed by a 'changed:' line."""
@@ -167,6 +161,17 @@ class Run:
 
 def run_deploy(emu, tmp: Path, inventory: Path, *args: str, timeout: float = 600) -> Run:
     return Run(emu, tmp, inventory, *args).wait(timeout)
+
+
+def parse_recap(out: str) -> dict[str, dict[str, int]]:
+    """{host: {ok, changed, unreachable, failed, skipped, rescued, ignored}} from ansible-playbook's PLAY RECAP."""
+    recap = {}
+    for line in out.split("PLAY RECAP", 1)[-1].splitlines():
+        if ":" not in line or "ok=" not in line:
+            continue
+        host, _, rest = line.partition(":")
+        recap[host.strip()] = {k: int(v) for k, v in (kv.split("=") for kv in rest.split())}
+    return recap
 
 
 # ---------------------------------------------------------------------------- fake KServe
