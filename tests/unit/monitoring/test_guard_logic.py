@@ -272,29 +272,20 @@ def test_the_module_and_its_action_task_judge_alike():
     """specpilot.core.acceptance_guard runs in the worker (its action plugin, fact_tasks.acceptance_guard:
     issue 40, no Python process a service of a guard run); its module file runs the same task: the same
     verdict from the same reading, the same refusal."""
-    import contextlib
-    import io
-
-    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-    from ansible.module_utils.testing import patch_module_args
+    from fact_task_support import as_task, run_main
 
     from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
-    from ansible_collections.specpilot.core.plugins.modules import acceptance_guard as module
 
     def as_module(args):
-        out = io.StringIO()
-        with patch_module_args(args), contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_:
-            module.main()
-        return json.loads(out.getvalue()), exit_.value.code != 0
+        return run_main("acceptance_guard", args)
 
-    def as_task(args):
-        params = ArgumentSpecValidator(fact_tasks.ACCEPTANCE_GUARD_ARGS).validate(args).validated_parameters
-        return json.loads(json.dumps(fact_tasks.acceptance_guard(params)))
+    def as_task_(args):
+        return as_task(fact_tasks.acceptance_guard, args, fact_tasks.ACCEPTANCE_GUARD_ARGS)
 
     low = parse_metrics_text(vp.advance(vp.real_page(), vp.LOW, 1), previous=parse_metrics_text(vp.real_page()))
     args = {"name": "svc", "isvc": ON, "metrics": low, "history": "", "consecutive_readings": 1, "min_draft_tokens": 20}
     by_module, failed = as_module(args)
-    by_task = as_task(args)
+    by_task = as_task_(args)
     volatile = {"invocation", "history", "history_json"}  # each reading is stamped with its time
     assert not failed and (by_module["status"], by_module["action"]) == ("low", "report")
     assert {k: v for k, v in by_module.items() if k not in volatile} == {
@@ -302,9 +293,9 @@ def test_the_module_and_its_action_task_judge_alike():
     }
     assert [h["status"] for h in by_task["history"]] == [h["status"] for h in by_module["history"]] == ["low"]
     off, failed = as_module({"name": "plain", "isvc": isvc(["--model=/m"])})
-    plain = as_task({"name": "plain", "isvc": isvc(["--model=/m"])})
+    plain = as_task_({"name": "plain", "isvc": isvc(["--model=/m"])})
     assert not failed and off["status"] == plain["status"] == "off" and off["message"] == plain["message"]
     refused, failed = as_module({"name": "svc", "isvc": ON})
     assert failed and refused["msg"] == "svc: speculative decoding is on but no metrics reading was given"
     with pytest.raises(fact_tasks.TaskFailure, match="no metrics reading was given"):
-        as_task({"name": "svc", "isvc": ON})
+        as_task_({"name": "svc", "isvc": ON})

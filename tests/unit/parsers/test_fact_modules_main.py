@@ -5,15 +5,12 @@ tool that executes module files runs."""
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import io
 import json
 import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
+from fact_task_support import as_task, run_main
 from vllm_samples import DATA
 
 from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
@@ -23,27 +20,6 @@ import smoke_samples  # noqa: E402
 
 METRICS = (DATA / "metrics_v0_0.6.3.txt").read_text()
 LOG = (DATA / "v1_0.10.2_ansi_prefix.log").read_text()
-VOLATILE = {"invocation", "scraped_at", "scraped_at_epoch"}  # the time of each run
-
-
-def run_main(module, args, check_mode=False):
-    """The module's JSON result and whether it failed (exit code)."""
-    mod = importlib.import_module("ansible_collections.specpilot.core.plugins.modules." + module)
-    out = io.StringIO()
-    args = dict(args, _ansible_check_mode=check_mode)
-    with patch_module_args(args), contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_:
-        mod.main()
-    result = json.loads(out.getvalue())
-    return {k: v for k, v in result.items() if k not in VOLATILE}, exit_.value.code != 0
-
-
-def as_task(func, args, spec, check_mode=False):
-    """What the action plugin returns: the task function on the spec's defaults, as JSON would carry it."""
-    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-
-    params = ArgumentSpecValidator(spec).validate(args).validated_parameters
-    result = json.loads(json.dumps(func(params, check_mode)))
-    return {k: v for k, v in result.items() if k not in VOLATILE}
 
 
 @pytest.mark.parametrize(

@@ -315,30 +315,21 @@ def test_the_module_and_its_action_task_probe_alike(engine):
     """specpilot.core.smoke_probe runs in the worker (its action plugin, fact_tasks.smoke_probe: issue 40,
     no Python process a service); its module file (ansible -m) runs the same task: the same requests,
     the same result but for the timings, the same refusal."""
-    import contextlib
-    import io
-
-    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-    from ansible.module_utils.testing import patch_module_args
+    from fact_task_support import as_task, run_main
 
     from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
-    from ansible_collections.specpilot.core.plugins.modules import smoke_probe as module
 
     def as_module(args):
-        out = io.StringIO()
-        with patch_module_args(args), contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_:
-            module.main()
-        return json.loads(out.getvalue()), exit_.value.code != 0
+        return run_main("smoke_probe", args)
 
-    def as_task(args):
-        params = ArgumentSpecValidator(fact_tasks.SMOKE_PROBE_ARGS).validate(args).validated_parameters
-        return json.loads(json.dumps(fact_tasks.smoke_probe(params)))
+    def as_task_(args):
+        return as_task(fact_tasks.smoke_probe, args, fact_tasks.SMOKE_PROBE_ARGS)
 
     timing = {"elapsed_s", "latency_mean_s", "invocation", "results", "metrics_before", "metrics_after",
               "running_samples"}
     args = {"url": engine.url, "model": "svc", "prompts": ["a", "b"], "count": 2, "max_tokens": 3}
     by_module, failed = as_module(args)
-    by_task = as_task(args)
+    by_task = as_task_(args)
     assert not failed and by_module["ok"] and by_module["succeeded"] == 2 and by_module["changed"] is False
     assert {k: v for k, v in by_module.items() if k not in timing} == {
         k: v for k, v in by_task.items() if k not in timing
@@ -350,4 +341,4 @@ def test_the_module_and_its_action_task_probe_alike(engine):
     refused, failed = as_module(dict(args, max_tokens=0))
     assert failed and refused["msg"] == "max_tokens must be >= 1"
     with pytest.raises(fact_tasks.TaskFailure, match="max_tokens must be >= 1"):
-        as_task(dict(args, max_tokens=0))
+        as_task_(dict(args, max_tokens=0))
