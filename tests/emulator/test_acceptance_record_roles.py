@@ -1,6 +1,6 @@
 """Issue 38 against the API emulator, the roles as users run them: the benchmark's report step records the speculative
 side's acceptance through the smoke role's entry point record (``source: benchmark``, beside smoke's record of another
-vLLM release, which stays; in check mode nothing is written and the run says so), and ``validate.yml`` with
+vLLM release, which stays; check mode is smoke's test, tests/lab/smoke/test_smoke_role_fake.py), and ``validate.yml`` with
 ``specpilot_validate_live`` reads the live services (read-only) and shows, for a spec that changes the running vLLM
 release and image, the acceptance recorded for the running release."""
 
@@ -68,12 +68,6 @@ def _benchmark_play(tmp: Path, ns: str) -> Path:
         "tasks": [
             {"name": "The benchmark's report step",
              "ansible.builtin.include_role": {"name": "specpilot_benchmark", "tasks_from": "report.yml"}},
-            {"name": "The same entry point in check mode, for another release",
-             "ansible.builtin.include_role": {"name": "specpilot_smoke", "tasks_from": "record",
-                                              "apply": {"check_mode": True}},
-             "vars": {"specpilot_smoke_record_plan": dict(plan, vllm_version="0.33.0"),
-                      "specpilot_smoke_record_figures": ACCEPT | {"acceptance_rate": 0.5},
-                      "specpilot_smoke_record_source": "benchmark"}},
         ],
     }
     path = tmp / "play.yml"
@@ -96,8 +90,6 @@ def test_the_benchmark_records_its_acceptance_beside_smokes_record(emulator, tmp
     assert (rec["source"], rec["where"], rec["method"], rec["k"]) == ("benchmark", "the target level qps=1", "ngram", 3)
     assert rec["per_position"] == [0.8, 0.5, 0.24] and rec["num_drafts"] == 100 and rec["temperature"] == 0.0
     assert rec["workload"] == {"qps": 1, "temperature": 0} and rec["acceptance_rate"] == round(154 / 300, 4)
-    # check mode: nothing written, and said
-    assert "check mode: the acceptance benchmark measured is not recorded in ConfigMap svc-specpilot-acceptance" in run.out
 
 
 def _deployed(emu, ns, name, version, image):

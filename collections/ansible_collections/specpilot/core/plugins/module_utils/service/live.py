@@ -83,11 +83,6 @@ class LiveService:
         return None
 
     @property
-    def runtime_name(self):
-        """The ServingRuntime the object names, or None."""
-        return None
-
-    @property
     def args(self):
         """The args the engine is given (a list, as stored)."""
         raise NotImplementedError
@@ -166,10 +161,6 @@ class InferenceServiceView(LiveService):
         if model is not None:
             return model.get("image") or None
         return (_engine_container(self.predictor) or {}).get("image") or None
-
-    @property
-    def runtime_name(self):
-        return (_model(self.predictor) or {}).get("runtime")
 
 
 class LLMInferenceServiceView(LiveService):
