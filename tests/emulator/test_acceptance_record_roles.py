@@ -56,7 +56,8 @@ def _benchmark_play(tmp: Path, ns: str) -> Path:
         "vars": {
             "__specpilot_benchmark_plan": plan,
             "__specpilot_benchmark_service": {"runtime": {"image": "vllm/vllm-openai:v0.32.0"},
-                                              "target": {"uri": "hf://org/model@main"}, "draft": None},
+                                              "target": {"uri": "hf://org/model@main"}, "draft": None,
+                                              "workload": {"qps": 1, "temperature": 0}},
             "__specpilot_benchmark_runs": runs,
             "__specpilot_benchmark_bench": {"report": {"thresholds": {}, "policy": {}},
                                             "workload": {"name": "chat", "file": ""}},
