@@ -9,8 +9,9 @@ deploy role's ``record.yml``), one data key per vLLM release (``vllm-<version>``
 measurement on that release: the acceptance per draft position, the rate and mean acceptance length, the drafts
 behind them, the method, k, the temperature the measurement ran at and the workload's, which step measured it
 (``source``: ``smoke`` or ``benchmark``, and ``where``: the benchmark's part of the run) and when. Acceptance
-regressed silently across releases more than once (vllm #26191, #33771, #40551) and moves with the temperature by itself (vllm #33497), so a reading is only compared with one of the same release
-(:func:`compare`), and the temperature is said beside it.
+regressed silently across releases more than once (vllm #26191, #33771, #40551) and moves with the temperature
+by itself (vllm #33497), so a reading is only compared with one of the same release (:func:`compare`), and the
+temperature is said beside it.
 
 Pure functions: the role writes the ConfigMap (``specpilot.core.k8s_retry``) with :func:`merged`'s data.
 """
