@@ -284,5 +284,4 @@ def test_the_acceptance_the_benchmark_records_is_the_production_temperatures_els
     assert res["measured_acceptance"]["where"] == "the sweep at the production temperature 0.7"
     assert res["recommendation"]["reason"].endswith("(curve: the sweep at the production temperature 0.7)")
     # no acceptance on the speculative side: nothing to record
-    bare = [run("baseline", 1, 50, 20), run("speculative", 1, 48, 11)]
-    assert ba.analyse(bare, target={"qps": 1})["measured_acceptance"] is None
+    assert ba.measured_acceptance([], 0.7, {"qps=1": {"acceptance": None, "temperature": 0}}, {"key": "qps=1"}) is None
