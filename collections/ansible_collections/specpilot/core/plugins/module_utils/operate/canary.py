@@ -557,19 +557,20 @@ def left_canary(isvc):
     return None
 
 
-def todo(isvc, plan, record, retry=False, resume_name=None):
+def todo(isvc, plan, record, retry=False, resume_name=None, runtime=None):
     """What a run does with the live InferenceService: ``resume`` (this spec's own canary, left by a run
     killed mid-step, is there - a canary entry named ``resume_name``, or in Knative mode
-    canaryTrafficPercent on a predictor running the plan's arguments - and resuming is asked for),
+    canaryTrafficPercent on a predictor running the plan - and resuming is asked for),
     ``interrupted`` (another canary is there: it is aborted), ``promoted`` (the predictor already
-    runs the plan's arguments), ``recorded`` (this spec's canary already ended, on record, and no retry
-    is asked) or ``run``."""
-    live_args = live.view(isvc).args
+    runs the plan: its arguments and its image, ``live.runs_plan``; ``runtime``: the live ServingRuntime the
+    predictor names, whose image it runs unless it names one), ``recorded`` (this spec's canary already ended,
+    on record, and no retry is asked) or ``run``."""
+    running = live.runs_plan(isvc, plan, runtime)
     left = left_canary(isvc)
     if left is not None:
-        mine = left["name"] == resume_name if left["name"] is not None else live_args == plan.get("args")
+        mine = left["name"] == resume_name if left["name"] is not None else running
         return "resume" if resume_name and mine else "interrupted"
-    if live_args == plan.get("args"):
+    if running:
         return "promoted"
     if (record or {}).get("digest", "") == plan.get("spec_digest") and not retry:
         return "recorded"

@@ -115,6 +115,8 @@ def report_markdown(report):
         ),
         "",
     ]
+    if (report.get("images") or {}).get("text"):
+        lines += [report["images"]["text"], ""]
     if report.get("resumed_at"):
         lines += [
             "Resumed at %s%%: this canary, left in place by a run killed mid-step, was taken up again at that step "
