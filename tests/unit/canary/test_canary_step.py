@@ -57,6 +57,24 @@ def test_too_few_requests_extend_the_window_then_stop_inconclusive():
     assert out["window_s"] == 30.0  # three windows of 10 s, the same start
 
 
+def test_an_extension_for_noise_waits_for_more_requests_not_the_same_window_again(monkeypatch):
+    """Both arms had min_requests, but the figures were within the noise (decide_step: extend): the extension holds
+    the step until each arm has min_requests more (or another window), and decides on the larger window."""
+    live, seen = Live({"http://b/metrics": 30, "http://c/metrics": 30}), []
+    decide = canary.decide_step
+
+    def noisy_twice(baseline, canary_win, *args):
+        seen.append((baseline["requests"], canary_win["requests"], live.now))
+        out = decide(baseline, canary_win, *args)
+        return dict(out, decision="extend") if len(seen) < 3 and args[-2] > 0 else out
+
+    monkeypatch.setattr(canary, "decide_step", noisy_twice)
+    out = canary.run_step(live.fetch, ARMS, 600, 60, max_extensions=2, clock=live.clock, sleep=live.sleep, poll_s=5)
+    assert [(b, c) for b, c, _ in seen] == [(60, 60), (120, 120), (180, 180)]
+    assert [t for _, _, t in seen] == [5.0, 10.0, 15.0]  # each extension held for its own requests
+    assert out["extensions"] == 2 and out["arms"]["canary"]["requests"] == 180
+
+
 def test_the_lock_is_kept_at_every_scrape_of_a_held_step_and_a_lost_one_stops_it():
     """keep(now) (the action's lock renewal) runs at each scrape while the step is held, with the step's
     clock; a message from it stops the step (the lock is another run's now)."""

@@ -484,7 +484,8 @@ def run_step(
     arms (``begin(arms)``, then ``read()`` -> ``{arm: window}``, ``name`` and ``details()``), by
     default :class:`PodPages` over ``fetch``. The window ends after
     ``window_s`` seconds or as soon as both arms have ``min_requests`` requests; an ``extend``
-    decision holds it another ``window_s`` (the same start), at most ``max_extensions`` times.
+    decision holds it another ``window_s`` (the same start), at most ``max_extensions`` times, or until both arms
+    have ``min_requests`` more requests per extension.
     ``reference``: the baseline's window of an earlier step, compared with instead of the
     baseline's pods (at 100% the stable predictor serves nothing to measure).
     ``keep(now)``, when given, runs at every scrape (the service lock's renewal, with ``clock``'s
@@ -501,11 +502,16 @@ def run_step(
     extensions = 0
     while True:
         deadline = clock() + window_s
+        # An extension holds the step for more data (the same start): its early end waits for (extensions + 1) x
+        # min_requests on both arms. A step extended because its figures are within the noise already has
+        # min_requests; ending at once would decide it again on the same window (seen on the real engine: two
+        # "extensions" in 25 s of a 60 s window, then inconclusive).
+        need = min_requests * (extensions + 1)
         while True:
             wins = source.read()
             if reference is not None:
                 wins["baseline"] = reference
-            enough = all(w["requests"] >= min_requests for w in wins.values())
+            enough = all(w["requests"] >= need for w in wins.values())
             if enough or clock() >= deadline:
                 break
             _keep(keep, clock())
