@@ -213,3 +213,25 @@ def test_quantiles_from_buckets_say_their_resolution():
         "speculative_config": None, "steps_planned": [50], "window_s": 60, "min_requests": 60,
         "min_acceptance": 0.5, "steps": [step]})
     assert "; the buckets allow " in md and "a quantile is known to its bucket" in md
+
+
+def test_the_canarys_first_requests_warm_it_up_outside_the_window():
+    """A new canary's first requests pay one-time costs (on the real engine the n-gram proposer compiles: TTFT
+    p99 4.5 s over the first 20): the window starts once the canary served warmup_requests, read again from there."""
+    live = Live({"http://b/metrics": 30, "http://c/metrics": 2})
+    out = canary.run_step(
+        live.fetch, ARMS, 600, 10, clock=live.clock, sleep=live.sleep, poll_s=5, warmup_requests=5
+    )
+    # before: the canary's page at 2; the warm-up reads 2, 4, then 6 requests more (at 10 s), then both arms are read
+    # again: the window counts from there
+    assert out["warmup"] == {"requests": 6, "seconds": 10.0, "asked": 5}
+    assert out["arms"]["canary"]["requests"] == 10 and live.now == 30.0  # 20 s of 2 more per 5 s poll after it
+    out["traffic_percent"] = 50
+    md = canary.report_markdown({
+        "service": "s", "namespace": "ns", "outcome": "promoted", "summary": "s", "canary_name": "c",
+        "speculative_config": {"method": "ngram"}, "steps_planned": [50, 100], "window_s": 600, "min_requests": 10,
+        "min_acceptance": 0.5, "steps": [out]})
+    assert "after a warm-up of 6 canary request(s) in 10.0 s, left out of the figures" in md
+    cold = canary.run_step(Live({"http://b/metrics": 30, "http://c/metrics": 2}).fetch, ARMS, 600, 10,
+                           clock=live.clock, sleep=live.sleep, poll_s=5)
+    assert cold["warmup"] is None
