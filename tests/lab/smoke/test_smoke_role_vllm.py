@@ -14,7 +14,7 @@ import json
 import shutil
 
 import pytest
-from smoke_lab import INVENTORY, ROOT, WAIT_SCALE, SmokeLab, checks, report
+from smoke_lab import INVENTORY, NAMESPACE, ROOT, WAIT_SCALE, SmokeLab, checks, report
 
 from ansible_collections.specpilot.core.plugins.module_utils.service import live
 from specpilot_lab.testing import UPSTREAM_CRDS
@@ -98,7 +98,8 @@ def test_draft_model_service_passes(vllm_smoke_lab, tmp_path):
     """vLLM resolves the draft's path itself (the engine-init line names it) and only the real
     engine shows the draft's real acceptance. The lab runs the engine in the pod's filesystem
     (bubblewrap), so vLLM prints the pod's /mnt/models/draft and the smoke checks pass with no
-    path aliases, as on a cluster (issue 14, item 2)."""
+    path aliases, as on a cluster (issue 14, item 2). Both models load in the one engine's process tree:
+    its peak memory stays under 4 GiB."""
     lab = vllm_smoke_lab
     pod = deploy(lab, "lab-draft")
     log = lab.engine_log(pod["metadata"]["name"])
@@ -120,6 +121,9 @@ def test_draft_model_service_passes(vllm_smoke_lab, tmp_path):
     assert c["engine_requested_config"]["status"] == "pass"
     assert c["acceptance"]["status"] in ("pass", "warn")
     assert rep["figures"]["acceptance_rate"] >= 0.5
+    peak = lab.ctl.runs[(NAMESPACE, pod["metadata"]["name"])].peak_rss
+    print(f"\n[smoke lab] lab-draft engine peak RSS {peak / 2**30:.2f} GiB")
+    assert 0 < peak < 4 * 2**30
 
 
 def test_mismatched_draft_fails_with_the_acceptance_message(vllm_smoke_lab, tmp_path):
