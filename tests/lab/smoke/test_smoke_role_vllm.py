@@ -114,7 +114,7 @@ def test_a_config_vllm_rejects_rolls_out_to_its_error_and_delete_stops_the_engin
         assert resp.status == 200
     print(f"\n[smoke lab] lab-ngram engine peak RSS {run.peak_rss / 2**30:.2f} GiB")
     assert 0 < run.peak_rss < 4 * 2**30
-    gen1 = lab.get("apps/v1", "Deployment", "lab-ngram-predictor", NAMESPACE)["metadata"]["generation"]
+    gen1 = _predictor_deployment(lab, "lab-ngram")["metadata"]["generation"]
 
     bad = "--speculative-config=" + json.dumps(dict(NGRAM, num_speculative_tokens=0))
     args = [bad if a.startswith("--speculative-config") else a for a in _args(lab.isvc("lab-ngram"))]
@@ -135,8 +135,7 @@ def test_a_config_vllm_rejects_rolls_out_to_its_error_and_delete_stops_the_engin
 
     ready, pod = lab.wait(rejected, 240, "engine error in Ready, on the one new pod")
     assert ready["status"] == "False" and "num_speculative_tokens" in ready["message"]
-    dep = lab.get("apps/v1", "Deployment", "lab-ngram-predictor", NAMESPACE)
-    assert dep["status"]["observedGeneration"] > gen1
+    assert _predictor_deployment(lab, "lab-ngram")["status"]["observedGeneration"] > gen1
     assert bad in pod["spec"]["containers"][0]["args"]
     assert not run.ready and run._engine is None  # the old engine stopped
     pod3 = pod["metadata"]["name"]
@@ -153,6 +152,15 @@ def test_a_config_vllm_rejects_rolls_out_to_its_error_and_delete_stops_the_engin
     lab.delete_isvc("lab-ngram")
     lab.wait(lambda: (NAMESPACE, pod3) not in lab.ctl.runs and run3._engine is None, 60, "engine stopped")
     lab.wait(lambda: not lab.pods("lab-ngram"), 30, "pods removed")
+
+
+def _predictor_deployment(lab: SmokeLab, name: str) -> dict:
+    """The Deployment whose pods serve the InferenceService ``name`` (KServe's ``<name>-predictor``)."""
+    items = lab.res("apps/v1", "Deployment").get(namespace=NAMESPACE).to_dict()["items"]
+    label = "serving.kserve.io/inferenceservice"
+    ours = [d for d in items if (d["spec"]["template"]["metadata"].get("labels") or {}).get(label) == name]
+    assert len(ours) == 1, [d["metadata"]["name"] for d in items]
+    return ours[0]
 
 
 def _args(isvc: dict) -> list[str]:
