@@ -135,7 +135,8 @@ def test_a_config_vllm_rejects_rolls_out_to_its_error_and_delete_stops_the_engin
 
     ready, pod = lab.wait(rejected, 240, "engine error in Ready, on the one new pod")
     assert ready["status"] == "False" and "num_speculative_tokens" in ready["message"]
-    assert _predictor_deployment(lab, "lab-ngram")["metadata"]["generation"] > gen1  # observed once a pod is ready
+    # the new template (observedGeneration follows only once a new pod is ready)
+    assert _predictor_deployment(lab, "lab-ngram")["metadata"]["generation"] > gen1
     assert bad in pod["spec"]["containers"][0]["args"]
     assert not run.ready and run._engine is None  # the old engine stopped
     pod3 = pod["metadata"]["name"]
