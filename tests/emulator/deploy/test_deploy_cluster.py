@@ -112,15 +112,23 @@ def _trimmed_crds(tmp_path: Path) -> Path:
     return out
 
 
-def test_a_kserve_that_cannot_do_the_spec_fails_before_anything_is_written(emulator_factory, tmp_path):
+def test_a_kserve_that_cannot_do_the_spec_fails_before_anything_is_written(emulator, emulator_factory, tmp_path):
     emu = emulator_factory(crds=[_trimmed_crds(tmp_path)], name="old-kserve")
     ns = "deploy-old"
     create_namespace(emu, ns)
+    create_namespace(emulator, ns)
     inv = write_inventory(tmp_path / "inv", ns, {"opt-a": OPTION_A})
+    # issue 40: a fleet across two clusters, the play's first service on a KServe 0.20 cluster (its own kubeconfig):
+    # opt-a's cluster is still dated by its own CRDs, not by the first service's
+    two = write_inventory(tmp_path / "inv-two", ns, {
+        "a-new": {"specpilot_speculative": NGRAM, "specpilot_k8s_kubeconfig": str(emulator.kubeconfig)},
+        "opt-a": OPTION_A})
 
     mark = emu.control.mark()
-    gate = run_deploy(emu, tmp_path, inv)  # detection: no storageUris in the CRD -> old KServe
+    with FakeKServe(emulator, ns):
+        gate = run_deploy(emu, tmp_path, two)  # detection: no storageUris in opt-a's CRD -> old KServe
     assert gate.rc != 0
+    assert "a-new: deployed, ready" in gate.out
     assert "specpilot_kserve_version 0.20 does not match the cluster" in gate.out
     assert "spec.predictor.storageUris needs KServe >= 0.16 (cluster: 0.15.2)" in gate.out
 

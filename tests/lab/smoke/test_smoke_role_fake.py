@@ -65,6 +65,9 @@ def test_pass_report_stats_and_check_mode(fake_smoke_lab, tmp_path):
     assert checked.rc == 0, checked.output
     assert report(check_dir, SERVICE)["verdict"] == "pass"
     assert checked.recap()[SERVICE]["changed"] == 0
+    # issue 38: check mode records no acceptance, and says so (the smoke role's entry point record)
+    assert "check mode: the acceptance smoke measured is not recorded in ConfigMap lab-ngram-specpilot-acceptance" in " ".join(
+        checked.output.split())
 
 
 def test_borderline_acceptance_warns_and_can_fail(fake_smoke_lab, tmp_path):

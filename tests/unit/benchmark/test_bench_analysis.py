@@ -264,3 +264,24 @@ def test_acceptance_from_two_scrapes_is_the_delta():
     assert acc["per_position_acceptance"] == pytest.approx([0.8, 0.8, 0.6])
     assert acc["server_latency_means"]["ttft_ms"] == pytest.approx(100.0)
     assert ba.acceptance_from_scrapes(None, after) is None
+
+
+def test_the_acceptance_the_benchmark_records_is_the_production_temperatures_else_the_target_levels():
+    """issue 38: what the benchmark records (the smoke role's entry point record, source benchmark) and recommends k
+    from - the sweep's run at the production temperature, else the speculative side at the target level - with its
+    temperature and where it was read."""
+    at_target = ba.analyse(levels_low_good_high_bad(), target={"qps": 1})["measured_acceptance"]
+    assert at_target == {
+        "acceptance_rate": ACCEPT["draft_acceptance_rate"], "mean_acceptance_length": 2.54,
+        "per_position_acceptance": [0.80, 0.50, 0.24], "num_drafts": 100, "num_draft_tokens": 300,
+        "temperature": 0, "where": "the target level qps=1",
+    }
+    warm = dict(ACCEPT, per_position_acceptance=[0.6, 0.3, 0.1], draft_acceptance_rate=1 / 3)
+    sweep = {"runs": [dict(run("speculative", 1, 48, 11, acceptance=warm), tag={"sweep": "temperature", "temperature": 0.7})]}
+    res = ba.analyse(levels_low_good_high_bad(), target={"qps": 1}, sweep=sweep, production_temperature=0.7)
+    assert res["measured_acceptance"]["per_position_acceptance"] == [0.6, 0.3, 0.1]
+    assert res["measured_acceptance"]["temperature"] == 0.7
+    assert res["measured_acceptance"]["where"] == "the sweep at the production temperature 0.7"
+    assert res["recommendation"]["reason"].endswith("(curve: the sweep at the production temperature 0.7)")
+    # no acceptance on the speculative side: nothing to record
+    assert ba.measured_acceptance([], 0.7, {"qps=1": {"acceptance": None, "temperature": 0}}, {"key": "qps=1"}) is None

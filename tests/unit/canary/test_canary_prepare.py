@@ -7,6 +7,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.specpilot.core.plugins.filter.canary import (
+    canary_images,
     canary_lock_seconds,
     canary_ready_seconds,
     canary_todo,
@@ -91,3 +92,46 @@ def test_the_ready_timeout_defaults_from_the_spec_s_startup_timeout():
     assert canary_lock_seconds(canary_ready_seconds(0, {"startup_timeout_seconds": 900})) == 2700
     with pytest.raises(AnsibleFilterError, match="0 .* or more"):
         canary_ready_seconds(-1, {"startup_timeout_seconds": 900})
+
+
+RUNTIME = {"spec": {"containers": [{"name": "kserve-container", "image": "vllm/vllm-openai:v0.31.0"}]}}
+UPGRADE = dict(PLAN, vllm_version="0.32.0",
+               servingruntime={"spec": {"containers": [{"name": "kserve-container", "image": "vllm/vllm-openai:v0.32.0"}]}})
+
+
+def _upgrading(image=None):
+    live = isvc(PLAN["args"])
+    live["metadata"] = {"annotations": {"specpilot.io/vllm-version": "0.31.0"}}
+    live["spec"]["predictor"]["model"]["runtime"] = "svc-vllm"
+    if image:
+        live["spec"]["predictor"]["model"]["image"] = image
+    return live
+
+
+def test_a_spec_that_changes_only_the_runtime_image_is_a_change_to_canary():
+    """issue 38: the same args on a new vLLM image - the live service is the stable arm, the spec the canary (it was
+    'promoted' when only the args were compared); once the predictor names the new image, it runs the plan."""
+    assert canary_todo(_upgrading(), UPGRADE, {}, False, "", RUNTIME) == "run"
+    assert canary_todo(_upgrading("vllm/vllm-openai:v0.32.0"), UPGRADE, {}, False, "", RUNTIME) == "promoted"
+    # the release annotation alone is a name: the same image runs the same release
+    assert canary_todo(_upgrading(), dict(PLAN, vllm_version="0.32.0"), {}, False, "", RUNTIME) == "promoted"
+
+
+def test_the_report_says_which_image_each_arm_ran_and_never_claims_an_upgrade_that_did_not_run():
+    arms = canary_images(_upgrading(), UPGRADE, RUNTIME)
+    assert arms["changed"] and (arms["stable"], arms["canary"]) == ("vllm/vllm-openai:v0.31.0", "vllm/vllm-openai:v0.32.0")
+    assert arms["text"].startswith("The canary arm runs another runtime image, vllm/vllm-openai:v0.32.0 (the stable "
+                                   "arm: vllm/vllm-openai:v0.31.0)")
+    assert "vLLM release: stable 0.31.0 (recorded on the live service), canary 0.32.0 (the spec's" in arms["text"]
+    # the lab's case: another tag of the one release it runs - said to be no vLLM upgrade
+    lab = canary_images(_upgrading(), dict(UPGRADE, vllm_version="0.31.0"), RUNTIME)
+    assert "Both arms are recorded as vLLM 0.31.0: this canary compared two images of one release, not a vLLM " \
+           "upgrade." in lab["text"]
+    same = canary_images(_upgrading(), PLAN, RUNTIME)  # the plan names no image: nothing to compare
+    assert not same["changed"] and same["text"] == ""
+    from ansible_collections.specpilot.core.plugins.module_utils.operate import canary
+
+    report = {"namespace": "ns", "service": "svc", "outcome": "aborted", "summary": "s", "canary_name": "c",
+              "speculative_config": "{}", "steps_planned": [50, 100], "window_s": 60, "min_requests": 20,
+              "min_acceptance": 0.5, "steps": [], "images": lab}
+    assert "\n" + lab["text"] + "\n" in canary.report_markdown(report)

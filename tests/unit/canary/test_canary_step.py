@@ -57,6 +57,24 @@ def test_too_few_requests_extend_the_window_then_stop_inconclusive():
     assert out["window_s"] == 30.0  # three windows of 10 s, the same start
 
 
+def test_an_extension_for_noise_waits_for_more_requests_not_the_same_window_again(monkeypatch):
+    """Both arms had min_requests, but the figures were within the noise (decide_step: extend): the extension holds
+    the step until each arm has min_requests more (or another window), and decides on the larger window."""
+    live, seen = Live({"http://b/metrics": 30, "http://c/metrics": 30}), []
+    decide = canary.decide_step
+
+    def noisy_twice(baseline, canary_win, *args):
+        seen.append((baseline["requests"], canary_win["requests"], live.now))
+        out = decide(baseline, canary_win, *args)
+        return dict(out, decision="extend") if len(seen) < 3 and args[-2] > 0 else out
+
+    monkeypatch.setattr(canary, "decide_step", noisy_twice)
+    out = canary.run_step(live.fetch, ARMS, 600, 60, max_extensions=2, clock=live.clock, sleep=live.sleep, poll_s=5)
+    assert [(b, c) for b, c, _ in seen] == [(60, 60), (120, 120), (180, 180)]
+    assert [t for _, _, t in seen] == [5.0, 10.0, 15.0]  # each extension held for its own requests
+    assert out["extensions"] == 2 and out["arms"]["canary"]["requests"] == 180
+
+
 def test_the_lock_is_kept_at_every_scrape_of_a_held_step_and_a_lost_one_stops_it():
     """keep(now) (the action's lock renewal) runs at each scrape while the step is held, with the step's
     clock; a message from it stops the step (the lock is another run's now)."""
@@ -195,3 +213,25 @@ def test_quantiles_from_buckets_say_their_resolution():
         "speculative_config": None, "steps_planned": [50], "window_s": 60, "min_requests": 60,
         "min_acceptance": 0.5, "steps": [step]})
     assert "; the buckets allow " in md and "a quantile is known to its bucket" in md
+
+
+def test_the_canarys_first_requests_warm_it_up_outside_the_window():
+    """A new canary's first requests pay one-time costs (on the real engine the n-gram proposer compiles: TTFT
+    p99 4.5 s over the first 20): the window starts once the canary served warmup_requests, read again from there."""
+    live = Live({"http://b/metrics": 30, "http://c/metrics": 2})
+    out = canary.run_step(
+        live.fetch, ARMS, 600, 10, clock=live.clock, sleep=live.sleep, poll_s=5, warmup_requests=5
+    )
+    # before: the canary's page at 2; the warm-up reads 2, 4, then 6 requests more (at 10 s), then both arms are read
+    # again: the window counts from there
+    assert out["warmup"] == {"requests": 6, "seconds": 10.0, "asked": 5}
+    assert out["arms"]["canary"]["requests"] == 10 and live.now == 30.0  # 20 s of 2 more per 5 s poll after it
+    out["traffic_percent"] = 50
+    md = canary.report_markdown({
+        "service": "s", "namespace": "ns", "outcome": "promoted", "summary": "s", "canary_name": "c",
+        "speculative_config": {"method": "ngram"}, "steps_planned": [50, 100], "window_s": 600, "min_requests": 10,
+        "min_acceptance": 0.5, "steps": [out]})
+    assert "after a warm-up of 6 canary request(s) in 10.0 s, left out of the figures" in md
+    cold = canary.run_step(Live({"http://b/metrics": 30, "http://c/metrics": 2}).fetch, ARMS, 600, 10,
+                           clock=live.clock, sleep=live.sleep, poll_s=5)
+    assert cold["warmup"] is None

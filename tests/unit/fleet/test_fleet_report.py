@@ -179,3 +179,18 @@ def test_the_cluster_key_follows_the_connection_variables_the_playbooks_read():
     assert key({"specpilot_k8s_context": "east", "specpilot_k8s_host": "https://api"}) == "|east|https://api"
     with pytest.raises(Exception, match="host's variables"):
         key(["a"])
+
+
+def test_each_cluster_is_read_by_the_first_host_of_the_play_on_it():
+    """Issue 40: a step that reads the cluster (the KServe CRDs) runs once per cluster, on its first host."""
+    hostvars = {
+        "a": {},
+        "b": {"specpilot_k8s_kubeconfig": "/east"},
+        "c": {},
+        "d": {"specpilot_deploy_kubeconfig": "/east"},
+        "e": {"specpilot_k8s_context": "west"},
+    }
+    readers = fleet_filter.k8s_cluster_readers(["b", "a", "c", "d", "e"], hostvars)
+    assert readers == {"/east||": "b", "||": "a", "|west|": "e"}
+    assert list(readers.values()) == ["b", "a", "e"]  # in the play's order
+    assert fleet_filter.k8s_cluster_readers([], hostvars) == {}

@@ -156,6 +156,8 @@ def test_inventories_validate_clean(tmp_path, inventory, hosts):
     assert proc.returncode == 0, out
     assert recap(out) == {host: 0 for host in hosts}
     assert "WARNINGS:" not in out
+    # offline (no specpilot_validate_live): said once, not skipped silently (issue 38)
+    assert " ".join(out.split()).count("cluster not read (validate.yml is offline)") == 1
 
 
 @pytest.mark.lab

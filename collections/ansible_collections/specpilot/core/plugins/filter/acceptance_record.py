@@ -11,6 +11,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.specpilot.core.plugins.module_utils.engine import acceptance_record as ar
+from ansible_collections.specpilot.core.plugins.module_utils.service import live
 
 
 def acceptance_record_data(data, figures, plan, source="smoke", temperature=None, workload=None, at=None):
@@ -35,11 +36,25 @@ def acceptance_record_summary(data, version):
     return ar.summary(ar.recorded_for(data if isinstance(data, dict) else {}, version))
 
 
+def acceptance_record_change(obj, plan, data=None, runtime=None):
+    """live serving object | acceptance_record_change(plan, record data, runtime) -> the lines validate.yml shows: the
+    change of the vLLM release or image (live.changes), the acceptance recorded for the running release, and that
+    the new one is unmeasured until smoke or canary.yml measures it."""
+    if not isinstance(plan, dict):
+        raise AnsibleFilterError("acceptance_record_change expects the validated plan")
+    if not isinstance(obj, dict) or not obj:
+        return ["%s/%s is not deployed: no running vLLM release to compare with" % (plan.get("namespace"), plan.get("name"))]
+    changes = live.changes(obj, plan, runtime if isinstance(runtime, dict) else None)
+    return ar.change_lines(changes, data if isinstance(data, dict) else {}, live.view(obj).vllm_version,
+                           plan.get("vllm_version"))
+
+
 class FilterModule(object):
     """specpilot acceptance record filters."""
 
     def filters(self):
         return {
+            "acceptance_record_change": acceptance_record_change,
             "acceptance_record_compare": acceptance_record_compare,
             "acceptance_record_data": acceptance_record_data,
             "acceptance_record_summary": acceptance_record_summary,

@@ -39,14 +39,23 @@ def canary_kind_problem(kind):
     return canary.kind_problem(str(kind or ""))
 
 
-def canary_todo(isvc, plan, record=None, retry=False, resume_name=None):
-    """live InferenceService | canary_todo(plan, record, retry, resume_name) -> resume, interrupted, promoted,
-    recorded or run."""
+def canary_todo(isvc, plan, record=None, retry=False, resume_name=None, runtime=None):
+    """live InferenceService | canary_todo(plan, record, retry, resume_name, runtime) -> resume, interrupted,
+    promoted, recorded or run."""
     if not isinstance(isvc, dict) or not isinstance(plan, dict):
         raise AnsibleFilterError("canary_todo expects the live InferenceService and the validated plan")
     return canary.todo(
-        isvc, plan, record if isinstance(record, dict) else {}, bool(retry), resume_name or None
+        isvc, plan, record if isinstance(record, dict) else {}, bool(retry), resume_name or None,
+        runtime if isinstance(runtime, dict) else None,
     )
+
+
+def canary_images(isvc, plan, runtime=None):
+    """live InferenceService | canary_images(plan, runtime) -> {stable, canary, changed, stable_vllm, canary_vllm,
+    text}: the runtime image and vLLM release of both arms."""
+    if not isinstance(isvc, dict) or not isinstance(plan, dict):
+        raise AnsibleFilterError("canary_images expects the live InferenceService and the validated plan")
+    return canary_change.image_arms(isvc, plan, runtime if isinstance(runtime, dict) else None)
 
 
 def canary_sampling(isvc, plan):
@@ -141,6 +150,7 @@ class FilterModule(object):
         return {
             "canary_arm_pods": canary_arm_pods,
             "canary_arm_selectors": canary_arm_selectors,
+            "canary_images": canary_images,
             "canary_kind_problem": canary_kind_problem,
             "canary_knative_abort_patch": canary_knative_abort_patch,
             "canary_knative_restored_problem": canary_knative_restored_problem,

@@ -43,9 +43,19 @@ def k8s_cluster_key(variables):
     return cluster_key(variables)
 
 
+def k8s_cluster_readers(hosts, hostvars):
+    """The play's hosts (ansible_play_batch) and hostvars -> {cluster key: the first of those hosts on that cluster}:
+    a step that reads a cluster once (the KServe CRDs) runs on these hosts only, and every other host takes the
+    answer of its own cluster's reader (never the first host's cluster for all)."""
+    readers = {}
+    for host in hosts or ():
+        readers.setdefault(k8s_cluster_key(hostvars[host]), host)
+    return readers
+
+
 class FilterModule(object):
     """specpilot fleet filters."""
 
     def filters(self):
         return {"fleet_slice_key": fleet_slice_key, "fleet_slice": fleet_slice, "fleet_summary": fleet_summary,
-                "k8s_cluster_key": k8s_cluster_key}
+                "k8s_cluster_key": k8s_cluster_key, "k8s_cluster_readers": k8s_cluster_readers}

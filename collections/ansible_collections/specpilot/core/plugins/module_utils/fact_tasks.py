@@ -432,6 +432,7 @@ CANARY_STEP_ARGS = dict(
     window=dict(type="float", required=True),
     min_requests=dict(type="int", default=100),
     max_extensions=dict(type="int", default=2),
+    warmup_requests=dict(type="int", default=0),
     policy=dict(type="dict", default={}),
     min_acceptance=dict(type="float", default=canary.DEFAULT_MIN_ACCEPTANCE),
     change=dict(
@@ -497,6 +498,7 @@ def canary_step(p, check_mode=False, keep=None):
             keep=keep,
             source=source,
             change=p["change"],
+            warmup_requests=p["warmup_requests"],
         )
     except MetricsParseError as exc:
         raise TaskFailure(str(exc)) from exc

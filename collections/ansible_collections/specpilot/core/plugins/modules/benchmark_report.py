@@ -219,6 +219,14 @@ recommendation:
     curve; null without acceptance figures."
   returned: always
   type: dict
+measured_acceptance:
+  description:
+    - "C({acceptance_rate, mean_acceptance_length, per_position_acceptance, num_drafts, num_draft_tokens, temperature,
+      where}) - the speculative side's acceptance the benchmark records on the cluster (the smoke role's entry point
+      C(record), C(source: benchmark)) and recommends k from: the sweep at the production temperature, else the target
+      level (C(where) says which); null without acceptance figures."
+  returned: always
+  type: dict
 temperature_sweep:
   description: "C([{temperature, acceptance_rate, mean_acceptance_length, per_position, band, production}]); band
     V(off) below 0.5, V(measure_p99) 0.5-0.65, V(likely_helps) above."
@@ -425,6 +433,7 @@ def main():
         "action",
         "summary",
         "recommendation",
+        "measured_acceptance",
         "temperature_sweep",
         "equivalence",
         "reasons",

@@ -46,6 +46,13 @@ options:
     description: Times an undecided step is held another O(window).
     type: int
     default: 2
+  warmup_requests:
+    description:
+      - Requests the canary arm serves at the step before its window starts, left out of the figures (a new engine's
+        first batches and one-time compiles, such as vLLM's n-gram proposer, are not the config's latency). The
+        warm-up lasts at most O(window) seconds; C(0) starts the window at once.
+    type: int
+    default: 0
   policy:
     description: The service's SLO policy (the spec's C(workload.slo); defaults as the benchmark's).
     type: dict
@@ -233,6 +240,11 @@ extensions:
   description: Extensions used.
   returned: always
   type: int
+warmup:
+  description: The warm-up before the window (O(warmup_requests)) - the canary's requests it waited for, the seconds
+    it took and the requests asked; null without one.
+  returned: always
+  type: dict
 baseline_window:
   description: The baseline arm's window (requests, histogram buckets, acceptance), the O(reference) of a later step.
   returned: always

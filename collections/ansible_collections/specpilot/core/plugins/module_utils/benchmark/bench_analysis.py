@@ -623,14 +623,36 @@ def _equivalence(levels):
     return pairs
 
 
-def _recommendation_curve(prod, levels, target):
-    """(per-position curve, where it was read): the production temperature's sweep, else the target level."""
-    if prod and prod["per_position"]:
-        return prod["per_position"], "the sweep at the production temperature %g" % prod["temperature"]
-    tl = next((lv for lv in levels if target and lv["level"]["key"] == target["key"]), None)
-    if tl and (tl.get("acceptance") or {}).get("per_position_acceptance"):
-        return tl["acceptance"]["per_position_acceptance"], "the target level %s" % target["key"]
-    return None, None
+def _figures(acceptance, temperature, where):
+    """A speculative run's acceptance as the acceptance record takes it (None without any)."""
+    acc = acceptance or {}
+    if acc.get("draft_acceptance_rate") is None and not acc.get("per_position_acceptance"):
+        return None
+    return {
+        "acceptance_rate": acc.get("draft_acceptance_rate"),
+        "mean_acceptance_length": acc.get("mean_acceptance_length"),
+        "per_position_acceptance": list(acc.get("per_position_acceptance") or []),
+        "num_drafts": acc.get("num_drafts"),
+        "num_draft_tokens": acc.get("num_draft_tokens"),
+        "temperature": temperature,
+        "where": where,
+    }
+
+
+def measured_acceptance(sweep_runs, production_temperature, entries, target):
+    """The acceptance the benchmark measured on the speculative side, what it records (acceptance_record.py) and
+    recommends k from: the sweep's run at the production temperature (with its per-position curve), else the target
+    level's. ``{acceptance_rate, mean_acceptance_length, per_position_acceptance, num_drafts, num_draft_tokens,
+    temperature, where}``, or None."""
+    if production_temperature is not None:
+        for run in sweep_runs or []:
+            t = float((run.get("tag") or {}).get("temperature") or 0.0)
+            if abs(t - float(production_temperature)) < 1e-9 and (run.get("acceptance") or {}).get("per_position_acceptance"):
+                return _figures(run["acceptance"], t, "the sweep at the production temperature %g" % t)
+    entry = entries.get(target["key"]) if target else None
+    if entry is None:
+        return None
+    return _figures(entry["acceptance"], entry.get("temperature"), "the target level %s" % target["key"])
 
 
 def _extras(result, entries, levels, sweep, method, production_temperature):
@@ -646,7 +668,10 @@ def _extras(result, entries, levels, sweep, method, production_temperature):
             "acceptance %.2f at the production temperature %g: %s"
             % (prod["acceptance_rate"], prod["temperature"], bench_verdict.BAND_TEXT[prod["band"]])
         )
-    curve, source = _recommendation_curve(prod, levels, result["verdict"]["level"])
+    measured = measured_acceptance((sweep or {}).get("runs"), production_temperature, entries, result["verdict"]["level"])
+    result["measured_acceptance"] = measured
+    curve = (measured or {}).get("per_position_acceptance") or None
+    source = measured["where"] if curve else None
     configured = len(curve) if curve else None
     result["recommendation"] = bench_verdict.recommend_tokens(curve, method, configured, source)
     temps = sorted({e.get("temperature") for e in entries.values()}, key=str)
@@ -673,7 +698,7 @@ def analyse(
     policy's gains and the descriptive comparison's options (DEFAULT_THRESHOLDS).
     sweep: ``{runs, skipped}`` of the temperature sweep (runs with tag.temperature).
     Returns ``{levels, target, verdict: {decision, level, reasons, policy}, decision, reasons,
-    notes, action, recommendation, temperature_sweep, equivalence, per_level, thresholds}``."""
+    notes, action, recommendation, measured_acceptance, temperature_sweep, equivalence, per_level, thresholds}``."""
     th = thresholds_with_defaults(thresholds)
     policy = bench_verdict.policy_with_defaults(policy)
     entries = _group_runs(runs)

