@@ -5,17 +5,19 @@
 """Action plugin of specpilot.core.pod_log: a pod's log, read in the Ansible worker process with
 plugin_utils/k8s_api.py's client (kubernetes.core's get_api_client), returned as kubernetes.core.k8s_log
 returns it (``log``, ``log_lines``) without a module process (about a second of CPU a read; the smoke
-role reads the engine's log three to six times a service)."""
+role reads the engine's log three to six times a service). With ``vllm_facts`` it returns the log's facts
+(fact_tasks.pod_log_facts, vllm_log_facts' parse) instead of its text: the smoke role keeps no engine log in
+ansible-playbook's variables (issue 40)."""
 
 from __future__ import annotations
 
-from ansible_collections.specpilot.core.plugins.module_utils.k8s import deploy_args
+from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
 from ansible_collections.specpilot.core.plugins.plugin_utils import k8s_api
 from ansible_collections.specpilot.core.plugins.plugin_utils.action import Action
 
 
 class ActionModule(Action):
-    ARGUMENT_SPEC = deploy_args.POD_LOG
+    ARGUMENT_SPEC = fact_tasks.POD_LOG_ARGS
 
     def act(self, params, task_vars, result):
         auth = k8s_api.auth_of(params)
@@ -38,5 +40,7 @@ class ActionModule(Action):
                 % (params["namespace"], params["name"], k8s_api.failure(exc)["msg"]),
             )
             return result
+        if params["vllm_facts"] is not None:
+            return self.run_task(fact_tasks.pod_log_facts, dict(params["vllm_facts"], content=log), result)
         result.update(log=log, log_lines=log.split("\n"))
         return result

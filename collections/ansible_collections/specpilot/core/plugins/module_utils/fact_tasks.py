@@ -24,7 +24,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import HELD_LOCK, K8S_AUTH
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import HELD_LOCK, K8S_AUTH, POD_LOG
 from ansible_collections.specpilot.core.plugins.module_utils.staging import http_get
 from ansible_collections.specpilot.core.plugins.module_utils.operate import (
     acceptance_guard as guard,
@@ -108,6 +108,22 @@ def log_facts(p, check_mode=False):
         return dict(parse_log_file(p["path"], **kwargs), changed=False)
     except (IOError, OSError) as exc:
         raise TaskFailure("cannot read %s: %s" % (p["path"], exc)) from exc
+
+
+# specpilot.core.pod_log's vllm_facts: the log parsed where it is read, as vllm_log_facts parses it. The smoke role
+# keeps only these facts and the last line of a log; holding every service's whole engine log (and its windows) in
+# ansible-playbook's variables made each forked worker copy a bigger process (issue 40: smoke over 200 services).
+POD_LOG_FACTS_ARGS = {k: LOG_FACTS_ARGS[k] for k in ("since", "max_windows", "max_issues")}
+POD_LOG_ARGS = dict(POD_LOG, vllm_facts=dict(type="dict", options=POD_LOG_FACTS_ARGS))
+
+
+def pod_log_facts(p, check_mode=False):
+    """pod_log's vllm_facts: {facts: log_facts of ``p["content"]``, last_line: its last line that is not empty}
+    (the marker that a later read of the probes' window starts after)."""
+    facts = log_facts(dict(p, path=None), check_mode)
+    del facts["changed"]
+    last = next((line for line in reversed(p["content"].split("\n")) if line), "")
+    return dict(facts=facts, last_line=last, changed=False)
 
 
 # ---------------------------------------------------------------- vllm_metrics_facts

@@ -56,6 +56,24 @@ options:
     description: Seconds to wait for the API server's answer.
     type: int
     default: 30
+  vllm_facts:
+    description:
+      - Parse the log as M(specpilot.core.vllm_log_facts) parses it, where it is read, and return its facts (RV(facts))
+        and its last line (RV(last_line)) instead of its text (no RV(log), no RV(log_lines)).
+      - A play over many services keeps only the facts of each service's engine log, not the log.
+    type: dict
+    suboptions:
+      since:
+        description: As M(specpilot.core.vllm_log_facts)'s - only the lines after the last occurrence of this line.
+        type: str
+      max_windows:
+        description: As M(specpilot.core.vllm_log_facts)'s - the speculative metrics windows kept in RV(facts).
+        type: int
+        default: 1000
+      max_issues:
+        description: As M(specpilot.core.vllm_log_facts)'s - the warnings and errors kept of each kind.
+        type: int
+        default: 100
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.actiongroups
@@ -85,25 +103,43 @@ EXAMPLES = r"""
     name: "{{ predictor_pod }}"
     container: kserve-container
   register: engine_log
+
+- name: The facts of the engine's log (start-up, warnings, errors), without keeping its text
+  specpilot.core.pod_log:
+    namespace: llm
+    name: "{{ predictor_pod }}"
+    container: kserve-container
+    vllm_facts:
+      max_windows: 1
+  register: engine_log
 """
 
 RETURN = r"""
 log:
   description: The log.
   type: str
-  returned: success
+  returned: success, without O(vllm_facts)
 log_lines:
   description: RV(log), split at each newline (as kubernetes.core.k8s_log splits it).
   type: list
   elements: str
-  returned: success
+  returned: success, without O(vllm_facts)
+facts:
+  description: The facts of the log, as M(specpilot.core.vllm_log_facts) returns them.
+  type: dict
+  returned: success, with O(vllm_facts)
+last_line:
+  description: The last line of the log that is not empty (empty when there is none).
+  type: str
+  returned: success, with O(vllm_facts)
 """
 
-from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import POD_LOG, action_only
+from ansible_collections.specpilot.core.plugins.module_utils.fact_tasks import POD_LOG_ARGS
+from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_args import action_only
 
 
 def main():
-    action_only("pod_log", POD_LOG)
+    action_only("pod_log", POD_LOG_ARGS)
 
 
 if __name__ == "__main__":
