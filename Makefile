@@ -170,9 +170,10 @@ models: $(STAMP_VLLM)
 # passed. Budget: 35 minutes on 2 cores from a clean clone (CONTRIBUTING.md, "The test budget").
 # The order keeps both cores busy without crowding them:
 #   1. the Debian packages (one apt-get: two at once would fight over dpkg's lock);
-#   2. the vLLM engine's install (mostly downloads) beside .venv, the collections and the staging
-#      tools (make -j), then lint beside the syntax checks (neither needs the engine; the engine's
-#      install has ended by then, so the second core is free);
+#   2. the vLLM engine's install (mostly downloads) and then the molecule scenarios' tiny models (made
+#      with it; before, ~10 s of the critical path between the unit tests and the lanes) beside .venv,
+#      the collections and the staging tools (make -j), then lint beside the syntax checks (neither needs
+#      the engine; the engine's install has ended by then, so the second core is free);
 #   3. unit and emulator tests: two workers on the files that keep a core busy, and beside them one
 #      process on UNIT_WAITS, the files that mostly wait (see test-unit);
 #   4. two lanes side by side, each one process at a time (each lab test and scenario waits on
@@ -197,7 +198,7 @@ test:
 	@$(TIMES) reset
 	@$(TIMES) run debian-packages -- $(SUBMAKE) system-packages || { $(TIMES) report; exit 1; }
 	@status=0; \
-	$(TIMES) parallel "vllm-install=$(SUBMAKE) vllm" \
+	$(TIMES) parallel "vllm-install=$(SUBMAKE) vllm molecule-models" \
 	  "install+lint=$(SUBMAKE) -j$(INSTALL_JOBS) install && $(SUBMAKE) -j2 lint syntax-check" || status=1; \
 	$(TIMES) run test-unit -- $(SUBMAKE) test-unit || status=1; \
 	$(SUBMAKE) molecule-models || status=1; \

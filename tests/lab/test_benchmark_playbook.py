@@ -242,6 +242,9 @@ def test_benchmark_playbook_side_by_side_in_the_lab(stream_lab, tmp_path):
     for f in ("report.md", "latency.png", "throughput.png", "acceptance.png", "progress.log"):
         assert (d / f).exists(), f
 
+    # the verdicts below are decided at the target level: these runs measure only that level, without the
+    # temperature sweep (both levels and the sweep are the run above's)
+    extra.update(specpilot_benchmark_qps_levels=[20], specpilot_benchmark_sweep_enabled=False)
     # an invalid measurement (no warm-up) with auto rollback: no decision, so nothing is rolled back
     invalid = dict(extra, specpilot_benchmark_warmup_requests=0, specpilot_benchmark_auto_rollback=True)
     invalid["specpilot_benchmark_slo"] = {"ttft_max_regression": 10, "min_gain": 100}  # would be a rollback

@@ -1,6 +1,7 @@
 """The lab controller against the emulator, with a fake engine standing in for vLLM (fast).
 
-The same paths run with the real engine in test_controller_vllm.py.
+The same paths run with the real engine in smoke/test_smoke_role_vllm.py (a rollout to a config vLLM
+refuses, a delete).
 """
 
 from __future__ import annotations

