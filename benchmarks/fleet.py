@@ -36,7 +36,12 @@ BIG = setting("SPECPILOT_BENCH_FLEET_BIG", 200, 2)
 NAMESPACES = setting("SPECPILOT_BENCH_FLEET_NAMESPACES", 4, 2)
 K_VALUES = (2, 3, 4)
 RATIO_TARGET = 4.4  # growth no worse than linear: 200/50 services <= 4.4 (issue 40)
+# A measured run is killed after RUN_TIMEOUT_S: past it the row has missed its target anyway (the slowest target is
+# 300 s), and a hung run must not hold the machine. A setup step (deploy.yml creating the fleet, the first real
+# rollback.yml that the no-op rollbacks are measured after) is no row: it has SETUP_TIMEOUT_S, long enough for a
+# slow first rollout of 200 services on a loaded 2-core machine, and is still stopped if it hangs.
 RUN_TIMEOUT_S = 900
+SETUP_TIMEOUT_S = 2400
 POLL_S = 0.2
 VENV_BIN = ROOT / ".venv" / "bin"
 OUT_ENV = "SPECPILOT_BENCH_FLEET_OUT"
@@ -91,8 +96,8 @@ class Timed:
     """One ``ansible-playbook`` run: ``seconds`` (wall), ``cpu_s`` (user + system of the whole process
     tree), ``peak_rss_mib`` (the largest RSS sum of the tree, sampled every POLL_S), ``rc``, ``out``."""
 
-    def __init__(self, cmd: list[str], env: dict, log: Path):
-        self.cmd, self.env, self.log = cmd, env, log
+    def __init__(self, cmd: list[str], env: dict, log: Path, timeout: float = RUN_TIMEOUT_S):
+        self.cmd, self.env, self.log, self.timeout = cmd, env, log, timeout
         self.seconds = self.cpu_s = self.peak_rss_mib = 0.0
         self.rc: int | None = None
         self.out = ""
@@ -103,7 +108,7 @@ class Timed:
         with open(self.log, "w") as fh:
             started = time.perf_counter()
             proc = subprocess.Popen(self.cmd, cwd=ROOT, env=self.env, stdout=fh, stderr=subprocess.STDOUT)
-            deadline = time.monotonic() + RUN_TIMEOUT_S
+            deadline = time.monotonic() + self.timeout
             try:
                 while proc.poll() is None:
                     peak = max(peak, _tree_rss_kib(proc.pid))
@@ -127,18 +132,27 @@ class Timed:
 
 
 def playbook(
-    env: dict, tmp: Path, inventory: Path, book: str, *args: str, expect_rc: int = 0, hosts: int | None = None
+    env: dict,
+    tmp: Path,
+    inventory: Path,
+    book: str,
+    *args: str,
+    expect_rc: int = 0,
+    hosts: int | None = None,
+    timeout: float = RUN_TIMEOUT_S,
 ) -> Timed:
-    """``ansible-playbook -i inventory playbooks/<book>.yml args``, timed; raises unless its exit status is
-    ``expect_rc`` and its recap names ``hosts`` hosts (a benchmark of a failing run measures nothing)."""
+    """``ansible-playbook -i inventory playbooks/<book>.yml args``, timed, killed after ``timeout`` seconds
+    (RUN_TIMEOUT_S; a setup step SETUP_TIMEOUT_S); raises unless its exit status is ``expect_rc`` and its recap
+    names ``hosts`` hosts (a benchmark of a failing run measures nothing)."""
     cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), str(ROOT / "playbooks" / book), *args]
     tag = "%s-%s-%d" % (Path(book).stem, inventory.name, time.monotonic_ns() % 100000)
     cmd, env = _profiled(cmd, env, tag)
-    run = Timed(cmd, env, tmp / ("%s-%d.log" % (Path(book).stem, time.monotonic_ns()))).run()
+    run = Timed(cmd, env, tmp / ("%s-%d.log" % (Path(book).stem, time.monotonic_ns())), timeout).run()
     if run.rc != expect_rc or (hosts is not None and len(run.recap()) != hosts):
+        killed = " (killed after %d s)" % timeout if run.rc == -9 and run.seconds >= timeout else ""
         raise RuntimeError(
-            "%s %s: exit %s, %d host(s) in the recap\n%s"
-            % (book, " ".join(args), run.rc, len(run.recap()), run.out[-6000:])
+            "%s %s: exit %s%s, %d host(s) in the recap\n%s"
+            % (book, " ".join(args), run.rc, killed, len(run.recap()), run.out[-6000:])
         )
     print(
         "    %s, %d services: %.1f s, %.1f s CPU, peak RSS %.0f MiB"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_state
 from ansible_collections.specpilot.core.plugins.module_utils.operate import rollback
 
@@ -295,3 +297,20 @@ def test_a_config_changed_since_it_was_judged_is_not_rolled_back():
     stale = rollback.decide({"inferenceservice": on}, "off", now=1, options={"expect_digest": "b" * 64})
     assert not stale["needs_apply"] and "changed since it was judged" in stale["error"]
     assert "manifest" not in stale  # nothing to write
+
+
+def test_deploy_state_decides_the_rollback_on_what_it_read():
+    """Issue 40: the role's read (deploy_state, option rollback) makes the decision in the worker, the filter's
+    decision on the same objects, rather than a set_fact passing them through Jinja; its own result keys (changed,
+    requests) are not part of what it decides on, and a mode other than off/restore fails before anything."""
+    from ansible.errors import AnsibleActionFail
+    from ansible_collections.specpilot.core.plugins.action import deploy_state as action
+
+    live = {"inferenceservice": _isvc(["--model=/mnt/models/target", NGRAM]), "pods": [], "history": None}
+    got = action.rollback_decision(dict(live, changed=False, requests=0), {"mode": "off", "options": {}})
+    want = rollback.decide(live, "off", now=1000, options={})
+    assert got["needs_apply"] and got["removed_args"] == [NGRAM]
+    assert got["manifest"]["spec"] == want["manifest"]["spec"] and got["after_args"] == want["after_args"]
+    assert got["wait_plan"] == want["wait_plan"]
+    with pytest.raises(AnsibleActionFail, match="off or restore"):
+        action.rollback_decision(live, {"mode": "sideways"})

@@ -47,6 +47,12 @@ options:
       - The objects of one service as read before (an entry of C(states)); nothing is read. An entry that holds
         C(error) fails the task with it.
     type: dict
+  rollback:
+    description:
+      - The rollback role's decision on what was read (module_utils/operate/rollback.py C(decide)), in the result's
+        C(rollback_decision) - C(mode) (off or restore) and C(options) (those of the filter
+        C(specpilot.core.rollback_decision)). Made in this process, as C(plan)'s decision is.
+    type: dict
   plan:
     description: The validated plan; with it the result holds C(decision) and C(problem).
     type: dict

@@ -92,6 +92,8 @@ DEPLOY_STATE = dict(
     history={"type": "bool", "default": True},
     workload={"type": "bool", "default": True},
     plan={"type": "dict"},
+    # the rollback role's decision on what was read (mode off/restore, its options): in this process, as deploy's
+    rollback={"type": "dict"},
     field_manager={"type": "str", "default": "specpilot"},
     history_limit={"type": "int", "default": 10},
     lock_holder={"type": "str", "default": ""},
