@@ -38,7 +38,7 @@ class DemoFailed(RuntimeError):
     pass
 
 
-T0 = time.monotonic()
+T0 = time.monotonic()  # the job starts when python -m specpilot_lab.demo does
 
 
 def step(n: int, total: int, text: str) -> None:
@@ -149,8 +149,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     paths = LabPaths.default()
     total = 7
-    global T0
-    T0 = t_start = time.monotonic()
     try:
         step(1, total, "start the lab (API emulator, controller, OCI registry)")
         for spec in processes.ordered():
@@ -187,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                 processes.stop(paths, spec)
     if status == 0:
         # the last line: where the playbooks wrote their reports (the project's .reports/, filter project_root)
-        info(f"the whole job took {time.monotonic() - t_start:.0f}s; reports under {REPORTS}")
+        info(f"the whole job took {time.monotonic() - T0:.0f}s; reports under {REPORTS}")
     return status
 
 
