@@ -139,10 +139,11 @@ def stamp_matches(stamp: Path, key: str) -> bool:
 # the lab's models (LlamaForCausalLM, the EAGLE-3 head) and the n-gram proposer; then what those import
 # only once they run (a lab engine start compiled 347 more modules, 2.8 MB, with the entries above alone):
 # vllm serve's subcommands (vllm/entrypoints/cli/main.py, main), the server's routes and uvicorn's protocols,
-# the scheduler and the CPU attention backend. pip installs without bytecode (pip_install) and the lab's sandbox holds this
-# virtualenv read-only, as a pod's image is: what an engine process compiled was thrown away, and every process
-# of every engine start compiled it again (the lab's n-gram engine, started as its pod runs it: 69 s of CPU to
-# /health without this step, 22 s with it; this step costs about what the import check it replaced did, 22 s).
+# the scheduler and the CPU attention backend. pip installs without bytecode (pip_install) and the lab's
+# sandbox holds this virtualenv read-only, as a pod's image is: what an engine process compiled was thrown
+# away, and every process of every engine start compiled it again (the lab's n-gram engine, started as its pod
+# runs it: 69 s of CPU to /health without this step, 22 s with it; this step costs about what the import check
+# it replaced did, 22 s).
 ENGINE_MODULES = (
     "torch",
     "vllm.entrypoints.cli.main",
