@@ -76,8 +76,8 @@ def _promoted(stable, plan, images):
     canary, naming the spec's image when it changes: prepare.yml), the plan's metadata."""
     predictor = copy.deepcopy(plan["inferenceservice"]["spec"]["predictor"])
     predictor["name"] = "s" + plan["spec_digest"][:8]
-    if images["changed"]:
-        predictor["model"]["image"] = images["canary"]
+    if images["on_canary"]:
+        predictor["model"]["image"] = images["on_canary"]
     meta = plan["inferenceservice"]["metadata"]
     patch = {"metadata": {"labels": meta["labels"], "annotations": meta["annotations"]},
              "spec": {"canary": None, "predictor": predictor}}
@@ -122,11 +122,28 @@ def test_without_the_promotions_writes_the_image_stays_pinned_over_a_later_deplo
     assert live.changes(pinned, later, later_runtime)[0] == {"field": "image", "live": NEW, "spec": LATER}
 
 
+def test_a_predictor_that_names_its_image_is_canaried_on_that_image_and_promoted_without_it():
+    """The live predictor names the spec's image itself while its runtime names another (a service promoted by an
+    earlier release; in Knative mode, the canary's revision a killed run left, taken up again): no image change, but
+    the canary's predictor names the image (without it the canary arm would run the runtime's), and the promotion
+    moves it to the runtime as it does for a change - what deploy.yml of the spec makes."""
+    stable, old_runtime = _deployed(_image_plan(OLD))
+    stable["spec"]["predictor"]["model"]["image"] = NEW
+    plan = _image_plan(NEW, speculative=dict(SPEC["speculative"], num_speculative_tokens=2))
+    images = canary_images(stable, plan, old_runtime)
+    assert (images["changed"], images["pinned"], images["on_canary"], images["text"]) == (False, True, NEW, "")
+    writes = canary_promotion(plan, images)
+    assert live.runtime_image(writes["runtime"]) == NEW and writes["unpin"] == UNPIN
+    isvc = _merge(_promoted(stable, plan, images), writes["unpin"])
+    decision = deploy_state.decide(plan, {"inferenceservice": isvc, "servingruntime": _stored(writes["runtime"])})
+    assert decision["in_sync"] and live.view(isvc).image is None
+
+
 def test_a_promotion_without_an_image_change_writes_nothing_more():
     stable, runtime = _deployed(_image_plan(NEW))
     plan = _image_plan(NEW, speculative=dict(SPEC["speculative"], num_speculative_tokens=2))
     images = canary_images(stable, plan, runtime)
-    assert not images["changed"] and images["problem"] == ""
+    assert not images["changed"] and images["on_canary"] is None and images["problem"] == ""
     assert canary_promotion(plan, images) == {"runtime": None, "unpin": None}
 
 

@@ -51,8 +51,8 @@ def canary_todo(isvc, plan, record=None, retry=False, resume_name=None, runtime=
 
 
 def canary_images(isvc, plan, runtime=None):
-    """live InferenceService | canary_images(plan, runtime) -> {stable, canary, changed, stable_vllm, canary_vllm,
-    text, problem}: the runtime image and vLLM release of both arms, and why the change cannot be promoted ('')."""
+    """live InferenceService | canary_images(plan, runtime) -> {stable, canary, changed, pinned, on_canary,
+    stable_vllm, canary_vllm, text, problem}: the runtime image and vLLM release of both arms, and why the change cannot be promoted ('')."""
     if not isinstance(isvc, dict) or not isinstance(plan, dict):
         raise AnsibleFilterError("canary_images expects the live InferenceService and the validated plan")
     return canary_change.image_arms(isvc, plan, runtime if isinstance(runtime, dict) else None)

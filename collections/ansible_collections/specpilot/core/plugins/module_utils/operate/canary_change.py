@@ -335,22 +335,30 @@ def sampling(isvc, plan):
 
 
 def image_arms(isvc, plan, runtime=None):
-    """The runtime image and the vLLM release of both arms: ``{stable, canary, changed, stable_vllm, canary_vllm,
-    text, problem}``. ``changed``: the plan changes the image (``live.changes``, the one definition of a change; the
+    """The runtime image and the vLLM release of both arms: ``{stable, canary, changed, pinned, on_canary,
+    stable_vllm, canary_vllm, text, problem}``. ``changed``: the plan changes the image (``live.changes``, the one definition of a change; the
     stable image is the live predictor's own, else its ServingRuntime's, ``runtime``), so the canary's predictor names
     the spec's image itself: KServe merges the predictor's container over its runtime's, the image included
     (``MergeRuntimeContainers``, pkg/controller/v1beta1/inferenceservice/utils/utils.go@v0.20.0, a strategic merge:
     ``MergeContainerWithPatch``, pkg/utils/container_merge.go), so the canary arm runs it while the stable arm keeps its
-    runtime's. ``text``: what the report says of it ('' without an image change). ``problem`` ('' when none): the
-    change cannot be promoted as ``deploy.yml`` would run it (:func:`runtime_problem`)."""
+    runtime's. ``pinned``: the live predictor names an image itself (a Knative-mode canary a killed run left, or a
+    promotion by an earlier release): the runtime's may differ, so the canary's predictor names the spec's image then
+    too. ``on_canary``: the image the canary's predictor names (None: none), which a promotion moves to the runtime
+    (:func:`promotion_writes`).
+    ``text``: what the report says of it ('' without an image change). ``problem`` ('' when none): the change cannot
+    be promoted as ``deploy.yml`` would run it (:func:`runtime_problem`)."""
     current = live.view(isvc)
     out = {
         "stable": current.image or live.runtime_image(runtime),
         "canary": live.plan_image(plan),
         "changed": any(c["field"] == "image" for c in live.changes(isvc, plan, runtime)),
+        "pinned": bool(current.image),
+        "on_canary": None,
         "stable_vllm": current.vllm_version,
         "canary_vllm": (plan or {}).get("vllm_version"),
     }
+    if out["changed"] or out["pinned"]:
+        out["on_canary"] = out["canary"]
     out["text"] = image_text(out) if out["changed"] else ""
     out["problem"] = runtime_problem(plan, out) if out["changed"] else ""
     return out
@@ -383,9 +391,10 @@ def runtime_problem(plan, arms):
 
 def promotion_writes(plan, arms):
     """What a promotion writes after the promoted predictor, so that the live service is what ``deploy.yml`` of the
-    same spec makes (one model of the truth): ``{runtime, unpin}``, each None when there is nothing to write.
+    same spec makes (one model of the truth): ``{runtime, unpin}``, each None when there is nothing to write (the
+    canary's predictor named no image: ``arms``' ``on_canary``, :func:`image_arms`).
 
-    An image change ran on the canary's predictor (``spec.predictor.model.image``, :func:`image_arms`). ``deploy.yml``
+    An image change ran on the canary's predictor (``spec.predictor.model.image``). ``deploy.yml``
     names the image on the ServingRuntime only, and its server-side apply removes only the fields its own field manager
     owns: a ``model.image`` the promotion's merge patch left would stay and pin this image over the runtime's of every
     later deploy. So ``runtime`` is deploy's own ServingRuntime of the plan (``deploy_state.desired_objects``: the
@@ -395,7 +404,7 @@ def promotion_writes(plan, arms):
     runtime's, the same image: ``MergeRuntimeContainers``), so neither rolls a pod, although KServe reconciles the
     namespace's InferenceServices when a ServingRuntime's spec changes (``servingRuntimeFunc`` and
     ``servingRuntimesPredicate``, pkg/controller/v1beta1/inferenceservice/controller.go@v0.20.0)."""
-    if not (arms or {}).get("changed"):
+    if not (arms or {}).get("on_canary"):
         return {"runtime": None, "unpin": None}
     runtime, isvc = deploy_state.desired_objects(plan or {}, None)
     if runtime is None or _own_image(isvc):  # runtime_problem refuses the first before any change
