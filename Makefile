@@ -35,7 +35,7 @@ STAMP_VENV := $(VENV)/.stamp-python
 STAMP_COLL := $(VENV)/.stamp-collections
 STAMP_APT := $(VENV)/.stamp-apt
 
-.PHONY: changelog collection install venv collections system-packages staging-tools sanity-venvs vllm models test test-pytest test-unit test-lab lint syntax-check sanity molecule \
+.PHONY: changelog collection install venv collections system-packages staging-tools sanity-venvs vllm models test test-pytest test-unit test-lab lint syntax-check sanity checks molecule \
 	test-unit-workers test-unit-waits test-lab-engines test-lab-stand-in test-lab-stand-in-a lane-a lane-b molecule-lane molecule-models fuzz \
         demo vllm-engine bench bench-quick lab-up lab-down lab-status lab-traffic clean distclean
 
@@ -121,14 +121,13 @@ $(STAMP_SANITY): $(STAMP_VENV) scripts/ansible_test_get_pip.py
 # dependencies only in its own collection root, and the modules' docs extend kubernetes.core's doc fragment
 # k8s_auth_options: so it runs on a copy of the collection in .cache/sanity/ansible_collections, beside a link to
 # .venv's kubernetes.core (a git repository of its own: ansible-test lists the files git tracks, and .cache/ is
-# ignored by the project's).
+# ignored by the project's). The copy leaves out tests/output and every __pycache__ as it reads (make test runs
+# sanity beside the unit tests, which may be writing one).
 SANITY_ROOT := .cache/sanity/ansible_collections
 sanity: $(STAMP_SANITY) $(STAMP_COLL)
 	@echo "==> ansible-test sanity on $(COLLECTION)"
-	rm -rf $(SANITY_ROOT) && mkdir -p $(SANITY_ROOT)/specpilot
-	cp -r $(COLLECTION) $(SANITY_ROOT)/specpilot/core
-	rm -rf $(SANITY_ROOT)/specpilot/core/tests/output
-	find $(SANITY_ROOT)/specpilot/core -name __pycache__ -prune -exec rm -rf {} +
+	rm -rf $(SANITY_ROOT) && mkdir -p $(SANITY_ROOT)/specpilot/core
+	tar -C $(COLLECTION) --exclude=./tests/output --exclude=__pycache__ -cf - . | tar -C $(SANITY_ROOT)/specpilot/core -xf -
 	ln -s $(CURDIR)/$(VENV)/collections/ansible_collections/kubernetes $(SANITY_ROOT)/kubernetes
 	cd $(SANITY_ROOT)/specpilot/core && git init -q && git add -A  # ansible-test lists a collection's files with git
 	cd $(SANITY_ROOT)/specpilot/core && $(ANSIBLE_TEST_RUN)
@@ -172,18 +171,20 @@ models: $(STAMP_VLLM)
 #   1. the Debian packages (one apt-get: two at once would fight over dpkg's lock);
 #   2. the vLLM engine's install (mostly downloads) and then the molecule scenarios' tiny models (made
 #      with it; before, ~10 s of the critical path between the unit tests and the lanes) beside .venv,
-#      the collections and the staging tools (make -j), then lint beside the syntax checks (neither needs
-#      the engine; the engine's install has ended by then, so the second core is free);
+#      the collections, the staging tools and ansible-test's virtualenvs (make -j);
 #   3. unit and emulator tests: two workers on the files that keep a core busy, and beside them one
-#      process on UNIT_WAITS, the files that mostly wait (see test-unit);
+#      process on UNIT_WAITS, the files that mostly wait (see test-unit), and the checks (make checks:
+#      lint, the playbooks' syntax, then ansible-test sanity, one at a time, about 3 min of one core).
+#      The checks once ran on their own: lint after the install, alone on one core with the second idle
+#      (about 2 min of the critical path), and sanity beside the lanes, whose CPU the tests that measure
+#      time need. (After a failed install, one after the other: two makes would install .venv at once);
 #   4. two lanes side by side, each one process at a time (each lab test and scenario waits on
 #      engines and rollouts part of the time; they share no port, directory or process):
 #        lane-a: the lab tests that start real engines (-m real_engine), then the stand-in lab
 #                tests of LAB_STAND_IN_A (the longest files, so the lanes' fixed parts are even),
 #        lane-b: the other lab tests on the stand-in engine;
 #      then each lane takes the next molecule scenario from one shared queue (longest first,
-#      MOLECULE_FIRST; scripts/molecule_queue.py) until none is left, so both lanes end together;
-#      beside them, ansible-test sanity (make sanity: ~1 min of one core, offline).
+#      MOLECULE_FIRST; scripts/molecule_queue.py) until none is left, so both lanes end together.
 #      Not three: with the stand-in lab tests on two xdist workers beside lane-a the CPU ran at 98%
 #      and the side-by-side benchmark lab test measured a speedup above its acceptance ceiling,
 #      which the benchmark rightly called invalid - the tests that measure time need the CPU the
@@ -199,11 +200,13 @@ test:
 	@$(TIMES) run debian-packages -- $(SUBMAKE) system-packages || { $(TIMES) report; exit 1; }
 	@status=0; \
 	$(TIMES) parallel "vllm-install=$(SUBMAKE) vllm molecule-models" \
-	  "install+lint=$(SUBMAKE) -j$(INSTALL_JOBS) install && $(SUBMAKE) -j2 lint syntax-check" || status=1; \
-	$(TIMES) run test-unit -- $(SUBMAKE) test-unit || status=1; \
+	  "install=$(SUBMAKE) -j$(INSTALL_JOBS) install" || status=1; \
+	if $(SUBMAKE) -q install; then \
+	  $(TIMES) parallel "test-unit=$(SUBMAKE) test-unit" "checks=$(SUBMAKE) checks" || status=1; \
+	else $(TIMES) run test-unit -- $(SUBMAKE) test-unit || status=1; $(SUBMAKE) checks || status=1; fi; \
 	$(SUBMAKE) molecule-models || status=1; \
 	$(PYTHON) scripts/molecule_queue.py init $(MOLECULE_QUEUE) molecule $(MOLECULE_FIRST); \
-	$(TIMES) parallel "lane-a=$(SUBMAKE) lane-a" "lane-b=$(SUBMAKE) lane-b" "sanity=$(SUBMAKE) sanity" || status=1; \
+	$(TIMES) parallel "lane-a=$(SUBMAKE) lane-a" "lane-b=$(SUBMAKE) lane-b" || status=1; \
 	$(TIMES) report; \
 	if [ "$$status" = 0 ]; then echo "==> make test: all stages passed"; \
 	else echo "==> make test: FAILED (the table above names the stage)"; fi; \
@@ -307,14 +310,22 @@ collection: venv
 changelog: install
 	cd $(COLLECTION) && $(CURDIR)/$(VBIN)/antsibull-changelog lint && $(CURDIR)/$(VBIN)/antsibull-changelog generate
 
+# ansible-lint runs whether or not yamllint passed (one run shows both tools' findings)
 lint: install
-	$(VBIN)/yamllint --strict .
-	$(VBIN)/ansible-lint --profile production --offline
+	s=0; $(VBIN)/yamllint --strict . || s=1; \
+	$(VBIN)/ansible-lint --profile production --offline || s=1; exit $$s
 
+# make test's checks, one at a time beside the unit tests (make test, step 3), each timed; a failure does not
+# stop the next
+checks: install
+	@s=0; $(TIMES) run lint -- $(SUBMAKE) lint || s=1; \
+	$(TIMES) run syntax-check -- $(SUBMAKE) syntax-check || s=1; \
+	$(TIMES) run sanity -- $(SUBMAKE) sanity || s=1; exit $$s
+
+# one ansible-playbook for every playbook: it checks each in turn and names the file of an error (one a
+# playbook took 9 s of CPU for the 14 playbooks, one for all takes 1 s)
 syntax-check: install
-	for pb in playbooks/*.yml; do \
-	  $(VBIN)/ansible-playbook --syntax-check -i inventories/lab "$$pb"; \
-	done
+	$(VBIN)/ansible-playbook --syntax-check -i inventories/lab playbooks/*.yml
 
 # The tiny models every molecule scenario stages (molecule/deploy_shared/create.yml makes them
 # when missing); made once here, before two scenarios can start side by side.

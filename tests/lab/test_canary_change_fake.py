@@ -5,7 +5,12 @@ runs at k=3 accepting 0.95 / 0.90 / 0.85, the canary is the spec at k=2 told to 
 of the runtime image (a change of the image is a change to canary: its predictor names the spec's image). The real
 engine's k change is tests/lab/test_canary_real_engine.py; a change of the vLLM release is not run in the lab
 (it runs one release): the report says the arms ran two images of one release, not an upgrade, and the comparison an
-upgrade would make is the unit tests' on recorded figures (tests/unit/canary/test_canary_change.py)."""
+upgrade would make is the unit tests' on recorded figures (tests/unit/canary/test_canary_change.py).
+
+A promoted image change leaves what deploy.yml of the same spec makes: a deploy.yml of that spec right after changes
+nothing (check mode with --diff says so), and a later deploy.yml with another image runs that image,
+with no spec.predictor.model.image left to pin the promoted one (tests/unit/canary/test_canary_promotion.py: the
+promotion's objects)."""
 
 from __future__ import annotations
 
@@ -15,12 +20,13 @@ import threading
 import urllib.request
 
 import pytest
-from smoke_lab import NAMESPACE, ROOT, fake_env
+from smoke_lab import DEPLOY, NAMESPACE, ROOT, fake_env
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 CANARY = ROOT / "playbooks" / "canary.yml"
 CANARY_IMAGE = "specpilot-lab/vllm-cpu:0.32.0-canary"
+LATER_IMAGE = "specpilot-lab/vllm-cpu:0.32.0-later"
 SERVICE = "lab-ngram"
 
 
@@ -109,3 +115,73 @@ def test_a_canary_that_accepts_less_at_a_shared_position_aborts_naming_the_drop(
     assert "canary" not in after["spec"] and after["spec"]["predictor"] == before["spec"]["predictor"]
     assert lab.live_pods(SERVICE) == [stable_pod]
     assert traffic.ok > 0
+
+
+def _runtime(image: str) -> dict:
+    return {"specpilot_runtime": {"image": image, "image_pull_policy": "IfNotPresent", "shm_size": "1Gi"}}
+
+
+def _pod_images(lab) -> dict[str, str]:
+    """{pod: the engine container's image} of the service's pods that are not being deleted."""
+    return {
+        p["metadata"]["name"]: next(c["image"] for c in p["spec"]["containers"] if c["name"] == "kserve-container")
+        for p in lab.pods(SERVICE)
+        if not p["metadata"].get("deletionTimestamp")
+    }
+
+
+def test_a_promoted_image_change_is_what_deploy_makes_and_a_later_image_runs(fake_spec_lab, tmp_path):
+    lab = fake_spec_lab
+    stable_env = fake_env(FAKE_ACCEPTANCE="0.95,0.9,0.85")
+    lab.deploy(SERVICE, extra=stable_env)  # k=3 on the inventory's image (as the test above leaves it)
+    spec = dict(stable_env, **_runtime(CANARY_IMAGE))  # the same config on another image: only the image changes
+    reports = tmp_path / "reports"
+    traffic = Traffic(lab.isvc(SERVICE)["status"]["url"])
+    try:
+        run = lab.playbook(
+            CANARY,
+            SERVICE,
+            extra=dict(
+                spec,
+                specpilot_canary_steps=[50, 100],
+                specpilot_canary_window=20,
+                specpilot_canary_min_requests=10,
+                specpilot_canary_max_extensions=1,
+                specpilot_canary_poll=1,
+                # both arms run the same stand-in engine: not latency, what the promotion leaves is tested here
+                specpilot_canary_change_allowance=2.0,
+                specpilot_canary_smoke=False,
+                specpilot_canary_report_dir=str(reports),
+            ),
+        )
+    finally:
+        traffic.stop()
+    assert run.rc == 0, run.output[-6000:]
+    rep = json.loads((reports / SERVICE / "report.json").read_text())
+    assert rep["outcome"] == "promoted" and rep["images"]["changed"], (reports / SERVICE / "report.md").read_text()
+    assert "A promotion moves the image to the service's ServingRuntime" in rep["images"]["text"]
+    # the runtime names the promoted image (deploy's field manager), the predictor none, and the pod runs it
+    isvc = lab.isvc(SERVICE)
+    model = isvc["spec"]["predictor"]["model"]
+    runtime = lab.get("serving.kserve.io/v1alpha1", "ServingRuntime", model["runtime"], NAMESPACE)
+    assert "image" not in model and "canary" not in isvc["spec"], isvc["spec"]
+    assert [c["image"] for c in runtime["spec"]["containers"]] == [CANARY_IMAGE]
+    appliers = {e["manager"] for e in runtime["metadata"]["managedFields"] if e["operation"] == "Apply"}
+    assert "specpilot" in appliers, runtime["metadata"]["managedFields"]
+    (promoted_pod,) = _pod_images(lab).items()
+    assert promoted_pod[1] == CANARY_IMAGE
+
+    # deploy.yml of the same spec right after (with its cluster probe, as users run it): nothing to change or show.
+    # Check mode reports what a run would write (the same decision, deploy_state.decide), so one run in check mode
+    # with --diff says it for the real one too, for half its cost
+    checked = lab.playbook(DEPLOY, SERVICE, "--check", "--diff", extra=spec)
+    assert checked.rc == 0 and checked.recap()[SERVICE]["changed"] == 0, checked.output[-6000:]
+    assert "--- before" not in checked.output and "+++ after" not in checked.output, checked.output[-6000:]
+    assert _pod_images(lab) == dict([promoted_pod])  # nothing restarted
+
+    # a later deploy.yml with another image runs that image: nothing pins the promoted one (no probe: the release
+    # is the same, and what runs is the point here)
+    later = lab.deploy(SERVICE, "--diff", extra=dict(stable_env, specpilot_deploy_probe="never", **_runtime(LATER_IMAGE)))
+    assert "+++ after" in later.output and LATER_IMAGE in later.output  # --diff shows a change (none above)
+    lab.wait(lambda: list(_pod_images(lab).values()) == [LATER_IMAGE], 60 * 3, "the later image's pod alone")
+    assert "image" not in lab.isvc(SERVICE)["spec"]["predictor"]["model"]

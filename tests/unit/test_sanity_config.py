@@ -34,7 +34,9 @@ def test_nothing_is_ignored_and_an_entry_would_name_its_file_and_why():
 def test_make_test_runs_sanity_and_sanity_fails_on_findings():
     makefile = (ROOT / "Makefile").read_text()
     test_recipe = makefile.split("\ntest:\n", 1)[1].split("\n\n", 1)[0]
-    assert '"sanity=$(SUBMAKE) sanity"' in test_recipe
+    assert '"checks=$(SUBMAKE) checks"' in test_recipe  # beside the unit tests
+    checks_recipe = makefile.split("\nchecks: ", 1)[1].split("\n\n", 1)[0]
+    assert "$(TIMES) run sanity -- $(SUBMAKE) sanity || s=1" in checks_recipe
     sanity_recipe = makefile.split("\nsanity: ", 1)[1].split("\n\n", 1)[0]
     assert "$(ANSIBLE_TEST_RUN)" in sanity_recipe and "--failure-ok" not in makefile
     # kubernetes.core beside the collection: its doc fragment k8s_auth_options is what the modules extend

@@ -95,7 +95,7 @@ def test_the_ready_timeout_defaults_from_the_spec_s_startup_timeout():
 
 
 RUNTIME = {"spec": {"containers": [{"name": "kserve-container", "image": "vllm/vllm-openai:v0.31.0"}]}}
-UPGRADE = dict(PLAN, vllm_version="0.32.0",
+UPGRADE = dict(PLAN, vllm_version="0.32.0", inferenceservice={"spec": {"predictor": {"model": {}}}},
                servingruntime={"spec": {"containers": [{"name": "kserve-container", "image": "vllm/vllm-openai:v0.32.0"}]}})
 
 

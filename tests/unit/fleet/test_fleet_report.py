@@ -194,3 +194,63 @@ def test_each_cluster_is_read_by_the_first_host_of_the_play_on_it():
     assert readers == {"/east||": "b", "||": "a", "|west|": "e"}
     assert list(readers.values()) == ["b", "a", "e"]  # in the play's order
     assert fleet_filter.k8s_cluster_readers([], hostvars) == {}
+
+
+def test_one_read_step_covers_the_services_with_a_plan_on_the_readers_cluster():
+    """deploy's decide.yml and rollback's read steps (issue 40): one deploy_state read, run once, covers the services of
+    the play that have a plan and reach the reader's cluster; the rest read their own."""
+    def plan(name, **extra):
+        return dict({"name": name, "namespace": "ns", "deployment_mode": "Standard", "runtime": {"name": "rt"}}, **extra)
+
+    east = {"specpilot_k8s_kubeconfig": "/east"}
+    hostvars = {
+        "a": {"__specpilot_deploy_validation": {"plan": plan("a")}},
+        # validated again with the Modelcar digest (stage.yml): that plan, not the first one
+        "b": {"__specpilot_deploy_validation": {"plan": plan("old")}, "__specpilot_deploy_revalidated": {"plan": plan("b")}},
+        "c": dict(east, __specpilot_deploy_validation={"plan": plan("c")}),  # another cluster
+        "d": {"__specpilot_deploy_validation": {"plan": None}},  # the spec did not validate
+        "e": {},
+        "f": {"__specpilot_deploy_validation": {"plan": plan("f", kind="LLMInferenceService",
+                                                                api_version="serving.kserve.io/v1alpha1")}},
+    }
+    services = fleet_filter.k8s_cluster_services
+    deploy = services(["a", "b", "c", "d", "e", "f"], hostvars,
+                      ["__specpilot_deploy_revalidated.plan", "__specpilot_deploy_validation.plan"], runtime=True)
+    assert [s["name"] for s in deploy] == ["a", "b", "f"]
+    assert deploy[0] == {"name": "a", "namespace": "ns", "deployment_mode": "Standard", "kind": "InferenceService",
+                         "api_version": None, "runtime": {"name": "rt"}}
+    assert (deploy[2]["kind"], deploy[2]["api_version"]) == ("LLMInferenceService", "serving.kserve.io/v1alpha1")
+    # the reader is the first host by default: on c's cluster, c alone
+    assert [s["name"] for s in services(["c", "a"], hostvars, "__specpilot_deploy_validation.plan")] == ["c"]
+    assert services([], hostvars, "__specpilot_deploy_validation.plan") == []
+
+
+def test_a_rollback_read_step_covers_the_services_it_locked_or_changed_only():
+    def host(name, acquired, needs_apply, **connection):
+        return dict(connection, __specpilot_rollback_plan={"name": name, "namespace": "ns", "deployment_mode": "Standard"},
+                    __specpilot_rollback_lock={"acquired": acquired}, __specpilot_rollback_decision={"needs_apply": needs_apply})
+
+    hostvars = {
+        "a": host("a", True, False),
+        "b": host("b", False, True),
+        "c": host("c", True, True, specpilot_k8s_context="west"),
+        "d": {"__specpilot_rollback_plan": {}, "__specpilot_rollback_lock": {"acquired": True}},  # no plan
+        "e": {"__specpilot_rollback_plan": {"name": "e", "namespace": "ns"}, "__specpilot_rollback_lock": {"skipped": True}},
+    }
+    hosts = list(hostvars)
+
+    def read(reader, only=""):
+        found = fleet_filter.k8s_cluster_services(hosts, hostvars, "__specpilot_rollback_plan", reader, only,
+                                                  "serving.kserve.io/v1beta1")
+        return [s["name"] for s in found]
+
+    assert read("a") == ["a", "b", "e"]
+    assert read("a", "__specpilot_rollback_lock.acquired") == ["a"]  # e's lock step was skipped: not taken
+    assert read("b", "__specpilot_rollback_decision.needs_apply") == ["b"]
+    assert read("c", "__specpilot_rollback_decision.needs_apply") == ["c"]  # the reader's own cluster
+    [entry] = fleet_filter.k8s_cluster_services(["a"], hostvars, "__specpilot_rollback_plan", "a", "",
+                                                "serving.kserve.io/v1beta1")
+    assert entry == {"name": "a", "namespace": "ns", "deployment_mode": "Standard", "kind": "InferenceService",
+                     "api_version": "serving.kserve.io/v1beta1"}  # no runtime: the rollback reads none
+    with pytest.raises(Exception, match="plan names no variable"):
+        fleet_filter.k8s_cluster_services(hosts, hostvars, [])

@@ -51,11 +51,20 @@ def canary_todo(isvc, plan, record=None, retry=False, resume_name=None, runtime=
 
 
 def canary_images(isvc, plan, runtime=None):
-    """live InferenceService | canary_images(plan, runtime) -> {stable, canary, changed, stable_vllm, canary_vllm,
-    text}: the runtime image and vLLM release of both arms."""
+    """live InferenceService | canary_images(plan, runtime) -> {stable, canary, changed, pinned, on_canary,
+    stable_vllm, canary_vllm, text, problem}: the runtime image and vLLM release of both arms, and why the change cannot be promoted ('')."""
     if not isinstance(isvc, dict) or not isinstance(plan, dict):
         raise AnsibleFilterError("canary_images expects the live InferenceService and the validated plan")
     return canary_change.image_arms(isvc, plan, runtime if isinstance(runtime, dict) else None)
+
+
+def canary_promotion(plan, images):
+    """plan | canary_promotion(images) -> {runtime, unpin}: what a promotion writes after the predictor so that the
+    service is what deploy.yml of the spec makes (deploy's ServingRuntime with the spec's image; the merge patch that
+    removes the predictor's model.image), each none when there is nothing to write."""
+    if not isinstance(plan, dict) or not isinstance(images, dict):
+        raise AnsibleFilterError("canary_promotion expects the validated plan and canary_images' result")
+    return canary_change.promotion_writes(plan, images)
 
 
 def canary_sampling(isvc, plan):
@@ -157,6 +166,7 @@ class FilterModule(object):
             "canary_knative_split": canary_knative_split,
             "canary_knative_step_problem": canary_knative_step_problem,
             "canary_left": canary_left,
+            "canary_promotion": canary_promotion,
             "canary_sampling": canary_sampling,
             "canary_stable": canary_stable,
             "canary_lock_seconds": canary_lock_seconds,

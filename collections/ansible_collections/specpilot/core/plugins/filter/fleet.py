@@ -2,7 +2,8 @@
 # Copyright: specpilot maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Filters of the fleet view (issue 40): each slice's set_stats key and the merged fleet summary."""
+"""Filters of the fleet view (issue 40): each slice's set_stats key and the merged fleet summary; which cluster a host
+reaches, one reader per cluster, and the services one read step covers."""
 
 from __future__ import annotations
 
@@ -53,9 +54,59 @@ def k8s_cluster_readers(hosts, hostvars):
     return readers
 
 
+def _at(variables, path):
+    """The value at ``path`` (``var`` or ``var.key...``) of a host's variables; None where a part is missing."""
+    value = variables
+    for part in path.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _plan_of(variables, paths):
+    """The plan at the first of ``paths`` whose variable the host has (a later path is a fallback for a host that
+    lacks the first one's variable, not for a plan missing inside it)."""
+    for path in paths:
+        if path.split(".", 1)[0] in variables:
+            return _at(variables, path)
+    return None
+
+
+def k8s_cluster_services(hosts, hostvars, plan, reader=None, only=None, api_version=None, runtime=False):
+    """The play's hosts (ansible_play_batch) and hostvars -> the services one read step reads (deploy_state's
+    ``services``): every host with a plan (at ``plan``, a path into its variables, or a list of them: the first whose
+    variable it has) on the cluster of ``reader`` (default the first host), and with ``only`` (a path) true when given.
+    Each {name, namespace, deployment_mode, kind, api_version} of its plan (``api_version`` where the plan names none),
+    with its ``runtime`` when ``runtime`` is true."""
+    hosts = list(hosts or ())
+    paths = [plan] if isinstance(plan, str) else list(plan or ())
+    if not paths:
+        raise AnsibleFilterError("k8s_cluster_services: plan names no variable")
+    if not hosts:
+        return []
+    cluster = k8s_cluster_key(hostvars[reader if reader is not None else hosts[0]])
+    services = []
+    for host in hosts:
+        variables = hostvars[host]
+        found = _plan_of(variables, paths)
+        if not isinstance(found, Mapping) or not found.get("name") or (only and not _at(variables, only)):
+            continue
+        if k8s_cluster_key(variables) != cluster:
+            continue
+        service = {"name": found["name"], "namespace": found.get("namespace"),
+                   "deployment_mode": found.get("deployment_mode"), "kind": found.get("kind") or "InferenceService",
+                   "api_version": found.get("api_version") or api_version}
+        if runtime:
+            service["runtime"] = found.get("runtime")
+        services.append(service)
+    return services
+
+
 class FilterModule(object):
     """specpilot fleet filters."""
 
     def filters(self):
         return {"fleet_slice_key": fleet_slice_key, "fleet_slice": fleet_slice, "fleet_summary": fleet_summary,
-                "k8s_cluster_key": k8s_cluster_key, "k8s_cluster_readers": k8s_cluster_readers}
+                "k8s_cluster_key": k8s_cluster_key, "k8s_cluster_readers": k8s_cluster_readers,
+                "k8s_cluster_services": k8s_cluster_services}

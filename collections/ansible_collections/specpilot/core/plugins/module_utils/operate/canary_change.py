@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_verdict
+from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_state
 from ansible_collections.specpilot.core.plugins.module_utils.report.plots import pyplot, saved
 from ansible_collections.specpilot.core.plugins.module_utils.report.tables import markdown_table
 from ansible_collections.specpilot.core.plugins.module_utils.service import live
@@ -49,6 +50,7 @@ __all__ = [
     "mean_ratio",
     "positions_markdown",
     "positions_problem",
+    "promotion_writes",
     "render_positions_plot",
     "sampling",
     "unresolved",
@@ -333,22 +335,81 @@ def sampling(isvc, plan):
 
 
 def image_arms(isvc, plan, runtime=None):
-    """The runtime image and the vLLM release of both arms: ``{stable, canary, changed, stable_vllm, canary_vllm,
-    text}``. ``changed``: the plan changes the image (``live.changes``, the one definition of a change; the stable
-    image is the live predictor's own, else its ServingRuntime's, ``runtime``), so the canary's predictor names the
-    spec's image itself: KServe merges the predictor's container over its runtime's, the image included
-    (``MergeRuntimeContainers``, pkg/utils/utils.go), so the canary arm runs it while the stable arm keeps its
-    runtime's. ``text``: what the report says of it ('' without an image change)."""
+    """The runtime image and the vLLM release of both arms: ``{stable, canary, changed, pinned, on_canary,
+    stable_vllm, canary_vllm, text, problem}``. ``changed``: the plan changes the image (``live.changes``, the one definition of a change; the
+    stable image is the live predictor's own, else its ServingRuntime's, ``runtime``), so the canary's predictor names
+    the spec's image itself: KServe merges the predictor's container over its runtime's, the image included
+    (``MergeRuntimeContainers``, pkg/controller/v1beta1/inferenceservice/utils/utils.go@v0.20.0, a strategic merge:
+    ``MergeContainerWithPatch``, pkg/utils/container_merge.go), so the canary arm runs it while the stable arm keeps its
+    runtime's. ``pinned``: the live predictor names an image itself (a Knative-mode canary a killed run left, or a
+    promotion by an earlier release): the runtime's may differ, so the canary's predictor names the spec's image then
+    too. ``on_canary``: the image the canary's predictor names (None: none), which a promotion moves to the runtime
+    (:func:`promotion_writes`).
+    ``text``: what the report says of it ('' without an image change). ``problem`` ('' when none): the change cannot
+    be promoted as ``deploy.yml`` would run it (:func:`runtime_problem`)."""
     current = live.view(isvc)
     out = {
         "stable": current.image or live.runtime_image(runtime),
         "canary": live.plan_image(plan),
         "changed": any(c["field"] == "image" for c in live.changes(isvc, plan, runtime)),
+        "pinned": bool(current.image),
+        "on_canary": None,
         "stable_vllm": current.vllm_version,
         "canary_vllm": (plan or {}).get("vllm_version"),
     }
+    if out["changed"] or out["pinned"]:
+        out["on_canary"] = out["canary"]
     out["text"] = image_text(out) if out["changed"] else ""
+    out["problem"] = runtime_problem(plan, out) if out["changed"] else ""
     return out
+
+
+def _own_image(isvc):
+    """The image a rendered InferenceService's predictor names itself (an override deploy applies), or None."""
+    return ((((isvc or {}).get("spec") or {}).get("predictor") or {}).get("model") or {}).get("image") or None
+
+
+def runtime_problem(plan, arms):
+    """Why an image change cannot be canaried ('' when it can): ``deploy.yml`` names the image on the ServingRuntime
+    it renders; with a runtime specpilot does not create (``runtime.create: false``, one other services may share)
+    deploy runs that runtime's image whatever ``runtime.image`` says, so a promoted canary of the spec's image would
+    run what ``deploy.yml`` of the same spec never does."""
+    plan = plan or {}
+    runtime, isvc = deploy_state.desired_objects(plan, None)
+    if runtime is not None or _own_image(isvc):
+        return ""
+    rt = plan.get("runtime") or {}
+    return (
+        "specpilot_runtime.image: the spec's image %s is not the image of the existing %s %s (%s), which specpilot "
+        "does not create (specpilot_runtime.create: false, a runtime other services may share): deploy.yml of this "
+        "spec runs that runtime's image, so a canary cannot promote %s. Change the image of %s itself, or let "
+        "specpilot create this service's runtime (specpilot_runtime.create: true). Nothing was changed" % (
+            arms["canary"], rt.get("kind") or "ServingRuntime", rt.get("name"), arms["stable"], arms["canary"],
+            rt.get("name"))
+    )
+
+
+def promotion_writes(plan, arms):
+    """What a promotion writes after the promoted predictor, so that the live service is what ``deploy.yml`` of the
+    same spec makes (one model of the truth): ``{runtime, unpin}``, each None when there is nothing to write (the
+    canary's predictor named no image: ``arms``' ``on_canary``, :func:`image_arms`).
+
+    An image change ran on the canary's predictor (``spec.predictor.model.image``). ``deploy.yml``
+    names the image on the ServingRuntime only, and its server-side apply removes only the fields its own field manager
+    owns: a ``model.image`` the promotion's merge patch left would stay and pin this image over the runtime's of every
+    later deploy. So ``runtime`` is deploy's own ServingRuntime of the plan (``deploy_state.desired_objects``: the
+    spec's image), which the promotion applies with deploy's field manager, and ``unpin`` the merge patch that then
+    removes ``model.image`` (None where the plan's own InferenceService names an image: an override deploy applies
+    itself). The predictor's merged container is the same before and after each write (the predictor's image over the
+    runtime's, the same image: ``MergeRuntimeContainers``), so neither rolls a pod, although KServe reconciles the
+    namespace's InferenceServices when a ServingRuntime's spec changes (``servingRuntimeFunc`` and
+    ``servingRuntimesPredicate``, pkg/controller/v1beta1/inferenceservice/controller.go@v0.20.0)."""
+    if not (arms or {}).get("on_canary"):
+        return {"runtime": None, "unpin": None}
+    runtime, isvc = deploy_state.desired_objects(plan or {}, None)
+    if runtime is None or _own_image(isvc):  # runtime_problem refuses the first before any change
+        return {"runtime": runtime, "unpin": None}
+    return {"runtime": runtime, "unpin": {"spec": {"predictor": {"model": {"image": None}}}}}
 
 
 def image_text(arms):
@@ -364,8 +425,9 @@ def image_text(arms):
         text += (" vLLM release: stable %s (recorded on the live service), canary %s (the spec's; deploy's cluster "
                  "probe reads it from the image): the arms are compared as they ran." % (
                      arms["stable_vllm"] or "not recorded", arms["canary_vllm"] or "not said"))
-    return text + (" A promotion keeps the image on the predictor; the ServingRuntime names the stable image until "
-                   "deploy.yml applies this spec.")
+    return text + (" A promotion moves the image to the service's ServingRuntime (as deploy.yml of this spec names "
+                   "it, with deploy's field manager) and removes it from the predictor, so a later deploy.yml's image "
+                   "runs.")
 
 
 # --------------------------------------------------------------------------- report

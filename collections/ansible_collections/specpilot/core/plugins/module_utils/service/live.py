@@ -156,7 +156,8 @@ class InferenceServiceView(LiveService):
     @property
     def image(self):
         """``model.image`` (KServe merges the predictor's container over its runtime's, the image included:
-        ``MergeRuntimeContainers``, pkg/utils/utils.go), else the engine container's, else None: the runtime's."""
+        ``MergeRuntimeContainers``, pkg/controller/v1beta1/inferenceservice/utils/utils.go), else the engine
+        container's, else None: the runtime's."""
         model = _model(self.predictor)
         if model is not None:
             return model.get("image") or None
