@@ -55,6 +55,20 @@ class Traffic:
         self._thread.join(30)
 
 
+def _short_steps(reports) -> dict:
+    """The canary settings both tests run with: steps 50 and 100 of a 20 s window, 10 requests an arm, one
+    extension, no smoke of the promoted service, the reports under ``reports``."""
+    return dict(
+        specpilot_canary_steps=[50, 100],
+        specpilot_canary_window=20,
+        specpilot_canary_min_requests=10,
+        specpilot_canary_max_extensions=1,
+        specpilot_canary_poll=1,
+        specpilot_canary_smoke=False,
+        specpilot_canary_report_dir=str(reports),
+    )
+
+
 def test_a_canary_that_accepts_less_at_a_shared_position_aborts_naming_the_drop(fake_spec_lab, tmp_path):
     lab = fake_spec_lab
     lab.deploy(SERVICE, extra=fake_env(FAKE_ACCEPTANCE="0.95,0.9,0.85"))
@@ -81,13 +95,7 @@ def test_a_canary_that_accepts_less_at_a_shared_position_aborts_naming_the_drop(
                 specpilot_override_num_speculative_tokens=2,
                 # another tag of the lab's one release (the lab's pods run the same engine whatever the image)
                 specpilot_runtime={"image": CANARY_IMAGE, "image_pull_policy": "IfNotPresent", "shm_size": "1Gi"},
-                specpilot_canary_steps=[50, 100],
-                specpilot_canary_window=20,
-                specpilot_canary_min_requests=10,
-                specpilot_canary_max_extensions=1,
-                specpilot_canary_poll=1,
-                specpilot_canary_smoke=False,
-                specpilot_canary_report_dir=str(reports),
+                **_short_steps(reports),
             ),
         )
     finally:
@@ -143,15 +151,9 @@ def test_a_promoted_image_change_is_what_deploy_makes_and_a_later_image_runs(fak
             SERVICE,
             extra=dict(
                 spec,
-                specpilot_canary_steps=[50, 100],
-                specpilot_canary_window=20,
-                specpilot_canary_min_requests=10,
-                specpilot_canary_max_extensions=1,
-                specpilot_canary_poll=1,
                 # both arms run the same stand-in engine: not latency, what the promotion leaves is tested here
                 specpilot_canary_change_allowance=2.0,
-                specpilot_canary_smoke=False,
-                specpilot_canary_report_dir=str(reports),
+                **_short_steps(reports),
             ),
         )
     finally:
