@@ -225,7 +225,17 @@ positions:
 unresolved:
   description:
     - The figures whose p50 falls in one and the same histogram bucket on both arms (the bucket in ms); each is
-      judged on its mean (its ratio's C(statistic) is V(mean)), or not at all without a sum.
+      judged on its mean from vLLM's C(_sum)/C(_count) (its ratio's C(statistic) is V(mean)), or not at all without a
+      sum.
+    - Read from the pods, the mean's interval comes from the batch means of the step's scrape intervals (the ratio's
+      C(method) V(batch-means), with C(batches) per arm, C(batch_s) and C(df)); fewer than 10 non-empty batches in an
+      arm leave the figure undecided (its C(problem) says why, the step is held or stops inconclusive). Read from
+      Prometheus (no batches), from the buckets' spread (C(method) V(histogram-means)).
+  returned: when the step got that far
+  type: dict
+methods:
+  description: How each latency figure was judged, in words (C(ttft), C(tpot), C(e2e)) - the histograms' p50, the
+    batch means of C(_sum)/C(_count), or the histogram method - and why; the report shows them per step.
   returned: when the step got that far
   type: dict
 judged_by:

@@ -55,7 +55,7 @@ import time
 
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_verdict
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics import parse_metrics_text
-from ansible_collections.specpilot.core.plugins.module_utils.operate import canary_change
+from ansible_collections.specpilot.core.plugins.module_utils.operate import canary_change, canary_means
 from ansible_collections.specpilot.core.plugins.module_utils.operate.canary_report import (  # noqa: F401 (re-exported)
     bucket_resolution,
     render_plots,
@@ -369,29 +369,50 @@ def _judged(out, baseline, canary, policy, floor, extensions_left, change):
             return dict(out, decision="abort", reasons=acc_reasons)
         if kind == "undecided":
             return _undecided(out, acc_reasons, extensions_left)
-    bound = bench_verdict.policy_with_defaults(policy)["bound_by"]
+    full = bench_verdict.policy_with_defaults(policy)
     unres = canary_change.unresolved(out["arms"]["baseline"]["figures"], out["arms"]["canary"]["figures"])
     sizes = _sizes(baseline, canary)
     base, spec = _summary(baseline, sizes), _summary(canary, sizes)
     figs = bench_verdict.ratios(base, spec, policy)
-    skip, notes = canary_change.by_means(figs, unres, baseline["histograms"], canary["histograms"])
-    decide_by, more = canary_change.resolution_reasons(dict((f, unres[f]) for f in skip), bound)
-    notes += more
-    out.update(unresolved=unres, judged_by=decide_by, ratios=figs)
+    means = canary_change.by_means(figs, unres, baseline, canary, full["confidence"])
+    decide_by, more = canary_change.resolution_reasons(dict((f, unres[f]) for f in means["skip"]), full["bound_by"])
+    notes = means["notes"] + more
+    out.update(unresolved=unres, judged_by=decide_by, ratios=figs, methods=_methods(figs, unres, means["methods"]))
     if decide_by is None:
         return _undecided(out, notes + ["no latency figure that decides is resolved by the histograms"], extensions_left)
+    skip = tuple(means["skip"] + means["short"])
     if baseline["acceptance"] is not None:
         verdict = canary_change.judge_change(
-            figs, policy, change.get("allowance", canary_change.DEFAULT_CHANGE_ALLOWANCE), skip=tuple(skip))
+            figs, policy, change.get("allowance", canary_change.DEFAULT_CHANGE_ALLOWANCE), skip=skip)
     else:
         verdict = bench_verdict.decide(base, spec, figs, dict(policy or {}, bound_by=decide_by))
     out.update(verdict=verdict)
     reasons = verdict["reasons"] + acc_reasons + notes + [floor]
-    if verdict["decision"] == "keep":
-        return dict(out, decision="promote-step", reasons=reasons)
     if verdict["decision"] == "rollback":
         return dict(out, decision="abort", reasons=reasons)
+    if verdict["decision"] == "keep" and not means["short"]:
+        return dict(out, decision="promote-step", reasons=reasons)
+    if means["short"]:
+        # a figure its batches cannot judge yet is never taken as fine: only a regression elsewhere acts
+        names = [canary_change.LABELS[f] for f in means["short"]]
+        reasons = ["%s not judged yet: too few batches for an interval of the mean (held for more)" % (
+            ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0])] + reasons
     return _undecided(out, reasons, extensions_left)
+
+
+def _methods(figs, unres, by_means):
+    """{figure: how the step judged it, in words}: the histograms' p50 where their buckets resolve it, else the
+    mean (canary_change.by_means' words)."""
+    out = {}
+    for fig in canary_change.LATENCY:
+        if fig in by_means:
+            out[fig] = by_means[fig]
+        elif (figs.get(fig) or {}).get("value") is not None:
+            out[fig] = (
+                "%s: p50 from the histograms, %.2fx (the buckets resolve it: the arms' p50 fall in different buckets); "
+                "bootstrap interval over the requests' values spread inside their buckets" % (
+                    canary_change.LABELS[fig], figs[fig]["value"]))
+    return out
 
 
 def _undecided(out, reasons, extensions_left):
@@ -415,23 +436,51 @@ def _undecided(out, reasons, extensions_left):
 
 class PodPages(object):
     """The arms read from their own pods' /metrics: every pod scraped when the step begins, the
-    window of each read the later pages against those."""
+    window of each read the later pages against those. Each read also keeps, per arm, the scrape
+    interval's deltas of each latency histogram's ``_sum`` and ``_count`` since the read before (one
+    *batch*: ``{seconds, figures: {ttft, tpot, e2e: [sum, count]}}``), in the window's ``batches``: the
+    batch means a figure the buckets cannot resolve is judged on (canary_means)."""
 
     name = "pods"
 
-    def __init__(self, fetch):
+    def __init__(self, fetch, clock=None):
         self.fetch = fetch
-        self.arms = self.before = None
+        self.clock = clock or time.monotonic
+        self.arms = self.before = self.last = None
+        self.batches = {}
 
     def begin(self, arms):
         self.arms = arms
         self.before = _scrape(self.fetch, arms)
+        self.last = dict((arm, {"at": self.clock(), "totals": {}}) for arm in arms)
+        self.batches = dict((arm, []) for arm in arms)
 
     def read(self):
-        return _windows(self.arms, self.before, _scrape(self.fetch, self.arms))
+        wins = _windows(self.arms, self.before, _scrape(self.fetch, self.arms))
+        now = self.clock()
+        for arm, win in wins.items():
+            totals = dict((fig, [h.get("sum") or 0.0, h["count"]]) for fig, h in win["histograms"].items())
+            batch = _batch(self.last[arm]["totals"], totals, now - self.last[arm]["at"])
+            if batch is not None:
+                self.batches[arm].append(batch)
+            self.last[arm] = {"at": now, "totals": totals}
+            win["batches"] = list(self.batches[arm])
+        return wins
 
     def details(self):
         return {}
+
+
+def _batch(before, after, seconds):
+    """One scrape interval's batch: each figure's deltas of the window's sum and count; None when a count went
+    back (an engine restarted inside the interval: its counters start again, the interval is no batch)."""
+    figures = {}
+    for fig, (s, n) in after.items():
+        s0, n0 = before.get(fig, (0.0, 0))
+        if n < n0:
+            return None
+        figures[fig] = [s - s0, n - n0]
+    return {"seconds": round(seconds, 3), "figures": figures}
 
 
 def _scrape(fetch, arms):
@@ -497,7 +546,7 @@ def run_step(
     ``baseline_window`` (the baseline's window: the reference of a later step) and ``source``."""
     clock = clock or time.monotonic
     sleep = sleep or time.sleep
-    source = source or PodPages(fetch)
+    source = source or PodPages(fetch, clock)
     if reference is not None:
         arms = {"canary": arms["canary"]}
     source.begin(arms)
@@ -515,7 +564,7 @@ def run_step(
             wins = source.read()
             if reference is not None:
                 wins["baseline"] = reference
-            enough = all(w["requests"] >= need for w in wins.values())
+            enough = all(w["requests"] >= need for w in wins.values()) and not _batches_short(wins, reference is None)
             if enough or clock() >= deadline:
                 break
             _keep(keep, clock())
@@ -546,6 +595,19 @@ def run_step(
         ]
     result["notes"] = wins["baseline"]["notes"] + wins["canary"]["notes"]
     return result
+
+
+def _batches_short(wins, baseline_grows=True):
+    """Whether a figure the buckets cannot resolve (canary_change.unresolved: judged on its mean) still has fewer
+    than canary_means.MIN_BATCHES non-empty batches in an arm whose window grows (not a reference window): the step
+    is then held on (to its window's end) rather than ended early and judged undecided."""
+    if any(w.get("batches") is None for w in wins.values()):
+        return False
+    unres = canary_change.unresolved(arm_figures(wins["baseline"]), arm_figures(wins["canary"]))
+    arms = ("baseline", "canary") if baseline_grows else ("canary",)
+    return any(
+        len(canary_means.batches_of(wins[arm], fig)) < canary_means.MIN_BATCHES for fig in unres for arm in arms
+    )
 
 
 def _warm_up(source, arms, requests, limit_s, timing):

@@ -35,6 +35,7 @@ import math
 
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_verdict
 from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_state
+from ansible_collections.specpilot.core.plugins.module_utils.operate import canary_means
 from ansible_collections.specpilot.core.plugins.module_utils.report.plots import pyplot, saved
 from ansible_collections.specpilot.core.plugins.module_utils.report.tables import markdown_table
 from ansible_collections.specpilot.core.plugins.module_utils.service import live
@@ -224,26 +225,56 @@ def mean_ratio(hb, hc, z=Z95):
     }
 
 
-def by_means(figs, unres, hist_b, hist_c):
-    """Replaces in ``figs`` (bench_verdict.ratios) each figure the buckets cannot resolve (:func:`unresolved`) by
-    the ratio of its means (:func:`mean_ratio`); one without a mean is emptied (not judged). Returns (the figures
-    not judged, reasons)."""
-    skip, notes = [], []
+def by_means(figs, unres, base, canary, confidence=0.95):
+    """Replaces in ``figs`` (bench_verdict.ratios) each figure the buckets cannot resolve (:func:`unresolved`) by the
+    ratio of its means. ``base`` and ``canary`` are the arms' windows (``canary.arm_window``): with the batches of
+    their scrape intervals (the pods' /metrics), the batch-means interval (``canary_means.batch_ratio``); without
+    (Prometheus), the histogram method (:func:`mean_ratio`). Returns ``{skip, short, notes, methods}``: ``skip`` the
+    figures without a mean (not judged), ``short`` those whose batches cannot decide yet (too few: the step is
+    undecided), ``methods`` {figure: how it is judged, in words}."""
+    out = {"skip": [], "short": [], "notes": [], "methods": {}}
     for fig, edges in sorted(unres.items()):
-        entry = mean_ratio(hist_b.get(fig), hist_c.get(fig))
-        if entry is None:
-            skip.append(fig)
-            figs[fig] = {"value": None, "ci95": None, "prompts": 0, "samples": [0, 0], "p99": {"value": None, "ci95": None}}
+        why = "the histogram's %s bucket holds both arms' p50 and cannot resolve it" % _bucket_text(edges)
+        entry = canary_means.batch_ratio(base, canary, fig, confidence, label=LABELS[fig])
+        if entry is not None:
+            figs[fig] = entry
+            if entry.get("problem"):
+                out["short"].append(fig)
+                out["notes"].append("%s; %s" % (entry["problem"], why))
+                out["methods"][fig] = "mean from _sum/_count by batch means: not judged, %s" % entry["problem"]
+                continue
+            text = "%s; %s" % (_batch_text(fig, entry, confidence), why)
+            out["notes"].append(text)
+            out["methods"][fig] = text
             continue
-        figs[fig] = entry
-        notes.append(
+        entry = mean_ratio(base["histograms"].get(fig), canary["histograms"].get(fig))
+        if entry is None:
+            out["skip"].append(fig)
+            figs[fig] = {"value": None, "ci95": None, "prompts": 0, "samples": [0, 0], "p99": {"value": None, "ci95": None}}
+            out["methods"][fig] = "not judged: %s, and no _sum gives its mean" % why
+            continue
+        figs[fig] = dict(entry, method="histogram-means")
+        text = (
             "%s p50 of both arms falls in the same histogram bucket (%s): judged on the mean %s instead "
-            "(vLLM's _sum / _count, exact: %.2f ms stable, %.2f ms canary, %.2fx, 95%% CI %.2f-%.2fx; the interval "
-            "takes each value as spread evenly inside its bucket, a cautious width)"
+            "(vLLM's _sum / _count, exact: %.2f ms stable, %.2f ms canary, %.2fx, 95%% CI %.2f-%.2fx; the histogram "
+            "method: no batches of the window (%s), so the interval takes each value as spread evenly inside its "
+            "bucket, an assumption)"
             % (LABELS[fig], _bucket_text(edges), LABELS[fig], entry["mean_ms"][0], entry["mean_ms"][1], entry["value"],
-               entry["ci95"][0], entry["ci95"][1])
+               entry["ci95"][0], entry["ci95"][1], base.get("source") or "read from two scrapes")
         )
-    return skip, notes
+        out["notes"].append(text)
+        out["methods"][fig] = text
+    return out
+
+
+def _batch_text(fig, entry, confidence):
+    """The sentence of a figure judged on its batch means."""
+    return (
+        "%s: mean %.2f ms stable vs %.2f ms canary from vLLM's _sum/_count, %.2fx, %d%% CI %.2f-%.2fx over %d / %d "
+        "batches of about %.0f s (batch means, delta-method t interval, %.0f df)"
+        % (LABELS[fig], entry["mean_ms"][0], entry["mean_ms"][1], entry["value"], round(100 * confidence),
+           entry["ci95"][0], entry["ci95"][1], entry["batches"][0], entry["batches"][1], entry["batch_s"], entry["df"])
+    )
 
 
 def _bucket_text(edges):

@@ -158,12 +158,24 @@ def report_markdown(report):
                 "range the two buckets allow (shown after each interval); `>=` marks a quantile past the last "
                 "bucket.",
             ]
+        lines += _methods_markdown(step)
         lines += canary_change.positions_markdown(step)
         lines += ["", "Reasons:", ""] + ["- %s" % r for r in step["reasons"]] + [""]
         if step.get("notes"):
             lines += ["Notes:", ""] + ["- %s" % n for n in step["notes"]] + [""]
     lines += plot_links(report)
     return "\n".join(lines) + "\n"
+
+
+def _methods_markdown(step):
+    """How the step judged each latency figure: the histograms' p50 where their buckets resolve it, else the mean
+    from vLLM's _sum/_count (batch means over the scrape intervals; the histogram method where there are none)."""
+    methods = step.get("methods") or {}
+    if not methods:
+        return []
+    return ["", "How each figure was judged:", ""] + [
+        "- %s" % methods[f] for f in ("ttft", "tpot", "e2e") if methods.get(f)
+    ]
 
 
 def _step_resolution(step, figure, quantile):
