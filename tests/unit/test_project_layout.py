@@ -265,7 +265,7 @@ def test_module_utils_are_packaged_by_capability_and_the_flat_names_still_import
         if name
         not in ("files", "reports", "prometheus_api", "canary_prometheus", "bench_load", "preflight_rules", "plan", "live", "spec_flags",
                      "bench_schedule", "bench_schedule_report", "tables", "fleet", "canary_change", "canary_report",
-                     "acceptance_record", "llmisvc", "rollback_llm", "smoke_schedule")
+                     "acceptance_record", "llmisvc", "rollback_llm", "smoke_schedule", "canary_means")
         and name not in SPLIT_SINCE
     }
     for name, package in moved.items():

@@ -34,6 +34,12 @@ which (``source``: ``pods`` or ``prometheus``).
    * the verdict's ``rollback``: ``abort``; ``keep``: ``promote-step``; ``inconclusive``:
      ``extend`` while extensions are left, else ``inconclusive``.
 
+   A figure whose p50 falls in the same bucket on both arms (canary_change.unresolved) is judged on its exact mean
+   from the histogram's ``_sum``/``_count`` instead; read from the pods, its interval comes from the batch means of
+   the step's scrape intervals (:class:`PodPages` keeps each interval's deltas, canary_means), and with fewer than
+   ``canary_means.MIN_BATCHES`` batches an arm the figure is not judged (the step is undecided unless another figure
+   regressed). The step says how each figure was judged (``methods``).
+
    Only ``promote-step`` and ``abort`` are acted on; the caller never acts on the others.
 
 Where the canary runs (:func:`support_problem`): KServe >= 0.20 in Standard mode (``spec.canary[]``:

@@ -23,10 +23,11 @@ Three things a canary that turns speculation on from off does not need:
    1 / (1 + allowance)), where a canary from off must be faster.
 3. **What the histograms can resolve** (:func:`unresolved`): a figure whose p50 falls in the same bucket on
    both arms (TPOT of a few ms, all below vLLM's first bucket edge of 10 ms; 21 against 23 ms, both in 10-25 ms)
-   has a p50 ratio made of the even spread inside that bucket. It is judged on its mean instead (:func:`mean_ratio`: the histogram's _sum / _count is
-   exact, its interval takes the values as spread evenly inside their buckets), and the step says so; a
-   figure without a sum is not judged, and when that is the figure the service is bound by, E2E request
-   latency decides instead.
+   has a p50 ratio made of the even spread inside that bucket. It is judged on its mean instead (:func:`by_means`: the
+   histogram's _sum / _count is exact; read from the pods, the interval comes from the batch means of the step's
+   scrape intervals, ``canary_means``; read from Prometheus, which gives no batches, from the buckets' spread,
+   :func:`mean_ratio`), and the step says which; a figure without a sum is not judged, and when that is the figure
+   the service is bound by, E2E request latency decides instead.
 """
 
 from __future__ import annotations

@@ -30,6 +30,12 @@ instant queries over the step's window, all evaluated at one instant ``at``:
 the window, and miss what happened between the last sample before the start and the first inside;
 quantiles and the acceptance rate, ratios of counts of the same scrapes, are not moved by it.
 
+A window read here has no ``batches``: ``increase()`` at Prometheus' own scrape interval (30 s by default, as long as
+a canary window) gives no sub-windows to take batch means over, and the differences of successive reads' extrapolated
+increases are not the scrape intervals' deltas. So a figure whose buckets cannot resolve it is judged here on the
+histogram method (``canary_change.mean_ratio``: the exact mean from ``_sum``, its interval from the buckets' spread),
+and the step's ``methods`` say so; the pods' ``/metrics`` (``canary.PodPages``) give the batch-means interval.
+
 Standard library only, plus the other specpilot.core module_utils.
 """
 
