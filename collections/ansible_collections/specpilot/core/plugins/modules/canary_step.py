@@ -86,7 +86,10 @@ options:
         as at 100% the stable predictor serves no traffic. The C(baseline) pods of O(arms) are not read then.
     type: dict
   poll:
-    description: Seconds between scrapes while the step is held.
+    description:
+      - Seconds between scrapes while the step is held.
+      - Each scrape interval is one batch of a figure judged on its mean (see RV(unresolved)); such a figure needs 10
+        non-empty batches in each arm, so the step then ends early no sooner than that.
     type: float
     default: 2
   headers:
