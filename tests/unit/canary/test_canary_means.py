@@ -68,13 +68,14 @@ class Clock:
         self.now += s
 
 
-def step(base_tpot, canary_tpot, cv=0.1, window_s=60, max_extensions=0, policy=None, seed=1, min_requests=20):
+def step(base_tpot, canary_tpot, cv=0.1, window_s=60, max_extensions=0, policy=None, seed=1, min_requests=20,
+         min_acceptance=0.5):
     """A step held on two engines scraped every 2 s (min_requests 20, as the lab's canary)."""
     engines = {"http://b/metrics": Engine(base_tpot, seed, cv), "http://c/metrics": Engine(canary_tpot, seed + 1, cv, True)}
     clock = Clock()
     return canary.run_step(
         lambda url: engines[url].page(), ARMS, window_s, min_requests, max_extensions, policy or {"bound_by": "tpot"},
-        poll_s=2, clock=clock, sleep=clock.sleep,
+        min_acceptance, poll_s=2, clock=clock, sleep=clock.sleep,
     )
 
 
@@ -127,6 +128,14 @@ def test_the_step_is_held_for_enough_batches_before_it_ends_early():
     # the first read, at once after the step's first scrape, is a batch too (this engine answers at every scrape)
     assert min(out["ratios"]["tpot"]["batches"]) == canary_means.MIN_BATCHES + 1
     assert out["window_s"] == 20.0 and out["decision"] == "promote-step"
+
+
+def test_what_needs_no_mean_acts_without_waiting_for_the_batches():
+    """An abort that needs no mean (the canary's acceptance under the floor) is taken as soon as both arms have their
+    8 requests, not held for the 10 batches (18 s here) a mean would need."""
+    out = step(0.006, 0.005, window_s=600, min_acceptance=0.9, min_requests=8)
+    assert out["decision"] == "abort" and "below the floor 0.90" in out["reasons"][0]
+    assert out["window_s"] < 18.0
 
 
 def test_the_report_names_the_method_of_each_figure():

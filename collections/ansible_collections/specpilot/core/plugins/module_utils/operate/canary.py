@@ -61,7 +61,7 @@ import time
 
 from ansible_collections.specpilot.core.plugins.module_utils.benchmark import bench_verdict
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics import parse_metrics_text
-from ansible_collections.specpilot.core.plugins.module_utils.operate import canary_change, canary_means
+from ansible_collections.specpilot.core.plugins.module_utils.operate import canary_change
 from ansible_collections.specpilot.core.plugins.module_utils.operate.canary_report import (  # noqa: F401 (re-exported)
     bucket_resolution,
     render_plots,
@@ -400,6 +400,7 @@ def _judged(out, baseline, canary, policy, floor, extensions_left, change):
         return dict(out, decision="promote-step", reasons=reasons)
     if means["short"]:
         # a figure its batches cannot judge yet is never taken as fine: only a regression elsewhere acts
+        out["held_for_batches"] = True
         names = [canary_change.LABELS[f] for f in means["short"]]
         reasons = ["%s not judged yet: too few batches for an interval of the mean (held for more)" % (
             ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0])] + reasons
@@ -566,23 +567,15 @@ def run_step(
         # min_requests; ending at once would decide it again on the same window (seen on the real engine: two
         # "extensions" in 25 s of a 60 s window, then inconclusive).
         need = min_requests * (extensions + 1)
-        while True:
-            wins = source.read()
-            if reference is not None:
-                wins["baseline"] = reference
-            enough = all(w["requests"] >= need for w in wins.values()) and not _batches_short(wins, reference is None)
-            if enough or clock() >= deadline:
-                break
-            _keep(keep, clock())
-            sleep(max(0.0, min(poll_s, deadline - clock())))
-        result = decide_step(
-            wins["baseline"],
-            wins["canary"],
-            policy,
-            min_acceptance,
-            min_requests,
-            max_extensions - extensions,
-            change,
+        wins, result = _held(
+            source,
+            reference,
+            need,
+            deadline,
+            lambda w, left=max_extensions - extensions: decide_step(
+                w["baseline"], w["canary"], policy, min_acceptance, min_requests, left, change
+            ),
+            (clock, sleep, poll_s, keep),
         )
         if result["decision"] != "extend":
             break
@@ -603,17 +596,24 @@ def run_step(
     return result
 
 
-def _batches_short(wins, baseline_grows=True):
-    """Whether a figure the buckets cannot resolve (canary_change.unresolved: judged on its mean) still has fewer
-    than canary_means.MIN_BATCHES non-empty batches in an arm whose window grows (not a reference window): the step
-    is then held on (to its window's end) rather than ended early and judged undecided."""
-    if any(w.get("batches") is None for w in wins.values()):
-        return False
-    unres = canary_change.unresolved(arm_figures(wins["baseline"]), arm_figures(wins["canary"]))
-    arms = ("baseline", "canary") if baseline_grows else ("canary",)
-    return any(
-        len(canary_means.batches_of(wins[arm], fig)) < canary_means.MIN_BATCHES for fig in unres for arm in arms
-    )
+def _held(source, reference, need, deadline, decide, timing):
+    """Reads the arms every poll until both have ``need`` requests or the window's ``deadline`` passes, then decides
+    (``decide(windows)``). A decision that waits for the batches of a mean (``held_for_batches``: a figure the buckets
+    cannot resolve has fewer than canary_means.MIN_BATCHES batches in an arm, and nothing else regressed) is taken
+    again at each poll until it no longer waits or the deadline passes: the step is held for the batches, not ended
+    early and judged undecided. ``timing``: (clock, sleep, poll_s, keep). Returns (windows, decision)."""
+    clock, sleep, poll_s, keep = timing
+    while True:
+        wins = source.read()
+        if reference is not None:
+            wins["baseline"] = reference
+        late = clock() >= deadline
+        if late or all(w["requests"] >= need for w in wins.values()):
+            result = decide(wins)
+            if late or not result.get("held_for_batches"):
+                return wins, result
+        _keep(keep, clock())
+        sleep(max(0.0, min(poll_s, deadline - clock())))
 
 
 def _warm_up(source, arms, requests, limit_s, timing):
