@@ -84,7 +84,7 @@ def batches_of(window, fig):
 
 def _arm(batches):
     """(mean, variance of the mean) of an arm's batches (the ratio estimator and its variance)."""
-    total_s, total_n = sum(s for s, _ in batches), sum(n for _, n in batches)
+    total_s, total_n = sum(b[0] for b in batches), sum(b[1] for b in batches)
     mean = total_s / total_n
     b = len(batches)
     var = b / (b - 1.0) * sum((s - mean * n) ** 2 for s, n in batches) / total_n ** 2
@@ -119,7 +119,7 @@ def batch_ratio(base, canary, fig, confidence=0.95, min_batches=MIN_BATCHES, lab
         return dict(out, problem=problem)
     (mb, vb), (mc, vc) = _arm(bb), _arm(bc)
     out["mean_ms"] = [1000.0 * mb, 1000.0 * mc]
-    out["samples"] = [int(sum(n for _, n in bb)), int(sum(n for _, n in bc))]
+    out["samples"] = [int(sum(b[1] for b in bb)), int(sum(b[1] for b in bc))]
     out["prompts"] = min(out["samples"])
     if mb <= 0 or mc <= 0:
         return dict(out, problem="%s: a mean of 0 (no latency recorded): no ratio" % label)
