@@ -92,8 +92,20 @@ def playbook(tmp_path, emu, *args, playbook_file="playbooks/benchmark.yml", chec
     return proc
 
 
+_PLANS: dict[str, str] = {}
+
+
 def plan_of_lab_ngram(tmp_path, emu, extra=None):
-    """lab-ngram's validated plan (``extra``: extra vars, e.g. another deployment mode)."""
+    """lab-ngram's validated plan (``extra``: extra vars, e.g. another deployment mode). Made once per test
+    session and set of extra vars: the plan is a function of the inventory and the vars only (validation reads
+    no cluster), and each ansible-playbook that made it cost seconds of CPU; each caller gets its own copy."""
+    key = json.dumps(extra or {}, sort_keys=True)
+    if key not in _PLANS:
+        _PLANS[key] = json.dumps(_validated_plan(tmp_path, emu, extra))
+    return json.loads(_PLANS[key])
+
+
+def _validated_plan(tmp_path, emu, extra):
     out = tmp_path / "plan.json"
     play = tmp_path / "plan.yml"
     play.write_text(

@@ -19,7 +19,8 @@ What the engine sees (its mount namespace):
 
 The environment is the container's (``env``, ``envFrom``) over a small base: ``PATH`` (the
 interpreter's directory first), ``HOME``, ``HOSTNAME``, offline Hugging Face, no usage stats, and
-``VLLM_CPU_KVCACHE_SPACE`` 1 unless the container sets it.
+``VLLM_CPU_KVCACHE_SPACE`` 1 and ``VLLM_LOG_STATS_INTERVAL`` 1 (stats logged every second, not every 10)
+unless the container sets them.
 
 What is still rewritten, and only that (mapping.engine_argv, mapping.engine_args): the interpreter
 (``.venv-vllm/bin/python``, running the entry point the container names: ``vllm serve``, or the
@@ -41,7 +42,12 @@ HOME = "/root"
 # bwrap_base binds these (read-only): nothing under them needs exposing
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt", "/sys", "/proc", "/dev")
 PASS_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
-BASE_ENV = dict(engine.OFFLINE_ENV, VLLM_CPU_KVCACHE_SPACE="1")
+# VLLM_LOG_STATS_INTERVAL: vLLM 0.32 logs its stats, the SpecDecoding metrics lines among them, every that many
+# seconds (vllm/envs.py: default 10; vllm/entrypoints/launchers/utils/server_utils.py lifespan, _force_log), and
+# only when the engine was busy. smoke.yml waits after its probes until the log holds the drafts /metrics counted
+# (roles/specpilot_smoke/tasks/log_window.yml): at 10 s that wait was up to 10 s a smoke check of every real
+# engine in the lab; at 1 s, as often as the stand-in engine logs (fake_engine.py, FAKE_LOG_INTERVAL), about 1 s.
+BASE_ENV = dict(engine.OFFLINE_ENV, VLLM_CPU_KVCACHE_SPACE="1", VLLM_LOG_STATS_INTERVAL="1")
 _SCRIPT_PATH = re.compile(r"(?<![\w$./-])(/[\w.+@%=:,/-]+)")
 
 

@@ -84,6 +84,17 @@ def test_first_deploy_then_a_rerun_writes_nothing(emulator, tmp_path):
         assert "%s: unchanged, ready" % part[0] in sliced.out
     assert emulator.control.writes(since=mark) == []
 
+    # check mode of a change writes nothing and shows the diff (a test of its own once, with a deploy of its own)
+    write_inventory(tmp_path / "inv", ns, {"svc": {"specpilot_speculative": dict(NGRAM, prompt_lookup_max=6)},
+                                           "svc-b": {"specpilot_speculative": NGRAM}})
+    mark = emulator.control.mark()
+    run = run_deploy(emulator, tmp_path, inv, "--check", "--diff", "--limit", "svc")
+    _deploy_ok(run)
+    assert emulator.control.writes(since=mark) == []  # dry-run requests are not writes
+    assert emulator.control.writes(since=mark, include_dry_run=True)  # ... but they were made
+    assert '"prompt_lookup_max":6' in run.out  # the diff shows the new argument
+    assert "The serving object with the revision record, InferenceService/svc" in run.out
+
 
 def test_services_on_two_clusters_are_each_read_on_their_own_cluster(emulator, fresh_emulator, tmp_path):
     """Issue 40: decide.yml's one read runs once, on the first service's connection; it covers the services of
@@ -160,24 +171,6 @@ def test_a_change_waits_for_the_new_rollout_not_a_stale_ready(emulator, tmp_path
     revisions = json.loads(history["data"]["revisions.json"])
     assert [r["digest"] for r in revisions] == [old_digest]
     assert revisions[0]["replaced_by"] == isvc["metadata"]["annotations"]["specpilot.io/spec-digest"]
-
-
-def test_check_mode_writes_nothing_and_shows_the_diff(emulator, tmp_path):
-    ns = "deploy-check"
-    create_namespace(emulator, ns)
-    inv = write_inventory(tmp_path / "inv", ns, {"svc": {"specpilot_speculative": NGRAM}})
-    with FakeKServe(emulator, ns):
-        _deploy_ok(run_deploy(emulator, tmp_path, inv))
-    write_inventory(
-        tmp_path / "inv", ns, {"svc": {"specpilot_speculative": dict(NGRAM, prompt_lookup_max=6)}}
-    )
-    mark = emulator.control.mark()
-    run = run_deploy(emulator, tmp_path, inv, "--check", "--diff")
-    _deploy_ok(run)
-    assert emulator.control.writes(since=mark) == []  # dry-run requests are not writes
-    assert emulator.control.writes(since=mark, include_dry_run=True)  # ... but they were made
-    assert '"prompt_lookup_max":6' in run.out  # the diff shows the new argument
-    assert "The serving object with the revision record, InferenceService/svc" in run.out
 
 
 def test_check_mode_first_deploy_into_a_new_namespace_creates_nothing_and_names_what_it_would(

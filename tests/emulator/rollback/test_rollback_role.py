@@ -94,6 +94,50 @@ def _setup(emu, tmp, ns, group=None):
     return inv
 
 
+def _aside(tmp_path):
+    """The report directory of a run that must leave nothing behind (not the one whose history is counted)."""
+    return "specpilot_rollback_report_dir=%s" % (tmp_path / "reports-aside")
+
+
+def _check_mode_writes_nothing(emulator, tmp_path, inv, ns, before):
+    """--check --diff on the deployed service: the diff names the speculative config, nothing is written (the
+    server-side dry runs excepted). (A test of its own once, with a deploy of its own.)"""
+    mark = emulator.control.mark()
+    run = _rollback(emulator, tmp_path, inv, "--check", "--diff", "-e", _aside(tmp_path))
+    _ok(run)
+    assert [
+        w for w in emulator.control.writes(since=mark) if not w.get("dry_run")
+    ] == [], emulator.control.writes(since=mark)
+    assert _isvc(emulator, ns)["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert "speculative-config" in run.out and "would change" in run.out
+
+
+def _a_lock_held_by_a_deploy_fails_fast(emulator, tmp_path, inv, ns):
+    """A deploy holds the service's lock: the rollback fails at once naming the holder, and writes nothing.
+    The lock is then removed, as its holder would. (A test of its own once, with a deploy of its own.)"""
+    leases = emulator.dynamic_client().resources.get(api_version="coordination.k8s.io/v1", kind="Lease")
+    leases.create(
+        namespace=ns,
+        body={
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "specpilot-deploy-svc"},
+            "spec": {
+                "holderIdentity": "alice@ci/deploy",
+                "leaseDurationSeconds": 3600,
+                "renewTime": "2099-01-01T00:00:00.000000Z",
+                "acquireTime": "2099-01-01T00:00:00.000000Z",
+            },
+        },
+    )
+    mark = emulator.control.mark()
+    run = _rollback(emulator, tmp_path, inv, "-e", _aside(tmp_path))
+    assert run.rc != 0 and "held by alice@ci/deploy" in run.out, run.out[-3000:]
+    assert emulator.control.writes(since=mark) == []
+    assert _spec_args(_isvc(emulator, ns)["spec"]["predictor"]["model"]["args"])
+    leases.delete(name="specpilot-deploy-svc", namespace=ns)
+
+
 def test_off_then_rerun_then_restore(emulator, tmp_path):
     ns = "rb-main"
     inv = _setup(emulator, tmp_path, ns)
@@ -101,6 +145,8 @@ def test_off_then_rerun_then_restore(emulator, tmp_path):
     on_predictor = deployed["spec"]["predictor"]
     on_args = on_predictor["model"]["args"]
     assert _spec_args(on_args)
+    _check_mode_writes_nothing(emulator, tmp_path, inv, ns, deployed)
+    _a_lock_held_by_a_deploy_fails_fast(emulator, tmp_path, inv, ns)
 
     with FakeKServe(emulator, ns):
         mark = emulator.control.mark()
@@ -188,20 +234,6 @@ def test_off_then_rerun_then_restore(emulator, tmp_path):
     assert emulator.control.writes(since=mark) == [], redeploy.out[-3000:]
 
 
-def test_check_mode_shows_the_diff_and_writes_nothing(emulator, tmp_path):
-    ns = "rb-check"
-    inv = _setup(emulator, tmp_path, ns)
-    before = _isvc(emulator, ns)
-    mark = emulator.control.mark()
-    run = _rollback(emulator, tmp_path, inv, "--check", "--diff")
-    _ok(run)
-    assert [
-        w for w in emulator.control.writes(since=mark) if not w.get("dry_run")
-    ] == [], emulator.control.writes(since=mark)
-    assert _isvc(emulator, ns)["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
-    assert "speculative-config" in run.out and "would change" in run.out
-
-
 def test_missing_service_fails_clearly_or_is_skipped(emulator, tmp_path):
     ns = "rb-missing"
     create_namespace(emulator, ns)
@@ -213,30 +245,6 @@ def test_missing_service_fails_clearly_or_is_skipped(emulator, tmp_path):
     _ok(ok)
     assert "ghost: skipped (no InferenceService)" in ok.out
     assert ok.recap()["ghost"]["changed"] == 0
-
-
-def test_lock_held_by_a_deploy_fails_fast(emulator, tmp_path):
-    ns = "rb-lock"
-    inv = _setup(emulator, tmp_path, ns)
-    emulator.dynamic_client().resources.get(api_version="coordination.k8s.io/v1", kind="Lease").create(
-        namespace=ns,
-        body={
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": "specpilot-deploy-svc"},
-            "spec": {
-                "holderIdentity": "alice@ci/deploy",
-                "leaseDurationSeconds": 3600,
-                "renewTime": "2099-01-01T00:00:00.000000Z",
-                "acquireTime": "2099-01-01T00:00:00.000000Z",
-            },
-        },
-    )
-    mark = emulator.control.mark()
-    run = _rollback(emulator, tmp_path, inv)
-    assert run.rc != 0 and "held by alice@ci/deploy" in run.out, run.out[-3000:]
-    assert emulator.control.writes(since=mark) == []
-    assert _spec_args(_isvc(emulator, ns)["spec"]["predictor"]["model"]["args"])
 
 
 # ------------------------------------------------------------------ option B draft reclaim
