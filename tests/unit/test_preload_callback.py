@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 from ansible_collections.specpilot.core.plugins.callback import preload
@@ -71,6 +72,35 @@ def test_the_playbook_and_each_play_freeze_what_the_parent_holds_before_the_work
         assert _collectable(play)
         callback.v2_playbook_on_play_start(None)
         assert not _collectable(play)
+    finally:
+        gc.unfreeze()
+
+
+class _Node:
+    """A cycle's member: freed only by a garbage collection, never by reference counting."""
+
+    def __init__(self):
+        self.me = self
+
+
+def test_each_task_collects_what_the_last_left_and_freezes_the_rest(monkeypatch):
+    """Over a play the parent accumulates every host's registered results (a fleet's worth at the end): at each
+    task's start they are frozen, so that the task's workers (one a host) no longer walk and copy them, and the
+    cyclic garbage of the last task is collected first, so that freezing never keeps garbage alive."""
+    monkeypatch.setattr(preload, "preload", lambda: [])
+    callback = preload.CallbackModule()
+    gc.unfreeze()
+    try:
+        callback.v2_playbook_on_start(None)
+        registered = [{"host": "svc-%d" % i} for i in range(3)]  # what the last task kept for its hosts
+        garbage = weakref.ref(_Node())  # unreachable, in a cycle
+        assert _collectable(registered) and garbage() is not None
+        callback.v2_playbook_on_task_start(None, False)
+        assert garbage() is None
+        assert not _collectable(registered)
+        handler_result = ["a handler's result"]
+        callback.v2_playbook_on_handler_task_start(None)
+        assert not _collectable(handler_result)
     finally:
         gc.unfreeze()
 

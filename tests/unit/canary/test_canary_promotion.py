@@ -12,44 +12,19 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.specpilot.core.plugins.filter.canary import canary_images, canary_promotion
 from ansible_collections.specpilot.core.plugins.module_utils.deploy import deploy_state
-from ansible_collections.specpilot.core.plugins.module_utils.service import live, validator
+from ansible_collections.specpilot.core.plugins.module_utils.service import live
+from service_plans import SPEC, applied, plan
 
 OLD, NEW, LATER = "vllm/vllm-openai:v0.31.0", "vllm/vllm-openai:v0.32.0", "vllm/vllm-openai:v0.33.0"
-SPEC = {
-    "name": "svc",
-    "namespace": "ml",
-    "kserve_version": "0.20",
-    "deployment_mode": "Standard",
-    "vllm_version": "0.32.0",
-    "runtime": {"image": NEW},
-    "gpu": {"count": 1, "memory_gib": 80},
-    "delivery": "pvc",
-    "pvc": {"name": "models"},
-    "target": {"subdir": "target", "params_b": 8.0, "dtype": "bfloat16"},
-    "speculative": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4},
-    "vllm_args": {"gpu_memory_utilization": 0.85, "max_model_len": 4096},
-    "acknowledged_warnings": ["async-scheduling-disabled"],
-}
 UNPIN = {"spec": {"predictor": {"model": {"image": None}}}}
 
 
 def _plan(**changes):
-    spec = copy.deepcopy(SPEC)
-    spec.update(changes)
-    result = validator.validate(spec, {"kserve_version": spec["kserve_version"]})
-    assert result["ok"], result["report"]
-    return result["plan"]
+    return plan(**dict({"runtime": {"image": NEW}}, **changes))
 
 
 def _image_plan(image, **changes):
     return _plan(runtime=dict(SPEC["runtime"], image=image), **changes)
-
-
-def _stored(manifest, manager="specpilot"):
-    """What the API server keeps of a manifest server-side applied by ``manager``."""
-    obj = copy.deepcopy(manifest)
-    obj["metadata"]["managedFields"] = [{"manager": manager, "operation": "Apply", "apiVersion": obj["apiVersion"]}]
-    return obj
 
 
 def _merge(target, patch):
@@ -68,7 +43,7 @@ def _merge(target, patch):
 def _deployed(plan):
     """The service and its runtime as deploy.yml of ``plan`` leaves them."""
     runtime, isvc = deploy_state.desired_objects(plan, None)
-    return _stored(isvc), _stored(runtime)
+    return applied(isvc), applied(runtime)
 
 
 def _promoted(stable, plan, images):
@@ -95,7 +70,7 @@ def test_a_promoted_image_change_leaves_what_deploy_of_the_same_spec_makes():
     assert live.runtime_image(writes["runtime"]) == NEW
     assert writes["unpin"] == UNPIN
     isvc = _merge(_promoted(stable, plan, images), writes["unpin"])
-    runtime = _stored(writes["runtime"])
+    runtime = applied(writes["runtime"])
     assert "image" not in isvc["spec"]["predictor"]["model"] and "canary" not in isvc["spec"]
     # deploy.yml of the same spec right after: nothing to apply, and the service runs the plan (the runtime's image)
     decision = deploy_state.decide(plan, {"inferenceservice": isvc, "servingruntime": runtime})
@@ -103,7 +78,7 @@ def test_a_promoted_image_change_leaves_what_deploy_of_the_same_spec_makes():
     assert live.changes(isvc, plan, runtime) == []
     # a later deploy.yml of another image: its runtime's image is what the predictor runs
     later = _image_plan(LATER)
-    later_runtime = _stored(deploy_state.decide(later, {})["servingruntime"])
+    later_runtime = applied(deploy_state.decide(later, {})["servingruntime"])
     assert live.view(isvc).image is None
     assert [c["spec"] for c in live.changes(isvc, later, later_runtime) if c["field"] == "image"] == []
 
@@ -117,7 +92,7 @@ def test_without_the_promotions_writes_the_image_stays_pinned_over_a_later_deplo
     decision = deploy_state.decide(plan, {"inferenceservice": pinned, "servingruntime": stable_runtime})
     assert not decision["runtime_sync"]["in_sync"]
     later = _image_plan(LATER)
-    later_runtime = _stored(deploy_state.decide(later, {})["servingruntime"])
+    later_runtime = applied(deploy_state.decide(later, {})["servingruntime"])
     assert live.view(pinned).image == NEW
     assert live.changes(pinned, later, later_runtime)[0] == {"field": "image", "live": NEW, "spec": LATER}
 
@@ -135,7 +110,7 @@ def test_a_predictor_that_names_its_image_is_canaried_on_that_image_and_promoted
     writes = canary_promotion(plan, images)
     assert live.runtime_image(writes["runtime"]) == NEW and writes["unpin"] == UNPIN
     isvc = _merge(_promoted(stable, plan, images), writes["unpin"])
-    decision = deploy_state.decide(plan, {"inferenceservice": isvc, "servingruntime": _stored(writes["runtime"])})
+    decision = deploy_state.decide(plan, {"inferenceservice": isvc, "servingruntime": applied(writes["runtime"])})
     assert decision["in_sync"] and live.view(isvc).image is None
 
 
@@ -162,7 +137,7 @@ def test_an_image_change_with_a_runtime_specpilot_does_not_create_is_refused_bef
     shared = {"create": False, "name": "shared-vllm", "kind": "ServingRuntime", "image": NEW}
     plan = _plan(runtime=shared)
     assert plan["servingruntime"] is None
-    stable = _stored(plan["inferenceservice"])
+    stable = applied(plan["inferenceservice"])
     existing = {"kind": "ServingRuntime", "spec": {"containers": [{"name": "kserve-container", "image": OLD}]}}
     images = canary_images(stable, plan, existing)
     assert images["changed"]

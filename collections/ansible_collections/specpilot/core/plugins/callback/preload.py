@@ -29,6 +29,10 @@ description:
     they sit on (about 6% less CPU for a playbook that reads the cluster). The parent does not collect the
     frozen objects again; they are what it keeps for the run anyway (imported code, the inventory, the
     plays), a few plays' worth at most.
+  - When each task starts, it collects what the hosts' last task left behind and freezes the rest (each host's
+    registered results and facts, which grow with the number of hosts over a play), so that a worker's cost no
+    longer grows with the number of hosts the play has run (over a fleet, a worker that walked them copied a
+    fleet's worth of memory).
   - When a play runs a role whose reports draw PNG plots (smoke, benchmark, canary), it imports matplotlib
     at the play's start, so that the workers of the play's hosts inherit it rather than each importing it
     again (about half a second of CPU a service of smoke.yml).
@@ -76,6 +80,18 @@ class CallbackModule(CallbackBase):
         plots_for(play)
         # the play's tasks, variables and templates were built since the last freeze
         gc.freeze()
+
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        # What the hosts' last task left in this process (each host's registered result and facts: a fleet's
+        # worth by the end of a play) is collected, then frozen, so that the next task's workers, one a host,
+        # do not walk it in their own collections and so copy it: without this, a worker's cost grew with the
+        # number of hosts the play had run before it (issue 40). gc.collect() walks only what was made since
+        # the last freeze; the frozen objects are acyclic results, freed by reference counting when replaced.
+        gc.collect()
+        gc.freeze()
+
+    def v2_playbook_on_handler_task_start(self, task):
+        self.v2_playbook_on_task_start(task, False)
 
 
 def known_variables(play):
