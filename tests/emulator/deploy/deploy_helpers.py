@@ -459,6 +459,27 @@ def create_namespace(emu, name: str) -> None:
     )
 
 
+def hold_deploy_lock(emu, namespace: str, service: str, holder: str):
+    """The service's deploy lock (Lease specpilot-deploy-<service>) held by ``holder`` until 2099, as another
+    run would hold it; returns the Lease resource, to delete it as its holder would."""
+    leases = emu.dynamic_client().resources.get(api_version="coordination.k8s.io/v1", kind="Lease")
+    leases.create(
+        namespace=namespace,
+        body={
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "specpilot-deploy-%s" % service},
+            "spec": {
+                "holderIdentity": holder,
+                "leaseDurationSeconds": 3600,
+                "renewTime": "2099-01-01T00:00:00.000000Z",
+                "acquireTime": "2099-01-01T00:00:00.000000Z",
+            },
+        },
+    )
+    return leases
+
+
 def wait_for(pred, timeout: float = 60.0, interval: float = 0.2, what: str = "condition"):
     deadline = time.monotonic() + timeout
     last = None

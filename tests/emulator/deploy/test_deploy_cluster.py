@@ -17,6 +17,7 @@ from deploy_helpers import (
     FakeKServe,
     create_namespace,
     get,
+    hold_deploy_lock,
     run_deploy,
     write_inventory,
 )
@@ -158,19 +159,7 @@ def test_a_kserve_that_cannot_do_the_spec_fails_before_anything_is_written(emula
 def test_one_failing_service_does_not_stop_the_others(emulator, tmp_path):
     ns = "deploy-many"
     create_namespace(emulator, ns)
-    emulator.dynamic_client().resources.get(api_version="coordination.k8s.io/v1", kind="Lease").create(
-        namespace=ns,
-        body={
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": "specpilot-deploy-locked"},
-            "spec": {
-                "holderIdentity": "bob@laptop/pid/x1",
-                "leaseDurationSeconds": 3600,
-                "renewTime": "2099-01-01T00:00:00.000000Z",
-            },
-        },
-    )
+    hold_deploy_lock(emulator, ns, "locked", "bob@laptop/pid/x1")
     services = {
         "good-1": OPTION_C,
         "good-2": dict(OPTION_C, specpilot_speculative=dict(NGRAM, num_speculative_tokens=2)),

@@ -29,6 +29,7 @@ from deploy_helpers import (
     ansible_env,
     create_namespace,
     get,
+    hold_deploy_lock,
     run_deploy,
     write_inventory,
 )  # noqa: E402
@@ -115,21 +116,7 @@ def _check_mode_writes_nothing(emulator, tmp_path, inv, ns, before):
 def _a_lock_held_by_a_deploy_fails_fast(emulator, tmp_path, inv, ns):
     """A deploy holds the service's lock: the rollback fails at once naming the holder, and writes nothing.
     The lock is then removed, as its holder would. (A test of its own once, with a deploy of its own.)"""
-    leases = emulator.dynamic_client().resources.get(api_version="coordination.k8s.io/v1", kind="Lease")
-    leases.create(
-        namespace=ns,
-        body={
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": "specpilot-deploy-svc"},
-            "spec": {
-                "holderIdentity": "alice@ci/deploy",
-                "leaseDurationSeconds": 3600,
-                "renewTime": "2099-01-01T00:00:00.000000Z",
-                "acquireTime": "2099-01-01T00:00:00.000000Z",
-            },
-        },
-    )
+    leases = hold_deploy_lock(emulator, ns, "svc", "alice@ci/deploy")
     mark = emulator.control.mark()
     run = _rollback(emulator, tmp_path, inv, "-e", _aside(tmp_path))
     assert run.rc != 0 and "held by alice@ci/deploy" in run.out, run.out[-3000:]

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.exposition import generate_latest
 
 from ansible_collections.specpilot.core.plugins.module_utils.operate import canary, canary_means
+from fake_clock import Clock
 
 ARMS = {
     "baseline": [{"pod": "stable-1", "url": "http://b/metrics"}],
@@ -55,17 +56,6 @@ class Engine:
             for counter, value in zip(self.spec, (16, 48, 38)):
                 counter.labels("m", "0").inc(value)
         return "".join(line for line in generate_latest(self.reg).decode().splitlines(True) if "_created" not in line)
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, s):
-        self.now += s
 
 
 def step(base_tpot, canary_tpot, cv=0.1, window_s=60, max_extensions=0, policy=None, seed=1, min_requests=20,

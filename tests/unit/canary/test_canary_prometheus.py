@@ -17,6 +17,7 @@ from test_canary_window import page
 from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_metrics import parse_metrics_text
 from ansible_collections.specpilot.core.plugins.module_utils.operate import canary, canary_prometheus as cp
+from fake_clock import Clock
 
 RECORDED = Path(__file__).resolve().parents[2] / "data" / "prometheus" / "canary_read.json"
 SPEC = (1000, 3000, 2400)  # drafts, draft tokens, accepted per 120 requests: acceptance 0.8
@@ -167,14 +168,6 @@ class FakePrometheus:
         if key.startswith("sum:"):
             return [({}, lat["sum"])]
         return [({"le": repr(le)}, v) for le, v in lat["buckets"]] + [({"le": "+Inf"}, lat["count"])]
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def sleep(self, s):
-        self.now += s
 
 
 def hold(fake, clock, window=10.0, min_requests=100, max_extensions=2):

@@ -6,6 +6,7 @@ from ansible_collections.specpilot.core.plugins.action import rollout_wait
 from ansible_collections.specpilot.core.plugins.plugin_utils import lease_client
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import ReadError
 from deploy_unit_helpers import applied, deployment, plan, pod, ready_status
+from fake_clock import Clock
 
 PARAMS = {
     "delay": 5.0,
@@ -15,17 +16,6 @@ PARAMS = {
     "progress_interval": 30,
     "baseline": {},
 }
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1_800_000_000.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
 
 
 class ScriptedReader:
@@ -68,7 +58,7 @@ def _states():
 
 def test_waits_through_a_stale_ready_and_reports_progress():
     new, stale, rolling, done = _states()
-    clock, lines = Clock(), []
+    clock, lines = Clock(1_800_000_000.0), []
     out = rollout_wait.wait(
         ScriptedReader([stale, stale, rolling, rolling, done]),
         new,
@@ -94,7 +84,7 @@ def test_the_pauses_double_from_half_a_second_up_to_the_delay():
 
 def test_times_out_with_what_it_waited_for():
     new, stale, _rolling, _done = _states()
-    clock, lines = Clock(), []
+    clock, lines = Clock(1_800_000_000.0), []
     out = rollout_wait.wait(
         ScriptedReader([stale]), new, PARAMS, 60, lines.append, clock=clock, sleep=clock.sleep
     )
@@ -122,7 +112,7 @@ def test_stops_at_a_crash_loop_and_survives_read_errors():
             )
         ],
     )
-    clock, lines = Clock(), []
+    clock, lines = Clock(1_800_000_000.0), []
     reader = ScriptedReader([ReadError("500"), rolling, crashing])
     out = rollout_wait.wait(reader, new, PARAMS, 600, lines.append, clock=clock, sleep=clock.sleep)
     assert not out["done"] and not out["timed_out"]
@@ -149,7 +139,7 @@ LOCK = {"holder": "me", "resource_version": "10", "duration": 30}
 def _wait_renewing(states, client, lines=None, **renewer_kw):
     """The wait over ``states`` with a fake clock, renewing the lock through ``client``."""
     new = _states()[0]
-    clock = Clock()
+    clock = Clock(1_800_000_000.0)
     renewer = lease_client.Renewer(client, LOCK, clock=clock, **renewer_kw)
     out = rollout_wait.wait(
         ScriptedReader(states),

@@ -15,18 +15,11 @@ from ansible_collections.specpilot.core.plugins.module_utils.report.progress imp
     human,
 )
 from ansible_collections.specpilot.core.plugins.plugin_utils import progress_relay
-
-
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self):
-        return self.now
+from fake_clock import Clock
 
 
 def test_byte_progress_says_bytes_share_and_rate_at_most_every_interval():
-    clock, lines = Clock(), []
+    clock, lines = Clock(100.0), []
     meter = ByteProgress("target", 4 * 1024**3, lines.append, every=10.0, clock=clock)
     meter.add(1024**3)
     clock.now += 9.9
