@@ -37,8 +37,10 @@ pytestmark = [
     # machine): the healthy canary PROMOTED in 200 s (50%: TPOT mean 6.92 -> 3.94 ms, 1.75x, 95% CI 1.37-2.25x over
     # 11 / 10 batches; 100%: 3.03x, 2.38-3.86x); the k=3 -> k=2 change was INCONCLUSIVE in 153 s (TPOT mean 2.94 ->
     # 3.09 ms, 0.95x, 95% CI 0.86-1.05x over 21 / 19 batches, against the change's 5% allowance: a ratio on the
-    # allowance, which no window decides). Run them with SPECPILOT_LAB_CANARY_REAL=1, under flock /work/heavy.lock on
-    # a shared machine.
+    # allowance, which no window decides). With one core kept busy beside it (about a CI lane's load) the healthy
+    # canary was INCONCLUSIVE: TPOT 6.73 -> 6.25 ms, 1.08x, 95% CI 0.71-1.64x over 18 / 16 batches (the gain shrinks
+    # on shared cores), so it stays out of make test. Run them with SPECPILOT_LAB_CANARY_REAL=1, under flock
+    # /work/heavy.lock on a shared machine.
     pytest.mark.skipif(
         not os.environ.get("SPECPILOT_LAB_CANARY_REAL"),
         reason="real-engine canary runs are opt-in (SPECPILOT_LAB_CANARY_REAL=1): about 7.5 min each",
