@@ -8,7 +8,7 @@ import json
 import re
 
 import pytest
-from test_canary_window import arm
+from test_canary_window import arm, canary_variables
 
 from ansible_collections.specpilot.core.plugins.module_utils.operate import canary, canary_change
 
@@ -71,6 +71,18 @@ def test_a_change_that_is_slower_beyond_the_allowance_aborts_and_one_within_prom
     assert any(r.startswith("TPOT") and "slower beyond the allowance" in r for r in out["reasons"])
 
 
+def test_an_undecided_change_names_the_canarys_allowance_as_its_next_step():
+    """A change within the noise of its allowance ends inconclusive with the canary's own next step: more requests,
+    or a wider specpilot_canary_change_allowance where the SLO allows it (issue 39)."""
+    close = dict(STABLE, tpot_s=0.0185)
+    out = canary.decide_step(arm(**STABLE), arm(**close), extensions_left=0, change={"allowance": 0.05})
+    assert out["decision"] == "inconclusive" and out["verdict"]["decision"] == "inconclusive", out["reasons"]
+    said = "\n".join(out["reasons"])
+    assert re.search(r"about \d+ more request\(s\) per arm would likely decide it: .*; or, if the service's SLO allows "
+                     r"it, a wider specpilot_canary_change_allowance \(now 5%\)", said), said
+    assert "per prompt" not in said and "specpilot_canary_change_allowance" in canary_variables(said)
+
+
 def test_tpot_below_the_first_bucket_is_judged_on_its_mean():
     # TPOT of ~5 ms on both arms (the lab's n-gram engine): all below vLLM's first TPOT bucket edge (10 ms), so the
     # quantiles are the bucket's even spread on both arms; the means (_sum / _count) still see 5.5 -> 4.5 ms
@@ -78,8 +90,9 @@ def test_tpot_below_the_first_bucket_is_judged_on_its_mean():
     fast = dict(ttft_s=0.03, tpot_s=0.0045, n=120, spec=(1000, 3000, 2400))
     out = canary.decide_step(arm(**base), arm(**fast))
     assert out["unresolved"]["tpot"] == [0.0, 10.0] and out["judged_by"] == "tpot"
-    assert any("TPOT p50 of both arms falls in the same histogram bucket (0-10 ms): judged on the mean" in r
-               for r in out["reasons"])
+    assert "TPOT p50 of both arms falls in the same histogram bucket (0-10 ms): judged on the mean" in (
+        out["methods"]["tpot"])
+    assert any(r.startswith("TPOT is compared by its mean (the histogram method), not its p50") for r in out["reasons"])
     tpot = out["ratios"]["tpot"]
     assert tpot["statistic"] == "mean" and tpot["value"] == pytest.approx(5.5 / 4.5, rel=1e-3)
     assert tpot["ci95"][0] < tpot["value"] < tpot["ci95"][1]

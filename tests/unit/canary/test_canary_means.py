@@ -79,10 +79,15 @@ def test_both_arms_in_the_first_bucket_with_clearly_different_means_decide_by_th
     assert tpot["method"] == "batch-means" and tpot["value"] == pytest.approx(1.2, rel=0.05)
     assert 1.0 < tpot["ci95"][0] < tpot["value"] < tpot["ci95"][1] < 1.4
     assert min(tpot["batches"]) >= canary_means.MIN_BATCHES
-    said = "\n".join(faster["reasons"])
+    said = faster["methods"]["tpot"]
     assert re.search(r"^TPOT: mean 5\.9\d ms stable vs 4\.9\d ms canary from vLLM's _sum/_count, 1\.\d\dx, 95% CI "
                      r"1\.\d\d-1\.\d\dx over 1\d / 1\d batches of about 2 s \(batch means, delta-method t interval, \d+ df\); "
-                     r"the histogram's 0-10 ms bucket holds both arms' p50 and cannot resolve it$", said, re.M), said
+                     r"the histogram's 0-10 ms bucket holds both arms' p50 and cannot resolve it$", said), said
+    # the reasons say what decided, and that TPOT is a mean, without the method's sentence (the methods hold it)
+    assert re.match(r"TPOT 1\.\d\dx faster \(95% CI 1\.\d\d-1\.\d\dx\)$", faster["reasons"][0]), faster["reasons"]
+    assert "TPOT is compared by its mean (batch means), not its p50: both arms' p50 fall in the 0-10 ms bucket" in (
+        "\n".join(faster["reasons"]))
+    assert not any("delta-method" in r for r in faster["reasons"]), faster["reasons"]
     # the same means the other way round: slower beyond the noise, aborted by the SLO (TPOT-bound)
     slower = step(0.005, 0.006)
     assert slower["decision"] == "abort", slower["reasons"]
@@ -106,9 +111,9 @@ def test_too_few_batches_leave_the_figure_undecided_and_say_so():
     assert out["decision"] == "inconclusive", out["reasons"]
     assert out["ratios"]["tpot"]["value"] is None and out["ratios"]["tpot"]["batches"] == [6, 6]
     assert out["reasons"][0] == "E2E, TPOT and TTFT not judged yet: too few batches for an interval of the mean (held for more)"
-    assert any("TPOT: stable arm 6 and canary arm 6 non-empty batch(es)" in r and "fewer than the 10" in r
-               for r in out["reasons"]), out["reasons"]
-    assert "not judged" in out["methods"]["tpot"]
+    assert "TPOT: stable arm 6 and canary arm 6 non-empty batch(es)" in out["methods"]["tpot"]
+    assert "fewer than the 10" in out["methods"]["tpot"] and "not judged" in out["methods"]["tpot"]
+    assert not any("non-empty batch(es)" in r for r in out["reasons"]), out["reasons"]
 
 
 def test_the_step_is_held_for_enough_batches_before_it_ends_early():
@@ -140,6 +145,28 @@ def test_the_report_names_the_method_of_each_figure():
     assert "batches of about 2 s (batch means, delta-method t interval" in section
     # E2E 0.3-0.5 s against 0-0.3 s: the buckets resolve it
     assert re.search(r"^- E2E: p50 from the histograms, \d\.\d\dx \(the buckets resolve it", section, re.M), section
+
+
+def test_the_report_states_each_method_once_in_its_methods_and_the_reasons_say_the_decision():
+    """Issue 39: the batch-means sentence was printed twice, under "How each figure was judged:" and again among the
+    step's reasons. It is in the methods only; the reasons keep the decision and point to the method."""
+    out = step(0.006, 0.003)
+    out["traffic_percent"] = 50
+    md = canary.report_markdown({
+        "service": "s", "namespace": "ns", "outcome": "promoted", "summary": "s", "canary_name": "c",
+        "speculative_config": {"method": "ngram"}, "steps_planned": [50], "window_s": 60, "min_requests": 20,
+        "min_acceptance": 0.5, "steps": [out]})
+    sentence = out["methods"]["tpot"]
+    assert "batch means, delta-method t interval" in sentence
+    # every figure's method once (TTFT is judged on its batch means too: 10-20 ms on both arms)
+    assert all(md.count(out["methods"][f]) == 1 for f in ("ttft", "tpot", "e2e")), md
+    assert md.count("delta-method t interval") == sum("delta-method" in m for m in out["methods"].values()) == 2, md
+    methods = md.split("How each figure was judged:")[1].split("Reasons:")[0]
+    reasons = md.split("Reasons:")[1]
+    assert sentence in methods
+    assert re.search(r"^- TPOT 2\.\d\dx faster \(95% CI \d\.\d\d-\d\.\d\dx\)$", reasons, re.M), reasons
+    assert re.search(r"^- TPOT is compared by its mean \(batch means\), not its p50: both arms' p50 fall in the 0-10 ms "
+                     r"bucket \(the method: see the report's \"How each figure was judged\"\)$", reasons, re.M), reasons
 
 
 def test_a_window_without_batches_is_judged_on_the_histogram_method_and_says_so():

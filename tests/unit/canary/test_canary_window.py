@@ -10,12 +10,14 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.exposition import generate_latest
 
 from ansible_collections.specpilot.core.plugins.module_utils.operate import canary
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "vllm" / "lab_0.32.0"
+CANARY_SPECS = Path(__file__).resolve().parents[3] / "roles" / "specpilot_canary" / "meta" / "argument_specs.yml"
 SUFFIX = (DATA / "suffix" / "metrics.txt").read_text()
 DRAFT = (DATA / "draft_model" / "metrics.txt").read_text()
 _SAMPLE = re.compile(r"^(vllm:[^\s{]+(?:\{[^}]*\})?) (\S+)$")
@@ -206,8 +208,37 @@ def test_no_difference_is_undecided_never_acted_on():
     # every figure of both arms sits in one and the same bucket: their quantiles tell the arms nothing, so each is
     # judged on its mean (issue 39: never decide on a measurement that measured nothing)
     assert sorted(out["unresolved"]) == ["e2e", "tpot", "ttft"] and out["ratios"]["tpot"]["statistic"] == "mean"
-    assert any("TPOT p50 of both arms falls in the same histogram bucket (25-50 ms): judged on the mean" in r
-               for r in out["reasons"])
+    assert "TPOT p50 of both arms falls in the same histogram bucket (25-50 ms): judged on the mean" in (
+        out["methods"]["tpot"])
+    assert any(r.startswith("TPOT is compared by its mean (the histogram method), not its p50: both arms' p50 fall in "
+                            "the 25-50 ms bucket") for r in out["reasons"]), out["reasons"]
+
+
+def canary_variables(text):
+    """The specpilot_* names a text gives, each checked to be a variable the canary role takes."""
+    names = set(re.findall(r"specpilot_[a-z_]+", text))
+    options = yaml.safe_load(CANARY_SPECS.read_text())["argument_specs"]["main"]["options"]
+    assert names <= set(options), sorted(names - set(options))
+    return names
+
+
+def test_an_inconclusive_step_gives_the_canarys_next_step_not_the_benchmarks():
+    """Issue 39: an undecided step took benchmark.yml's advice ("about N more run(s) per prompt ...
+    (specpilot_benchmark_runs_per_prompt)"), which no canary variable sets. A step ends once each arm served
+    specpilot_canary_min_requests, so its next step is more requests per arm, in the canary's own variables."""
+    base, close = arm(ttft_s=0.03, tpot_s=0.04, n=60), arm(0.03, 0.039, 60, spec=(1000, 3000, 2400))
+    out = canary.decide_step(base, close, extensions_left=0)
+    assert out["decision"] == "inconclusive" and out["verdict"]["decision"] == "inconclusive", out["reasons"]
+    said = "\n".join(out["reasons"] + out["verdict"]["reasons"])
+    assert "per prompt" not in said and "specpilot_benchmark" not in said and "more runs" not in said, said
+    need = out["verdict"]["runs_needed"]
+    assert need >= 1
+    assert "about %d more request(s) per arm would likely decide it: raise specpilot_canary_min_requests" % (
+        need * 60) in said, said
+    assert {"specpilot_canary_min_requests", "specpilot_canary_window", "specpilot_canary_slo"} <= canary_variables(said)
+    # held for another window, the canary takes that step itself: no advice yet
+    held = canary.decide_step(base, close, extensions_left=1)
+    assert held["decision"] == "extend" and not any("would likely decide" in r for r in held["reasons"])
 
 
 def test_a_difference_inside_one_bucket_is_measured_on_the_means():

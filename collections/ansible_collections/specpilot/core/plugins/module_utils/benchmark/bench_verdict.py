@@ -669,8 +669,8 @@ def _burst_notes(baseline, speculative):
     return notes
 
 
-def _inconclusive(result, out, needed):
-    """An inconclusive result: what was undecided, and how many more runs would likely decide it."""
+def _inconclusive(result, out, needed, hint=True):
+    """An inconclusive result: what was undecided, and (``hint``) how many more runs would likely decide it."""
     result["decision"] = "inconclusive"
     result["reasons"] = [text for _unused, _unused, _unused, text in out["undecided"]] or [
         "nothing improved beyond the noise"
@@ -678,16 +678,19 @@ def _inconclusive(result, out, needed):
     known = [n for n in needed if n is not None]
     if known and len(known) == len(needed):
         result["runs_needed"] = max(known)
-        result["reasons"].append(
-            "about %d more run(s) per prompt would likely decide it (specpilot_benchmark_runs_per_prompt)"
-            % result["runs_needed"]
-        )
-    else:
+        if hint:
+            result["reasons"].append(
+                "about %d more run(s) per prompt would likely decide it (specpilot_benchmark_runs_per_prompt)"
+                % result["runs_needed"]
+            )
+    elif hint:
         result["reasons"].append("a difference this small cannot be resolved by more runs at this load")
 
 
-def decide(baseline, speculative, figs, policy, thresholds=None, runs_per_prompt=None):
-    """{decision, reasons, fine, notes, runs_needed} of one valid level."""
+def decide(baseline, speculative, figs, policy, thresholds=None, runs_per_prompt=None, hint=True):
+    """{decision, reasons, fine, notes, runs_needed} of one valid level. ``hint``: False leaves benchmark.yml's
+    advice (more runs per prompt, specpilot_benchmark_runs_per_prompt) out of an inconclusive result's reasons, for
+    a caller that gives its own next step (the canary, issue 39); ``runs_needed`` is set either way."""
     policy = policy_with_defaults(policy)
     thresholds = thresholds or {}
     out = {"gains": [], "regressions": [], "undecided": [], "fine": [], "notes": []}
@@ -719,7 +722,7 @@ def decide(baseline, speculative, figs, policy, thresholds=None, runs_per_prompt
     if out["regressions"]:
         result.update(decision="rollback", reasons=out["regressions"])
     elif out["undecided"] or not out["gains"]:
-        _inconclusive(result, out, needed)
+        _inconclusive(result, out, needed, hint)
     else:
         result.update(decision="keep", reasons=out["gains"] + out["fine"])
     return result

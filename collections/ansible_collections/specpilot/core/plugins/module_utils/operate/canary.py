@@ -387,13 +387,18 @@ def _judged(out, baseline, canary, policy, floor, extensions_left, change):
     if decide_by is None:
         return _undecided(out, notes + ["no latency figure that decides is resolved by the histograms"], extensions_left)
     skip = tuple(means["skip"] + means["short"])
+    allowance = None
     if baseline["acceptance"] is not None:
-        verdict = canary_change.judge_change(
-            figs, policy, change.get("allowance", canary_change.DEFAULT_CHANGE_ALLOWANCE), skip=skip)
+        allowance = change.get("allowance", canary_change.DEFAULT_CHANGE_ALLOWANCE)
+        verdict = canary_change.judge_change(figs, policy, allowance, skip=skip)
     else:
-        verdict = bench_verdict.decide(base, spec, figs, dict(policy or {}, bound_by=decide_by))
+        # the canary's own next step, not benchmark.yml's runs per prompt (issue 39)
+        verdict = bench_verdict.decide(base, spec, figs, dict(policy or {}, bound_by=decide_by), hint=False)
     out.update(verdict=verdict)
     reasons = verdict["reasons"] + acc_reasons + notes + [floor]
+    if verdict["decision"] == "inconclusive" and extensions_left <= 0:
+        reasons.append(canary_change.next_step(
+            verdict, min(baseline["requests"], canary["requests"]), allowance))
     if verdict["decision"] == "rollback":
         return dict(out, decision="abort", reasons=reasons)
     if verdict["decision"] == "keep" and not means["short"]:

@@ -50,6 +50,7 @@ __all__ = [
     "image_arms",
     "judge_change",
     "mean_ratio",
+    "next_step",
     "positions_markdown",
     "positions_problem",
     "promotion_writes",
@@ -232,7 +233,9 @@ def by_means(figs, unres, base, canary, confidence=0.95):
     their scrape intervals (the pods' /metrics), the batch-means interval (``canary_means.batch_ratio``); without
     (Prometheus), the histogram method (:func:`mean_ratio`). Returns ``{skip, short, notes, methods}``: ``skip`` the
     figures without a mean (not judged), ``short`` those whose batches cannot decide yet (too few: the step is
-    undecided), ``methods`` {figure: how it is judged, in words}."""
+    undecided), ``methods`` {figure: how it is judged, in words: the report's one statement of the method}, ``notes``
+    a short line per figure judged on its mean for the step's reasons, which point to ``methods`` rather than
+    repeat it (issue 39: the report said each method twice)."""
     out = {"skip": [], "short": [], "notes": [], "methods": {}}
     for fig, edges in sorted(unres.items()):
         why = "the histogram's %s bucket holds both arms' p50 and cannot resolve it" % _bucket_text(edges)
@@ -241,12 +244,10 @@ def by_means(figs, unres, base, canary, confidence=0.95):
             figs[fig] = entry
             if entry.get("problem"):
                 out["short"].append(fig)
-                out["notes"].append("%s; %s" % (entry["problem"], why))
                 out["methods"][fig] = "mean from _sum/_count by batch means: not judged, %s" % entry["problem"]
                 continue
-            text = "%s; %s" % (_batch_text(fig, entry, confidence), why)
-            out["notes"].append(text)
-            out["methods"][fig] = text
+            out["notes"].append(_brief(fig, edges, "batch means"))
+            out["methods"][fig] = "%s; %s" % (_batch_text(fig, entry, confidence), why)
             continue
         entry = mean_ratio(base["histograms"].get(fig), canary["histograms"].get(fig))
         if entry is None:
@@ -263,9 +264,18 @@ def by_means(figs, unres, base, canary, confidence=0.95):
             % (LABELS[fig], _bucket_text(edges), LABELS[fig], entry["mean_ms"][0], entry["mean_ms"][1], entry["value"],
                entry["ci95"][0], entry["ci95"][1], base.get("source") or "read from two scrapes")
         )
-        out["notes"].append(text)
+        out["notes"].append(_brief(fig, edges, "the histogram method"))
         out["methods"][fig] = text
     return out
+
+
+def _brief(fig, edges, method):
+    """A reason's words for a figure judged on its mean: what was compared and why, the method itself left to the
+    step's ``methods`` (the report's "How each figure was judged")."""
+    return (
+        "%s is compared by its mean (%s), not its p50: both arms' p50 fall in the %s bucket (the method: see the "
+        "report's \"How each figure was judged\")" % (LABELS[fig], method, _bucket_text(edges))
+    )
 
 
 def _batch_text(fig, entry, confidence):
@@ -304,9 +314,11 @@ def judge_change(figs, policy, allowance=DEFAULT_CHANGE_ALLOWANCE, skip=()):
     """The latency of a change between two speculative configs (non-inferiority): ``figs`` are
     ``bench_verdict.ratios`` (baseline / canary, > 1 the canary faster). The bound figure may be worse by
     ``allowance``, the others by the policy's allowance (or ``allowance`` where that is smaller); ``skip``: figures
-    not judged. Returns ``{decision: keep|rollback|inconclusive, reasons}``."""
+    not judged. Returns ``{decision: keep|rollback|inconclusive, reasons, runs_needed}``: ``runs_needed`` (an
+    inconclusive one) as bench_verdict's at one run per prompt, the further multiples of the window's samples that
+    would likely decide it (None: no amount would, or no interval)."""
     policy = bench_verdict.policy_with_defaults(policy)
-    worse, unsure, fine = [], [], []
+    worse, unsure, fine, needed = [], [], [], []
     for fig in LATENCY:
         entry = figs.get(fig) or {}
         if fig in skip or entry.get("value") is None:
@@ -322,11 +334,38 @@ def judge_change(figs, policy, allowance=DEFAULT_CHANGE_ALLOWANCE, skip=()):
             fine.append("%s: not slower beyond the allowance" % text)
         else:
             unsure.append("%s: whether the canary is slower beyond the allowance is within the noise" % text)
+            needed.append(bench_verdict.runs_needed(entry, floor, 1))
     if worse:
-        return {"decision": "rollback", "reasons": worse}
+        return {"decision": "rollback", "reasons": worse, "runs_needed": None}
     if unsure or not fine:
-        return {"decision": "inconclusive", "reasons": unsure or ["no latency figure could be judged"]}
-    return {"decision": "keep", "reasons": fine}
+        known = None not in needed and needed
+        return {"decision": "inconclusive", "reasons": unsure or ["no latency figure could be judged"],
+                "runs_needed": max(needed) if known else None}
+    return {"decision": "keep", "reasons": fine, "runs_needed": None}
+
+
+def next_step(verdict, requests, change=None):
+    """What the canary's user can do about a step that ends undecided on latency (``verdict``: bench_verdict.decide's
+    or :func:`judge_change`'s, inconclusive; ``requests``: the fewer requests of the two arms' windows; ``change``:
+    the allowance of a change between two speculative configs, None when the canary turns speculation on). Issue 39:
+    the canary gave benchmark.yml's advice (more runs per prompt, specpilot_benchmark_runs_per_prompt), which no
+    canary variable sets; a step ends early once each arm served specpilot_canary_min_requests (times the extensions
+    + 1), so more data is more requests, with a window that lets the traffic bring them."""
+    more = verdict.get("runs_needed")
+    if more:
+        text = (
+            "about %d more request(s) per arm would likely decide it: raise specpilot_canary_min_requests or "
+            "specpilot_canary_max_extensions, with a specpilot_canary_window long enough for the service's traffic to "
+            "bring them (or more traffic)" % (more * max(int(requests), 1))
+        )
+    else:
+        text = ("more requests may not decide it: the figure that decides sits about on its bound (or has no "
+                "interval yet)")
+    if change is not None:
+        return text + "; or, if the service's SLO allows it, a wider specpilot_canary_change_allowance (now %d%%)" % (
+            round(100 * change))
+    return text + ("; or, if the service's SLO allows it, a looser specpilot_canary_slo (the bound the figure is "
+                   "judged against: min_gain, *_max_regression or p99_ms)")
 
 
 # --------------------------------------------------------------------------- sampling
