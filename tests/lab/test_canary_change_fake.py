@@ -63,7 +63,8 @@ def _short_steps(reports) -> dict:
         specpilot_canary_window=20,
         specpilot_canary_min_requests=10,
         specpilot_canary_max_extensions=1,
-        specpilot_canary_poll=1,
+        # 10 scrape intervals an arm for a mean (E2E here): 0.5 s polls hold a step about 5 s, not 10
+        specpilot_canary_poll=0.5,
         specpilot_canary_smoke=False,
         specpilot_canary_report_dir=str(reports),
     )
