@@ -166,7 +166,9 @@ def playbook(
 def _profiled(cmd: list[str], env: dict, tag: str) -> tuple[list[str], dict]:
     """With $SPECPILOT_BENCH_FLEET_PROFILE=DIR: the run under cProfile (ansible-playbook's own process:
     the strategy, the templating, the variables; not the forked workers) into DIR/<tag>.prof, and
-    callback/fleet_profile.py's per-task wall times into DIR/<tag>.tasks.json."""
+    callback/fleet_profile.py's per-task wall times into DIR/<tag>.tasks.json. cProfile slows the parent
+    several-fold, and the workers' share of each task with it: with $SPECPILOT_BENCH_FLEET_CPROFILE=0 only the
+    per-task times are taken, at the run's own speed (to compare sizes task by task)."""
     where = os.environ.get(PROFILE_ENV)
     if not where:
         return cmd, env
@@ -175,6 +177,8 @@ def _profiled(cmd: list[str], env: dict, tag: str) -> tuple[list[str], dict]:
     env["ANSIBLE_CALLBACK_PLUGINS"] = str(ROOT / "benchmarks" / "callback")
     env["ANSIBLE_CALLBACKS_ENABLED"] = "specpilot.core.preload,fleet_profile"
     env["FLEET_PROFILE_OUT"] = str(Path(where) / ("%s.tasks.json" % tag))
+    if os.environ.get("SPECPILOT_BENCH_FLEET_CPROFILE", "1") == "0":
+        return cmd, env
     return [str(VENV_BIN / "python"), "-m", "cProfile", "-o", str(Path(where) / ("%s.prof" % tag)), *cmd], env
 
 

@@ -84,8 +84,14 @@ def test_the_benchmark_records_its_acceptance_beside_smokes_record(emulator, tmp
     inv.write_text("localhost:\n")
     run = Run(emulator, tmp_path, inv, playbook=str(_benchmark_play(tmp_path, ns))).wait(300)
     assert run.rc == 0, run.out[-6000:]
-    data = get(emulator, "v1", "ConfigMap", "svc-specpilot-acceptance", ns)["data"]
+    record = get(emulator, "v1", "ConfigMap", "svc-specpilot-acceptance", ns)
+    data = record["data"]
     assert sorted(data) == ["vllm-0.31.0", "vllm-0.32.0"]  # smoke's record of 0.31.0 stays
+    # written by a server-side apply of the release's own field manager (in the worker: issue 40), which owns that
+    # release's key and not the others
+    (applied,) = [m for m in record["metadata"]["managedFields"] if m["operation"] == "Apply"]
+    assert applied["manager"] == "specpilot-acceptance-vllm-0.32.0"
+    assert set(applied["fieldsV1"]["f:data"]) == {"f:vllm-0.32.0"}
     assert json.loads(data["vllm-0.31.0"])["source"] == "smoke"
     rec = json.loads(data["vllm-0.32.0"])
     assert (rec["source"], rec["where"], rec["method"], rec["k"]) == ("benchmark", "the target level qps=1", "ngram", 3)

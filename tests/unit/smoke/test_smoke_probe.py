@@ -326,6 +326,7 @@ def test_the_module_and_its_action_task_probe_alike(engine):
         return as_task(fact_tasks.smoke_probe, args, fact_tasks.SMOKE_PROBE_ARGS)
 
     timing = {"elapsed_s", "latency_mean_s", "invocation", "results", "metrics_before", "metrics_after",
+              "metrics_before_at", "metrics_after_at",
               "running_samples"}
     args = {"url": engine.url, "model": "svc", "prompts": ["a", "b"], "count": 2, "max_tokens": 3}
     by_module, failed = as_module(args)
@@ -342,3 +343,19 @@ def test_the_module_and_its_action_task_probe_alike(engine):
     assert failed and refused["msg"] == "max_tokens must be >= 1"
     with pytest.raises(fact_tasks.TaskFailure, match="max_tokens must be >= 1"):
         as_task_(dict(args, max_tokens=0))
+
+
+def test_metrics_facts_returns_the_parsed_pages_not_their_text(engine):
+    """With metrics_facts (as the smoke role probes), the result holds the facts of both pages for the served
+    model, the second with its deltas against the first, and no page."""
+    from fact_task_support import as_task
+
+    from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
+
+    args = {"url": engine.url, "model": "svc", "prompts": ["a"], "count": 1, "max_tokens": 3, "metrics_facts": True}
+    out = as_task(fact_tasks.smoke_probe, args, fact_tasks.SMOKE_PROBE_ARGS)
+    assert out["ok"] and out["metrics_before"] is None and out["metrics_after"] is None
+    before, after = out["metrics_before_facts"], out["metrics_after_facts"]
+    # the engine counts 10 drafts a scrape: the delta is 10 for every scrape after the first
+    scrapes_between = len(out["running_samples"]) + 1
+    assert after["derived"]["num_drafts"] == 10 * scrapes_between and before["derived"]["window"] != "delta"

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
 from ansible_collections.specpilot.core.plugins.module_utils.verify import pod_view, smoke_probe
 from ansible_collections.specpilot.core.plugins.module_utils.engine.vllm_logs import parse_log_text
 
@@ -162,9 +163,11 @@ def _truncate(text, length, leeway=5, end="..."):
     return text[: length - len(end)].rsplit(" ", 1)[0] + end
 
 
-def smoke_exec_result(result, pod_name):
-    """pod_exec result | smoke_exec_result(pod name) -> what the probe printed (its JSON), or
-    {error} saying that the exec failed, with its rc and message (at most 500 characters)."""
+def smoke_exec_result(result, pod_name, model=None):
+    """pod_exec result | smoke_exec_result(pod name, model) -> what the probe printed (its JSON), or
+    {error} saying that the exec failed, with its rc and message (at most 500 characters). With the served
+    ``model``, its /metrics pages are turned into their facts as smoke_probe's metrics_facts turns them
+    (fact_tasks.probe_metrics_facts)."""
     result = result or {}
     if not isinstance(result, Mapping):
         raise AnsibleFilterError(
@@ -172,7 +175,8 @@ def smoke_exec_result(result, pod_name):
         )
     stdout = result.get("stdout") or ""
     if result.get("rc", -1) == 0 and re.match(r"\s*{", stdout):
-        return json.loads(stdout)
+        probed = json.loads(stdout)
+        return probed if model is None else fact_tasks.probe_metrics_facts(probed, model)
     detail = str(result.get("msg", result.get("stderr", "")))
     rc = result.get("rc", "?")
     return {"error": "exec in pod %s failed (rc %s): %s" % (pod_name, rc, _truncate(detail, 500))}

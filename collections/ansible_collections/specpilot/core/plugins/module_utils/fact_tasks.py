@@ -159,7 +159,7 @@ def metrics_facts(p, check_mode=False):
         elif p["path"] is not None:
             result = parse_metrics_file(p["path"], **kwargs)
         else:
-            result = parse_metrics_text(p["content"], **kwargs)
+            result = parse_metrics_text(p["content"], now=p.get("now"), **kwargs)
     except MetricsParseError as exc:
         raise TaskFailure(str(exc)) from exc
     except (IOError, OSError) as exc:
@@ -192,6 +192,7 @@ SMOKE_PROBE_ARGS = dict(
     request_params=dict(type="dict", default={}),
     endpoint=dict(type="str", default="completions", choices=["completions", "chat"]),
     metrics=dict(type="bool", default=True),
+    metrics_facts=dict(type="bool", default=False),
     headers=dict(type="dict", default={}, no_log=True),
     timeout=dict(type="float", default=120),
     validate_certs=dict(type="bool", default=True),
@@ -220,7 +221,37 @@ def smoke_probe(p, check_mode=False):
     except ValueError as exc:
         raise TaskFailure(str(exc)) from exc
     job = {k: p[k] for k in ("url", "endpoint", "headers", "timeout", "validate_certs", "metrics")}
-    return dict(probe.run(dict(job, requests=bodies)), changed=False)
+    result = probe.run(dict(job, requests=bodies))
+    if p["metrics_facts"]:
+        result = probe_metrics_facts(result, p["model"])
+    return dict(result, changed=False)
+
+
+def probe_metrics_facts(result, model_name=None):
+    """A probe's result (verify/smoke_probe.py ``run``, on the controller or in the pod) with its /metrics pages
+    turned into their facts as specpilot.core.vllm_metrics_facts makes them (:func:`metrics_facts`; the page after
+    the probes with its deltas against the page before): ``metrics_before_facts`` and ``metrics_after_facts`` (null
+    for a page not read), the pages' text dropped (``metrics_before``, ``metrics_after`` null). ansible-playbook
+    keeps every host's registered results until the play ends: the smoke role over a fleet kept both pages of every
+    service twice, and parsed them in two more tasks a service (issue 40). A page that does not parse is the probe's
+    ``metrics_error``, as a page that could not be read is."""
+    out = dict(result, metrics_before=None, metrics_after=None, metrics_before_facts=None, metrics_after_facts=None)
+    previous = None
+    for key in ("metrics_before", "metrics_after"):
+        text = result.get(key)
+        if not isinstance(text, str):
+            continue
+        # parsed as of when it was read, so that the deltas' interval_seconds is the probes' own
+        page = dict(url=None, path=None, content=text, model_name=model_name, previous=previous)
+        page["now"] = result.get(key + "_at")
+        try:
+            facts = metrics_facts(page)
+        except TaskFailure as exc:
+            out["metrics_error"] = out.get("metrics_error") or "%s: %s" % (key, exc)
+            break
+        facts.pop("changed", None)
+        out[key + "_facts"] = previous = facts
+    return out
 
 
 # ---------------------------------------------------------------- smoke_verdict

@@ -64,6 +64,14 @@ options:
     description: Read C(/metrics) before and after the requests.
     type: bool
     default: true
+  metrics_facts:
+    description:
+      - Return the facts of the two C(/metrics) pages (I(metrics_before_facts), I(metrics_after_facts), as
+        M(specpilot.core.vllm_metrics_facts) returns them for the served I(model), the second with its deltas against
+        the first) instead of their text. The smoke role sets it, so that a fleet's play keeps no page.
+      - A page that does not parse is reported in I(metrics_error), as a page that could not be read is.
+    type: bool
+    default: false
   headers:
     description: Extra HTTP headers, e.g. C(Authorization). Values are not logged.
     type: dict
@@ -129,15 +137,23 @@ url:
   returned: always
   type: str
 metrics_before:
-  description: The C(/metrics) page before the requests (text); null when it could not be read.
+  description: The C(/metrics) page before the requests (text); null when it could not be read, or with I(metrics_facts).
   returned: always
   type: str
 metrics_after:
-  description: The C(/metrics) page after the requests (text); null when it could not be read.
+  description: The C(/metrics) page after the requests (text); null when it could not be read, or with I(metrics_facts).
   returned: always
   type: str
+metrics_before_facts:
+  description: With I(metrics_facts), the facts of the page read before the requests; null when it was not read.
+  returned: when I(metrics_facts) is true
+  type: dict
+metrics_after_facts:
+  description: With I(metrics_facts), the facts of the page read after the requests, with deltas against the first.
+  returned: when I(metrics_facts) is true
+  type: dict
 metrics_error:
-  description: Why a C(/metrics) page could not be read; null otherwise.
+  description: Why a C(/metrics) page could not be read (or, with I(metrics_facts), parsed); null otherwise.
   returned: always
   type: str
 running_samples:

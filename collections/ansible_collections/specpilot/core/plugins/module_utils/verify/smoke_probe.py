@@ -197,7 +197,8 @@ class RunningSampler(threading.Thread):
 def run(job):
     """Run a job: {url, requests: [bodies], endpoint, headers, timeout, validate_certs, metrics: bool}.
 
-    Returns {format, url, metrics_before, metrics_after, metrics_error, running_samples (the
+    Returns {format, url, metrics_before, metrics_after, metrics_error, metrics_before_at and metrics_after_at
+    (when each page was asked for, epoch seconds of the clock where it ran), running_samples (the
     vllm:num_requests_running lines read while the probes ran), results, requests,
     succeeded, failed, ok, completion_tokens, prompt_tokens, latency_mean_s, elapsed_s}."""
     url = job["url"]
@@ -216,6 +217,7 @@ def run(job):
     }
     t0 = time.time()
     if want_metrics:
+        out["metrics_before_at"] = round(time.time(), 3)
         out["metrics_before"], out["metrics_error"] = scrape(url, headers, timeout, certs)
     sampler = RunningSampler(url, headers, timeout, certs) if want_metrics else None
     if sampler is not None:
@@ -224,6 +226,7 @@ def run(job):
     if sampler is not None:
         out["running_samples"] = sampler.stop()
     if want_metrics:
+        out["metrics_after_at"] = round(time.time(), 3)
         out["metrics_after"], err = scrape(url, headers, timeout, certs)
         out["metrics_error"] = out["metrics_error"] or err
     out.update(summary(results))
