@@ -164,3 +164,38 @@ def test_a_play_of_a_role_that_draws_imports_matplotlib_once_for_its_workers(mon
         gc.unfreeze()
     assert plots._LOADED and plots._LOADED["plt"] is not None and "matplotlib.pyplot" in sys.modules
     assert preload.plots_for(Play()) is False and preload.plots_for(None) is False
+
+
+def test_what_the_plugins_import_from_the_kubernetes_client_is_imported_once_in_the_parent():
+    """Every ``from kubernetes... import`` of the controller-side plugins (pod_log's and pod_exec's CoreV1Api and
+    stream, imported where they are called) finds its module loaded by preload: a worker imports nothing of the
+    client again (CoreV1Api alone was about 0.5 s of CPU a worker, three a service in smoke.yml, issue 40)."""
+    plugins = ROOT / "collections" / "ansible_collections" / "specpilot" / "core" / "plugins"
+    imports = sorted(
+        {
+            line.strip()
+            for folder in ("action", "plugin_utils", "callback", "lookup", "filter")
+            for path in (plugins / folder).glob("*.py")
+            for line in path.read_text().splitlines()
+            if line.strip().startswith(("from kubernetes", "import kubernetes"))
+        }
+    )
+    assert any("core_v1_api" in line for line in imports) and any("stream" in line for line in imports)
+    script = (
+        "import sys\n"
+        "from ansible_collections.specpilot.core.plugins.callback import preload\n"
+        "assert preload.preload() == [], preload.preload()\n"
+        "before = set(sys.modules)\n"
+        + "".join(line + "\n" for line in imports)
+        + "print(sorted(m for m in set(sys.modules) - before if m.startswith('kubernetes')))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": "%s:%s" % (ROOT / "collections", ROOT / ".venv" / "collections"), "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]", "imported again in each worker: " + proc.stdout[:400]

@@ -51,10 +51,15 @@ from ansible.plugins.callback import CallbackBase
 
 # the kubernetes client and the kubernetes.core lookup specpilot's action plugins read the cluster
 # with (plugin_utils/k8s_reader.py), then specpilot's own controller-side plugins
+# (and the client's CoreV1Api with kubernetes.stream, which pod_log and pod_exec import: with the client 37 its
+# module builds a pydantic validator for each of its methods, about 0.5 s of CPU, which a worker paid again for
+# every read of a pod's log and every exec, three a service in smoke.yml; profiled with py-spy, issue 40)
 MODULES = (
     "kubernetes.client",
+    "kubernetes.client.api.core_v1_api",
     "kubernetes.dynamic",
     "kubernetes.config",
+    "kubernetes.stream",
     "ansible_collections.kubernetes.core.plugins.lookup.k8s",
 )
 # the roles whose reports draw PNG plots (module_utils/report/plots.py): a play that runs one imports
