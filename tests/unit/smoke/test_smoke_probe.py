@@ -33,6 +33,7 @@ class Engine:
         self.headers = []
         self.running = 0  # requests in flight: vllm:num_requests_running
         self.delay = 0.0  # seconds a completion takes
+        self.models_status = 200  # GET /v1/models
         engine = self
 
         class H(BaseHTTPRequestHandler):
@@ -55,6 +56,8 @@ class Engine:
                         % (engine.scrapes * 10, engine.running),
                         "text/plain",
                     )
+                elif self.path == "/v1/models":
+                    self._send(engine.models_status, json.dumps({"object": "list", "data": [{"id": engine.model}]}))
                 else:
                     self._send(404, "{}")
 
@@ -359,3 +362,31 @@ def test_metrics_facts_returns_the_parsed_pages_not_their_text(engine):
     # the engine counts 10 drafts a scrape: the delta is 10 for every scrape after the first
     scrapes_between = len(out["running_samples"]) + 1
     assert after["derived"]["num_drafts"] == 10 * scrapes_between and before["derived"]["window"] != "delta"
+
+
+def test_reach_probes_only_an_engine_whose_url_answers(engine):
+    """With reach (the smoke role's route from the controller), GET /v1/models comes first: an engine that answers
+    is probed as without it (reached true); a URL that does not answer, one that answers another status, or no URL
+    is reached false with the reason, nothing else sent and no failure (the role then goes through the pod)."""
+    from fact_task_support import as_task
+
+    from ansible_collections.specpilot.core.plugins.module_utils import fact_tasks
+
+    def probe(url):
+        args = {"url": url, "model": "svc", "prompts": ["a"], "count": 1, "max_tokens": 3, "reach": True}
+        return as_task(fact_tasks.smoke_probe, args, fact_tasks.SMOKE_PROBE_ARGS)
+
+    out = probe(engine.url)
+    assert out["reached"] is True and out["ok"] and out["succeeded"] == 1 and len(engine.bodies) == 1
+    engine.models_status = 503
+    out = probe(engine.url + "/")
+    assert out == {"changed": False, "ok": False, "reached": False, "url": engine.url + "/",
+                   "reach_error": engine.url + "/v1/models does not answer: HTTP 503 Service Unavailable",
+                   "msg": engine.url + "/v1/models does not answer: HTTP 503 Service Unavailable"}
+    engine.close()
+    out = probe(engine.url)
+    assert out["reached"] is False and out["reach_error"].startswith(engine.url + "/v1/models does not answer: URLError")
+    assert probe("")["reach_error"] == "no URL to probe"
+    assert len(engine.bodies) == 1 and "reached" not in as_task(
+        fact_tasks.smoke_probe, {"url": engine.url, "model": "svc", "prompts": ["a"], "count": 1}, fact_tasks.SMOKE_PROBE_ARGS
+    )

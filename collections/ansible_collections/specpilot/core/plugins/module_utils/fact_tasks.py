@@ -193,6 +193,7 @@ SMOKE_PROBE_ARGS = dict(
     endpoint=dict(type="str", default="completions", choices=["completions", "chat"]),
     metrics=dict(type="bool", default=True),
     metrics_facts=dict(type="bool", default=False),
+    reach=dict(type="bool", default=False),
     headers=dict(type="dict", default={}, no_log=True),
     timeout=dict(type="float", default=120),
     validate_certs=dict(type="bool", default=True),
@@ -208,6 +209,11 @@ def smoke_probe(p, check_mode=False):
         raise TaskFailure("max_tokens must be >= 1")
     if p["temperature"] < 0:
         raise TaskFailure("temperature must be >= 0")
+    if p["reach"]:
+        error = reach_error(p)
+        if error:
+            # not a failure: the caller picks another route (the smoke role: through the pod) or fails with msg
+            return dict(changed=False, ok=False, reached=False, url=p["url"], reach_error=error, msg=error)
     try:
         bodies = probe.build_requests(
             p["model"],
@@ -224,7 +230,25 @@ def smoke_probe(p, check_mode=False):
     result = probe.run(dict(job, requests=bodies))
     if p["metrics_facts"]:
         result = probe_metrics_facts(result, p["model"])
-    return dict(result, changed=False)
+    return dict(result, changed=False, **({"reached": True} if p["reach"] else {}))
+
+
+REACH_TIMEOUT = 10.0
+
+
+def reach_error(p):
+    """Why the engine at ``url`` cannot be probed from here ('' when GET /v1/models answers 200 within
+    REACH_TIMEOUT seconds): smoke_probe's ``reach``, the smoke role's check of the controller's route (an
+    InferenceService's status.address.url is often a cluster-internal name)."""
+    if not p["url"]:
+        return "no URL to probe"
+    url = p["url"].rstrip("/") + "/v1/models"
+    status, _text, error = probe.http(
+        "GET", url, None, p["headers"], min(p["timeout"], REACH_TIMEOUT), p["validate_certs"]
+    )
+    if status == 200:
+        return ""
+    return "%s does not answer: %s" % (url, error or "HTTP %s" % status)
 
 
 def probe_metrics_facts(result, model_name=None):

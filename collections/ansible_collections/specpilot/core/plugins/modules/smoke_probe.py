@@ -72,6 +72,14 @@ options:
       - A page that does not parse is reported in I(metrics_error), as a page that could not be read is.
     type: bool
     default: false
+  reach:
+    description:
+      - First ask the engine for C(GET /v1/models) (at most 10 s). When that does not answer HTTP 200, or I(url) is
+        empty, send nothing else and return I(reached) false with the reason (I(reach_error), also I(msg)), without
+        failing, so that the caller can pick another route. The smoke role sets it to reach an engine from the controller when
+        it can, and through the pod when it cannot.
+    type: bool
+    default: false
   headers:
     description: Extra HTTP headers, e.g. C(Authorization). Values are not logged.
     type: dict
@@ -128,6 +136,16 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+reached:
+  description:
+    - With I(reach), whether C(GET /v1/models) answered. When false nothing else was sent, and only I(url), I(ok)
+      (false), I(reached) and I(reach_error) are returned.
+  returned: when I(reach) is true
+  type: bool
+reach_error:
+  description: With I(reach), why the engine could not be reached (no URL, no answer, an HTTP status other than 200).
+  returned: when I(reached) is false
+  type: str
 ok:
   description: Every request succeeded (HTTP 200 with generated text).
   returned: always
