@@ -39,8 +39,9 @@ pytestmark = [
     # 3.09 ms, 0.95x, 95% CI 0.86-1.05x over 21 / 19 batches, against the change's 5% allowance: a ratio on the
     # allowance, which no window decides). With one core kept busy beside it (about a CI lane's load) the healthy
     # canary was INCONCLUSIVE: TPOT 6.73 -> 6.25 ms, 1.08x, 95% CI 0.71-1.64x over 18 / 16 batches (the gain shrinks
-    # on shared cores), so it stays out of make test. Run them with SPECPILOT_LAB_CANARY_REAL=1, under flock
-    # /work/heavy.lock on a shared machine.
+    # on shared cores), so it stays out of make test. Evening, quiet: PROMOTED again in ~5 min (50%: TPOT mean 4.11 ->
+    # 2.47 ms, 1.66x, 95% CI 1.47-1.88x over 11 / 10 batches; 100%: 1.80x, 1.66-1.96x). Run them with
+    # SPECPILOT_LAB_CANARY_REAL=1, under flock /work/heavy.lock on a shared machine.
     pytest.mark.skipif(
         not os.environ.get("SPECPILOT_LAB_CANARY_REAL"),
         reason="real-engine canary runs are opt-in (SPECPILOT_LAB_CANARY_REAL=1): about 7.5 min each",
@@ -61,13 +62,15 @@ CANARY = {
     "specpilot_canary_max_extensions": 2,
     "specpilot_canary_poll": 2,
 }
-# The k=3 -> k=2 change with the SLO its operator sets for it: up to 20% slower per token
-# (specpilot_canary_change_allowance; the default is 5%). k=2 drafts one token fewer a step: on this lab's tiny
-# model on CPU it measured about 5% slower per token (2026-11-29: TPOT mean 2.94 -> 3.09 ms, 0.95x, 95% CI
-# 0.86-1.05x over 21 / 19 batches), which sits on the default 5% and no window decides (INCONCLUSIVE, rightly). An
-# operator who takes k=2 for its lighter drafting says how much per-token latency that may cost; the canary then
-# promotes or aborts by that SLO, and by the acceptance at the two positions both arms draft.
-K_CHANGE = {"specpilot_override_num_speculative_tokens": 2, "specpilot_canary_change_allowance": 0.2}
+# The k=3 -> k=2 change, at the change's default allowance (5% slower per token on the SLO's bound figure). k=2 drafts
+# one token fewer a step; on this lab's tiny model on CPU the two are within a few percent per token, which a canary's
+# 60 s windows (two extensions) do not decide: 2026-11-29 afternoon, INCONCLUSIVE at 50%, TPOT mean 2.94 -> 3.09 ms,
+# 0.95x, 95% CI 0.86-1.05x over 21 / 19 batches (5% allowance); evening (quiet), with the allowance raised to 20%, still
+# INCONCLUSIVE: TPOT mean 3.16 -> 3.54 ms, 0.89x, 95% CI 0.76-1.05x over 18 / 19 batches, the report estimating ~366
+# more requests an arm to decide it. Acceptance held at both shared positions in every run (1.000 -> 1.000, 701 / 942
+# drafts). So no SLO is loosened here: the test asserts the honest outcomes (promoted or aborted) and fails on an
+# undecided one, which is what it met so far (issue 38 stays open on it).
+K_CHANGE = {"specpilot_override_num_speculative_tokens": 2}
 # Twice lab-ngram's workload.qps (1): a step's window ends as soon as both arms have min_requests
 # (canary.run_step), so at 2 requests/s the 50% step has its 20 a side in about 20 s, not 40, and the 100%
 # step in about 10 s, not 20 - the same requests judged, the window (60 s) still the bound. Each engine holds
