@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -277,9 +278,11 @@ def test_benchmark_playbook_side_by_side_in_the_lab(stream_lab, tmp_path):
     proc = playbook(tmp_path, emu, "-e", json.dumps(extra), check=False, automation=automation)
     assert "lab-ngram: ROLLBACK at qps=20" in proc.stdout, proc.stdout[-4000:]
     data = json.loads((d / "report.json").read_text())
-    assert (
-        data["decision"] == "rollback" and "below the required 101.00x beyond the noise" in data["reasons"][0]
-    )
+    # the bound figure (TPOT) short of the required 101x: below it beyond the noise, or, when the stand-in's
+    # speculative arm measured slower under a busy CI lane (2026-11-29: TPOT 0.37x, 95% CI 0.12-0.38x),
+    # worse than baseline beyond the noise; either is this SLO's rollback
+    short = r"at qps=20: TPOT (.* is below the required 101\.00x|is worse than baseline) beyond the noise"
+    assert data["decision"] == "rollback" and re.match(short, data["reasons"][0]), data["reasons"]
     if not (ROOT / "roles" / "specpilot_rollback").exists():
         assert proc.returncode != 0
         assert "the rollback role (specpilot_rollback) is not installed" in proc.stdout
