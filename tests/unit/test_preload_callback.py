@@ -166,10 +166,13 @@ def test_a_play_of_a_role_that_draws_imports_matplotlib_once_for_its_workers(mon
     assert preload.plots_for(Play()) is False and preload.plots_for(None) is False
 
 
-def test_what_the_plugins_import_from_the_kubernetes_client_is_imported_once_in_the_parent():
-    """Every ``from kubernetes... import`` of the controller-side plugins (pod_log's and pod_exec's CoreV1Api and
-    stream, imported where they are called) finds its module loaded by preload: a worker imports nothing of the
-    client again (CoreV1Api alone was about 0.5 s of CPU a worker, three a service in smoke.yml, issue 40)."""
+
+def test_a_task_of_an_action_that_reads_pods_imports_the_client_api_once_in_the_parent_and_no_other_does():
+    """The controller-side code's ``from kubernetes... import`` (CoreV1Api for pod logs, execs and Job runs: about
+    0.5 s of CPU a worker with the client 37, three a service in smoke.yml, issue 40) is what the actions that run
+    it name in WORKER_IMPORTS: when a task of one starts, the callback imports it in ansible-playbook's process and
+    that task's workers import nothing of the client again. A playbook with no such task does not import it at
+    its start (about 0.5 s of every ansible-playbook run)."""
     plugins = ROOT / "collections" / "ansible_collections" / "specpilot" / "core" / "plugins"
     imports = sorted(
         {
@@ -182,9 +185,13 @@ def test_what_the_plugins_import_from_the_kubernetes_client_is_imported_once_in_
     )
     assert any("core_v1_api" in line for line in imports) and any("stream" in line for line in imports)
     script = (
-        "import sys\n"
+        "import sys, types\n"
         "from ansible_collections.specpilot.core.plugins.callback import preload\n"
         "assert preload.preload() == [], preload.preload()\n"
+        "task = lambda action: types.SimpleNamespace(action=action)\n"
+        "print(preload.worker_imports(task('ansible.builtin.debug')), preload.worker_imports(task('specpilot.core.k8s_read')))\n"
+        "print('kubernetes.client.api.core_v1_api' in sys.modules)\n"
+        "print(preload.worker_imports(task('specpilot.core.pod_log')), preload.worker_imports(task('specpilot.core.pod_exec')))\n"
         "before = set(sys.modules)\n"
         + "".join(line + "\n" for line in imports)
         + "print(sorted(m for m in set(sys.modules) - before if m.startswith('kubernetes')))\n"
@@ -198,4 +205,12 @@ def test_what_the_plugins_import_from_the_kubernetes_client_is_imported_once_in_
         env={"PYTHONPATH": "%s:%s" % (ROOT / "collections", ROOT / ".venv" / "collections"), "PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "[]", "imported again in each worker: " + proc.stdout[:400]
+    assert proc.stdout.splitlines() == [
+        "[] []",
+        "False",
+        "['kubernetes.client.api.core_v1_api'] []",  # kubernetes.stream is the client's already
+        "[]",
+    ], "imported again in each worker, or at every playbook's start: " + proc.stdout[:400]
+    for action in ("pod_log", "pod_exec", "k8s_job", "k8s_job_wait", "cluster_probe"):
+        source = (plugins / "action" / (action + ".py")).read_text()
+        assert "WORKER_IMPORTS = k8s_api.CORE_V1_IMPORTS" in source, action

@@ -23,6 +23,7 @@ from ansible_collections.specpilot.core.plugins.plugin_utils.action import (
     Action,
     spec_from_task_vars,
 )
+from ansible_collections.specpilot.core.plugins.plugin_utils import k8s_api
 from ansible_collections.specpilot.core.plugins.plugin_utils.job_runner import JobRunner
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import K8sReader, auth_options
 
@@ -30,6 +31,7 @@ from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import K
 class ActionModule(Action):
     _requires_connection = True  # it writes through kubernetes.core modules
     ARGUMENT_SPEC = cp.ARGUMENT_SPEC
+    WORKER_IMPORTS = k8s_api.CORE_V1_IMPORTS
 
     def act(self, params, task_vars, result):
         self._vars = task_vars or {}

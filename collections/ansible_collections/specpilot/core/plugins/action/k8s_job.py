@@ -22,6 +22,7 @@ from ansible_collections.specpilot.core.plugins.plugin_utils.lease_client import
 class ActionModule(Action):
     _requires_connection = True  # its writes are kubernetes.core.k8s runs
     ARGUMENT_SPEC = deploy_args.K8S_JOB
+    WORKER_IMPORTS = k8s_api.CORE_V1_IMPORTS
 
     def act(self, params, task_vars, result):
         jobs = [m for m in params["definitions"] if (m or {}).get("kind") == "Job"]

@@ -27,6 +27,7 @@ from ansible_collections.specpilot.core.plugins.plugin_utils.lease_client import
 
 class ActionModule(Action):
     ARGUMENT_SPEC = deploy_args.K8S_JOB_WAIT
+    WORKER_IMPORTS = k8s_api.CORE_V1_IMPORTS
 
     def act(self, params, task_vars, result):
         # the connection options (module_defaults group/specpilot.core.k8s sets them), then what auth adds

@@ -24,6 +24,7 @@ from ansible_collections.specpilot.core.plugins.plugin_utils.action import Actio
 
 class ActionModule(Action):
     ARGUMENT_SPEC = deploy_args.POD_EXEC
+    WORKER_IMPORTS = k8s_api.CORE_V1_IMPORTS
 
     def act(self, params, task_vars, result):
         auth = k8s_api.auth_of(params)

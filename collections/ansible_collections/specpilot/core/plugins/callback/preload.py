@@ -36,6 +36,10 @@ description:
   - When a play runs a role whose reports draw PNG plots (smoke, benchmark, canary), it imports matplotlib
     at the play's start, so that the workers of the play's hosts inherit it rather than each importing it
     again (about half a second of CPU a service of smoke.yml).
+  - When a task of a specpilot action starts, it imports what the action names in its C(WORKER_IMPORTS) (the
+    kubernetes client's C(CoreV1Api) for reading a pod's log, an exec or a Job; with the client 37 about 0.5 s
+    of CPU, which each of those workers paid again), once, so that the task's workers inherit it; a playbook
+    that runs no such task does not pay it at its start.
   - It changes nothing else and prints nothing. Without the kubernetes client or kubernetes.core it does
     nothing (the tasks that need them fail as before, saying so).
 requirements:
@@ -46,25 +50,24 @@ import gc
 import importlib
 import os
 import pkgutil
+import sys
 
 from ansible.plugins.callback import CallbackBase
 
 # the kubernetes client and the kubernetes.core lookup specpilot's action plugins read the cluster
 # with (plugin_utils/k8s_reader.py), then specpilot's own controller-side plugins
-# (and the client's CoreV1Api with kubernetes.stream, which pod_log and pod_exec import: with the client 37 its
-# module builds a pydantic validator for each of its methods, about 0.5 s of CPU, which a worker paid again for
-# every read of a pod's log and every exec, three a service in smoke.yml; profiled with py-spy, issue 40)
 MODULES = (
     "kubernetes.client",
-    "kubernetes.client.api.core_v1_api",
     "kubernetes.dynamic",
     "kubernetes.config",
-    "kubernetes.stream",
     "ansible_collections.kubernetes.core.plugins.lookup.k8s",
 )
 # the roles whose reports draw PNG plots (module_utils/report/plots.py): a play that runs one imports
 # matplotlib here, once, instead of once in every host's worker (issue 40: smoke over a fleet)
 DRAWING_ROLES = frozenset(("specpilot_smoke", "specpilot_benchmark", "specpilot_canary"))
+# a task's action as the project writes it (FQCN), and the package of its action plugin
+ACTION_PREFIX = "specpilot.core."
+ACTION_PACKAGE = "ansible_collections.specpilot.core.plugins.action"
 PACKAGES = tuple(
     "ansible_collections.specpilot.core.plugins." + kind for kind in ("action", "filter", "test")
 )
@@ -87,6 +90,7 @@ class CallbackModule(CallbackBase):
         gc.freeze()
 
     def v2_playbook_on_task_start(self, task, is_conditional):
+        worker_imports(task)
         # What the hosts' last task left in this process (each host's registered result and facts: a fleet's
         # worth by the end of a play) is collected, then frozen, so that the next task's workers, one a host,
         # do not walk it in their own collections and so copy it: without this, a worker's cost grew with the
@@ -97,6 +101,21 @@ class CallbackModule(CallbackBase):
 
     def v2_playbook_on_handler_task_start(self, task):
         self.v2_playbook_on_task_start(task, False)
+
+
+def worker_imports(task):
+    """Import, before the task's workers are forked, what its specpilot action names in WORKER_IMPORTS
+    (plugin_utils/action.py; e.g. the kubernetes client's CoreV1Api for pod_log, pod_exec and the Job runs: about
+    0.5 s of CPU that every worker paid again, three a service in smoke.yml, issue 40). Only then: a playbook that
+    never runs such a task does not pay it at its start. The names imported (none when there is nothing new)."""
+    action = getattr(task, "action", None) or ""
+    if not isinstance(action, str) or not action.startswith(ACTION_PREFIX):
+        return []
+    module = sys.modules.get(ACTION_PACKAGE + "." + action[len(ACTION_PREFIX):])
+    wanted = getattr(getattr(module, "ActionModule", None), "WORKER_IMPORTS", ())
+    missing = [name for name in wanted if name not in sys.modules]
+    preload(modules=missing, packages=())
+    return missing
 
 
 def known_variables(play):

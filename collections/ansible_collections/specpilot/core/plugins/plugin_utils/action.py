@@ -48,6 +48,9 @@ class Action(ActionBase):
     VALIDATION = {}
     TASK = None  # a function of module_utils/fact_tasks.py: (params, check_mode) -> result
     MODULE = None  # a long module run with its progress shown: "specpilot.core.<name>"
+    # modules the action imports where it runs, costly to import: the preload callback imports them in
+    # ansible-playbook's process when a task of this action starts, so that its workers inherit them
+    WORKER_IMPORTS = ()
 
     def run(self, tmp=None, task_vars=None):
         result = super(Action, self).run(tmp, task_vars)

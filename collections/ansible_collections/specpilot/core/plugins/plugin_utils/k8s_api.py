@@ -25,6 +25,12 @@ from ansible_collections.specpilot.core.plugins.module_utils.k8s.deploy_retry im
 from ansible_collections.specpilot.core.plugins.plugin_utils.k8s_reader import auth_options
 
 REQUEST_TIMEOUT = 30
+# What reading a pod's log (pod_log, and job_runner's for a Job's pod) and an exec (pod_exec) import: with the
+# kubernetes client 37, core_v1_api builds a pydantic validator for each of its methods (about 0.5 s of CPU, py-spy,
+# issue 40). The actions that call them name these in WORKER_IMPORTS (plugin_utils/action.py): the preload callback
+# imports them once in ansible-playbook's process, when such a task starts, not in every worker and not in a
+# playbook that never reads a pod.
+CORE_V1_IMPORTS = ("kubernetes.client.api.core_v1_api", "kubernetes.stream")
 
 
 def auth_of(params):
