@@ -36,7 +36,7 @@ STAMP_COLL := $(VENV)/.stamp-collections
 STAMP_APT := $(VENV)/.stamp-apt
 
 .PHONY: changelog collection install venv collections system-packages staging-tools sanity-venvs vllm models test test-pytest test-unit test-lab lint syntax-check sanity checks molecule \
-	test-unit-workers test-unit-waits test-lab-engines test-lab-stand-in test-lab-stand-in-a lane-a lane-b molecule-lane molecule-models fuzz \
+	test-unit-workers test-unit-waits test-lab-engines test-lab-stand-in test-lab-stand-in-a test-canary-real lane-a lane-b molecule-lane molecule-models fuzz \
         demo vllm-engine bench bench-quick lab-up lab-down lab-status lab-traffic clean distclean
 
 install: venv collections system-packages staging-tools sanity-venvs
@@ -256,6 +256,13 @@ test-unit-waits: install
 test-lab: install vllm
 	@echo "==> pytest: lab tests (real engines shared per module, one test at a time)"
 	$(VBIN)/python -m pytest $(PYTEST_REPORT) tests/lab
+
+# The canary on the real engine (issues 38 and 39; tests/lab/test_canary_real_engine.py): a healthy n-gram canary
+# promotes, a k=3 -> k=2 change is judged per shared draft position and by latency. Three real engine starts and two
+# measured canaries: about 6 min that need two quiet cores, so not in make test (CONTRIBUTING.md, the test budget).
+test-canary-real: install vllm
+	@echo "==> pytest: the canary on the real engine (needs a quiet machine: nothing else running)"
+	SPECPILOT_LAB_CANARY_REAL=1 $(VBIN)/python -m pytest -s $(PYTEST_REPORT) tests/lab/test_canary_real_engine.py
 
 # make test's two halves of test-lab, one per lane (their JUnit files are named after the target)
 test-lab-engines: install vllm

@@ -63,6 +63,18 @@ def test_readme_quickstart_has_exactly_two_commands():
     assert [line.strip() for line in block.strip().splitlines()] == ["make demo", "make test"]
 
 
+def test_every_make_target_the_docs_name_is_a_target_of_the_makefile():
+    makefile = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([a-z][a-z-]*):", makefile, re.M))
+    named = {
+        (doc, t)
+        for doc in ("README.md", "CONTRIBUTING.md")
+        for t in re.findall(r"\bmake ([a-z][a-z-]*)", (ROOT / doc).read_text())
+    }
+    assert {"demo", "test", "test-canary-real"} <= {t for _, t in named}
+    assert sorted((doc, t) for doc, t in named if t not in targets) == []
+
+
 def test_ci_runs_make_test():
     lines = [
         ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln.strip() and not ln.startswith("#")

@@ -217,6 +217,7 @@ def test_each_run_keeps_its_record_and_latest_points_at_the_newest(tmp_path):
 
 
 def test_the_command_line_is_kept_with_its_secrets_masked(monkeypatch):
+    hf = "hf_" + "a1B2" * 9  # a credential's shape, whatever its variable is called
     argv = [
         "/usr/bin/ansible-playbook",
         "-i",
@@ -226,6 +227,10 @@ def test_the_command_line_is_kept_with_its_secrets_masked(monkeypatch):
         "specpilot_k8s_api_key=abc123",
         "-e",
         '{"token": "xyz"}',
+        "-e",
+        # the canary's k change, as its report printed it on 2026-11-29 before: "...tokens": *** (a name with
+        # "token" in a word is not a secret; the reproduce command needs the value)
+        '{"specpilot_override_num_speculative_tokens": 2, "max_tokens": 64, "note": "%s"}' % hf,
         "--limit",
         "svc",
     ]
@@ -234,9 +239,10 @@ def test_the_command_line_is_kept_with_its_secrets_masked(monkeypatch):
     run = files.provenance(now=1_800_000_000.0)
     assert run["command"] == (
         "ansible-playbook -i inv playbooks/rollback.yml -e 'specpilot_k8s_api_key=***' -e "
-        '\'{"token": "***"}\' --limit svc'
+        '\'{"token": "***"}\' -e \'{"specpilot_override_num_speculative_tokens": 2, "max_tokens": 64, "note": '
+        '"***"}\' --limit svc'
     )
-    assert run["at"] == "2027-01-15T08:00:00Z" and "abc123" not in json.dumps(run)
+    assert run["at"] == "2027-01-15T08:00:00Z" and "abc123" not in json.dumps(run) and hf not in json.dumps(run)
 
 
 def test_report_write_in_check_mode_writes_nothing(tmp_path):
