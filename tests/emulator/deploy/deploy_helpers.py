@@ -11,8 +11,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+import os
+import signal
 import subprocess
 import threading
 import time
@@ -501,6 +504,18 @@ def children(pid):
         except (OSError, IndexError, ValueError):
             pass
     return out
+
+
+def kill_with_workers(pid):
+    """SIGKILL ansible-playbook ``pid`` and its task workers at once, as a node's crash would: none of them lives on
+    to release what they hold. The parent is stopped first, so that it forks no new worker meanwhile; a worker that
+    ended by itself between the listing and its kill is fine (seen in CI on 2026-11-29: ProcessLookupError on a
+    worker of a short task, which left the run alive to write into the next test's window)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGSTOP)
+    for each in children(pid) + [pid]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(each, signal.SIGKILL)
 
 
 def running(pid):

@@ -22,6 +22,7 @@ from deploy_helpers import (
     children,
     create_namespace,
     get,
+    kill_with_workers,
     run_deploy,
     running,
     wait_for,
@@ -294,8 +295,7 @@ def test_a_killed_deploy_leaves_the_service_locked_for_minutes_at_most(emulator,
     inv = write_inventory(tmp_path / "inv", ns, {"svc": {"specpilot_speculative": spec}}, group)
     second = Run(emulator, tmp_path / "second", inv)
     wait_for(held, 120, what="the second deploy's lock")
-    for pid in children(second.proc.pid) + [second.proc.pid]:
-        os.kill(pid, signal.SIGKILL)
+    kill_with_workers(second.proc.pid)
     second.wait(30)
     killed_at = time.monotonic()
     refused = run_deploy(emulator, tmp_path / "refused", inv)

@@ -3,7 +3,8 @@
 # Apache-2.0 (see LICENSE)
 # SPDX-License-Identifier: Apache-2.0
 """Small helpers every part of the collection uses: nested lookups in API objects, Kubernetes
-timestamps, defaults a caller's settings override, and files written only when their content changes.
+timestamps, defaults a caller's settings override, files written only when their content changes, and what
+looks like a secret (a name, a value's shape: the spec's checks refuse it, the reports mask it).
 Pure standard library."""
 
 from __future__ import annotations
@@ -12,17 +13,50 @@ import datetime
 import inspect
 import os
 import pkgutil
+import re
 
 __all__ = [
+    "CREDENTIAL_SHAPES",
+    "SECRET_NAME",
     "get_path",
     "k8s_meta",
     "key_paths",
+    "mask_secrets",
     "micro_time",
     "parse_time",
     "read_files",
     "with_defaults",
     "write_if_changed",
 ]
+
+# What looks like a secret, one definition (service/spec_sanity.py refuses it in a spec, report/files.py masks it in
+# a reproduce command). A name: a word of it (HF_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASSWORD), not a prefix
+# (TOKENIZERS_PARALLELISM) nor a word's start (num_speculative_tokens, max_tokens).
+SECRET_NAME = re.compile(
+    r"(^|_)(TOKEN|SECRET|CREDENTIALS?|(API_?|ACCESS_|PRIVATE_)?KEY)(_|$)|PASSWORD|PASSWD", re.I
+)
+# A value, whatever its name: (what it is, its shape).
+CREDENTIAL_SHAPES = (
+    ("a Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{30,}")),
+    ("an AWS access key id", re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("a GitHub token", re.compile(r"\b(gh[pousr]|github_pat)_[A-Za-z0-9_]{30,}")),
+    ("an OpenAI-style API key", re.compile(r"\bsk-[A-Za-z0-9_-]{20,}")),
+    ("a JSON Web Token", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
+    ("a private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
+)
+# a name and its value in a line of text (``name=value``, ``"name": "value"``)
+_ASSIGNMENT = re.compile(r"([A-Za-z0-9_]+)(\"?\s*[=:]\s*\"?)([^\s,\"'}]+)")
+
+
+def mask_secrets(text):
+    """``text`` with the values of secret-like names (SECRET_NAME) and anything shaped like a credential
+    (CREDENTIAL_SHAPES) as ``***``."""
+    text = _ASSIGNMENT.sub(
+        lambda m: m.group(1) + m.group(2) + "***" if SECRET_NAME.search(m.group(1)) else m.group(0), text
+    )
+    for _what, shape in CREDENTIAL_SHAPES:
+        text = shape.sub("***", text)
+    return text
 
 
 def get_path(obj, *keys):

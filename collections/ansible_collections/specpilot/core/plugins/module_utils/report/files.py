@@ -34,9 +34,8 @@ import subprocess
 import sys
 import time
 
-from ansible_collections.specpilot.core.plugins.module_utils.common import write_if_changed
+from ansible_collections.specpilot.core.plugins.module_utils.common import mask_secrets, write_if_changed
 from ansible_collections.specpilot.core.plugins.module_utils.report.plots import drawn
-from ansible_collections.specpilot.core.plugins.module_utils.service.spec_sanity import CREDENTIAL_SHAPES, SECRET_NAME
 
 __all__ = ["KEEP", "provenance", "report_json", "write_json_and_markdown", "write_report"]
 
@@ -44,10 +43,6 @@ KEEP = 50
 HISTORY = "history"
 LATEST = "latest"
 _RUN_MARK = "\n<!-- specpilot run -->\n"
-# a name and its value in a command-line argument (``name=value``, ``"name": "value"``); the value is masked when the
-# name is secret-like by spec_sanity's one definition (a word of the name: hf_token, api_key, not
-# num_speculative_tokens or max_tokens, whose values a reproduce command needs)
-_ASSIGNMENT = re.compile(r"([A-Za-z0-9_]+)(\"?\s*[=:]\s*\"?)([^\s,\"'}]+)")
 _COLLECTION = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
 
 
@@ -158,15 +153,6 @@ def _git_commit(root):
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def _masked(arg):
-    """``arg`` with the values of secret-like names, and anything shaped like a credential, as ``***``."""
-    arg = _ASSIGNMENT.sub(lambda m: m.group(1) + m.group(2) + "***" if SECRET_NAME.search(m.group(1)) else m.group(0),
-                          arg)
-    for _what, shape in CREDENTIAL_SHAPES:
-        arg = shape.sub("***", arg)
-    return arg
-
-
 def provenance(now=None):
     """``{id, at, version, command, directory}`` of this run: the id is the ansible-playbook process's start
     time and pid (one id for every report of a run), else the time and a random suffix; ``command`` the
@@ -176,7 +162,7 @@ def provenance(now=None):
     if found:
         pid, argv, cwd = found
         run_id = "%s-p%d" % (_stamp(_started(pid) or now), pid)
-        command = " ".join(shlex.quote(_masked(a)) for a in argv)
+        command = " ".join(shlex.quote(mask_secrets(a)) for a in argv)
     else:
         cwd, command = os.getcwd(), None
         run_id = "%s-%06x" % (_stamp(now), random.getrandbits(24))

@@ -22,26 +22,14 @@ Pure standard library.
 from __future__ import annotations
 
 import math
-import re
 
+from ansible_collections.specpilot.core.plugins.module_utils.common import CREDENTIAL_SHAPES, SECRET_NAME
 from ansible_collections.specpilot.core.plugins.module_utils.report.findings import path_join
 
-__all__ = ["check", "MAX_MAGNITUDE", "ANNOTATIONS_LIMIT", "SECRET_NAME", "CREDENTIAL_SHAPES"]
+__all__ = ["check", "MAX_MAGNITUDE", "ANNOTATIONS_LIMIT"]
 
 MAX_MAGNITUDE = 1e15
 ANNOTATIONS_LIMIT = 256 * 1024
-# a word of the name (HF_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASSWORD), not a prefix (TOKENIZERS_PARALLELISM)
-SECRET_NAME = re.compile(
-    r"(^|_)(TOKEN|SECRET|CREDENTIALS?|(API_?|ACCESS_|PRIVATE_)?KEY)(_|$)|PASSWORD|PASSWD", re.I
-)
-CREDENTIAL_SHAPES = (
-    ("a Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{30,}")),
-    ("an AWS access key id", re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("a GitHub token", re.compile(r"\b(gh[pousr]|github_pat)_[A-Za-z0-9_]{30,}")),
-    ("an OpenAI-style API key", re.compile(r"\bsk-[A-Za-z0-9_-]{20,}")),
-    ("a JSON Web Token", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
-    ("a private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
-)
 _SECRET_HINT = (
     "keep it in a Secret and reference it: specpilot_env: [{name: ..., valueFrom: {secretKeyRef: "
     "{name: <secret>, key: <key>}}}] (rotate the value if it was committed)"
