@@ -36,7 +36,7 @@ STAMP_COLL := $(VENV)/.stamp-collections
 STAMP_APT := $(VENV)/.stamp-apt
 
 .PHONY: changelog collection install venv collections system-packages staging-tools sanity-venvs vllm models test test-pytest test-unit test-lab lint syntax-check sanity checks molecule \
-	test-unit-workers test-unit-waits test-lab-engines test-lab-stand-in test-lab-stand-in-a test-canary-real lane-a lane-b molecule-lane molecule-models fuzz \
+	test-unit-workers test-unit-waits test-lab-engines test-lab-stand-in test-lab-stand-in-a test-canary-real test-quiet lane-a lane-b molecule-lane molecule-models fuzz \
         demo vllm-engine bench bench-quick lab-up lab-down lab-status lab-traffic clean distclean
 
 install: venv collections system-packages staging-tools sanity-venvs
@@ -263,6 +263,14 @@ test-lab: install vllm
 test-canary-real: install vllm
 	@echo "==> pytest: the canary on the real engine (needs a quiet machine: nothing else running)"
 	SPECPILOT_LAB_CANARY_REAL=1 $(VBIN)/python -m pytest -s $(PYTEST_REPORT) tests/lab/test_canary_real_engine.py
+
+# Every test make test leaves out because it needs a quiet machine and minutes of real engines: the canary above and
+# the tune schedule sweep (issue 37; tests/lab/test_tune_schedule_vllm.py, two labs of under 10 min each).
+QUIET_TESTS ?= tests/lab/test_canary_real_engine.py tests/lab/test_tune_schedule_vllm.py
+test-quiet: install vllm
+	@echo "==> pytest: the real-engine tests that need a quiet machine (nothing else running): $(QUIET_TESTS)"
+	SPECPILOT_LAB_CANARY_REAL=1 SPECPILOT_LAB_TUNE_SCHEDULE_REAL=1 $(VBIN)/python -m pytest -s $(PYTEST_REPORT) \
+	  $(QUIET_TESTS)
 
 # make test's two halves of test-lab, one per lane (their JUnit files are named after the target)
 test-lab-engines: install vllm

@@ -17,7 +17,7 @@ the shared 2-core machine, so the path is two tests, each one lab and under 10 m
 starts: the service, the baseline twin, the candidate twin) writes tune.json, copied to
 SPECPILOT_TUNE_SCHEDULE_RECORD when set; the deploy and smoke (one engine start) take the schedule of
 SPECPILOT_TUNE_SCHEDULE_JSON, by default the recorded run in benchmarks/results/lab_ngram_schedule_vllm_cpu/.
-Both are opt-in (SPECPILOT_LAB_TUNE_SCHEDULE_REAL=1).
+Both are opt-in (SPECPILOT_LAB_TUNE_SCHEDULE_REAL=1); make test-quiet runs them.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
         not os.environ.get("SPECPILOT_LAB_TUNE_SCHEDULE_REAL"),
-        reason="the real-engine schedule sweep is opt-in (SPECPILOT_LAB_TUNE_SCHEDULE_REAL=1): 6-9 min of engines",
+        reason="the real-engine schedule sweep needs a quiet machine: make test-quiet (SPECPILOT_LAB_TUNE_SCHEDULE_REAL=1)",
     ),
 ]
 
