@@ -166,7 +166,6 @@ def test_a_play_of_a_role_that_draws_imports_matplotlib_once_for_its_workers(mon
     assert preload.plots_for(Play()) is False and preload.plots_for(None) is False
 
 
-
 def test_a_task_of_an_action_that_reads_pods_imports_the_client_api_once_in_the_parent_and_no_other_does():
     """The controller-side code's ``from kubernetes... import`` (CoreV1Api for pod logs, execs and Job runs: about
     0.5 s of CPU a worker with the client 37, three a service in smoke.yml, issue 40) is what the actions that run
