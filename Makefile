@@ -36,7 +36,7 @@ STAMP_COLL := $(VENV)/.stamp-collections
 STAMP_APT := $(VENV)/.stamp-apt
 
 .PHONY: changelog collection install venv collections system-packages staging-tools sanity-venvs vllm models test test-pytest test-unit test-lab lint syntax-check sanity checks molecule \
-	test-unit-workers test-unit-waits test-lab-engines test-lab-stand-in test-lab-stand-in-a test-canary-real test-quiet lane-a lane-b molecule-lane molecule-models fuzz \
+	test-unit-workers test-unit-waits test-lab-engines test-lab-stand-in test-lab-stand-in-a test-canary-real test-quiet lane-a lane-a2 lane-b molecule-lane molecule-models fuzz \
         demo vllm-engine bench bench-quick lab-up lab-down lab-status lab-traffic clean distclean
 
 install: venv collections system-packages staging-tools sanity-venvs
@@ -180,15 +180,21 @@ models: $(STAMP_VLLM)
 #      time need. (After a failed install, one after the other: two makes would install .venv at once);
 #   4. two lanes side by side, each one process at a time (each lab test and scenario waits on
 #      engines and rollouts part of the time; they share no port, directory or process):
-#        lane-a: the lab tests that start real engines (-m real_engine), then the stand-in lab
-#                tests of LAB_STAND_IN_A (the longest files, so the lanes' fixed parts are even),
+#        lane-a: the lab tests that start real engines (-m real_engine); then, once no real engine
+#                runs, two streams: the stand-in lab tests of LAB_STAND_IN_A (lane-a2) and a
+#                molecule stream (lane-c),
 #        lane-b: the other lab tests on the stand-in engine;
-#      then each lane takes the next molecule scenario from one shared queue (longest first,
-#      MOLECULE_FIRST; scripts/molecule_queue.py) until none is left, so both lanes end together.
-#      Not three: with the stand-in lab tests on two xdist workers beside lane-a the CPU ran at 98%
-#      and the side-by-side benchmark lab test measured a speedup above its acceptance ceiling,
-#      which the benchmark rightly called invalid - the tests that measure time need the CPU the
-#      third stream takes.
+#      then each stream takes the next molecule scenario from one shared queue (longest first,
+#      MOLECULE_FIRST; scripts/molecule_queue.py) until none is left, so they end together.
+#      Not three streams while real engines run: with the stand-in lab tests on two xdist workers
+#      beside lane-a the CPU ran at 98% and the side-by-side benchmark lab test measured a speedup
+#      above its acceptance ceiling, which the benchmark rightly called invalid - the tests that
+#      measure time need the CPU the third stream takes. After lab-engines the third stream costs
+#      nothing that measures: on 2026-11-29 the lanes' phase went from 19 to 18 min with lane-b's
+#      stand-in tests the longest part (17:53), so test_controller.py moved to LAB_STAND_IN_A;
+#   5. the canary on the real engine (make test-canary-real), alone: it decides by measured latency,
+#      so it needs both cores quiet (beside one busy core its k change ended undecided; the record
+#      is in tests/lab/test_canary_real_engine.py), about 6 min.
 #      The table's CPU column says how busy each stage kept the cores.
 TIMES := $(PYTHON) scripts/test_times.py
 JUNIT_DIR := .cache/test-times/junit
@@ -207,6 +213,7 @@ test:
 	$(SUBMAKE) molecule-models || status=1; \
 	$(PYTHON) scripts/molecule_queue.py init $(MOLECULE_QUEUE) molecule $(MOLECULE_FIRST); \
 	$(TIMES) parallel "lane-a=$(SUBMAKE) lane-a" "lane-b=$(SUBMAKE) lane-b" || status=1; \
+	$(TIMES) run canary-real -- $(SUBMAKE) test-canary-real || status=1; \
 	$(TIMES) report; \
 	if [ "$$status" = 0 ]; then echo "==> make test: all stages passed"; \
 	else echo "==> make test: FAILED (the table above names the stage)"; fi; \
@@ -257,13 +264,15 @@ test-lab: install vllm
 	@echo "==> pytest: lab tests (real engines shared per module, one test at a time)"
 	$(VBIN)/python -m pytest $(PYTEST_REPORT) tests/lab
 
-# Every test make test leaves out because it needs a quiet machine and minutes of real engines (CONTRIBUTING.md, the
-# test budget): the canary on the real engine (issues 38 and 39: a healthy n-gram canary promotes, a k=3 -> k=2 change
-# is judged per shared draft position and by latency; about 5.5 min) and the tune schedule sweep (issue 37).
-# 2026-11-29, quiet: 4 passed in 8.5 min. test-canary-real: the canary's file alone.
-QUIET_TESTS ?= tests/lab/test_canary_real_engine.py tests/lab/test_tune_schedule_vllm.py
+# The real-engine tests that need a quiet machine and minutes of real engines (CONTRIBUTING.md, the test budget):
+# the canary on the real engine (issues 38 and 39: a healthy n-gram canary promotes, a k=3 -> k=2 change is judged
+# per shared draft position and by latency; about 6 min), which make test runs alone as its last stage
+# (test-canary-real: the canary's file alone), and the tune schedule sweep (issue 37), which make test leaves out.
+# 2026-11-29, quiet: 4 passed in 8.5 min.
+CANARY_REAL_TESTS := tests/lab/test_canary_real_engine.py
+QUIET_TESTS ?= $(CANARY_REAL_TESTS) tests/lab/test_tune_schedule_vllm.py
 test-canary-real:
-	@$(SUBMAKE) test-quiet QUIET_TESTS=tests/lab/test_canary_real_engine.py
+	@$(SUBMAKE) test-quiet QUIET_TESTS=$(CANARY_REAL_TESTS)
 
 test-quiet: install vllm
 	@echo "==> pytest: the real-engine tests that need a quiet machine (nothing else running): $(QUIET_TESTS)"
@@ -272,15 +281,16 @@ test-quiet: install vllm
 
 # make test's two halves of test-lab, one per lane (their JUnit files are named after the target)
 test-lab-engines: install vllm
-	@echo "==> pytest: lab tests that start real vLLM engines"
-	$(VBIN)/python -m pytest -m real_engine $(PYTEST_REPORT) tests/lab
+	@echo "==> pytest: lab tests that start real vLLM engines (but the canary's: make test's last stage)"
+	$(VBIN)/python -m pytest -m real_engine $(PYTEST_REPORT) --ignore=$(CANARY_REAL_TESTS) tests/lab
 
 test-lab-stand-in: install vllm
 	@echo "==> pytest: lab tests on the stand-in engine (but those of LAB_STAND_IN_A)"
 	$(VBIN)/python -m pytest -m "not real_engine" $(PYTEST_REPORT) $(LAB_STAND_IN_A:%=--ignore=%) tests/lab
 
 # lane-a's share of the stand-in lab tests: whole files, about a quarter of lab-stand-in's time
-LAB_STAND_IN_A ?= tests/lab/test_lab_up.py tests/lab/test_tune_playbook.py tests/lab/test_canary_knative_playbook.py
+LAB_STAND_IN_A ?= tests/lab/test_lab_up.py tests/lab/test_tune_playbook.py tests/lab/test_canary_knative_playbook.py \
+  tests/lab/test_controller.py
 test-lab-stand-in-a: install vllm
 	@echo "==> pytest: lab tests on the stand-in engine ($(LAB_STAND_IN_A))"
 	$(VBIN)/python -m pytest -m "not real_engine" $(PYTEST_REPORT) $(LAB_STAND_IN_A)
@@ -296,7 +306,10 @@ MOLECULE_ANSIBALLZ_PYCACHE ?= off
 MOLECULE_FIRST ?= deploy_failures rollback deploy smoke staging
 lane-a: install vllm
 	@s=0; $(TIMES) run lab-engines -- $(SUBMAKE) test-lab-engines || s=1; \
-	$(TIMES) run lab-stand-in-a -- $(SUBMAKE) test-lab-stand-in-a || s=1; \
+	$(TIMES) parallel "lane-a2=$(SUBMAKE) lane-a2" "lane-c=$(SUBMAKE) molecule-lane" || s=1; exit $$s
+
+lane-a2: install vllm
+	@s=0; $(TIMES) run lab-stand-in-a -- $(SUBMAKE) test-lab-stand-in-a || s=1; \
 	$(SUBMAKE) molecule-lane || s=1; exit $$s
 
 lane-b: install vllm
