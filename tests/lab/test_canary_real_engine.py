@@ -56,7 +56,9 @@ pytestmark = [
     #   latency decides either way; the test asserts a decision, not which. The next make test on that machine
     #   (stage 5:20 in all): the k change ABORTED at 50%, TPOT mean 1.33 -> 1.63 ms, 0.81x, 95% CI 0.75-0.88x over
     #   22 / 22 batches - what k=2 drafting one token fewer a step predicts (4/3 the steps); the healthy canary
-    #   PROMOTED both times.
+    #   PROMOTED both times. The clean-clone CI after it (make test 31:18): the healthy canary PROMOTED; the k change
+    #   was held one extension (the first window within the noise) and ABORTED at 50% over 46 / 46 batches: TPOT mean
+    #   1.37 -> 1.58 ms, 0.87x, 95% CI 0.80-0.93x.
     # - Sharing one lab between the two tests (the k change on the healthy canary's promoted predictor) was tried and
     #   left: the promoted engine started while both arms held the two cores, so it runs on the shared pool with no
     #   binding (controller/cpus.py, cores short), and the k change then measured that handicap (TPOT 2.15x, TTFT 6.9x
