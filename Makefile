@@ -189,11 +189,9 @@ models: $(STAMP_VLLM)
 #      Not three streams while real engines run: with the stand-in lab tests on two xdist workers
 #      beside lane-a the CPU ran at 98% and the side-by-side benchmark lab test measured a speedup
 #      above its acceptance ceiling, which the benchmark rightly called invalid - the tests that
-#      measure time need the CPU the third stream takes. After lab-engines the third stream costs
-#      nothing that measures: on 2026-11-29 the lanes' phase went from 19 to 18 min with lane-b's
-#      stand-in tests the longest part (17:53), so test_controller.py moved to LAB_STAND_IN_A: 15 min.
-#      The canary on the real engine (make test-canary-real) is not a stage: as make test's last stage,
-#      alone, its k=3 -> k=2 change ended undecided in one of four runs (tests/lab/test_canary_real_engine.py).
+#      measure time need the CPU the third stream takes. After lab-engines no test measures time, and
+#      the third stream took the lanes from 19 to 15 min (2026-11-29). The canary on the real engine
+#      is not a stage (test-canary-real, below).
 #      The table's CPU column says how busy each stage kept the cores.
 TIMES := $(PYTHON) scripts/test_times.py
 JUNIT_DIR := .cache/test-times/junit
@@ -285,7 +283,8 @@ test-lab-stand-in: install vllm
 	@echo "==> pytest: lab tests on the stand-in engine (but those of LAB_STAND_IN_A)"
 	$(VBIN)/python -m pytest -m "not real_engine" $(PYTEST_REPORT) $(LAB_STAND_IN_A:%=--ignore=%) tests/lab
 
-# lane-a's share of the stand-in lab tests: whole files, about a quarter of lab-stand-in's time
+# lane-a2's share of the stand-in lab tests: whole files, about a third of their time, so lane-b's stand-in tests
+# end when lane-a2's and lane-c's molecule scenarios do
 LAB_STAND_IN_A ?= tests/lab/test_lab_up.py tests/lab/test_tune_playbook.py tests/lab/test_canary_knative_playbook.py \
   tests/lab/test_controller.py
 test-lab-stand-in-a: install vllm
