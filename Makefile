@@ -190,9 +190,10 @@ models: $(STAMP_VLLM)
 #      beside lane-a the CPU ran at 98% and the side-by-side benchmark lab test measured a speedup
 #      above its acceptance ceiling, which the benchmark rightly called invalid - the tests that
 #      measure time need the CPU the third stream takes. After lab-engines no test measures time, and
-#      the third stream took the lanes from 19 to 15 min (2026-11-29). The canary on the real engine
-#      is not a stage (test-canary-real, below).
-#      The table's CPU column says how busy each stage kept the cores.
+#      the third stream took the lanes from 19 to 15 min (2026-11-29).
+#      The table's CPU column says how busy each stage kept the cores;
+#   5. the canary on the real engine (test-canary-real, below), alone: it decides by measured latency,
+#      so it needs both cores quiet, about 6 min.
 TIMES := $(PYTHON) scripts/test_times.py
 JUNIT_DIR := .cache/test-times/junit
 INSTALL_JOBS ?= 4
@@ -210,6 +211,7 @@ test:
 	$(SUBMAKE) molecule-models || status=1; \
 	$(PYTHON) scripts/molecule_queue.py init $(MOLECULE_QUEUE) molecule $(MOLECULE_FIRST); \
 	$(TIMES) parallel "lane-a=$(SUBMAKE) lane-a" "lane-b=$(SUBMAKE) lane-b" || status=1; \
+	$(TIMES) run canary-real -- $(SUBMAKE) test-canary-real || status=1; \
 	$(TIMES) report; \
 	if [ "$$status" = 0 ]; then echo "==> make test: all stages passed"; \
 	else echo "==> make test: FAILED (the table above names the stage)"; fi; \
@@ -260,10 +262,11 @@ test-lab: install vllm
 	@echo "==> pytest: lab tests (real engines shared per module, one test at a time)"
 	$(VBIN)/python -m pytest $(PYTEST_REPORT) tests/lab
 
-# Every test make test leaves out because it needs a quiet machine and minutes of real engines (CONTRIBUTING.md, the
-# test budget): the canary on the real engine (issues 38 and 39: a healthy n-gram canary promotes, a k=3 -> k=2 change
-# is judged per shared draft position and by latency; about 6 min) and the tune schedule sweep (issue 37).
-# 2026-11-29, quiet: 4 passed in 8.5 min. test-canary-real: the canary's file alone.
+# The real-engine tests that need a quiet machine and minutes of real engines (CONTRIBUTING.md, the test budget): the
+# canary on the real engine (issues 38 and 39: a healthy n-gram canary promotes, a k=3 -> k=2 change is judged per
+# shared draft position and by latency; about 6 min), which make test runs alone as its last stage (test-canary-real:
+# the canary's file alone), and the tune schedule sweep (issue 37), which make test leaves out.
+# 2026-11-29, quiet: 4 passed in 8.5 min.
 CANARY_REAL_TESTS := tests/lab/test_canary_real_engine.py
 QUIET_TESTS ?= $(CANARY_REAL_TESTS) tests/lab/test_tune_schedule_vllm.py
 test-canary-real:
@@ -276,8 +279,8 @@ test-quiet: install vllm
 
 # make test's two halves of test-lab, one per lane (their JUnit files are named after the target)
 test-lab-engines: install vllm
-	@echo "==> pytest: lab tests that start real vLLM engines"
-	$(VBIN)/python -m pytest -m real_engine $(PYTEST_REPORT) tests/lab
+	@echo "==> pytest: lab tests that start real vLLM engines (but the canary's: make test's last stage)"
+	$(VBIN)/python -m pytest -m real_engine $(PYTEST_REPORT) --ignore=$(CANARY_REAL_TESTS) tests/lab
 
 test-lab-stand-in: install vllm
 	@echo "==> pytest: lab tests on the stand-in engine (but those of LAB_STAND_IN_A)"
@@ -382,9 +385,10 @@ lab-status:
 # 127.0.0.1 address, bounded (SECONDS <= 1800, QPS <= 10; loopback addresses only): lab/specpilot_lab/traffic.py
 SECONDS ?= 120
 QPS ?= 1
+MAX_TOKENS ?= 32
 lab-traffic:
-	@test -n "$(SERVICE)" || { echo "make lab-traffic SERVICE=<lab service, e.g. lab-ngram> [SECONDS=120] [QPS=1]" >&2; exit 2; }
-	$(VBIN)/python -m specpilot_lab.traffic $(SERVICE) --seconds $(SECONDS) --qps $(QPS)
+	@test -n "$(SERVICE)" || { echo "make lab-traffic SERVICE=<lab service, e.g. lab-ngram> [SECONDS=120] [QPS=1] [MAX_TOKENS=32]" >&2; exit 2; }
+	$(VBIN)/python -m specpilot_lab.traffic $(SERVICE) --seconds $(SECONDS) --qps $(QPS) --max-tokens $(MAX_TOKENS)
 
 # The validator's fuzz test, longer than in make test (1,500 examples there, derandomized):
 # FUZZ_EXAMPLES random examples (a new seed each run; hypothesis prints the failing spec, shrunk).
