@@ -79,6 +79,13 @@ def _reap(pids):
             pass
 
 
+def _running(pids):
+    """Those of ``pids`` that still run (gone and zombies are not), whoever their parent is now: a process
+    whose parent was killed first is reparented while it dies, and is no longer a descendant."""
+    table = _proc_table()
+    return {pid for pid in pids if pid in table}
+
+
 def _new(before):
     return {pid: name for pid, name in descendants().items() if pid not in before}
 
@@ -95,7 +102,7 @@ def stop_leftovers(before, grace=None):
         time.sleep(0.1)
         left = _new(before)
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        alive = set(left) & set(descendants())
+        alive = _running(left)
         for pid in alive:
             try:
                 os.kill(pid, sig)
@@ -104,7 +111,7 @@ def stop_leftovers(before, grace=None):
         deadline = time.monotonic() + grace
         while alive and time.monotonic() < deadline:
             _reap(alive)
-            alive &= set(descendants())
+            alive = _running(alive)
             time.sleep(0.05)
         if not alive:
             break

@@ -127,7 +127,10 @@ def test_benchmark_ngram_on_vs_off_in_the_lab(shared_engine, tmp_path):
     assert report["reasons"] and all(r.startswith("at qps=4: ") for r in report["reasons"])
     for lv in report["levels"]:
         assert lv["valid"] == (not lv["invalid_reasons"]) and lv["decision"] in report["per_level"].values()
-        assert lv["ratios"]["tpot"]["value"] is not None
+        # a side whose streams all arrived in bursts (starved of CPU beside a lane) has no TPOT to compare: the
+        # level is invalid and says why (CI of 2026-11-30: baseline TPOT p50 0.0094 ms at qps=4), never a ratio
+        if lv["ratios"]["tpot"]["value"] is None:
+            assert not lv["valid"] and any("bursts" in r for r in lv["invalid_reasons"]), lv["invalid_reasons"]
     assert set(report["per_level"]) == {"qps=1", "qps=4"}
     assert report["context_missing"] == []
     ctx = report["context"]
@@ -139,7 +142,7 @@ def test_benchmark_ngram_on_vs_off_in_the_lab(shared_engine, tmp_path):
     assert ctx["workload"]["name"] == "code-edit" and ctx["workload"]["num_prompts"] == 6
     for lv in report["levels"]:
         assert lv["headroom"]["ceiling"] > 1 and lv["headroom"]["converted"] is not None
-        assert lv["speedups"]["tpot"] is not None
+        assert lv["speedups"]["tpot"] is not None or not lv["valid"], lv
 
     data = json.loads((out / "report.json").read_text())
     for lv in data["levels"]:
