@@ -62,6 +62,7 @@ def measure(tmp_path: Path, shared_engine, side: str, spec: dict | None) -> dict
     return result
 
 
+@pytest.mark.measures_latency
 def test_benchmark_ngram_on_vs_off_in_the_lab(shared_engine, tmp_path):
     """The load generator and the report on a real engine's streams and /metrics (vLLM's version
     header, its usage counts, acceptance deltas between levels): the engines are shared with

@@ -30,7 +30,7 @@ from specpilot_lab.testing import LAB_CRDS, Emulator
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "benchmark"))
 from bench_helpers import BIN, ROOT, STREAM_SERVER, ansible_env  # noqa: E402
 
-pytestmark = [pytest.mark.lab, pytest.mark.slow]
+pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.measures_latency]
 ISVC_API = ("serving.kserve.io/v1beta1", "InferenceService")
 
 
