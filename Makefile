@@ -189,8 +189,9 @@ models: $(STAMP_VLLM)
 #      Not three streams while real engines run: with the stand-in lab tests on two xdist workers
 #      beside lane-a the CPU ran at 98% and the side-by-side benchmark lab test measured a speedup
 #      above its acceptance ceiling, which the benchmark rightly called invalid - the tests that
-#      measure time need the CPU the third stream takes. After lab-engines no test measures time, and
-#      the third stream took the lanes from 19 to 15 min (2026-11-29).
+#      measure time need the CPU the third stream takes. After lab-engines no real engine runs (the
+#      stand-in tests that judge latency take one lock across the lanes: measures_latency), and the
+#      third stream took the lanes from 19 to 15 min (2026-11-29).
 #      The table's CPU column says how busy each stage kept the cores;
 #   5. the canary on the real engine (test-canary-real, below), alone: it decides by measured latency,
 #      so it needs both cores quiet, about 6 min.

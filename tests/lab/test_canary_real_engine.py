@@ -11,6 +11,7 @@ startup timeout + 300 s). One engine start for the stable service, one for the c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -186,30 +187,30 @@ class Sender:
         self.watch.join(timeout=10)
 
 
+@contextlib.contextmanager
+def lab_with(stable_cls, tmp, tiny_models):
+    """An emulator, a controller running real engines, and lab-ngram applied as ``stable_cls`` renders it."""
+    emu = Emulator(tmp / "lab", [str(LAB_CRDS)]).start()
+    ctl = Controller(emu.kubeconfig, tmp / "lab", vllm_python=engine.vllm_python(), crash_backoff=5.0).start()
+    try:
+        yield tmp, emu, stable_cls(tmp, emu, tiny_models)
+    finally:
+        ctl.stop()
+        emu.stop()
+
+
 # Each test's lab lives for that test only (function scope): two labs at once each hand out the same two cores (the
 # record above, 2026-11-30).
 @pytest.fixture
 def real_lab(vllm_venv, tiny_models, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("canary-real")
-    emu = Emulator(tmp / "lab", [str(LAB_CRDS)]).start()
-    ctl = Controller(emu.kubeconfig, tmp / "lab", vllm_python=engine.vllm_python(), crash_backoff=5.0).start()
-    try:
-        yield tmp, emu, RealStable(tmp, emu, tiny_models)
-    finally:
-        ctl.stop()
-        emu.stop()
+    with lab_with(RealStable, tmp_path_factory.mktemp("canary-real"), tiny_models) as lab:
+        yield lab
 
 
 @pytest.fixture
 def real_lab_k3(vllm_venv, tiny_models, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("canary-real-k3")
-    emu = Emulator(tmp / "lab", [str(LAB_CRDS)]).start()
-    ctl = Controller(emu.kubeconfig, tmp / "lab", vllm_python=engine.vllm_python(), crash_backoff=5.0).start()
-    try:
-        yield tmp, emu, RealSpeculativeStable(tmp, emu, tiny_models)
-    finally:
-        ctl.stop()
-        emu.stop()
+    with lab_with(RealSpeculativeStable, tmp_path_factory.mktemp("canary-real-k3"), tiny_models) as lab:
+        yield lab
 
 
 @pytest.mark.real_engine

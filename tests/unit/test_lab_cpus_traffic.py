@@ -13,6 +13,8 @@ import pytest
 from specpilot_lab import traffic
 from specpilot_lab.controller import cpus
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 @pytest.mark.parametrize(
     ("cores", "text"), [([0], "0"), ([0, 1], "0-1"), ([0, 1, 2, 5], "0-2,5"), ([3, 1, 7, 6], "1,3,6-7")]
@@ -106,21 +108,19 @@ def test_lab_traffic_sends_repetitive_greedy_requests_at_the_rate_asked():
 
 
 def test_make_lab_traffic_without_a_service_says_how_to_call_it():
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    proc = subprocess.run(["make", "-s", "lab-traffic"], cwd=root, capture_output=True, text=True)
+    proc = subprocess.run(["make", "-s", "lab-traffic"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode != 0 and "make lab-traffic SERVICE=" in proc.stderr
     assert "[MAX_TOKENS=32]" in proc.stderr
 
 
 def test_make_lab_traffic_passes_the_tokens_a_request_the_readme_asks_for():
     """The README's k change sends 256 tokens a request (make lab-traffic MAX_TOKENS=256); the default is 32."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
     def dry(*extra):
         cmd = ["make", "-s", "-n", "lab-traffic", "SERVICE=lab-ngram", *extra]
-        return subprocess.run(cmd, cwd=root, capture_output=True, text=True, check=True).stdout
+        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout
 
     assert "specpilot_lab.traffic lab-ngram --seconds 120 --qps 1 --max-tokens 32" in dry()
     assert "--seconds 900 --qps 4 --max-tokens 256" in dry("SECONDS=900", "QPS=4", "MAX_TOKENS=256")
-    readme = open(os.path.join(root, "README.md")).read()
+    readme = open(os.path.join(ROOT, "README.md")).read()
     assert "make lab-traffic SERVICE=lab-ngram SECONDS=900 QPS=4 MAX_TOKENS=256 &" in readme
